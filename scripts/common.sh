@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Shared helpers for id_gen's scripts: tool paths, idempotent setup, throwaway clusters.
+# Source it; do not run it. Every function is safe to call twice.
+set -euo pipefail
+
+PG_BIN=/usr/lib/postgresql/15/bin
+PG_CONFIG=$PG_BIN/pg_config
+REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+export PATH="$HOME/.cargo/bin:$PATH"
+
+log() { printf '\n=== %s\n' "$*" >&2; }
+
+# Installs PostgreSQL 15 (+ headers), sudo, clang; cargo-pgrx 0.18.0; pgrx init.
+ensure_toolchain() {
+  local need=()
+  [ -x "$PG_CONFIG" ] || need+=(postgresql-15 postgresql-server-dev-15)
+  [ -f /usr/include/postgresql/15/server/postgres.h ] || need+=(postgresql-server-dev-15)
+  command -v sudo >/dev/null || need+=(sudo)
+  command -v clang >/dev/null || need+=(clang libclang-dev)
+  if [ ${#need[@]} -gt 0 ]; then
+    log "installing ${need[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+  fi
+  # Debian's package starts a cluster on 5432; we never use it, but it must not be required.
+  if ! cargo pgrx --version 2>/dev/null | grep -q '0\.18\.0'; then
+    log "installing cargo-pgrx 0.18.0 (takes ~9 minutes)"
+    cargo install --locked cargo-pgrx --version 0.18.0
+  fi
+  if ! grep -qs "pg15" "$HOME/.pgrx/config.toml"; then
+    log "cargo pgrx init --pg15"
+    cargo pgrx init --pg15 "$PG_CONFIG" >/dev/null
+  fi
+}
+
+# Builds and installs the extension into the system PostgreSQL 15 (release build).
+install_extension() {
+  log "building and installing id_gen"
+  (cd "$REPO_ROOT" && cargo pgrx install --release --pg-config "$PG_CONFIG" >/dev/null)
+}
+
+# cluster_start DIR PORT [extra postgresql.conf lines...]: a throwaway cluster owned by
+# postgres, socket in DIR, listening only on the socket and localhost:PORT.
+cluster_start() {
+  local dir=$1 port=$2; shift 2
+  cluster_stop "$dir"
+  rm -rf "$dir"; mkdir -p "$dir"; chown postgres:postgres "$dir"
+  runuser -u postgres -- "$PG_BIN/initdb" -D "$dir/data" -A trust -U postgres --no-sync >/dev/null
+  cat >> "$dir/data/postgresql.conf" <<CONF
+port = $port
+listen_addresses = ''
+unix_socket_directories = '$dir'
+shared_preload_libraries = 'id_gen'
+max_worker_processes = 16
+max_connections = 120
+logging_collector = off
+lc_messages = 'C'
+CONF
+  for line in "$@"; do echo "$line" >> "$dir/data/postgresql.conf"; done
+  cluster_up "$dir"
+}
+
+# Starts an existing cluster (after a stop or a crash).
+cluster_up() {
+  local dir=$1
+  # RUST_BACKTRACE would put Rust backtraces into error DETAILs (golden files differ).
+  env -u RUST_BACKTRACE runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 start >/dev/null
+}
+
+cluster_stop() {
+  local dir=$1
+  if [ -f "$dir/data/postmaster.pid" ]; then
+    runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$dir/data" -m fast -w -t 60 stop >/dev/null 2>&1 || true
+  fi
+}
+
+# psql against a cluster: cpsql DIR PORT [psql args...]
+cpsql() {
+  local dir=$1 port=$2; shift 2
+  "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$dir" -p "$port" -U postgres "$@"
+}

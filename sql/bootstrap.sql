@@ -1,0 +1,34 @@
+-- id_gen catalog, created before the functions (pgrx "bootstrap" section).
+--
+-- id_gen.sequences holds one row per named sequence. Rows, not relations: thousands of
+-- tenants cost a row each. max_id is the high-water mark: the largest value ever handed
+-- to any cache; it only grows, and only the refill worker moves it, in transactions of
+-- its own that commit durably before the values are used.
+
+CREATE TABLE id_gen.sequences (
+    name              text        PRIMARY KEY
+                      CHECK (name ~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,62}$'),
+    max_id            bigint      NOT NULL,
+    max_value         bigint      NOT NULL DEFAULT 9223372036854775807 CHECK (max_value > 0),
+    step              bigint      NOT NULL CHECK (step > 0),
+    min_step          bigint      NOT NULL CHECK (min_step > 0),
+    max_step          bigint      NOT NULL CHECK (max_step <= 1099511627776),
+    buffer_seconds    integer     NOT NULL CHECK (buffer_seconds BETWEEN 1 AND 86400),
+    preload_threshold real        NOT NULL DEFAULT 0.1
+                      CHECK (preload_threshold >= 0 AND preload_threshold < 1),
+    counters          integer     NOT NULL DEFAULT 1 CHECK (counters BETWEEN 1 AND 64),
+    incarnation       bigint      NOT NULL
+                      DEFAULT (floor(random() * 9.2e18))::bigint,
+    created_at        timestamptz NOT NULL DEFAULT now(),
+    updated_at        timestamptz NOT NULL DEFAULT now(),
+    comment           text,
+    CHECK (min_step <= step AND step <= max_step),
+    CHECK (max_id <= max_value)
+);
+
+-- Keep the rows across pg_dump/pg_restore: a restored sequence continues above max_id.
+SELECT pg_catalog.pg_extension_config_dump('id_gen.sequences', '');
+
+REVOKE ALL ON id_gen.sequences FROM PUBLIC;
+GRANT SELECT ON id_gen.sequences TO PUBLIC;
+GRANT USAGE ON SCHEMA id_gen TO PUBLIC;

@@ -1,0 +1,64 @@
+-- id_gen: views, comments and privileges, after all functions exist ("finalize").
+
+CREATE VIEW id_gen.status AS
+SELECT d.datname AS database,
+       s.sequence,
+       s.counter_group,
+       s.state,
+       s.current_first,
+       s.current_last,
+       s.current_used,
+       CASE WHEN s.current_last IS NULL THEN NULL
+            ELSE round(s.current_used::numeric / (s.current_last - s.current_first + 1), 4)
+       END AS current_fill,
+       s.standby_first IS NOT NULL AS standby_ready,
+       s.standby_first,
+       s.standby_last,
+       s.step,
+       round(s.rate_per_s::numeric, 1) AS rate_per_s,
+       s.calls,
+       s.refills,
+       s.waits,
+       round(s.last_refill_ms::numeric, 3) AS last_refill_ms,
+       CASE WHEN s.last_refill_at_ms = 0 THEN NULL
+            ELSE to_timestamp(s.last_refill_at_ms / 1000.0) END AS last_refill_at,
+       NULLIF(s.worker_pid, 0) AS worker_pid
+FROM id_gen.cache_status() AS s
+LEFT JOIN pg_catalog.pg_database AS d ON d.oid = s.dboid;
+
+COMMENT ON VIEW id_gen.status IS
+  'id_gen segment cache: one row per cached (database, sequence, counter group): current and standby segment, fill, adaptive step, rate, refills, waits, worker pid.';
+COMMENT ON TABLE id_gen.sequences IS
+  'id_gen named sequences: one row each; max_id is the high-water mark (largest value ever handed to a cache). Change rows only through id_gen.create_sequence/alter_sequence/drop_sequence.';
+COMMENT ON COLUMN id_gen.sequences.max_id IS 'High-water mark: the largest value ever reserved for a cache. Only grows.';
+COMMENT ON COLUMN id_gen.sequences.step IS 'Segment size used until a call rate is known.';
+COMMENT ON COLUMN id_gen.sequences.min_step IS 'Lower bound of the adaptive segment size.';
+COMMENT ON COLUMN id_gen.sequences.max_step IS 'Upper bound of the adaptive segment size.';
+COMMENT ON COLUMN id_gen.sequences.buffer_seconds IS 'Seconds of traffic one segment should cover: step = clamp(min_step, max_step, rate x buffer_seconds).';
+COMMENT ON COLUMN id_gen.sequences.preload_threshold IS 'Fraction of the current segment consumed when the standby segment is requested.';
+COMMENT ON COLUMN id_gen.sequences.counters IS 'Independent counter groups (segment chains) used by gene_order_id, each serving a contiguous range of virtual nodes.';
+COMMENT ON COLUMN id_gen.sequences.incarnation IS 'Identity of this sequence; a cache of a dropped sequence of the same name is never reused.';
+
+COMMENT ON FUNCTION id_gen.shard_gene(bigint) IS
+  'Shard gene 0..65535 of a bigint owner: (xxh64 ^ murmur3_x64_128.h1) & 0xFFFF over its 8 bytes little-endian. shard_gene(42) = 16043.';
+COMMENT ON FUNCTION id_gen.shard_gene(text) IS
+  'Shard gene 0..65535 of a text owner, hashed as UTF-8 bytes. shard_gene(''alice'') = 13795.';
+COMMENT ON FUNCTION id_gen.shard_gene(uuid) IS 'Shard gene 0..65535 of a uuid owner, hashed as its 16 bytes.';
+COMMENT ON FUNCTION id_gen.shard_gene(bytea) IS 'Shard gene 0..65535 of a bytea owner, hashed as its bytes.';
+COMMENT ON FUNCTION id_gen.shard_of(bigint) IS 'Shard gene of a 64-bit id: (id >> 47) & 65535.';
+COMMENT ON FUNCTION id_gen.shard_of(bytea) IS 'Shard gene of an id in byte form (8-byte or 16-byte big-endian).';
+COMMENT ON FUNCTION id_gen.seq_of(bigint) IS 'Sequence part (low 47 bits) of a 64-bit id.';
+COMMENT ON FUNCTION id_gen.seq_of(bytea) IS 'Sequence part of an id in byte form (47 or 111 bits).';
+COMMENT ON FUNCTION id_gen.compose_id(integer, bigint) IS 'Builds gene << 47 | seq; gene 0..65535, seq 0..2^47-1.';
+COMMENT ON FUNCTION id_gen.compose_id_bytes(integer, numeric) IS 'Builds the byte form: 8 bytes while seq < 2^47, else the 16-byte overflow form.';
+COMMENT ON FUNCTION id_gen.next_segment_id(text) IS 'Next value of a named id_gen sequence, from the shared-memory segment cache. Never reissued, even after ROLLBACK or a crash.';
+COMMENT ON FUNCTION id_gen.next_segment_ids(text, integer) IS 'n values of a named sequence for bulk loads.';
+COMMENT ON FUNCTION id_gen.create_sequence(text, bigint, bigint, bigint, bigint, integer, real, bigint, integer, text) IS 'Creates a named id_gen sequence.';
+COMMENT ON FUNCTION id_gen.alter_sequence(text, bigint, bigint, bigint, integer, real, bigint, text) IS 'Changes the tuning of a named sequence; NULL keeps a setting; takes effect with the next segment.';
+COMMENT ON FUNCTION id_gen.drop_sequence(text, boolean) IS 'Drops a named sequence and forgets its cached segments.';
+COMMENT ON FUNCTION id_gen.cache_status() IS 'Raw rows of the id_gen.status view.';
+
+-- Managing sequences is for the DBA; using them is for everyone.
+REVOKE EXECUTE ON FUNCTION id_gen.create_sequence(text, bigint, bigint, bigint, bigint, integer, real, bigint, integer, text) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION id_gen.alter_sequence(text, bigint, bigint, bigint, integer, real, bigint, text) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION id_gen.drop_sequence(text, boolean) FROM PUBLIC;

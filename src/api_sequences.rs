@@ -1,0 +1,591 @@
+//! SQL API of named sequences: create/alter/drop, `next_segment_id`, `next_segment_ids`
+//! and the cache status rows behind the `id_gen.status` view.
+//!
+//! The hot path (`next_value`) is: a backend-local lookup of the sequence's slot, one
+//! wait-free take from the shared [`SegmentChain`](id_gen_core::segment::SegmentChain),
+//! a generation re-check and a striped counter add. Everything else — attaching a slot
+//! (one SPI read of the catalog), waiting for the worker — happens once per segment.
+//!
+//! Invariants: input is validated here, once (names through `SeqName`, numbers against
+//! their documented ranges); errors are raised only after every shared-memory lock has
+//! been released; a caller never waits longer than `id_gen.refill_timeout`.
+
+use crate::errors::{checked_name, raise, raise_detail, Code};
+use crate::shmem::{self, Attach, STATE_DROPPED, STATE_EXHAUSTED, STATE_REFILL_FAILED};
+use crate::{catalog, gucs, worker};
+use id_gen_core::name::SeqName;
+use id_gen_core::segment::{Take, MAX_SEGMENT_LEN};
+use pgrx::prelude::*;
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+
+const PRELOAD_HINT: &str = "Add id_gen to shared_preload_libraries in postgresql.conf and restart the server.";
+
+/// Raises 55000 unless shared memory is attached, and 25006 on a standby.
+fn require_cache() {
+    if !shmem::available() {
+        raise(
+            Code::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            "id_gen: the segment cache is not available because id_gen was not loaded at server start",
+            Some(PRELOAD_HINT),
+        );
+    }
+    // SAFETY: RecoveryInProgress only reads shared state.
+    if unsafe { pg_sys::RecoveryInProgress() } {
+        raise(
+            Code::ERRCODE_READ_ONLY_SQL_TRANSACTION,
+            "id_gen: cannot hand out sequence values during recovery (this server is a standby)",
+            Some("Call id_gen functions on the primary."),
+        );
+    }
+}
+
+fn my_db() -> u32 {
+    // SAFETY: MyDatabaseId is set once the backend is connected.
+    unsafe { pg_sys::MyDatabaseId }.to_u32()
+}
+
+/// What a backend remembers about a sequence.
+struct Local {
+    counters: u32,
+    /// Per counter group: (slot index, generation) once attached.
+    groups: Vec<Option<(usize, u64)>>,
+}
+
+struct LocalCache {
+    map: HashMap<String, Local>,
+}
+
+static mut LOCAL: Option<LocalCache> = None;
+
+fn local() -> &'static mut LocalCache {
+    // SAFETY: a backend runs one thread; this cache is only touched from SQL functions
+    // of that thread, never re-entrantly across an await or callback.
+    unsafe {
+        let l = &mut *(&raw mut LOCAL);
+        l.get_or_insert_with(|| LocalCache { map: HashMap::new() })
+    }
+}
+
+fn forget_local(name: &str) {
+    local().map.remove(name);
+}
+
+/// The counter group that serves `gene` when a sequence has `counters` groups: groups
+/// own contiguous ranges of the 65536 virtual nodes.
+pub fn group_of(gene: Option<u16>, counters: u32) -> u32 {
+    match gene {
+        Some(g) if counters > 1 => (g as u32 * counters) >> 16,
+        _ => 0,
+    }
+}
+
+/// Slot of `(name, gene's group)`, attaching it on first use.
+fn slot_for(raw_name: &str, gene: Option<u16>) -> (usize, u64) {
+    if let Some(l) = local().map.get(raw_name) {
+        let g = group_of(gene, l.counters) as usize;
+        if let Some(Some(found)) = l.groups.get(g) {
+            return *found;
+        }
+    }
+    attach_slow(raw_name, gene)
+}
+
+#[cold]
+fn attach_slow(raw_name: &str, gene: Option<u16>) -> (usize, u64) {
+    let name = checked_name(raw_name);
+    let info = match catalog::lookup(name.as_str()) {
+        Ok(Some(info)) => info,
+        Ok(None) => raise(
+            Code::ERRCODE_UNDEFINED_OBJECT,
+            format!("id_gen: sequence \"{name}\" does not exist"),
+            Some("Create it with SELECT id_gen.create_sequence('name'); existing ones are listed in id_gen.sequences."),
+        ),
+        Err(e) => raise(Code::ERRCODE_INTERNAL_ERROR, format!("id_gen: reading id_gen.sequences failed: {e}"), None),
+    };
+    let counters = info.counters.clamp(1, shmem::MAX_GROUPS as i32) as u32;
+    let group = group_of(gene, counters);
+    let key = shmem::make_key(my_db(), group, &name);
+    let found = match shmem::attach(&key, info.incarnation) {
+        Attach::Attached(i, g) => (i, g),
+        Attach::Full => raise(
+            Code::ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
+            format!("id_gen: no free slot in the segment cache for sequence \"{name}\""),
+            Some("Raise id_gen.max_sequences (takes effect at restart), or drop unused sequences."),
+        ),
+    };
+    let entry = local()
+        .map
+        .entry(raw_name.to_owned())
+        .or_insert_with(|| Local { counters, groups: vec![None; counters as usize] });
+    if entry.counters != counters {
+        *entry = Local { counters, groups: vec![None; counters as usize] };
+    }
+    entry.groups[group as usize] = Some(found);
+    let _ = worker::ensure_and_wake(my_db());
+    found
+}
+
+/// Takes up to `want` values of sequence `name` (group chosen by `gene`); returns
+/// `(first, count)`. Waits for the worker only when both segments are empty.
+pub fn take(name: &str, gene: Option<u16>, want: u64) -> (i64, u64) {
+    require_cache();
+    loop {
+        let (idx, gen) = slot_for(name, gene);
+        let s = shmem::slot(idx);
+        let t = if want == 1 { s.chain.take_one() } else { s.chain.take_many(want) };
+        match t {
+            Take::Got { first, count, preload } => {
+                if s.generation.load(Ordering::Acquire) != gen {
+                    forget_local(name); // slot reassigned under us: drop the value, retry
+                    continue;
+                }
+                s.calls.add(shmem::my_stripe(), count);
+                if preload {
+                    s.refill_wanted.store(1, Ordering::Release);
+                    let _ = worker::ensure_and_wake(my_db());
+                }
+                return (first as i64, count);
+            }
+            Take::Empty { epoch } => {
+                if want > 1 {
+                    s.demand.store(want.min(MAX_SEGMENT_LEN), Ordering::Release);
+                }
+                wait_for_segment(name, idx, gen, epoch);
+            }
+        }
+    }
+}
+
+enum Verdict {
+    Retry,
+    Wait,
+    Dropped,
+    Exhausted,
+    Failed,
+}
+
+/// Slow path: switch to the standby if it is there, else ask the worker and sleep on
+/// the slot's condition variable. Returns when the caller should retry its take.
+#[cold]
+fn wait_for_segment(name: &str, idx: usize, gen: u64, epoch: u64) {
+    let s = shmem::slot(idx);
+    let dboid = my_db();
+    let timeout_ms = gucs::REFILL_TIMEOUT_MS.get() as u64;
+    let start = std::time::Instant::now();
+    let mut counted_wait = false;
+    let mut last_alive_check = start;
+    let cv = &raw const s.cv as *mut pg_sys::ConditionVariable;
+    // SAFETY: the CV is in shared memory; preparing before checking the condition is
+    // the documented race-free protocol. Every exit below cancels the sleep.
+    unsafe { pg_sys::ConditionVariablePrepareToSleep(cv) };
+    let cancel = || {
+        // SAFETY: cancels the sleep prepared above (a no-op if already cancelled).
+        unsafe {
+            #[allow(clippy::let_unit_value)]
+            let _ = pg_sys::ConditionVariableCancelSleep();
+        }
+    };
+    loop {
+        let verdict = {
+            let _g = shmem::slot_lock(idx);
+            if s.generation.load(Ordering::Acquire) != gen {
+                Verdict::Retry
+            } else {
+                match s.state.load(Ordering::Acquire) {
+                    STATE_DROPPED => Verdict::Dropped,
+                    STATE_EXHAUSTED if s.chain.needs_standby() => Verdict::Exhausted,
+                    STATE_REFILL_FAILED => {
+                        s.state.store(shmem::STATE_OK, Ordering::Release);
+                        Verdict::Failed
+                    }
+                    _ => match s.chain.switch_to_standby(epoch) {
+                        id_gen_core::segment::Switch::NoStandby => {
+                            s.refill_wanted.store(1, Ordering::Release);
+                            Verdict::Wait
+                        }
+                        _ => Verdict::Retry,
+                    },
+                }
+            }
+        };
+        match verdict {
+            Verdict::Retry => {
+                cancel();
+                if s.generation.load(Ordering::Acquire) != gen {
+                    forget_local(name);
+                }
+                return;
+            }
+            Verdict::Dropped => {
+                cancel();
+                forget_local(name);
+                raise(
+                    Code::ERRCODE_UNDEFINED_OBJECT,
+                    format!("id_gen: sequence \"{name}\" does not exist (it was dropped)"),
+                    Some("Create it again with id_gen.create_sequence."),
+                );
+            }
+            Verdict::Exhausted => {
+                cancel();
+                raise(
+                    Code::ERRCODE_SEQUENCE_GENERATOR_LIMIT_EXCEEDED,
+                    format!("id_gen: sequence \"{name}\" reached its maximum value"),
+                    Some("Raise it with SELECT id_gen.alter_sequence('name', max_value => ...), if the ID layout allows."),
+                );
+            }
+            Verdict::Failed => {
+                cancel();
+                raise(
+                    Code::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+                    format!("id_gen: the refill worker could not reserve a segment for sequence \"{name}\""),
+                    Some("The server log has the worker's error; the next call retries."),
+                );
+            }
+            Verdict::Wait => {
+                if !counted_wait {
+                    s.waits.fetch_add(1, Ordering::Relaxed);
+                    counted_wait = true;
+                }
+                let woke = if last_alive_check.elapsed().as_millis() >= 1000 {
+                    last_alive_check = std::time::Instant::now();
+                    worker::check_alive(dboid)
+                } else {
+                    worker::ensure_and_wake(dboid)
+                };
+                if let Err(why) = woke {
+                    cancel();
+                    raise(
+                        Code::ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
+                        format!("id_gen: cannot start the refill worker for sequence \"{name}\": {why}"),
+                        Some("Raise max_worker_processes or id_gen.max_databases (both take effect at restart)."),
+                    );
+                }
+                let waited = start.elapsed().as_millis() as u64;
+                if waited >= timeout_ms {
+                    cancel();
+                    raise_detail(
+                        Code::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+                        format!("id_gen: no segment for sequence \"{name}\" arrived within {timeout_ms} ms"),
+                        format!("refill worker pid: {}", shmem::worker_pid(dboid)),
+                        Some("Check the id_gen refill worker in pg_stat_activity and the server log; id_gen.refill_timeout sets how long callers wait."),
+                    );
+                }
+                let nap = (timeout_ms - waited).min(200) as i64;
+                // SAFETY: sleeping on a prepared CV; query cancel and statement_timeout
+                // interrupt it through CHECK_FOR_INTERRUPTS as usual.
+                unsafe { pg_sys::ConditionVariableTimedSleep(cv, nap as _, pg_sys::PG_WAIT_EXTENSION) };
+            }
+        }
+    }
+}
+
+/// Next value of a named sequence, from the shared segment cache.
+#[pg_extern(volatile, strict, parallel_unsafe)]
+fn next_segment_id(seq: &str) -> i64 {
+    take(seq, None, 1).0
+}
+
+/// `n` values of a named sequence for bulk loads: consecutive runs taken from the cache
+/// with one atomic step each; a pending batch also sizes the next reservation.
+#[pg_extern(volatile, strict, parallel_unsafe)]
+fn next_segment_ids(seq: &str, n: i32) -> SetOfIterator<'static, i64> {
+    if n < 0 {
+        raise(
+            Code::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("id_gen: n must not be negative, got {n}"),
+            None,
+        );
+    }
+    let mut out: Vec<i64> = Vec::with_capacity(n as usize);
+    let mut left = n as u64;
+    while left > 0 {
+        let (first, count) = take(seq, None, left);
+        out.extend(first..first + count as i64);
+        left -= count;
+    }
+    SetOfIterator::new(out)
+}
+
+/// Validated tuning of a sequence.
+struct Tuning {
+    step: i64,
+    min_step: i64,
+    max_step: i64,
+    buffer_seconds: i32,
+    preload_threshold: f32,
+    max_value: i64,
+}
+
+fn check_tuning(t: &Tuning) {
+    let bad = |msg: String| -> ! {
+        raise(Code::ERRCODE_INVALID_PARAMETER_VALUE, format!("id_gen: {msg}"), None)
+    };
+    let cap = MAX_SEGMENT_LEN as i64;
+    if !(1..=cap).contains(&t.step) {
+        bad(format!("step must be between 1 and {cap}, got {}", t.step));
+    }
+    if !(1..=t.step).contains(&t.min_step) {
+        bad(format!("min_step must be between 1 and step ({}), got {}", t.step, t.min_step));
+    }
+    if !(t.step..=cap).contains(&t.max_step) {
+        bad(format!("max_step must be between step ({}) and {cap}, got {}", t.step, t.max_step));
+    }
+    if !(1..=86_400).contains(&t.buffer_seconds) {
+        bad(format!("buffer_seconds must be between 1 and 86400, got {}", t.buffer_seconds));
+    }
+    if !(0.0..1.0).contains(&t.preload_threshold) {
+        bad(format!("preload_threshold must be in [0, 1), got {}", t.preload_threshold));
+    }
+    if t.max_value < 1 {
+        bad(format!("max_value must be positive, got {}", t.max_value));
+    }
+}
+
+/// Creates a named sequence. Values start at `start`; the cache reserves `step` values
+/// at a time at first, then adapts between `min_step` and `max_step` so that one segment
+/// covers about `buffer_seconds` of traffic.
+#[pg_extern(volatile, parallel_unsafe)]
+#[allow(clippy::too_many_arguments)]
+fn create_sequence(
+    name: &str,
+    start: default!(i64, 1),
+    step: default!(i64, 1000),
+    min_step: default!(Option<i64>, "NULL"),
+    max_step: default!(Option<i64>, "NULL"),
+    buffer_seconds: default!(Option<i32>, "NULL"),
+    preload_threshold: default!(f32, 0.1),
+    max_value: default!(i64, 9223372036854775807),
+    counters: default!(i32, 1),
+    comment: default!(Option<&str>, "NULL"),
+) -> String {
+    let name = checked_name(name);
+    let t = Tuning {
+        step,
+        min_step: min_step.unwrap_or(step),
+        max_step: max_step.unwrap_or(step.max(1_000_000)),
+        buffer_seconds: buffer_seconds.unwrap_or(gucs::DEFAULT_BUFFER_SECONDS.get()),
+        preload_threshold,
+        max_value,
+    };
+    check_tuning(&t);
+    if !(0..t.max_value).contains(&start) {
+        raise(
+            Code::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("id_gen: start must be between 0 and max_value - 1 ({}), got {start}", t.max_value - 1),
+            None,
+        );
+    }
+    if !(1..=shmem::MAX_GROUPS as i32).contains(&counters) {
+        raise(
+            Code::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("id_gen: counters must be between 1 and {}, got {counters}", shmem::MAX_GROUPS),
+            Some("counters > 1 splits gene_order_id traffic over independent cursors by virtual-node range."),
+        );
+    }
+    let inserted = Spi::get_one_with_args::<String>(
+        "INSERT INTO id_gen.sequences AS s (name, max_id, step, min_step, max_step, buffer_seconds, \
+         preload_threshold, max_value, counters, comment) \
+         VALUES ($1, $2 - 1, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT (name) DO NOTHING RETURNING s.name",
+        &[
+            name.as_str().into(),
+            start.into(),
+            t.step.into(),
+            t.min_step.into(),
+            t.max_step.into(),
+            t.buffer_seconds.into(),
+            t.preload_threshold.into(),
+            t.max_value.into(),
+            counters.into(),
+            comment.into(),
+        ],
+    )
+    .unwrap_or_else(|e| raise(Code::ERRCODE_INTERNAL_ERROR, format!("id_gen: {e}"), None));
+    if inserted.is_none() {
+        raise(
+            Code::ERRCODE_DUPLICATE_OBJECT,
+            format!("id_gen: sequence \"{name}\" already exists"),
+            Some("Use id_gen.alter_sequence to change it, or pick another name."),
+        );
+    }
+    if shmem::available() {
+        shmem::purge(my_db(), &name); // a stale cache of an older sequence of that name
+    }
+    forget_local(name.as_str());
+    name.to_string()
+}
+
+/// Changes a sequence's tuning; NULL keeps a setting. Takes effect with the next segment.
+#[pg_extern(volatile, parallel_unsafe)]
+#[allow(clippy::too_many_arguments)]
+fn alter_sequence(
+    name: &str,
+    step: default!(Option<i64>, "NULL"),
+    min_step: default!(Option<i64>, "NULL"),
+    max_step: default!(Option<i64>, "NULL"),
+    buffer_seconds: default!(Option<i32>, "NULL"),
+    preload_threshold: default!(Option<f32>, "NULL"),
+    max_value: default!(Option<i64>, "NULL"),
+    comment: default!(Option<&str>, "NULL"),
+) -> String {
+    let name = checked_name(name);
+    let row = Spi::get_three_with_args::<i64, i64, i64>(
+        "SELECT step, min_step, max_step FROM id_gen.sequences WHERE name = $1 FOR UPDATE",
+        &[name.as_str().into()],
+    );
+    let (cur_step, cur_min, cur_max) = match row {
+        Ok((Some(a), Some(b), Some(c))) => (a, b, c),
+        _ => raise(
+            Code::ERRCODE_UNDEFINED_OBJECT,
+            format!("id_gen: sequence \"{name}\" does not exist"),
+            Some("Existing sequences are listed in id_gen.sequences."),
+        ),
+    };
+    let (cur_buf, cur_thr) = Spi::get_two_with_args::<i32, f32>(
+        "SELECT buffer_seconds, preload_threshold FROM id_gen.sequences WHERE name = $1",
+        &[name.as_str().into()],
+    )
+    .unwrap_or((None, None));
+    let (cur_maxv, max_id) = Spi::get_two_with_args::<i64, i64>(
+        "SELECT max_value, max_id FROM id_gen.sequences WHERE name = $1",
+        &[name.as_str().into()],
+    )
+    .unwrap_or((None, None));
+    let t = Tuning {
+        step: step.unwrap_or(cur_step),
+        min_step: min_step.unwrap_or(cur_min),
+        max_step: max_step.unwrap_or(cur_max),
+        buffer_seconds: buffer_seconds.or(cur_buf).unwrap_or(30),
+        preload_threshold: preload_threshold.or(cur_thr).unwrap_or(0.1),
+        max_value: max_value.or(cur_maxv).unwrap_or(i64::MAX),
+    };
+    check_tuning(&t);
+    let max_id = max_id.unwrap_or(0);
+    if t.max_value < max_id {
+        raise_detail(
+            Code::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("id_gen: max_value {} is below values already handed out", t.max_value),
+            format!("The high-water mark of \"{name}\" is {max_id}."),
+            None,
+        );
+    }
+    Spi::run_with_args(
+        "UPDATE id_gen.sequences SET step = $2, min_step = $3, max_step = $4, buffer_seconds = $5, \
+         preload_threshold = $6, max_value = $7, comment = COALESCE($8, comment), updated_at = now() \
+         WHERE name = $1",
+        &[
+            name.as_str().into(),
+            t.step.into(),
+            t.min_step.into(),
+            t.max_step.into(),
+            t.buffer_seconds.into(),
+            t.preload_threshold.into(),
+            t.max_value.into(),
+            comment.into(),
+        ],
+    )
+    .unwrap_or_else(|e| raise(Code::ERRCODE_INTERNAL_ERROR, format!("id_gen: {e}"), None));
+    if shmem::available() {
+        shmem::clear_verdicts(my_db(), &name);
+    }
+    name.to_string()
+}
+
+/// Drops a sequence and forgets its cached segments.
+#[pg_extern(volatile, parallel_unsafe)]
+fn drop_sequence(name: &str, if_exists: default!(bool, false)) -> bool {
+    let name: SeqName = checked_name(name);
+    let deleted = Spi::get_one_with_args::<String>(
+        "DELETE FROM id_gen.sequences WHERE name = $1 RETURNING name",
+        &[name.as_str().into()],
+    )
+    .unwrap_or(None);
+    if shmem::available() {
+        shmem::purge(my_db(), &name);
+    }
+    forget_local(name.as_str());
+    if deleted.is_none() && !if_exists {
+        raise(
+            Code::ERRCODE_UNDEFINED_OBJECT,
+            format!("id_gen: sequence \"{name}\" does not exist"),
+            Some("Pass if_exists => true to ignore a missing sequence."),
+        );
+    }
+    deleted.is_some()
+}
+
+/// Rows of the `id_gen.status` view: one per cached (database, sequence, group).
+#[pg_extern(volatile, parallel_safe)]
+#[allow(clippy::type_complexity)]
+fn cache_status() -> TableIterator<
+    'static,
+    (
+        name!(dboid, pg_sys::Oid),
+        name!(sequence, String),
+        name!(counter_group, i32),
+        name!(state, String),
+        name!(current_first, Option<i64>),
+        name!(current_last, Option<i64>),
+        name!(current_used, i64),
+        name!(standby_first, Option<i64>),
+        name!(standby_last, Option<i64>),
+        name!(step, i64),
+        name!(rate_per_s, f64),
+        name!(calls, i64),
+        name!(refills, i64),
+        name!(waits, i64),
+        name!(last_refill_ms, f64),
+        name!(last_refill_at_ms, i64),
+        name!(worker_pid, i32),
+    ),
+> {
+    if !shmem::available() {
+        raise(
+            Code::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            "id_gen: the segment cache is not available because id_gen was not loaded at server start",
+            Some(PRELOAD_HINT),
+        );
+    }
+    let mut rows = vec![];
+    for i in 0..shmem::slot_count() {
+        let s = shmem::slot(i);
+        if s.in_use.load(Ordering::Acquire) == 0 {
+            continue;
+        }
+        let row = {
+            let _g = shmem::slot_lock_shared(i);
+            if s.in_use.load(Ordering::Acquire) == 0 {
+                continue;
+            }
+            let snap = s.chain.snapshot();
+            let last = |r: Option<(u64, u64)>| r.map(|(b, l)| (b + l - 1) as i64);
+            (
+                pg_sys::Oid::from(s.key.dboid),
+                id_gen_core::name::key_to_str(&s.key.name).to_owned(),
+                s.key.group as i32,
+                match s.state.load(Ordering::Acquire) {
+                    STATE_DROPPED => "dropped",
+                    STATE_EXHAUSTED => "exhausted",
+                    STATE_REFILL_FAILED => "refill failed",
+                    _ => "ok",
+                }
+                .to_owned(),
+                snap.current.map(|(b, _)| b as i64),
+                last(snap.current),
+                snap.used as i64,
+                snap.standby.map(|(b, _)| b as i64),
+                last(snap.standby),
+                s.last_step.load(Ordering::Relaxed) as i64,
+                f64::from_bits(s.rate_bits.load(Ordering::Relaxed)),
+                s.calls.sum() as i64,
+                s.refills.load(Ordering::Relaxed) as i64,
+                s.waits.load(Ordering::Relaxed) as i64,
+                s.last_refill_us.load(Ordering::Relaxed) as f64 / 1000.0,
+                s.last_refill_at.load(Ordering::Relaxed),
+                shmem::worker_pid(s.key.dboid),
+            )
+        };
+        rows.push(row);
+    }
+    TableIterator::new(rows)
+}

@@ -1,0 +1,103 @@
+//! `id_gen` — a PostgreSQL extension that hands out globally unique, shard-aware 64-bit
+//! IDs at memory speed.
+//!
+//! This crate is the thin shell around `id_gen_core`: it converts SQL arguments, touches
+//! shared memory, runs SPI and raises errors. One file per concern:
+//!
+//! | file | holds |
+//! |---|---|
+//! | `gucs.rs` | the `id_gen.*` settings |
+//! | `shmem.rs` | the shared segment cache and the worker registry |
+//! | `worker.rs` | the per-database refill background worker |
+//! | `catalog.rs` | SPI access to `id_gen.sequences` |
+//! | `errors.rs` | SQLSTATE + hint error helpers |
+//! | `api_layout.rs` | pure functions over the ID layout and shard genes |
+//! | `api_sequences.rs` | named sequences, `next_segment_id`, status |
+//!
+//! All `unsafe` code of the project lives in this crate, each block with a `SAFETY:` note.
+
+use pgrx::prelude::*;
+
+mod api_layout;
+mod api_sequences;
+mod catalog;
+mod errors;
+mod gucs;
+mod shmem;
+mod worker;
+
+pg_module_magic!();
+
+extension_sql_file!("../sql/bootstrap.sql", bootstrap);
+extension_sql_file!("../sql/finalize.sql", finalize);
+
+#[pg_guard]
+pub extern "C-unwind" fn _PG_init() {
+    gucs::init();
+    // SAFETY: reading a postmaster global during library load.
+    if unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
+        shmem::install_hooks();
+    }
+    // SAFETY: reserves the "id_gen." GUC prefix; called once per process at load time.
+    unsafe { pg_sys::MarkGUCPrefixReserved(c"id_gen".as_ptr()) };
+}
+
+#[cfg(any(test, feature = "pg_test"))]
+#[pg_schema]
+mod tests {
+    use pgrx::prelude::*;
+
+    #[pg_test]
+    fn shard_gene_check_values() {
+        assert_eq!(Spi::get_one::<i32>("SELECT id_gen.shard_gene(42::bigint)").unwrap(), Some(16043));
+        assert_eq!(Spi::get_one::<i32>("SELECT id_gen.shard_gene(0::bigint)").unwrap(), Some(55408));
+        assert_eq!(Spi::get_one::<i32>("SELECT id_gen.shard_gene('alice'::text)").unwrap(), Some(13795));
+    }
+
+    #[pg_test]
+    fn compose_and_decode_round_trip() {
+        let id = Spi::get_one::<i64>("SELECT id_gen.compose_id(16043, 5)").unwrap().unwrap();
+        assert_eq!(id, (16043i64 << 47) | 5);
+        assert_eq!(Spi::get_one::<i32>(&format!("SELECT id_gen.shard_of({id}::bigint)")).unwrap(), Some(16043));
+        assert_eq!(Spi::get_one::<i64>(&format!("SELECT id_gen.seq_of({id}::bigint)")).unwrap(), Some(5));
+    }
+
+    #[pg_test(error = "id_gen: shard gene 65536 is out of range (allowed: 0 .. 65535)")]
+    fn compose_rejects_big_gene() {
+        Spi::get_one::<i64>("SELECT id_gen.compose_id(65536, 1)").unwrap();
+    }
+
+    // Each #[pg_test] runs in one transaction that is rolled back, so the worker never
+    // sees a sequence created here; segment behaviour is tested by pg_regress and the
+    // out-of-process tests. Here: the catalog contract.
+    #[pg_test]
+    fn create_sequence_writes_the_catalog_row() {
+        Spi::run("SELECT id_gen.create_sequence('pgtest_seq', start => 100, step => 10)").unwrap();
+        let (max_id, step) = Spi::get_two::<i64, i64>(
+            "SELECT max_id, step FROM id_gen.sequences WHERE name = 'pgtest_seq'",
+        )
+        .unwrap();
+        assert_eq!((max_id, step), (Some(99), Some(10)));
+    }
+
+    #[pg_test(error = "id_gen: sequence \"pgtest_seq\" already exists")]
+    fn create_sequence_twice_fails() {
+        Spi::run("SELECT id_gen.create_sequence('pgtest_seq')").unwrap();
+        Spi::run("SELECT id_gen.create_sequence('pgtest_seq')").unwrap();
+    }
+
+    #[pg_test(error = "id_gen: sequence \"no_such_seq\" does not exist")]
+    fn next_segment_id_of_unknown_sequence_fails() {
+        Spi::run("SELECT id_gen.next_segment_id('no_such_seq')").unwrap();
+    }
+}
+
+/// Required by `cargo pgrx test`.
+#[cfg(test)]
+pub mod pg_test {
+    pub fn setup(_options: Vec<&str>) {}
+
+    pub fn postgresql_conf_options() -> Vec<&'static str> {
+        vec!["shared_preload_libraries = 'id_gen'"]
+    }
+}
