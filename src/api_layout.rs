@@ -66,26 +66,42 @@ fn compose_id(gene: i32, seq: i64) -> i64 {
 /// The byte form: 8 bytes while `seq < 2^47`, else the 16-byte overflow form.
 #[pg_extern(immutable, strict, parallel_safe)]
 fn compose_id_bytes(gene: i32, seq: AnyNumeric) -> Vec<u8> {
-    let seq = numeric_to_i128(&seq).unwrap_or_else(|| {
-        raise(
+    let seq = match numeric_to_i128(&seq) {
+        Ok(v) => v,
+        Err(NotWhole) => raise(
+            Code::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("id_gen: sequence value {seq} is not a whole number"),
+            Some("The sequence part of an id is an integer."),
+        ),
+        Err(TooBig) => raise(
             Code::ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE,
             format!(
                 "id_gen: sequence value {seq} is out of range (allowed: 0 .. {})",
                 layout::MAX_SEQ128
             ),
-            Some("The sequence part must be a whole number that fits 111 bits."),
-        )
-    });
+            None,
+        ),
+    };
     layout::compose_bytes(gene as i64, seq).unwrap_or_else(|e| layout_error(e))
 }
 
-/// Whole numerics that fit i128 (`5.000` counts as whole); `None` for fractions, NaN,
-/// infinities and huge values — we refuse to round an ID.
-fn numeric_to_i128(n: &AnyNumeric) -> Option<i128> {
+enum NumericProblem {
+    NotWhole,
+    TooBig,
+}
+use NumericProblem::{NotWhole, TooBig};
+
+/// Whole numerics that fit i128 (`5.000` counts as whole). We refuse to round an ID, so
+/// fractions, NaN and infinities are errors.
+fn numeric_to_i128(n: &AnyNumeric) -> Result<i128, NumericProblem> {
     let text = n.to_string();
-    match text.split_once('.') {
-        Some((int, frac)) if frac.bytes().all(|b| b == b'0') => int.parse().ok(),
-        Some(_) => None,
-        None => text.parse().ok(),
+    let int = match text.split_once('.') {
+        Some((int, frac)) if frac.bytes().all(|b| b == b'0') => int,
+        Some(_) => return Err(NotWhole),
+        None => text.as_str(),
+    };
+    if !int.trim_start_matches('-').bytes().all(|b| b.is_ascii_digit()) || int.is_empty() {
+        return Err(NotWhole);
     }
+    int.parse().map_err(|_| TooBig)
 }

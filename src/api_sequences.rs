@@ -383,23 +383,28 @@ fn create_sequence(
             Some("counters > 1 splits gene_order_id traffic over independent cursors by virtual-node range."),
         );
     }
-    let inserted = Spi::get_one_with_args::<String>(
-        "INSERT INTO id_gen.sequences AS s (name, max_id, step, min_step, max_step, buffer_seconds, \
-         preload_threshold, max_value, counters, comment) \
-         VALUES ($1, $2 - 1, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT (name) DO NOTHING RETURNING s.name",
-        &[
-            name.as_str().into(),
-            start.into(),
-            t.step.into(),
-            t.min_step.into(),
-            t.max_step.into(),
-            t.buffer_seconds.into(),
-            t.preload_threshold.into(),
-            t.max_value.into(),
-            counters.into(),
-            comment.into(),
-        ],
-    )
+    let inserted = Spi::connect_mut(|client| {
+        client
+            .update(
+                "INSERT INTO id_gen.sequences AS s (name, max_id, step, min_step, max_step, buffer_seconds, \
+                 preload_threshold, max_value, counters, comment) \
+                 VALUES ($1, $2 - 1, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT (name) DO NOTHING RETURNING s.name",
+                None,
+                &[
+                    name.as_str().into(),
+                    start.into(),
+                    t.step.into(),
+                    t.min_step.into(),
+                    t.max_step.into(),
+                    t.buffer_seconds.into(),
+                    t.preload_threshold.into(),
+                    t.max_value.into(),
+                    counters.into(),
+                    comment.into(),
+                ],
+            )
+            .map(|t| (!t.is_empty()).then_some(()))
+    })
     .unwrap_or_else(|e| raise(Code::ERRCODE_INTERNAL_ERROR, format!("id_gen: {e}"), None));
     if inserted.is_none() {
         raise(
@@ -495,11 +500,12 @@ fn alter_sequence(
 #[pg_extern(volatile, parallel_unsafe)]
 fn drop_sequence(name: &str, if_exists: default!(bool, false)) -> bool {
     let name: SeqName = checked_name(name);
-    let deleted = Spi::get_one_with_args::<String>(
-        "DELETE FROM id_gen.sequences WHERE name = $1 RETURNING name",
-        &[name.as_str().into()],
-    )
-    .unwrap_or(None);
+    let deleted = Spi::connect_mut(|client| {
+        client
+            .update("DELETE FROM id_gen.sequences WHERE name = $1 RETURNING name", None, &[name.as_str().into()])
+            .map(|t| (!t.is_empty()).then_some(()))
+    })
+    .unwrap_or_else(|e| raise(Code::ERRCODE_INTERNAL_ERROR, format!("id_gen: {e}"), None));
     if shmem::available() {
         shmem::purge(my_db(), &name);
     }

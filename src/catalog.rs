@@ -44,7 +44,7 @@ pub enum Reservation {
     /// The row is gone, or belongs to another incarnation.
     Dropped,
     /// `max_id` reached `max_value`.
-    Exhausted { max_id: i64, max_value: i64 },
+    Exhausted,
 }
 
 /// Moves the high-water mark of `name` by the policy's step. Runs inside the worker's
@@ -77,7 +77,7 @@ pub fn reserve_segment(
         let threshold = row.get::<f32>(7)?.unwrap_or(0.1) as f64;
         let step = policy.next_step(rate_per_s, demand);
         match reserve(max_id, max_value, step) {
-            Err(e) => Ok((Reservation::Exhausted { max_id: e.max_id, max_value: e.max_value }, step)),
+            Err(_) => Ok((Reservation::Exhausted, step)),
             Ok((first, last)) => {
                 client.update(
                     "UPDATE id_gen.sequences SET max_id = $2, updated_at = now() WHERE name = $1",

@@ -199,7 +199,7 @@ fn refill(i: usize, gen: u64, rate: Option<f64>) {
                     s.last_refill_at.store(now_ms(), Ordering::Relaxed);
                 }
                 Ok(Ok((Reservation::Dropped, _))) => s.state.store(STATE_DROPPED, Ordering::Release),
-                Ok(Ok((Reservation::Exhausted { .. }, _))) => {
+                Ok(Ok((Reservation::Exhausted, _))) => {
                     s.state.store(STATE_EXHAUSTED, Ordering::Release)
                 }
                 Ok(Err(_)) | Err(_) => s.state.store(STATE_REFILL_FAILED, Ordering::Release),

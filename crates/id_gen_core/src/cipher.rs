@@ -287,24 +287,30 @@ pub fn encode128(key: &OrderNoKey, gene: u16, seq: u64) -> [u8; 16] {
     pack_uuid_v8((u128::from(gene) << 106) | (u128::from(key.kv) << FF1_BITS_128) | e)
 }
 
-/// Reads the key version of a 128-bit order number in clear, so the caller can pick
-/// the key; also checks the UUID version/variant bits and refuses key version 0.
-pub fn kv_of_128(order_no: &[u8; 16]) -> Result<u8, CipherError> {
+/// Checks the UUID version/variant bits and returns the 122-bit payload and the key
+/// version it names (never 0).
+fn payload_of(order_no: &[u8; 16]) -> Result<(u128, u8), CipherError> {
     let payload = unpack_uuid_v8(order_no).ok_or(CipherError::NotOrderNoUuid)?;
     match (payload >> FF1_BITS_128) as u8 {
         0 => Err(CipherError::NotOrderNoUuid),
-        kv => Ok(kv),
+        kv => Ok((payload, kv)),
     }
 }
 
+/// Reads the key version of a 128-bit order number in clear, so the caller can pick
+/// the key; also checks the UUID version/variant bits and refuses key version 0.
+pub fn kv_of_128(order_no: &[u8; 16]) -> Result<u8, CipherError> {
+    payload_of(order_no).map(|(_, kv)| kv)
+}
+
 /// Decodes a 128-bit order number to `(gene, seq)`, rejecting anything `key` did not
-/// make: wrong version/variant bits, another key version, or a failed redundancy check.
+/// make: wrong version/variant bits, another key version, or a failed redundancy check
+/// (the 34 bits above `seq` must decrypt to zero).
 pub fn decode128(key: &OrderNoKey, order_no: &[u8; 16]) -> Result<(u16, u64), CipherError> {
-    let kv = kv_of_128(order_no)?;
+    let (payload, kv) = payload_of(order_no)?;
     if kv != key.kv {
         return Err(CipherError::KeyVersionMismatch { number: kv, key: key.kv });
     }
-    let payload = unpack_uuid_v8(order_no).ok_or(CipherError::NotOrderNoUuid)?;
     let gene = (payload >> 106) as u16;
     let p = ff1_call(key.ff1_98.decrypt(FF1_BITS_128, &key.tweak(b"ONU8", gene), payload & MASK_98))?;
     if p >> 64 != 0 {

@@ -47,7 +47,11 @@ pub enum GeneModError {
     NegativeSeq { seq_value: i64 },
     /// The sequence value no longer fits above the gene bits: the generator is used up
     /// for this `shard_bits`. SQLSTATE `2200H` (sequence_generator_limit_exceeded).
-    SeqTooLarge { seq_value: i64, max: i64, shard_bits: u32 },
+    SeqTooLarge {
+        seq_value: i64,
+        max: i64,
+        shard_bits: u32,
+    },
     /// Only non-negative IDs are produced, so a negative one cannot be decoded.
     /// SQLSTATE `22003` (numeric_value_out_of_range).
     NegativeId { id: i64 },
@@ -145,7 +149,11 @@ pub fn compose_mod_id(seq_value: i64, owner: i64, shard_bits: u32) -> Result<i64
         return Err(GeneModError::NegativeSeq { seq_value });
     }
     if seq_value > max {
-        return Err(GeneModError::SeqTooLarge { seq_value, max, shard_bits });
+        return Err(GeneModError::SeqTooLarge {
+            seq_value,
+            max,
+            shard_bits,
+        });
     }
     Ok((seq_value << shard_bits) | owner.rem_euclid(1i64 << shard_bits))
 }
@@ -202,10 +210,18 @@ mod tests {
             let id = compose_mod_id(seq, owner, k).unwrap();
             assert!(id >= 0, "case {i}");
             // Bit form holds for every owner.
-            assert_eq!(id & (n - 1), owner & (n - 1), "case {i}: owner {owner}, k {k}");
+            assert_eq!(
+                id & (n - 1),
+                owner & (n - 1),
+                "case {i}: owner {owner}, k {k}"
+            );
             // Modulo form (PostgreSQL semantics) for non-negative owners.
             if owner >= 0 {
-                assert_eq!(pg_mod(id, n), pg_mod(owner, n), "case {i}: owner {owner}, k {k}");
+                assert_eq!(
+                    pg_mod(id, n),
+                    pg_mod(owner, n),
+                    "case {i}: owner {owner}, k {k}"
+                );
             } else {
                 // Documented convention: the floor-mod of the owner.
                 assert_eq!(pg_mod(id, n), ((pg_mod(owner, n) + n) % n));
@@ -267,7 +283,11 @@ mod tests {
             assert_eq!(compose_mod_id(0, 0, k).unwrap(), 0);
             assert_eq!(
                 compose_mod_id(max + 1, 0, k),
-                Err(GeneModError::SeqTooLarge { seq_value: max + 1, max, shard_bits: k })
+                Err(GeneModError::SeqTooLarge {
+                    seq_value: max + 1,
+                    max,
+                    shard_bits: k
+                })
             );
             assert_eq!(shard_count(k).unwrap(), 1 << k);
         }
@@ -288,13 +308,19 @@ mod tests {
         let e = compose_mod_id(-1, 5, 4).unwrap_err();
         assert_eq!(e, GeneModError::NegativeSeq { seq_value: -1 });
         assert_eq!(e.sqlstate(), "22003");
-        assert_eq!(compose_mod_id(i64::MIN, 5, 4).unwrap_err().sqlstate(), "22003");
+        assert_eq!(
+            compose_mod_id(i64::MIN, 5, 4).unwrap_err().sqlstate(),
+            "22003"
+        );
         let e = decode_mod_id(-7, 4).unwrap_err();
         assert_eq!(e, GeneModError::NegativeId { id: -7 });
         let e = compose_mod_id(i64::MAX, 5, 16).unwrap_err();
         assert_eq!(e.sqlstate(), "2200H");
         let msg = e.to_string();
-        assert!(msg.contains("16 gene bits") && msg.contains("140737488355327"), "{msg}");
+        assert!(
+            msg.contains("16 gene bits") && msg.contains("140737488355327"),
+            "{msg}"
+        );
         assert!(e.hint().unwrap().contains("47 sequence bits"));
     }
 }

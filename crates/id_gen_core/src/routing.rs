@@ -32,7 +32,7 @@
 //!
 //! | error                                                        | SQLSTATE | condition name                     |
 //! |--------------------------------------------------------------|----------|------------------------------------|
-//! | [`RouteError::Empty`], [`RouteError::Gap`]                    | `55000`  | object_not_in_prerequisite_state   |
+//! | [`RouteError::Empty`], [`RouteError::Gap`]                   | `55000`  | object_not_in_prerequisite_state   |
 //! | [`RouteError::UnknownShard`]                                 | `42704`  | undefined_object                   |
 //! | every other variant (bad bounds, names, shard lists, plans)  | `22023`  | invalid_parameter_value            |
 
@@ -68,11 +68,19 @@ pub enum RouteError {
     /// A gene outside 0 ..= 65535 (the value as given), see [`gene_from_i64`].
     GeneOutOfRange(i64),
     /// Two rows share an upper bound; `first` and `second` are their shards in input order.
-    DuplicateUpper { upper: u16, first: String, second: String },
+    DuplicateUpper {
+        upper: u16,
+        first: String,
+        second: String,
+    },
     /// A shard name is the empty string; `upper` is the row it was given for, if any.
     EmptyShardName { upper: Option<u16> },
     /// A shard name longer than [`MAX_SHARD_NAME_BYTES`] bytes.
-    ShardNameTooLong { upper: Option<u16>, name: String, bytes: usize },
+    ShardNameTooLong {
+        upper: Option<u16>,
+        name: String,
+        bytes: usize,
+    },
     /// The named shard owns no range in the route table.
     UnknownShard(String),
     /// A split was asked for with an empty list of target shards.
@@ -82,9 +90,18 @@ pub enum RouteError {
     /// A shard appears more than once in a list of shards.
     DuplicateShard(String),
     /// A range holds fewer genes than the number of parts it should be split into.
-    RangeTooSmall { shard: String, lower: u16, upper: u16, parts: usize },
+    RangeTooSmall {
+        shard: String,
+        lower: u16,
+        upper: u16,
+        parts: usize,
+    },
     /// A plan row handed to [`RouteTable::apply_plan`] is malformed.
-    InvalidPlanRow { lower: u16, upper: u16, reason: String },
+    InvalidPlanRow {
+        lower: u16,
+        upper: u16,
+        reason: String,
+    },
 }
 
 /// Shortens a user-supplied name for messages, so a 10 kB "name" does not flood the log.
@@ -153,7 +170,7 @@ impl fmt::Display for RouteError {
                 f,
                 "the range {lower} .. {upper} of shard '{}' holds {} genes, too few to split into {parts} parts",
                 show_name(shard),
-                u32::from(*upper) - u32::from(*lower) + 1
+                (u32::from(*upper) + 1).saturating_sub(u32::from(*lower))
             ),
             RouteError::InvalidPlanRow { lower, upper, reason } => {
                 write!(f, "invalid plan row {lower} .. {upper}: {reason}")
@@ -296,7 +313,9 @@ impl RouteTable {
     /// outside 0 ..= 65535, an empty or over-long shard name, a duplicated upper bound.
     /// An empty input gives an empty table; it is valid, but every lookup reports
     /// [`RouteError::Empty`].
-    pub fn from_rows(rows: impl IntoIterator<Item = (i64, String)>) -> Result<RouteTable, RouteError> {
+    pub fn from_rows(
+        rows: impl IntoIterator<Item = (i64, String)>,
+    ) -> Result<RouteTable, RouteError> {
         let mut checked: Vec<(u16, String)> = Vec::new();
         for (upper, shard) in rows {
             let upper = u16::try_from(upper).map_err(|_| RouteError::UpperOutOfRange(upper))?;
@@ -325,7 +344,11 @@ impl RouteTable {
             // At most 65536 distinct uppers, hence at most 65536 names: fits u32.
             shard_of_row.push(idx as u32);
         }
-        Ok(RouteTable { uppers, shard_of_row, names })
+        Ok(RouteTable {
+            uppers,
+            shard_of_row,
+            names,
+        })
     }
 
     /// Number of rows.
@@ -345,7 +368,10 @@ impl RouteTable {
 
     /// The rows as `(upper bound, shard)`, ascending by upper bound.
     pub fn rows(&self) -> impl Iterator<Item = (u16, &str)> + '_ {
-        self.uppers.iter().zip(&self.shard_of_row).map(|(u, s)| (*u, self.names[*s as usize].as_str()))
+        self.uppers
+            .iter()
+            .zip(&self.shard_of_row)
+            .map(|(u, s)| (*u, self.names[*s as usize].as_str()))
     }
 
     /// The distinct shard names that own at least one range, sorted.
@@ -359,7 +385,10 @@ impl RouteTable {
     }
 
     fn name_index(&self, shard: &str) -> Option<u32> {
-        self.names.binary_search_by(|n| n.as_str().cmp(shard)).ok().map(|i| i as u32)
+        self.names
+            .binary_search_by(|n| n.as_str().cmp(shard))
+            .ok()
+            .map(|i| i as u32)
     }
 
     fn shard_name(&self, row: usize) -> &str {
@@ -400,7 +429,10 @@ impl RouteTable {
         match self.highest_upper() {
             None => Err(RouteError::Empty),
             Some(MAX_GENE) => Ok(()),
-            Some(h) => Err(RouteError::Gap { gene: h + 1, highest_upper: h }),
+            Some(h) => Err(RouteError::Gap {
+                gene: h + 1,
+                highest_upper: h,
+            }),
         }
     }
 
@@ -409,7 +441,10 @@ impl RouteTable {
         let highest_upper = self.highest_upper().ok_or(RouteError::Empty)?;
         let i = self.uppers.partition_point(|&u| u < gene);
         if i == self.uppers.len() {
-            Err(RouteError::Gap { gene, highest_upper })
+            Err(RouteError::Gap {
+                gene,
+                highest_upper,
+            })
         } else {
             Ok(i)
         }
@@ -440,7 +475,10 @@ impl RouteTable {
     /// hot shards. Every shard of the table is listed, with 0 if no gene hit it, sorted by
     /// shard name. Fails on an empty table or on the first gene that falls into a gap — a
     /// count that silently skipped unroutable genes would understate the problem.
-    pub fn count_by_shard(&self, genes: impl Iterator<Item = u16>) -> Result<Vec<(String, u64)>, RouteError> {
+    pub fn count_by_shard(
+        &self,
+        genes: impl Iterator<Item = u16>,
+    ) -> Result<Vec<(String, u64)>, RouteError> {
         if self.is_empty() {
             return Err(RouteError::Empty);
         }
@@ -469,15 +507,23 @@ impl RouteTable {
     ///
     /// Errors: `into` empty, a name in `into` invalid or listed twice, `shard` unknown, or a
     /// range holding fewer genes than `into.len()`.
-    pub fn plan_split(&self, shard: &str, into: &[String]) -> Result<Vec<PlannedRange>, RouteError> {
+    pub fn plan_split(
+        &self,
+        shard: &str,
+        into: &[String],
+    ) -> Result<Vec<PlannedRange>, RouteError> {
         if into.is_empty() {
-            return Err(RouteError::NoSplitTargets { shard: shard.to_string() });
+            return Err(RouteError::NoSplitTargets {
+                shard: shard.to_string(),
+            });
         }
         for name in into {
             validate_shard_name(name, None)?;
         }
         check_distinct(into)?;
-        let idx = self.name_index(shard).ok_or_else(|| RouteError::UnknownShard(shard.to_string()))?;
+        let idx = self
+            .name_index(shard)
+            .ok_or_else(|| RouteError::UnknownShard(shard.to_string()))?;
 
         let parts = into.len();
         let mut plan = Vec::new();
@@ -486,9 +532,14 @@ impl RouteTable {
                 continue;
             }
             let genes = u32::from(upper) - u32::from(lower) + 1; // 1 ..= 65536
-            // `parts` may be any usize; compare in u64 so nothing truncates.
+                                                                 // `parts` may be any usize; compare in u64 so nothing truncates.
             if (parts as u64) > u64::from(genes) {
-                return Err(RouteError::RangeTooSmall { shard: shard.to_string(), lower, upper, parts });
+                return Err(RouteError::RangeTooSmall {
+                    shard: shard.to_string(),
+                    lower,
+                    upper,
+                    parts,
+                });
             }
             let parts32 = parts as u32; // ≤ genes ≤ 65536
             let base = genes / parts32;
@@ -517,15 +568,23 @@ impl RouteTable {
     /// Apply it with the rule of [`RouteTable::apply_plan`].
     ///
     /// Errors: `shards` empty, a shard listed twice or unknown, `into` an invalid name.
-    pub fn plan_merge(&self, shards: &[String], into: &str) -> Result<Vec<PlannedRange>, RouteError> {
+    pub fn plan_merge(
+        &self,
+        shards: &[String],
+        into: &str,
+    ) -> Result<Vec<PlannedRange>, RouteError> {
         validate_shard_name(into, None)?;
         if shards.is_empty() {
-            return Err(RouteError::NoMergeSources { into: into.to_string() });
+            return Err(RouteError::NoMergeSources {
+                into: into.to_string(),
+            });
         }
         check_distinct(shards)?;
         let mut merged = vec![false; self.names.len()];
         for s in shards {
-            let i = self.name_index(s).ok_or_else(|| RouteError::UnknownShard(s.clone()))?;
+            let i = self
+                .name_index(s)
+                .ok_or_else(|| RouteError::UnknownShard(s.clone()))?;
             merged[i as usize] = true;
         }
         let into_idx = self.name_index(into);
@@ -535,7 +594,7 @@ impl RouteTable {
             lower: u16,
             upper: u16,
             rows: usize,
-            touched: bool, // contains a range of a merged shard
+            touched: bool,      // contains a range of a merged shard
             already_into: bool, // every range is already owned by `into`
         }
         let mut plan = Vec::new();
@@ -552,7 +611,13 @@ impl RouteTable {
             let is_merged = merged[s as usize];
             let is_into = into_idx == Some(s);
             if is_merged || is_into {
-                let r = run.get_or_insert(Run { lower, upper, rows: 0, touched: false, already_into: true });
+                let r = run.get_or_insert(Run {
+                    lower,
+                    upper,
+                    rows: 0,
+                    touched: false,
+                    already_into: true,
+                });
                 r.upper = upper;
                 r.rows += 1;
                 r.touched |= is_merged;
@@ -609,7 +674,11 @@ impl RouteTable {
 
         for (lower, upper, _) in plan {
             let row = table.uppers.partition_point(|&u| u < *upper); // exact match, present
-            let actual_lower = if row == 0 { 0 } else { table.uppers[row - 1] + 1 };
+            let actual_lower = if row == 0 {
+                0
+            } else {
+                table.uppers[row - 1] + 1
+            };
             if actual_lower != *lower {
                 return Err(RouteError::InvalidPlanRow {
                     lower: *lower,
@@ -660,15 +729,21 @@ mod tests {
         }
     }
 
-    /// Naive oracle: scan rows in ascending order of upper bound, take the first ≥ gene.
-    fn oracle(rows: &[(u16, String)], gene: u16) -> Option<&str> {
-        let mut sorted: Vec<&(u16, String)> = rows.iter().collect();
-        sorted.sort_by_key(|r| r.0);
-        sorted.iter().find(|r| r.0 >= gene).map(|r| r.1.as_str())
+    /// Naive oracle: linear scan of rows already sorted by upper bound, first upper ≥ gene.
+    fn oracle(sorted_rows: &[(u16, String)], gene: u16) -> Option<&str> {
+        sorted_rows
+            .iter()
+            .find(|r| r.0 >= gene)
+            .map(|r| r.1.as_str())
     }
 
     /// A random table with `n` distinct uppers; `full` forces 65535 to be present.
-    fn random_rows(rng: &mut XorShift, n: usize, shard_count: u64, full: bool) -> Vec<(u16, String)> {
+    fn random_rows(
+        rng: &mut XorShift,
+        n: usize,
+        shard_count: u64,
+        full: bool,
+    ) -> Vec<(u16, String)> {
         let mut uppers = HashSet::new();
         if full {
             uppers.insert(MAX_GENE);
@@ -676,10 +751,12 @@ mod tests {
         while uppers.len() < n {
             uppers.insert(rng.gene());
         }
-        uppers
+        let mut rows: Vec<(u16, String)> = uppers
             .into_iter()
             .map(|u| (u, format!("shard_{}", rng.below(shard_count))))
-            .collect()
+            .collect();
+        rows.sort_by_key(|r| r.0);
+        rows
     }
 
     fn to_table(rows: &[(u16, String)]) -> RouteTable {
@@ -765,11 +842,29 @@ mod tests {
     fn gap_above_highest_upper_is_an_error() {
         let t = table(&[(999, "a"), (49999, "b")]);
         assert_eq!(t.lookup(49999), Ok("b"));
-        assert_eq!(t.lookup(50000), Err(RouteError::Gap { gene: 50000, highest_upper: 49999 }));
-        assert_eq!(t.lookup(65535), Err(RouteError::Gap { gene: 65535, highest_upper: 49999 }));
+        assert_eq!(
+            t.lookup(50000),
+            Err(RouteError::Gap {
+                gene: 50000,
+                highest_upper: 49999
+            })
+        );
+        assert_eq!(
+            t.lookup(65535),
+            Err(RouteError::Gap {
+                gene: 65535,
+                highest_upper: 49999
+            })
+        );
         assert!(!t.is_fully_covered());
         assert_eq!(t.coverage_gaps(), vec![(50000, 65535)]);
-        assert_eq!(t.check_complete(), Err(RouteError::Gap { gene: 50000, highest_upper: 49999 }));
+        assert_eq!(
+            t.check_complete(),
+            Err(RouteError::Gap {
+                gene: 50000,
+                highest_upper: 49999
+            })
+        );
         let e = t.lookup(60000).unwrap_err();
         assert_eq!(e.sqlstate(), "55000");
         assert!(e.to_string().contains("60000"), "{e}");
@@ -781,7 +876,13 @@ mod tests {
     fn gap_with_upper_zero_only() {
         let t = table(&[(0, "a")]);
         assert_eq!(t.lookup(0), Ok("a"));
-        assert_eq!(t.lookup(1), Err(RouteError::Gap { gene: 1, highest_upper: 0 }));
+        assert_eq!(
+            t.lookup(1),
+            Err(RouteError::Gap {
+                gene: 1,
+                highest_upper: 0
+            })
+        );
         assert_eq!(t.coverage_gaps(), vec![(1, 65535)]);
     }
 
@@ -822,11 +923,19 @@ mod tests {
     #[test]
     fn random_genes_match_linear_scan_oracle() {
         let mut rng = XorShift(0x9E37_79B9_7F4A_7C15);
-        for (n, full) in [(1usize, true), (1, false), (2, false), (7, true), (64, false), (500, true), (5000, false)] {
+        for (n, full) in [
+            (1usize, true),
+            (1, false),
+            (2, false),
+            (7, true),
+            (64, false),
+            (300, true),
+            (300, false),
+        ] {
             let rows = random_rows(&mut rng, n, 5, full);
             let t = to_table(&rows);
             assert_contiguous(&t);
-            let highest = rows.iter().map(|r| r.0).max().unwrap();
+            let highest = rows[rows.len() - 1].0;
             for _ in 0..100_000 {
                 let g = rng.gene();
                 match oracle(&rows, g) {
@@ -835,9 +944,14 @@ mod tests {
                         assert_eq!(t.lookup_ring(g), Ok(want));
                     }
                     None => {
-                        assert_eq!(t.lookup(g), Err(RouteError::Gap { gene: g, highest_upper: highest }));
-                        let first = rows.iter().min_by_key(|r| r.0).unwrap().1.as_str();
-                        assert_eq!(t.lookup_ring(g), Ok(first));
+                        assert_eq!(
+                            t.lookup(g),
+                            Err(RouteError::Gap {
+                                gene: g,
+                                highest_upper: highest
+                            })
+                        );
+                        assert_eq!(t.lookup_ring(g), Ok(rows[0].1.as_str()));
                     }
                 }
             }
@@ -872,8 +986,16 @@ mod tests {
 
     #[test]
     fn duplicate_upper_is_rejected() {
-        let e = RouteTable::from_rows(vec![(10, s("a")), (65535, s("z")), (10, s("b"))]).unwrap_err();
-        assert_eq!(e, RouteError::DuplicateUpper { upper: 10, first: s("a"), second: s("b") });
+        let e =
+            RouteTable::from_rows(vec![(10, s("a")), (65535, s("z")), (10, s("b"))]).unwrap_err();
+        assert_eq!(
+            e,
+            RouteError::DuplicateUpper {
+                upper: 10,
+                first: s("a"),
+                second: s("b")
+            }
+        );
         assert!(e.to_string().contains("10"));
         assert!(e.to_string().contains("'a'") && e.to_string().contains("'b'"));
         // Same shard twice is still a duplicate row.
@@ -893,7 +1015,14 @@ mod tests {
         assert!(RouteTable::from_rows(vec![(1, ok63)]).is_ok());
         let long = "x".repeat(64);
         let e = RouteTable::from_rows(vec![(1, long.clone())]).unwrap_err();
-        assert_eq!(e, RouteError::ShardNameTooLong { upper: Some(1), name: long, bytes: 64 });
+        assert_eq!(
+            e,
+            RouteError::ShardNameTooLong {
+                upper: Some(1),
+                name: long,
+                bytes: 64
+            }
+        );
         assert_eq!(e.sqlstate(), "22023");
 
         // The limit counts bytes, not characters: 32 two-byte chars = 64 bytes.
@@ -944,10 +1073,16 @@ mod tests {
     #[test]
     fn count_by_shard_fails_on_gap() {
         let t = table(&[(100, "a")]);
-        assert_eq!(t.count_by_shard([5u16, 6].into_iter()).unwrap(), vec![(s("a"), 2)]);
+        assert_eq!(
+            t.count_by_shard([5u16, 6].into_iter()).unwrap(),
+            vec![(s("a"), 2)]
+        );
         assert_eq!(
             t.count_by_shard([5u16, 101, 6].into_iter()),
-            Err(RouteError::Gap { gene: 101, highest_upper: 100 })
+            Err(RouteError::Gap {
+                gene: 101,
+                highest_upper: 100
+            })
         );
     }
 
@@ -958,19 +1093,37 @@ mod tests {
     /// first); then applying it routes every gene either as before or to the planned target.
     fn check_split(t: &RouteTable, shard: &str, into: &[String]) {
         let plan = t.plan_split(shard, into).unwrap();
-        let owned: Vec<(u16, u16)> = t.ranges().filter(|r| r.2 == shard).map(|r| (r.0, r.1)).collect();
+        let owned: Vec<(u16, u16)> = t
+            .ranges()
+            .filter(|r| r.2 == shard)
+            .map(|r| (r.0, r.1))
+            .collect();
         assert_eq!(plan.len(), owned.len() * into.len());
         for (chunk, (lo, hi)) in plan.chunks(into.len()).zip(&owned) {
             assert_eq!(chunk[0].0, *lo);
             assert_eq!(chunk[chunk.len() - 1].1, *hi);
             for w in chunk.windows(2) {
-                assert_eq!(u32::from(w[0].1) + 1, u32::from(w[1].0), "contiguous, non-overlapping");
+                assert_eq!(
+                    u32::from(w[0].1) + 1,
+                    u32::from(w[1].0),
+                    "contiguous, non-overlapping"
+                );
             }
-            let sizes: Vec<u32> = chunk.iter().map(|p| u32::from(p.1) - u32::from(p.0) + 1).collect();
-            assert_eq!(sizes.iter().sum::<u32>(), u32::from(*hi) - u32::from(*lo) + 1, "union = range");
+            let sizes: Vec<u32> = chunk
+                .iter()
+                .map(|p| u32::from(p.1) - u32::from(p.0) + 1)
+                .collect();
+            assert_eq!(
+                sizes.iter().sum::<u32>(),
+                u32::from(*hi) - u32::from(*lo) + 1,
+                "union = range"
+            );
             let (min, max) = (*sizes.iter().min().unwrap(), *sizes.iter().max().unwrap());
             assert!(max - min <= 1, "sizes {sizes:?}");
-            assert!(sizes.windows(2).all(|w| w[0] >= w[1]), "remainder goes first: {sizes:?}");
+            assert!(
+                sizes.windows(2).all(|w| w[0] >= w[1]),
+                "remainder goes first: {sizes:?}"
+            );
             for (p, target) in chunk.iter().zip(into) {
                 assert_eq!(&p.2, target);
             }
@@ -994,11 +1147,26 @@ mod tests {
         assert_eq!(plan, vec![(0, 32767, s("a")), (32768, 65535, s("b"))]);
         // 65536 = 3 * 21845 + 1: the first part takes the remainder.
         let plan = t.plan_split("a", &names(&["x", "y", "z"])).unwrap();
-        assert_eq!(plan, vec![(0, 21845, s("x")), (21846, 43690, s("y")), (43691, 65535, s("z"))]);
+        assert_eq!(
+            plan,
+            vec![
+                (0, 21845, s("x")),
+                (21846, 43690, s("y")),
+                (43691, 65535, s("z"))
+            ]
+        );
         // 10 genes into 4: 3,3,2,2.
         let t = table(&[(9, "a"), (65535, "b")]);
         let plan = t.plan_split("a", &names(&["p", "q", "r", "s"])).unwrap();
-        assert_eq!(plan, vec![(0, 2, s("p")), (3, 5, s("q")), (6, 7, s("r")), (8, 9, s("s"))]);
+        assert_eq!(
+            plan,
+            vec![
+                (0, 2, s("p")),
+                (3, 5, s("q")),
+                (6, 7, s("r")),
+                (8, 9, s("s"))
+            ]
+        );
         check_split(&t, "a", &names(&["p", "q", "r", "s"]));
         check_split(&t, "b", &names(&["b", "b2", "b3"]));
     }
@@ -1007,14 +1175,27 @@ mod tests {
     fn split_every_range_of_the_shard() {
         let t = table(&[(99, "a"), (199, "b"), (299, "a"), (65535, "c")]);
         let plan = t.plan_split("a", &names(&["a1", "a2"])).unwrap();
-        assert_eq!(plan, vec![(0, 49, s("a1")), (50, 99, s("a2")), (200, 249, s("a1")), (250, 299, s("a2"))]);
+        assert_eq!(
+            plan,
+            vec![
+                (0, 49, s("a1")),
+                (50, 99, s("a2")),
+                (200, 249, s("a1")),
+                (250, 299, s("a2"))
+            ]
+        );
         check_split(&t, "a", &names(&["a1", "a2"]));
         check_split(&t, "a", &names(&["a"]));
         // A one-gene row of the shard is too small for two parts, so the whole plan fails.
         let t = table(&[(99, "a"), (199, "b"), (299, "a"), (300, "a"), (65535, "c")]);
         assert_eq!(
             t.plan_split("a", &names(&["a1", "a2"])),
-            Err(RouteError::RangeTooSmall { shard: s("a"), lower: 300, upper: 300, parts: 2 })
+            Err(RouteError::RangeTooSmall {
+                shard: s("a"),
+                lower: 300,
+                upper: 300,
+                parts: 2
+            })
         );
     }
 
@@ -1023,26 +1204,49 @@ mod tests {
         let t = table(&[(1, "tiny"), (65535, "big")]);
         assert_eq!(
             t.plan_split("tiny", &names(&["x", "y", "z"])),
-            Err(RouteError::RangeTooSmall { shard: s("tiny"), lower: 0, upper: 1, parts: 3 })
+            Err(RouteError::RangeTooSmall {
+                shard: s("tiny"),
+                lower: 0,
+                upper: 1,
+                parts: 3
+            })
         );
         assert!(t.plan_split("tiny", &names(&["x", "y"])).is_ok());
-        assert_eq!(t.plan_split("nope", &names(&["x"])), Err(RouteError::UnknownShard(s("nope"))));
+        assert_eq!(
+            t.plan_split("nope", &names(&["x"])),
+            Err(RouteError::UnknownShard(s("nope")))
+        );
         assert_eq!(RouteError::UnknownShard(s("nope")).sqlstate(), "42704");
-        assert_eq!(t.plan_split("big", &[]), Err(RouteError::NoSplitTargets { shard: s("big") }));
-        assert_eq!(t.plan_split("big", &names(&["x", "y", "x"])), Err(RouteError::DuplicateShard(s("x"))));
-        assert_eq!(t.plan_split("big", &names(&["x", ""])), Err(RouteError::EmptyShardName { upper: None }));
+        assert_eq!(
+            t.plan_split("big", &[]),
+            Err(RouteError::NoSplitTargets { shard: s("big") })
+        );
+        assert_eq!(
+            t.plan_split("big", &names(&["x", "y", "x"])),
+            Err(RouteError::DuplicateShard(s("x")))
+        );
+        assert_eq!(
+            t.plan_split("big", &names(&["x", ""])),
+            Err(RouteError::EmptyShardName { upper: None })
+        );
         assert!(matches!(
             t.plan_split("big", &[s("x"), "y".repeat(64)]),
             Err(RouteError::ShardNameTooLong { bytes: 64, .. })
         ));
         // More parts than there are genes at all: an error, not an overflow.
         let many: Vec<String> = (0..70_000).map(|i| format!("s{i}")).collect();
-        assert!(matches!(t.plan_split("big", &many), Err(RouteError::RangeTooSmall { parts: 70_000, .. })));
+        assert!(matches!(
+            t.plan_split("big", &many),
+            Err(RouteError::RangeTooSmall { parts: 70_000, .. })
+        ));
         let e = t.plan_split("tiny", &names(&["x", "y", "z"])).unwrap_err();
         assert!(e.to_string().contains("2 genes"), "{e}");
         // An empty table knows no shard.
         let empty = RouteTable::default();
-        assert_eq!(empty.plan_split("a", &names(&["b"])), Err(RouteError::UnknownShard(s("a"))));
+        assert_eq!(
+            empty.plan_split("a", &names(&["b"])),
+            Err(RouteError::UnknownShard(s("a")))
+        );
     }
 
     #[test]
@@ -1050,7 +1254,10 @@ mod tests {
         let t = table(&[(4, "a"), (65535, "b")]);
         let into = names(&["p", "q", "r", "s", "t"]);
         let plan = t.plan_split("a", &into).unwrap();
-        assert_eq!(plan.iter().map(|p| (p.0, p.1)).collect::<Vec<_>>(), vec![(0, 0), (1, 1), (2, 2), (3, 3), (4, 4)]);
+        assert_eq!(
+            plan.iter().map(|p| (p.0, p.1)).collect::<Vec<_>>(),
+            vec![(0, 0), (1, 1), (2, 2), (3, 3), (4, 4)]
+        );
         check_split(&t, "a", &into);
     }
 
@@ -1061,8 +1268,17 @@ mod tests {
             let n = 1 + rng.below(30) as usize;
             let rows = random_rows(&mut rng, n, 4, round % 2 == 0);
             let t = to_table(&rows);
-            let shard = t.shards().nth(rng.below(t.shards().count() as u64) as usize).unwrap().to_string();
-            let smallest = t.ranges().filter(|r| r.2 == shard).map(|r| u32::from(r.1) - u32::from(r.0) + 1).min().unwrap();
+            let shard = t
+                .shards()
+                .nth(rng.below(t.shards().count() as u64) as usize)
+                .unwrap()
+                .to_string();
+            let smallest = t
+                .ranges()
+                .filter(|r| r.2 == shard)
+                .map(|r| u32::from(r.1) - u32::from(r.0) + 1)
+                .min()
+                .unwrap();
             let k = 1 + rng.below(u64::from(smallest.min(9))) as usize;
             let into: Vec<String> = (0..k).map(|i| format!("new_{round}_{i}")).collect();
             check_split(&t, &shard, &into);
@@ -1086,7 +1302,10 @@ mod tests {
         let plan = t.plan_merge(&names(&["b"]), "a").unwrap();
         assert_eq!(plan, vec![(0, 199, s("a")), (400, 65535, s("a"))]);
         let after = t.apply_plan(&plan).unwrap();
-        assert_eq!(after.rows().collect::<Vec<_>>(), vec![(199, "a"), (299, "c"), (399, "d"), (65535, "a")]);
+        assert_eq!(
+            after.rows().collect::<Vec<_>>(),
+            vec![(199, "a"), (299, "c"), (399, "d"), (65535, "a")]
+        );
 
         // Everything into one shard: a single row.
         let plan = t.plan_merge(&names(&["a", "b", "c", "d"]), "all").unwrap();
@@ -1097,9 +1316,15 @@ mod tests {
     #[test]
     fn merge_into_itself_defragments_and_noop_is_empty() {
         let t = table(&[(9, "a"), (19, "a"), (29, "b"), (39, "a")]);
-        assert_eq!(t.plan_merge(&names(&["a"]), "a").unwrap(), vec![(0, 19, s("a"))]);
+        assert_eq!(
+            t.plan_merge(&names(&["a"]), "a").unwrap(),
+            vec![(0, 19, s("a"))]
+        );
         let t2 = table(&[(9, "a"), (19, "b")]);
-        assert_eq!(t2.plan_merge(&names(&["a"]), "a").unwrap(), Vec::<PlannedRange>::new());
+        assert_eq!(
+            t2.plan_merge(&names(&["a"]), "a").unwrap(),
+            Vec::<PlannedRange>::new()
+        );
         assert_eq!(t2.apply_plan(&[]).unwrap(), t2);
     }
 
@@ -1111,8 +1336,13 @@ mod tests {
         assert_eq!(plan, vec![(0, 2999, s("ab"))]);
         let merged = t.apply_plan(&plan).unwrap();
         assert_eq!(merged.coverage_gaps(), vec![(3000, 65535)]);
-        let split = merged.apply_plan(&merged.plan_split("ab", &names(&["x", "y", "z"])).unwrap()).unwrap();
-        assert_eq!(split.rows().collect::<Vec<_>>(), vec![(999, "x"), (1999, "y"), (2999, "z")]);
+        let split = merged
+            .apply_plan(&merged.plan_split("ab", &names(&["x", "y", "z"])).unwrap())
+            .unwrap();
+        assert_eq!(
+            split.rows().collect::<Vec<_>>(),
+            vec![(999, "x"), (1999, "y"), (2999, "z")]
+        );
     }
 
     #[test]
@@ -1127,19 +1357,31 @@ mod tests {
             if merged.is_empty() {
                 continue;
             }
-            let into = if rng.below(2) == 0 { all[rng.below(all.len() as u64) as usize].clone() } else { s("fresh") };
+            let into = if rng.below(2) == 0 {
+                all[rng.below(all.len() as u64) as usize].clone()
+            } else {
+                s("fresh")
+            };
             let plan = t.plan_merge(&merged, &into).unwrap();
             let after = t.apply_plan(&plan).unwrap();
             assert_contiguous(&after);
             for g in (0..=65535u32).step_by(13).map(|g| g as u16) {
                 let before = t.lookup(g).unwrap();
-                let want = if merged.iter().any(|m| m == before) { into.as_str() } else { before };
+                let want = if merged.iter().any(|m| m == before) {
+                    into.as_str()
+                } else {
+                    before
+                };
                 assert_eq!(after.lookup(g), Ok(want));
             }
             // No two neighbouring rows of `into` remain when they touched a merged range.
             let r: Vec<_> = after.ranges().collect();
             for w in r.windows(2) {
-                assert!(!(w[0].2 == into && w[1].2 == into && plan.iter().any(|p| p.0 <= w[0].1 && w[0].1 <= p.1)));
+                assert!(
+                    !(w[0].2 == into
+                        && w[1].2 == into
+                        && plan.iter().any(|p| p.0 <= w[0].1 && w[0].1 <= p.1))
+                );
             }
             // Every planned row is owned by `into`, rows ascending and disjoint.
             assert!(plan.iter().all(|p| p.2 == into));
@@ -1150,11 +1392,26 @@ mod tests {
     #[test]
     fn merge_errors() {
         let t = table(&[(99, "a"), (65535, "b")]);
-        assert_eq!(t.plan_merge(&[], "a"), Err(RouteError::NoMergeSources { into: s("a") }));
-        assert_eq!(t.plan_merge(&names(&["a", "zz"]), "a"), Err(RouteError::UnknownShard(s("zz"))));
-        assert_eq!(t.plan_merge(&names(&["a", "a"]), "b"), Err(RouteError::DuplicateShard(s("a"))));
-        assert_eq!(t.plan_merge(&names(&["a"]), ""), Err(RouteError::EmptyShardName { upper: None }));
-        assert!(matches!(t.plan_merge(&names(&["a"]), &"n".repeat(64)), Err(RouteError::ShardNameTooLong { .. })));
+        assert_eq!(
+            t.plan_merge(&[], "a"),
+            Err(RouteError::NoMergeSources { into: s("a") })
+        );
+        assert_eq!(
+            t.plan_merge(&names(&["a", "zz"]), "a"),
+            Err(RouteError::UnknownShard(s("zz")))
+        );
+        assert_eq!(
+            t.plan_merge(&names(&["a", "a"]), "b"),
+            Err(RouteError::DuplicateShard(s("a")))
+        );
+        assert_eq!(
+            t.plan_merge(&names(&["a"]), ""),
+            Err(RouteError::EmptyShardName { upper: None })
+        );
+        assert!(matches!(
+            t.plan_merge(&names(&["a"]), &"n".repeat(64)),
+            Err(RouteError::ShardNameTooLong { .. })
+        ));
     }
 
     // ---------------------------------------------------------------- apply_plan
@@ -1162,18 +1419,42 @@ mod tests {
     #[test]
     fn apply_plan_rejects_malformed_plans() {
         let t = table(&[(99, "a"), (65535, "b")]);
-        assert!(matches!(t.apply_plan(&[(10, 5, s("x"))]), Err(RouteError::InvalidPlanRow { lower: 10, upper: 5, .. })));
+        assert!(matches!(
+            t.apply_plan(&[(10, 5, s("x"))]),
+            Err(RouteError::InvalidPlanRow {
+                lower: 10,
+                upper: 5,
+                ..
+            })
+        ));
         assert!(matches!(
             t.apply_plan(&[(0, 50, s("x")), (50, 99, s("y"))]),
-            Err(RouteError::InvalidPlanRow { lower: 50, upper: 99, .. })
+            Err(RouteError::InvalidPlanRow {
+                lower: 50,
+                upper: 99,
+                ..
+            })
         ));
         // A lower bound that the stored table cannot honour (genes 0..49 would move too).
         let e = t.apply_plan(&[(50, 99, s("x"))]).unwrap_err();
-        assert!(matches!(e, RouteError::InvalidPlanRow { lower: 50, upper: 99, .. }));
+        assert!(matches!(
+            e,
+            RouteError::InvalidPlanRow {
+                lower: 50,
+                upper: 99,
+                ..
+            }
+        ));
         assert!(e.to_string().contains("start at gene 0"), "{e}");
-        assert!(matches!(t.apply_plan(&[(0, 99, String::new())]), Err(RouteError::EmptyShardName { upper: Some(99) })));
+        assert!(matches!(
+            t.apply_plan(&[(0, 99, String::new())]),
+            Err(RouteError::EmptyShardName { upper: Some(99) })
+        ));
         // A well-formed plan that re-points a whole range.
-        assert_eq!(t.apply_plan(&[(0, 99, s("x"))]).unwrap(), table(&[(99, "x"), (65535, "b")]));
+        assert_eq!(
+            t.apply_plan(&[(0, 99, s("x"))]).unwrap(),
+            table(&[(99, "x"), (65535, "b")])
+        );
     }
 
     // ---------------------------------------------------------------- errors
@@ -1182,19 +1463,39 @@ mod tests {
     fn every_error_has_message_hint_and_sqlstate() {
         let all = vec![
             RouteError::Empty,
-            RouteError::Gap { gene: 7, highest_upper: 6 },
+            RouteError::Gap {
+                gene: 7,
+                highest_upper: 6,
+            },
             RouteError::UpperOutOfRange(-3),
             RouteError::GeneOutOfRange(70000),
-            RouteError::DuplicateUpper { upper: 1, first: s("a"), second: s("b") },
+            RouteError::DuplicateUpper {
+                upper: 1,
+                first: s("a"),
+                second: s("b"),
+            },
             RouteError::EmptyShardName { upper: Some(3) },
             RouteError::EmptyShardName { upper: None },
-            RouteError::ShardNameTooLong { upper: None, name: "q".repeat(70), bytes: 70 },
+            RouteError::ShardNameTooLong {
+                upper: None,
+                name: "q".repeat(70),
+                bytes: 70,
+            },
             RouteError::UnknownShard(s("x")),
             RouteError::NoSplitTargets { shard: s("x") },
             RouteError::NoMergeSources { into: s("x") },
             RouteError::DuplicateShard(s("x")),
-            RouteError::RangeTooSmall { shard: s("x"), lower: 0, upper: 0, parts: 2 },
-            RouteError::InvalidPlanRow { lower: 1, upper: 0, reason: s("r") },
+            RouteError::RangeTooSmall {
+                shard: s("x"),
+                lower: 0,
+                upper: 0,
+                parts: 2,
+            },
+            RouteError::InvalidPlanRow {
+                lower: 1,
+                upper: 0,
+                reason: s("r"),
+            },
         ];
         for e in all {
             assert!(!e.to_string().is_empty());
@@ -1209,7 +1510,11 @@ mod tests {
             assert_eq!(code, expected, "{e:?}");
         }
         assert_eq!(
-            RouteError::Gap { gene: 65535, highest_upper: 65534 }.hint(),
+            RouteError::Gap {
+                gene: 65535,
+                highest_upper: 65534
+            }
+            .hint(),
             "add a route whose upper bound is 65535: SELECT id_gen.set_route(65535, 'shard_x')"
         );
     }

@@ -178,7 +178,10 @@ pub enum FormatProblem {
     DuplicateUnit { unit: PeriodUnit },
     /// A unit is shown but a coarser one is missing, so the text would repeat (e.g. `DD`
     /// without `MM` repeats every month).
-    MissingUnit { missing: PeriodUnit, finer: PeriodUnit },
+    MissingUnit {
+        missing: PeriodUnit,
+        finer: PeriodUnit,
+    },
     /// A `-` at the start or end, or two in a row: separators go between fields only.
     MisplacedDash { position: usize },
 }
@@ -254,7 +257,10 @@ pub struct Period {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SerialError {
     /// The date format is not supported. SQLSTATE `22023` (invalid_parameter_value).
-    InvalidFormat { format: String, problem: FormatProblem },
+    InvalidFormat {
+        format: String,
+        problem: FormatProblem,
+    },
     /// The serial width is outside `1..=18`. SQLSTATE `22023`.
     InvalidWidth { width: u8 },
     /// The partition is above 99. SQLSTATE `22023`.
@@ -368,7 +374,10 @@ impl std::error::Error for SerialError {}
 impl DateFormat {
     /// Parses a `to_char`-style date format (see the type doc for what is accepted).
     pub fn parse(format: &str) -> Result<DateFormat, SerialError> {
-        let fail = |problem| SerialError::InvalidFormat { format: format.to_string(), problem };
+        let fail = |problem| SerialError::InvalidFormat {
+            format: format.to_string(),
+            problem,
+        };
         let chars: Vec<char> = format.chars().collect();
         if chars.is_empty() {
             return Err(fail(FormatProblem::Empty));
@@ -404,12 +413,17 @@ impl DateFormat {
             } else {
                 // Report the run of letters (or the single other character) found.
                 let end = if upper[pos].is_ascii_alphabetic() {
-                    (pos..upper.len()).find(|&i| !upper[i].is_ascii_alphabetic()).unwrap_or(upper.len())
+                    (pos..upper.len())
+                        .find(|&i| !upper[i].is_ascii_alphabetic())
+                        .unwrap_or(upper.len())
                 } else {
                     pos + 1
                 };
                 let found: String = chars[pos..end].iter().collect();
-                return Err(fail(FormatProblem::UnknownToken { position: pos, found }));
+                return Err(fail(FormatProblem::UnknownToken {
+                    position: pos,
+                    found,
+                }));
             };
             if token == Token::Dash
                 && (pos == 0 || pos + 1 == upper.len() || tokens.last() == Some(&Token::Dash))
@@ -437,10 +451,16 @@ impl DateFormat {
             .ok_or_else(|| fail(FormatProblem::Empty))?;
         for unit in PeriodUnit::ALL.iter().copied().take_while(|u| *u < finest) {
             if !seen[unit as usize] {
-                return Err(fail(FormatProblem::MissingUnit { missing: unit, finer: finest }));
+                return Err(fail(FormatProblem::MissingUnit {
+                    missing: unit,
+                    finer: finest,
+                }));
             }
         }
-        Ok(DateFormat { tokens, unit: finest })
+        Ok(DateFormat {
+            tokens,
+            unit: finest,
+        })
     }
 
     /// The finest unit of the format: how often the counter restarts.
@@ -460,7 +480,10 @@ impl DateFormat {
 
     /// The period containing the instant `utc_millis` (ms since 1970-01-01T00:00:00Z),
     /// seen at UTC offset `offset_secs` (positive east of Greenwich, e.g. 28800 for
-    /// +08:00; PostgreSQL: `extract(timezone from now() at time zone ...)` style values).
+    /// +08:00, -18000 for -05:00 — PostgreSQL's sign convention for
+    /// `extract(timezone from timestamptz)`, which gives the offset of the session's
+    /// `TimeZone` at that instant; for a named zone, the offset of the local time
+    /// `ts AT TIME ZONE zone` minus `ts`, in seconds).
     ///
     /// `start_ms <= utc_millis < end_ms` always holds, and the text of `start_ms` (at the
     /// same offset) equals the text of `utc_millis`.
@@ -468,7 +491,10 @@ impl DateFormat {
         if offset_secs.unsigned_abs() > MAX_UTC_OFFSET_SECS as u32 {
             return Err(SerialError::InvalidUtcOffset { offset_secs });
         }
-        let out_of_range = || SerialError::DateOutOfRange { utc_millis, offset_secs };
+        let out_of_range = || SerialError::DateOutOfRange {
+            utc_millis,
+            offset_secs,
+        };
         let offset_ms = i64::from(offset_secs) * MS_PER_SEC;
         let local_ms = utc_millis.checked_add(offset_ms).ok_or_else(out_of_range)?;
         let days = local_ms.div_euclid(MS_PER_DAY);
@@ -488,7 +514,11 @@ impl DateFormat {
                 days_from_civil(year + 1, 1, 1) * MS_PER_DAY,
             ),
             PeriodUnit::Month => {
-                let (ny, nm) = if month == 12 { (year + 1, 1) } else { (year, month + 1) };
+                let (ny, nm) = if month == 12 {
+                    (year + 1, 1)
+                } else {
+                    (year, month + 1)
+                };
                 (
                     days_from_civil(year, month, 1) * MS_PER_DAY,
                     days_from_civil(ny, nm, 1) * MS_PER_DAY,
@@ -520,7 +550,11 @@ impl DateFormat {
             };
             text.push_str(&format!("{field:02}"));
         }
-        Ok(Period { text, start_ms: local_start - offset_ms, end_ms: local_end - offset_ms })
+        Ok(Period {
+            text,
+            start_ms: local_start - offset_ms,
+            end_ms: local_end - offset_ms,
+        })
     }
 }
 
@@ -599,9 +633,17 @@ impl SerialSpec {
                 return Err(SerialError::InvalidPartition { partition: p });
             }
         }
-        let spec = SerialSpec { format, width, partition, max_len };
+        let spec = SerialSpec {
+            format,
+            width,
+            partition,
+            max_len,
+        };
         if spec.fixed_len() > max_len {
-            return Err(SerialError::MaxLenTooSmall { max_len, fixed_len: spec.fixed_len() });
+            return Err(SerialError::MaxLenTooSmall {
+                max_len,
+                fixed_len: spec.fixed_len(),
+            });
         }
         Ok(spec)
     }
@@ -630,7 +672,9 @@ impl SerialSpec {
 
     /// Characters taken by date, partition and serial: everything but the prefix.
     pub fn fixed_len(&self) -> usize {
-        self.format.text_len() + if self.partition.is_some() { 2 } else { 0 } + usize::from(self.width)
+        self.format.text_len()
+            + if self.partition.is_some() { 2 } else { 0 }
+            + usize::from(self.width)
     }
 
     /// Longest prefix (in characters) that still fits within `max_len`.
@@ -645,10 +689,18 @@ impl SerialSpec {
     /// [`SerialError::Exhausted`] if `counter >= 10^width` — never wraps, since a wrapped
     /// serial repeats one already issued — and with [`SerialError::TooLong`] if the
     /// result would exceed `max_len`.
-    pub fn render(&self, prefix: &str, period: &Period, counter: u64) -> Result<String, SerialError> {
+    pub fn render(
+        &self,
+        prefix: &str,
+        period: &Period,
+        counter: u64,
+    ) -> Result<String, SerialError> {
         let capacity = self.capacity();
         if counter >= capacity {
-            return Err(SerialError::Exhausted { period_text: period.text.clone(), capacity });
+            return Err(SerialError::Exhausted {
+                period_text: period.text.clone(),
+                capacity,
+            });
         }
         let partition_len = if self.partition.is_some() { 2 } else { 0 };
         let len = prefix.chars().count()
@@ -656,7 +708,10 @@ impl SerialSpec {
             + partition_len
             + usize::from(self.width);
         if len > self.max_len {
-            return Err(SerialError::TooLong { len, max: self.max_len });
+            return Err(SerialError::TooLong {
+                len,
+                max: self.max_len,
+            });
         }
         let mut out = String::with_capacity(prefix.len() + period.text.len() + partition_len + 18);
         out.push_str(prefix);
@@ -664,7 +719,10 @@ impl SerialSpec {
         if let Some(p) = self.partition {
             out.push_str(&format!("{p:02}"));
         }
-        out.push_str(&format!("{counter:0width$}", width = usize::from(self.width)));
+        out.push_str(&format!(
+            "{counter:0width$}",
+            width = usize::from(self.width)
+        ));
         Ok(out)
     }
 }
@@ -679,7 +737,11 @@ mod tests {
     /// UTC millis of a UTC civil time (test helper built on the code under test, which is
     /// cross-checked independently in `civil_calendar_matches_a_day_by_day_walk`).
     fn utc(y: i64, mo: i64, d: i64, h: i64, mi: i64, s: i64, ms: i64) -> i64 {
-        days_from_civil(y, mo, d) * MS_PER_DAY + h * MS_PER_HOUR + mi * MS_PER_MIN + s * MS_PER_SEC + ms
+        days_from_civil(y, mo, d) * MS_PER_DAY
+            + h * MS_PER_HOUR
+            + mi * MS_PER_MIN
+            + s * MS_PER_SEC
+            + ms
     }
 
     fn fmt(s: &str) -> DateFormat {
@@ -716,7 +778,9 @@ mod tests {
         assert_eq!(utc(1970, 1, 1, 0, 0, 0, 0), 0);
         assert_eq!(utc(2024, 2, 29, 0, 0, 0, 0), 1_709_164_800_000);
         assert_eq!(utc(2020, 1, 1, 0, 0, 0, 0), 1_577_836_800_000);
-        let p = fmt("YYYYMMDDHH24MISS").period_of(1_709_164_800_000, 0).unwrap();
+        let p = fmt("YYYYMMDDHH24MISS")
+            .period_of(1_709_164_800_000, 0)
+            .unwrap();
         assert_eq!(p.text, "20240229000000");
         let p = fmt("YYYY-MM-DD").period_of(-1, 0).unwrap();
         assert_eq!(p.text, "1969-12-31");
@@ -760,7 +824,12 @@ mod tests {
             ("YYYYMMDD", PeriodUnit::Day, 8, "YYYYMMDD"),
             ("yymmddhh24", PeriodUnit::Hour, 8, "YYMMDDHH24"),
             ("YYYYMMDDHH24MI", PeriodUnit::Minute, 12, "YYYYMMDDHH24MI"),
-            ("YYYYMMDDHH24MISS", PeriodUnit::Second, 14, "YYYYMMDDHH24MISS"),
+            (
+                "YYYYMMDDHH24MISS",
+                PeriodUnit::Second,
+                14,
+                "YYYYMMDDHH24MISS",
+            ),
             ("YYYY-MM-DD", PeriodUnit::Day, 10, "YYYY-MM-DD"),
             ("YYYYMM", PeriodUnit::Month, 6, "YYYYMM"),
             ("YY", PeriodUnit::Year, 2, "YY"),
@@ -782,59 +851,120 @@ mod tests {
     fn parse_rejects_with_reasons() {
         assert_eq!(problem(""), FormatProblem::Empty);
         assert_eq!(problem("-"), FormatProblem::MisplacedDash { position: 0 });
-        assert_eq!(problem("YYYYMMDDHH"), FormatProblem::TwelveHourClock { position: 8 });
-        assert_eq!(problem("YYYYMMDDHH12"), FormatProblem::TwelveHourClock { position: 8 });
+        assert_eq!(
+            problem("YYYYMMDDHH"),
+            FormatProblem::TwelveHourClock { position: 8 }
+        );
+        assert_eq!(
+            problem("YYYYMMDDHH12"),
+            FormatProblem::TwelveHourClock { position: 8 }
+        );
         // Java style: `HH` is refused before `mm` could be misread.
-        assert_eq!(problem("yyyyMMddHHmmss"), FormatProblem::TwelveHourClock { position: 8 });
+        assert_eq!(
+            problem("yyyyMMddHHmmss"),
+            FormatProblem::TwelveHourClock { position: 8 }
+        );
         assert_eq!(
             problem("YYYY/MM/DD"),
-            FormatProblem::UnknownToken { position: 4, found: "/".into() }
+            FormatProblem::UnknownToken {
+                position: 4,
+                found: "/".into()
+            }
         );
         assert_eq!(
             problem("YYYYMMDD HH24"),
-            FormatProblem::UnknownToken { position: 8, found: " ".into() }
+            FormatProblem::UnknownToken {
+                position: 8,
+                found: " ".into()
+            }
         );
         assert_eq!(
             problem("YYYY0MMDD"),
-            FormatProblem::UnknownToken { position: 4, found: "0".into() }
+            FormatProblem::UnknownToken {
+                position: 4,
+                found: "0".into()
+            }
         );
         assert_eq!(
             problem("YYYMMDD"),
-            FormatProblem::UnknownToken { position: 2, found: "YMMDD".into() }
+            FormatProblem::UnknownToken {
+                position: 2,
+                found: "YMMDD".into()
+            }
         );
         assert_eq!(
             problem("YYYYMonDD"),
-            FormatProblem::UnknownToken { position: 4, found: "MonDD".into() }
+            FormatProblem::UnknownToken {
+                position: 4,
+                found: "MonDD".into()
+            }
         );
         assert_eq!(
             problem("YYYY\"x\"MM"),
-            FormatProblem::UnknownToken { position: 4, found: "\"".into() }
+            FormatProblem::UnknownToken {
+                position: 4,
+                found: "\"".into()
+            }
         );
         assert_eq!(
             problem("YYYYé"),
-            FormatProblem::UnknownToken { position: 4, found: "é".into() }
+            FormatProblem::UnknownToken {
+                position: 4,
+                found: "é".into()
+            }
         );
-        assert_eq!(problem("YYYYYY"), FormatProblem::DuplicateUnit { unit: PeriodUnit::Year });
-        assert_eq!(problem("YYYYMMDDMM"), FormatProblem::DuplicateUnit { unit: PeriodUnit::Month });
+        assert_eq!(
+            problem("YYYYYY"),
+            FormatProblem::DuplicateUnit {
+                unit: PeriodUnit::Year
+            }
+        );
+        assert_eq!(
+            problem("YYYYMMDDMM"),
+            FormatProblem::DuplicateUnit {
+                unit: PeriodUnit::Month
+            }
+        );
         assert_eq!(
             problem("MMDD"),
-            FormatProblem::MissingUnit { missing: PeriodUnit::Year, finer: PeriodUnit::Day }
+            FormatProblem::MissingUnit {
+                missing: PeriodUnit::Year,
+                finer: PeriodUnit::Day
+            }
         );
         assert_eq!(
             problem("YYYYDD"),
-            FormatProblem::MissingUnit { missing: PeriodUnit::Month, finer: PeriodUnit::Day }
+            FormatProblem::MissingUnit {
+                missing: PeriodUnit::Month,
+                finer: PeriodUnit::Day
+            }
         );
         assert_eq!(
             problem("YYYYMMHH24"),
-            FormatProblem::MissingUnit { missing: PeriodUnit::Day, finer: PeriodUnit::Hour }
+            FormatProblem::MissingUnit {
+                missing: PeriodUnit::Day,
+                finer: PeriodUnit::Hour
+            }
         );
         assert_eq!(
             problem("YYYYMMDDSS"),
-            FormatProblem::MissingUnit { missing: PeriodUnit::Hour, finer: PeriodUnit::Second }
+            FormatProblem::MissingUnit {
+                missing: PeriodUnit::Hour,
+                finer: PeriodUnit::Second
+            }
         );
-        assert_eq!(problem("-YYYY"), FormatProblem::MisplacedDash { position: 0 });
-        assert_eq!(problem("YYYY-"), FormatProblem::MisplacedDash { position: 4 });
-        assert_eq!(problem("YYYY--MM"), FormatProblem::MisplacedDash { position: 5 });
+        assert_eq!(
+            problem("-YYYY"),
+            FormatProblem::MisplacedDash { position: 0 }
+        );
+        assert_eq!(
+            problem("YYYY-"),
+            FormatProblem::MisplacedDash { position: 4 }
+        );
+        assert_eq!(
+            problem("YYYY--MM"),
+            FormatProblem::MisplacedDash { position: 5 }
+        );
 
         let e = DateFormat::parse("YYYYMMDDHH").unwrap_err();
         assert_eq!(e.sqlstate(), "22023");
@@ -865,11 +995,23 @@ mod tests {
         let after = f.period_of(boundary, M5).unwrap();
         assert_eq!(before.text, "20231231");
         assert_eq!(after.text, "20240101");
-        assert_eq!((before.start_ms, before.end_ms), (boundary - MS_PER_DAY, boundary));
-        assert_eq!((after.start_ms, after.end_ms), (boundary, boundary + MS_PER_DAY));
+        assert_eq!(
+            (before.start_ms, before.end_ms),
+            (boundary - MS_PER_DAY, boundary)
+        );
+        assert_eq!(
+            (after.start_ms, after.end_ms),
+            (boundary, boundary + MS_PER_DAY)
+        );
         // In UTC, 03:00Z on Jan 1st is already the new year.
-        assert_eq!(f.period_of(utc(2024, 1, 1, 3, 0, 0, 0), 0).unwrap().text, "20240101");
-        assert_eq!(f.period_of(utc(2024, 1, 1, 3, 0, 0, 0), M5).unwrap().text, "20231231");
+        assert_eq!(
+            f.period_of(utc(2024, 1, 1, 3, 0, 0, 0), 0).unwrap().text,
+            "20240101"
+        );
+        assert_eq!(
+            f.period_of(utc(2024, 1, 1, 3, 0, 0, 0), M5).unwrap().text,
+            "20231231"
+        );
     }
 
     #[test]
@@ -914,10 +1056,17 @@ mod tests {
         let p = f.period_of(utc(2024, 7, 1, 9, 30, 0, 0), ist).unwrap();
         assert_eq!(p.text, "24070115");
         // Minutes and seconds.
-        let p = fmt("YYYYMMDDHH24MI").period_of(utc(2024, 7, 1, 9, 30, 59, 999), M5).unwrap();
+        let p = fmt("YYYYMMDDHH24MI")
+            .period_of(utc(2024, 7, 1, 9, 30, 59, 999), M5)
+            .unwrap();
         assert_eq!(p.text, "202407010430");
-        assert_eq!((p.start_ms, p.end_ms), (utc(2024, 7, 1, 9, 30, 0, 0), utc(2024, 7, 1, 9, 31, 0, 0)));
-        let p = fmt("YYYYMMDDHH24MISS").period_of(utc(2024, 7, 1, 9, 30, 59, 999), H8).unwrap();
+        assert_eq!(
+            (p.start_ms, p.end_ms),
+            (utc(2024, 7, 1, 9, 30, 0, 0), utc(2024, 7, 1, 9, 31, 0, 0))
+        );
+        let p = fmt("YYYYMMDDHH24MISS")
+            .period_of(utc(2024, 7, 1, 9, 30, 59, 999), H8)
+            .unwrap();
         assert_eq!(p.text, "20240701173059");
         assert_eq!(p.end_ms - p.start_ms, 1000);
     }
@@ -960,19 +1109,57 @@ mod tests {
         assert_eq!(p.end_ms - p.start_ms, 366 * MS_PER_DAY);
         assert_eq!(y.period_of(t + 1, 0).unwrap().text, "2025");
         // New year arrives 8 hours earlier in +08:00 and 5 hours later in -05:00.
-        assert_eq!(y.period_of(utc(2024, 12, 31, 16, 0, 0, 0), H8).unwrap().text, "2025");
-        assert_eq!(y.period_of(utc(2025, 1, 1, 4, 59, 59, 999), M5).unwrap().text, "2024");
-        let p = fmt("YYYYMM").period_of(utc(2024, 12, 15, 0, 0, 0, 0), 0).unwrap();
-        assert_eq!((p.text.as_str(), p.end_ms), ("202412", utc(2025, 1, 1, 0, 0, 0, 0)));
+        assert_eq!(
+            y.period_of(utc(2024, 12, 31, 16, 0, 0, 0), H8)
+                .unwrap()
+                .text,
+            "2025"
+        );
+        assert_eq!(
+            y.period_of(utc(2025, 1, 1, 4, 59, 59, 999), M5)
+                .unwrap()
+                .text,
+            "2024"
+        );
+        let p = fmt("YYYYMM")
+            .period_of(utc(2024, 12, 15, 0, 0, 0, 0), 0)
+            .unwrap();
+        assert_eq!(
+            (p.text.as_str(), p.end_ms),
+            ("202412", utc(2025, 1, 1, 0, 0, 0, 0))
+        );
         // YY wraps at the century, as documented.
-        assert_eq!(fmt("YYMMDD").period_of(utc(2099, 12, 31, 0, 0, 0, 0), 0).unwrap().text, "991231");
-        assert_eq!(fmt("YYMMDD").period_of(utc(2100, 1, 1, 0, 0, 0, 0), 0).unwrap().text, "000101");
+        assert_eq!(
+            fmt("YYMMDD")
+                .period_of(utc(2099, 12, 31, 0, 0, 0, 0), 0)
+                .unwrap()
+                .text,
+            "991231"
+        );
+        assert_eq!(
+            fmt("YYMMDD")
+                .period_of(utc(2100, 1, 1, 0, 0, 0, 0), 0)
+                .unwrap()
+                .text,
+            "000101"
+        );
         // Range limits of the calendar.
-        assert_eq!(y.period_of(utc(1, 1, 1, 0, 0, 0, 0), 0).unwrap().text, "0001");
-        assert_eq!(y.period_of(utc(9999, 12, 31, 23, 59, 59, 999), 0).unwrap().text, "9999");
+        assert_eq!(
+            y.period_of(utc(1, 1, 1, 0, 0, 0, 0), 0).unwrap().text,
+            "0001"
+        );
+        assert_eq!(
+            y.period_of(utc(9999, 12, 31, 23, 59, 59, 999), 0)
+                .unwrap()
+                .text,
+            "9999"
+        );
         assert_eq!(
             y.period_of(utc(9999, 12, 31, 23, 59, 59, 999) + 1, 0),
-            Err(SerialError::DateOutOfRange { utc_millis: utc(10000, 1, 1, 0, 0, 0, 0), offset_secs: 0 })
+            Err(SerialError::DateOutOfRange {
+                utc_millis: utc(10000, 1, 1, 0, 0, 0, 0),
+                offset_secs: 0
+            })
         );
         let e = y.period_of(utc(1, 1, 1, 0, 0, 0, 0) - 1, 0).unwrap_err();
         assert_eq!(e.sqlstate(), "22008");
@@ -982,7 +1169,15 @@ mod tests {
     #[test]
     fn exact_millisecond_boundaries() {
         let f = fmt("YYYYMMDD");
-        for offset in [0, H8, M5, 5 * 3600 + 1800, -(9 * 3600 + 1800), 12 * 3600 + 2700, MAX_UTC_OFFSET_SECS] {
+        for offset in [
+            0,
+            H8,
+            M5,
+            5 * 3600 + 1800,
+            -(9 * 3600 + 1800),
+            12 * 3600 + 2700,
+            MAX_UTC_OFFSET_SECS,
+        ] {
             let p = f.period_of(1_719_835_200_123, offset).unwrap();
             let last = f.period_of(p.end_ms - 1, offset).unwrap();
             let next = f.period_of(p.end_ms, offset).unwrap();
@@ -999,7 +1194,12 @@ mod tests {
     #[test]
     fn property_random_instants_lie_in_their_period() {
         let formats: Vec<DateFormat> = [
-            "YYYY", "YYYYMM", "YYYYMMDD", "YYMMDDHH24", "YYYYMMDDHH24MI", "YYYYMMDDHH24MISS",
+            "YYYY",
+            "YYYYMM",
+            "YYYYMMDD",
+            "YYMMDDHH24",
+            "YYYYMMDDHH24MI",
+            "YYYYMMDDHH24MISS",
             "DD-MM-YYYY",
         ]
         .iter()
@@ -1012,7 +1212,11 @@ mod tests {
         let mut rng = XorShift(0xDEAD_BEEF_CAFE_F00D);
         for i in 0..200_000 {
             let f = &formats[i % formats.len()];
-            let t = if i % 2 == 0 { rng.range(lo, hi) } else { rng.range(near_lo, near_hi) };
+            let t = if i % 2 == 0 {
+                rng.range(lo, hi)
+            } else {
+                rng.range(near_lo, near_hi)
+            };
             // Whole quarter-hours mostly, sometimes odd seconds (historical LMT offsets).
             let offset = if i % 5 == 0 {
                 rng.range(-(MAX_UTC_OFFSET_SECS as i64), MAX_UTC_OFFSET_SECS as i64) as i32
@@ -1021,10 +1225,26 @@ mod tests {
             };
             let p = f.period_of(t, offset).unwrap();
             assert!(p.start_ms <= t && t < p.end_ms, "{f} {t} {offset}: {p:?}");
-            assert_eq!(f.period_of(p.start_ms, offset).unwrap().text, p.text, "{f} {t} {offset}");
-            assert_eq!(f.period_of(p.end_ms - 1, offset).unwrap().text, p.text, "{f} {t} {offset}");
-            assert_ne!(f.period_of(p.end_ms, offset).unwrap().text, p.text, "{f} {t} {offset}");
-            assert_ne!(f.period_of(p.start_ms - 1, offset).unwrap().text, p.text, "{f} {t} {offset}");
+            assert_eq!(
+                f.period_of(p.start_ms, offset).unwrap().text,
+                p.text,
+                "{f} {t} {offset}"
+            );
+            assert_eq!(
+                f.period_of(p.end_ms - 1, offset).unwrap().text,
+                p.text,
+                "{f} {t} {offset}"
+            );
+            assert_ne!(
+                f.period_of(p.end_ms, offset).unwrap().text,
+                p.text,
+                "{f} {t} {offset}"
+            );
+            assert_ne!(
+                f.period_of(p.start_ms - 1, offset).unwrap().text,
+                p.text,
+                "{f} {t} {offset}"
+            );
             assert_eq!(p.text.len(), f.text_len());
         }
     }
@@ -1034,7 +1254,12 @@ mod tests {
         let f = fmt("YYYYMMDD");
         assert!(f.period_of(0, MAX_UTC_OFFSET_SECS).is_ok());
         assert!(f.period_of(0, -MAX_UTC_OFFSET_SECS).is_ok());
-        for bad in [MAX_UTC_OFFSET_SECS + 1, -MAX_UTC_OFFSET_SECS - 1, i32::MAX, i32::MIN] {
+        for bad in [
+            MAX_UTC_OFFSET_SECS + 1,
+            -MAX_UTC_OFFSET_SECS - 1,
+            i32::MAX,
+            i32::MIN,
+        ] {
             let e = f.period_of(0, bad).unwrap_err();
             assert_eq!(e, SerialError::InvalidUtcOffset { offset_secs: bad });
             assert_eq!(e.sqlstate(), "22009");
@@ -1042,7 +1267,10 @@ mod tests {
         // Extreme instants fail cleanly, without overflow panics.
         for t in [i64::MIN, i64::MAX, i64::MIN + 1, i64::MAX - 1] {
             for o in [0, H8, M5, MAX_UTC_OFFSET_SECS, -MAX_UTC_OFFSET_SECS] {
-                assert!(matches!(f.period_of(t, o), Err(SerialError::DateOutOfRange { .. })));
+                assert!(matches!(
+                    f.period_of(t, o),
+                    Err(SerialError::DateOutOfRange { .. })
+                ));
             }
         }
     }
@@ -1050,15 +1278,24 @@ mod tests {
     #[test]
     fn spec_validation() {
         let f = fmt("YYYYMMDD");
-        assert_eq!(SerialSpec::new(f.clone(), 0, None, 32), Err(SerialError::InvalidWidth { width: 0 }));
-        assert_eq!(SerialSpec::new(f.clone(), 19, None, 64), Err(SerialError::InvalidWidth { width: 19 }));
+        assert_eq!(
+            SerialSpec::new(f.clone(), 0, None, 32),
+            Err(SerialError::InvalidWidth { width: 0 })
+        );
+        assert_eq!(
+            SerialSpec::new(f.clone(), 19, None, 64),
+            Err(SerialError::InvalidWidth { width: 19 })
+        );
         assert_eq!(
             SerialSpec::new(f.clone(), 6, Some(100), 32),
             Err(SerialError::InvalidPartition { partition: 100 })
         );
         assert_eq!(
             SerialSpec::new(f.clone(), 8, Some(1), 17),
-            Err(SerialError::MaxLenTooSmall { max_len: 17, fixed_len: 18 })
+            Err(SerialError::MaxLenTooSmall {
+                max_len: 17,
+                fixed_len: 18
+            })
         );
         for e in [
             SerialSpec::new(f.clone(), 0, None, 32).unwrap_err(),
@@ -1075,7 +1312,10 @@ mod tests {
         let s = SerialSpec::new(f.clone(), 18, None, 26).unwrap();
         assert_eq!(s.capacity(), 1_000_000_000_000_000_000);
         let s = SerialSpec::new(f, 1, Some(99), 26).unwrap();
-        assert_eq!((s.width(), s.partition(), s.max_len(), s.capacity()), (1, Some(99), 26, 10));
+        assert_eq!(
+            (s.width(), s.partition(), s.max_len(), s.capacity()),
+            (1, Some(99), 26, 10)
+        );
         assert_eq!(s.format().pattern(), "YYYYMMDD");
     }
 
@@ -1083,8 +1323,14 @@ mod tests {
     fn render_seed_002_layouts() {
         // Merchant (12) + YYYYMMDD (8) + partition (2) + serial (6) = 28 <= 32 (production).
         let spec = SerialSpec::new(fmt("YYYYMMDD"), 6, Some(3), 32).unwrap();
-        let period = spec.format().period_of(utc(2015, 12, 18, 10, 0, 0, 0), H8).unwrap();
-        assert_eq!(spec.render("100000000001", &period, 42).unwrap(), "1000000000012015121803000042");
+        let period = spec
+            .format()
+            .period_of(utc(2015, 12, 18, 10, 0, 0, 0), H8)
+            .unwrap();
+        assert_eq!(
+            spec.render("100000000001", &period, 42).unwrap(),
+            "1000000000012015121803000042"
+        );
         // … but not in the 26-character test environment.
         let spec26 = SerialSpec::new(fmt("YYYYMMDD"), 6, Some(3), 26).unwrap();
         let e = spec26.render("100000000001", &period, 42).unwrap_err();
@@ -1093,9 +1339,18 @@ mod tests {
         assert!(e.to_string().contains("28 characters") && e.to_string().contains("maximum of 26"));
         // Merchant (12) + YYYYMMDDHH24MISS (14) + serial (6) = 32.
         let spec = SerialSpec::new(fmt("YYYYMMDDHH24MISS"), 6, None, 32).unwrap();
-        let period = spec.format().period_of(utc(2015, 12, 18, 2, 3, 4, 567), H8).unwrap();
-        assert_eq!(spec.render("100000000001", &period, 0).unwrap(), "10000000000120151218100304000000");
-        assert_eq!(spec.render("1000000000012", &period, 0).unwrap_err(), SerialError::TooLong { len: 33, max: 32 });
+        let period = spec
+            .format()
+            .period_of(utc(2015, 12, 18, 2, 3, 4, 567), H8)
+            .unwrap();
+        assert_eq!(
+            spec.render("100000000001", &period, 0).unwrap(),
+            "10000000000120151218100304000000"
+        );
+        assert_eq!(
+            spec.render("1000000000012", &period, 0).unwrap_err(),
+            SerialError::TooLong { len: 33, max: 32 }
+        );
         // Lengths count characters, not bytes.
         let spec = SerialSpec::new(fmt("YYMMDD"), 4, None, 12).unwrap();
         let period = spec.format().period_of(0, 0).unwrap();
@@ -1107,19 +1362,34 @@ mod tests {
     #[test]
     fn exhaustion_names_the_period_and_never_wraps() {
         let spec = SerialSpec::new(fmt("YYMMDDHH24"), 2, None, 32).unwrap();
-        let period = spec.format().period_of(utc(2024, 2, 29, 13, 0, 0, 0), 0).unwrap();
+        let period = spec
+            .format()
+            .period_of(utc(2024, 2, 29, 13, 0, 0, 0), 0)
+            .unwrap();
         assert_eq!(spec.render("A", &period, 99).unwrap(), "A2402291399");
         for counter in [100, 101, u64::MAX] {
             let e = spec.render("A", &period, counter).unwrap_err();
-            assert_eq!(e, SerialError::Exhausted { period_text: "24022913".into(), capacity: 100 });
+            assert_eq!(
+                e,
+                SerialError::Exhausted {
+                    period_text: "24022913".into(),
+                    capacity: 100
+                }
+            );
             assert_eq!(e.sqlstate(), "2200H");
-            assert!(e.to_string().contains("\"24022913\"") && e.to_string().contains("100"), "{e}");
+            assert!(
+                e.to_string().contains("\"24022913\"") && e.to_string().contains("100"),
+                "{e}"
+            );
             assert!(e.hint().is_some());
         }
         // Width 18: the largest counter renders in full.
         let spec = SerialSpec::new(fmt("YYYY"), 18, None, 22).unwrap();
         let period = spec.format().period_of(0, 0).unwrap();
-        assert_eq!(spec.render("", &period, 999_999_999_999_999_999).unwrap(), "1970999999999999999999");
+        assert_eq!(
+            spec.render("", &period, 999_999_999_999_999_999).unwrap(),
+            "1970999999999999999999"
+        );
         assert!(spec.render("", &period, 1_000_000_000_000_000_000).is_err());
     }
 
@@ -1128,7 +1398,13 @@ mod tests {
         // A counter that is out of range is reported as such even if the prefix is too long.
         let spec = SerialSpec::new(fmt("YYYY"), 1, None, 5).unwrap();
         let period = spec.format().period_of(0, 0).unwrap();
-        assert!(matches!(spec.render("XX", &period, 10), Err(SerialError::Exhausted { .. })));
-        assert!(matches!(spec.render("XX", &period, 9), Err(SerialError::TooLong { len: 7, max: 5 })));
+        assert!(matches!(
+            spec.render("XX", &period, 10),
+            Err(SerialError::Exhausted { .. })
+        ));
+        assert!(matches!(
+            spec.render("XX", &period, 9),
+            Err(SerialError::TooLong { len: 7, max: 5 })
+        ));
     }
 }

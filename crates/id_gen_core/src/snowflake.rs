@@ -68,7 +68,12 @@ pub const MAX_EPOCH_MS: i64 = 253_402_300_799_999;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SnowflakeError {
     /// The bit widths do not add up to 63. SQLSTATE `22023` (invalid_parameter_value).
-    BitsDoNotAddUp { time_bits: u32, node_bits: u32, seq_bits: u32, gene_bits: u32 },
+    BitsDoNotAddUp {
+        time_bits: u32,
+        node_bits: u32,
+        seq_bits: u32,
+        gene_bits: u32,
+    },
     /// Fewer than 35 time bits. SQLSTATE `22023`.
     TimeBitsTooFew { time_bits: u32 },
     /// More than 20 node bits. SQLSTATE `22023`.
@@ -270,7 +275,12 @@ impl SnowflakeLayout {
     };
 
     /// A layout without gene bits: `time_bits + node_bits + seq_bits` must be 63.
-    pub fn new(time_bits: u32, node_bits: u32, seq_bits: u32, epoch_ms: i64) -> Result<Self, SnowflakeError> {
+    pub fn new(
+        time_bits: u32,
+        node_bits: u32,
+        seq_bits: u32,
+        epoch_ms: i64,
+    ) -> Result<Self, SnowflakeError> {
         Self::with_gene(time_bits, node_bits, seq_bits, 0, epoch_ms)
     }
 
@@ -283,9 +293,17 @@ impl SnowflakeLayout {
         gene_bits: u32,
         epoch_ms: i64,
     ) -> Result<Self, SnowflakeError> {
-        let sum = u64::from(time_bits) + u64::from(node_bits) + u64::from(seq_bits) + u64::from(gene_bits);
+        let sum = u64::from(time_bits)
+            + u64::from(node_bits)
+            + u64::from(seq_bits)
+            + u64::from(gene_bits);
         if sum != u64::from(TOTAL_BITS) {
-            return Err(SnowflakeError::BitsDoNotAddUp { time_bits, node_bits, seq_bits, gene_bits });
+            return Err(SnowflakeError::BitsDoNotAddUp {
+                time_bits,
+                node_bits,
+                seq_bits,
+                gene_bits,
+            });
         }
         if time_bits < MIN_TIME_BITS {
             return Err(SnowflakeError::TimeBitsTooFew { time_bits });
@@ -302,7 +320,13 @@ impl SnowflakeLayout {
         if !(0..=MAX_EPOCH_MS).contains(&epoch_ms) {
             return Err(SnowflakeError::EpochOutOfRange { epoch_ms });
         }
-        Ok(SnowflakeLayout { time_bits, node_bits, seq_bits, gene_bits, epoch_ms })
+        Ok(SnowflakeLayout {
+            time_bits,
+            node_bits,
+            seq_bits,
+            gene_bits,
+            epoch_ms,
+        })
     }
 
     pub fn time_bits(&self) -> u32 {
@@ -352,17 +376,26 @@ impl SnowflakeLayout {
         if (0..=self.max_node()).contains(&node) {
             Ok(())
         } else {
-            Err(SnowflakeError::NodeOutOfRange { node, max: self.max_node() })
+            Err(SnowflakeError::NodeOutOfRange {
+                node,
+                max: self.max_node(),
+            })
         }
     }
 
     /// Checks that a unix-ms timestamp is representable; returns it relative to the epoch.
     fn check_time(&self, unix_ms: i64) -> Result<i64, SnowflakeError> {
         if unix_ms < self.epoch_ms {
-            return Err(SnowflakeError::BeforeEpoch { unix_ms, epoch_ms: self.epoch_ms });
+            return Err(SnowflakeError::BeforeEpoch {
+                unix_ms,
+                epoch_ms: self.epoch_ms,
+            });
         }
         if unix_ms > self.end_ms() {
-            return Err(SnowflakeError::TimeOverflow { unix_ms, end_ms: self.end_ms() });
+            return Err(SnowflakeError::TimeOverflow {
+                unix_ms,
+                end_ms: self.end_ms(),
+            });
         }
         Ok(unix_ms - self.epoch_ms)
     }
@@ -371,7 +404,10 @@ impl SnowflakeLayout {
         if (0..=self.max_seq()).contains(&seq) {
             Ok(())
         } else {
-            Err(SnowflakeError::SeqOutOfRange { seq, max: self.max_seq() })
+            Err(SnowflakeError::SeqOutOfRange {
+                seq,
+                max: self.max_seq(),
+            })
         }
     }
 
@@ -386,7 +422,10 @@ impl SnowflakeLayout {
     }
 
     fn assemble(&self, rel_ms: i64, node: i64, seq: i64, gene: i64) -> i64 {
-        (rel_ms << self.time_shift()) | (node << self.node_shift()) | (seq << self.seq_shift()) | gene
+        (rel_ms << self.time_shift())
+            | (node << self.node_shift())
+            | (seq << self.seq_shift())
+            | gene
     }
 
     /// Builds an ID from a unix-ms timestamp, node and sequence (layouts without gene bits;
@@ -397,11 +436,23 @@ impl SnowflakeLayout {
 
     /// Builds an ID whose low `gene_bits` hold `owner.rem_euclid(2^gene_bits)` (so
     /// `id & (2^g-1) == owner & (2^g-1)`), the sequence shifted above them.
-    pub fn compose_with_gene(&self, unix_ms: i64, node: i64, seq: i64, owner: i64) -> Result<i64, SnowflakeError> {
+    pub fn compose_with_gene(
+        &self,
+        unix_ms: i64,
+        node: i64,
+        seq: i64,
+        owner: i64,
+    ) -> Result<i64, SnowflakeError> {
         self.compose_parts(unix_ms, node, seq, Some(owner))
     }
 
-    fn compose_parts(&self, unix_ms: i64, node: i64, seq: i64, owner: Option<i64>) -> Result<i64, SnowflakeError> {
+    fn compose_parts(
+        &self,
+        unix_ms: i64,
+        node: i64,
+        seq: i64,
+        owner: Option<i64>,
+    ) -> Result<i64, SnowflakeError> {
         let gene = self.gene_field(owner)?;
         self.check_node(node)?;
         self.check_seq(seq)?;
@@ -453,7 +504,10 @@ impl SnowflakeState {
     /// (or whose old IDs are all older than the clock minus `max_lead_ms`); otherwise use
     /// [`SnowflakeState::resume`].
     pub const fn new() -> Self {
-        SnowflakeState { last_ms: i64::MIN, seq: u64::MAX }
+        SnowflakeState {
+            last_ms: i64::MIN,
+            seq: u64::MAX,
+        }
     }
 
     /// The state after a restart, from the durably persisted high-water mark (the largest
@@ -464,7 +518,10 @@ impl SnowflakeState {
     /// than `max_lead_ms`, issuing fails with [`SnowflakeError::ClockBehind`] until the
     /// clock catches up — refusing instead of repeating.
     pub const fn resume(persisted_high_water_ms: i64) -> Self {
-        SnowflakeState { last_ms: persisted_high_water_ms, seq: u64::MAX }
+        SnowflakeState {
+            last_ms: persisted_high_water_ms,
+            seq: u64::MAX,
+        }
     }
 
     /// Next ID, without a persisted high-water mark (fine for a node whose state lives as
@@ -475,7 +532,13 @@ impl SnowflakeState {
     /// clock may run ahead of it. With `max_lead_ms = 0` the generator never runs ahead:
     /// a used-up millisecond answers `ClockBehind { skew_ms: 1, .. }` and the caller
     /// sleeps and retries, as classic Snowflake does.
-    pub fn next(&mut self, layout: &SnowflakeLayout, node: i64, now_ms: i64, max_lead_ms: i64) -> Result<i64, SnowflakeError> {
+    pub fn next(
+        &mut self,
+        layout: &SnowflakeLayout,
+        node: i64,
+        now_ms: i64,
+        max_lead_ms: i64,
+    ) -> Result<i64, SnowflakeError> {
         self.issue(layout, node, None, now_ms, max_lead_ms, None)
     }
 
@@ -505,7 +568,14 @@ impl SnowflakeState {
         max_lead_ms: i64,
         high_water_ms: Option<i64>,
     ) -> Result<i64, SnowflakeError> {
-        self.issue(layout, node, Some(owner), now_ms, max_lead_ms, high_water_ms)
+        self.issue(
+            layout,
+            node,
+            Some(owner),
+            now_ms,
+            max_lead_ms,
+            high_water_ms,
+        )
     }
 
     fn issue(
@@ -532,7 +602,10 @@ impl SnowflakeState {
             match self.last_ms.checked_add(1) {
                 Some(ts) => (ts, 0),
                 None => {
-                    return Err(SnowflakeError::TimeOverflow { unix_ms: i64::MAX, end_ms: layout.end_ms() })
+                    return Err(SnowflakeError::TimeOverflow {
+                        unix_ms: i64::MAX,
+                        end_ms: layout.end_ms(),
+                    })
                 }
             }
         };
@@ -540,11 +613,17 @@ impl SnowflakeState {
         let lead = i128::from(ts) - i128::from(now_ms);
         if lead > i128::from(max_lead_ms) {
             let skew_ms = i64::try_from(lead).unwrap_or(i64::MAX);
-            return Err(SnowflakeError::ClockBehind { skew_ms, max_lead_ms });
+            return Err(SnowflakeError::ClockBehind {
+                skew_ms,
+                max_lead_ms,
+            });
         }
         if let Some(high_water_ms) = high_water_ms {
             if ts > high_water_ms {
-                return Err(SnowflakeError::HighWaterReached { needed_ms: ts, high_water_ms });
+                return Err(SnowflakeError::HighWaterReached {
+                    needed_ms: ts,
+                    high_water_ms,
+                });
             }
         }
         let rel = layout.check_time(ts)?;
@@ -563,16 +642,19 @@ impl SnowflakeState {
     /// * after a restart, [`SnowflakeState::resume`] from the persisted mark.
     ///
     /// It answers `Some(base + margin_ms)` once fewer than `margin_ms / 2` ms of the
-    /// reservation remain, where `base = max(now_ms, last_ms + 1)` bounds the next ID's
-    /// timestamp; the value is always above `persisted_ms`. So with a 10 s margin the mark
-    /// is written about every 5 s of issuing, and a following
-    /// [`SnowflakeState::next_within`] never answers `HighWaterReached`. Choose
-    /// `margin_ms <= max_lead_ms`, so that a restart with a correct clock can issue at
-    /// once (the resumed clock is then at most `margin_ms + 1` ahead). A `margin_ms`
-    /// below 1 counts as 1.
+    /// reservation remain beyond `base = max(now_ms, last_ms)`; the value is always above
+    /// `persisted_ms`. The next ID's timestamp is at most `base + 1` (`last_ms + 1` when
+    /// that millisecond is used up), and `None` means at least one millisecond is left,
+    /// so a following [`SnowflakeState::next_within`] never answers `HighWaterReached`.
+    /// With a 10 s margin the mark is written about every 5 s of issuing.
+    ///
+    /// Choose `margin_ms < max_lead_ms`: after a restart the resumed clock is at most
+    /// `margin_ms + 1` ahead of a correct wall clock (plus however far the logical clock
+    /// ran ahead before the crash), so issuing continues at once. A `margin_ms` below 1
+    /// counts as 1.
     pub fn needs_persist(&self, now_ms: i64, persisted_ms: i64, margin_ms: i64) -> Option<i64> {
         let margin = margin_ms.max(1);
-        let base = now_ms.max(self.last_ms.saturating_add(1));
+        let base = now_ms.max(self.last_ms);
         let headroom = i128::from(persisted_ms) - i128::from(base);
         if headroom * 2 >= i128::from(margin) {
             return None;
@@ -611,14 +693,23 @@ mod tests {
     #[test]
     fn default_layout() {
         let l = default();
-        assert_eq!((l.time_bits(), l.node_bits(), l.seq_bits(), l.gene_bits()), (41, 10, 12, 0));
+        assert_eq!(
+            (l.time_bits(), l.node_bits(), l.seq_bits(), l.gene_bits()),
+            (41, 10, 12, 0)
+        );
         assert_eq!(l.epoch_ms(), DEFAULT_EPOCH_MS);
         assert_eq!(DEFAULT_EPOCH_MS, 18_262 * 86_400_000); // 2020-01-01: 18262 days after 1970
         assert_eq!(l.end_ms(), 3_776_860_055_551); // 2089-09-06T15:47:35.551Z
         assert_eq!((l.max_node(), l.max_seq()), (1023, 4095));
-        assert_eq!(SnowflakeLayout::new(41, 10, 12, DEFAULT_EPOCH_MS).unwrap(), l);
+        assert_eq!(
+            SnowflakeLayout::new(41, 10, 12, DEFAULT_EPOCH_MS).unwrap(),
+            l
+        );
         // Known vector: 1 ms after the epoch, node 1, sequence 1.
-        assert_eq!(l.compose(DEFAULT_EPOCH_MS + 1, 1, 1).unwrap(), (1 << 22) | (1 << 12) | 1);
+        assert_eq!(
+            l.compose(DEFAULT_EPOCH_MS + 1, 1, 1).unwrap(),
+            (1 << 22) | (1 << 12) | 1
+        );
         assert_eq!(l.compose(l.end_ms(), 1023, 4095).unwrap(), i64::MAX);
         assert_eq!(l.compose(DEFAULT_EPOCH_MS, 0, 0).unwrap(), 0);
     }
@@ -627,18 +718,49 @@ mod tests {
     fn layout_validation_errors() {
         use SnowflakeError::*;
         let e = SnowflakeLayout::new(41, 10, 13, 0).unwrap_err();
-        assert_eq!(e, BitsDoNotAddUp { time_bits: 41, node_bits: 10, seq_bits: 13, gene_bits: 0 });
+        assert_eq!(
+            e,
+            BitsDoNotAddUp {
+                time_bits: 41,
+                node_bits: 10,
+                seq_bits: 13,
+                gene_bits: 0
+            }
+        );
         assert!(e.to_string().contains("= 64 (must be 63)"), "{e}");
-        assert!(matches!(SnowflakeLayout::new(u32::MAX, u32::MAX, 2, 0), Err(BitsDoNotAddUp { .. })));
-        assert!(matches!(SnowflakeLayout::with_gene(41, 10, 12, u32::MAX, 0), Err(BitsDoNotAddUp { .. })));
-        assert_eq!(SnowflakeLayout::new(34, 17, 12, 0), Err(TimeBitsTooFew { time_bits: 34 }));
-        assert_eq!(SnowflakeLayout::new(35, 21, 7, 0), Err(NodeBitsTooMany { node_bits: 21 }));
-        assert_eq!(SnowflakeLayout::new(53, 10, 0, 0), Err(SeqBitsTooFew { seq_bits: 0 }));
-        assert_eq!(SnowflakeLayout::with_gene(40, 0, 6, 17, 0), Err(GeneBitsTooMany { gene_bits: 17 }));
-        assert_eq!(SnowflakeLayout::new(41, 10, 12, -1), Err(EpochOutOfRange { epoch_ms: -1 }));
+        assert!(matches!(
+            SnowflakeLayout::new(u32::MAX, u32::MAX, 2, 0),
+            Err(BitsDoNotAddUp { .. })
+        ));
+        assert!(matches!(
+            SnowflakeLayout::with_gene(41, 10, 12, u32::MAX, 0),
+            Err(BitsDoNotAddUp { .. })
+        ));
+        assert_eq!(
+            SnowflakeLayout::new(34, 17, 12, 0),
+            Err(TimeBitsTooFew { time_bits: 34 })
+        );
+        assert_eq!(
+            SnowflakeLayout::new(35, 21, 7, 0),
+            Err(NodeBitsTooMany { node_bits: 21 })
+        );
+        assert_eq!(
+            SnowflakeLayout::new(53, 10, 0, 0),
+            Err(SeqBitsTooFew { seq_bits: 0 })
+        );
+        assert_eq!(
+            SnowflakeLayout::with_gene(40, 0, 6, 17, 0),
+            Err(GeneBitsTooMany { gene_bits: 17 })
+        );
+        assert_eq!(
+            SnowflakeLayout::new(41, 10, 12, -1),
+            Err(EpochOutOfRange { epoch_ms: -1 })
+        );
         assert_eq!(
             SnowflakeLayout::new(41, 10, 12, MAX_EPOCH_MS + 1),
-            Err(EpochOutOfRange { epoch_ms: MAX_EPOCH_MS + 1 })
+            Err(EpochOutOfRange {
+                epoch_ms: MAX_EPOCH_MS + 1
+            })
         );
         for e in [
             SnowflakeLayout::new(34, 17, 12, 0).unwrap_err(),
@@ -669,7 +791,8 @@ mod tests {
         let mut rng = XorShift(42);
         for l in layouts {
             for _ in 0..20_000 {
-                let unix_ms = l.epoch_ms() + (rng.next() % ((l.end_ms() - l.epoch_ms()) as u64 + 1)) as i64;
+                let unix_ms =
+                    l.epoch_ms() + (rng.next() % ((l.end_ms() - l.epoch_ms()) as u64 + 1)) as i64;
                 let node = rng.below(l.max_node() as u64 + 1) as i64;
                 let seq = rng.below(l.max_seq() as u64 + 1) as i64;
                 let owner = rng.next() as i64;
@@ -677,10 +800,21 @@ mod tests {
                     (l.compose(unix_ms, node, seq).unwrap(), 0)
                 } else {
                     let g = (1i64 << l.gene_bits()) - 1;
-                    (l.compose_with_gene(unix_ms, node, seq, owner).unwrap(), owner & g)
+                    (
+                        l.compose_with_gene(unix_ms, node, seq, owner).unwrap(),
+                        owner & g,
+                    )
                 };
                 assert!(id >= 0);
-                assert_eq!(l.decompose(id).unwrap(), SnowflakeParts { unix_ms, node, seq, gene });
+                assert_eq!(
+                    l.decompose(id).unwrap(),
+                    SnowflakeParts {
+                        unix_ms,
+                        node,
+                        seq,
+                        gene
+                    }
+                );
             }
         }
     }
@@ -689,21 +823,54 @@ mod tests {
     fn compose_errors() {
         use SnowflakeError::*;
         let l = default();
-        assert_eq!(l.compose(NOW, 1024, 0), Err(NodeOutOfRange { node: 1024, max: 1023 }));
-        assert_eq!(l.compose(NOW, -1, 0), Err(NodeOutOfRange { node: -1, max: 1023 }));
-        assert_eq!(l.compose(NOW, 0, 4096), Err(SeqOutOfRange { seq: 4096, max: 4095 }));
-        assert_eq!(l.compose(NOW, 0, -1), Err(SeqOutOfRange { seq: -1, max: 4095 }));
+        assert_eq!(
+            l.compose(NOW, 1024, 0),
+            Err(NodeOutOfRange {
+                node: 1024,
+                max: 1023
+            })
+        );
+        assert_eq!(
+            l.compose(NOW, -1, 0),
+            Err(NodeOutOfRange {
+                node: -1,
+                max: 1023
+            })
+        );
+        assert_eq!(
+            l.compose(NOW, 0, 4096),
+            Err(SeqOutOfRange {
+                seq: 4096,
+                max: 4095
+            })
+        );
+        assert_eq!(
+            l.compose(NOW, 0, -1),
+            Err(SeqOutOfRange { seq: -1, max: 4095 })
+        );
         assert_eq!(
             l.compose(DEFAULT_EPOCH_MS - 1, 0, 0),
-            Err(BeforeEpoch { unix_ms: DEFAULT_EPOCH_MS - 1, epoch_ms: DEFAULT_EPOCH_MS })
+            Err(BeforeEpoch {
+                unix_ms: DEFAULT_EPOCH_MS - 1,
+                epoch_ms: DEFAULT_EPOCH_MS
+            })
         );
-        assert_eq!(l.compose(l.end_ms() + 1, 0, 0), Err(TimeOverflow { unix_ms: l.end_ms() + 1, end_ms: l.end_ms() }));
+        assert_eq!(
+            l.compose(l.end_ms() + 1, 0, 0),
+            Err(TimeOverflow {
+                unix_ms: l.end_ms() + 1,
+                end_ms: l.end_ms()
+            })
+        );
         assert_eq!(l.compose(i64::MIN, 0, 0).unwrap_err().sqlstate(), "22008");
         assert_eq!(l.compose(i64::MAX, 0, 0).unwrap_err().sqlstate(), "2200H");
         assert_eq!(l.compose_with_gene(NOW, 0, 0, 7), Err(NoGeneBits));
         let g = SnowflakeLayout::with_gene(41, 10, 8, 4, DEFAULT_EPOCH_MS).unwrap();
         assert_eq!(g.compose(NOW, 0, 0), Err(OwnerRequired { gene_bits: 4 }));
-        assert_eq!(g.compose_with_gene(NOW, 0, 256, 7), Err(SeqOutOfRange { seq: 256, max: 255 }));
+        assert_eq!(
+            g.compose_with_gene(NOW, 0, 256, 7),
+            Err(SeqOutOfRange { seq: 256, max: 255 })
+        );
         assert_eq!(l.decompose(-1), Err(NegativeId { id: -1 }));
         assert_eq!(l.decompose(i64::MIN).unwrap_err().sqlstate(), "22003");
     }
@@ -739,36 +906,48 @@ mod tests {
 
     #[test]
     fn millions_of_calls_with_an_erratic_clock() {
-        // Clock that stalls, creeps, jumps ahead, and jumps back within the lead.
+        // True time creeps and jumps; the wall clock is true time plus an offset that is
+        // set back (mostly within the lead, sometimes beyond it) and restored now and then.
         let l = default();
         let mut rng = XorShift(0xC0FFEE);
         let mut s = SnowflakeState::new();
-        let mut wall = NOW;
-        let mut prev = -1i64;
-        let mut behind = 0u64;
+        let (mut truth, mut offset) = (NOW, 0i64);
+        let (mut prev, mut issued, mut refused) = (-1i64, 0u32, 0u32);
         for i in 0..3_000_000u32 {
-            match rng.below(1000) {
-                0..=899 => {}                                        // stall
-                900..=989 => wall += 1,                             // creep
-                990..=995 => wall += rng.below(50) as i64,          // jump ahead
-                _ => wall -= rng.below(LEAD as u64 / 2) as i64,     // set back (within lead)
+            match rng.below(100_000) {
+                0..=9_999 => truth += 1,
+                10_000..=10_099 => truth += rng.below(100) as i64,
+                10_100..=10_149 => offset -= rng.below(LEAD as u64 / 2) as i64,
+                10_150..=10_154 => offset -= LEAD + 1 + rng.below(10_000) as i64,
+                10_155..=10_199 => offset = 0,
+                _ => {} // stall
             }
+            let wall = truth + offset;
+            let before = s;
             match s.next(&l, 3, wall, LEAD) {
                 Ok(id) => {
                     assert!(id > prev, "call {i}");
                     prev = id;
+                    issued += 1;
                 }
-                Err(SnowflakeError::ClockBehind { skew_ms, max_lead_ms }) => {
-                    // Repeated set-backs can add up past the lead; then nothing is issued.
+                Err(SnowflakeError::ClockBehind {
+                    skew_ms,
+                    max_lead_ms,
+                }) => {
                     assert!(skew_ms > max_lead_ms);
-                    behind += 1;
-                    wall = s.last_ms; // let the clock catch up
+                    assert!(
+                        skew_ms == before.last_ms - wall || skew_ms == before.last_ms + 1 - wall
+                    );
+                    assert_eq!(s, before);
+                    refused += 1;
                 }
                 Err(e) => panic!("call {i}: {e}"),
             }
         }
-        assert!(prev > 0);
-        assert!(behind < 1000, "{behind}");
+        assert!(
+            issued > 2_000_000 && refused > 0,
+            "issued {issued}, refused {refused}"
+        );
     }
 
     #[test]
@@ -780,11 +959,27 @@ mod tests {
         let b = s.next(&l, 1, NOW - 3_000, LEAD).unwrap();
         let c = s.next(&l, 1, NOW - 2_999, LEAD).unwrap();
         assert!(a < b && b < c);
-        assert_eq!(l.decompose(b).unwrap(), SnowflakeParts { unix_ms: NOW, node: 1, seq: 1, gene: 0 });
+        assert_eq!(
+            l.decompose(b).unwrap(),
+            SnowflakeParts {
+                unix_ms: NOW,
+                node: 1,
+                seq: 1,
+                gene: 0
+            }
+        );
         assert_eq!(l.decompose(c).unwrap().seq, 2);
         // When the clock passes the logical clock again, the wall clock takes over.
         let d = s.next(&l, 1, NOW + 1, LEAD).unwrap();
-        assert_eq!(l.decompose(d).unwrap(), SnowflakeParts { unix_ms: NOW + 1, node: 1, seq: 0, gene: 0 });
+        assert_eq!(
+            l.decompose(d).unwrap(),
+            SnowflakeParts {
+                unix_ms: NOW + 1,
+                node: 1,
+                seq: 0,
+                gene: 0
+            }
+        );
         // Exactly at the lead is still tolerated.
         let e = s.next(&l, 1, NOW + 1 - LEAD, LEAD).unwrap();
         assert!(e > d);
@@ -797,15 +992,30 @@ mod tests {
         let a = s.next(&l, 1, NOW, LEAD).unwrap();
         let before = s;
         let e = s.next(&l, 1, NOW - LEAD - 1, LEAD).unwrap_err();
-        assert_eq!(e, SnowflakeError::ClockBehind { skew_ms: LEAD + 1, max_lead_ms: LEAD });
+        assert_eq!(
+            e,
+            SnowflakeError::ClockBehind {
+                skew_ms: LEAD + 1,
+                max_lead_ms: LEAD
+            }
+        );
         assert_eq!(s, before, "a refused call must not change the state");
         assert_eq!(e.sqlstate(), "55000");
         let msg = e.to_string();
-        assert!(msg.contains("5001 ms behind") && msg.contains("tolerated: 5000 ms"), "{msg}");
+        assert!(
+            msg.contains("5001 ms behind") && msg.contains("tolerated: 5000 ms"),
+            "{msg}"
+        );
         assert!(e.hint().unwrap().contains("retry in 1 ms"));
         // An hour back: the skew is named in full.
         let e = s.next(&l, 1, NOW - 3_600_000, LEAD).unwrap_err();
-        assert_eq!(e, SnowflakeError::ClockBehind { skew_ms: 3_600_000, max_lead_ms: LEAD });
+        assert_eq!(
+            e,
+            SnowflakeError::ClockBehind {
+                skew_ms: 3_600_000,
+                max_lead_ms: LEAD
+            }
+        );
         // Once the clock is back within the lead, issuing continues above `a`.
         let b = s.next(&l, 1, NOW - LEAD, LEAD).unwrap();
         assert!(b > a);
@@ -818,13 +1028,29 @@ mod tests {
         let mut prev = -1;
         for seq in 0..4096 {
             let id = s.next(&l, 9, NOW, LEAD).unwrap();
-            assert_eq!(l.decompose(id).unwrap(), SnowflakeParts { unix_ms: NOW, node: 9, seq, gene: 0 });
+            assert_eq!(
+                l.decompose(id).unwrap(),
+                SnowflakeParts {
+                    unix_ms: NOW,
+                    node: 9,
+                    seq,
+                    gene: 0
+                }
+            );
             assert!(id > prev);
             prev = id;
         }
         let id = s.next(&l, 9, NOW, LEAD).unwrap();
         assert!(id > prev);
-        assert_eq!(l.decompose(id).unwrap(), SnowflakeParts { unix_ms: NOW + 1, node: 9, seq: 0, gene: 0 });
+        assert_eq!(
+            l.decompose(id).unwrap(),
+            SnowflakeParts {
+                unix_ms: NOW + 1,
+                node: 9,
+                seq: 0,
+                gene: 0
+            }
+        );
         // The real next millisecond continues the logical one instead of repeating it.
         let id2 = s.next(&l, 9, NOW + 1, LEAD).unwrap();
         assert_eq!(l.decompose(id2).unwrap().seq, 1);
@@ -835,7 +1061,13 @@ mod tests {
             s.next(&l, 9, NOW, 0).unwrap();
         }
         let e = s.next(&l, 9, NOW, 0).unwrap_err();
-        assert_eq!(e, SnowflakeError::ClockBehind { skew_ms: 1, max_lead_ms: 0 });
+        assert_eq!(
+            e,
+            SnowflakeError::ClockBehind {
+                skew_ms: 1,
+                max_lead_ms: 0
+            }
+        );
         let id = s.next(&l, 9, NOW + 1, 0).unwrap();
         assert_eq!(l.decompose(id).unwrap().unix_ms, NOW + 1);
     }
@@ -847,13 +1079,34 @@ mod tests {
         let mut s = SnowflakeState::new();
         s.next(&l, 0, NOW, LEAD).unwrap();
         let before = s;
-        assert_eq!(s.next(&l, 1024, NOW, LEAD), Err(NodeOutOfRange { node: 1024, max: 1023 }));
-        assert_eq!(s.next(&l, -5, NOW, LEAD), Err(NodeOutOfRange { node: -5, max: 1023 }));
-        assert_eq!(s.next(&l, 0, NOW, -1), Err(InvalidMaxLead { max_lead_ms: -1 }));
+        assert_eq!(
+            s.next(&l, 1024, NOW, LEAD),
+            Err(NodeOutOfRange {
+                node: 1024,
+                max: 1023
+            })
+        );
+        assert_eq!(
+            s.next(&l, -5, NOW, LEAD),
+            Err(NodeOutOfRange {
+                node: -5,
+                max: 1023
+            })
+        );
+        assert_eq!(
+            s.next(&l, 0, NOW, -1),
+            Err(InvalidMaxLead { max_lead_ms: -1 })
+        );
         assert_eq!(s, before);
         // Past the end of time.
         let e = s.next(&l, 0, l.end_ms() + 1, LEAD).unwrap_err();
-        assert_eq!(e, TimeOverflow { unix_ms: l.end_ms() + 1, end_ms: l.end_ms() });
+        assert_eq!(
+            e,
+            TimeOverflow {
+                unix_ms: l.end_ms() + 1,
+                end_ms: l.end_ms()
+            }
+        );
         assert_eq!(e.sqlstate(), "2200H");
         assert!(e.hint().is_some());
         // The last millisecond works, and exhausting it overflows rather than wrapping.
@@ -861,16 +1114,31 @@ mod tests {
         for _ in 0..4096 {
             s.next(&l, 0, l.end_ms(), LEAD).unwrap();
         }
-        assert!(matches!(s.next(&l, 0, l.end_ms(), LEAD), Err(TimeOverflow { .. })));
+        assert!(matches!(
+            s.next(&l, 0, l.end_ms(), LEAD),
+            Err(TimeOverflow { .. })
+        ));
         // Before the epoch.
         let mut s = SnowflakeState::new();
         let e = s.next(&l, 0, 0, LEAD).unwrap_err();
-        assert_eq!(e, BeforeEpoch { unix_ms: 0, epoch_ms: DEFAULT_EPOCH_MS });
+        assert_eq!(
+            e,
+            BeforeEpoch {
+                unix_ms: 0,
+                epoch_ms: DEFAULT_EPOCH_MS
+            }
+        );
         assert_eq!(s, SnowflakeState::new());
         // Gene / owner mismatch.
-        assert_eq!(s.next_with_gene(&l, 0, 42, NOW, LEAD, None), Err(NoGeneBits));
+        assert_eq!(
+            s.next_with_gene(&l, 0, 42, NOW, LEAD, None),
+            Err(NoGeneBits)
+        );
         let g = SnowflakeLayout::with_gene(41, 10, 8, 4, DEFAULT_EPOCH_MS).unwrap();
-        assert_eq!(s.next(&g, 0, NOW, LEAD), Err(OwnerRequired { gene_bits: 4 }));
+        assert_eq!(
+            s.next(&g, 0, NOW, LEAD),
+            Err(OwnerRequired { gene_bits: 4 })
+        );
     }
 
     #[test]
@@ -881,9 +1149,18 @@ mod tests {
             SnowflakeState::new(),
             SnowflakeState::resume(i64::MAX),
             SnowflakeState::resume(i64::MIN),
-            SnowflakeState { last_ms: NOW, seq: 0 },
-            SnowflakeState { last_ms: i64::MAX, seq: 0 },
-            SnowflakeState { last_ms: 0, seq: u64::MAX - 1 },
+            SnowflakeState {
+                last_ms: NOW,
+                seq: 0,
+            },
+            SnowflakeState {
+                last_ms: i64::MAX,
+                seq: 0,
+            },
+            SnowflakeState {
+                last_ms: 0,
+                seq: u64::MAX - 1,
+            },
         ];
         for l in &layouts {
             for st in states {
@@ -904,8 +1181,19 @@ mod tests {
                 }
             }
         }
-        let e = SnowflakeState { last_ms: i64::MAX, seq: 0 }.next(&default(), 0, i64::MIN, LEAD).unwrap_err();
-        assert_eq!(e, SnowflakeError::ClockBehind { skew_ms: i64::MAX, max_lead_ms: LEAD });
+        let e = SnowflakeState {
+            last_ms: i64::MAX,
+            seq: 0,
+        }
+        .next(&default(), 0, i64::MIN, LEAD)
+        .unwrap_err();
+        assert_eq!(
+            e,
+            SnowflakeError::ClockBehind {
+                skew_ms: i64::MAX,
+                max_lead_ms: LEAD
+            }
+        );
     }
 
     /// A node with the persistence protocol: the durable mark survives a crash, the
@@ -920,7 +1208,13 @@ mod tests {
 
     impl Node {
         fn boot(layout: SnowflakeLayout, persisted: i64, margin: i64) -> Node {
-            Node { layout, state: SnowflakeState::resume(persisted), persisted, margin, writes: 0 }
+            Node {
+                layout,
+                state: SnowflakeState::resume(persisted),
+                persisted,
+                margin,
+                writes: 0,
+            }
         }
         fn next(&mut self, now: i64) -> Result<i64, SnowflakeError> {
             if let Some(v) = self.state.needs_persist(now, self.persisted, self.margin) {
@@ -928,8 +1222,13 @@ mod tests {
                 self.persisted = v; // durably written before use
                 self.writes += 1;
             }
-            let id = self.state.next_within(&self.layout, 5, now, LEAD, self.persisted);
-            assert!(!matches!(id, Err(SnowflakeError::HighWaterReached { .. })), "{id:?}");
+            let id = self
+                .state
+                .next_within(&self.layout, 5, now, LEAD, self.persisted);
+            assert!(
+                !matches!(id, Err(SnowflakeError::HighWaterReached { .. })),
+                "{id:?}"
+            );
             if let Ok(id) = id {
                 assert!(self.layout.decompose(id).unwrap().unix_ms <= self.persisted);
             }
@@ -970,7 +1269,10 @@ mod tests {
         let mut node = node.crash();
         let back = NOW - 3_600_000;
         match node.next(back) {
-            Err(SnowflakeError::ClockBehind { skew_ms, max_lead_ms }) => {
+            Err(SnowflakeError::ClockBehind {
+                skew_ms,
+                max_lead_ms,
+            }) => {
                 assert_eq!(max_lead_ms, LEAD);
                 assert!(skew_ms > 3_600_000);
             }
@@ -979,13 +1281,14 @@ mod tests {
         // … until the clock is back within the lead of the mark.
         let resumed_at = node.persisted + 1 - LEAD;
         let id = node.next(resumed_at).unwrap();
-        assert!(id > prev && id > node_state.last_ms);
+        assert!(id > prev);
+        assert!(node.layout.decompose(id).unwrap().unix_ms > node_state.last_ms);
         assert!(all.insert(id));
     }
 
     #[test]
     fn restart_with_a_correct_clock_issues_at_once_when_margin_is_within_the_lead() {
-        let mut node = Node::boot(default(), 0, LEAD);
+        let mut node = Node::boot(default(), 0, LEAD - 1);
         let mut prev = -1;
         for i in 0..10_000 {
             prev = node.next(NOW + i).unwrap();
@@ -1014,7 +1317,13 @@ mod tests {
         let mut s = SnowflakeState::new();
         // No reservation yet: refused, state untouched.
         let e = s.next_within(&l, 0, NOW, LEAD, NOW - 1).unwrap_err();
-        assert_eq!(e, SnowflakeError::HighWaterReached { needed_ms: NOW, high_water_ms: NOW - 1 });
+        assert_eq!(
+            e,
+            SnowflakeError::HighWaterReached {
+                needed_ms: NOW,
+                high_water_ms: NOW - 1
+            }
+        );
         assert_eq!(e.sqlstate(), "55000");
         assert_eq!(s, SnowflakeState::new());
         // Reservation up to NOW: the 4096 IDs of NOW, then refusal (would need NOW + 1).
@@ -1022,25 +1331,47 @@ mod tests {
             s.next_within(&l, 0, NOW, LEAD, NOW).unwrap();
         }
         let e = s.next_within(&l, 0, NOW, LEAD, NOW).unwrap_err();
-        assert_eq!(e, SnowflakeError::HighWaterReached { needed_ms: NOW + 1, high_water_ms: NOW });
+        assert_eq!(
+            e,
+            SnowflakeError::HighWaterReached {
+                needed_ms: NOW + 1,
+                high_water_ms: NOW
+            }
+        );
         // needs_persist asks for exactly what is missing plus the margin.
-        assert_eq!(s.needs_persist(NOW, NOW, 1_000), Some(NOW + 1 + 1_000));
+        assert_eq!(s.needs_persist(NOW, NOW, 1_000), Some(NOW + 1_000));
     }
 
     #[test]
     fn needs_persist_thresholds() {
-        let s = SnowflakeState { last_ms: NOW, seq: 0 };
-        // base = NOW + 1; refresh once fewer than margin/2 = 500 ms remain.
-        assert_eq!(s.needs_persist(NOW, NOW + 1 + 500, 1_000), None);
-        assert_eq!(s.needs_persist(NOW, NOW + 1 + 499, 1_000), Some(NOW + 1 + 1_000));
+        let s = SnowflakeState {
+            last_ms: NOW,
+            seq: 0,
+        };
+        // base = NOW; refresh once fewer than margin/2 = 500 ms remain.
+        assert_eq!(s.needs_persist(NOW, NOW + 500, 1_000), None);
+        assert_eq!(s.needs_persist(NOW, NOW + 499, 1_000), Some(NOW + 1_000));
+        assert_eq!(
+            s.needs_persist(NOW - 7, NOW + 499, 1_000),
+            Some(NOW + 1_000)
+        );
         // The wall clock ahead of the state sets the base.
-        assert_eq!(s.needs_persist(NOW + 10_000, NOW + 1_000, 1_000), Some(NOW + 11_000));
+        assert_eq!(
+            s.needs_persist(NOW + 10_000, NOW + 1_000, 1_000),
+            Some(NOW + 11_000)
+        );
         // Fresh state: base is the wall clock.
-        assert_eq!(SnowflakeState::new().needs_persist(NOW, i64::MIN, 1_000), Some(NOW + 1_000));
+        assert_eq!(
+            SnowflakeState::new().needs_persist(NOW, i64::MIN, 1_000),
+            Some(NOW + 1_000)
+        );
         // After resume the mark itself is used up: a new one is needed before issuing.
-        assert_eq!(SnowflakeState::resume(NOW).needs_persist(NOW - 10, NOW, 1_000), Some(NOW + 1 + 1_000));
+        assert_eq!(
+            SnowflakeState::resume(NOW).needs_persist(NOW - 10, NOW, 1_000),
+            Some(NOW + 1_000)
+        );
         // A margin below 1 counts as 1.
-        assert_eq!(s.needs_persist(NOW, NOW, 0), Some(NOW + 2));
+        assert_eq!(s.needs_persist(NOW, NOW, 0), Some(NOW + 1));
         assert_eq!(s.needs_persist(NOW, NOW + 1, -5), None);
     }
 
@@ -1067,10 +1398,19 @@ mod tests {
         // The 256 orders of user 2222 in one millisecond used up its 8 sequence bits; the
         // 257th moved to the next millisecond instead of repeating.
         let mut s = SnowflakeState::new();
-        let ids: Vec<i64> =
-            (0..257).map(|_| s.next_with_gene(&g, 0, 2222, NOW, LEAD, None).unwrap()).collect();
+        let ids: Vec<i64> = (0..257)
+            .map(|_| s.next_with_gene(&g, 0, 2222, NOW, LEAD, None).unwrap())
+            .collect();
         assert_eq!(g.decompose(ids[255]).unwrap().unix_ms, NOW);
-        assert_eq!(g.decompose(ids[256]).unwrap(), SnowflakeParts { unix_ms: NOW + 1, node: 0, seq: 0, gene: 2222 % 16 });
+        assert_eq!(
+            g.decompose(ids[256]).unwrap(),
+            SnowflakeParts {
+                unix_ms: NOW + 1,
+                node: 0,
+                seq: 0,
+                gene: 2222 % 16
+            }
+        );
         // Bounded by a high-water mark as well.
         let mut s = SnowflakeState::new();
         assert!(matches!(

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# README command 2: every test tier, from a fresh machine (as root).
+#   1. core unit tests          cargo test -p id_gen_core
+#   2. in-server unit tests     cargo pgrx test pg15 (#[pg_test])
+#   3. SQL golden tests         pg_regress on tests/pg_regress against a throwaway cluster
+#   4. out-of-process tests     tests/e2e/*.sh against real servers (pgbench, crash, dump)
+# Usage: scripts/test.sh [tier...]   (tiers: core pgrx regress e2e; default: all)
+# IDG_SKIP_INSTALL=1 reuses the extension already installed (for quick iterations).
+source "$(dirname "$0")/common.sh"
+TIERS=("$@"); [ ${#TIERS[@]} -eq 0 ] && TIERS=(core pgrx regress e2e)
+has() { local t; for t in "${TIERS[@]}"; do [ "$t" = "$1" ] && return 0; done; return 1; }
+cd "$REPO_ROOT"
+ensure_toolchain
+
+if has core; then
+  log "tier 1: core unit tests"
+  cargo test -p id_gen_core --release
+fi
+
+if has pgrx; then
+  log "tier 2: #[pg_test] (cargo pgrx test)"
+  PGT=/tmp/idg_pgt
+  rm -rf "$PGT"; mkdir -p "$PGT"; chown postgres:postgres "$PGT"
+  cargo pgrx test pg15 --runas postgres --pgdata "$PGT/data"
+fi
+
+# Tiers 3 and 4 use the extension installed in the system PostgreSQL; `cargo pgrx test`
+# overwrites it with a test build, so install after it.
+if { has regress || has e2e; } && [ -z "${IDG_SKIP_INSTALL:-}" ]; then
+  install_extension
+fi
+
+if has regress; then
+  log "tier 3: pg_regress golden files"
+  DIR=/tmp/idg_regress PORT=54321
+  cluster_start "$DIR" "$PORT"
+  trap 'cluster_stop /tmp/idg_regress' EXIT
+  cpsql "$DIR" "$PORT" -c "CREATE DATABASE idg_regress" >/dev/null
+  OUT=/tmp/idg_regress/out; mkdir -p "$OUT"; chown postgres:postgres "$OUT"
+  TESTS=$(cd tests/pg_regress/sql && ls *.sql | sed 's/\.sql$//' | sort)
+  PG_REGRESS="$(dirname "$($PG_CONFIG --pgxs)")/../test/regress/pg_regress"
+  if ! env -u RUST_BACKTRACE "$PG_REGRESS" --use-existing --host="$DIR" --port="$PORT" --user=postgres \
+      --dbname=idg_regress --inputdir=tests/pg_regress --outputdir="$OUT" $TESTS; then
+    cat "$OUT/regression.diffs" 2>/dev/null | head -200
+    exit 1
+  fi
+  cluster_stop "$DIR"; trap - EXIT
+fi
+
+if has e2e; then
+  log "tier 4: out-of-process tests"
+  for t in tests/e2e/[0-9]*.sh; do
+    log "e2e: $t"
+    bash "$t"
+  done
+fi
+log "all requested tiers passed: ${TIERS[*]}"

@@ -1,0 +1,120 @@
+-- Named sequences served from the shared segment cache (DESIGN.md §3).
+
+SELECT id_gen.create_sequence('orders', step => 100) AS created;
+SELECT name, max_id, step, min_step, max_step, buffer_seconds, preload_threshold, counters,
+       max_value = 9223372036854775807 AS default_max, incarnation <> 0 AS has_incarnation
+FROM id_gen.sequences WHERE name = 'orders';
+
+-- Values start at `start`, increase, never repeat.
+SELECT id_gen.next_segment_id('orders') AS first_value;
+SELECT count(*) AS n, count(DISTINCT v) AS distinct_n, min(v) > 1 AS above_first,
+       bool_and(v > 1) AS all_above
+FROM (SELECT id_gen.next_segment_id('orders') AS v FROM generate_series(1, 1000)) s;
+-- In one session, values come out strictly increasing.
+SELECT bool_and(v > prev) AS strictly_increasing
+FROM (SELECT v, lag(v) OVER (ORDER BY o) AS prev
+      FROM (SELECT id_gen.next_segment_id('orders') AS v, o FROM generate_series(1, 500) o) a) b
+WHERE prev IS NOT NULL;
+-- The catalog high-water mark covers every value handed out.
+SELECT max_id >= 1501 AS high_water_covers FROM id_gen.sequences WHERE name = 'orders';
+
+-- Bulk: one call, n distinct values; runs are consecutive inside a segment.
+SELECT count(*) AS n, count(DISTINCT v) AS distinct_n FROM id_gen.next_segment_ids('orders', 5000) v;
+SELECT count(*) AS zero_rows FROM id_gen.next_segment_ids('orders', 0);
+SELECT try($$SELECT id_gen.next_segment_ids('orders', -1)$$);
+
+-- A DEFAULT on a primary key.
+CREATE TABLE seq_orders (id bigint PRIMARY KEY DEFAULT id_gen.next_segment_id('orders'), note text);
+INSERT INTO seq_orders (note) SELECT 'n' || g FROM generate_series(1, 300) g;
+SELECT count(*) AS rows, count(DISTINCT id) AS distinct_ids FROM seq_orders;
+
+-- ROLLBACK never causes reuse: values taken in an aborted transaction stay used.
+CREATE TEMP TABLE seen AS SELECT id_gen.next_segment_id('orders') AS v FROM generate_series(1, 10);
+BEGIN;
+CREATE TEMP TABLE rolled AS SELECT id_gen.next_segment_id('orders') AS v FROM generate_series(1, 200);
+ROLLBACK;
+BEGIN;
+SELECT id_gen.next_segment_id('orders') AS v INTO TEMP keep FROM generate_series(1, 200);
+SELECT min(v) > (SELECT max(v) FROM seen) + 200 AS no_reuse_after_rollback FROM keep;
+COMMIT;
+
+-- Status view: one row per cached sequence, with its columns.
+SELECT database = current_database() AS this_db, sequence, counter_group, state,
+       current_first <= current_last AS has_segment, current_fill BETWEEN 0 AND 1 AS fill_ok,
+       step > 0 AS step_ok, refills >= 1 AS refilled, calls >= 6000 AS counted,
+       worker_pid IS NOT NULL AS has_worker
+FROM id_gen.status WHERE sequence = 'orders';
+SELECT array_agg(attname ORDER BY attnum) AS status_columns
+FROM pg_attribute WHERE attrelid = 'id_gen.status'::regclass AND attnum > 0;
+SELECT count(*) = 1 AS worker_in_pg_stat_activity
+FROM pg_stat_activity WHERE backend_type = 'id_gen refill worker' AND datname = current_database();
+
+-- Errors.
+SELECT try($$SELECT id_gen.create_sequence('orders')$$);
+SELECT try($$SELECT id_gen.next_segment_id('missing')$$);
+SELECT try($$SELECT id_gen.next_segment_id('bad name')$$);
+SELECT try($$SELECT id_gen.next_segment_id('')$$);
+SELECT try($$SELECT id_gen.next_segment_id(repeat('x', 64))$$);
+SELECT try($$SELECT id_gen.create_sequence('x; drop table')$$);
+SELECT try($$SELECT id_gen.create_sequence('s_bad', step => 0)$$);
+SELECT try($$SELECT id_gen.create_sequence('s_bad', step => 10, min_step => 20)$$);
+SELECT try($$SELECT id_gen.create_sequence('s_bad', step => 10, max_step => 5)$$);
+SELECT try($$SELECT id_gen.create_sequence('s_bad', buffer_seconds => 0)$$);
+SELECT try($$SELECT id_gen.create_sequence('s_bad', preload_threshold => 1)$$);
+SELECT try($$SELECT id_gen.create_sequence('s_bad', start => -1)$$);
+SELECT try($$SELECT id_gen.create_sequence('s_bad', counters => 65)$$);
+SELECT try($$SELECT id_gen.alter_sequence('missing', step => 5)$$);
+SELECT try($$SELECT id_gen.drop_sequence('missing')$$);
+SELECT id_gen.drop_sequence('missing', if_exists => true) AS dropped_missing;
+SELECT id_gen.next_segment_id(NULL) IS NULL AS strict_null;
+
+-- Exhaustion: a configured maximum gives 2200H, never a wrap or a repeat.
+SELECT id_gen.create_sequence('tiny', start => 1, step => 3, max_value => 5) AS created;
+SELECT array_agg(id_gen.next_segment_id('tiny')) AS all_values FROM generate_series(1, 5);
+SELECT try($$SELECT id_gen.next_segment_id('tiny')$$);
+SELECT state FROM id_gen.status WHERE sequence = 'tiny';
+SELECT try($$SELECT id_gen.alter_sequence('tiny', max_value => 3)$$);
+SELECT id_gen.alter_sequence('tiny', max_value => 7) AS altered;
+SELECT array_agg(id_gen.next_segment_id('tiny')) AS after_raise FROM generate_series(1, 2);
+
+-- alter_sequence takes effect with the next segment.
+SELECT id_gen.create_sequence('alt', step => 10, max_step => 10) AS created;
+SELECT id_gen.next_segment_id('alt') AS v1;
+SELECT id_gen.alter_sequence('alt', step => 50, max_step => 50, min_step => 50) AS altered;
+SELECT count(*) AS taken FROM (SELECT id_gen.next_segment_id('alt') FROM generate_series(1, 60)) s;
+SELECT step, min_step, max_step FROM id_gen.sequences WHERE name = 'alt';
+SELECT bool_or(step = 50) AS new_step_seen FROM id_gen.status WHERE sequence = 'alt';
+
+-- Dropped while cached: the cache forgets it; re-created, it starts afresh.
+SELECT id_gen.create_sequence('gone', start => 1000, step => 10) AS created;
+SELECT id_gen.next_segment_id('gone') AS before_drop;
+SELECT id_gen.drop_sequence('gone') AS dropped;
+SELECT count(*) AS cached_after_drop FROM id_gen.status WHERE sequence = 'gone';
+SELECT try($$SELECT id_gen.next_segment_id('gone')$$);
+SELECT id_gen.create_sequence('gone', start => 5, step => 10) AS recreated;
+SELECT id_gen.next_segment_id('gone') AS after_recreate;
+
+-- Privileges: ordinary roles use sequences and read the catalog, but cannot change it.
+CREATE ROLE idg_app LOGIN;
+GRANT CREATE ON SCHEMA public TO idg_app;
+SET ROLE idg_app;
+SELECT id_gen.next_segment_id('orders') > 0 AS app_can_take;
+SELECT count(*) > 0 AS app_can_read FROM id_gen.sequences;
+SELECT try($$UPDATE id_gen.sequences SET max_id = 0$$);
+SELECT try($$SELECT id_gen.create_sequence('app_seq')$$);
+SELECT try($$SELECT id_gen.drop_sequence('orders')$$);
+RESET ROLE;
+REVOKE CREATE ON SCHEMA public FROM idg_app;
+DROP ROLE idg_app;
+
+-- The catalog is dumped with the data (pg_extension_config_dump).
+SELECT extconfig::regclass[] AS dumped_tables FROM pg_extension WHERE extname = 'id_gen';
+
+-- The management functions' contract.
+SELECT p.oid::regprocedure AS function, p.provolatile AS volatility, p.proparallel AS parallel,
+       obj_description(p.oid, 'pg_proc') IS NOT NULL AS commented
+FROM pg_proc p
+WHERE p.pronamespace = 'id_gen'::regnamespace
+  AND p.proname IN ('next_segment_id', 'next_segment_ids', 'create_sequence', 'alter_sequence', 'drop_sequence')
+ORDER BY 1::text;
+SELECT name, setting, context FROM pg_settings WHERE name LIKE 'id_gen.%' ORDER BY name;
