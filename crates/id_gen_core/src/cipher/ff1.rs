@@ -219,7 +219,7 @@ fn join(n: u32, ab: (u64, u64)) -> u128 {
 /// `m` of round `i`: `u` for even rounds, `v` for odd ones.
 #[inline]
 fn round_m(n: u32, i: u8) -> u32 {
-    if i % 2 == 0 {
+    if i.is_multiple_of(2) {
         n / 2
     } else {
         n - n / 2

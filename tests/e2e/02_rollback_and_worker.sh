@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# (2) ROLLBACK of the transaction whose call triggered a refill: no value is reused.
+# (5) The worker killed with SIGKILL (and with SIGTERM): it comes back, service resumes.
+source "$(dirname "$0")/lib.sh"
+e2e_start /tmp/idg_e2e2 54342
+cpsql "$E2E_DIR" "$E2E_PORT" -c "CREATE EXTENSION id_gen" -c "SELECT id_gen.create_sequence('r', step => 10, max_step => 10)" >/dev/null
+
+# One session: take values, then in a transaction take enough to force several refills,
+# note the largest, roll back, and keep going.
+out=$(cpsql "$E2E_DIR" "$E2E_PORT" -At <<'SQL'
+SELECT max(id_gen.next_segment_id('r')) FROM generate_series(1, 5);
+BEGIN;
+SELECT max(id_gen.next_segment_id('r')) FROM generate_series(1, 95);
+ROLLBACK;
+SELECT min(id_gen.next_segment_id('r')) FROM generate_series(1, 50);
+SELECT max_id FROM id_gen.sequences WHERE name = 'r';
+SQL
+)
+before=$(sed -n 1p <<<"$out"); rolled=$(sed -n 2p <<<"$out"); after=$(sed -n 3p <<<"$out"); hw=$(sed -n 4p <<<"$out")
+assert_eq "$rolled" "100" "values taken in the rolled-back transaction"
+assert_gt "$after" "$rolled" "first value after ROLLBACK is above every value taken in it"
+assert_gt "$((hw + 1))" "$rolled" "catalog high-water mark was not rolled back"
+# Another session sees the same: nothing below the rolled-back values comes back.
+other=$(q postgres "SELECT min(id_gen.next_segment_id('r')) FROM generate_series(1, 20)")
+assert_gt "$other" "$after" "a new session continues above"
+
+# (5) SIGKILL the refill worker: the postmaster resets all backends (crash restart);
+# afterwards the service resumes with a new worker and higher values.
+last=$(q postgres "SELECT max(id_gen.next_segment_id('r')) FROM generate_series(1, 30)")
+wpid=$(q postgres "SELECT worker_pid FROM id_gen.status WHERE sequence = 'r'")
+[ -n "$wpid" ] || fail "no worker pid in id_gen.status"
+kill -9 "$wpid"
+for _ in $(seq 100); do
+  v=$(q postgres "SELECT id_gen.next_segment_id('r')" 2>/dev/null) && break
+  sleep 0.2
+done
+[ -n "${v:-}" ] || fail "service did not resume after the worker was killed"
+assert_gt "$v" "$last" "after SIGKILL of the worker, values continue above"
+nwpid=$(q postgres "SELECT worker_pid FROM id_gen.status WHERE sequence = 'r'")
+[ -n "$nwpid" ] && [ "$nwpid" != "$wpid" ] || fail "worker did not come back (old $wpid, new '$nwpid')"
+pass "worker came back (pid $wpid -> $nwpid)"
+
+# SIGTERM (pg_terminate_backend): the next caller that needs a segment relaunches it.
+last=$(q postgres "SELECT max(id_gen.next_segment_id('r')) FROM generate_series(1, 5)")
+q postgres "SELECT pg_terminate_backend(worker_pid) FROM id_gen.status WHERE sequence = 'r'" >/dev/null
+sleep 0.5
+v=$(q postgres "SELECT max(id_gen.next_segment_id('r')) FROM generate_series(1, 100)")
+assert_gt "$v" "$last" "after pg_terminate_backend of the worker, service resumes"
+echo "02_rollback_and_worker: passed"

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# (3) kill -9 of the postmaster (and every child) during load, restart, continue: no
+#     value reused, new values exceed every value handed out before.
+# (4) pg_dump / pg_restore into a new database: the restored sequence continues above.
+source "$(dirname "$0")/lib.sh"
+e2e_start /tmp/idg_e2e3 54343
+cpsql "$E2E_DIR" "$E2E_PORT" <<'SQL' >/dev/null
+CREATE EXTENSION id_gen;
+SELECT id_gen.create_sequence('k', step => 50);
+CREATE TABLE kt (id bigint PRIMARY KEY DEFAULT id_gen.next_segment_id('k'), at timestamptz DEFAULT now());
+SQL
+echo 'INSERT INTO kt DEFAULT VALUES;' > "$E2E_DIR/ins.sql"
+pgbench_run postgres -c 8 -j 2 -T 30 -f "$E2E_DIR/ins.sql" > "$E2E_DIR/pgb.log" 2>&1 &
+PGB=$!
+# A client that records every value it is handed, committed or not.
+( while true; do q postgres "SELECT id_gen.next_segment_id('k') FROM generate_series(1, 20)" || exit 0; done ) \
+  > "$E2E_DIR/handed.txt" 2>/dev/null &
+REC=$!
+sleep 4
+kill9_cluster
+wait $PGB 2>/dev/null || true
+wait $REC 2>/dev/null || true
+handed_max=$(sort -n "$E2E_DIR/handed.txt" | tail -1)
+[ -n "$handed_max" ] || fail "the recording client saw no values"
+cluster_up "$E2E_DIR"
+table_max=$(q postgres "SELECT max(id) FROM kt")
+rows=$(q postgres "SELECT count(*) FROM kt")
+assert_gt "$rows" 0 "rows committed before the crash"
+prev_max=$(( handed_max > table_max ? handed_max : table_max ))
+new_min=$(q postgres "SELECT min(id_gen.next_segment_id('k')) FROM generate_series(1, 1000)")
+assert_gt "$new_min" "$prev_max" "after kill -9 + restart, new values exceed every value handed out before"
+pgbench_run postgres -c 4 -j 2 -t 500 -f "$E2E_DIR/ins.sql" > "$E2E_DIR/pgb2.log" 2>&1 || fail "inserts after restart failed"
+assert_eq "$(q postgres "SELECT count(*) = count(DISTINCT id) FROM kt")" "t" "no duplicate ids across the crash"
+
+# (4) dump and restore into a new database.
+cpsql "$E2E_DIR" "$E2E_PORT" -c "CREATE DATABASE src" >/dev/null
+cpsql "$E2E_DIR" "$E2E_PORT" -d src <<'SQL' >/dev/null
+CREATE EXTENSION id_gen;
+SELECT id_gen.create_sequence('d', step => 100);
+CREATE TABLE dt (id bigint PRIMARY KEY DEFAULT id_gen.next_segment_id('d'));
+INSERT INTO dt SELECT FROM generate_series(1, 1234);
+SQL
+src_max=$(q src "SELECT max(id) FROM dt")
+"$PG_BIN/pg_dump" -h "$E2E_DIR" -p "$E2E_PORT" -U postgres -Fc -f "$E2E_DIR/src.dump" src
+cpsql "$E2E_DIR" "$E2E_PORT" -c "CREATE DATABASE dst" >/dev/null
+"$PG_BIN/pg_restore" -h "$E2E_DIR" -p "$E2E_PORT" -U postgres -d dst "$E2E_DIR/src.dump"
+assert_eq "$(q dst "SELECT count(*) FROM dt")" "1234" "restored rows"
+assert_eq "$(q dst "SELECT count(*) FROM id_gen.sequences WHERE name = 'd'")" "1" "restored catalog row"
+dst_min=$(q dst "SELECT min(id_gen.next_segment_id('d')) FROM generate_series(1, 500)")
+assert_gt "$dst_min" "$src_max" "restored sequence continues above the old values"
+q dst "INSERT INTO dt SELECT FROM generate_series(1, 1000)" >/dev/null
+assert_eq "$(q dst "SELECT count(*) = count(DISTINCT id) FROM dt")" "t" "no collision with restored rows"
+echo "03_crash_and_dump: passed"
