@@ -52,7 +52,9 @@ COMMENT ON FUNCTION id_gen.seq_of(bytea) IS 'Sequence part of an id in byte form
 COMMENT ON FUNCTION id_gen.compose_id(integer, bigint) IS 'Builds gene << 47 | seq; gene 0..65535, seq 0..2^47-1.';
 COMMENT ON FUNCTION id_gen.compose_id_bytes(integer, numeric) IS 'Builds the byte form: 8 bytes while seq < 2^47, else the 16-byte overflow form.';
 COMMENT ON FUNCTION id_gen.next_segment_id(text) IS 'Next value of a named id_gen sequence, from the shared-memory segment cache. Never reissued, even after ROLLBACK or a crash.';
-COMMENT ON FUNCTION id_gen.next_segment_ids(text, integer) IS 'n values of a named sequence for bulk loads.';
+COMMENT ON FUNCTION id_gen.next_segment_ids(text, integer) IS 'n values of a named sequence for bulk loads, one row each.';
+COMMENT ON FUNCTION id_gen.next_segment_ids_array(text, integer) IS 'n values of a named sequence as one bigint[].';
+COMMENT ON FUNCTION id_gen.next_segment_ranges(text, bigint) IS 'n values of a named sequence as runs [first_id, last_id] of consecutive values (few rows even for huge n).';
 COMMENT ON FUNCTION id_gen.create_sequence(text, bigint, bigint, bigint, bigint, integer, real, bigint, integer, text) IS 'Creates a named id_gen sequence.';
 COMMENT ON FUNCTION id_gen.alter_sequence(text, bigint, bigint, bigint, integer, real, bigint, text) IS 'Changes the tuning of a named sequence; NULL keeps a setting; takes effect with the next segment.';
 COMMENT ON FUNCTION id_gen.drop_sequence(text, boolean) IS 'Drops a named sequence and forgets its cached segments.';

@@ -21,7 +21,8 @@ use std::sync::atomic::Ordering;
 
 const PRELOAD_HINT: &str = "Add id_gen to shared_preload_libraries in postgresql.conf and restart the server.";
 
-/// Raises 55000 unless shared memory is attached, and 25006 on a standby.
+/// Raises 55000 unless shared memory is attached.
+#[inline]
 fn require_cache() {
     if !shmem::available() {
         raise(
@@ -30,6 +31,11 @@ fn require_cache() {
             Some(PRELOAD_HINT),
         );
     }
+}
+
+/// Raises 25006 on a standby. Checked when attaching a slot and before waiting, not on
+/// the hot path: a server cannot turn from primary into standby without a restart.
+fn require_primary() {
     // SAFETY: RecoveryInProgress only reads shared state.
     if unsafe { pg_sys::RecoveryInProgress() } {
         raise(
@@ -45,30 +51,50 @@ fn my_db() -> u32 {
     unsafe { pg_sys::MyDatabaseId }.to_u32()
 }
 
-/// What a backend remembers about a sequence.
+/// What a backend remembers about a sequence it used.
 struct Local {
+    name: String,
     counters: u32,
     /// Per counter group: (slot index, generation) once attached.
     groups: Vec<Option<(usize, u64)>>,
 }
 
+/// Backend-local memory of sequences. `locals` never shrinks, so indexes stay valid;
+/// `last` makes the common case (the same sequence again) one string comparison.
 struct LocalCache {
-    map: HashMap<String, Local>,
+    locals: Vec<Local>,
+    index: HashMap<String, usize>,
+    last: usize,
+    /// Calls not yet added to the slots' shared striped counters, per slot.
+    pending_calls: Vec<u64>,
 }
+
+/// Calls are added to the shared counters in batches of this size: the rate meter
+/// needs about one sample a second, not one atomic add per call.
+const CALL_BATCH: u64 = 64;
 
 static mut LOCAL: Option<LocalCache> = None;
 
 fn local() -> &'static mut LocalCache {
     // SAFETY: a backend runs one thread; this cache is only touched from SQL functions
-    // of that thread, never re-entrantly across an await or callback.
+    // of that thread, never re-entrantly, and no reference outlives a call below.
     unsafe {
         let l = &mut *(&raw mut LOCAL);
-        l.get_or_insert_with(|| LocalCache { map: HashMap::new() })
+        l.get_or_insert_with(|| LocalCache {
+            locals: Vec::new(),
+            index: HashMap::new(),
+            last: usize::MAX,
+            pending_calls: vec![0; if shmem::available() { shmem::slot_count() } else { 0 }],
+        })
     }
 }
 
 fn forget_local(name: &str) {
-    local().map.remove(name);
+    let l = local();
+    if let Some(&i) = l.index.get(name) {
+        l.locals[i].counters = 0;
+        l.locals[i].groups.clear();
+    }
 }
 
 /// The counter group that serves `gene` when a sequence has `counters` groups: groups
@@ -81,10 +107,18 @@ pub fn group_of(gene: Option<u16>, counters: u32) -> u32 {
 }
 
 /// Slot of `(name, gene's group)`, attaching it on first use.
+#[inline]
 fn slot_for(raw_name: &str, gene: Option<u16>) -> (usize, u64) {
-    if let Some(l) = local().map.get(raw_name) {
-        let g = group_of(gene, l.counters) as usize;
-        if let Some(Some(found)) = l.groups.get(g) {
+    let l = local();
+    let i = if l.last < l.locals.len() && l.locals[l.last].name == raw_name {
+        Some(l.last)
+    } else {
+        l.index.get(raw_name).copied()
+    };
+    if let Some(i) = i {
+        l.last = i;
+        let loc = &l.locals[i];
+        if let Some(Some(found)) = loc.groups.get(group_of(gene, loc.counters) as usize) {
             return *found;
         }
     }
@@ -93,6 +127,7 @@ fn slot_for(raw_name: &str, gene: Option<u16>) -> (usize, u64) {
 
 #[cold]
 fn attach_slow(raw_name: &str, gene: Option<u16>) -> (usize, u64) {
+    require_primary();
     let name = checked_name(raw_name);
     let info = match catalog::lookup(name.as_str()) {
         Ok(Some(info)) => info,
@@ -114,20 +149,41 @@ fn attach_slow(raw_name: &str, gene: Option<u16>) -> (usize, u64) {
             Some("Raise id_gen.max_sequences (takes effect at restart), or drop unused sequences."),
         ),
     };
-    let entry = local()
-        .map
-        .entry(raw_name.to_owned())
-        .or_insert_with(|| Local { counters, groups: vec![None; counters as usize] });
-    if entry.counters != counters {
-        *entry = Local { counters, groups: vec![None; counters as usize] };
+    let l = local();
+    let i = match l.index.get(raw_name) {
+        Some(&i) => i,
+        None => {
+            l.locals.push(Local { name: raw_name.to_owned(), counters: 0, groups: vec![] });
+            l.index.insert(raw_name.to_owned(), l.locals.len() - 1);
+            l.locals.len() - 1
+        }
+    };
+    let loc = &mut l.locals[i];
+    if loc.counters != counters {
+        loc.counters = counters;
+        loc.groups = vec![None; counters as usize];
     }
-    entry.groups[group as usize] = Some(found);
+    loc.groups[group as usize] = Some(found);
+    l.pending_calls[found.0] = 0;
+    l.last = i;
     let _ = worker::ensure_and_wake(my_db());
     found
 }
 
+/// Adds `n` calls to the slot's rate counter, batched per backend.
+#[inline]
+fn count_calls(idx: usize, n: u64) {
+    let pending = &mut local().pending_calls[idx];
+    *pending += n;
+    if *pending >= CALL_BATCH {
+        shmem::slot(idx).calls.add(shmem::my_stripe(), *pending);
+        *pending = 0;
+    }
+}
+
 /// Takes up to `want` values of sequence `name` (group chosen by `gene`); returns
 /// `(first, count)`. Waits for the worker only when both segments are empty.
+#[inline]
 pub fn take(name: &str, gene: Option<u16>, want: u64) -> (i64, u64) {
     require_cache();
     loop {
@@ -140,7 +196,7 @@ pub fn take(name: &str, gene: Option<u16>, want: u64) -> (i64, u64) {
                     forget_local(name); // slot reassigned under us: drop the value, retry
                     continue;
                 }
-                s.calls.add(shmem::my_stripe(), count);
+                count_calls(idx, count);
                 if preload {
                     s.refill_wanted.store(1, Ordering::Release);
                     let _ = worker::ensure_and_wake(my_db());
@@ -169,6 +225,7 @@ enum Verdict {
 /// the slot's condition variable. Returns when the caller should retry its take.
 #[cold]
 fn wait_for_segment(name: &str, idx: usize, gen: u64, epoch: u64) {
+    require_primary();
     let s = shmem::slot(idx);
     let dboid = my_db();
     let timeout_ms = gucs::REFILL_TIMEOUT_MS.get() as u64;
@@ -280,16 +337,67 @@ fn wait_for_segment(name: &str, idx: usize, gen: u64, epoch: u64) {
     }
 }
 
-/// Next value of a named sequence, from the shared segment cache.
-#[pg_extern(volatile, strict, parallel_unsafe)]
-fn next_segment_id(seq: &str) -> i64 {
-    take(seq, None, 1).0
+// `id_gen.next_segment_id(text)` is the hot path of every INSERT that uses it as a
+// DEFAULT, so it is a hand-written V1 function (declared in sql/hot_path.sql) rather
+// than a #[pg_extern]: it reads the name straight from the argument's varlena bytes
+// (no detoast call, no copy) when the text is stored inline, which is always the case
+// for a constant name. Measured in bench/: this halves the per-call overhead.
+
+/// fmgr's "V1 calling convention" marker for [`id_gen_next_segment_id`].
+#[unsafe(no_mangle)]
+pub extern "C" fn pg_finfo_id_gen_next_segment_id() -> &'static pg_sys::Pg_finfo_record {
+    static V1: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
+    &V1
 }
 
-/// `n` values of a named sequence for bulk loads: consecutive runs taken from the cache
-/// with one atomic step each; a pending batch also sizes the next reservation.
-#[pg_extern(volatile, strict, parallel_unsafe)]
-fn next_segment_ids(seq: &str, n: i32) -> SetOfIterator<'static, i64> {
+/// Next value of a named sequence, from the shared segment cache.
+#[pg_guard]
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn id_gen_next_segment_id(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
+    // SAFETY: fmgr calls us with a valid fcinfo holding one non-NULL text argument
+    // (the function is STRICT); the bytes live for the duration of the call.
+    let name = unsafe { text_arg(fcinfo, 0) };
+    pg_sys::Datum::from(take(name, None, 1).0)
+}
+
+/// Borrows a text argument as `&str`: inline varlenas are read in place, anything
+/// else (compressed, toasted) goes through `pg_detoast_datum_packed`.
+///
+/// # Safety
+/// `fcinfo` must be a valid call frame whose argument `n` is a non-NULL text datum.
+unsafe fn text_arg<'a>(fcinfo: pg_sys::FunctionCallInfo, n: usize) -> &'a str {
+    // SAFETY: per the contract above.
+    let bytes: &[u8] = unsafe {
+        let datum = (*(*fcinfo).args.as_ptr().add(n)).value;
+        let mut p = datum.cast_mut_ptr::<u8>();
+        let b0 = *p;
+        if b0 & 0x03 == 0x02 || b0 == 0x01 {
+            // compressed (4-byte header) or external (1-byte 0x01): detoast first
+            p = pg_sys::pg_detoast_datum_packed(p.cast()).cast();
+        }
+        let b0 = *p;
+        if b0 & 0x01 == 0x01 {
+            // short inline varlena: 1-byte header, length includes it
+            std::slice::from_raw_parts(p.add(1), ((b0 >> 1) & 0x7F) as usize - 1)
+        } else {
+            let total = (std::ptr::read_unaligned(p as *const u32) >> 2) as usize;
+            std::slice::from_raw_parts(p.add(4), total - 4)
+        }
+    };
+    match std::str::from_utf8(bytes) {
+        Ok(s) => s,
+        Err(_) => raise(
+            Code::ERRCODE_INVALID_PARAMETER_VALUE,
+            "id_gen: sequence name is not valid UTF-8",
+            Some("Sequence names are 1 to 63 characters of letters, digits, '_', '.', ':' and '-'."),
+        ),
+    }
+}
+
+/// Takes `n` values as runs of consecutive values `(first, count)`: one atomic step per
+/// run; a pending batch also sizes the next reservation (up to `max_step`), so a large
+/// batch is usually one or two runs.
+fn take_runs(seq: &str, n: i64) -> Vec<(i64, u64)> {
     if n < 0 {
         raise(
             Code::ERRCODE_INVALID_PARAMETER_VALUE,
@@ -297,14 +405,43 @@ fn next_segment_ids(seq: &str, n: i32) -> SetOfIterator<'static, i64> {
             None,
         );
     }
-    let mut out: Vec<i64> = Vec::with_capacity(n as usize);
+    let mut runs = vec![];
     let mut left = n as u64;
     while left > 0 {
         let (first, count) = take(seq, None, left);
-        out.extend(first..first + count as i64);
+        runs.push((first, count));
         left -= count;
     }
-    SetOfIterator::new(out)
+    runs
+}
+
+/// `n` values of a named sequence for bulk loads, one row each.
+#[pg_extern(volatile, strict, parallel_unsafe)]
+fn next_segment_ids(seq: &str, n: i32) -> SetOfIterator<'static, i64> {
+    let runs = take_runs(seq, n as i64);
+    SetOfIterator::new(runs.into_iter().flat_map(|(first, count)| first..first + count as i64))
+}
+
+/// `n` values of a named sequence as one bigint[] (cheaper than n rows for big batches).
+#[pg_extern(volatile, strict, parallel_unsafe)]
+fn next_segment_ids_array(seq: &str, n: i32) -> Vec<i64> {
+    let runs = take_runs(seq, n as i64);
+    let mut out = Vec::with_capacity(n.max(0) as usize);
+    for (first, count) in runs {
+        out.extend(first..first + count as i64);
+    }
+    out
+}
+
+/// `n` values of a named sequence as runs `[first_id, last_id]` of consecutive values:
+/// the cheapest form for loaders that number rows themselves.
+#[pg_extern(volatile, strict, parallel_unsafe)]
+fn next_segment_ranges(
+    seq: &str,
+    n: i64,
+) -> TableIterator<'static, (name!(first_id, i64), name!(last_id, i64))> {
+    let runs = take_runs(seq, n);
+    TableIterator::new(runs.into_iter().map(|(first, count)| (first, first + count as i64 - 1)))
 }
 
 /// Validated tuning of a sequence.

@@ -29,6 +29,7 @@ mod worker;
 pg_module_magic!();
 
 extension_sql_file!("../sql/bootstrap.sql", bootstrap);
+extension_sql_file!("../sql/hot_path.sql", name = "hot_path");
 extension_sql_file!("../sql/finalize.sql", finalize);
 
 #[pg_guard]

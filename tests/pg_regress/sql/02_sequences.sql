@@ -21,7 +21,17 @@ SELECT max_id >= 1501 AS high_water_covers FROM id_gen.sequences WHERE name = 'o
 -- Bulk: one call, n distinct values; runs are consecutive inside a segment.
 SELECT count(*) AS n, count(DISTINCT v) AS distinct_n FROM id_gen.next_segment_ids('orders', 5000) v;
 SELECT count(*) AS zero_rows FROM id_gen.next_segment_ids('orders', 0);
+SELECT cardinality(a) AS n, (SELECT count(DISTINCT v) FROM unnest(a) v) AS distinct_n
+FROM (SELECT id_gen.next_segment_ids_array('orders', 3000) AS a) s;
+SELECT sum(last_id - first_id + 1) AS n, bool_and(last_id >= first_id) AS runs_ok,
+       count(*) <= 3 AS few_runs
+FROM id_gen.next_segment_ranges('orders', 250000);
+-- Runs never overlap each other or values handed out before.
+SELECT bool_and(first_id > prev_last) AS runs_increase
+FROM (SELECT first_id, lag(last_id) OVER (ORDER BY first_id) AS prev_last
+      FROM id_gen.next_segment_ranges('orders', 12345)) r WHERE prev_last IS NOT NULL;
 SELECT try($$SELECT id_gen.next_segment_ids('orders', -1)$$);
+SELECT try($$SELECT id_gen.next_segment_ranges('orders', -5)$$);
 
 -- A DEFAULT on a primary key.
 CREATE TABLE seq_orders (id bigint PRIMARY KEY DEFAULT id_gen.next_segment_id('orders'), note text);
@@ -41,7 +51,7 @@ COMMIT;
 -- Status view: one row per cached sequence, with its columns.
 SELECT database = current_database() AS this_db, sequence, counter_group, state,
        current_first <= current_last AS has_segment, current_fill BETWEEN 0 AND 1 AS fill_ok,
-       step > 0 AS step_ok, refills >= 1 AS refilled, calls >= 6000 AS counted,
+       step > 0 AS step_ok, refills >= 1 AS refilled, calls >= 5000 AS counted,
        worker_pid IS NOT NULL AS has_worker
 FROM id_gen.status WHERE sequence = 'orders';
 SELECT array_agg(attname ORDER BY attnum) AS status_columns
@@ -115,6 +125,6 @@ SELECT p.oid::regprocedure AS function, p.provolatile AS volatility, p.proparall
        obj_description(p.oid, 'pg_proc') IS NOT NULL AS commented
 FROM pg_proc p
 WHERE p.pronamespace = 'id_gen'::regnamespace
-  AND p.proname IN ('next_segment_id', 'next_segment_ids', 'create_sequence', 'alter_sequence', 'drop_sequence')
+  AND p.proname IN ('next_segment_id', 'next_segment_ids', 'next_segment_ids_array', 'next_segment_ranges', 'create_sequence', 'alter_sequence', 'drop_sequence')
 ORDER BY 1::text;
 SELECT name, setting, context FROM pg_settings WHERE name LIKE 'id_gen.%' ORDER BY name;
