@@ -74,6 +74,13 @@ cluster_stop() {
   fi
 }
 
+# make_kek FILE: a throwaway order-number key-encryption key, readable only by postgres.
+make_kek() {
+  local f=$1
+  head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$f"; echo >> "$f"
+  chown postgres:postgres "$f"; chmod 0400 "$f"
+}
+
 # psql against a cluster: cpsql DIR PORT [psql args...]
 cpsql() {
   local dir=$1 port=$2; shift 2

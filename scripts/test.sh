@@ -33,7 +33,8 @@ fi
 if has regress; then
   log "tier 3: pg_regress golden files"
   DIR=/tmp/idg_regress PORT=54321
-  cluster_start "$DIR" "$PORT"
+  make_kek /tmp/idg_regress_kek.hex
+  cluster_start "$DIR" "$PORT" "id_gen.order_no_kek_file = '/tmp/idg_regress_kek.hex'"
   trap 'cluster_stop /tmp/idg_regress' EXIT
   cpsql "$DIR" "$PORT" -c "CREATE DATABASE idg_regress" >/dev/null
   OUT=/tmp/idg_regress/out; mkdir -p "$OUT"; chown postgres:postgres "$OUT"

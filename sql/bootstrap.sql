@@ -32,3 +32,19 @@ SELECT pg_catalog.pg_extension_config_dump('id_gen.sequences', '');
 REVOKE ALL ON id_gen.sequences FROM PUBLIC;
 GRANT SELECT ON id_gen.sequences TO PUBLIC;
 GRANT USAGE ON SCHEMA id_gen TO PUBLIC;
+
+-- Order-number keys: one random data key per version, stored only wrapped (encrypted)
+-- by the key-encryption key the server loads at start. Readable by the extension owner
+-- only; id_gen.order_no_keys shows versions and states, never key bytes. Dumped with the
+-- data so numbers stay decodable after a restore (into a server with the same KEK).
+CREATE TABLE id_gen.order_no_key_store (
+    key_version     smallint    PRIMARY KEY CHECK (key_version BETWEEN 1 AND 255),
+    wrapped         bytea       NOT NULL,
+    kek_fingerprint bytea       NOT NULL,
+    is_current      boolean     NOT NULL DEFAULT false,
+    created_at      timestamptz NOT NULL DEFAULT now(),
+    note            text
+);
+CREATE UNIQUE INDEX order_no_key_store_one_current ON id_gen.order_no_key_store (is_current) WHERE is_current;
+SELECT pg_catalog.pg_extension_config_dump('id_gen.order_no_key_store', '');
+REVOKE ALL ON id_gen.order_no_key_store FROM PUBLIC;

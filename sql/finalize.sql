@@ -64,3 +64,44 @@ COMMENT ON FUNCTION id_gen.cache_status() IS 'Raw rows of the id_gen.status view
 REVOKE EXECUTE ON FUNCTION id_gen.create_sequence(text, bigint, bigint, bigint, bigint, integer, real, bigint, integer, text) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION id_gen.alter_sequence(text, bigint, bigint, bigint, integer, real, bigint, text) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION id_gen.drop_sequence(text, boolean) FROM PUBLIC;
+
+-- Order numbers -------------------------------------------------------------------------
+CREATE VIEW id_gen.order_no_keys AS
+SELECT key_version,
+       CASE WHEN is_current THEN 'current' ELSE 'decrypt only' END AS state,
+       encode(kek_fingerprint, 'hex') AS kek_fingerprint,
+       created_at,
+       note
+FROM id_gen.order_no_key_store;
+GRANT SELECT ON id_gen.order_no_keys TO PUBLIC;
+COMMENT ON VIEW id_gen.order_no_keys IS 'Order-number key versions and their states; never key material.';
+COMMENT ON TABLE id_gen.order_no_key_store IS 'Order-number data keys, wrapped by the key-encryption key. Extension owner only.';
+
+-- Functions that read keys run as the extension owner, with a pinned search_path.
+ALTER FUNCTION id_gen.encode_order_no(bigint) SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+ALTER FUNCTION id_gen.encode_order_no(bytea) SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+ALTER FUNCTION id_gen.decode_order_no(uuid) SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+ALTER FUNCTION id_gen.decode_order_no_bytes(uuid) SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+ALTER FUNCTION id_gen.encode_order_no64(bigint, integer) SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+ALTER FUNCTION id_gen.decode_order_no64(bigint, integer) SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+ALTER FUNCTION id_gen.create_order_no_key(text) SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+ALTER FUNCTION id_gen.set_current_order_no_key(integer) SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+
+-- Decoding is an oracle: nobody may decode unless granted (GRANT EXECUTE ON FUNCTION
+-- id_gen.decode_order_no(uuid) TO support_role). Key management is for the DBA.
+REVOKE EXECUTE ON FUNCTION id_gen.decode_order_no(uuid) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION id_gen.decode_order_no_bytes(uuid) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION id_gen.decode_order_no64(bigint, integer) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION id_gen.create_order_no_key(text) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION id_gen.set_current_order_no_key(integer) FROM PUBLIC;
+
+COMMENT ON FUNCTION id_gen.encode_order_no(bigint) IS 'External order number (version-8 uuid) of an order id: gene in clear, sequence enciphered with FF1-AES256 under the current key version; tamper-evident.';
+COMMENT ON FUNCTION id_gen.encode_order_no(bytea) IS 'External order number of an id in byte form (8-byte or 16-byte overflow form).';
+COMMENT ON FUNCTION id_gen.decode_order_no(uuid) IS 'Order id of an external order number; a forged or altered number is an error (22023). Not executable by PUBLIC.';
+COMMENT ON FUNCTION id_gen.decode_order_no_bytes(uuid) IS 'Order id of an external order number, as bytea (8 or 16 bytes). Not executable by PUBLIC.';
+COMMENT ON FUNCTION id_gen.encode_order_no64(bigint, integer) IS 'Compact order number: 0 | gene | FF1-47 of the sequence under the given key version. Not tamper-evident.';
+COMMENT ON FUNCTION id_gen.decode_order_no64(bigint, integer) IS 'Inverse of encode_order_no64. Not executable by PUBLIC.';
+COMMENT ON FUNCTION id_gen.shard_of(uuid) IS 'Shard gene of an order number (its first 16 bits); needs no key.';
+COMMENT ON FUNCTION id_gen.order_no_key_version(uuid) IS 'Key version recorded in an order number; needs no key.';
+COMMENT ON FUNCTION id_gen.create_order_no_key(text) IS 'Creates a new order-number key version (random, stored wrapped); the first one becomes current.';
+COMMENT ON FUNCTION id_gen.set_current_order_no_key(integer) IS 'Makes a key version the one used for new 128-bit order numbers; old versions keep decoding.';

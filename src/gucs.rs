@@ -5,6 +5,7 @@
 //! definition), so callers can use them without further validation.
 
 use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting};
+use std::ffi::CString;
 
 /// Slots in the shared segment cache: one per (database, sequence, counter group).
 pub static MAX_SEQUENCES: GucSetting<i32> = GucSetting::<i32>::new(1024);
@@ -15,7 +16,30 @@ pub static REFILL_TIMEOUT_MS: GucSetting<i32> = GucSetting::<i32>::new(10_000);
 /// Default `buffer_seconds` for new sequences.
 pub static DEFAULT_BUFFER_SECONDS: GucSetting<i32> = GucSetting::<i32>::new(30);
 
+/// Where the order-number key-encryption key comes from (startup-only, superuser-only).
+pub static ORDER_NO_KEK_FILE: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
+pub static ORDER_NO_KEK_COMMAND: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
+
 pub fn init() {
+    // The KEK settings hold a path or a command, never the key; still, only superusers
+    // may see them, and they cannot be set with ALTER SYSTEM (no postgresql.auto.conf).
+    let secret = GucFlags::SUPERUSER_ONLY | GucFlags::DISALLOW_IN_AUTO_FILE;
+    GucRegistry::define_string_guc(
+        c"id_gen.order_no_kek_file",
+        c"File holding the order-number key-encryption key (64 hex digits).",
+        c"Read once at server start. Keep it readable only by the postgres OS user.",
+        &ORDER_NO_KEK_FILE,
+        GucContext::Postmaster,
+        secret,
+    );
+    GucRegistry::define_string_guc(
+        c"id_gen.order_no_kek_command",
+        c"Shell command that prints the order-number key-encryption key (64 hex digits).",
+        c"Run once at server start, e.g. to fetch the key from a KMS. Mutually exclusive with id_gen.order_no_kek_file.",
+        &ORDER_NO_KEK_COMMAND,
+        GucContext::Postmaster,
+        secret,
+    );
     GucRegistry::define_int_guc(
         c"id_gen.max_sequences",
         c"Number of sequence slots in id_gen's shared-memory segment cache.",

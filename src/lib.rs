@@ -13,16 +13,20 @@
 //! | `errors.rs` | SQLSTATE + hint error helpers |
 //! | `api_layout.rs` | pure functions over the ID layout and shard genes |
 //! | `api_sequences.rs` | named sequences, `next_segment_id`, status |
+//! | `keys.rs` | the key-encryption key and the per-backend cache of order-number keys |
+//! | `api_order_no.rs` | external order numbers and their key management |
 //!
 //! All `unsafe` code of the project lives in this crate, each block with a `SAFETY:` note.
 
 use pgrx::prelude::*;
 
 mod api_layout;
+mod api_order_no;
 mod api_sequences;
 mod catalog;
 mod errors;
 mod gucs;
+mod keys;
 mod shmem;
 mod worker;
 
@@ -38,6 +42,7 @@ pub extern "C-unwind" fn _PG_init() {
     // SAFETY: reading a postmaster global during library load.
     if unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
         shmem::install_hooks();
+        keys::load_kek_at_startup();
     }
     // SAFETY: reserves the "id_gen." GUC prefix; called once per process at load time.
     unsafe { pg_sys::MarkGUCPrefixReserved(c"id_gen".as_ptr()) };

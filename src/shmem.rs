@@ -41,6 +41,8 @@ pub struct Header {
     pub nslots: u32,
     pub ndbs: u32,
     next_generation: AtomicU64,
+    /// Bumped when an order-number key change commits; backends drop cached keys.
+    key_epoch: AtomicU64,
     /// Head of the free-slot list (index, or u32::MAX); guarded by the map lock.
     free_head: u32,
 }
@@ -187,6 +189,7 @@ unsafe extern "C-unwind" fn shmem_startup() {
                 nslots: nslots() as u32,
                 ndbs: ndbs() as u32,
                 next_generation: AtomicU64::new(1),
+                key_epoch: AtomicU64::new(1),
                 free_head: 0,
             });
             for i in 0..nslots() {
@@ -217,6 +220,18 @@ pub fn available() -> bool {
 fn header() -> &'static Header {
     // SAFETY: callers check `available()` first (the SQL layer does it at entry).
     unsafe { &*SHARED.header }
+}
+
+/// Current order-number key epoch (0 without shared memory).
+pub fn key_epoch() -> u64 {
+    if available() { header().key_epoch.load(Ordering::Acquire) } else { 0 }
+}
+
+/// Called at commit of a key change: every backend reloads its keys.
+pub fn bump_key_epoch() {
+    if available() {
+        header().key_epoch.fetch_add(1, Ordering::AcqRel);
+    }
 }
 
 pub fn slot_count() -> usize {
