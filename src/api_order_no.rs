@@ -76,7 +76,7 @@ fn decode_order_no(order_no: pgrx::Uuid) -> i64 {
     if seq > layout::MAX_SEQ64 {
         raise(
             Code::ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE,
-            format!("id_gen: order number {order_no} belongs to an id in the 16-byte overflow form"),
+            "id_gen: this order number belongs to an id in the 16-byte overflow form",
             Some("Use id_gen.decode_order_no_bytes(order_no), which returns the id as bytea."),
         );
     }
