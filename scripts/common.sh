@@ -36,7 +36,12 @@ ensure_toolchain() {
 # Builds and installs the extension into the system PostgreSQL 15 (release build).
 install_extension() {
   log "building and installing id_gen"
-  (cd "$REPO_ROOT" && cargo pgrx install --release --pg-config "$PG_CONFIG" >/dev/null)
+  local out
+  if ! out=$(cd "$REPO_ROOT" && cargo pgrx install --release --pg-config "$PG_CONFIG" 2>&1); then
+    printf '%s\n' "$out" | sed -n '/^Error/,/Location/p; /^error/,+12p' >&2
+    echo "cargo pgrx install failed" >&2
+    return 1
+  fi
 }
 
 # cluster_start DIR PORT [extra postgresql.conf lines...]: a throwaway cluster owned by

@@ -48,3 +48,14 @@ CREATE TABLE id_gen.order_no_key_store (
 CREATE UNIQUE INDEX order_no_key_store_one_current ON id_gen.order_no_key_store (is_current) WHERE is_current;
 SELECT pg_catalog.pg_extension_config_dump('id_gen.order_no_key_store', '');
 REVOKE ALL ON id_gen.order_no_key_store FROM PUBLIC;
+
+-- Routing: ranges of the 65536 virtual nodes (genes) to physical shards. A gene goes to
+-- the first row whose upper_gene >= gene (ceiling, like Java's TreeMap.ceilingEntry).
+CREATE TABLE id_gen.shard_routes (
+    upper_gene integer     PRIMARY KEY CHECK (upper_gene BETWEEN 0 AND 65535),
+    shard      text        NOT NULL CHECK (length(shard) BETWEEN 1 AND 63),
+    updated_at timestamptz NOT NULL DEFAULT now()
+);
+SELECT pg_catalog.pg_extension_config_dump('id_gen.shard_routes', '');
+REVOKE ALL ON id_gen.shard_routes FROM PUBLIC;
+GRANT SELECT ON id_gen.shard_routes TO PUBLIC;

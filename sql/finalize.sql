@@ -105,3 +105,137 @@ COMMENT ON FUNCTION id_gen.shard_of(uuid) IS 'Shard gene of an order number (its
 COMMENT ON FUNCTION id_gen.order_no_key_version(uuid) IS 'Key version recorded in an order number; needs no key.';
 COMMENT ON FUNCTION id_gen.create_order_no_key(text) IS 'Creates a new order-number key version (random, stored wrapped); the first one becomes current.';
 COMMENT ON FUNCTION id_gen.set_current_order_no_key(integer) IS 'Makes a key version the one used for new 128-bit order numbers; old versions keep decoding.';
+
+-- Owner-affine ids and routing -------------------------------------------------------------
+COMMENT ON FUNCTION id_gen.gene_order_id(text, bigint) IS 'shard_gene(owner) << 47 | next value of the sequence: every id of one owner lands in one shard. 22003 once the value passes 2^47-1.';
+COMMENT ON FUNCTION id_gen.gene_order_id(text, text) IS 'gene_order_id for a text owner (hashed as UTF-8).';
+COMMENT ON FUNCTION id_gen.gene_order_id(text, uuid) IS 'gene_order_id for a uuid owner (hashed as its 16 bytes).';
+COMMENT ON FUNCTION id_gen.gene_order_id_bytes(text, bigint) IS 'gene_order_id as bytea: 8 bytes while the value fits 47 bits, the 16-byte overflow form after.';
+COMMENT ON FUNCTION id_gen.gene_order_id_bytes(text, text) IS 'gene_order_id_bytes for a text owner.';
+COMMENT ON FUNCTION id_gen.gene_order_id_bytes(text, uuid) IS 'gene_order_id_bytes for a uuid owner.';
+COMMENT ON FUNCTION id_gen.fill_gene_id() IS 'BEFORE INSERT row trigger: fill_gene_id(''id_col'', ''owner_col'', ''sequence'') fills a NULL bigint/bytea id from the owner column.';
+COMMENT ON FUNCTION id_gen.check_route(integer, text) IS 'Validates a route (gene 0..65535, shard name 1..63 bytes).';
+COMMENT ON FUNCTION id_gen.route_plan_split(text, text[]) IS 'Proposes routes that split every gene range of a shard into nearly equal parts; apply each row with set_route.';
+COMMENT ON FUNCTION id_gen.route_plan_merge(text[], text) IS 'Proposes routes that move the ranges of the given shards to one shard; apply each row with set_route.';
+COMMENT ON TABLE id_gen.shard_routes IS 'Route table: a gene goes to the first row whose upper_gene >= gene. Change with id_gen.set_route / id_gen.drop_route.';
+
+CREATE FUNCTION id_gen.set_route(upper_gene integer, shard text) RETURNS void
+LANGUAGE sql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+  SELECT id_gen.check_route(upper_gene, shard);
+  INSERT INTO id_gen.shard_routes AS r (upper_gene, shard) VALUES (set_route.upper_gene, set_route.shard)
+  ON CONFLICT (upper_gene) DO UPDATE SET shard = excluded.shard, updated_at = now();
+END;
+COMMENT ON FUNCTION id_gen.set_route(integer, text) IS 'Routes genes up to upper_gene (down to the previous bound + 1) to a shard; replaces an existing bound.';
+
+CREATE FUNCTION id_gen.drop_route(upper_gene integer) RETURNS boolean
+LANGUAGE plpgsql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  DELETE FROM id_gen.shard_routes r WHERE r.upper_gene = drop_route.upper_gene;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'id_gen: there is no route with upper bound %', upper_gene
+      USING ERRCODE = '42704', HINT = 'Existing routes are listed in id_gen.route_ranges.';
+  END IF;
+  RETURN true;
+END $$;
+COMMENT ON FUNCTION id_gen.drop_route(integer) IS 'Removes a route bound; its genes then go to the next higher bound.';
+
+REVOKE EXECUTE ON FUNCTION id_gen.set_route(integer, text) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION id_gen.drop_route(integer) FROM PUBLIC;
+
+CREATE VIEW id_gen.route_ranges AS
+SELECT coalesce(lag(upper_gene) OVER (ORDER BY upper_gene) + 1, 0) AS lower_gene,
+       upper_gene,
+       shard,
+       upper_gene - coalesce(lag(upper_gene) OVER (ORDER BY upper_gene) + 1, 0) + 1 AS genes
+FROM id_gen.shard_routes;
+COMMENT ON VIEW id_gen.route_ranges IS 'The route table as contiguous gene ranges [lower_gene, upper_gene] per shard.';
+GRANT SELECT ON id_gen.route_ranges TO PUBLIC;
+
+CREATE FUNCTION id_gen.route_gene(gene integer, ring boolean DEFAULT false) RETURNS text
+LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  s text;
+  top integer;
+BEGIN
+  IF gene < 0 OR gene > 65535 THEN
+    RAISE EXCEPTION 'id_gen: shard gene % is out of range (allowed: 0 .. 65535)', gene USING ERRCODE = '22003';
+  END IF;
+  SELECT r.shard INTO s FROM id_gen.shard_routes r WHERE r.upper_gene >= gene ORDER BY r.upper_gene LIMIT 1;
+  IF s IS NOT NULL THEN
+    RETURN s;
+  END IF;
+  SELECT max(r.upper_gene) INTO top FROM id_gen.shard_routes r;
+  IF top IS NULL THEN
+    RAISE EXCEPTION 'id_gen: the route table id_gen.shard_routes is empty'
+      USING ERRCODE = '55000', HINT = 'SELECT id_gen.set_route(65535, ''shard_0'') routes every gene to one shard.';
+  END IF;
+  IF ring THEN
+    SELECT r.shard INTO s FROM id_gen.shard_routes r ORDER BY r.upper_gene LIMIT 1;
+    RETURN s;
+  END IF;
+  RAISE EXCEPTION 'id_gen: shard gene % has no route: the highest upper bound is %', gene, top
+    USING ERRCODE = '55000',
+          HINT = 'Add a route whose upper bound is 65535: SELECT id_gen.set_route(65535, ''shard_x''), or call with ring => true for wrap-around.';
+END $$;
+COMMENT ON FUNCTION id_gen.route_gene(integer, boolean) IS 'Physical shard of a gene: the first route whose upper bound >= gene. ring => true wraps genes above the last bound to the first route (consistent-hash ring); otherwise such a gap is an error.';
+
+CREATE FUNCTION id_gen.route(id bigint) RETURNS text LANGUAGE sql STABLE STRICT PARALLEL SAFE
+RETURN id_gen.route_gene(id_gen.shard_of(id));
+CREATE FUNCTION id_gen.route(id bytea) RETURNS text LANGUAGE sql STABLE STRICT PARALLEL SAFE
+RETURN id_gen.route_gene(id_gen.shard_of(id));
+CREATE FUNCTION id_gen.route(order_no uuid) RETURNS text LANGUAGE sql STABLE STRICT PARALLEL SAFE
+RETURN id_gen.route_gene(id_gen.shard_of(order_no));
+CREATE FUNCTION id_gen.route_owner(owner bigint) RETURNS text LANGUAGE sql STABLE STRICT PARALLEL SAFE
+RETURN id_gen.route_gene(id_gen.shard_gene(owner));
+CREATE FUNCTION id_gen.route_owner(owner text) RETURNS text LANGUAGE sql STABLE STRICT PARALLEL SAFE
+RETURN id_gen.route_gene(id_gen.shard_gene(owner));
+CREATE FUNCTION id_gen.route_owner(owner uuid) RETURNS text LANGUAGE sql STABLE STRICT PARALLEL SAFE
+RETURN id_gen.route_gene(id_gen.shard_gene(owner));
+COMMENT ON FUNCTION id_gen.route(bigint) IS 'Physical shard of an id (by its gene).';
+COMMENT ON FUNCTION id_gen.route(bytea) IS 'Physical shard of an id in byte form.';
+COMMENT ON FUNCTION id_gen.route(uuid) IS 'Physical shard of an order number (gene in clear; no key needed).';
+COMMENT ON FUNCTION id_gen.route_owner(bigint) IS 'Physical shard of an owner: route_gene(shard_gene(owner)).';
+COMMENT ON FUNCTION id_gen.route_owner(text) IS 'Physical shard of a text owner.';
+COMMENT ON FUNCTION id_gen.route_owner(uuid) IS 'Physical shard of a uuid owner.';
+
+-- Ad hoc decoding: where do the rows of a table live?
+CREATE FUNCTION id_gen.shard_histogram(tbl regclass, id_column name)
+RETURNS TABLE (shard text, lower_gene integer, upper_gene integer, rows bigint)
+LANGUAGE plpgsql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM id_gen.shard_routes) THEN
+    RAISE EXCEPTION 'id_gen: the route table id_gen.shard_routes is empty'
+      USING ERRCODE = '55000', HINT = 'Use id_gen.gene_histogram for a view by gene range without routes.';
+  END IF;
+  RETURN QUERY EXECUTE format(
+    'SELECT r.shard, r.lower_gene, r.upper_gene, count(t.g)
+       FROM id_gen.route_ranges r
+       LEFT JOIN (SELECT id_gen.shard_of(%I) AS g FROM %s) t ON t.g BETWEEN r.lower_gene AND r.upper_gene
+      GROUP BY 1, 2, 3 ORDER BY 2', id_column, tbl);
+END $$;
+COMMENT ON FUNCTION id_gen.shard_histogram(regclass, name) IS 'Rows of a table per route range (by the gene of its id column): finds hot shards.';
+
+CREATE FUNCTION id_gen.gene_histogram(tbl regclass, id_column name, buckets integer DEFAULT 16)
+RETURNS TABLE (lower_gene integer, upper_gene integer, rows bigint)
+LANGUAGE plpgsql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  IF buckets < 1 OR buckets > 65536 THEN
+    RAISE EXCEPTION 'id_gen: buckets must be between 1 and 65536, got %', buckets USING ERRCODE = '22023';
+  END IF;
+  RETURN QUERY EXECUTE format(
+    'SELECT (b * 65536 / %1$s)::int, ((b + 1) * 65536 / %1$s - 1)::int, count(t.g)
+       FROM generate_series(0, %1$s - 1) b
+       LEFT JOIN (SELECT id_gen.shard_of(%2$I) AS g FROM %3$s) t ON t.g::bigint * %1$s / 65536 = b
+      GROUP BY b ORDER BY b', buckets, id_column, tbl);
+END $$;
+COMMENT ON FUNCTION id_gen.gene_histogram(regclass, name, integer) IS 'Rows of a table per equal-width gene range (virtual-node buckets), without needing routes.';

@@ -13,6 +13,7 @@
 //! | `errors.rs` | SQLSTATE + hint error helpers |
 //! | `api_layout.rs` | pure functions over the ID layout and shard genes |
 //! | `api_sequences.rs` | named sequences, `next_segment_id`, status |
+//! | `api_gene_order.rs` | `gene_order_id`, the `fill_gene_id` trigger, route planning |
 //! | `keys.rs` | the key-encryption key and the per-backend cache of order-number keys |
 //! | `api_order_no.rs` | external order numbers and their key management |
 //!
@@ -20,6 +21,7 @@
 
 use pgrx::prelude::*;
 
+mod api_gene_order;
 mod api_layout;
 mod api_order_no;
 mod api_sequences;

@@ -66,7 +66,7 @@ SELECT p.oid::regprocedure AS function, p.provolatile AS volatility, p.proisstri
 FROM pg_proc p
 WHERE p.pronamespace = 'id_gen'::regnamespace
   AND p.proname IN ('shard_gene', 'shard_of', 'seq_of', 'compose_id', 'compose_id_bytes')
-ORDER BY 1::text;
+ORDER BY p.oid::regprocedure::text;
 
 -- Usable where PostgreSQL demands IMMUTABLE: generated columns, indexes, CHECKs.
 CREATE TABLE layout_demo (

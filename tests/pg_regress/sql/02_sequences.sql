@@ -126,5 +126,5 @@ SELECT p.oid::regprocedure AS function, p.provolatile AS volatility, p.proparall
 FROM pg_proc p
 WHERE p.pronamespace = 'id_gen'::regnamespace
   AND p.proname IN ('next_segment_id', 'next_segment_ids', 'next_segment_ids_array', 'next_segment_ranges', 'create_sequence', 'alter_sequence', 'drop_sequence')
-ORDER BY 1::text;
+ORDER BY p.oid::regprocedure::text;
 SELECT name, setting, context FROM pg_settings WHERE name LIKE 'id_gen.%' ORDER BY name;

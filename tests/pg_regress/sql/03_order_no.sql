@@ -108,5 +108,5 @@ SELECT p.oid::regprocedure AS function, p.provolatile AS volatility, p.proisstri
 FROM pg_proc p
 WHERE p.pronamespace = 'id_gen'::regnamespace
   AND (p.proname LIKE '%order_no%' OR (p.proname = 'shard_of' AND p.proargtypes[0] = 'uuid'::regtype))
-ORDER BY 1::text;
+ORDER BY p.oid::regprocedure::text;
 SELECT extconfig::regclass[] AS dumped_tables FROM pg_extension WHERE extname = 'id_gen';
