@@ -52,4 +52,19 @@ pgbench_run db1 -c 64 -j 2 -t 1000 -f "$E2E_DIR/small.sql" > "$E2E_DIR/pgb64.log
 grep -q "number of failed transactions: 0" "$E2E_DIR/pgb64.log" || fail "64-client run had failed transactions"
 waits=$(q db1 "SELECT waits FROM id_gen.status WHERE sequence = 'c' AND database = 'db1'")
 pass "64 callers x 1000 calls with step 100: 0 errors ($waits waits for the worker)"
+# gene_order_id: 8 clients, random owners, a sequence with 4 counter groups: ids unique,
+# every id carries its owner's gene.
+cpsql "$E2E_DIR" "$E2E_PORT" -d db1 >/dev/null <<'SQL'
+SELECT id_gen.create_sequence('g4', step => 100, counters => 4);
+CREATE TABLE go (id bigint PRIMARY KEY, owner bigint NOT NULL);
+SQL
+cat > "$E2E_DIR/gene.sql" <<'SQL'
+\set owner random(1, 1000000)
+INSERT INTO go VALUES (id_gen.gene_order_id('g4', :owner::bigint), :owner);
+SQL
+pgbench_run db1 -c 8 -j 2 -t $((CALLS / 4)) -f "$E2E_DIR/gene.sql" > "$E2E_DIR/pgbgene.log" 2>&1 || fail "gene_order_id run failed: $(tail -5 "$E2E_DIR/pgbgene.log")"
+grep -q "number of failed transactions: 0" "$E2E_DIR/pgbgene.log" || fail "gene_order_id run had failed transactions"
+assert_eq "$(q db1 "SELECT count(*) FROM go")" "$((8 * CALLS / 4))" "gene_order_id: every call inserted a unique id"
+assert_eq "$(q db1 "SELECT bool_and(id_gen.shard_of(id) = id_gen.shard_gene(owner)) FROM go")" "t" "gene_order_id: every id carries its owner's gene"
+assert_eq "$(q db1 "SELECT count(*) FROM id_gen.status WHERE sequence = 'g4' AND database = 'db1'")" "4" "four counter groups in the cache"
 echo "01_concurrency: passed"
