@@ -34,7 +34,7 @@ if has regress; then
   log "tier 3: pg_regress golden files"
   DIR=/tmp/idg_regress PORT=54321
   make_kek /tmp/idg_regress_kek.hex
-  cluster_start "$DIR" "$PORT" "id_gen.order_no_kek_file = '/tmp/idg_regress_kek.hex'"
+  cluster_start "$DIR" "$PORT" "id_gen.order_no_kek_file = '/tmp/idg_regress_kek.hex'" "id_gen.snowflake_node_id = 7"
   trap 'cluster_stop /tmp/idg_regress' EXIT
   cpsql "$DIR" "$PORT" -c "CREATE DATABASE idg_regress" >/dev/null
   OUT=/tmp/idg_regress/out; mkdir -p "$OUT"; chown postgres:postgres "$OUT"

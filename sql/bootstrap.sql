@@ -59,3 +59,23 @@ CREATE TABLE id_gen.shard_routes (
 SELECT pg_catalog.pg_extension_config_dump('id_gen.shard_routes', '');
 REVOKE ALL ON id_gen.shard_routes FROM PUBLIC;
 GRANT SELECT ON id_gen.shard_routes TO PUBLIC;
+
+-- Dated business serials: one row per serial with its format and the counter of its
+-- current period (moved by the refill worker only, like max_id of a sequence).
+CREATE TABLE id_gen.serials (
+    name            text        PRIMARY KEY CHECK (name ~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,39}$'),
+    date_format     text        NOT NULL,
+    width           integer     NOT NULL CHECK (width BETWEEN 1 AND 18),
+    partition       integer     CHECK (partition BETWEEN 0 AND 99),
+    max_length      integer     NOT NULL,
+    time_zone       text        NOT NULL,
+    step            integer     NOT NULL CHECK (step BETWEEN 1 AND 1000000),
+    period_start_ms bigint      NOT NULL DEFAULT -9223372036854775808,
+    period_text     text        NOT NULL DEFAULT '',
+    period_max      bigint      NOT NULL DEFAULT 0,
+    created_at      timestamptz NOT NULL DEFAULT now(),
+    comment         text
+);
+SELECT pg_catalog.pg_extension_config_dump('id_gen.serials', '');
+REVOKE ALL ON id_gen.serials FROM PUBLIC;
+GRANT SELECT ON id_gen.serials TO PUBLIC;

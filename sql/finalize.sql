@@ -239,3 +239,20 @@ BEGIN
       GROUP BY b ORDER BY b', buckets, id_column, tbl);
 END $$;
 COMMENT ON FUNCTION id_gen.gene_histogram(regclass, name, integer) IS 'Rows of a table per equal-width gene range (virtual-node buckets), without needing routes.';
+
+-- Dated serials, gene-in-low-bits ids, snowflake ids ----------------------------------------
+COMMENT ON TABLE id_gen.serials IS 'Dated business serials: format, width, partition, time zone, and the counter of the current period (period_max, moved only by the refill worker).';
+COMMENT ON FUNCTION id_gen.create_serial(text, text, integer, integer, integer, text, integer, text) IS 'Creates a dated serial: prefix || date (YYYY YY MM DD HH24 MI SS) || [2-digit partition] || zero-padded serial restarting every period.';
+COMMENT ON FUNCTION id_gen.drop_serial(text, boolean) IS 'Drops a dated serial.';
+COMMENT ON FUNCTION id_gen.next_serial(text, text) IS 'Next dated serial number, e.g. merchant || 20261121 || 01 || 00000042; never repeats within a period; 2200H when the period''s serials are used up.';
+REVOKE EXECUTE ON FUNCTION id_gen.create_serial(text, text, integer, integer, integer, text, integer, text) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION id_gen.drop_serial(text, boolean) FROM PUBLIC;
+COMMENT ON FUNCTION id_gen.gene_mod_id(text, bigint, integer) IS 'Gene in the low bits (基因法): (next value << shard_bits) | owner mod 2^shard_bits, so id % 2^k = owner % 2^k for modulo sharding.';
+COMMENT ON FUNCTION id_gen.gene_mod_of(bigint, integer) IS 'The low shard_bits bits of a gene_mod_id (the owner''s remainder).';
+COMMENT ON FUNCTION id_gen.snowflake_id() IS 'Time-ordered id: 0 | ms since id_gen.snowflake_epoch_ms | node | per-ms sequence. Never repeats, even when the clock goes backwards.';
+COMMENT ON FUNCTION id_gen.snowflake_id(bigint) IS 'Snowflake id of the gene layout (id_gen.snowflake_gene_bits > 0): owner mod 2^gene_bits in the low bits.';
+COMMENT ON FUNCTION id_gen.snowflake_time(bigint) IS 'Creation time of a snowflake id.';
+COMMENT ON FUNCTION id_gen.snowflake_node(bigint) IS 'Node id of a snowflake id.';
+COMMENT ON FUNCTION id_gen.snowflake_seq(bigint) IS 'Per-millisecond sequence of a snowflake id.';
+COMMENT ON FUNCTION id_gen.snowflake_gene(bigint) IS 'Owner gene (low bits) of a snowflake id of the gene layout.';
+COMMENT ON FUNCTION id_gen.snowflake_status() IS 'Snowflake generator state: node, layout, last timestamp, persisted high-water mark, clock.';

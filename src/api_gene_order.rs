@@ -232,3 +232,26 @@ fn route_plan_merge(
 ) -> TableIterator<'static, (name!(lower_gene, i32), name!(upper_gene, i32), name!(shard, String))> {
     plan_rows(load_routes().plan_merge(&shards, into).unwrap_or_else(|e| route_error(e)))
 }
+
+fn genemod_error(e: id_gen_core::genemod::GeneModError) -> ! {
+    crate::errors::raise_core(e.sqlstate(), &e, e.hint())
+}
+
+/// Gene in the low bits (seed 003, 基因法): `(next value << shard_bits) | owner mod
+/// 2^shard_bits`, so that `id % 2^k = owner % 2^k` for every id of a non-negative owner
+/// and tables sharded by `id % 2^k` keep an owner's rows together. Unique per sequence.
+#[pg_extern(volatile, strict, parallel_unsafe)]
+fn gene_mod_id(seq: &str, owner: i64, shard_bits: i32) -> i64 {
+    let bits = u32::try_from(shard_bits).unwrap_or(u32::MAX);
+    // Check the bits before drawing a value, so a bad call consumes nothing.
+    id_gen_core::genemod::max_seq(bits).unwrap_or_else(|e| genemod_error(e));
+    let value = take(seq, None, 1).0;
+    id_gen_core::genemod::compose_mod_id(value, owner, bits).unwrap_or_else(|e| genemod_error(e))
+}
+
+/// The low `shard_bits` bits of an id made by `gene_mod_id` (the owner's remainder).
+#[pg_extern(immutable, strict, parallel_safe)]
+fn gene_mod_of(id: i64, shard_bits: i32) -> i64 {
+    let bits = u32::try_from(shard_bits).unwrap_or(u32::MAX);
+    id_gen_core::genemod::decode_mod_id(id, bits).unwrap_or_else(|e| genemod_error(e)).1
+}

@@ -125,9 +125,16 @@ fn slot_for(raw_name: &str, gene: Option<u16>) -> (usize, u64) {
     attach_slow(raw_name, gene)
 }
 
+/// Separator of serial-period keys: `serial \x1f period_text \x1f period_start_ms`.
+/// Sequence names can never contain it (`SeqName`), so the key spaces never meet.
+pub const SERIAL_SEP: char = '\x1f';
+
 #[cold]
 fn attach_slow(raw_name: &str, gene: Option<u16>) -> (usize, u64) {
     require_primary();
+    if raw_name.contains(SERIAL_SEP) {
+        return attach_serial_period(raw_name);
+    }
     let name = checked_name(raw_name);
     let info = match catalog::lookup(name.as_str()) {
         Ok(Some(info)) => info,
@@ -170,6 +177,60 @@ fn attach_slow(raw_name: &str, gene: Option<u16>) -> (usize, u64) {
     found
 }
 
+/// Attaches the slot of one period of a serial (`api_serial.rs` builds the key after
+/// checking the serial exists). The catalog row is `id_gen.serials`; the worker moves
+/// its per-period counter. The slot's "incarnation" is the period's start (unix ms).
+fn attach_serial_period(local_key: &str) -> (usize, u64) {
+    let mut parts = local_key.split(SERIAL_SEP);
+    let (serial, period, start) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let start: i64 = start.parse().unwrap_or(i64::MIN);
+    let mut name = [0u8; 64];
+    let key_text = format!("{serial}{SERIAL_SEP}{period}");
+    let n = key_text.len().min(64);
+    name[..n].copy_from_slice(&key_text.as_bytes()[..n]);
+    let key = shmem::SlotKey { dboid: my_db(), group: 0, name };
+    let found = match shmem::attach(&key, start) {
+        Attach::Attached(i, g) => (i, g),
+        Attach::Full => raise(
+            Code::ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
+            format!("id_gen: no free slot in the segment cache for serial \"{serial}\""),
+            Some("Raise id_gen.max_sequences (takes effect at restart), or drop unused sequences."),
+        ),
+    };
+    let l = local();
+    let i = match l.index.get(local_key) {
+        Some(&i) => i,
+        None => {
+            l.locals.push(Local { name: local_key.to_owned(), counters: 0, groups: vec![] });
+            l.index.insert(local_key.to_owned(), l.locals.len() - 1);
+            l.locals.len() - 1
+        }
+    };
+    let loc = &mut l.locals[i];
+    loc.counters = 1;
+    loc.groups = vec![Some(found)];
+    l.pending_calls[found.0] = 0;
+    l.last = i;
+    let _ = worker::ensure_and_wake(my_db());
+    found
+}
+
+/// Forgets a serial period's slot everywhere (its period is over).
+pub fn release_serial_period(local_key: &str) {
+    forget_local(local_key);
+    let l = local();
+    if let Some(&i) = l.index.get(local_key) {
+        l.index.remove(local_key);
+        l.locals[i].name.clear();
+    }
+    let mut parts = local_key.split(SERIAL_SEP);
+    let key_text = format!("{}{SERIAL_SEP}{}", parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let mut name = [0u8; 64];
+    let n = key_text.len().min(64);
+    name[..n].copy_from_slice(&key_text.as_bytes()[..n]);
+    shmem::purge_key(&shmem::SlotKey { dboid: my_db(), group: 0, name });
+}
+
 /// Adds `n` calls to the slot's rate counter, batched per backend.
 #[inline]
 fn count_calls(idx: usize, n: u64) {
@@ -185,6 +246,22 @@ fn count_calls(idx: usize, n: u64) {
 /// `(first, count)`. Waits for the worker only when both segments are empty.
 #[inline]
 pub fn take(name: &str, gene: Option<u16>, want: u64) -> (i64, u64) {
+    match take_or_closed(name, gene, want) {
+        Ok(v) => v,
+        Err(PeriodClosed) => raise(
+            Code::ERRCODE_INTERNAL_ERROR,
+            format!("id_gen: unexpected period change for sequence \"{name}\""),
+            None,
+        ),
+    }
+}
+
+/// A serial's period ended while we were about to draw from it: re-read the clock.
+pub struct PeriodClosed;
+
+/// [`take`], reporting a closed serial period instead of raising.
+#[inline]
+pub fn take_or_closed(name: &str, gene: Option<u16>, want: u64) -> Result<(i64, u64), PeriodClosed> {
     require_cache();
     loop {
         let (idx, gen) = slot_for(name, gene);
@@ -201,13 +278,13 @@ pub fn take(name: &str, gene: Option<u16>, want: u64) -> (i64, u64) {
                     s.refill_wanted.store(1, Ordering::Release);
                     let _ = worker::ensure_and_wake(my_db());
                 }
-                return (first as i64, count);
+                return Ok((first as i64, count));
             }
             Take::Empty { epoch } => {
                 if want > 1 {
                     s.demand.store(want.min(MAX_SEGMENT_LEN), Ordering::Release);
                 }
-                wait_for_segment(name, idx, gen, epoch);
+                wait_for_segment(name, idx, gen, epoch)?;
             }
         }
     }
@@ -217,6 +294,7 @@ enum Verdict {
     Retry,
     Wait,
     Dropped,
+    Closed,
     Exhausted,
     Failed,
 }
@@ -224,7 +302,7 @@ enum Verdict {
 /// Slow path: switch to the standby if it is there, else ask the worker and sleep on
 /// the slot's condition variable. Returns when the caller should retry its take.
 #[cold]
-fn wait_for_segment(name: &str, idx: usize, gen: u64, epoch: u64) {
+fn wait_for_segment(name: &str, idx: usize, gen: u64, epoch: u64) -> Result<(), PeriodClosed> {
     require_primary();
     let s = shmem::slot(idx);
     let dboid = my_db();
@@ -251,6 +329,7 @@ fn wait_for_segment(name: &str, idx: usize, gen: u64, epoch: u64) {
             } else {
                 match s.state.load(Ordering::Acquire) {
                     STATE_DROPPED => Verdict::Dropped,
+                    shmem::STATE_PERIOD_CLOSED => Verdict::Closed,
                     STATE_EXHAUSTED if s.chain.needs_standby() => Verdict::Exhausted,
                     STATE_REFILL_FAILED => {
                         s.state.store(shmem::STATE_OK, Ordering::Release);
@@ -272,7 +351,11 @@ fn wait_for_segment(name: &str, idx: usize, gen: u64, epoch: u64) {
                 if s.generation.load(Ordering::Acquire) != gen {
                     forget_local(name);
                 }
-                return;
+                return Ok(());
+            }
+            Verdict::Closed => {
+                cancel();
+                return Err(PeriodClosed);
             }
             Verdict::Dropped => {
                 cancel();
@@ -281,6 +364,16 @@ fn wait_for_segment(name: &str, idx: usize, gen: u64, epoch: u64) {
                     Code::ERRCODE_UNDEFINED_OBJECT,
                     format!("id_gen: sequence \"{name}\" does not exist (it was dropped)"),
                     Some("Create it again with id_gen.create_sequence."),
+                );
+            }
+            Verdict::Exhausted if name.contains(SERIAL_SEP) => {
+                cancel();
+                let mut p = name.split(SERIAL_SEP);
+                let (serial, period) = (p.next().unwrap_or(""), p.next().unwrap_or(""));
+                raise(
+                    Code::ERRCODE_SEQUENCE_GENERATOR_LIMIT_EXCEEDED,
+                    format!("id_gen: serial \"{serial}\" used up every serial number of period {period}"),
+                    Some("Widen the serial part (a new serial with a larger width), or wait for the next period."),
                 );
             }
             Verdict::Exhausted => {
@@ -704,7 +797,7 @@ fn cache_status() -> TableIterator<
             let last = |r: Option<(u64, u64)>| r.map(|(b, l)| (b + l - 1) as i64);
             (
                 pg_sys::Oid::from(s.key.dboid),
-                id_gen_core::name::key_to_str(&s.key.name).to_owned(),
+                id_gen_core::name::key_to_str(&s.key.name).replace(crate::api_sequences::SERIAL_SEP, "@"),
                 s.key.group as i32,
                 match s.state.load(Ordering::Acquire) {
                     STATE_DROPPED => "dropped",

@@ -43,8 +43,10 @@ pub enum Reservation {
     Segment { first: i64, last: i64, preload_threshold: f64 },
     /// The row is gone, or belongs to another incarnation.
     Dropped,
-    /// `max_id` reached `max_value`.
+    /// `max_id` reached `max_value` (for a serial: the period's serial space is used up).
     Exhausted,
+    /// A serial's catalog row already moved on to a later period.
+    PeriodClosed,
 }
 
 /// Moves the high-water mark of `name` by the policy's step. Runs inside the worker's
@@ -87,5 +89,42 @@ pub fn reserve_segment(
                 Ok((Reservation::Segment { first, last, preload_threshold: threshold }, step))
             }
         }
+    })
+}
+
+/// Reserves the next run of counters of one period of a serial: the row keeps the
+/// current period and the largest counter reserved in it. A later period resets the
+/// counter; an earlier one is refused (the period is over), so no counter of an old
+/// period is handed out after a newer period began, and none repeats within a period.
+pub fn reserve_serial(serial: &str, period_text: &str, period_start: i64) -> SpiResult<(Reservation, u64)> {
+    Spi::connect_mut(|client| {
+        let t = client.update(
+            "SELECT period_start_ms, period_max, step, width FROM id_gen.serials WHERE name = $1 FOR UPDATE",
+            Some(1),
+            &[serial.into()],
+        )?;
+        if t.is_empty() {
+            return Ok((Reservation::Dropped, 0));
+        }
+        let row = t.first();
+        let row_start = row.get::<i64>(1)?.unwrap_or(i64::MIN);
+        let row_max = row.get::<i64>(2)?.unwrap_or(0);
+        let step = row.get::<i32>(3)?.unwrap_or(100).max(1) as i64;
+        let width = row.get::<i32>(4)?.unwrap_or(8).clamp(1, 18) as u32;
+        if row_start > period_start {
+            return Ok((Reservation::PeriodClosed, 0));
+        }
+        let base = if row_start == period_start { row_max } else { 0 };
+        let capacity = 10i64.pow(width) - 1; // counters run 1 ..= 10^width - 1
+        if base >= capacity {
+            return Ok((Reservation::Exhausted, 0));
+        }
+        let last = (base + step).min(capacity);
+        client.update(
+            "UPDATE id_gen.serials SET period_start_ms = $2, period_text = $3, period_max = $4 WHERE name = $1",
+            None,
+            &[serial.into(), period_start.into(), period_text.into(), last.into()],
+        )?;
+        Ok((Reservation::Segment { first: base + 1, last, preload_threshold: 0.5 }, step as u64))
     })
 }

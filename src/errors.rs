@@ -53,3 +53,23 @@ pub fn checked_name(raw: &str) -> id_gen_core::name::SeqName {
         ),
     }
 }
+
+/// The error code of a SQLSTATE named by a core error type.
+pub fn code_of(sqlstate: &str) -> Code {
+    match sqlstate {
+        "22001" => Code::ERRCODE_STRING_DATA_RIGHT_TRUNCATION,
+        "22003" => Code::ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE,
+        "22008" => Code::ERRCODE_DATETIME_FIELD_OVERFLOW,
+        "22009" => Code::ERRCODE_INVALID_TIME_ZONE_DISPLACEMENT_VALUE,
+        "2200H" => Code::ERRCODE_SEQUENCE_GENERATOR_LIMIT_EXCEEDED,
+        "22023" => Code::ERRCODE_INVALID_PARAMETER_VALUE,
+        "42704" => Code::ERRCODE_UNDEFINED_OBJECT,
+        "55000" => Code::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+        _ => Code::ERRCODE_INTERNAL_ERROR,
+    }
+}
+
+/// Raises a core error that names its own SQLSTATE and hint.
+pub fn raise_core(sqlstate: &str, message: impl std::fmt::Display, hint: Option<String>) -> ! {
+    raise(code_of(sqlstate), format!("id_gen: {message}"), hint.as_deref())
+}

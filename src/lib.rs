@@ -14,6 +14,8 @@
 //! | `api_layout.rs` | pure functions over the ID layout and shard genes |
 //! | `api_sequences.rs` | named sequences, `next_segment_id`, status |
 //! | `api_gene_order.rs` | `gene_order_id`, the `fill_gene_id` trigger, route planning |
+//! | `api_serial.rs` | dated business serial numbers with per-period counters |
+//! | `api_snowflake.rs` | snowflake ids, their shared state and high-water file |
 //! | `keys.rs` | the key-encryption key and the per-backend cache of order-number keys |
 //! | `api_order_no.rs` | external order numbers and their key management |
 //!
@@ -25,6 +27,8 @@ mod api_gene_order;
 mod api_layout;
 mod api_order_no;
 mod api_sequences;
+mod api_serial;
+mod api_snowflake;
 mod catalog;
 mod errors;
 mod gucs;

@@ -7,7 +7,8 @@
 //!
 //! ```text
 //! Header │ Slot × max_sequences │ DbWorker × max_databases      + dynahash "id_gen slot map"
-//! LWLock tranche "id_gen": lock 0 = map lock, lock 1+i = lock of slot i
+//! LWLock tranche "id_gen": lock 0 = map lock, lock 1+i = lock of slot i,
+//! lock 1+max_sequences = snowflake state
 //! ```
 //!
 //! Invariants:
@@ -35,6 +36,8 @@ pub const STATE_OK: u32 = 0;
 pub const STATE_DROPPED: u32 = 1;
 pub const STATE_EXHAUSTED: u32 = 2;
 pub const STATE_REFILL_FAILED: u32 = 3;
+/// A serial slot whose period is over (the catalog moved on to a later period).
+pub const STATE_PERIOD_CLOSED: u32 = 4;
 
 #[repr(C)]
 pub struct Header {
@@ -45,6 +48,15 @@ pub struct Header {
     key_epoch: AtomicU64,
     /// Head of the free-slot list (index, or u32::MAX); guarded by the map lock.
     free_head: u32,
+    /// Snowflake generator state (`api_snowflake.rs`); guarded by the snowflake lock.
+    pub sf_last_ms: i64,
+    pub sf_seq: u64,
+    /// Durably persisted snowflake high-water mark (unix ms).
+    pub sf_persisted_ms: AtomicI64,
+    /// 1 while one backend writes the high-water file.
+    pub sf_persisting: AtomicU32,
+    /// Bumped when a serial is created or dropped (backends drop cached specs).
+    pub serial_epoch: AtomicU64,
 }
 
 #[repr(C)]
@@ -155,7 +167,8 @@ unsafe extern "C-unwind" fn shmem_request() {
         }
         let map_size = pg_sys::hash_estimate_size(nslots() as _, size_of::<MapEntry>());
         pg_sys::RequestAddinShmemSpace(struct_size() + map_size);
-        pg_sys::RequestNamedLWLockTranche(TRANCHE.as_ptr(), (nslots() + 1) as i32);
+        // lock 0: map; 1..=nslots: slots; nslots+1: snowflake state
+        pg_sys::RequestNamedLWLockTranche(TRANCHE.as_ptr(), (nslots() + 2) as i32);
     }
 }
 
@@ -191,7 +204,13 @@ unsafe extern "C-unwind" fn shmem_startup() {
                 next_generation: AtomicU64::new(1),
                 key_epoch: AtomicU64::new(1),
                 free_head: 0,
+                sf_last_ms: 0,
+                sf_seq: 0,
+                sf_persisted_ms: AtomicI64::new(0),
+                sf_persisting: AtomicU32::new(0),
+                serial_epoch: AtomicU64::new(1),
             });
+            crate::api_snowflake::init_state(&mut *header);
             for i in 0..nslots() {
                 let slot = slots.add(i);
                 std::ptr::write_bytes(slot as *mut u8, 0, size_of::<Slot>());
@@ -215,6 +234,10 @@ unsafe extern "C-unwind" fn shmem_startup() {
 pub fn available() -> bool {
     // SAFETY: a plain read of a pointer set once at startup, inherited by fork.
     unsafe { !SHARED.header.is_null() }
+}
+
+pub fn header_ref() -> &'static Header {
+    header()
 }
 
 fn header() -> &'static Header {
@@ -268,6 +291,27 @@ fn lock(index: usize, exclusive: bool) -> Guard {
         let l = &raw mut (*SHARED.locks.add(index)).lock;
         pg_sys::LWLockAcquire(l, mode);
         Guard(l)
+    }
+}
+
+/// The lock of the snowflake state in the header (O(1) work only).
+pub fn snowflake_lock() -> Guard {
+    lock(slot_count() + 1, true)
+}
+
+/// The header, for the snowflake state (its fields are guarded by `snowflake_lock`).
+pub fn header_mut() -> *mut Header {
+    // SAFETY: only the pointer is returned; callers hold the snowflake lock to touch it.
+    unsafe { SHARED.header }
+}
+
+pub fn serial_epoch() -> u64 {
+    if available() { header().serial_epoch.load(Ordering::Acquire) } else { 0 }
+}
+
+pub fn bump_serial_epoch() {
+    if available() {
+        header().serial_epoch.fetch_add(1, Ordering::AcqRel);
     }
 }
 
@@ -414,6 +458,50 @@ pub fn purge(dboid: u32, name: &id_gen_core::name::SeqName) -> usize {
         broadcast(i);
     }
     freed.len()
+}
+
+/// Frees the slot of one key, if cached (a serial period that is over).
+pub fn purge_key(key: &SlotKey) {
+    let freed = {
+        let _map = map_lock();
+        let mut found = false;
+        // SAFETY: map lock held exclusively; HASH_FIND only reads.
+        let entry = unsafe {
+            pg_sys::hash_search(SHARED.map, key as *const SlotKey as *const _, pg_sys::HASHACTION::HASH_FIND, &mut found)
+        } as *mut MapEntry;
+        if !found {
+            return;
+        }
+        // SAFETY: a found entry is valid while the map lock is held.
+        let i = unsafe { (*entry).slot } as usize;
+        // SAFETY: map lock held exclusively; HASH_REMOVE of an existing key.
+        unsafe {
+            pg_sys::hash_search(SHARED.map, key as *const SlotKey as *const _, pg_sys::HASHACTION::HASH_REMOVE, &mut found);
+        }
+        let s = slot(i);
+        let _g = slot_lock(i);
+        reset_slot(s, 0);
+        s.state.store(STATE_DROPPED, Ordering::Release);
+        s.in_use.store(0, Ordering::Release);
+        // SAFETY: map lock held; free list only touched under it.
+        unsafe {
+            let hdr = &mut *SHARED.header;
+            (*SHARED.slots.add(i)).next_free = hdr.free_head;
+            hdr.free_head = i as u32;
+        }
+        i
+    };
+    broadcast(freed);
+}
+
+/// Slots of one database whose key name starts with `prefix` (a racy scan without
+/// locks, for `drop_serial`; each hit is then purged by key under the map lock).
+pub fn keys_with_prefix(dboid: u32, prefix: &[u8]) -> Vec<SlotKey> {
+    (0..slot_count())
+        .map(slot)
+        .filter(|s| s.in_use.load(Ordering::Acquire) != 0 && s.key.dboid == dboid && s.key.name.starts_with(prefix))
+        .map(|s| s.key)
+        .collect()
 }
 
 /// After `alter_sequence`: clear an "exhausted"/"failed" verdict so the next refill

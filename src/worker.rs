@@ -184,7 +184,11 @@ fn refill(i: usize, gen: u64, rate: Option<f64>) {
     };
     let demand = s.demand.swap(0, Ordering::AcqRel);
     let started = std::time::Instant::now();
-    let outcome = in_transaction(|| catalog::reserve_segment(&name, incarnation, rate, demand));
+    let outcome = match name.split_once(crate::api_sequences::SERIAL_SEP) {
+        // A serial period: the slot's "incarnation" is the period's start.
+        Some((serial, period)) => in_transaction(|| catalog::reserve_serial(serial, period, incarnation)),
+        None => in_transaction(|| catalog::reserve_segment(&name, incarnation, rate, demand)),
+    };
     let elapsed_us = started.elapsed().as_micros() as u64;
     {
         let _g = shmem::slot_lock(i);
@@ -201,6 +205,9 @@ fn refill(i: usize, gen: u64, rate: Option<f64>) {
                 Ok(Ok((Reservation::Dropped, _))) => s.state.store(STATE_DROPPED, Ordering::Release),
                 Ok(Ok((Reservation::Exhausted, _))) => {
                     s.state.store(STATE_EXHAUSTED, Ordering::Release)
+                }
+                Ok(Ok((Reservation::PeriodClosed, _))) => {
+                    s.state.store(shmem::STATE_PERIOD_CLOSED, Ordering::Release)
                 }
                 Ok(Err(_)) | Err(_) => s.state.store(STATE_REFILL_FAILED, Ordering::Release),
             }
