@@ -8,7 +8,8 @@ QUICK=${1:-}
 N=5000000; REPS=7; PGB_T=15; LOAD_ROWS=2000000
 if [ "$QUICK" = "--quick" ]; then N=500000; REPS=3; PGB_T=5; LOAD_ROWS=200000; fi
 DIR=/tmp/idg_bench PORT=54350
-cluster_start "$DIR" "$PORT" "shared_buffers = '1GB'" "max_wal_size = '4GB'" "checkpoint_timeout = '30min'"
+make_kek "$DIR.kek"
+cluster_start "$DIR" "$PORT" "shared_buffers = '1GB'" "max_wal_size = '4GB'" "checkpoint_timeout = '30min'" "id_gen.order_no_kek_file = '$DIR.kek'" "id_gen.snowflake_node_id = 1"
 trap 'cluster_stop "$DIR"' EXIT
 P() { cpsql "$DIR" "$PORT" "$@"; }
 P -c "CREATE EXTENSION id_gen" >/dev/null

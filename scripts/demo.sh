@@ -6,7 +6,8 @@ ensure_toolchain
 install_extension
 DIR=/tmp/id_gen_demo PORT=54320
 log "starting a throwaway cluster in $DIR (port $PORT)"
-cluster_start "$DIR" "$PORT"
+make_kek "$DIR.kek"
+cluster_start "$DIR" "$PORT" "id_gen.order_no_kek_file = '$DIR.kek'" "id_gen.snowflake_node_id = 1"
 trap 'cluster_stop "$DIR"' EXIT
 cpsql "$DIR" "$PORT" -c "CREATE DATABASE demo" >/dev/null
 log "demo (sql/demo.sql)"
