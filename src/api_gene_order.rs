@@ -112,21 +112,36 @@ fn fill_gene_id<'a>(
     let table = trigger.table_name().unwrap_or_default();
     let args = trigger.extra_args()?;
     if args.len() != 3 {
-        trigger_error(format!("id_gen.fill_gene_id on \"{table}\" needs 3 arguments, got {}", args.len()), USAGE);
+        trigger_error(
+            format!(
+                "id_gen.fill_gene_id on \"{table}\" needs 3 arguments, got {}",
+                args.len()
+            ),
+            USAGE,
+        );
     }
     let event = trigger.event();
-    if !event.fired_before() || !event.fired_for_row() || !(event.fired_by_insert() || event.fired_by_update()) {
+    if !event.fired_before()
+        || !event.fired_for_row()
+        || !(event.fired_by_insert() || event.fired_by_update())
+    {
         trigger_error(format!("id_gen.fill_gene_id on \"{table}\" must be a BEFORE INSERT ... FOR EACH ROW trigger"), USAGE);
     }
     let (id_col, owner_col, seq) = (&args[0], &args[1], &args[2]);
     let Some(new) = trigger.new() else {
-        trigger_error(format!("id_gen.fill_gene_id on \"{table}\" must fire on INSERT"), USAGE)
+        trigger_error(
+            format!("id_gen.fill_gene_id on \"{table}\" must fire on INSERT"),
+            USAGE,
+        )
     };
     let mut new = new.into_owned();
     let column_type = |col: &str| -> pg_sys::Oid {
         match new.get_attribute_by_name(col) {
             Some((_, att)) => att.atttypid,
-            None => trigger_error(format!("id_gen.fill_gene_id: table \"{table}\" has no column \"{col}\""), USAGE),
+            None => trigger_error(
+                format!("id_gen.fill_gene_id: table \"{table}\" has no column \"{col}\""),
+                USAGE,
+            ),
         }
     };
     let id_type = column_type(id_col);
@@ -189,10 +204,17 @@ fn route_error(e: RouteError) -> ! {
 
 fn load_routes() -> RouteTable {
     let rows: Vec<(i64, String)> = Spi::connect(|client| {
-        let t = client.select("SELECT upper_gene, shard FROM id_gen.shard_routes", None, &[])?;
+        let t = client.select(
+            "SELECT upper_gene, shard FROM id_gen.shard_routes",
+            None,
+            &[],
+        )?;
         let mut rows = vec![];
         for r in t {
-            rows.push((r.get::<i32>(1)?.unwrap_or(0) as i64, r.get::<String>(2)?.unwrap_or_default()));
+            rows.push((
+                r.get::<i32>(1)?.unwrap_or(0) as i64,
+                r.get::<String>(2)?.unwrap_or_default(),
+            ));
         }
         Ok::<_, pgrx::spi::Error>(rows)
     })
@@ -203,15 +225,27 @@ fn load_routes() -> RouteTable {
 /// Validates a route before `set_route` stores it (the SQL wrapper does the upsert).
 #[pg_extern(immutable, strict, parallel_safe)]
 fn check_route(upper_gene: i32, shard: &str) -> bool {
-    let upper = id_gen_core::routing::gene_from_i64(upper_gene as i64).unwrap_or_else(|e| route_error(e));
-    id_gen_core::routing::validate_shard_name(shard, Some(upper)).unwrap_or_else(|e| route_error(e));
+    let upper =
+        id_gen_core::routing::gene_from_i64(upper_gene as i64).unwrap_or_else(|e| route_error(e));
+    id_gen_core::routing::validate_shard_name(shard, Some(upper))
+        .unwrap_or_else(|e| route_error(e));
     true
 }
 
-type PlanRows = TableIterator<'static, (name!(lower_gene, i32), name!(upper_gene, i32), name!(shard, String))>;
+type PlanRows = TableIterator<
+    'static,
+    (
+        name!(lower_gene, i32),
+        name!(upper_gene, i32),
+        name!(shard, String),
+    ),
+>;
 
 fn plan_rows(plan: Vec<(u16, u16, String)>) -> PlanRows {
-    TableIterator::new(plan.into_iter().map(|(lo, hi, s)| (lo as i32, hi as i32, s)))
+    TableIterator::new(
+        plan.into_iter()
+            .map(|(lo, hi, s)| (lo as i32, hi as i32, s)),
+    )
 }
 
 /// Proposes new gene ranges that split every range of `shard` into `into.len()` nearly
@@ -220,8 +254,19 @@ fn plan_rows(plan: Vec<(u16, u16, String)>) -> PlanRows {
 fn route_plan_split(
     shard: &str,
     into: Vec<String>,
-) -> TableIterator<'static, (name!(lower_gene, i32), name!(upper_gene, i32), name!(shard, String))> {
-    plan_rows(load_routes().plan_split(shard, &into).unwrap_or_else(|e| route_error(e)))
+) -> TableIterator<
+    'static,
+    (
+        name!(lower_gene, i32),
+        name!(upper_gene, i32),
+        name!(shard, String),
+    ),
+> {
+    plan_rows(
+        load_routes()
+            .plan_split(shard, &into)
+            .unwrap_or_else(|e| route_error(e)),
+    )
 }
 
 /// Proposes routes that move every range of `shards` to `into`, collapsing neighbours.
@@ -229,8 +274,19 @@ fn route_plan_split(
 fn route_plan_merge(
     shards: Vec<String>,
     into: &str,
-) -> TableIterator<'static, (name!(lower_gene, i32), name!(upper_gene, i32), name!(shard, String))> {
-    plan_rows(load_routes().plan_merge(&shards, into).unwrap_or_else(|e| route_error(e)))
+) -> TableIterator<
+    'static,
+    (
+        name!(lower_gene, i32),
+        name!(upper_gene, i32),
+        name!(shard, String),
+    ),
+> {
+    plan_rows(
+        load_routes()
+            .plan_merge(&shards, into)
+            .unwrap_or_else(|e| route_error(e)),
+    )
 }
 
 fn genemod_error(e: id_gen_core::genemod::GeneModError) -> ! {
@@ -253,5 +309,7 @@ fn gene_mod_id(seq: &str, owner: i64, shard_bits: i32) -> i64 {
 #[pg_extern(immutable, strict, parallel_safe)]
 fn gene_mod_of(id: i64, shard_bits: i32) -> i64 {
     let bits = u32::try_from(shard_bits).unwrap_or(u32::MAX);
-    id_gen_core::genemod::decode_mod_id(id, bits).unwrap_or_else(|e| genemod_error(e)).1
+    id_gen_core::genemod::decode_mod_id(id, bits)
+        .unwrap_or_else(|e| genemod_error(e))
+        .1
 }

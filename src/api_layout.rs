@@ -41,7 +41,9 @@ fn shard_of_bigint(id: i64) -> i32 {
 /// Shard gene of an ID in byte form: 8 bytes (64-bit form) or 16 bytes (overflow form).
 #[pg_extern(immutable, strict, parallel_safe, name = "shard_of")]
 fn shard_of_bytea(id: &[u8]) -> i32 {
-    layout::decode_bytes(id).unwrap_or_else(|e| layout_error(e)).0 as i32
+    layout::decode_bytes(id)
+        .unwrap_or_else(|e| layout_error(e))
+        .0 as i32
 }
 
 /// Sequence part (low 47 bits) of a 64-bit ID.
@@ -100,7 +102,12 @@ fn numeric_to_i128(n: &AnyNumeric) -> Result<i128, NumericProblem> {
         Some(_) => return Err(NotWhole),
         None => text.as_str(),
     };
-    if !int.trim_start_matches('-').bytes().all(|b| b.is_ascii_digit()) || int.is_empty() {
+    if !int
+        .trim_start_matches('-')
+        .bytes()
+        .all(|b| b.is_ascii_digit())
+        || int.is_empty()
+    {
         return Err(NotWhole);
     }
     int.parse().map_err(|_| TooBig)

@@ -126,9 +126,11 @@ fn create_order_no_key(note: default!(Option<&str>, "NULL")) -> i32 {
     let kek = keys::kek();
     Spi::run("LOCK TABLE id_gen.order_no_key_store IN EXCLUSIVE MODE")
         .unwrap_or_else(|e| raise(Code::ERRCODE_INTERNAL_ERROR, format!("id_gen: {e}"), None));
-    let next = Spi::get_one::<i32>("SELECT coalesce(max(key_version), 0) + 1 FROM id_gen.order_no_key_store")
-        .unwrap_or_else(|e| raise(Code::ERRCODE_INTERNAL_ERROR, format!("id_gen: {e}"), None))
-        .unwrap_or(1);
+    let next = Spi::get_one::<i32>(
+        "SELECT coalesce(max(key_version), 0) + 1 FROM id_gen.order_no_key_store",
+    )
+    .unwrap_or_else(|e| raise(Code::ERRCODE_INTERNAL_ERROR, format!("id_gen: {e}"), None))
+    .unwrap_or(1);
     if next > 255 {
         raise(
             Code::ERRCODE_SEQUENCE_GENERATOR_LIMIT_EXCEEDED,

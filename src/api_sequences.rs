@@ -19,7 +19,8 @@ use pgrx::prelude::*;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
-const PRELOAD_HINT: &str = "Add id_gen to shared_preload_libraries in postgresql.conf and restart the server.";
+const PRELOAD_HINT: &str =
+    "Add id_gen to shared_preload_libraries in postgresql.conf and restart the server.";
 
 /// Raises 55000 unless shared memory is attached.
 #[inline]
@@ -54,6 +55,8 @@ fn my_db() -> u32 {
 /// What a backend remembers about a sequence it used.
 struct Local {
     name: String,
+    /// A serial-period entry (only `next_serial` may use it).
+    serial: bool,
     counters: u32,
     /// Per counter group: (slot index, generation) once attached.
     groups: Vec<Option<(usize, u64)>>,
@@ -84,7 +87,14 @@ fn local() -> &'static mut LocalCache {
             locals: Vec::new(),
             index: HashMap::new(),
             last: usize::MAX,
-            pending_calls: vec![0; if shmem::available() { shmem::slot_count() } else { 0 }],
+            pending_calls: vec![
+                0;
+                if shmem::available() {
+                    shmem::slot_count()
+                } else {
+                    0
+                }
+            ],
         })
     }
 }
@@ -108,7 +118,7 @@ pub fn group_of(gene: Option<u16>, counters: u32) -> u32 {
 
 /// Slot of `(name, gene's group)`, attaching it on first use.
 #[inline]
-fn slot_for(raw_name: &str, gene: Option<u16>) -> (usize, u64) {
+fn slot_for(raw_name: &str, gene: Option<u16>, serial: bool) -> (usize, u64) {
     let l = local();
     let i = if l.last < l.locals.len() && l.locals[l.last].name == raw_name {
         Some(l.last)
@@ -116,13 +126,15 @@ fn slot_for(raw_name: &str, gene: Option<u16>) -> (usize, u64) {
         l.index.get(raw_name).copied()
     };
     if let Some(i) = i {
-        l.last = i;
         let loc = &l.locals[i];
-        if let Some(Some(found)) = loc.groups.get(group_of(gene, loc.counters) as usize) {
-            return *found;
+        if loc.serial == serial {
+            l.last = i;
+            if let Some(Some(found)) = loc.groups.get(group_of(gene, loc.counters) as usize) {
+                return *found;
+            }
         }
     }
-    attach_slow(raw_name, gene)
+    attach_slow(raw_name, gene, serial)
 }
 
 /// Separator of serial-period keys: `serial \x1f period_text \x1f period_start_ms`.
@@ -130,11 +142,13 @@ fn slot_for(raw_name: &str, gene: Option<u16>) -> (usize, u64) {
 pub const SERIAL_SEP: char = '\x1f';
 
 #[cold]
-fn attach_slow(raw_name: &str, gene: Option<u16>) -> (usize, u64) {
+fn attach_slow(raw_name: &str, gene: Option<u16>, serial: bool) -> (usize, u64) {
     require_primary();
-    if raw_name.contains(SERIAL_SEP) {
+    if serial {
         return attach_serial_period(raw_name);
     }
+    // A user-supplied name can never reach the serial key space: SeqName rejects the
+    // separator (and every other character outside [A-Za-z0-9_.:-]).
     let name = checked_name(raw_name);
     let info = match catalog::lookup(name.as_str()) {
         Ok(Some(info)) => info,
@@ -148,26 +162,54 @@ fn attach_slow(raw_name: &str, gene: Option<u16>) -> (usize, u64) {
     let counters = info.counters.clamp(1, shmem::MAX_GROUPS as i32) as u32;
     let group = group_of(gene, counters);
     let key = shmem::make_key(my_db(), group, &name);
-    let found = match shmem::attach(&key, info.incarnation) {
+    attach_and_remember(
+        raw_name,
+        false,
+        &key,
+        info.incarnation,
+        counters,
+        group,
+        &format!("sequence \"{name}\""),
+    )
+}
+
+/// Attaches `key` in shared memory and records it in this backend's cache under
+/// `local_key` (group `group` of `counters`); wakes the database's worker.
+fn attach_and_remember(
+    local_key: &str,
+    serial: bool,
+    key: &shmem::SlotKey,
+    incarnation: i64,
+    counters: u32,
+    group: u32,
+    what: &str,
+) -> (usize, u64) {
+    let found = match shmem::attach(key, incarnation) {
         Attach::Attached(i, g) => (i, g),
         Attach::Full => raise(
             Code::ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
-            format!("id_gen: no free slot in the segment cache for sequence \"{name}\""),
+            format!("id_gen: no free slot in the segment cache for {what}"),
             Some("Raise id_gen.max_sequences (takes effect at restart), or drop unused sequences."),
         ),
     };
     let l = local();
-    let i = match l.index.get(raw_name) {
+    let i = match l.index.get(local_key) {
         Some(&i) => i,
         None => {
-            l.locals.push(Local { name: raw_name.to_owned(), counters: 0, groups: vec![] });
-            l.index.insert(raw_name.to_owned(), l.locals.len() - 1);
+            l.locals.push(Local {
+                name: local_key.to_owned(),
+                serial,
+                counters: 0,
+                groups: vec![],
+            });
+            l.index.insert(local_key.to_owned(), l.locals.len() - 1);
             l.locals.len() - 1
         }
     };
     let loc = &mut l.locals[i];
-    if loc.counters != counters {
+    if loc.counters != counters || loc.serial != serial {
         loc.counters = counters;
+        loc.serial = serial;
         loc.groups = vec![None; counters as usize];
     }
     loc.groups[group as usize] = Some(found);
@@ -182,37 +224,30 @@ fn attach_slow(raw_name: &str, gene: Option<u16>) -> (usize, u64) {
 /// its per-period counter. The slot's "incarnation" is the period's start (unix ms).
 fn attach_serial_period(local_key: &str) -> (usize, u64) {
     let mut parts = local_key.split(SERIAL_SEP);
-    let (serial, period, start) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let (serial, period, start) = (
+        parts.next().unwrap_or(""),
+        parts.next().unwrap_or(""),
+        parts.next().unwrap_or(""),
+    );
     let start: i64 = start.parse().unwrap_or(i64::MIN);
     let mut name = [0u8; 64];
     let key_text = format!("{serial}{SERIAL_SEP}{period}");
     let n = key_text.len().min(64);
     name[..n].copy_from_slice(&key_text.as_bytes()[..n]);
-    let key = shmem::SlotKey { dboid: my_db(), group: 0, name };
-    let found = match shmem::attach(&key, start) {
-        Attach::Attached(i, g) => (i, g),
-        Attach::Full => raise(
-            Code::ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
-            format!("id_gen: no free slot in the segment cache for serial \"{serial}\""),
-            Some("Raise id_gen.max_sequences (takes effect at restart), or drop unused sequences."),
-        ),
+    let key = shmem::SlotKey {
+        dboid: my_db(),
+        group: 0,
+        name,
     };
-    let l = local();
-    let i = match l.index.get(local_key) {
-        Some(&i) => i,
-        None => {
-            l.locals.push(Local { name: local_key.to_owned(), counters: 0, groups: vec![] });
-            l.index.insert(local_key.to_owned(), l.locals.len() - 1);
-            l.locals.len() - 1
-        }
-    };
-    let loc = &mut l.locals[i];
-    loc.counters = 1;
-    loc.groups = vec![Some(found)];
-    l.pending_calls[found.0] = 0;
-    l.last = i;
-    let _ = worker::ensure_and_wake(my_db());
-    found
+    attach_and_remember(
+        local_key,
+        true,
+        &key,
+        start,
+        1,
+        0,
+        &format!("serial \"{serial}\""),
+    )
 }
 
 /// Forgets a serial period's slot everywhere (its period is over).
@@ -224,11 +259,19 @@ pub fn release_serial_period(local_key: &str) {
         l.locals[i].name.clear();
     }
     let mut parts = local_key.split(SERIAL_SEP);
-    let key_text = format!("{}{SERIAL_SEP}{}", parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let key_text = format!(
+        "{}{SERIAL_SEP}{}",
+        parts.next().unwrap_or(""),
+        parts.next().unwrap_or("")
+    );
     let mut name = [0u8; 64];
     let n = key_text.len().min(64);
     name[..n].copy_from_slice(&key_text.as_bytes()[..n]);
-    shmem::purge_key(&shmem::SlotKey { dboid: my_db(), group: 0, name });
+    shmem::purge_key(&shmem::SlotKey {
+        dboid: my_db(),
+        group: 0,
+        name,
+    });
 }
 
 /// Adds `n` calls to the slot's rate counter, batched per backend.
@@ -246,7 +289,7 @@ fn count_calls(idx: usize, n: u64) {
 /// `(first, count)`. Waits for the worker only when both segments are empty.
 #[inline]
 pub fn take(name: &str, gene: Option<u16>, want: u64) -> (i64, u64) {
-    match take_or_closed(name, gene, want) {
+    match take_inner(name, gene, want, false) {
         Ok(v) => v,
         Err(PeriodClosed) => raise(
             Code::ERRCODE_INTERNAL_ERROR,
@@ -259,16 +302,34 @@ pub fn take(name: &str, gene: Option<u16>, want: u64) -> (i64, u64) {
 /// A serial's period ended while we were about to draw from it: re-read the clock.
 pub struct PeriodClosed;
 
-/// [`take`], reporting a closed serial period instead of raising.
+/// One value of a serial period (`api_serial.rs` builds `local_key`), reporting a
+/// closed period instead of raising.
+pub fn take_serial(local_key: &str) -> Result<i64, PeriodClosed> {
+    take_inner(local_key, None, 1, true).map(|(v, _)| v)
+}
+
 #[inline]
-pub fn take_or_closed(name: &str, gene: Option<u16>, want: u64) -> Result<(i64, u64), PeriodClosed> {
+fn take_inner(
+    name: &str,
+    gene: Option<u16>,
+    want: u64,
+    serial: bool,
+) -> Result<(i64, u64), PeriodClosed> {
     require_cache();
     loop {
-        let (idx, gen) = slot_for(name, gene);
+        let (idx, gen) = slot_for(name, gene, serial);
         let s = shmem::slot(idx);
-        let t = if want == 1 { s.chain.take_one() } else { s.chain.take_many(want) };
+        let t = if want == 1 {
+            s.chain.take_one()
+        } else {
+            s.chain.take_many(want)
+        };
         match t {
-            Take::Got { first, count, preload } => {
+            Take::Got {
+                first,
+                count,
+                preload,
+            } => {
                 if s.generation.load(Ordering::Acquire) != gen {
                     forget_local(name); // slot reassigned under us: drop the value, retry
                     continue;
@@ -424,7 +485,9 @@ fn wait_for_segment(name: &str, idx: usize, gen: u64, epoch: u64) -> Result<(), 
                 let nap = (timeout_ms - waited).min(200) as i64;
                 // SAFETY: sleeping on a prepared CV; query cancel and statement_timeout
                 // interrupt it through CHECK_FOR_INTERRUPTS as usual.
-                unsafe { pg_sys::ConditionVariableTimedSleep(cv, nap as _, pg_sys::PG_WAIT_EXTENSION) };
+                unsafe {
+                    pg_sys::ConditionVariableTimedSleep(cv, nap as _, pg_sys::PG_WAIT_EXTENSION)
+                };
             }
         }
     }
@@ -446,7 +509,9 @@ pub extern "C" fn pg_finfo_id_gen_next_segment_id() -> &'static pg_sys::Pg_finfo
 /// Next value of a named sequence, from the shared segment cache.
 #[pg_guard]
 #[unsafe(no_mangle)]
-pub unsafe extern "C-unwind" fn id_gen_next_segment_id(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
+pub unsafe extern "C-unwind" fn id_gen_next_segment_id(
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> pg_sys::Datum {
     // SAFETY: fmgr calls us with a valid fcinfo holding one non-NULL text argument
     // (the function is STRICT); the bytes live for the duration of the call.
     let name = unsafe { text_arg(fcinfo, 0) };
@@ -482,10 +547,16 @@ unsafe fn text_arg<'a>(fcinfo: pg_sys::FunctionCallInfo, n: usize) -> &'a str {
         Err(_) => raise(
             Code::ERRCODE_INVALID_PARAMETER_VALUE,
             "id_gen: sequence name is not valid UTF-8",
-            Some("Sequence names are 1 to 63 characters of letters, digits, '_', '.', ':' and '-'."),
+            Some(
+                "Sequence names are 1 to 63 characters of letters, digits, '_', '.', ':' and '-'.",
+            ),
         ),
     }
 }
+
+/// Most values one `next_segment_ids`/`next_segment_ids_array` call returns: the array
+/// must fit PostgreSQL's 1 GB allocation limit, and a runaway n must not burn values.
+const MAX_BATCH_ROWS: i64 = 100_000_000;
 
 /// Takes `n` values as runs of consecutive values `(first, count)`: one atomic step per
 /// run; a pending batch also sizes the next reservation (up to `max_step`), so a large
@@ -508,20 +579,35 @@ fn take_runs(seq: &str, n: i64) -> Vec<(i64, u64)> {
     runs
 }
 
+fn check_batch(n: i32) {
+    if n as i64 > MAX_BATCH_ROWS {
+        raise(
+            Code::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("id_gen: n must be at most {MAX_BATCH_ROWS}, got {n}"),
+            Some("Use id_gen.next_segment_ranges(name, n), which returns runs of consecutive values, for larger batches."),
+        );
+    }
+}
+
 /// `n` values of a named sequence for bulk loads, one row each.
 #[pg_extern(volatile, strict, parallel_unsafe)]
 fn next_segment_ids(seq: &str, n: i32) -> SetOfIterator<'static, i64> {
+    check_batch(n);
     let runs = take_runs(seq, n as i64);
-    SetOfIterator::new(runs.into_iter().flat_map(|(first, count)| first..first + count as i64))
+    SetOfIterator::new(
+        runs.into_iter()
+            .flat_map(|(first, count)| first..=first + (count as i64 - 1)),
+    )
 }
 
 /// `n` values of a named sequence as one bigint[] (cheaper than n rows for big batches).
 #[pg_extern(volatile, strict, parallel_unsafe)]
 fn next_segment_ids_array(seq: &str, n: i32) -> Vec<i64> {
+    check_batch(n);
     let runs = take_runs(seq, n as i64);
     let mut out = Vec::with_capacity(n.max(0) as usize);
     for (first, count) in runs {
-        out.extend(first..first + count as i64);
+        out.extend(first..=first + (count as i64 - 1));
     }
     out
 }
@@ -534,7 +620,10 @@ fn next_segment_ranges(
     n: i64,
 ) -> TableIterator<'static, (name!(first_id, i64), name!(last_id, i64))> {
     let runs = take_runs(seq, n);
-    TableIterator::new(runs.into_iter().map(|(first, count)| (first, first + count as i64 - 1)))
+    TableIterator::new(
+        runs.into_iter()
+            .map(|(first, count)| (first, first + (count as i64 - 1))),
+    )
 }
 
 /// Validated tuning of a sequence.
@@ -549,23 +638,39 @@ struct Tuning {
 
 fn check_tuning(t: &Tuning) {
     let bad = |msg: String| -> ! {
-        raise(Code::ERRCODE_INVALID_PARAMETER_VALUE, format!("id_gen: {msg}"), None)
+        raise(
+            Code::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("id_gen: {msg}"),
+            None,
+        )
     };
     let cap = MAX_SEGMENT_LEN as i64;
     if !(1..=cap).contains(&t.step) {
         bad(format!("step must be between 1 and {cap}, got {}", t.step));
     }
     if !(1..=t.step).contains(&t.min_step) {
-        bad(format!("min_step must be between 1 and step ({}), got {}", t.step, t.min_step));
+        bad(format!(
+            "min_step must be between 1 and step ({}), got {}",
+            t.step, t.min_step
+        ));
     }
     if !(t.step..=cap).contains(&t.max_step) {
-        bad(format!("max_step must be between step ({}) and {cap}, got {}", t.step, t.max_step));
+        bad(format!(
+            "max_step must be between step ({}) and {cap}, got {}",
+            t.step, t.max_step
+        ));
     }
     if !(1..=86_400).contains(&t.buffer_seconds) {
-        bad(format!("buffer_seconds must be between 1 and 86400, got {}", t.buffer_seconds));
+        bad(format!(
+            "buffer_seconds must be between 1 and 86400, got {}",
+            t.buffer_seconds
+        ));
     }
     if !(0.0..1.0).contains(&t.preload_threshold) {
-        bad(format!("preload_threshold must be in [0, 1), got {}", t.preload_threshold));
+        bad(format!(
+            "preload_threshold must be in [0, 1), got {}",
+            t.preload_threshold
+        ));
     }
     if t.max_value < 1 {
         bad(format!("max_value must be positive, got {}", t.max_value));
@@ -602,7 +707,10 @@ fn create_sequence(
     if !(0..t.max_value).contains(&start) {
         raise(
             Code::ERRCODE_INVALID_PARAMETER_VALUE,
-            format!("id_gen: start must be between 0 and max_value - 1 ({}), got {start}", t.max_value - 1),
+            format!(
+                "id_gen: start must be between 0 and max_value - 1 ({}), got {start}",
+                t.max_value - 1
+            ),
             None,
         );
     }
@@ -699,7 +807,10 @@ fn alter_sequence(
     if t.max_value < max_id {
         raise_detail(
             Code::ERRCODE_INVALID_PARAMETER_VALUE,
-            format!("id_gen: max_value {} is below values already handed out", t.max_value),
+            format!(
+                "id_gen: max_value {} is below values already handed out",
+                t.max_value
+            ),
             format!("The high-water mark of \"{name}\" is {max_id}."),
             None,
         );
@@ -732,7 +843,11 @@ fn drop_sequence(name: &str, if_exists: default!(bool, false)) -> bool {
     let name: SeqName = checked_name(name);
     let deleted = Spi::connect_mut(|client| {
         client
-            .update("DELETE FROM id_gen.sequences WHERE name = $1 RETURNING name", None, &[name.as_str().into()])
+            .update(
+                "DELETE FROM id_gen.sequences WHERE name = $1 RETURNING name",
+                None,
+                &[name.as_str().into()],
+            )
             .map(|t| (!t.is_empty()).then_some(()))
     })
     .unwrap_or_else(|e| raise(Code::ERRCODE_INTERNAL_ERROR, format!("id_gen: {e}"), None));
@@ -797,7 +912,8 @@ fn cache_status() -> TableIterator<
             let last = |r: Option<(u64, u64)>| r.map(|(b, l)| (b + l - 1) as i64);
             (
                 pg_sys::Oid::from(s.key.dboid),
-                id_gen_core::name::key_to_str(&s.key.name).replace(crate::api_sequences::SERIAL_SEP, "@"),
+                id_gen_core::name::key_to_str(&s.key.name)
+                    .replace(crate::api_sequences::SERIAL_SEP, "@"),
                 s.key.group as i32,
                 match s.state.load(Ordering::Acquire) {
                     STATE_DROPPED => "dropped",

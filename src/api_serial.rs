@@ -15,7 +15,7 @@
 //!
 //! The clock is the server's, shifted by the test-only `id_gen.test_clock_offset`.
 
-use crate::api_sequences::{release_serial_period, take_or_closed, PeriodClosed, SERIAL_SEP};
+use crate::api_sequences::{release_serial_period, take_serial, PeriodClosed, SERIAL_SEP};
 use crate::errors::{checked_name, raise, raise_core, Code};
 use id_gen_core::serial::{DateFormat, SerialError, SerialSpec};
 use pgrx::prelude::*;
@@ -24,8 +24,10 @@ use std::collections::HashMap;
 /// Longest serial name (the shared key also holds the period text).
 const MAX_SERIAL_NAME: usize = 40;
 
+#[derive(Clone)]
 struct Spec {
     spec: SerialSpec,
+    /// From pg_tzset, which caches zones for the life of the process.
     tz: *mut pg_sys::pg_tz,
 }
 
@@ -43,7 +45,11 @@ fn cache() -> &'static mut Cache {
     unsafe {
         let c = &mut *(&raw mut CACHE);
         let epoch = crate::shmem::serial_epoch();
-        let c = c.get_or_insert_with(|| Cache { epoch, specs: HashMap::new(), current: HashMap::new() });
+        let c = c.get_or_insert_with(|| Cache {
+            epoch,
+            specs: HashMap::new(),
+            current: HashMap::new(),
+        });
         if c.epoch != epoch {
             c.specs.clear();
             c.epoch = epoch;
@@ -77,11 +83,17 @@ fn offset_secs(tz: *mut pg_sys::pg_tz, utc_ms: i64) -> i32 {
     // that we read at once.
     unsafe {
         let tm = pg_sys::pg_localtime(&t, tz);
-        if tm.is_null() { 0 } else { (*tm).tm_gmtoff as i32 }
+        if tm.is_null() {
+            0
+        } else {
+            (*tm).tm_gmtoff as i32
+        }
     }
 }
 
-fn spec_of(serial: &str) -> &'static Spec {
+/// A copy of the serial's spec: the cache may be cleared while a caller still works
+/// with it (a `create_serial` committed elsewhere bumps the epoch).
+fn spec_of(serial: &str) -> Spec {
     let c = cache();
     if !c.specs.contains_key(serial) {
         let row = Spi::connect(|client| {
@@ -111,16 +123,28 @@ fn spec_of(serial: &str) -> &'static Spec {
             )
         };
         let spec = build_spec(&fmt, width, partition, max_len);
-        c.specs.insert(serial.to_owned(), Spec { spec, tz: time_zone(&tz) });
+        c.specs.insert(
+            serial.to_owned(),
+            Spec {
+                spec,
+                tz: time_zone(&tz),
+            },
+        );
     }
-    &c.specs[serial]
+    c.specs[serial].clone()
 }
 
 fn build_spec(fmt: &str, width: i32, partition: Option<i32>, max_len: i32) -> SerialSpec {
     let format = DateFormat::parse(fmt).unwrap_or_else(|e| serial_error(e));
     let width = u8::try_from(width).unwrap_or(0);
     let partition = partition.map(|p| u8::try_from(p).unwrap_or(u8::MAX));
-    SerialSpec::new(format, width, partition, usize::try_from(max_len).unwrap_or(0)).unwrap_or_else(|e| serial_error(e))
+    SerialSpec::new(
+        format,
+        width,
+        partition,
+        usize::try_from(max_len).unwrap_or(0),
+    )
+    .unwrap_or_else(|e| serial_error(e))
 }
 
 /// The next serial number: `prefix || date part || [partition] || serial`.
@@ -129,23 +153,37 @@ fn next_serial(serial: &str, prefix: default!(&str, "''")) -> String {
     let spec = spec_of(serial);
     for _ in 0..2000 {
         let now = crate::api_snowflake::now_ms();
+        let offset = offset_secs(spec.tz, now) as i64;
         let period = spec
             .spec
             .format()
-            .period_of(now, offset_secs(spec.tz, now))
+            .period_of(now, offset as i32)
             .unwrap_or_else(|e| serial_error(e));
         // Refuse a too-long result before drawing a value (nothing is lost).
-        spec.spec.render(prefix, &period, 0).unwrap_or_else(|e| serial_error(e));
-        let key = format!("{serial}{SERIAL_SEP}{}{SERIAL_SEP}{}", period.text, period.start_ms);
+        spec.spec
+            .render(prefix, &period, 0)
+            .unwrap_or_else(|e| serial_error(e));
+        // The period's identity is its local start (UTC start + offset): it is the same for
+        // every instant whose date text is the same, also across a DST change, where
+        // the UTC start of "today" moves. Keying by the UTC start would restart the
+        // counter (and repeat serials) when the offset changes mid-period.
+        let local_start = period.start_ms + offset * 1000;
+        let key = format!(
+            "{serial}{SERIAL_SEP}{}{SERIAL_SEP}{local_start}",
+            period.text
+        );
         let c = cache();
         if let Some(prev) = c.current.insert(serial.to_owned(), key.clone()) {
             if prev != key {
                 release_serial_period(&prev); // that period is over: free its slot
             }
         }
-        match take_or_closed(&key, None, 1) {
-            Ok((counter, _)) => {
-                return spec.spec.render(prefix, &period, counter as u64).unwrap_or_else(|e| serial_error(e));
+        match take_serial(&key) {
+            Ok(counter) => {
+                return spec
+                    .spec
+                    .render(prefix, &period, counter as u64)
+                    .unwrap_or_else(|e| serial_error(e));
             }
             Err(PeriodClosed) => {
                 release_serial_period(&key);
@@ -186,7 +224,10 @@ fn create_serial(
     build_spec(date_format, width, partition, max_length);
     let tz_name = match time_zone {
         Some(t) => t.to_owned(),
-        None => Spi::get_one::<String>("SELECT current_setting('TimeZone')").ok().flatten().unwrap_or_else(|| "UTC".into()),
+        None => Spi::get_one::<String>("SELECT current_setting('TimeZone')")
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| "UTC".into()),
     };
     let _ = self::time_zone(&tz_name);
     if !(1..=1_000_000).contains(&step) {
@@ -232,7 +273,11 @@ fn create_serial(
 fn drop_serial(name: &str, if_exists: default!(bool, false)) -> bool {
     let deleted = Spi::connect_mut(|client| {
         client
-            .update("DELETE FROM id_gen.serials WHERE name = $1 RETURNING name", None, &[name.into()])
+            .update(
+                "DELETE FROM id_gen.serials WHERE name = $1 RETURNING name",
+                None,
+                &[name.into()],
+            )
             .map(|t| !t.is_empty())
     })
     .unwrap_or_else(|e| raise(Code::ERRCODE_INTERNAL_ERROR, format!("id_gen: {e}"), None));
@@ -262,5 +307,8 @@ fn serials_changed(name: &str) {
             crate::shmem::purge_key(&key);
         }
     }
-    pgrx::register_xact_callback(pgrx::PgXactCallbackEvent::Commit, crate::shmem::bump_serial_epoch);
+    pgrx::register_xact_callback(
+        pgrx::PgXactCallbackEvent::Commit,
+        crate::shmem::bump_serial_epoch,
+    );
 }

@@ -26,7 +26,7 @@ const STATE_FILE: &str = "id_gen_snowflake.state";
 
 /// Wall clock in unix ms, shifted by the test-only `id_gen.test_clock_offset`.
 pub fn now_ms() -> i64 {
-    crate::worker::now_ms() + gucs::TEST_CLOCK_OFFSET_MS.get() as i64
+    crate::worker::now_ms() + gucs::TEST_CLOCK_OFFSET_MS.get().round() as i64
 }
 
 /// Called from the shmem startup hook (postmaster): resume above the persisted mark.
@@ -58,7 +58,11 @@ fn layout() -> SnowflakeLayout {
         gucs::SNOWFLAKE_SEQ_BITS.get() as u32,
         gucs::SNOWFLAKE_GENE_BITS.get() as u32,
     );
-    let l = if g == 0 { SnowflakeLayout::new(t, n, s, epoch) } else { SnowflakeLayout::with_gene(t, n, s, g, epoch) };
+    let l = if g == 0 {
+        SnowflakeLayout::new(t, n, s, epoch)
+    } else {
+        SnowflakeLayout::with_gene(t, n, s, g, epoch)
+    };
     l.unwrap_or_else(|e| raise_core(e.sqlstate(), format!("bad snowflake layout: {e}"), e.hint()))
 }
 
@@ -71,7 +75,9 @@ fn node(layout: &SnowflakeLayout) -> i64 {
             Some("Give every server that issues snowflake ids a distinct node id in postgresql.conf (id_gen.snowflake_node_id = 0 .. 2^node_bits-1) and restart."),
         );
     }
-    layout.check_node(node).unwrap_or_else(|e| raise_core(e.sqlstate(), &e, e.hint()));
+    layout
+        .check_node(node)
+        .unwrap_or_else(|e| raise_core(e.sqlstate(), &e, e.hint()));
     node
 }
 
@@ -83,7 +89,10 @@ fn persist_margin_ms(max_lead: i64) -> i64 {
 /// with `wait == false` a busy writer means "someone else is doing it" and we return.
 fn persist(want: i64, wait: bool) {
     let h = shmem::header_ref();
-    if h.sf_persisting.compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire).is_err() {
+    if h.sf_persisting
+        .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
         if wait {
             std::thread::sleep(std::time::Duration::from_micros(200));
         }
@@ -125,7 +134,9 @@ fn require_shmem() {
         raise(
             Code::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             "id_gen: snowflake ids need id_gen in shared_preload_libraries",
-            Some("Add id_gen to shared_preload_libraries in postgresql.conf and restart the server."),
+            Some(
+                "Add id_gen to shared_preload_libraries in postgresql.conf and restart the server.",
+            ),
         );
     }
 }
@@ -142,7 +153,12 @@ fn next_id(owner: Option<i64>) -> i64 {
             let _g = shmem::snowflake_lock();
             let h = shmem::header_mut();
             // SAFETY: the snowflake fields of the header are only touched under this lock.
-            let mut st = unsafe { SnowflakeState { last_ms: (*h).sf_last_ms, seq: (*h).sf_seq } };
+            let mut st = unsafe {
+                SnowflakeState {
+                    last_ms: (*h).sf_last_ms,
+                    seq: (*h).sf_seq,
+                }
+            };
             let persisted = shmem::header_ref().sf_persisted_ms.load(Ordering::Acquire);
             let ahead = st.needs_persist(now, persisted, margin);
             let r = match owner {
@@ -196,7 +212,9 @@ fn snowflake_id_owner(owner: i64) -> i64 {
 }
 
 fn parts(id: i64) -> id_gen_core::snowflake::SnowflakeParts {
-    layout().decompose(id).unwrap_or_else(|e| raise_core(e.sqlstate(), &e, e.hint()))
+    layout()
+        .decompose(id)
+        .unwrap_or_else(|e| raise_core(e.sqlstate(), &e, e.hint()))
 }
 
 /// Creation time of a snowflake id (under this server's layout settings).
@@ -206,7 +224,11 @@ fn snowflake_time(id: i64) -> TimestampWithTimeZone {
     // PostgreSQL timestamps count microseconds from 2000-01-01.
     let pg_us = (ms - 946_684_800_000) * 1000;
     TimestampWithTimeZone::try_from(pg_us).unwrap_or_else(|_| {
-        raise(Code::ERRCODE_DATETIME_FIELD_OVERFLOW, format!("id_gen: timestamp of id {id} is out of range"), None)
+        raise(
+            Code::ERRCODE_DATETIME_FIELD_OVERFLOW,
+            format!("id_gen: timestamp of id {id} is out of range"),
+            None,
+        )
     })
 }
 

@@ -40,7 +40,11 @@ pub fn lookup(name: &str) -> SpiResult<Option<SeqInfo>> {
 /// Result of one reservation attempt by the worker.
 pub enum Reservation {
     /// `[first, last]` is ours; the row committed with `max_id = last` (after commit).
-    Segment { first: i64, last: i64, preload_threshold: f64 },
+    Segment {
+        first: i64,
+        last: i64,
+        preload_threshold: f64,
+    },
     /// The row is gone, or belongs to another incarnation.
     Dropped,
     /// `max_id` reached `max_value` (for a serial: the period's serial space is used up).
@@ -86,7 +90,14 @@ pub fn reserve_segment(
                     None,
                     &[name.into(), last.into()],
                 )?;
-                Ok((Reservation::Segment { first, last, preload_threshold: threshold }, step))
+                Ok((
+                    Reservation::Segment {
+                        first,
+                        last,
+                        preload_threshold: threshold,
+                    },
+                    step,
+                ))
             }
         }
     })
@@ -96,7 +107,15 @@ pub fn reserve_segment(
 /// current period and the largest counter reserved in it. A later period resets the
 /// counter; an earlier one is refused (the period is over), so no counter of an old
 /// period is handed out after a newer period began, and none repeats within a period.
-pub fn reserve_serial(serial: &str, period_text: &str, period_start: i64) -> SpiResult<(Reservation, u64)> {
+/// `period_start` is the period's *local* start (UTC start + UTC offset), identical for
+/// all instants of one date text even across a DST change; in the hour repeated at the
+/// end of DST, an hour-format period is revisited with the same start and simply
+/// continues its counter.
+pub fn reserve_serial(
+    serial: &str,
+    period_text: &str,
+    period_start: i64,
+) -> SpiResult<(Reservation, u64)> {
     Spi::connect_mut(|client| {
         let t = client.update(
             "SELECT period_start_ms, period_max, step, width FROM id_gen.serials WHERE name = $1 FOR UPDATE",
@@ -114,7 +133,11 @@ pub fn reserve_serial(serial: &str, period_text: &str, period_start: i64) -> Spi
         if row_start > period_start {
             return Ok((Reservation::PeriodClosed, 0));
         }
-        let base = if row_start == period_start { row_max } else { 0 };
+        let base = if row_start == period_start {
+            row_max
+        } else {
+            0
+        };
         let capacity = 10i64.pow(width) - 1; // counters run 1 ..= 10^width - 1
         if base >= capacity {
             return Ok((Reservation::Exhausted, 0));
@@ -125,6 +148,13 @@ pub fn reserve_serial(serial: &str, period_text: &str, period_start: i64) -> Spi
             None,
             &[serial.into(), period_start.into(), period_text.into(), last.into()],
         )?;
-        Ok((Reservation::Segment { first: base + 1, last, preload_threshold: 0.5 }, step as u64))
+        Ok((
+            Reservation::Segment {
+                first: base + 1,
+                last,
+                preload_threshold: 0.5,
+            },
+            step as u64,
+        ))
     })
 }

@@ -21,7 +21,12 @@ pub fn raise(code: Code, message: impl Into<String>, hint: Option<&str>) -> ! {
 }
 
 /// Like [`raise`] with a DETAIL line as well.
-pub fn raise_detail(code: Code, message: impl Into<String>, detail: impl Into<String>, hint: Option<&str>) -> ! {
+pub fn raise_detail(
+    code: Code,
+    message: impl Into<String>,
+    detail: impl Into<String>,
+    hint: Option<&str>,
+) -> ! {
     let mut report = ErrorReport::new(code, message.into(), "id_gen").set_detail(detail.into());
     if let Some(h) = hint {
         report = report.set_hint(h);
@@ -49,7 +54,9 @@ pub fn checked_name(raw: &str) -> id_gen_core::name::SeqName {
         Err(e) => raise(
             Code::ERRCODE_INVALID_PARAMETER_VALUE,
             format!("id_gen: invalid sequence name {raw:?}: {e}"),
-            Some("Sequence names are 1 to 63 characters of letters, digits, '_', '.', ':' and '-'."),
+            Some(
+                "Sequence names are 1 to 63 characters of letters, digits, '_', '.', ':' and '-'.",
+            ),
         ),
     }
 }
@@ -71,5 +78,9 @@ pub fn code_of(sqlstate: &str) -> Code {
 
 /// Raises a core error that names its own SQLSTATE and hint.
 pub fn raise_core(sqlstate: &str, message: impl std::fmt::Display, hint: Option<String>) -> ! {
-    raise(code_of(sqlstate), format!("id_gen: {message}"), hint.as_deref())
+    raise(
+        code_of(sqlstate),
+        format!("id_gen: {message}"),
+        hint.as_deref(),
+    )
 }

@@ -17,8 +17,10 @@ pub static REFILL_TIMEOUT_MS: GucSetting<i32> = GucSetting::<i32>::new(10_000);
 pub static DEFAULT_BUFFER_SECONDS: GucSetting<i32> = GucSetting::<i32>::new(30);
 
 /// Where the order-number key-encryption key comes from (startup-only, superuser-only).
-pub static ORDER_NO_KEK_FILE: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
-pub static ORDER_NO_KEK_COMMAND: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
+pub static ORDER_NO_KEK_FILE: GucSetting<Option<CString>> =
+    GucSetting::<Option<CString>>::new(None);
+pub static ORDER_NO_KEK_COMMAND: GucSetting<Option<CString>> =
+    GucSetting::<Option<CString>>::new(None);
 
 /// Snowflake layout and node (startup-only: fixed once IDs exist).
 pub static SNOWFLAKE_NODE_ID: GucSetting<i32> = GucSetting::<i32>::new(-1);
@@ -31,10 +33,15 @@ pub static SNOWFLAKE_EPOCH_MS: GucSetting<Option<CString>> =
 /// How far the logical clock may run ahead of a wall clock that went backwards.
 pub static SNOWFLAKE_MAX_LEAD_MS: GucSetting<i32> = GucSetting::<i32>::new(5_000);
 /// Test-only: shifts the clock seen by snowflake_id and next_serial.
-pub static TEST_CLOCK_OFFSET_MS: GucSetting<i32> = GucSetting::<i32>::new(0);
+/// (A float: an integer setting in ms could not move the clock by more than 24 days.)
+pub static TEST_CLOCK_OFFSET_MS: GucSetting<f64> = GucSetting::<f64>::new(0.0);
 
 pub fn init() {
-    let postmaster_int = |name: &'static std::ffi::CStr, short: &'static std::ffi::CStr, setting: &'static GucSetting<i32>, min: i32, max: i32| {
+    let postmaster_int = |name: &'static std::ffi::CStr,
+                          short: &'static std::ffi::CStr,
+                          setting: &'static GucSetting<i32>,
+                          min: i32,
+                          max: i32| {
         GucRegistry::define_int_guc(
             name,
             short,
@@ -46,11 +53,41 @@ pub fn init() {
             GucFlags::default(),
         );
     };
-    postmaster_int(c"id_gen.snowflake_node_id", c"This server's snowflake node id (-1: unset; snowflake_id refuses to run).", &SNOWFLAKE_NODE_ID, -1, (1 << 20) - 1);
-    postmaster_int(c"id_gen.snowflake_time_bits", c"Bits of milliseconds since the epoch in a snowflake id.", &SNOWFLAKE_TIME_BITS, 35, 62);
-    postmaster_int(c"id_gen.snowflake_node_bits", c"Bits of node id in a snowflake id.", &SNOWFLAKE_NODE_BITS, 0, 20);
-    postmaster_int(c"id_gen.snowflake_seq_bits", c"Bits of per-millisecond sequence in a snowflake id.", &SNOWFLAKE_SEQ_BITS, 1, 27);
-    postmaster_int(c"id_gen.snowflake_gene_bits", c"Bits of owner gene in the low end of a snowflake id (0: no gene; seed 003 variant).", &SNOWFLAKE_GENE_BITS, 0, 16);
+    postmaster_int(
+        c"id_gen.snowflake_node_id",
+        c"This server's snowflake node id (-1: unset; snowflake_id refuses to run).",
+        &SNOWFLAKE_NODE_ID,
+        -1,
+        (1 << 20) - 1,
+    );
+    postmaster_int(
+        c"id_gen.snowflake_time_bits",
+        c"Bits of milliseconds since the epoch in a snowflake id.",
+        &SNOWFLAKE_TIME_BITS,
+        35,
+        62,
+    );
+    postmaster_int(
+        c"id_gen.snowflake_node_bits",
+        c"Bits of node id in a snowflake id.",
+        &SNOWFLAKE_NODE_BITS,
+        0,
+        20,
+    );
+    postmaster_int(
+        c"id_gen.snowflake_seq_bits",
+        c"Bits of per-millisecond sequence in a snowflake id.",
+        &SNOWFLAKE_SEQ_BITS,
+        1,
+        27,
+    );
+    postmaster_int(
+        c"id_gen.snowflake_gene_bits",
+        c"Bits of owner gene in the low end of a snowflake id (0: no gene; seed 003 variant).",
+        &SNOWFLAKE_GENE_BITS,
+        0,
+        16,
+    );
     GucRegistry::define_string_guc(
         c"id_gen.snowflake_epoch_ms",
         c"Epoch of snowflake ids, in milliseconds since 1970-01-01 UTC.",
@@ -69,13 +106,13 @@ pub fn init() {
         GucContext::Sighup,
         GucFlags::UNIT_MS,
     );
-    GucRegistry::define_int_guc(
+    GucRegistry::define_float_guc(
         c"id_gen.test_clock_offset",
         c"TEST ONLY: shifts the clock seen by snowflake_id and next_serial.",
         c"For tests that cross midnight or move the clock backwards. Never set it in production.",
         &TEST_CLOCK_OFFSET_MS,
-        i32::MIN,
-        i32::MAX,
+        -1e13,
+        1e13,
         GucContext::Suset,
         GucFlags::UNIT_MS,
     );

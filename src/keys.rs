@@ -37,7 +37,10 @@ pub fn load_kek_at_startup() {
             Ok(Some(k)) => {
                 let fp = cipher::kek_fingerprint(&k);
                 KEK = Some(k);
-                pgrx::log!("id_gen: order-number key-encryption key loaded (fingerprint {})", hex(&fp));
+                pgrx::log!(
+                    "id_gen: order-number key-encryption key loaded (fingerprint {})",
+                    hex(&fp)
+                );
             }
             Ok(None) => {}
             Err(msg) => {
@@ -54,7 +57,9 @@ fn read_kek() -> Result<Option<Zeroizing<[u8; 32]>>, String> {
     let text: Zeroizing<String> = match (file, command) {
         (None, None) => return Ok(None),
         (Some(_), Some(_)) => {
-            return Err("set only one of id_gen.order_no_kek_file and id_gen.order_no_kek_command".into())
+            return Err(
+                "set only one of id_gen.order_no_kek_file and id_gen.order_no_kek_command".into(),
+            )
         }
         (Some(path), None) => {
             let path = path.to_string_lossy().into_owned();
@@ -71,12 +76,20 @@ fn read_kek() -> Result<Option<Zeroizing<[u8; 32]>>, String> {
                 .output()
                 .map_err(|e| format!("cannot run id_gen.order_no_kek_command: {e}"))?;
             if !out.status.success() {
-                return Err(format!("id_gen.order_no_kek_command failed with {}", out.status));
+                return Err(format!(
+                    "id_gen.order_no_kek_command failed with {}",
+                    out.status
+                ));
             }
-            Zeroizing::new(String::from_utf8(out.stdout).map_err(|_| "id_gen.order_no_kek_command printed non-UTF-8".to_string())?)
+            Zeroizing::new(
+                String::from_utf8(out.stdout)
+                    .map_err(|_| "id_gen.order_no_kek_command printed non-UTF-8".to_string())?,
+            )
         }
     };
-    cipher::parse_kek(&text).map(Some).map_err(|e| format!("bad key-encryption key: {e}"))
+    cipher::parse_kek(&text)
+        .map(Some)
+        .map_err(|e| format!("bad key-encryption key: {e}"))
 }
 
 pub fn hex(bytes: &[u8]) -> String {
@@ -103,9 +116,12 @@ pub fn kek() -> &'static [u8; 32] {
 /// Backend-local cache of expanded keys.
 struct Cache {
     epoch: u64,
+    /// Expanded keys by version. A version's key never changes once created, so these
+    /// stay valid until the epoch moves (then they are dropped and zeroed anyway).
     keys: HashMap<u8, OrderNoKey>,
-    /// `Some(None)`: looked up, there is no current key.
-    current: Option<Option<u8>>,
+    /// The current version and the statement it was read in: it is re-read once per
+    /// statement, so a rotation is seen by the next statement of every session.
+    current: Option<(u8, pg_sys::TimestampTz)>,
 }
 
 static mut CACHE: Option<Cache> = None;
@@ -115,7 +131,11 @@ fn cache() -> &'static mut Cache {
     unsafe {
         let c = &mut *(&raw mut CACHE);
         let epoch = crate::shmem::key_epoch();
-        let c = c.get_or_insert_with(|| Cache { epoch, keys: HashMap::new(), current: None });
+        let c = c.get_or_insert_with(|| Cache {
+            epoch,
+            keys: HashMap::new(),
+            current: None,
+        });
         if c.epoch != epoch {
             // Dropping OrderNoKey zeroes its expanded keys.
             c.keys.clear();
@@ -133,7 +153,10 @@ pub fn keys_changed() {
         c.keys.clear();
         c.current = None;
     }
-    pgrx::register_xact_callback(pgrx::PgXactCallbackEvent::Commit, crate::shmem::bump_key_epoch);
+    pgrx::register_xact_callback(
+        pgrx::PgXactCallbackEvent::Commit,
+        crate::shmem::bump_key_epoch,
+    );
     pgrx::register_xact_callback(pgrx::PgXactCallbackEvent::Abort, || {
         // SAFETY: single-threaded backend; the cache may hold uncommitted state.
         if let Some(c) = unsafe { (*(&raw mut CACHE)).as_mut() } {
@@ -156,21 +179,35 @@ pub fn key(kv: u8) -> &'static OrderNoKey {
 /// The current key version (used for new 128-bit numbers).
 pub fn current_kv() -> u8 {
     let c = cache();
-    if c.current.is_none() {
-        let kv = Spi::connect(|client| {
-            let t = client.select(
-                "SELECT key_version FROM id_gen.order_no_key_store WHERE is_current",
-                Some(1),
-                &[],
-            )?;
-            if t.is_empty() { Ok(None) } else { t.first().get_one::<i16>() }
-        })
-        .unwrap_or_else(|e: pgrx::spi::Error| raise(Code::ERRCODE_INTERNAL_ERROR, format!("id_gen: {e}"), None));
-        c.current = Some(kv.map(|v| v as u8));
+    // SAFETY: reads the start time of the running statement.
+    let stmt = unsafe { pg_sys::GetCurrentStatementStartTimestamp() };
+    if let Some((kv, at)) = c.current {
+        if at == stmt {
+            return kv;
+        }
     }
-    match c.current {
-        Some(Some(kv)) => kv,
-        _ => raise(
+    let kv = Spi::connect(|client| {
+        let t = client.select(
+            "SELECT key_version FROM id_gen.order_no_key_store WHERE is_current",
+            Some(1),
+            &[],
+        )?;
+        if t.is_empty() {
+            Ok(None)
+        } else {
+            t.first().get_one::<i16>()
+        }
+    })
+    .unwrap_or_else(|e: pgrx::spi::Error| {
+        raise(Code::ERRCODE_INTERNAL_ERROR, format!("id_gen: {e}"), None)
+    });
+    match kv {
+        Some(v) => {
+            c.current = Some((v as u8, stmt));
+            v as u8
+        }
+        // Not cached: the next call looks again.
+        None => raise(
             Code::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             "id_gen: there is no current order-number key",
             Some("Create one with SELECT id_gen.create_order_no_key();"),
@@ -236,7 +273,11 @@ pub fn random_dek() -> Zeroizing<[u8; 32]> {
     // SAFETY: writes exactly 32 bytes into our buffer.
     let ok = unsafe { pg_sys::pg_strong_random(dek.as_mut_ptr().cast(), 32) };
     if !ok {
-        raise(Code::ERRCODE_INTERNAL_ERROR, "id_gen: could not read the OS random source", None);
+        raise(
+            Code::ERRCODE_INTERNAL_ERROR,
+            "id_gen: could not read the OS random source",
+            None,
+        );
     }
     dek
 }

@@ -61,17 +61,34 @@ mod tests {
 
     #[pg_test]
     fn shard_gene_check_values() {
-        assert_eq!(Spi::get_one::<i32>("SELECT id_gen.shard_gene(42::bigint)").unwrap(), Some(16043));
-        assert_eq!(Spi::get_one::<i32>("SELECT id_gen.shard_gene(0::bigint)").unwrap(), Some(55408));
-        assert_eq!(Spi::get_one::<i32>("SELECT id_gen.shard_gene('alice'::text)").unwrap(), Some(13795));
+        assert_eq!(
+            Spi::get_one::<i32>("SELECT id_gen.shard_gene(42::bigint)").unwrap(),
+            Some(16043)
+        );
+        assert_eq!(
+            Spi::get_one::<i32>("SELECT id_gen.shard_gene(0::bigint)").unwrap(),
+            Some(55408)
+        );
+        assert_eq!(
+            Spi::get_one::<i32>("SELECT id_gen.shard_gene('alice'::text)").unwrap(),
+            Some(13795)
+        );
     }
 
     #[pg_test]
     fn compose_and_decode_round_trip() {
-        let id = Spi::get_one::<i64>("SELECT id_gen.compose_id(16043, 5)").unwrap().unwrap();
+        let id = Spi::get_one::<i64>("SELECT id_gen.compose_id(16043, 5)")
+            .unwrap()
+            .unwrap();
         assert_eq!(id, (16043i64 << 47) | 5);
-        assert_eq!(Spi::get_one::<i32>(&format!("SELECT id_gen.shard_of({id}::bigint)")).unwrap(), Some(16043));
-        assert_eq!(Spi::get_one::<i64>(&format!("SELECT id_gen.seq_of({id}::bigint)")).unwrap(), Some(5));
+        assert_eq!(
+            Spi::get_one::<i32>(&format!("SELECT id_gen.shard_of({id}::bigint)")).unwrap(),
+            Some(16043)
+        );
+        assert_eq!(
+            Spi::get_one::<i64>(&format!("SELECT id_gen.seq_of({id}::bigint)")).unwrap(),
+            Some(5)
+        );
     }
 
     #[pg_test(error = "id_gen: shard gene 65536 is out of range (allowed: 0 .. 65535)")]

@@ -185,7 +185,8 @@ unsafe extern "C-unwind" fn shmem_startup() {
         let init_lock = &raw mut (*pg_sys::MainLWLockArray.add(21)).lock;
         pg_sys::LWLockAcquire(init_lock, pg_sys::LWLockMode::LW_EXCLUSIVE);
         let mut found = false;
-        let base = pg_sys::ShmemInitStruct(STRUCT_NAME.as_ptr(), struct_size(), &mut found) as *mut u8;
+        let base =
+            pg_sys::ShmemInitStruct(STRUCT_NAME.as_ptr(), struct_size(), &mut found) as *mut u8;
         let header = base as *mut Header;
         let slots = base.add(size_of::<Header>()).add(63).map_addr(|a| a & !63) as *mut Slot;
         let dbs = slots.add(nslots()) as *mut DbWorker;
@@ -216,7 +217,11 @@ unsafe extern "C-unwind" fn shmem_startup() {
                 std::ptr::write_bytes(slot as *mut u8, 0, size_of::<Slot>());
                 (&raw mut (*slot).chain).write(SegmentChain::new());
                 (&raw mut (*slot).calls).write(StripedCounter::new());
-                (*slot).next_free = if i + 1 < nslots() { (i + 1) as u32 } else { u32::MAX };
+                (*slot).next_free = if i + 1 < nslots() {
+                    (i + 1) as u32
+                } else {
+                    u32::MAX
+                };
                 pg_sys::ConditionVariableInit(&raw mut (*slot).cv);
             }
             std::ptr::write_bytes(dbs as *mut u8, 0, ndbs() * size_of::<DbWorker>());
@@ -247,7 +252,11 @@ fn header() -> &'static Header {
 
 /// Current order-number key epoch (0 without shared memory).
 pub fn key_epoch() -> u64 {
-    if available() { header().key_epoch.load(Ordering::Acquire) } else { 0 }
+    if available() {
+        header().key_epoch.load(Ordering::Acquire)
+    } else {
+        0
+    }
 }
 
 /// Called at commit of a key change: every backend reloads its keys.
@@ -285,7 +294,11 @@ impl Drop for Guard {
 }
 
 fn lock(index: usize, exclusive: bool) -> Guard {
-    let mode = if exclusive { pg_sys::LWLockMode::LW_EXCLUSIVE } else { pg_sys::LWLockMode::LW_SHARED };
+    let mode = if exclusive {
+        pg_sys::LWLockMode::LW_EXCLUSIVE
+    } else {
+        pg_sys::LWLockMode::LW_SHARED
+    };
     // SAFETY: the tranche has nslots+1 locks and index is in range.
     unsafe {
         let l = &raw mut (*SHARED.locks.add(index)).lock;
@@ -306,7 +319,11 @@ pub fn header_mut() -> *mut Header {
 }
 
 pub fn serial_epoch() -> u64 {
-    if available() { header().serial_epoch.load(Ordering::Acquire) } else { 0 }
+    if available() {
+        header().serial_epoch.load(Ordering::Acquire)
+    } else {
+        0
+    }
 }
 
 pub fn bump_serial_epoch() {
@@ -328,7 +345,11 @@ pub fn slot_lock_shared(i: usize) -> Guard {
 }
 
 pub fn make_key(dboid: u32, group: u32, name: &id_gen_core::name::SeqName) -> SlotKey {
-    SlotKey { dboid, group, name: name.to_key() }
+    SlotKey {
+        dboid,
+        group,
+        name: name.to_key(),
+    }
 }
 
 /// Outcome of [`attach`].
@@ -346,7 +367,12 @@ pub fn attach(key: &SlotKey, incarnation: i64) -> Attach {
     let mut found = false;
     // SAFETY: map lock held exclusively; hash_search with HASH_FIND only reads.
     let entry = unsafe {
-        pg_sys::hash_search(SHARED.map, key as *const SlotKey as *const _, pg_sys::HASHACTION::HASH_FIND, &mut found)
+        pg_sys::hash_search(
+            SHARED.map,
+            key as *const SlotKey as *const _,
+            pg_sys::HASHACTION::HASH_FIND,
+            &mut found,
+        )
     } as *mut MapEntry;
     if found {
         // SAFETY: dynahash returned a valid entry while we hold the map lock.
@@ -369,7 +395,12 @@ pub fn attach(key: &SlotKey, incarnation: i64) -> Attach {
     // SAFETY: map lock held exclusively; HASH_ENTER_NULL returns NULL instead of ERROR
     // when the table is full, so no error is raised under our lock.
     let entry = unsafe {
-        pg_sys::hash_search(SHARED.map, key as *const SlotKey as *const _, pg_sys::HASHACTION::HASH_ENTER_NULL, &mut found)
+        pg_sys::hash_search(
+            SHARED.map,
+            key as *const SlotKey as *const _,
+            pg_sys::HASHACTION::HASH_ENTER_NULL,
+            &mut found,
+        )
     } as *mut MapEntry;
     if entry.is_null() {
         return Attach::Full;
@@ -406,6 +437,22 @@ fn reset_slot(s: &Slot, incarnation: i64) {
     s.demand.store(0, Ordering::Relaxed);
 }
 
+/// Returns slot `i` to the free list, marking it dropped for anyone still holding it.
+/// The caller holds the map lock and has removed the slot's map entry.
+fn free_slot_locked(i: usize) {
+    let s = slot(i);
+    let _g = slot_lock(i);
+    reset_slot(s, 0);
+    s.state.store(STATE_DROPPED, Ordering::Release);
+    s.in_use.store(0, Ordering::Release);
+    // SAFETY: map lock held (caller); the free list is only touched under it.
+    unsafe {
+        let hdr = &mut *SHARED.header;
+        (*SHARED.slots.add(i)).next_free = hdr.free_head;
+        hdr.free_head = i as u32;
+    }
+}
+
 /// Most counter groups a sequence may have (catalog CHECK agrees).
 pub const MAX_GROUPS: u32 = 64;
 
@@ -418,7 +465,12 @@ fn groups_of(dboid: u32, name: &id_gen_core::name::SeqName) -> Vec<(usize, SlotK
         let mut found = false;
         // SAFETY: caller holds the map lock; HASH_FIND only reads.
         let entry = unsafe {
-            pg_sys::hash_search(SHARED.map, &key as *const SlotKey as *const _, pg_sys::HASHACTION::HASH_FIND, &mut found)
+            pg_sys::hash_search(
+                SHARED.map,
+                &key as *const SlotKey as *const _,
+                pg_sys::HASHACTION::HASH_FIND,
+                &mut found,
+            )
         } as *mut MapEntry;
         if found {
             // SAFETY: a found entry is valid while the map lock is held.
@@ -438,19 +490,14 @@ pub fn purge(dboid: u32, name: &id_gen_core::name::SeqName) -> usize {
             let mut found = false;
             // SAFETY: map lock held exclusively; HASH_REMOVE of an existing key.
             unsafe {
-                pg_sys::hash_search(SHARED.map, &key as *const SlotKey as *const _, pg_sys::HASHACTION::HASH_REMOVE, &mut found);
+                pg_sys::hash_search(
+                    SHARED.map,
+                    &key as *const SlotKey as *const _,
+                    pg_sys::HASHACTION::HASH_REMOVE,
+                    &mut found,
+                );
             }
-            let s = slot(i);
-            let _g = slot_lock(i);
-            reset_slot(s, 0);
-            s.state.store(STATE_DROPPED, Ordering::Release);
-            s.in_use.store(0, Ordering::Release);
-            // SAFETY: map lock held; free list only touched under it.
-            unsafe {
-                let hdr = &mut *SHARED.header;
-                (*SHARED.slots.add(i)).next_free = hdr.free_head;
-                hdr.free_head = i as u32;
-            }
+            free_slot_locked(i);
             freed.push(i);
         }
     }
@@ -467,7 +514,12 @@ pub fn purge_key(key: &SlotKey) {
         let mut found = false;
         // SAFETY: map lock held exclusively; HASH_FIND only reads.
         let entry = unsafe {
-            pg_sys::hash_search(SHARED.map, key as *const SlotKey as *const _, pg_sys::HASHACTION::HASH_FIND, &mut found)
+            pg_sys::hash_search(
+                SHARED.map,
+                key as *const SlotKey as *const _,
+                pg_sys::HASHACTION::HASH_FIND,
+                &mut found,
+            )
         } as *mut MapEntry;
         if !found {
             return;
@@ -476,19 +528,14 @@ pub fn purge_key(key: &SlotKey) {
         let i = unsafe { (*entry).slot } as usize;
         // SAFETY: map lock held exclusively; HASH_REMOVE of an existing key.
         unsafe {
-            pg_sys::hash_search(SHARED.map, key as *const SlotKey as *const _, pg_sys::HASHACTION::HASH_REMOVE, &mut found);
+            pg_sys::hash_search(
+                SHARED.map,
+                key as *const SlotKey as *const _,
+                pg_sys::HASHACTION::HASH_REMOVE,
+                &mut found,
+            );
         }
-        let s = slot(i);
-        let _g = slot_lock(i);
-        reset_slot(s, 0);
-        s.state.store(STATE_DROPPED, Ordering::Release);
-        s.in_use.store(0, Ordering::Release);
-        // SAFETY: map lock held; free list only touched under it.
-        unsafe {
-            let hdr = &mut *SHARED.header;
-            (*SHARED.slots.add(i)).next_free = hdr.free_head;
-            hdr.free_head = i as u32;
-        }
+        free_slot_locked(i);
         i
     };
     broadcast(freed);
@@ -499,7 +546,11 @@ pub fn purge_key(key: &SlotKey) {
 pub fn keys_with_prefix(dboid: u32, prefix: &[u8]) -> Vec<SlotKey> {
     (0..slot_count())
         .map(slot)
-        .filter(|s| s.in_use.load(Ordering::Acquire) != 0 && s.key.dboid == dboid && s.key.name.starts_with(prefix))
+        .filter(|s| {
+            s.in_use.load(Ordering::Acquire) != 0
+                && s.key.dboid == dboid
+                && s.key.name.starts_with(prefix)
+        })
         .map(|s| s.key)
         .collect()
 }
@@ -545,15 +596,28 @@ pub fn my_stripe() -> usize {
 
 /// The registry entry of a database, if any.
 pub fn db_entry(dboid: u32) -> Option<&'static DbWorker> {
-    db_entries().iter().find(|d| d.dboid.load(Ordering::Acquire) == dboid)
+    db_entries()
+        .iter()
+        .find(|d| d.dboid.load(Ordering::Acquire) == dboid)
 }
 
-/// Finds or claims an entry for `dboid` (map lock held by caller).
+/// Finds or claims an entry for `dboid` (map lock held by caller). When all entries are
+/// taken, one whose worker is gone (exited, or its database was dropped) is reused.
 fn db_entry_claim(dboid: u32) -> Option<&'static DbWorker> {
     if let Some(d) = db_entry(dboid) {
         return Some(d);
     }
-    let free = db_entries().iter().find(|d| d.dboid.load(Ordering::Acquire) == 0)?;
+    let now = crate::worker::now_ms();
+    let free = db_entries()
+        .iter()
+        .find(|d| d.dboid.load(Ordering::Acquire) == 0)
+        .or_else(|| {
+            db_entries().iter().find(|d| {
+                let pid = d.pid.load(Ordering::Acquire);
+                let launched = d.launched_at_ms.load(Ordering::Acquire);
+                !pid_alive(pid) && now - launched > 10_000
+            })
+        })?;
     free.pid.store(0, Ordering::Relaxed);
     free.latch.store(0, Ordering::Relaxed);
     free.launched_at_ms.store(0, Ordering::Relaxed);
@@ -591,10 +655,17 @@ pub fn should_launch(dboid: u32, now_ms: i64) -> Result<bool, ()> {
 /// The worker registers itself. Returns false if another live worker serves the db.
 pub fn register_worker(dboid: u32) -> bool {
     let _map = map_lock();
-    let Some(d) = db_entry_claim(dboid) else { return false };
+    let Some(d) = db_entry_claim(dboid) else {
+        return false;
+    };
     let pid = d.pid.load(Ordering::Acquire);
     // SAFETY: MyProcPid/MyProc are set in a worker with shared-memory access.
-    let (me, latch) = unsafe { (pg_sys::MyProcPid, &raw mut (*pg_sys::MyProc).procLatch as u64) };
+    let (me, latch) = unsafe {
+        (
+            pg_sys::MyProcPid,
+            &raw mut (*pg_sys::MyProc).procLatch as u64,
+        )
+    };
     if pid != 0 && pid != me && pid_alive(pid) {
         return false;
     }
@@ -612,13 +683,16 @@ pub fn unregister_worker(dboid: u32) {
             d.pid.store(0, Ordering::Release);
             d.latch.store(0, Ordering::Release);
             d.launched_at_ms.store(0, Ordering::Release);
+            d.dboid.store(0, Ordering::Release);
         }
     }
 }
 
 /// Sets the latch of the worker of `dboid`; returns false if none is registered.
 pub fn wake_worker(dboid: u32) -> bool {
-    let Some(d) = db_entry(dboid) else { return false };
+    let Some(d) = db_entry(dboid) else {
+        return false;
+    };
     let latch = d.latch.load(Ordering::Acquire);
     if latch == 0 || d.pid.load(Ordering::Acquire) == 0 {
         return false;

@@ -74,9 +74,24 @@ pub fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
+/// Why a refill transaction failed.
+#[derive(Debug)]
+struct TxnError {
+    message: String,
+    /// The catalog row was locked longer than the worker's lock_timeout (55P03): try
+    /// again on a later pass instead of failing callers.
+    lock_busy: bool,
+}
+
+impl std::fmt::Display for TxnError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
 /// Runs `body` in a transaction of its own; on ERROR, aborts it, clears the error state
-/// and returns the message.
-fn in_transaction<R>(body: impl FnOnce() -> R + std::panic::UnwindSafe) -> Result<R, String> {
+/// and returns what went wrong.
+fn in_transaction<R>(body: impl FnOnce() -> R + std::panic::UnwindSafe) -> Result<R, TxnError> {
     // SAFETY: the worker is connected to a database and is outside any transaction.
     unsafe {
         pg_sys::SetCurrentStatementStartTimestamp();
@@ -85,12 +100,15 @@ fn in_transaction<R>(body: impl FnOnce() -> R + std::panic::UnwindSafe) -> Resul
     }
     let result = PgTryBuilder::new(move || Ok(body()))
         .catch_others(|e| {
-            let msg = match e {
+            let r = match e {
                 pg_sys::panic::CaughtError::PostgresError(r)
                 | pg_sys::panic::CaughtError::ErrorReport(r)
-                | pg_sys::panic::CaughtError::RustPanic { ereport: r, .. } => r.message().to_string(),
+                | pg_sys::panic::CaughtError::RustPanic { ereport: r, .. } => r,
             };
-            Err(msg)
+            Err(TxnError {
+                message: r.message().to_string(),
+                lock_busy: r.sql_error_code() == PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,
+            })
         })
         .execute();
     match result {
@@ -124,32 +142,36 @@ pub extern "C-unwind" fn id_gen_worker_main(arg: pg_sys::Datum) {
         return; // another worker serves this database
     }
     // Reservations must survive a crash: force durable commits whatever the config says.
+    // A catalog row held locked by a long transaction (an open alter_sequence) must not
+    // stall every sequence of the database: give up on it after a second, retry later.
     let setup = in_transaction(|| {
         Spi::run("SET synchronous_commit = on").ok();
+        Spi::run("SET lock_timeout = '1s'").ok();
         Spi::get_one::<bool>("SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'id_gen')")
             .ok()
             .flatten()
             .unwrap_or(false)
     });
-    if setup != Ok(true) {
+    if !matches!(setup, Ok(true)) {
         log!("id_gen: extension not installed in database {dboid}; refill worker exits");
         shmem::unregister_worker(dboid);
         return;
     }
     log!("id_gen: refill worker started for database {dboid}");
     let mut meters: HashMap<usize, (u64, RateMeter)> = HashMap::new();
+    let mut backoff: HashMap<usize, i64> = HashMap::new();
     while BackgroundWorker::wait_latch(Some(Duration::from_millis(1000))) {
         if BackgroundWorker::sighup_received() {
             // SAFETY: reloading the config file is what SIGHUP asks for, outside a transaction.
             unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
         }
-        serve_once(dboid, &mut meters);
+        serve_once(dboid, &mut meters, &mut backoff);
     }
     shmem::unregister_worker(dboid);
 }
 
 /// One pass over the slots of our database.
-fn serve_once(dboid: u32, meters: &mut HashMap<usize, (u64, RateMeter)>) {
+fn serve_once(dboid: u32, meters: &mut HashMap<usize, (u64, RateMeter)>, backoff: &mut HashMap<usize, i64>) {
     let now = now_ms();
     for i in 0..shmem::slot_count() {
         let s = shmem::slot(i);
@@ -157,66 +179,118 @@ fn serve_once(dboid: u32, meters: &mut HashMap<usize, (u64, RateMeter)>) {
             continue;
         }
         let gen = s.generation.load(Ordering::Acquire);
-        let (g, meter) = meters.entry(i).or_insert_with(|| (gen, RateMeter::new(1000, 10)));
+        let (g, meter) = meters
+            .entry(i)
+            .or_insert_with(|| (gen, RateMeter::new(1000, 10)));
         if *g != gen {
             *g = gen;
             *meter = RateMeter::new(1000, 10);
         }
         meter.observe(now, s.calls.sum());
         let rate = meter.per_second(now);
-        s.rate_bits.store(rate.unwrap_or(0.0).to_bits(), Ordering::Relaxed);
+        s.rate_bits
+            .store(rate.unwrap_or(0.0).to_bits(), Ordering::Relaxed);
 
         let wanted = s.refill_wanted.load(Ordering::Acquire) != 0;
         if !wanted || !s.chain.needs_standby() || s.state.load(Ordering::Acquire) != STATE_OK {
             continue;
         }
+        // A slot whose catalog row was locked waits a little before the next try, so one
+        // held row costs the other sequences at most one lock_timeout every 2 seconds.
+        if backoff.get(&i).is_some_and(|&until| until > now) {
+            continue;
+        }
         s.refill_wanted.store(0, Ordering::Release);
-        refill(i, gen, rate);
+        if refill(i, gen, rate) {
+            backoff.insert(i, now_ms() + 2_000);
+        } else {
+            backoff.remove(&i);
+        }
     }
 }
 
-/// Reserves, commits, then publishes one standby segment for slot `i`.
-fn refill(i: usize, gen: u64, rate: Option<f64>) {
+/// Reserves, commits, then publishes one standby segment for slot `i`. Returns true when
+/// the catalog row was locked by someone else (try again later).
+fn refill(i: usize, gen: u64, rate: Option<f64>) -> bool {
     let s = shmem::slot(i);
     let (name, incarnation) = {
         let _g = shmem::slot_lock_shared(i);
-        (id_gen_core::name::key_to_str(&s.key.name).to_owned(), s.incarnation.load(Ordering::Relaxed))
+        (
+            id_gen_core::name::key_to_str(&s.key.name).to_owned(),
+            s.incarnation.load(Ordering::Relaxed),
+        )
     };
     let demand = s.demand.swap(0, Ordering::AcqRel);
     let started = std::time::Instant::now();
     let outcome = match name.split_once(crate::api_sequences::SERIAL_SEP) {
         // A serial period: the slot's "incarnation" is the period's start.
-        Some((serial, period)) => in_transaction(|| catalog::reserve_serial(serial, period, incarnation)),
+        Some((serial, period)) => {
+            in_transaction(|| catalog::reserve_serial(serial, period, incarnation))
+        }
         None => in_transaction(|| catalog::reserve_segment(&name, incarnation, rate, demand)),
     };
     let elapsed_us = started.elapsed().as_micros() as u64;
+    let mut dropped = None;
     {
         let _g = shmem::slot_lock(i);
         if s.generation.load(Ordering::Acquire) == gen {
             match outcome {
-                Ok(Ok((Reservation::Segment { first, last, preload_threshold }, step))) => {
+                Ok(Ok((
+                    Reservation::Segment {
+                        first,
+                        last,
+                        preload_threshold,
+                    },
+                    step,
+                ))) => {
                     let len = (last - first + 1) as u64;
-                    s.chain.publish_standby(first as u64, len, preload_offset(len, preload_threshold));
+                    s.chain.publish_standby(
+                        first as u64,
+                        len,
+                        preload_offset(len, preload_threshold),
+                    );
                     s.refills.fetch_add(1, Ordering::Relaxed);
                     s.last_step.store(step, Ordering::Relaxed);
                     s.last_refill_us.store(elapsed_us, Ordering::Relaxed);
                     s.last_refill_at.store(now_ms(), Ordering::Relaxed);
                 }
-                Ok(Ok((Reservation::Dropped, _))) => s.state.store(STATE_DROPPED, Ordering::Release),
+                Ok(Ok((Reservation::Dropped, _))) => {
+                    s.state.store(STATE_DROPPED, Ordering::Release);
+                    dropped = Some(s.key);
+                }
                 Ok(Ok((Reservation::Exhausted, _))) => {
                     s.state.store(STATE_EXHAUSTED, Ordering::Release)
                 }
                 Ok(Ok((Reservation::PeriodClosed, _))) => {
                     s.state.store(shmem::STATE_PERIOD_CLOSED, Ordering::Release)
                 }
+                Err(TxnError {
+                    lock_busy: true, ..
+                }) => {
+                    // Someone holds the catalog row; callers keep waiting, we retry.
+                    s.refill_wanted.store(1, Ordering::Release);
+                }
                 Ok(Err(_)) | Err(_) => s.state.store(STATE_REFILL_FAILED, Ordering::Release),
             }
         }
     }
     shmem::broadcast(i);
-    if let Ok(Err(e)) = &outcome {
-        log!("id_gen: refill of sequence \"{name}\" failed: {e}");
-    } else if let Err(e) = &outcome {
-        log!("id_gen: refill of sequence \"{name}\" failed: {e}");
+    // The sequence is gone: free the slot (waiters see a new generation, look the name
+    // up again and get 42704), so dropped sequences do not use up the cache.
+    if let Some(key) = dropped {
+        shmem::purge_key(&key);
+    }
+    let shown = name.replace(crate::api_sequences::SERIAL_SEP, "@");
+    match &outcome {
+        Err(TxnError { lock_busy: true, .. }) => true,
+        Ok(Err(e)) => {
+            log!("id_gen: refill of \"{shown}\" failed: {e}");
+            false
+        }
+        Err(e) => {
+            log!("id_gen: refill of \"{shown}\" failed: {e}");
+            false
+        }
+        Ok(Ok(_)) => false,
     }
 }

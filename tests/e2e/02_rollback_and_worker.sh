@@ -46,4 +46,25 @@ q postgres "SELECT pg_terminate_backend(worker_pid) FROM id_gen.status WHERE seq
 sleep 0.5
 v=$(q postgres "SELECT max(id_gen.next_segment_id('r')) FROM generate_series(1, 100)")
 assert_gt "$v" "$last" "after pg_terminate_backend of the worker, service resumes"
+# A transaction holding a sequence's catalog row (an open alter_sequence) must not stall
+# other sequences: the worker gives up on the locked row after lock_timeout, serves the
+# others, and retries; callers of the locked sequence wait and succeed once it commits.
+cpsql "$E2E_DIR" "$E2E_PORT" -c "SELECT id_gen.create_sequence('locked', step => 5, max_step => 5)" \
+  -c "SELECT id_gen.create_sequence('free', step => 5, max_step => 5)" >/dev/null
+( printf '%s\n' "BEGIN;" "SELECT id_gen.alter_sequence('locked', comment => 'held');" "SELECT pg_sleep(4);" "COMMIT;" \
+  | cpsql "$E2E_DIR" "$E2E_PORT" >/dev/null ) &
+HOLDER=$!
+sleep 0.5
+# A caller of the locked sequence is already waiting for its first segment.
+( q postgres "SELECT count(DISTINCT id_gen.next_segment_id('locked')) FROM generate_series(1, 50)" > "$E2E_DIR/locked.out" ) &
+WAITER=$!
+sleep 0.3
+start=$(date +%s%N)
+free_n=$(q postgres "SELECT count(DISTINCT id_gen.next_segment_id('free')) FROM generate_series(1, 200)")
+free_ms=$(( ($(date +%s%N) - start) / 1000000 ))
+assert_eq "$free_n" "200" "another sequence is served while one catalog row is locked"
+wait $WAITER || fail "the waiting caller of the locked sequence failed"
+assert_eq "$(cat "$E2E_DIR/locked.out")" "50" "callers of the locked sequence waited and were served after the commit"
+wait $HOLDER
+pass "200 values of the free sequence took ${free_ms} ms while the other row was locked"
 echo "02_rollback_and_worker: passed"

@@ -187,7 +187,9 @@ impl ZeroizeOnDrop for OrderNoKey {}
 
 impl fmt::Debug for OrderNoKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("OrderNoKey").field("kv", &self.kv).finish_non_exhaustive()
+        f.debug_struct("OrderNoKey")
+            .field("kv", &self.kv)
+            .finish_non_exhaustive()
     }
 }
 
@@ -199,7 +201,11 @@ impl OrderNoKey {
         }
         let k47 = kdf::derive::<32>(dek, kdf::LABEL_FF1_47, &[kv]);
         let k98 = kdf::derive::<32>(dek, kdf::LABEL_FF1_98, &[kv]);
-        Ok(OrderNoKey { kv, ff1_47: Ff1Radix2::new(&k47), ff1_98: Ff1Radix2::new(&k98) })
+        Ok(OrderNoKey {
+            kv,
+            ff1_47: Ff1Radix2::new(&k47),
+            ff1_98: Ff1Radix2::new(&k98),
+        })
     }
 
     /// Unwraps the stored data key of version `kv` with the KEK and expands it.
@@ -232,7 +238,10 @@ pub fn encode64(key: &OrderNoKey, order_id: i64) -> Result<i64, CipherError> {
     let id = order_id as u64;
     let gene = (id >> SEQ_BITS_64) as u16;
     let seq = id & SEQ_MASK_64;
-    let e = ff1_call(key.ff1_47.encrypt(SEQ_BITS_64, &key.tweak(b"ON64", gene), u128::from(seq)))?;
+    let e = ff1_call(
+        key.ff1_47
+            .encrypt(SEQ_BITS_64, &key.tweak(b"ON64", gene), u128::from(seq)),
+    )?;
     Ok(((u64::from(gene) << SEQ_BITS_64) | e as u64) as i64)
 }
 
@@ -245,7 +254,10 @@ pub fn decode64(key: &OrderNoKey, order_no: i64) -> Result<i64, CipherError> {
     let no = order_no as u64;
     let gene = (no >> SEQ_BITS_64) as u16;
     let e = no & SEQ_MASK_64;
-    let seq = ff1_call(key.ff1_47.decrypt(SEQ_BITS_64, &key.tweak(b"ON64", gene), u128::from(e)))?;
+    let seq = ff1_call(
+        key.ff1_47
+            .decrypt(SEQ_BITS_64, &key.tweak(b"ON64", gene), u128::from(e)),
+    )?;
     Ok(((u64::from(gene) << SEQ_BITS_64) | seq as u64) as i64)
 }
 
@@ -266,7 +278,8 @@ fn pack_uuid_v8(payload: u128) -> [u8; 16] {
     let hi48 = payload >> (PAYLOAD_LO + PAYLOAD_MID);
     let mid12 = (payload >> PAYLOAD_LO) & MASK_MID;
     let lo62 = payload & MASK_LO;
-    let v = (hi48 << 80) | (u128::from(UUID_VERSION) << 76) | (mid12 << 64) | (0b10u128 << 62) | lo62;
+    let v =
+        (hi48 << 80) | (u128::from(UUID_VERSION) << 76) | (mid12 << 64) | (0b10u128 << 62) | lo62;
     v.to_be_bytes()
 }
 
@@ -276,14 +289,21 @@ fn unpack_uuid_v8(bytes: &[u8; 16]) -> Option<u128> {
     if (v >> 76) & 0xF != u128::from(UUID_VERSION) || (v >> 62) & 0b11 != 0b10 {
         return None;
     }
-    Some(((v >> 80) << (PAYLOAD_LO + PAYLOAD_MID)) | (((v >> 64) & MASK_MID) << PAYLOAD_LO) | (v & MASK_LO))
+    Some(
+        ((v >> 80) << (PAYLOAD_LO + PAYLOAD_MID))
+            | (((v >> 64) & MASK_MID) << PAYLOAD_LO)
+            | (v & MASK_LO),
+    )
 }
 
 /// Encodes `(gene, seq)` as a 128-bit UUIDv8 order number under `key`'s version.
 pub fn encode128(key: &OrderNoKey, gene: u16, seq: u64) -> [u8; 16] {
     let t = key.tweak(b"ONU8", gene);
     // 98 ≥ 64 bits, so `seq` is always in the domain; the fallback is unreachable.
-    let e = key.ff1_98.encrypt(FF1_BITS_128, &t, u128::from(seq)).unwrap_or(0);
+    let e = key
+        .ff1_98
+        .encrypt(FF1_BITS_128, &t, u128::from(seq))
+        .unwrap_or(0);
     pack_uuid_v8((u128::from(gene) << 106) | (u128::from(key.kv) << FF1_BITS_128) | e)
 }
 
@@ -309,10 +329,17 @@ pub fn kv_of_128(order_no: &[u8; 16]) -> Result<u8, CipherError> {
 pub fn decode128(key: &OrderNoKey, order_no: &[u8; 16]) -> Result<(u16, u64), CipherError> {
     let (payload, kv) = payload_of(order_no)?;
     if kv != key.kv {
-        return Err(CipherError::KeyVersionMismatch { number: kv, key: key.kv });
+        return Err(CipherError::KeyVersionMismatch {
+            number: kv,
+            key: key.kv,
+        });
     }
     let gene = (payload >> 106) as u16;
-    let p = ff1_call(key.ff1_98.decrypt(FF1_BITS_128, &key.tweak(b"ONU8", gene), payload & MASK_98))?;
+    let p = ff1_call(key.ff1_98.decrypt(
+        FF1_BITS_128,
+        &key.tweak(b"ONU8", gene),
+        payload & MASK_98,
+    ))?;
     if p >> 64 != 0 {
         return Err(CipherError::NotValid);
     }
@@ -338,7 +365,14 @@ mod tests {
 
     fn uuid_text(b: &[u8; 16]) -> String {
         let h = hex(b);
-        format!("{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
+        format!(
+            "{}-{}-{}-{}-{}",
+            &h[0..8],
+            &h[8..12],
+            &h[12..16],
+            &h[16..20],
+            &h[20..32]
+        )
     }
 
     fn parse_uuid(s: &str) -> [u8; 16] {
@@ -374,7 +408,11 @@ mod tests {
             (0x3eab, 0, "3eab01b2-b4d1-861a-977c-0300374dc708"),
             (0x3eab, 1, "3eab01c7-08ab-8a01-bd87-4128e1eee13b"),
             (0x35e3, 1, "35e30144-3629-88c3-a087-06a3a2086ae0"),
-            (0xffff, (1 << 47) - 1, "ffff01d2-e763-8ea6-87d0-df02b5c3fb6a"),
+            (
+                0xffff,
+                (1 << 47) - 1,
+                "ffff01d2-e763-8ea6-87d0-df02b5c3fb6a",
+            ),
         ];
         for (gene, seq, want) in cases {
             let got = encode128(&k, gene, seq);
@@ -413,7 +451,11 @@ mod tests {
     /// AES) runs 100k so `cargo test` stays within seconds. Both count the same way.
     #[test]
     fn cipher_64_round_trip_random() {
-        let n = if cfg!(debug_assertions) { 100_000 } else { 1_000_000 };
+        let n = if cfg!(debug_assertions) {
+            100_000
+        } else {
+            1_000_000
+        };
         let k = key1();
         let mut rng = SplitMix(64);
         for _ in 0..n {
@@ -428,13 +470,23 @@ mod tests {
     #[test]
     fn cipher_64_edges_and_errors() {
         let k = key1();
-        for id in [0i64, 1, (1 << 47) - 1, 1 << 47, i64::MAX, i64::MAX - (1 << 47) + 1] {
+        for id in [
+            0i64,
+            1,
+            (1 << 47) - 1,
+            1 << 47,
+            i64::MAX,
+            i64::MAX - (1 << 47) + 1,
+        ] {
             let no = encode64(&k, id).unwrap();
             assert!(no >= 0);
             assert_eq!(decode64(&k, no).unwrap(), id);
         }
         assert_eq!(encode64(&k, -1), Err(CipherError::NegativeOrderId(-1)));
-        assert_eq!(encode64(&k, i64::MIN), Err(CipherError::NegativeOrderId(i64::MIN)));
+        assert_eq!(
+            encode64(&k, i64::MIN),
+            Err(CipherError::NegativeOrderId(i64::MIN))
+        );
         assert_eq!(decode64(&k, -5), Err(CipherError::NotValid));
         // Within one gene, distinct seqs give distinct numbers (a permutation), and the
         // same seq in different genes gives unrelated encrypted parts.
@@ -457,10 +509,16 @@ mod tests {
 
         let u = encode128(&k1, 0x3eab, 5);
         assert_eq!(kv_of_128(&encode128(&k2, 0x3eab, 5)).unwrap(), 2);
-        assert_eq!(decode128(&k2, &u), Err(CipherError::KeyVersionMismatch { number: 1, key: 2 }));
+        assert_eq!(
+            decode128(&k2, &u),
+            Err(CipherError::KeyVersionMismatch { number: 1, key: 2 })
+        );
         // Same version number, different data key: caught by the redundancy check.
         assert_eq!(decode128(&k1b, &u), Err(CipherError::NotValid));
-        assert_eq!(OrderNoKey::new(&test_master(), 0).unwrap_err(), CipherError::InvalidKeyVersion(0));
+        assert_eq!(
+            OrderNoKey::new(&test_master(), 0).unwrap_err(),
+            CipherError::InvalidKeyVersion(0)
+        );
     }
 
     #[test]
@@ -470,7 +528,11 @@ mod tests {
         for i in 0..50_000u64 {
             let gene = rng.next() as u16;
             // Mix small (real) sequences with the full u64 range (overflowed ids).
-            let seq = if i % 2 == 0 { rng.next() & SEQ_MASK_64 } else { rng.next() };
+            let seq = if i % 2 == 0 {
+                rng.next() & SEQ_MASK_64
+            } else {
+                rng.next()
+            };
             let u = encode128(&k, gene, seq);
             assert_eq!(u[6] >> 4, 8, "version nibble");
             assert_eq!(u[8] >> 6, 0b10, "variant bits");
@@ -480,7 +542,10 @@ mod tests {
             assert_eq!(decode128(&k, &u).unwrap(), (gene, seq));
         }
         for (gene, seq) in [(0, 0), (0xffff, u64::MAX), (0, u64::MAX), (0xffff, 0)] {
-            assert_eq!(decode128(&k, &encode128(&k, gene, seq)).unwrap(), (gene, seq));
+            assert_eq!(
+                decode128(&k, &encode128(&k, gene, seq)).unwrap(),
+                (gene, seq)
+            );
         }
     }
 
@@ -491,7 +556,11 @@ mod tests {
     fn cipher_128_single_bit_flips_are_rejected() {
         let k = key1();
         let mut rng = SplitMix(0xb17);
-        let mut numbers = vec![encode128(&k, 0x3eab, 0), encode128(&k, 0, u64::MAX), encode128(&k, 0xffff, 1)];
+        let mut numbers = vec![
+            encode128(&k, 0x3eab, 0),
+            encode128(&k, 0, u64::MAX),
+            encode128(&k, 0xffff, 1),
+        ];
         for _ in 0..5 {
             numbers.push(encode128(&k, rng.next() as u16, rng.next() & SEQ_MASK_64));
         }
@@ -502,7 +571,10 @@ mod tests {
                 let e = decode128(&k, &t).unwrap_err();
                 match bit {
                     16..=23 => assert!(
-                        matches!(e, CipherError::KeyVersionMismatch { .. } | CipherError::NotOrderNoUuid),
+                        matches!(
+                            e,
+                            CipherError::KeyVersionMismatch { .. } | CipherError::NotOrderNoUuid
+                        ),
                         "kv bit {bit}: {e:?}"
                     ),
                     48..=51 | 64 | 65 => assert_eq!(e, CipherError::NotOrderNoUuid, "bit {bit}"),
@@ -534,7 +606,10 @@ mod tests {
             }
         }
         assert_eq!(format_ok, n / 2);
-        assert_eq!(accepted, 0, "random 16-byte values decoded as order numbers");
+        assert_eq!(
+            accepted, 0,
+            "random 16-byte values decoded as order numbers"
+        );
     }
 
     #[test]
@@ -563,8 +638,14 @@ mod tests {
             let b = pack_uuid_v8(p);
             assert_eq!(unpack_uuid_v8(&b), Some(p));
         }
-        assert_eq!(pack_uuid_v8(0), parse_uuid("00000000-0000-8000-8000-000000000000"));
-        assert_eq!(pack_uuid_v8((1 << 122) - 1), parse_uuid("ffffffff-ffff-8fff-bfff-ffffffffffff"));
+        assert_eq!(
+            pack_uuid_v8(0),
+            parse_uuid("00000000-0000-8000-8000-000000000000")
+        );
+        assert_eq!(
+            pack_uuid_v8((1 << 122) - 1),
+            parse_uuid("ffffffff-ffff-8fff-bfff-ffffffffffff")
+        );
     }
 
     /// Consecutive sequences must not give related numbers: a fixed-IV CTR scheme flips
@@ -603,8 +684,14 @@ mod tests {
         let k = OrderNoKey::from_wrapped(&kek, 1, &w).unwrap();
         assert_eq!(k.kv(), 1);
         assert_eq!(encode64(&k, 1).unwrap(), 77567322631826);
-        assert_eq!(OrderNoKey::from_wrapped(&kek, 2, &w).unwrap_err(), CipherError::UnwrapFailed);
-        assert_eq!(OrderNoKey::from_wrapped(&kek, 0, &w).unwrap_err(), CipherError::InvalidKeyVersion(0));
+        assert_eq!(
+            OrderNoKey::from_wrapped(&kek, 2, &w).unwrap_err(),
+            CipherError::UnwrapFailed
+        );
+        assert_eq!(
+            OrderNoKey::from_wrapped(&kek, 0, &w).unwrap_err(),
+            CipherError::InvalidKeyVersion(0)
+        );
         let dbg = format!("{k:?}");
         assert_eq!(dbg, "OrderNoKey { kv: 1, .. }");
         fn assert_zeroize_on_drop<T: ZeroizeOnDrop>() {}
@@ -614,7 +701,10 @@ mod tests {
 
     #[test]
     fn cipher_error_messages_are_for_dbas() {
-        assert_eq!(CipherError::NotValid.to_string(), "not a valid order number");
+        assert_eq!(
+            CipherError::NotValid.to_string(),
+            "not a valid order number"
+        );
         assert_eq!(
             CipherError::UnwrapFailed.to_string(),
             "wrong key-encryption key or corrupted wrapped key"

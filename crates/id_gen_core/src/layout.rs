@@ -45,10 +45,16 @@ impl fmt::Display for LayoutError {
                 write!(f, "shard gene {g} is out of range (allowed: 0 .. 65535)")
             }
             LayoutError::SeqOutOfRange { value, max } => {
-                write!(f, "sequence value {value} is out of range (allowed: 0 .. {max})")
+                write!(
+                    f,
+                    "sequence value {value} is out of range (allowed: 0 .. {max})"
+                )
             }
             LayoutError::NegativeId(id) => {
-                write!(f, "id {id} is negative; id_gen ids are non-negative (0 .. 9223372036854775807)")
+                write!(
+                    f,
+                    "id {id} is negative; id_gen ids are non-negative (0 .. 9223372036854775807)"
+                )
             }
             LayoutError::BadLength(n) => write!(
                 f,
@@ -75,7 +81,10 @@ fn check_gene(gene: i64) -> Result<u16, LayoutError> {
 pub fn compose(gene: i64, seq: i64) -> Result<i64, LayoutError> {
     let gene = check_gene(gene)?;
     if !(0..=MAX_SEQ64 as i64).contains(&seq) {
-        return Err(LayoutError::SeqOutOfRange { value: seq as i128, max: MAX_SEQ64 as u128 });
+        return Err(LayoutError::SeqOutOfRange {
+            value: seq as i128,
+            max: MAX_SEQ64 as u128,
+        });
     }
     Ok(((gene as i64) << SEQ_BITS) | seq)
 }
@@ -101,7 +110,10 @@ pub fn seq_of(id: i64) -> Result<i64, LayoutError> {
 pub fn compose_bytes(gene: i64, seq: i128) -> Result<Vec<u8>, LayoutError> {
     let gene = check_gene(gene)?;
     if seq < 0 || seq as u128 > MAX_SEQ128 {
-        return Err(LayoutError::SeqOutOfRange { value: seq, max: MAX_SEQ128 });
+        return Err(LayoutError::SeqOutOfRange {
+            value: seq,
+            max: MAX_SEQ128,
+        });
     }
     let seq = seq as u128;
     if seq <= MAX_SEQ64 as u128 {
@@ -164,7 +176,10 @@ mod tests {
             let gene = (x & 0xFFFF) as i64;
             let seq = ((x >> 16) & MAX_SEQ64) as i64;
             let id = compose(gene, seq).unwrap();
-            assert_eq!((gene_of(id).unwrap() as i64, seq_of(id).unwrap()), (gene, seq));
+            assert_eq!(
+                (gene_of(id).unwrap() as i64, seq_of(id).unwrap()),
+                (gene, seq)
+            );
             let big = ((x as u128) << 40 | x as u128) & MAX_SEQ128;
             let b = compose_bytes(gene, big as i128).unwrap();
             assert_eq!(decode_bytes(&b).unwrap(), (gene as u16, big));
@@ -181,11 +196,20 @@ mod tests {
     fn out_of_range_inputs_are_rejected() {
         assert_eq!(compose(-1, 0), Err(LayoutError::GeneOutOfRange(-1)));
         assert_eq!(compose(65536, 0), Err(LayoutError::GeneOutOfRange(65536)));
-        assert!(matches!(compose(0, -1), Err(LayoutError::SeqOutOfRange { .. })));
-        assert!(matches!(compose(0, 1 << 47), Err(LayoutError::SeqOutOfRange { .. })));
+        assert!(matches!(
+            compose(0, -1),
+            Err(LayoutError::SeqOutOfRange { .. })
+        ));
+        assert!(matches!(
+            compose(0, 1 << 47),
+            Err(LayoutError::SeqOutOfRange { .. })
+        ));
         assert_eq!(gene_of(-5), Err(LayoutError::NegativeId(-5)));
         assert_eq!(seq_of(i64::MIN), Err(LayoutError::NegativeId(i64::MIN)));
-        assert!(matches!(compose_bytes(0, -1), Err(LayoutError::SeqOutOfRange { .. })));
+        assert!(matches!(
+            compose_bytes(0, -1),
+            Err(LayoutError::SeqOutOfRange { .. })
+        ));
         assert!(matches!(
             compose_bytes(0, (MAX_SEQ128 + 1) as i128),
             Err(LayoutError::SeqOutOfRange { .. })

@@ -100,9 +100,18 @@ mod tests {
     fn rejects_bad_names() {
         assert_eq!(SeqName::new(""), Err(NameError::Empty));
         assert_eq!(SeqName::new(&"a".repeat(64)), Err(NameError::TooLong(64)));
-        assert_eq!(SeqName::new("-x"), Err(NameError::BadChar { ch: '-', at: 1 }));
-        assert_eq!(SeqName::new("a b"), Err(NameError::BadChar { ch: ' ', at: 2 }));
-        assert_eq!(SeqName::new("x'; drop"), Err(NameError::BadChar { ch: '\'', at: 2 }));
+        assert_eq!(
+            SeqName::new("-x"),
+            Err(NameError::BadChar { ch: '-', at: 1 })
+        );
+        assert_eq!(
+            SeqName::new("a b"),
+            Err(NameError::BadChar { ch: ' ', at: 2 })
+        );
+        assert_eq!(
+            SeqName::new("x'; drop"),
+            Err(NameError::BadChar { ch: '\'', at: 2 })
+        );
         assert!(SeqName::new("é").is_err());
         assert!(SeqName::new("a\0").is_err());
     }

@@ -90,7 +90,11 @@ impl Entry {
 pub enum Take {
     /// `count` consecutive values starting at `first`. `preload` is true for exactly
     /// one take per segment: the one that crossed the preload threshold.
-    Got { first: u64, count: u64, preload: bool },
+    Got {
+        first: u64,
+        count: u64,
+        preload: bool,
+    },
     /// The current segment (of this epoch) is used up or absent: take the slow path.
     Empty { epoch: u64 },
 }
@@ -135,7 +139,10 @@ impl Default for SegmentChain {
 
 impl SegmentChain {
     pub const fn new() -> SegmentChain {
-        SegmentChain { state: AtomicU64::new(0), entries: [Entry::empty(), Entry::empty()] }
+        SegmentChain {
+            state: AtomicU64::new(0),
+            entries: [Entry::empty(), Entry::empty()],
+        }
     }
 
     /// Takes one value. Wait-free: one `fetch_add` and a seqlock read.
@@ -143,9 +150,11 @@ impl SegmentChain {
     pub fn take_one(&self) -> Take {
         let (epoch, off) = unpack(self.state.fetch_add(1, Ordering::AcqRel));
         match self.entries[(epoch & 1) as usize].read(epoch) {
-            Some((base, len, preload_at)) if off < len => {
-                Take::Got { first: base + off, count: 1, preload: off == preload_at }
-            }
+            Some((base, len, preload_at)) if off < len => Take::Got {
+                first: base + off,
+                count: 1,
+                preload: off == preload_at,
+            },
             _ => Take::Empty { epoch },
         }
     }
@@ -173,7 +182,11 @@ impl SegmentChain {
             ) {
                 Ok(_) => {
                     let preload = off <= preload_at && preload_at < off + count;
-                    return Take::Got { first: base + off, count, preload };
+                    return Take::Got {
+                        first: base + off,
+                        count,
+                        preload,
+                    };
                 }
                 Err(actual) => cur = actual,
             }
@@ -247,10 +260,19 @@ impl SegmentChain {
 
     pub fn snapshot(&self) -> ChainSnapshot {
         let (epoch, off) = unpack(self.state.load(Ordering::Acquire));
-        let current = self.entries[(epoch & 1) as usize].read(epoch).map(|(b, l, _)| (b, l));
+        let current = self.entries[(epoch & 1) as usize]
+            .read(epoch)
+            .map(|(b, l, _)| (b, l));
         let next = (epoch + 1) & EPOCH_MASK;
-        let standby = self.entries[(next & 1) as usize].read(next).map(|(b, l, _)| (b, l));
-        ChainSnapshot { epoch, used: current.map_or(0, |(_, l)| off.min(l)), current, standby }
+        let standby = self.entries[(next & 1) as usize]
+            .read(next)
+            .map(|(b, l, _)| (b, l));
+        ChainSnapshot {
+            epoch,
+            used: current.map_or(0, |(_, l)| off.min(l)),
+            current,
+            standby,
+        }
     }
 }
 
@@ -275,17 +297,24 @@ impl Default for StripedCounter {
 impl StripedCounter {
     pub const fn new() -> StripedCounter {
         const Z: PaddedCounter = PaddedCounter(AtomicU64::new(0));
-        StripedCounter { stripes: [Z; STRIPES] }
+        StripedCounter {
+            stripes: [Z; STRIPES],
+        }
     }
 
     /// `who` picks the stripe (the backend's process number).
     #[inline]
     pub fn add(&self, who: usize, n: u64) {
-        self.stripes[who % STRIPES].0.fetch_add(n, Ordering::Relaxed);
+        self.stripes[who % STRIPES]
+            .0
+            .fetch_add(n, Ordering::Relaxed);
     }
 
     pub fn sum(&self) -> u64 {
-        self.stripes.iter().map(|s| s.0.load(Ordering::Relaxed)).fold(0, u64::wrapping_add)
+        self.stripes
+            .iter()
+            .map(|s| s.0.load(Ordering::Relaxed))
+            .fold(0, u64::wrapping_add)
     }
 
     pub fn clear(&self) {
@@ -344,7 +373,10 @@ impl RateMeter {
     pub fn per_second(&self, now_ms: i64) -> Option<f64> {
         let nr = now_ms.div_euclid(self.bucket_ms);
         let oldest = nr - self.buckets.len() as i64 + 1;
-        let live = self.buckets.iter().filter(|(b, _, _)| *b >= oldest && *b <= nr);
+        let live = self
+            .buckets
+            .iter()
+            .filter(|(b, _, _)| *b >= oldest && *b <= nr);
         let (count, from) = live.fold((0u64, i64::MAX), |(c, f), (_, n, s)| (c + n, f.min(*s)));
         let span_ms = if from == i64::MAX {
             // No increase observed inside the window: the rate is zero if we have been
@@ -433,7 +465,11 @@ pub fn preload_offset(len: u64, threshold: f64) -> u64 {
     if len == 0 {
         return 0;
     }
-    let t = if threshold.is_finite() { threshold.clamp(0.0, 1.0) } else { 0.0 };
+    let t = if threshold.is_finite() {
+        threshold.clamp(0.0, 1.0)
+    } else {
+        0.0
+    };
     ((len as f64 * t) as u64).min(len - 1)
 }
 
@@ -458,11 +494,35 @@ mod tests {
         assert!(c.needs_standby());
         assert_eq!(c.switch_to_standby(0), Switch::NoStandby);
         assert!(c.publish_standby(100, 3, 1));
-        assert!(!c.publish_standby(200, 3, 1), "a second standby must be refused");
+        assert!(
+            !c.publish_standby(200, 3, 1),
+            "a second standby must be refused"
+        );
         assert_eq!(c.switch_to_standby(0), Switch::Switched);
-        assert_eq!(c.take_one(), Take::Got { first: 100, count: 1, preload: false });
-        assert_eq!(c.take_one(), Take::Got { first: 101, count: 1, preload: true });
-        assert_eq!(c.take_one(), Take::Got { first: 102, count: 1, preload: false });
+        assert_eq!(
+            c.take_one(),
+            Take::Got {
+                first: 100,
+                count: 1,
+                preload: false
+            }
+        );
+        assert_eq!(
+            c.take_one(),
+            Take::Got {
+                first: 101,
+                count: 1,
+                preload: true
+            }
+        );
+        assert_eq!(
+            c.take_one(),
+            Take::Got {
+                first: 102,
+                count: 1,
+                preload: false
+            }
+        );
         assert!(matches!(c.take_one(), Take::Empty { epoch: 1 }));
     }
 
@@ -512,9 +572,30 @@ mod tests {
         let c = SegmentChain::new();
         c.publish_standby(1, 10, 4);
         c.switch_to_standby(0);
-        assert_eq!(c.take_many(3), Take::Got { first: 1, count: 3, preload: false });
-        assert_eq!(c.take_many(3), Take::Got { first: 4, count: 3, preload: true });
-        assert_eq!(c.take_many(30), Take::Got { first: 7, count: 4, preload: false });
+        assert_eq!(
+            c.take_many(3),
+            Take::Got {
+                first: 1,
+                count: 3,
+                preload: false
+            }
+        );
+        assert_eq!(
+            c.take_many(3),
+            Take::Got {
+                first: 4,
+                count: 3,
+                preload: true
+            }
+        );
+        assert_eq!(
+            c.take_many(30),
+            Take::Got {
+                first: 7,
+                count: 4,
+                preload: false
+            }
+        );
         assert!(matches!(c.take_many(1), Take::Empty { .. }));
         assert_eq!(c.snapshot().used, 10);
     }
@@ -526,7 +607,11 @@ mod tests {
         c.switch_to_standby(0);
         c.publish_standby(3, 2, 0);
         assert_eq!(c.switch_to_standby(1), Switch::NotExhausted);
-        assert_eq!(c.switch_to_standby(0), Switch::Switched, "stale epoch: already switched");
+        assert_eq!(
+            c.switch_to_standby(0),
+            Switch::Switched,
+            "stale epoch: already switched"
+        );
     }
 
     #[test]
@@ -553,7 +638,9 @@ mod tests {
         let mut expected = 0u64;
         for _ in 0..70_000u32 {
             c.publish_standby(expected, 2, 0);
-            let Take::Empty { epoch } = c.take_one() else { panic!("segment not used up") };
+            let Take::Empty { epoch } = c.take_one() else {
+                panic!("segment not used up")
+            };
             assert_eq!(c.switch_to_standby(epoch), Switch::Switched);
             assert_eq!(drain(&c), vec![expected, expected + 1]);
             expected += 2;
@@ -647,17 +734,36 @@ mod tests {
 
     #[test]
     fn step_policy_clamps() {
-        let p = StepPolicy { step: 1000, min_step: 100, max_step: 50_000, buffer_seconds: 10.0 };
+        let p = StepPolicy {
+            step: 1000,
+            min_step: 100,
+            max_step: 50_000,
+            buffer_seconds: 10.0,
+        };
         assert_eq!(p.next_step(None, 0), 1000);
         assert_eq!(p.next_step(Some(1.0), 0), 100);
         assert_eq!(p.next_step(Some(2_000.0), 0), 20_000);
         assert_eq!(p.next_step(Some(1e9), 0), 50_000);
         assert_eq!(p.next_step(Some(f64::NAN), 0), 1000);
-        assert_eq!(p.next_step(Some(1.0), 30_000), 30_000, "bulk demand raises the step");
+        assert_eq!(
+            p.next_step(Some(1.0), 30_000),
+            30_000,
+            "bulk demand raises the step"
+        );
         assert_eq!(p.next_step(Some(1.0), 90_000), 50_000);
-        let fixed = StepPolicy { step: 7, min_step: 7, max_step: 7, buffer_seconds: 60.0 };
+        let fixed = StepPolicy {
+            step: 7,
+            min_step: 7,
+            max_step: 7,
+            buffer_seconds: 60.0,
+        };
         assert_eq!(fixed.next_step(Some(1e6), 1 << 30), 7);
-        let silly = StepPolicy { step: 0, min_step: 0, max_step: 0, buffer_seconds: -1.0 };
+        let silly = StepPolicy {
+            step: 0,
+            min_step: 0,
+            max_step: 0,
+            buffer_seconds: -1.0,
+        };
         assert_eq!(silly.next_step(None, 0), 1);
     }
 
@@ -665,8 +771,17 @@ mod tests {
     fn reservations_stop_at_the_maximum() {
         assert_eq!(reserve(0, i64::MAX, 1000), Ok((1, 1000)));
         assert_eq!(reserve(990, 1000, 100), Ok((991, 1000)));
-        assert_eq!(reserve(1000, 1000, 100), Err(Exhausted { max_id: 1000, max_value: 1000 }));
-        assert_eq!(reserve(i64::MAX - 5, i64::MAX, 1000), Ok((i64::MAX - 4, i64::MAX)));
+        assert_eq!(
+            reserve(1000, 1000, 100),
+            Err(Exhausted {
+                max_id: 1000,
+                max_value: 1000
+            })
+        );
+        assert_eq!(
+            reserve(i64::MAX - 5, i64::MAX, 1000),
+            Ok((i64::MAX - 4, i64::MAX))
+        );
         assert!(reserve(i64::MAX, i64::MAX, 1).is_err());
         assert_eq!(reserve(-1, 10, 1), Ok((0, 0)));
     }

@@ -65,6 +65,8 @@ SELECT try($$SELECT id_gen.next_segment_id('missing')$$);
 SELECT try($$SELECT id_gen.next_segment_id('bad name')$$);
 SELECT try($$SELECT id_gen.next_segment_id('')$$);
 SELECT try($$SELECT id_gen.next_segment_id(repeat('x', 64))$$);
+SELECT try($$SELECT id_gen.next_segment_id(E'orders\x1f20261121\x1f0')$$);
+SELECT try($$SELECT count(*) FROM id_gen.next_segment_ids('orders', 200000000)$$);
 SELECT try($$SELECT id_gen.create_sequence('x; drop table')$$);
 SELECT try($$SELECT id_gen.create_sequence('s_bad', step => 0)$$);
 SELECT try($$SELECT id_gen.create_sequence('s_bad', step => 10, min_step => 20)$$);
@@ -103,6 +105,14 @@ SELECT count(*) AS cached_after_drop FROM id_gen.status WHERE sequence = 'gone';
 SELECT try($$SELECT id_gen.next_segment_id('gone')$$);
 SELECT id_gen.create_sequence('gone', start => 5, step => 10) AS recreated;
 SELECT id_gen.next_segment_id('gone') AS after_recreate;
+
+-- A catalog row deleted behind id_gen's back: the worker finds no row, frees the slot,
+-- and callers get 42704.
+SELECT id_gen.create_sequence('sneaky', step => 5) AS created;
+SELECT id_gen.next_segment_id('sneaky') AS v;
+DELETE FROM id_gen.sequences WHERE name = 'sneaky';
+SELECT regexp_replace(try($$SELECT max(id_gen.next_segment_id('sneaky')) FROM generate_series(1, 10)$$), ' \(it was dropped\)', '') AS after_delete;
+SELECT count(*) AS cached FROM id_gen.status WHERE sequence = 'sneaky';
 
 -- Privileges: ordinary roles use sequences and read the catalog, but cannot change it.
 CREATE ROLE idg_app LOGIN;

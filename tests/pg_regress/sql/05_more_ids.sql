@@ -58,6 +58,21 @@ SELECT bool_and(d >= prev_d) AS dates_monotonic
 FROM (SELECT substr(s, 11, 8) AS d, lag(substr(s, 11, 8)) OVER (ORDER BY n) AS prev_d FROM midnight) x
 WHERE prev_d IS NOT NULL;
 RESET id_gen.test_clock_offset;
+-- Daylight saving ends during a day (America/New_York, 2026-11-01 02:00 EDT -> 01:00 EST):
+-- the date text stays the same, so the counter continues instead of restarting.
+SELECT id_gen.create_serial('ny', 'YYYYMMDD', width => 4, time_zone => 'America/New_York') AS created;
+CREATE TEMP TABLE dst (n int, s text);
+DO $$
+BEGIN
+  PERFORM set_config('id_gen.test_clock_offset',
+    (extract(epoch FROM timestamptz '2026-11-01 05:30:00+00' - clock_timestamp()) * 1000)::bigint::text, false);
+  FOR i IN 1..3 LOOP INSERT INTO dst VALUES (i, id_gen.next_serial('ny')); END LOOP;
+  PERFORM set_config('id_gen.test_clock_offset',
+    (extract(epoch FROM timestamptz '2026-11-01 07:30:00+00' - clock_timestamp()) * 1000)::bigint::text, false);
+  FOR i IN 4..6 LOOP INSERT INTO dst VALUES (i, id_gen.next_serial('ny')); END LOOP;
+END $$;
+SELECT array_agg(s ORDER BY n) AS across_the_dst_change FROM dst;
+RESET id_gen.test_clock_offset;
 -- A period's serial space is used up: an error that names the period, never a wrap.
 SELECT id_gen.create_serial('tiny', 'YYYY', width => 1, max_length => 10, time_zone => 'UTC', step => 4) AS created;
 SELECT array_agg(right(s, 1)) AS all_nine, bool_and(length(s) = 5) AS lengths_ok

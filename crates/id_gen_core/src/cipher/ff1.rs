@@ -154,7 +154,8 @@ impl Rounds {
     /// chaining value.
     #[inline]
     fn prf_block(&self, i: u8, half: u64) -> [u8; 16] {
-        ((self.last | (u128::from(i) << self.i_shift) | u128::from(half)) ^ self.chain).to_be_bytes()
+        ((self.last | (u128::from(i) << self.i_shift) | u128::from(half)) ^ self.chain)
+            .to_be_bytes()
     }
 
     /// `y mod 2^64` from `R` (the encrypted PRF block): `y = NUM(S)` with `S` the first
@@ -261,7 +262,9 @@ const BATCH_CHUNK: usize = 256;
 impl Ff1Radix2 {
     /// Expands the 256-bit FF1 key.
     pub fn new(key: &[u8; 32]) -> Self {
-        Ff1Radix2 { aes: Aes256::new(key.into()) }
+        Ff1Radix2 {
+            aes: Aes256::new(key.into()),
+        }
     }
 
     fn check(n: u32, tweak: &[u8], xs: &[u128]) -> Result<(), Ff1Error> {
@@ -280,7 +283,13 @@ impl Ff1Radix2 {
     fn run(&self, n: u32, tweak: &[u8], x: u128, decrypt: bool) -> Result<u128, Ff1Error> {
         Self::check(n, tweak, &[x])?;
         let mut out = 0u128;
-        self.aes.encrypt_with_backend(Job { n, tweak, x, decrypt, out: &mut out });
+        self.aes.encrypt_with_backend(Job {
+            n,
+            tweak,
+            x,
+            decrypt,
+            out: &mut out,
+        });
         Ok(out)
     }
 
@@ -308,7 +317,13 @@ impl Ff1Radix2 {
         self.crypt_batch(n, tweak, ys, true)
     }
 
-    fn crypt_batch(&self, n: u32, tweak: &[u8], xs: &mut [u128], decrypt: bool) -> Result<(), Ff1Error> {
+    fn crypt_batch(
+        &self,
+        n: u32,
+        tweak: &[u8],
+        xs: &mut [u128],
+        decrypt: bool,
+    ) -> Result<(), Ff1Error> {
         Self::check(n, tweak, xs)?;
         let ciph = |blk: &mut [u8; 16]| self.aes.encrypt_block(blk.into());
         let r = Rounds::new(&ciph, n, tweak);
@@ -421,8 +436,18 @@ pub(crate) mod tests {
             let (n2, y) = parse_bits(ct);
             assert_eq!(n, n2);
             let ff = Ff1Radix2::new(key);
-            assert_eq!(ff.encrypt(n, tweak, x).unwrap(), y, "encrypt n={n} t={}", tweak.len());
-            assert_eq!(ff.decrypt(n, tweak, y).unwrap(), x, "decrypt n={n} t={}", tweak.len());
+            assert_eq!(
+                ff.encrypt(n, tweak, x).unwrap(),
+                y,
+                "encrypt n={n} t={}",
+                tweak.len()
+            );
+            assert_eq!(
+                ff.decrypt(n, tweak, y).unwrap(),
+                x,
+                "decrypt n={n} t={}",
+                tweak.len()
+            );
         }
     }
 
@@ -451,16 +476,26 @@ pub(crate) mod tests {
             let x = rng.bits(n);
             let ours = Ff1Radix2::new(&key);
             let oracle = FF1::<Aes256>::new(&key, 2).unwrap();
-            let want =
-                from_digits(&Vec::from(oracle.encrypt(&tweak, &FlexibleNumeralString::from(to_digits(n, x))).unwrap()));
+            let want = from_digits(&Vec::from(
+                oracle
+                    .encrypt(&tweak, &FlexibleNumeralString::from(to_digits(n, x)))
+                    .unwrap(),
+            ));
             let got = ours.encrypt(n, &tweak, x).unwrap();
             assert_eq!(got, want, "n={n} k={k} tweak_len={tweak_len} x={x:#x}");
             assert_eq!(ours.decrypt(n, &tweak, got).unwrap(), x);
             // Decrypt a random point too, against the oracle's decryption.
             let y = rng.bits(n);
-            let want_d =
-                from_digits(&Vec::from(oracle.decrypt(&tweak, &FlexibleNumeralString::from(to_digits(n, y))).unwrap()));
-            assert_eq!(ours.decrypt(n, &tweak, y).unwrap(), want_d, "decrypt n={n} k={k}");
+            let want_d = from_digits(&Vec::from(
+                oracle
+                    .decrypt(&tweak, &FlexibleNumeralString::from(to_digits(n, y)))
+                    .unwrap(),
+            ));
+            assert_eq!(
+                ours.decrypt(n, &tweak, y).unwrap(),
+                want_d,
+                "decrypt n={n} k={k}"
+            );
         }
     }
 
@@ -513,14 +548,24 @@ pub(crate) mod tests {
         // A random permutation has Poisson(1) fixed points; more than 10 would mean structure.
         assert!(fixed_points <= 10, "{fixed_points} fixed points");
         ff.decrypt_batch(20, tweak, &mut ys).unwrap();
-        assert!(ys.iter().enumerate().all(|(x, &y)| x as u128 == y), "decrypt inverts encrypt");
+        assert!(
+            ys.iter().enumerate().all(|(x, &y)| x as u128 == y),
+            "decrypt inverts encrypt"
+        );
     }
 
     #[test]
     fn cipher_ff1_batch_equals_single() {
         let mut rng = SplitMix(0xba7c);
         // Lengths around the internal chunk size, and the empty batch.
-        for (len, n) in [(0usize, 47u32), (1, 20), (255, 47), (256, 98), (257, 128), (700, 63)] {
+        for (len, n) in [
+            (0usize, 47u32),
+            (1, 20),
+            (255, 47),
+            (256, 98),
+            (257, 128),
+            (700, 63),
+        ] {
             let key: [u8; 32] = rng.bytes();
             let tweak: [u8; 7] = rng.bytes();
             let ff = Ff1Radix2::new(&key);
@@ -536,9 +581,15 @@ pub(crate) mod tests {
         // One out-of-domain element fails the whole batch and leaves it untouched.
         let ff = Ff1Radix2::new(&NIST_KEY);
         let mut xs = vec![1u128, 2, 1 << 47, 3];
-        assert_eq!(ff.encrypt_batch(47, b"", &mut xs), Err(Ff1Error::OutOfDomain));
+        assert_eq!(
+            ff.encrypt_batch(47, b"", &mut xs),
+            Err(Ff1Error::OutOfDomain)
+        );
         assert_eq!(xs, vec![1u128, 2, 1 << 47, 3]);
-        assert_eq!(ff.decrypt_batch(19, b"", &mut xs), Err(Ff1Error::BadLength(19)));
+        assert_eq!(
+            ff.decrypt_batch(19, b"", &mut xs),
+            Err(Ff1Error::BadLength(19))
+        );
     }
 
     #[test]
@@ -562,9 +613,11 @@ pub(crate) mod tests {
         assert_ne!(base, ff.encrypt(47, b"", x).unwrap());
         let mut k2 = NIST_KEY;
         k2[0] ^= 0x80;
-        assert_ne!(base, Ff1Radix2::new(&k2).encrypt(47, b"ON64\x01\x3e\xab", x).unwrap());
+        assert_ne!(
+            base,
+            Ff1Radix2::new(&k2)
+                .encrypt(47, b"ON64\x01\x3e\xab", x)
+                .unwrap()
+        );
     }
 }
-
-
-

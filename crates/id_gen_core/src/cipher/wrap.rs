@@ -71,7 +71,11 @@ pub fn wrap_key(kek: &[u8; 32], kv: u8, dek: &[u8; 32]) -> Vec<u8> {
 /// Fails with [`CipherError::UnwrapFailed`] when the KEK is not the one that wrapped it,
 /// the wrapped bytes were altered, or they belong to another key version; with
 /// [`CipherError::MalformedWrappedKey`] when the length or format byte is wrong.
-pub fn unwrap_key(kek: &[u8; 32], kv: u8, wrapped: &[u8]) -> Result<Zeroizing<[u8; 32]>, CipherError> {
+pub fn unwrap_key(
+    kek: &[u8; 32],
+    kv: u8,
+    wrapped: &[u8],
+) -> Result<Zeroizing<[u8; 32]>, CipherError> {
     if wrapped.len() != WRAPPED_LEN || wrapped[0] != WRAP_FORMAT_V1 {
         return Err(CipherError::MalformedWrappedKey { len: wrapped.len() });
     }
@@ -169,9 +173,15 @@ mod tests {
         let w = wrap_key(&kek, 7, &dek);
         let mut other = kek;
         other[0] ^= 1;
-        assert_eq!(unwrap_key(&other, 7, &w).unwrap_err(), CipherError::UnwrapFailed);
+        assert_eq!(
+            unwrap_key(&other, 7, &w).unwrap_err(),
+            CipherError::UnwrapFailed
+        );
         for kv in [0u8, 1, 6, 8, 255] {
-            assert_eq!(unwrap_key(&kek, kv, &w).unwrap_err(), CipherError::UnwrapFailed);
+            assert_eq!(
+                unwrap_key(&kek, kv, &w).unwrap_err(),
+                CipherError::UnwrapFailed
+            );
         }
         // Every single-bit change of tag or ciphertext is caught; a changed format byte is
         // an unknown format.
@@ -198,12 +208,18 @@ mod tests {
             unwrap_key(&kek, 7, &longer).unwrap_err(),
             CipherError::MalformedWrappedKey { len: 50 }
         );
-        assert_eq!(unwrap_key(&kek, 7, &[]).unwrap_err(), CipherError::MalformedWrappedKey { len: 0 });
+        assert_eq!(
+            unwrap_key(&kek, 7, &[]).unwrap_err(),
+            CipherError::MalformedWrappedKey { len: 0 }
+        );
         // Swapping the ciphertext of two wraps under the same KEK is caught too.
         let w2 = wrap_key(&kek, 7, &[9u8; 32]);
         let mut spliced = w.clone();
         spliced[17..].copy_from_slice(&w2[17..]);
-        assert_eq!(unwrap_key(&kek, 7, &spliced).unwrap_err(), CipherError::UnwrapFailed);
+        assert_eq!(
+            unwrap_key(&kek, 7, &spliced).unwrap_err(),
+            CipherError::UnwrapFailed
+        );
     }
 
     #[test]
@@ -221,10 +237,19 @@ mod tests {
     fn cipher_parse_kek() {
         let text = "202122232425262728292a2b2c2d2e2f303132333435363738393a3b3c3d3e3f";
         assert_eq!(*parse_kek(text).unwrap(), test_kek());
-        assert_eq!(*parse_kek(&format!("  {}\n", text.to_uppercase())).unwrap(), test_kek());
+        assert_eq!(
+            *parse_kek(&format!("  {}\n", text.to_uppercase())).unwrap(),
+            test_kek()
+        );
         assert_eq!(*parse_kek(&format!("{text}\r\n")).unwrap(), test_kek());
-        assert_eq!(parse_kek("").unwrap_err(), CipherError::KekWrongLength { chars: 0 });
-        assert_eq!(parse_kek(&text[..63]).unwrap_err(), CipherError::KekWrongLength { chars: 63 });
+        assert_eq!(
+            parse_kek("").unwrap_err(),
+            CipherError::KekWrongLength { chars: 0 }
+        );
+        assert_eq!(
+            parse_kek(&text[..63]).unwrap_err(),
+            CipherError::KekWrongLength { chars: 63 }
+        );
         assert_eq!(
             parse_kek(&format!("{text}0")).unwrap_err(),
             CipherError::KekWrongLength { chars: 65 }
