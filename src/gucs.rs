@@ -36,65 +36,37 @@ pub static SNOWFLAKE_MAX_LEAD_MS: GucSetting<i32> = GucSetting::<i32>::new(5_000
 /// (A float: an integer setting in ms could not move the clock by more than 24 days.)
 pub static TEST_CLOCK_OFFSET_MS: GucSetting<f64> = GucSetting::<f64>::new(0.0);
 
-pub fn init() {
-    let postmaster_int = |name: &'static std::ffi::CStr,
-                          short: &'static std::ffi::CStr,
-                          setting: &'static GucSetting<i32>,
-                          min: i32,
-                          max: i32| {
-        GucRegistry::define_int_guc(
-            name,
-            short,
-            c"Takes effect at server start; keep it fixed once IDs exist.",
-            setting,
-            min,
-            max,
-            GucContext::Postmaster,
-            GucFlags::default(),
-        );
-    };
-    postmaster_int(
-        c"id_gen.snowflake_node_id",
-        c"This server's snowflake node id (-1: unset; snowflake_id refuses to run).",
-        &SNOWFLAKE_NODE_ID,
-        -1,
-        (1 << 20) - 1,
+/// Defines the settings. PostgreSQL refuses startup-only (PGC_POSTMASTER) settings
+/// outside `shared_preload_libraries` (a FATAL in `CREATE EXTENSION`), so those are only
+/// defined while preloading; without preload their defaults apply, and every stateful
+/// function reports that id_gen is not preloaded.
+pub fn init(preloading: bool) {
+    define_runtime();
+    if preloading {
+        define_startup();
+    }
+}
+
+fn define_runtime() {
+    GucRegistry::define_int_guc(
+        c"id_gen.refill_timeout",
+        c"How long a caller waits for a new segment when the cache is empty.",
+        c"After this time the call fails with an error instead of hanging.",
+        &REFILL_TIMEOUT_MS,
+        100,
+        600_000,
+        GucContext::Userset,
+        GucFlags::UNIT_MS,
     );
-    postmaster_int(
-        c"id_gen.snowflake_time_bits",
-        c"Bits of milliseconds since the epoch in a snowflake id.",
-        &SNOWFLAKE_TIME_BITS,
-        35,
-        62,
-    );
-    postmaster_int(
-        c"id_gen.snowflake_node_bits",
-        c"Bits of node id in a snowflake id.",
-        &SNOWFLAKE_NODE_BITS,
-        0,
-        20,
-    );
-    postmaster_int(
-        c"id_gen.snowflake_seq_bits",
-        c"Bits of per-millisecond sequence in a snowflake id.",
-        &SNOWFLAKE_SEQ_BITS,
+    GucRegistry::define_int_guc(
+        c"id_gen.default_buffer_seconds",
+        c"Seconds of traffic one segment should cover, for sequences created without buffer_seconds.",
+        c"The adaptive step is clamp(min_step, max_step, rate x buffer_seconds).",
+        &DEFAULT_BUFFER_SECONDS,
         1,
-        27,
-    );
-    postmaster_int(
-        c"id_gen.snowflake_gene_bits",
-        c"Bits of owner gene in the low end of a snowflake id (0: no gene; seed 003 variant).",
-        &SNOWFLAKE_GENE_BITS,
-        0,
-        16,
-    );
-    GucRegistry::define_string_guc(
-        c"id_gen.snowflake_epoch_ms",
-        c"Epoch of snowflake ids, in milliseconds since 1970-01-01 UTC.",
-        c"Default 1577836800000 = 2020-01-01 00:00:00 UTC. Takes effect at server start; keep it fixed once IDs exist.",
-        &SNOWFLAKE_EPOCH_MS,
-        GucContext::Postmaster,
-        GucFlags::default(),
+        86_400,
+        GucContext::Suset,
+        GucFlags::UNIT_S,
     );
     GucRegistry::define_int_guc(
         c"id_gen.snowflake_max_lead",
@@ -116,6 +88,91 @@ pub fn init() {
         GucContext::Suset,
         GucFlags::UNIT_MS,
     );
+}
+
+fn define_startup() {
+    let startup_int = |name: &'static std::ffi::CStr,
+                       short: &'static std::ffi::CStr,
+                       long: &'static std::ffi::CStr,
+                       setting: &'static GucSetting<i32>,
+                       min: i32,
+                       max: i32| {
+        GucRegistry::define_int_guc(
+            name,
+            short,
+            long,
+            setting,
+            min,
+            max,
+            GucContext::Postmaster,
+            GucFlags::default(),
+        );
+    };
+    startup_int(
+        c"id_gen.max_sequences",
+        c"Number of sequence slots in id_gen's shared-memory segment cache.",
+        c"One slot per (database, sequence, counter group) in use since the server started. Takes effect at server start.",
+        &MAX_SEQUENCES,
+        16,
+        1_000_000,
+    );
+    startup_int(
+        c"id_gen.max_databases",
+        c"Number of databases that can have an id_gen refill worker at once.",
+        c"Each database that uses next_segment_id gets one background worker; each counts against max_worker_processes.",
+        &MAX_DATABASES,
+        1,
+        1024,
+    );
+    let fixed = c"Takes effect at server start; keep it fixed once IDs exist.";
+    startup_int(
+        c"id_gen.snowflake_node_id",
+        c"This server's snowflake node id (-1: unset; snowflake_id refuses to run).",
+        fixed,
+        &SNOWFLAKE_NODE_ID,
+        -1,
+        (1 << 20) - 1,
+    );
+    startup_int(
+        c"id_gen.snowflake_time_bits",
+        c"Bits of milliseconds since the epoch in a snowflake id.",
+        fixed,
+        &SNOWFLAKE_TIME_BITS,
+        35,
+        62,
+    );
+    startup_int(
+        c"id_gen.snowflake_node_bits",
+        c"Bits of node id in a snowflake id.",
+        fixed,
+        &SNOWFLAKE_NODE_BITS,
+        0,
+        20,
+    );
+    startup_int(
+        c"id_gen.snowflake_seq_bits",
+        c"Bits of per-millisecond sequence in a snowflake id.",
+        fixed,
+        &SNOWFLAKE_SEQ_BITS,
+        1,
+        27,
+    );
+    startup_int(
+        c"id_gen.snowflake_gene_bits",
+        c"Bits of owner gene in the low end of a snowflake id (0: no gene; seed 003 variant).",
+        fixed,
+        &SNOWFLAKE_GENE_BITS,
+        0,
+        16,
+    );
+    GucRegistry::define_string_guc(
+        c"id_gen.snowflake_epoch_ms",
+        c"Epoch of snowflake ids, in milliseconds since 1970-01-01 UTC.",
+        c"Default 1577836800000 = 2020-01-01 00:00:00 UTC. Takes effect at server start; keep it fixed once IDs exist.",
+        &SNOWFLAKE_EPOCH_MS,
+        GucContext::Postmaster,
+        GucFlags::default(),
+    );
     // The KEK settings hold a path or a command, never the key; still, only superusers
     // may see them, and they cannot be set with ALTER SYSTEM (no postgresql.auto.conf).
     let secret = GucFlags::SUPERUSER_ONLY | GucFlags::DISALLOW_IN_AUTO_FILE;
@@ -134,45 +191,5 @@ pub fn init() {
         &ORDER_NO_KEK_COMMAND,
         GucContext::Postmaster,
         secret,
-    );
-    GucRegistry::define_int_guc(
-        c"id_gen.max_sequences",
-        c"Number of sequence slots in id_gen's shared-memory segment cache.",
-        c"One slot per (database, sequence, counter group) in use since the server started. Takes effect at server start.",
-        &MAX_SEQUENCES,
-        16,
-        1_000_000,
-        GucContext::Postmaster,
-        GucFlags::default(),
-    );
-    GucRegistry::define_int_guc(
-        c"id_gen.max_databases",
-        c"Number of databases that can have an id_gen refill worker at once.",
-        c"Each database that uses next_segment_id gets one background worker; each counts against max_worker_processes.",
-        &MAX_DATABASES,
-        1,
-        1024,
-        GucContext::Postmaster,
-        GucFlags::default(),
-    );
-    GucRegistry::define_int_guc(
-        c"id_gen.refill_timeout",
-        c"How long a caller waits for a new segment when the cache is empty.",
-        c"After this time the call fails with an error instead of hanging.",
-        &REFILL_TIMEOUT_MS,
-        100,
-        600_000,
-        GucContext::Userset,
-        GucFlags::UNIT_MS,
-    );
-    GucRegistry::define_int_guc(
-        c"id_gen.default_buffer_seconds",
-        c"Seconds of traffic one segment should cover, for sequences created without buffer_seconds.",
-        c"The adaptive step is clamp(min_step, max_step, rate x buffer_seconds).",
-        &DEFAULT_BUFFER_SECONDS,
-        1,
-        86_400,
-        GucContext::Suset,
-        GucFlags::UNIT_S,
     );
 }

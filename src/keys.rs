@@ -178,6 +178,8 @@ pub fn key(kv: u8) -> &'static OrderNoKey {
 
 /// The current key version (used for new 128-bit numbers).
 pub fn current_kv() -> u8 {
+    // Without a KEK no key is usable: say so first, it is the actionable error.
+    let _ = kek();
     let c = cache();
     // SAFETY: reads the start time of the running statement.
     let stmt = unsafe { pg_sys::GetCurrentStatementStartTimestamp() };

@@ -44,9 +44,10 @@ extension_sql_file!("../sql/finalize.sql", finalize);
 
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {
-    gucs::init();
     // SAFETY: reading a postmaster global during library load.
-    if unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
+    let preloading = unsafe { pg_sys::process_shared_preload_libraries_in_progress };
+    gucs::init(preloading);
+    if preloading {
         shmem::install_hooks();
         keys::load_kek_at_startup();
     }

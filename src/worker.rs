@@ -171,7 +171,11 @@ pub extern "C-unwind" fn id_gen_worker_main(arg: pg_sys::Datum) {
 }
 
 /// One pass over the slots of our database.
-fn serve_once(dboid: u32, meters: &mut HashMap<usize, (u64, RateMeter)>, backoff: &mut HashMap<usize, i64>) {
+fn serve_once(
+    dboid: u32,
+    meters: &mut HashMap<usize, (u64, RateMeter)>,
+    backoff: &mut HashMap<usize, i64>,
+) {
     let now = now_ms();
     for i in 0..shmem::slot_count() {
         let s = shmem::slot(i);
@@ -282,7 +286,9 @@ fn refill(i: usize, gen: u64, rate: Option<f64>) -> bool {
     }
     let shown = name.replace(crate::api_sequences::SERIAL_SEP, "@");
     match &outcome {
-        Err(TxnError { lock_busy: true, .. }) => true,
+        Err(TxnError {
+            lock_busy: true, ..
+        }) => true,
         Ok(Err(e)) => {
             log!("id_gen: refill of \"{shown}\" failed: {e}");
             false
