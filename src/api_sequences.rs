@@ -772,38 +772,47 @@ fn alter_sequence(
     comment: default!(Option<&str>, "NULL"),
 ) -> String {
     let name = checked_name(name);
-    let row = Spi::get_three_with_args::<i64, i64, i64>(
-        "SELECT step, min_step, max_step FROM id_gen.sequences WHERE name = $1 FOR UPDATE",
-        &[name.as_str().into()],
-    );
-    let (cur_step, cur_min, cur_max) = match row {
-        Ok((Some(a), Some(b), Some(c))) => (a, b, c),
-        _ => raise(
+    // One read of the current row (locked, so concurrent alters serialise).
+    let current = Spi::connect_mut(|client| {
+        let t = client.update(
+            "SELECT step, min_step, max_step, buffer_seconds, preload_threshold, max_value, max_id \
+             FROM id_gen.sequences WHERE name = $1 FOR UPDATE",
+            Some(1),
+            &[name.as_str().into()],
+        )?;
+        if t.is_empty() {
+            return Ok(None);
+        }
+        let r = t.first();
+        Ok::<_, pgrx::spi::Error>(Some((
+            Tuning {
+                step: r.get::<i64>(1)?.unwrap_or(1000),
+                min_step: r.get::<i64>(2)?.unwrap_or(1),
+                max_step: r.get::<i64>(3)?.unwrap_or(1000),
+                buffer_seconds: r.get::<i32>(4)?.unwrap_or(30),
+                preload_threshold: r.get::<f32>(5)?.unwrap_or(0.1),
+                max_value: r.get::<i64>(6)?.unwrap_or(i64::MAX),
+            },
+            r.get::<i64>(7)?.unwrap_or(0),
+        )))
+    })
+    .unwrap_or_else(|e| raise(Code::ERRCODE_INTERNAL_ERROR, format!("id_gen: {e}"), None));
+    let Some((cur, max_id)) = current else {
+        raise(
             Code::ERRCODE_UNDEFINED_OBJECT,
             format!("id_gen: sequence \"{name}\" does not exist"),
             Some("Existing sequences are listed in id_gen.sequences."),
-        ),
+        )
     };
-    let (cur_buf, cur_thr) = Spi::get_two_with_args::<i32, f32>(
-        "SELECT buffer_seconds, preload_threshold FROM id_gen.sequences WHERE name = $1",
-        &[name.as_str().into()],
-    )
-    .unwrap_or((None, None));
-    let (cur_maxv, max_id) = Spi::get_two_with_args::<i64, i64>(
-        "SELECT max_value, max_id FROM id_gen.sequences WHERE name = $1",
-        &[name.as_str().into()],
-    )
-    .unwrap_or((None, None));
     let t = Tuning {
-        step: step.unwrap_or(cur_step),
-        min_step: min_step.unwrap_or(cur_min),
-        max_step: max_step.unwrap_or(cur_max),
-        buffer_seconds: buffer_seconds.or(cur_buf).unwrap_or(30),
-        preload_threshold: preload_threshold.or(cur_thr).unwrap_or(0.1),
-        max_value: max_value.or(cur_maxv).unwrap_or(i64::MAX),
+        step: step.unwrap_or(cur.step),
+        min_step: min_step.unwrap_or(cur.min_step),
+        max_step: max_step.unwrap_or(cur.max_step),
+        buffer_seconds: buffer_seconds.unwrap_or(cur.buffer_seconds),
+        preload_threshold: preload_threshold.unwrap_or(cur.preload_threshold),
+        max_value: max_value.unwrap_or(cur.max_value),
     };
     check_tuning(&t);
-    let max_id = max_id.unwrap_or(0);
     if t.max_value < max_id {
         raise_detail(
             Code::ERRCODE_INVALID_PARAMETER_VALUE,
