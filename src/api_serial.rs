@@ -44,7 +44,7 @@ fn cache() -> &'static mut Cache {
     // SAFETY: backends are single-threaded; no reference outlives a call below.
     unsafe {
         let c = &mut *(&raw mut CACHE);
-        let epoch = crate::shmem::serial_epoch();
+        let epoch = crate::shmem::epoch(crate::shmem::Epoch::Serials);
         let c = c.get_or_insert_with(|| Cache {
             epoch,
             specs: HashMap::new(),
@@ -307,8 +307,7 @@ fn serials_changed(name: &str) {
             crate::shmem::purge_key(&key);
         }
     }
-    pgrx::register_xact_callback(
-        pgrx::PgXactCallbackEvent::Commit,
-        crate::shmem::bump_serial_epoch,
-    );
+    pgrx::register_xact_callback(pgrx::PgXactCallbackEvent::Commit, || {
+        crate::shmem::bump_epoch(crate::shmem::Epoch::Serials)
+    });
 }

@@ -130,7 +130,7 @@ fn cache() -> &'static mut Cache {
     // SAFETY: backends are single-threaded; no reference outlives the calling function.
     unsafe {
         let c = &mut *(&raw mut CACHE);
-        let epoch = crate::shmem::key_epoch();
+        let epoch = crate::shmem::epoch(crate::shmem::Epoch::Keys);
         let c = c.get_or_insert_with(|| Cache {
             epoch,
             keys: HashMap::new(),
@@ -153,10 +153,9 @@ pub fn keys_changed() {
         c.keys.clear();
         c.current = None;
     }
-    pgrx::register_xact_callback(
-        pgrx::PgXactCallbackEvent::Commit,
-        crate::shmem::bump_key_epoch,
-    );
+    pgrx::register_xact_callback(pgrx::PgXactCallbackEvent::Commit, || {
+        crate::shmem::bump_epoch(crate::shmem::Epoch::Keys)
+    });
     pgrx::register_xact_callback(pgrx::PgXactCallbackEvent::Abort, || {
         // SAFETY: single-threaded backend; the cache may hold uncommitted state.
         if let Some(c) = unsafe { (*(&raw mut CACHE)).as_mut() } {

@@ -250,19 +250,35 @@ fn header() -> &'static Header {
     unsafe { &*SHARED.header }
 }
 
-/// Current order-number key epoch (0 without shared memory).
-pub fn key_epoch() -> u64 {
+/// Counters that tell backends to drop a cache when a change commits anywhere.
+#[derive(Clone, Copy)]
+pub enum Epoch {
+    /// Order-number keys (`keys.rs`).
+    Keys,
+    /// Serial definitions (`api_serial.rs`).
+    Serials,
+}
+
+fn epoch_counter(which: Epoch) -> &'static AtomicU64 {
+    match which {
+        Epoch::Keys => &header().key_epoch,
+        Epoch::Serials => &header().serial_epoch,
+    }
+}
+
+/// Current value of an epoch (0 without shared memory).
+pub fn epoch(which: Epoch) -> u64 {
     if available() {
-        header().key_epoch.load(Ordering::Acquire)
+        epoch_counter(which).load(Ordering::Acquire)
     } else {
         0
     }
 }
 
-/// Called at commit of a key change: every backend reloads its keys.
-pub fn bump_key_epoch() {
+/// Called at commit of a change: every backend drops the matching cache.
+pub fn bump_epoch(which: Epoch) {
     if available() {
-        header().key_epoch.fetch_add(1, Ordering::AcqRel);
+        epoch_counter(which).fetch_add(1, Ordering::AcqRel);
     }
 }
 
@@ -316,20 +332,6 @@ pub fn snowflake_lock() -> Guard {
 pub fn header_mut() -> *mut Header {
     // SAFETY: only the pointer is returned; callers hold the snowflake lock to touch it.
     unsafe { SHARED.header }
-}
-
-pub fn serial_epoch() -> u64 {
-    if available() {
-        header().serial_epoch.load(Ordering::Acquire)
-    } else {
-        0
-    }
-}
-
-pub fn bump_serial_epoch() {
-    if available() {
-        header().serial_epoch.fetch_add(1, Ordering::AcqRel);
-    }
 }
 
 pub fn map_lock() -> Guard {
