@@ -223,22 +223,8 @@ fn attach_and_remember(
 /// checking the serial exists). The catalog row is `id_gen.serials`; the worker moves
 /// its per-period counter. The slot's "incarnation" is the period's start (unix ms).
 fn attach_serial_period(local_key: &str) -> (usize, u64) {
-    let mut parts = local_key.split(SERIAL_SEP);
-    let (serial, period, start) = (
-        parts.next().unwrap_or(""),
-        parts.next().unwrap_or(""),
-        parts.next().unwrap_or(""),
-    );
-    let start: i64 = start.parse().unwrap_or(i64::MIN);
-    let mut name = [0u8; 64];
-    let key_text = format!("{serial}{SERIAL_SEP}{period}");
-    let n = key_text.len().min(64);
-    name[..n].copy_from_slice(&key_text.as_bytes()[..n]);
-    let key = shmem::SlotKey {
-        dboid: my_db(),
-        group: 0,
-        name,
-    };
+    let (key, start) = serial_slot_key(local_key);
+    let serial = local_key.split(SERIAL_SEP).next().unwrap_or("");
     attach_and_remember(
         local_key,
         true,
@@ -250,6 +236,29 @@ fn attach_serial_period(local_key: &str) -> (usize, u64) {
     )
 }
 
+/// The shared key of a serial period (`serial \x1f period_text`, NUL-padded) and the
+/// period's start, from the backend-local key `serial \x1f period_text \x1f start`.
+fn serial_slot_key(local_key: &str) -> (shmem::SlotKey, i64) {
+    let mut parts = local_key.split(SERIAL_SEP);
+    let (serial, period) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let start = parts
+        .next()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(i64::MIN);
+    let key_text = format!("{serial}{SERIAL_SEP}{period}");
+    let mut name = [0u8; 64];
+    let n = key_text.len().min(64);
+    name[..n].copy_from_slice(&key_text.as_bytes()[..n]);
+    (
+        shmem::SlotKey {
+            dboid: my_db(),
+            group: 0,
+            name,
+        },
+        start,
+    )
+}
+
 /// Forgets a serial period's slot everywhere (its period is over).
 pub fn release_serial_period(local_key: &str) {
     forget_local(local_key);
@@ -258,20 +267,7 @@ pub fn release_serial_period(local_key: &str) {
         l.index.remove(local_key);
         l.locals[i].name.clear();
     }
-    let mut parts = local_key.split(SERIAL_SEP);
-    let key_text = format!(
-        "{}{SERIAL_SEP}{}",
-        parts.next().unwrap_or(""),
-        parts.next().unwrap_or("")
-    );
-    let mut name = [0u8; 64];
-    let n = key_text.len().min(64);
-    name[..n].copy_from_slice(&key_text.as_bytes()[..n]);
-    shmem::purge_key(&shmem::SlotKey {
-        dboid: my_db(),
-        group: 0,
-        name,
-    });
+    shmem::purge_key(&serial_slot_key(local_key).0);
 }
 
 /// Adds `n` calls to the slot's rate counter, batched per backend.

@@ -362,23 +362,45 @@ pub enum Attach {
     Full,
 }
 
-/// Finds or creates the slot of `key`; if the cached catalog row has a different
-/// incarnation (the sequence was dropped and created again), the slot is reset.
-pub fn attach(key: &SlotKey, incarnation: i64) -> Attach {
-    let _map = map_lock();
+/// The slot index of `key`, if cached. The caller holds the map lock.
+fn map_find(key: &SlotKey) -> Option<usize> {
     let mut found = false;
-    // SAFETY: map lock held exclusively; hash_search with HASH_FIND only reads.
-    let entry = unsafe {
-        pg_sys::hash_search(
+    // SAFETY: the caller holds the map lock; HASH_FIND only reads, and a found entry
+    // stays valid while the lock is held.
+    unsafe {
+        let entry = pg_sys::hash_search(
             SHARED.map,
             key as *const SlotKey as *const _,
             pg_sys::HASHACTION::HASH_FIND,
             &mut found,
-        )
-    } as *mut MapEntry;
-    if found {
-        // SAFETY: dynahash returned a valid entry while we hold the map lock.
-        let idx = unsafe { (*entry).slot } as usize;
+        ) as *mut MapEntry;
+        found.then(|| (*entry).slot as usize)
+    }
+}
+
+/// Removes `key` from the map and returns its slot to the free list; `None` if it was
+/// not cached. The caller holds the map lock exclusively and wakes the slot's waiters.
+fn unmap_and_free_locked(key: &SlotKey) -> Option<usize> {
+    let i = map_find(key)?;
+    let mut found = false;
+    // SAFETY: map lock held exclusively; HASH_REMOVE of a key we just found.
+    unsafe {
+        pg_sys::hash_search(
+            SHARED.map,
+            key as *const SlotKey as *const _,
+            pg_sys::HASHACTION::HASH_REMOVE,
+            &mut found,
+        );
+    }
+    free_slot_locked(i);
+    Some(i)
+}
+
+/// Finds or creates the slot of `key`; if the cached catalog row has a different
+/// incarnation (the sequence was dropped and created again), the slot is reset.
+pub fn attach(key: &SlotKey, incarnation: i64) -> Attach {
+    let _map = map_lock();
+    if let Some(idx) = map_find(key) {
         let s = slot(idx);
         let _g = slot_lock(idx);
         if s.incarnation.load(Ordering::Relaxed) != incarnation
@@ -394,6 +416,7 @@ pub fn attach(key: &SlotKey, incarnation: i64) -> Attach {
         return Attach::Full;
     }
     let idx = hdr.free_head as usize;
+    let mut found = false;
     // SAFETY: map lock held exclusively; HASH_ENTER_NULL returns NULL instead of ERROR
     // when the table is full, so no error is raised under our lock.
     let entry = unsafe {
@@ -461,48 +484,21 @@ pub const MAX_GROUPS: u32 = 64;
 /// Slot indexes of every cached counter group of a sequence (O(MAX_GROUPS) hash
 /// lookups under the map lock, held by the caller).
 fn groups_of(dboid: u32, name: &id_gen_core::name::SeqName) -> Vec<(usize, SlotKey)> {
-    let mut out = vec![];
-    for group in 0..MAX_GROUPS {
-        let key = make_key(dboid, group, name);
-        let mut found = false;
-        // SAFETY: caller holds the map lock; HASH_FIND only reads.
-        let entry = unsafe {
-            pg_sys::hash_search(
-                SHARED.map,
-                &key as *const SlotKey as *const _,
-                pg_sys::HASHACTION::HASH_FIND,
-                &mut found,
-            )
-        } as *mut MapEntry;
-        if found {
-            // SAFETY: a found entry is valid while the map lock is held.
-            out.push((unsafe { (*entry).slot } as usize, key));
-        }
-    }
-    out
+    (0..MAX_GROUPS)
+        .map(|group| make_key(dboid, group, name))
+        .filter_map(|key| map_find(&key).map(|i| (i, key)))
+        .collect()
 }
 
 /// Forgets every cached counter group of a sequence (drop, or create over a stale
 /// cache). Returns the number of slots freed; waiters are woken.
 pub fn purge(dboid: u32, name: &id_gen_core::name::SeqName) -> usize {
-    let mut freed = vec![];
-    {
+    let freed: Vec<usize> = {
         let _map = map_lock();
-        for (i, key) in groups_of(dboid, name) {
-            let mut found = false;
-            // SAFETY: map lock held exclusively; HASH_REMOVE of an existing key.
-            unsafe {
-                pg_sys::hash_search(
-                    SHARED.map,
-                    &key as *const SlotKey as *const _,
-                    pg_sys::HASHACTION::HASH_REMOVE,
-                    &mut found,
-                );
-            }
-            free_slot_locked(i);
-            freed.push(i);
-        }
-    }
+        (0..MAX_GROUPS)
+            .filter_map(|group| unmap_and_free_locked(&make_key(dboid, group, name)))
+            .collect()
+    };
     for &i in &freed {
         broadcast(i);
     }
@@ -513,34 +509,11 @@ pub fn purge(dboid: u32, name: &id_gen_core::name::SeqName) -> usize {
 pub fn purge_key(key: &SlotKey) {
     let freed = {
         let _map = map_lock();
-        let mut found = false;
-        // SAFETY: map lock held exclusively; HASH_FIND only reads.
-        let entry = unsafe {
-            pg_sys::hash_search(
-                SHARED.map,
-                key as *const SlotKey as *const _,
-                pg_sys::HASHACTION::HASH_FIND,
-                &mut found,
-            )
-        } as *mut MapEntry;
-        if !found {
-            return;
-        }
-        // SAFETY: a found entry is valid while the map lock is held.
-        let i = unsafe { (*entry).slot } as usize;
-        // SAFETY: map lock held exclusively; HASH_REMOVE of an existing key.
-        unsafe {
-            pg_sys::hash_search(
-                SHARED.map,
-                key as *const SlotKey as *const _,
-                pg_sys::HASHACTION::HASH_REMOVE,
-                &mut found,
-            );
-        }
-        free_slot_locked(i);
-        i
+        unmap_and_free_locked(key)
     };
-    broadcast(freed);
+    if let Some(i) = freed {
+        broadcast(i);
+    }
 }
 
 /// Slots of one database whose key name starts with `prefix` (a racy scan without
