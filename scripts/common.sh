@@ -17,6 +17,8 @@ ensure_toolchain() {
   [ -f /usr/include/postgresql/15/server/postgres.h ] || need+=(postgresql-server-dev-15)
   command -v sudo >/dev/null || need+=(sudo)
   command -v clang >/dev/null || need+=(clang libclang-dev)
+  # MariaDB 10.11 for the UDF plugin's tests (tests/e2e/07_mariadb.sh, bench/bench_mariadb.sh).
+  command -v mariadbd >/dev/null || need+=(mariadb-server mariadb-client)
   if [ ${#need[@]} -gt 0 ]; then
     log "installing ${need[*]}"
     apt-get update -qq
@@ -90,4 +92,59 @@ make_kek() {
 cpsql() {
   local dir=$1 port=$2; shift 2
   "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$dir" -p "$port" -U postgres "$@"
+}
+
+# --- MariaDB (the id_gen_mysql UDF plugin) -------------------------------------------------
+
+# maria_start DIR PORT [mariadbd options...]: a throwaway MariaDB server run by the mysql OS
+# user, datadir DIR/data, socket DIR/mysqld.sock, TCP only on 127.0.0.1:PORT, plugin_dir
+# DIR/plugin (put libid_gen_mysql.so there first or after), error log DIR/error.log.
+maria_start() {
+  local dir=$1 port=$2; shift 2
+  maria_stop "$dir"
+  rm -rf "$dir"; mkdir -p "$dir/data" "$dir/plugin"
+  chown -R mysql:mysql "$dir"
+  if ! mariadb-install-db --no-defaults --user=mysql --datadir="$dir/data" --skip-test-db \
+      --auth-root-authentication-method=socket >"$dir/install.log" 2>&1; then
+    cat "$dir/install.log" >&2; return 1
+  fi
+  maria_up "$dir" "$port" "$@"
+}
+
+# maria_up DIR PORT [options...]: starts the server of an existing DIR (after maria_stop).
+maria_up() {
+  local dir=$1 port=$2; shift 2
+  # RUST_BACKTRACE would put backtraces of caught panics into the error log.
+  env -u RUST_BACKTRACE mariadbd --no-defaults --user=mysql --datadir="$dir/data" \
+    --socket="$dir/mysqld.sock" --port="$port" --bind-address=127.0.0.1 \
+    --plugin-dir="$dir/plugin" --pid-file="$dir/mysqld.pid" --log-error="$dir/error.log" \
+    --innodb-buffer-pool-size=256M --innodb-log-file-size=256M \
+    --innodb-flush-log-at-trx-commit=2 --max-connections=64 "$@" >/dev/null 2>&1 &
+  local i
+  for i in $(seq 150); do
+    mariadb-admin --no-defaults -uroot --socket="$dir/mysqld.sock" ping >/dev/null 2>&1 && return 0
+    sleep 0.2
+  done
+  tail -20 "$dir/error.log" >&2
+  echo "mariadbd did not start (see $dir/error.log)" >&2
+  return 1
+}
+
+# maria_stop DIR: stops the server started by maria_start/maria_up (SIGTERM, then waits).
+maria_stop() {
+  local dir=$1 pid i
+  [ -f "$dir/mysqld.pid" ] || return 0
+  pid=$(cat "$dir/mysqld.pid" 2>/dev/null || true)
+  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+    kill -TERM "$pid" 2>/dev/null || true
+    for i in $(seq 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  fi
+  rm -f "$dir/mysqld.pid"
+}
+
+# mcli DIR [mariadb client args...]: the client as root over the socket, batch mode
+# (tab-separated, no column names), stopping at the first error.
+mcli() {
+  local dir=$1; shift
+  mariadb --no-defaults -uroot --socket="$dir/mysqld.sock" -N -B "$@"
 }

@@ -2,7 +2,8 @@
 # README command 2: every test tier, from a fresh machine (as root).
 #   1. core unit tests          cargo test -p id_gen_core
 #   2. in-server unit tests     cargo pgrx test pg15 (#[pg_test])
-#   3. SQL golden tests         pg_regress on tests/pg_regress against a throwaway cluster
+#   3. SQL golden tests         pg_regress on tests/pg_regress, then pg_isolation_regress on
+#                               tests/isolation (concurrent sessions), against a throwaway cluster
 #   4. out-of-process tests     tests/e2e/*.sh against real servers (pgbench, crash, dump)
 # Usage: scripts/test.sh [tier...]   (tiers: core pgrx regress e2e; default: all)
 # IDG_SKIP_INSTALL=1 reuses the extension already installed (for quick iterations).
@@ -43,6 +44,18 @@ if has regress; then
   if ! env -u RUST_BACKTRACE "$PG_REGRESS" --use-existing --host="$DIR" --port="$PORT" --user=postgres \
       --dbname=idg_regress --inputdir=tests/pg_regress --outputdir="$OUT" $TESTS; then
     cat "$OUT/regression.diffs" 2>/dev/null | head -200
+    exit 1
+  fi
+  log "tier 3: isolation specs (pg_isolation_regress)"
+  # Same cluster (its KEK is needed by key_rotation), own database: the specs empty the
+  # order-number key table.
+  cpsql "$DIR" "$PORT" -c "CREATE DATABASE idg_isolation" >/dev/null
+  OUT_ISO=/tmp/idg_regress/out_iso; mkdir -p "$OUT_ISO"; chown postgres:postgres "$OUT_ISO"
+  SPECS=$(cd tests/isolation/specs && ls *.spec | sed 's/\.spec$//' | sort)
+  PG_ISOLATION_REGRESS="$(dirname "$($PG_CONFIG --pgxs)")/../test/isolation/pg_isolation_regress"
+  if ! env -u RUST_BACKTRACE "$PG_ISOLATION_REGRESS" --use-existing --host="$DIR" --port="$PORT" --user=postgres \
+      --dbname=idg_isolation --inputdir=tests/isolation --outputdir="$OUT_ISO" $SPECS; then
+    cat "$OUT_ISO/regression.diffs" 2>/dev/null | head -300
     exit 1
   fi
   cluster_stop "$DIR"; trap - EXIT

@@ -22,6 +22,10 @@ CREATE TABLE id_gen.sequences (
     created_at        timestamptz NOT NULL DEFAULT now(),
     updated_at        timestamptz NOT NULL DEFAULT now(),
     comment           text,
+    -- The role that owns the sequence (by name, as in a dump: see id_gen.usage_grants).
+    owner             name        NOT NULL DEFAULT current_user,
+    -- Most values one next_segment_ids*/next_segment_ranges call may take.
+    max_bulk          bigint      NOT NULL DEFAULT 100000000 CHECK (max_bulk > 0),
     CHECK (min_step <= step AND step <= max_step),
     CHECK (max_id <= max_value)
 );
@@ -74,8 +78,25 @@ CREATE TABLE id_gen.serials (
     period_text     text        NOT NULL DEFAULT '',
     period_max      bigint      NOT NULL DEFAULT 0,
     created_at      timestamptz NOT NULL DEFAULT now(),
-    comment         text
+    comment         text,
+    owner           name        NOT NULL DEFAULT current_user
 );
 SELECT pg_catalog.pg_extension_config_dump('id_gen.serials', '');
 REVOKE ALL ON id_gen.serials FROM PUBLIC;
 GRANT SELECT ON id_gen.serials TO PUBLIC;
+
+-- Who besides the owner may take values of a sequence or serial (as GRANT USAGE ON
+-- SEQUENCE). Roles are recorded by name, as pg_dump records owners: a restore into a
+-- cluster that lacks a role keeps every row, and the missing role matches nobody.
+-- grantee 'public' stands for PUBLIC (no role can be called "public").
+CREATE TABLE id_gen.usage_grants (
+    kind       text        NOT NULL CHECK (kind IN ('sequence', 'serial')),
+    name       text        NOT NULL,
+    grantee    name        NOT NULL,
+    granted_by name        NOT NULL,
+    granted_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (kind, name, grantee)
+);
+SELECT pg_catalog.pg_extension_config_dump('id_gen.usage_grants', '');
+REVOKE ALL ON id_gen.usage_grants FROM PUBLIC;
+GRANT SELECT ON id_gen.usage_grants TO PUBLIC;

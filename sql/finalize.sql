@@ -55,15 +55,39 @@ COMMENT ON FUNCTION id_gen.next_segment_id(text) IS 'Next value of a named id_ge
 COMMENT ON FUNCTION id_gen.next_segment_ids(text, integer) IS 'n values of a named sequence for bulk loads, one row each.';
 COMMENT ON FUNCTION id_gen.next_segment_ids_array(text, integer) IS 'n values of a named sequence as one bigint[].';
 COMMENT ON FUNCTION id_gen.next_segment_ranges(text, bigint) IS 'n values of a named sequence as runs [first_id, last_id] of consecutive values (few rows even for huge n).';
-COMMENT ON FUNCTION id_gen.create_sequence(text, bigint, bigint, bigint, bigint, integer, real, bigint, integer, text) IS 'Creates a named id_gen sequence.';
-COMMENT ON FUNCTION id_gen.alter_sequence(text, bigint, bigint, bigint, integer, real, bigint, text) IS 'Changes the tuning of a named sequence; NULL keeps a setting; takes effect with the next segment.';
-COMMENT ON FUNCTION id_gen.drop_sequence(text, boolean) IS 'Drops a named sequence and forgets its cached segments.';
+COMMENT ON FUNCTION id_gen.create_sequence(text, bigint, bigint, bigint, bigint, integer, real, bigint, integer, text, bigint) IS 'Creates a named id_gen sequence, owned by the calling role.';
+COMMENT ON FUNCTION id_gen.alter_sequence(text, bigint, bigint, bigint, integer, real, bigint, text, bigint) IS 'Changes the tuning (and max_bulk) of a named sequence; NULL keeps a setting; takes effect with the next segment. Owner only.';
+COMMENT ON FUNCTION id_gen.drop_sequence(text, boolean) IS 'Drops a named sequence and forgets its cached segments. Owner only.';
+COMMENT ON COLUMN id_gen.sequences.owner IS 'Role that owns the sequence (by name); it may alter, drop, grant and take values.';
+COMMENT ON COLUMN id_gen.sequences.max_bulk IS 'Most values one next_segment_ids*/next_segment_ranges call may take (54000 beyond).';
 COMMENT ON FUNCTION id_gen.cache_status() IS 'Raw rows of the id_gen.status view.';
 
--- Managing sequences is for the DBA; using them is for everyone.
-REVOKE EXECUTE ON FUNCTION id_gen.create_sequence(text, bigint, bigint, bigint, bigint, integer, real, bigint, integer, text) FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION id_gen.alter_sequence(text, bigint, bigint, bigint, integer, real, bigint, text) FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION id_gen.drop_sequence(text, boolean) FROM PUBLIC;
+-- Who may create sequences is a grant on create_sequence; everything else is checked
+-- against the sequence's owner and USAGE grants inside the functions.
+REVOKE EXECUTE ON FUNCTION id_gen.create_sequence(text, bigint, bigint, bigint, bigint, integer, real, bigint, integer, text, bigint) FROM PUBLIC;
+
+-- Ownership and USAGE grants ----------------------------------------------------------------
+CREATE FUNCTION id_gen.grant_usage(name text, role regrole, kind text DEFAULT NULL) RETURNS boolean
+LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp
+AS $$ SELECT id_gen.grant_usage($1, $2::text, $3) $$;
+CREATE FUNCTION id_gen.revoke_usage(name text, role regrole, kind text DEFAULT NULL) RETURNS boolean
+LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp
+AS $$ SELECT id_gen.revoke_usage($1, $2::text, $3) $$;
+CREATE FUNCTION id_gen.alter_sequence_owner(name text, new_owner regrole) RETURNS text
+LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp
+AS $$ SELECT id_gen.alter_sequence_owner($1, $2::text) $$;
+CREATE FUNCTION id_gen.alter_serial_owner(name text, new_owner regrole) RETURNS text
+LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp
+AS $$ SELECT id_gen.alter_serial_owner($1, $2::text) $$;
+COMMENT ON FUNCTION id_gen.grant_usage(text, text, text) IS 'Lets a role (or ''public'') take values of a sequence or serial; kind => ''sequence''/''serial'' when both exist. Owner only.';
+COMMENT ON FUNCTION id_gen.grant_usage(text, regrole, text) IS 'grant_usage for a regrole.';
+COMMENT ON FUNCTION id_gen.revoke_usage(text, text, text) IS 'Takes back a USAGE grant on a sequence or serial. Owner only.';
+COMMENT ON FUNCTION id_gen.revoke_usage(text, regrole, text) IS 'revoke_usage for a regrole.';
+COMMENT ON FUNCTION id_gen.alter_sequence_owner(text, text) IS 'Gives a sequence to another role (owner or superuser; non-superusers must be members of the new owner).';
+COMMENT ON FUNCTION id_gen.alter_sequence_owner(text, regrole) IS 'alter_sequence_owner for a regrole.';
+COMMENT ON FUNCTION id_gen.alter_serial_owner(text, text) IS 'Gives a serial to another role (owner or superuser; non-superusers must be members of the new owner).';
+COMMENT ON FUNCTION id_gen.alter_serial_owner(text, regrole) IS 'alter_serial_owner for a regrole.';
+COMMENT ON TABLE id_gen.usage_grants IS 'USAGE grants on sequences and serials (grantee ''public'' = PUBLIC). Change with id_gen.grant_usage / revoke_usage.';
 
 -- Order numbers -------------------------------------------------------------------------
 CREATE VIEW id_gen.order_no_keys AS
@@ -113,7 +137,7 @@ COMMENT ON FUNCTION id_gen.gene_order_id(text, uuid) IS 'gene_order_id for a uui
 COMMENT ON FUNCTION id_gen.gene_order_id_bytes(text, bigint) IS 'gene_order_id as bytea: 8 bytes while the value fits 47 bits, the 16-byte overflow form after.';
 COMMENT ON FUNCTION id_gen.gene_order_id_bytes(text, text) IS 'gene_order_id_bytes for a text owner.';
 COMMENT ON FUNCTION id_gen.gene_order_id_bytes(text, uuid) IS 'gene_order_id_bytes for a uuid owner.';
-COMMENT ON FUNCTION id_gen.fill_gene_id() IS 'BEFORE INSERT row trigger: fill_gene_id(''id_col'', ''owner_col'', ''sequence'') fills a NULL bigint/bytea id from the owner column.';
+COMMENT ON FUNCTION id_gen.fill_gene_id() IS 'BEFORE INSERT OR UPDATE row trigger: fill_gene_id(''id_col'', ''owner_col'', ''sequence'') fills a NULL bigint/bytea id from the owner column; an UPDATE that moves the owner to another gene while keeping the id is refused (23514).';
 COMMENT ON FUNCTION id_gen.check_route(integer, text) IS 'Validates a route (gene 0..65535, shard name 1..63 bytes).';
 COMMENT ON FUNCTION id_gen.route_plan_split(text, text[]) IS 'Proposes routes that split every gene range of a shard into nearly equal parts; apply each row with set_route.';
 COMMENT ON FUNCTION id_gen.route_plan_merge(text[], text) IS 'Proposes routes that move the ranges of the given shards to one shard; apply each row with set_route.';
@@ -243,10 +267,10 @@ COMMENT ON FUNCTION id_gen.gene_histogram(regclass, name, integer) IS 'Rows of a
 -- Dated serials, gene-in-low-bits ids, snowflake ids ----------------------------------------
 COMMENT ON TABLE id_gen.serials IS 'Dated business serials: format, width, partition, time zone, and the counter of the current period (period_max, moved only by the refill worker).';
 COMMENT ON FUNCTION id_gen.create_serial(text, text, integer, integer, integer, text, integer, text) IS 'Creates a dated serial: prefix || date (YYYY YY MM DD HH24 MI SS) || [2-digit partition] || zero-padded serial restarting every period.';
-COMMENT ON FUNCTION id_gen.drop_serial(text, boolean) IS 'Drops a dated serial.';
+COMMENT ON FUNCTION id_gen.drop_serial(text, boolean) IS 'Drops a dated serial. Owner only.';
+COMMENT ON COLUMN id_gen.serials.owner IS 'Role that owns the serial (by name); it may drop, grant and take numbers.';
 COMMENT ON FUNCTION id_gen.next_serial(text, text) IS 'Next dated serial number, e.g. merchant || 20261121 || 01 || 00000042; never repeats within a period; 2200H when the period''s serials are used up.';
 REVOKE EXECUTE ON FUNCTION id_gen.create_serial(text, text, integer, integer, integer, text, integer, text) FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION id_gen.drop_serial(text, boolean) FROM PUBLIC;
 COMMENT ON FUNCTION id_gen.gene_mod_id(text, bigint, integer) IS 'Gene in the low bits (基因法): (next value << shard_bits) | owner mod 2^shard_bits, so id % 2^k = owner % 2^k for modulo sharding.';
 COMMENT ON FUNCTION id_gen.gene_mod_of(bigint, integer) IS 'The low shard_bits bits of a gene_mod_id (the owner''s remainder).';
 COMMENT ON FUNCTION id_gen.snowflake_id() IS 'Time-ordered id: 0 | ms since id_gen.snowflake_epoch_ms | node | per-ms sequence. Never repeats, even when the clock goes backwards.';
@@ -256,3 +280,7 @@ COMMENT ON FUNCTION id_gen.snowflake_node(bigint) IS 'Node id of a snowflake id.
 COMMENT ON FUNCTION id_gen.snowflake_seq(bigint) IS 'Per-millisecond sequence of a snowflake id.';
 COMMENT ON FUNCTION id_gen.snowflake_gene(bigint) IS 'Owner gene (low bits) of a snowflake id of the gene layout.';
 COMMENT ON FUNCTION id_gen.snowflake_status() IS 'Snowflake generator state: node, layout, last timestamp, persisted high-water mark, clock.';
+
+-- Key export for the MariaDB plugin (README "MySQL / MariaDB"): superusers only.
+REVOKE ALL ON FUNCTION id_gen.export_order_no_keys() FROM PUBLIC;
+COMMENT ON FUNCTION id_gen.export_order_no_keys() IS 'The order-number data keys in their KEK-wrapped form only (key_version, wrapped, kek_fingerprint, is_current), for the MariaDB plugin that holds the same KEK. Superusers only (42501).';

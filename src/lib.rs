@@ -2,39 +2,48 @@
 //! IDs at memory speed.
 //!
 //! This crate is the thin shell around `id_gen_core`: it converts SQL arguments, touches
-//! shared memory, runs SPI and raises errors. One file per concern:
+//! shared memory, runs SPI and raises errors. `_PG_init` only wires the parts together.
+//! The design is described in `docs/design.md`. Layout:
 //!
-//! | file | holds |
+//! | path | holds |
 //! |---|---|
 //! | `gucs.rs` | the `id_gen.*` settings |
-//! | `shmem.rs` | the shared segment cache and the worker registry |
-//! | `worker.rs` | the per-database refill background worker |
-//! | `catalog.rs` | SPI access to `id_gen.sequences` |
-//! | `errors.rs` | SQLSTATE + hint error helpers |
-//! | `api_layout.rs` | pure functions over the ID layout and shard genes |
-//! | `api_sequences.rs` | named sequences, `next_segment_id`, status |
-//! | `api_gene_order.rs` | `gene_order_id`, the `fill_gene_id` trigger, route planning |
-//! | `api_serial.rs` | dated business serial numbers with per-period counters |
-//! | `api_snowflake.rs` | snowflake ids, their shared state and high-water file |
-//! | `keys.rs` | the key-encryption key and the per-backend cache of order-number keys |
-//! | `api_order_no.rs` | external order numbers and their key management |
+//! | `errors.rs` | SQLSTATE mapping, hints, NULL arguments, SPI failures |
+//! | `clock.rs` | the wall clock, the id clock (test-shifted), interruptible naps |
+//! | `shmem.rs` | shared-memory hooks and the lock guard; knows no feature |
+//! | `epochs.rs` | invalidation epochs for backend-local caches |
+//! | `access.rs` | owners, USAGE grants and their per-backend cache; privileged catalog writes |
+//! | `grants.rs` | SQL surface of grants and ownership |
+//! | `segments/` | the segment engine: slots, keys, backend cache, waits, bulk requests, catalog, refill worker, worker registry |
+//! | `sequences.rs` | SQL surface of named sequences, the `next_segment_id` hot path, status |
+//! | `gene_order.rs` | `gene_order_id`, the `fill_gene_id` trigger, `gene_mod_id` |
+//! | `routing.rs` | route validation and split/merge planning |
+//! | `serial.rs` | dated business serial numbers |
+//! | `layout.rs` | pure functions over the ID layout and shard genes |
+//! | `snowflake/` | snowflake ids: SQL surface; `state.rs` the shared state and high-water file |
+//! | `order_no/` | external order numbers; `keys.rs` the KEK and the backend's key cache |
 //!
-//! All `unsafe` code of the project lives in this crate, each block with a `SAFETY:` note.
+//! Dependencies point one way: SQL surfaces → `segments`/`snowflake`/`order_no` →
+//! `shmem`/`epochs`/`clock`/`errors`/`gucs`. All `unsafe` code of the project lives in this
+//! crate, each block with a `SAFETY:` note.
 
 use pgrx::prelude::*;
 
-mod api_gene_order;
-mod api_layout;
-mod api_order_no;
-mod api_sequences;
-mod api_serial;
-mod api_snowflake;
-mod catalog;
+mod access;
+mod clock;
+mod epochs;
 mod errors;
+mod gene_order;
+mod grants;
 mod gucs;
-mod keys;
+mod layout;
+mod order_no;
+mod routing;
+mod segments;
+mod sequences;
+mod serial;
 mod shmem;
-mod worker;
+mod snowflake;
 
 pg_module_magic!();
 
@@ -42,14 +51,22 @@ extension_sql_file!("../sql/bootstrap.sql", bootstrap);
 extension_sql_file!("../sql/hot_path.sql", name = "hot_path");
 extension_sql_file!("../sql/finalize.sql", finalize);
 
+/// Every subsystem's shared memory, in the order it is attached.
+static REGIONS: [shmem::Region; 4] = [
+    segments::slots::REGION,
+    segments::registry::REGION,
+    snowflake::state::REGION,
+    epochs::REGION,
+];
+
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {
     // SAFETY: reading a postmaster global during library load.
     let preloading = unsafe { pg_sys::process_shared_preload_libraries_in_progress };
     gucs::init(preloading);
     if preloading {
-        shmem::install_hooks();
-        keys::load_kek_at_startup();
+        shmem::install_hooks(&REGIONS);
+        order_no::keys::load_kek_at_startup();
     }
     // SAFETY: reserves the "id_gen." GUC prefix; called once per process at load time.
     unsafe { pg_sys::MarkGUCPrefixReserved(c"id_gen".as_ptr()) };

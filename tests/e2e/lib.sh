@@ -10,6 +10,8 @@ pass() { echo "  ok: $*" >&2; }
 assert_eq() { [ "$1" = "$2" ] || fail "$3: expected '$2', got '$1'"; pass "$3 ($1)"; }
 # assert_gt A B WHAT  (integers, A > B)
 assert_gt() { [ "$1" -gt "$2" ] || fail "$3: expected $1 > $2"; pass "$3 ($1 > $2)"; }
+# assert_lt A B WHAT  (integers, A < B)
+assert_lt() { [ "$1" -lt "$2" ] || fail "$3: expected $1 < $2"; pass "$3 ($1 < $2)"; }
 
 # q DB SQL: one value, unaligned
 q() { cpsql "$E2E_DIR" "$E2E_PORT" -d "$1" -At -c "$2"; }

@@ -1,4 +1,4 @@
-//! Order-number cryptography (DESIGN.md §4): the external `order_no` derived from the
+//! Order-number cryptography (docs/design.md §4): the external `order_no` derived from the
 //! internal `order_id`, in a 64-bit and a 128-bit (UUIDv8) form, plus the key handling
 //! around it (subkey derivation, wrapped storage of data keys, the KEK text format).
 //!
@@ -104,6 +104,18 @@ pub enum CipherError {
     KekWrongLength { chars: usize },
     /// KEK text with a character that is not a hexadecimal digit.
     KekNotHex,
+}
+
+impl CipherError {
+    /// The SQLSTATE a SQL layer should report: bad input is 22023 (22003 for a negative
+    /// id); a key that cannot be unwrapped is a configuration problem (55000).
+    pub fn sqlstate(&self) -> &'static str {
+        match self {
+            CipherError::NegativeOrderId(_) => "22003",
+            CipherError::UnwrapFailed | CipherError::MalformedWrappedKey { .. } => "55000",
+            _ => "22023",
+        }
+    }
 }
 
 impl fmt::Display for CipherError {

@@ -1,4 +1,4 @@
-//! The shard gene of an owner key (DESIGN.md §2):
+//! The shard gene of an owner key (docs/design.md §2):
 //! `(xxh64(bytes, seed 0) XOR murmur3_x64_128(bytes, seed 0).h1) & 0xFFFF`.
 //!
 //! Application code in Java, Go and Python must compute the same gene, so the canonical

@@ -5,7 +5,7 @@
 //! low `k` bits: `id = (seq_value << k) | (owner mod 2^k)`. Then `id % 2^k` names the same
 //! shard as `owner % 2^k`, so "orders of a user" and "the order with this ID" hit the same
 //! shard without a side routing table. This is different from the fixed 64-bit layout of
-//! DESIGN.md §2, which puts a 16-bit hash gene in the *high* bits; this module is for
+//! docs/design.md §2, which puts a 16-bit hash gene in the *high* bits; this module is for
 //! schemas whose existing routing is a plain modulo of the owner key.
 //!
 //! Invariants kept here:

@@ -1,4 +1,4 @@
-//! The ID layout (DESIGN.md §2). Changing anything here breaks every stored ID.
+//! The ID layout (docs/design.md §2). Changing anything here breaks every stored ID.
 //!
 //! 64-bit form: `0 │ gene(16) │ seq(47)` — bit 63 is zero so the ID is a positive
 //! `bigint`, bits 62..47 hold the shard gene, bits 46..0 the sequence value.
@@ -36,6 +36,18 @@ pub enum LayoutError {
     BadLength(usize),
     /// A 16-byte ID has its top bit set.
     TopBitSet,
+}
+
+impl LayoutError {
+    /// The SQLSTATE a SQL layer should report.
+    pub fn sqlstate(&self) -> &'static str {
+        match self {
+            LayoutError::BadLength(_) | LayoutError::TopBitSet => "22023",
+            LayoutError::GeneOutOfRange(_)
+            | LayoutError::SeqOutOfRange { .. }
+            | LayoutError::NegativeId(_) => "22003",
+        }
+    }
 }
 
 impl fmt::Display for LayoutError {

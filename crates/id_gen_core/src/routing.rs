@@ -1,4 +1,4 @@
-//! Routing of shard genes to physical shards (DESIGN.md §2, "Routing").
+//! Routing of shard genes to physical shards (docs/design.md §2, "Routing").
 //!
 //! Every ID carries a 16-bit shard gene, so the gene space is a ring of 65536 virtual nodes.
 //! A [`RouteTable`] maps *ranges* of genes to physical shard names. It is stored the way a DBA

@@ -1,5 +1,5 @@
 //! The segment (号段) engine: the double-buffered cursor that hands out values, the
-//! reservation arithmetic, and adaptive step sizing (DESIGN.md §3).
+//! reservation arithmetic, and adaptive step sizing (docs/design.md §3).
 //!
 //! [`SegmentChain`] is built only from atomics and is `#[repr(C)]`, so the extension
 //! places it directly in PostgreSQL shared memory where every backend uses it; the same
@@ -409,25 +409,65 @@ pub struct StepPolicy {
     pub buffer_seconds: f64,
 }
 
+/// How much the step grows per refill while segments are used up faster than they
+/// arrive and no rate is known yet (cold start). Leaf doubles its step; we grow by 4
+/// because a burst from one backend can use a segment of 100 in microseconds, and the
+/// worker's durable commit takes milliseconds: from step 100, eight refills cover 2M.
+pub const COLD_START_GROWTH: u64 = 4;
+
+/// What the worker knows about the previous segment of a slot when it sizes the next.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct StepHistory {
+    /// Size of the previous reservation (0: none yet).
+    pub last_step: u64,
+    /// A caller had to wait for a segment since the previous reservation: segments are
+    /// used up faster than they arrive.
+    pub starved: bool,
+    /// Milliseconds between the previous reservation and this request: about how long
+    /// one segment lasted (`None` before the second reservation).
+    pub lasted_ms: Option<u64>,
+}
+
 impl StepPolicy {
-    /// `clamp(min_step, max_step, max(rate × buffer_seconds, demand))`, where `demand`
-    /// is the size of a pending bulk request (so a batch gets one reservation where the
-    /// policy allows it). Without a rate, the configured step (clamped) is used.
-    pub fn next_step(&self, rate_per_s: Option<f64>, demand: u64) -> u64 {
+    /// The size of the next segment:
+    /// * rate known: `rate × buffer_seconds`, and while callers starve never below the
+    ///   previous step;
+    /// * no rate yet (the first second of traffic): while callers starve, the previous
+    ///   step × [`COLD_START_GROWTH`]; while a segment lasts less than `buffer_seconds`,
+    ///   the previous step × 2 (Leaf's rule); otherwise the configured step, or the
+    ///   previous step if larger;
+    ///
+    /// always clamped to `[min_step, max_step]`.
+    pub fn next_step(&self, rate_per_s: Option<f64>, history: StepHistory) -> u64 {
         let lo = self.min_step.clamp(1, MAX_SEGMENT_LEN);
         let hi = self.max_step.clamp(lo, MAX_SEGMENT_LEN);
+        let last = history.last_step.min(MAX_SEGMENT_LEN);
         let wanted = match rate_per_s {
             Some(r) if r.is_finite() && r > 0.0 => {
                 let w = (r * self.buffer_seconds.max(0.0)).ceil();
-                if w >= MAX_SEGMENT_LEN as f64 {
+                let by_rate = if w >= MAX_SEGMENT_LEN as f64 {
                     MAX_SEGMENT_LEN
                 } else {
                     w as u64
+                };
+                if history.starved {
+                    by_rate.max(last)
+                } else {
+                    by_rate
                 }
             }
-            _ => self.step,
+            _ if history.starved => self
+                .step
+                .max(last.saturating_mul(COLD_START_GROWTH).min(MAX_SEGMENT_LEN)),
+            _ if history
+                .lasted_ms
+                .is_some_and(|ms| (ms as f64) < self.buffer_seconds * 1000.0) =>
+            {
+                self.step.max(last.saturating_mul(2).min(MAX_SEGMENT_LEN))
+            }
+            _ => self.step.max(last),
         };
-        wanted.max(demand).clamp(lo, hi)
+        wanted.clamp(lo, hi)
     }
 }
 
@@ -459,6 +499,24 @@ pub fn reserve(max_id: i64, max_value: i64, step: u64) -> Result<(i64, i64), Exh
     Ok((max_id + 1, max_id + take))
 }
 
+/// Why an exact bulk reservation cannot be made: fewer than `wanted` values are left
+/// before `max_value` (maps to SQLSTATE 2200H; nothing is reserved).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NotEnoughLeft {
+    pub wanted: u64,
+    pub left: u64,
+}
+
+/// An exact range of `n` values after high-water mark `max_id`, for one bulk request:
+/// `[max_id+1, max_id+n]`, or an error (reserving nothing) if fewer than `n` are left.
+pub fn reserve_exact(max_id: i64, max_value: i64, n: u64) -> Result<(i64, i64), NotEnoughLeft> {
+    let left = (max_value as i128 - max_id as i128).max(0) as u64;
+    if n == 0 || n > left {
+        return Err(NotEnoughLeft { wanted: n, left });
+    }
+    Ok((max_id + 1, max_id + n as i64))
+}
+
 /// Offset inside a segment of `len` values at which the standby should be requested:
 /// `floor(len × threshold)`, within `0..len`.
 pub fn preload_offset(len: u64, threshold: f64) -> u64 {
@@ -478,6 +536,65 @@ mod tests {
     use super::*;
     use std::collections::HashSet;
     use std::sync::Arc;
+
+    #[test]
+    fn cold_start_burst_needs_few_refills() {
+        // Defaults of create_sequence('a', step => 100): min_step = step, max_step = 1M.
+        let p = StepPolicy {
+            step: 100,
+            min_step: 100,
+            max_step: 1_000_000,
+            buffer_seconds: 30.0,
+        };
+        let (mut served, mut refills, mut last) = (0u64, 0, 0u64);
+        while served < 2_000_000 {
+            // The first segments are used up before the next arrives; later ones arrive
+            // in time but last milliseconds.
+            last = p.next_step(
+                None,
+                StepHistory {
+                    last_step: last,
+                    starved: (1..5).contains(&refills),
+                    lasted_ms: (refills > 0).then_some(2),
+                },
+            );
+            served += last;
+            refills += 1;
+        }
+        assert!(refills <= 12, "{refills} refills for a 2M burst");
+        assert!(last <= 1_000_000);
+    }
+
+    #[test]
+    fn exact_reservations() {
+        assert_eq!(
+            reserve_exact(0, i64::MAX, 100_000_000_000),
+            Ok((1, 100_000_000_000))
+        );
+        assert_eq!(reserve_exact(10, 20, 10), Ok((11, 20)));
+        assert_eq!(
+            reserve_exact(10, 20, 11),
+            Err(NotEnoughLeft {
+                wanted: 11,
+                left: 10
+            })
+        );
+        assert_eq!(
+            reserve_exact(0, i64::MAX, u64::MAX),
+            Err(NotEnoughLeft {
+                wanted: u64::MAX,
+                left: i64::MAX as u64
+            })
+        );
+        assert_eq!(
+            reserve_exact(20, 20, 1),
+            Err(NotEnoughLeft { wanted: 1, left: 0 })
+        );
+        assert!(
+            reserve_exact(5, 20, 0).is_err(),
+            "an empty request reserves nothing"
+        );
+    }
 
     fn drain(chain: &SegmentChain) -> Vec<u64> {
         let mut out = vec![];
@@ -734,37 +851,71 @@ mod tests {
 
     #[test]
     fn step_policy_clamps() {
+        const H0: StepHistory = StepHistory {
+            last_step: 0,
+            starved: false,
+            lasted_ms: None,
+        };
         let p = StepPolicy {
             step: 1000,
             min_step: 100,
             max_step: 50_000,
             buffer_seconds: 10.0,
         };
-        assert_eq!(p.next_step(None, 0), 1000);
-        assert_eq!(p.next_step(Some(1.0), 0), 100);
-        assert_eq!(p.next_step(Some(2_000.0), 0), 20_000);
-        assert_eq!(p.next_step(Some(1e9), 0), 50_000);
-        assert_eq!(p.next_step(Some(f64::NAN), 0), 1000);
+        assert_eq!(p.next_step(None, H0), 1000);
+        assert_eq!(p.next_step(Some(1.0), H0), 100);
+        assert_eq!(p.next_step(Some(2_000.0), H0), 20_000);
+        assert_eq!(p.next_step(Some(1e9), H0), 50_000);
+        assert_eq!(p.next_step(Some(f64::NAN), H0), 1000);
+        let starved = |last_step| StepHistory {
+            last_step,
+            starved: true,
+            lasted_ms: None,
+        };
         assert_eq!(
-            p.next_step(Some(1.0), 30_000),
-            30_000,
-            "bulk demand raises the step"
+            p.next_step(None, starved(1000)),
+            4000,
+            "cold start grows x4"
         );
-        assert_eq!(p.next_step(Some(1.0), 90_000), 50_000);
+        assert_eq!(
+            p.next_step(None, starved(40_000)),
+            50_000,
+            "bounded by max_step"
+        );
+        assert_eq!(
+            p.next_step(Some(1.0), starved(30_000)),
+            30_000,
+            "a starving slot never shrinks"
+        );
+        let lasted = |last_step, ms| StepHistory {
+            last_step,
+            starved: false,
+            lasted_ms: Some(ms),
+        };
+        assert_eq!(
+            p.next_step(None, lasted(3_000, 20_000)),
+            3_000,
+            "no rate yet, a segment lasts the buffer: keep the grown step"
+        );
+        assert_eq!(
+            p.next_step(None, lasted(3_000, 50)),
+            6_000,
+            "no rate yet, a segment lasts less than the buffer: double it (Leaf)"
+        );
         let fixed = StepPolicy {
             step: 7,
             min_step: 7,
             max_step: 7,
             buffer_seconds: 60.0,
         };
-        assert_eq!(fixed.next_step(Some(1e6), 1 << 30), 7);
+        assert_eq!(fixed.next_step(Some(1e6), starved(1 << 30)), 7);
         let silly = StepPolicy {
             step: 0,
             min_step: 0,
             max_step: 0,
             buffer_seconds: -1.0,
         };
-        assert_eq!(silly.next_step(None, 0), 1);
+        assert_eq!(silly.next_step(None, H0), 1);
     }
 
     #[test]

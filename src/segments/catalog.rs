@@ -1,4 +1,5 @@
-//! SPI access to the `id_gen.sequences` catalog.
+//! SPI access to the catalogs of the segment engine: `id_gen.sequences` (named
+//! sequences) and the counters of `id_gen.serials` (dated serials).
 //!
 //! Two kinds of callers: backends read a row (in their own transaction, read-only) when
 //! they first meet a sequence; the refill worker reserves segments by moving the
@@ -8,21 +9,64 @@
 //! Invariant: `max_id` only grows, and a value `v` is handed to a cache only if a
 //! committed row had `max_id >= v`. Nothing here holds a shared-memory lock.
 
-use id_gen_core::segment::{reserve, StepPolicy};
+use id_gen_core::segment::{reserve, reserve_exact, StepHistory, StepPolicy};
 use pgrx::prelude::*;
 use pgrx::spi::SpiResult;
+
+/// The tuning of a sequence: one definition for create, alter and the worker.
+#[derive(Clone, Copy, Debug)]
+pub struct Tuning {
+    pub step: i64,
+    pub min_step: i64,
+    pub max_step: i64,
+    pub buffer_seconds: i32,
+    pub preload_threshold: f32,
+    pub max_value: i64,
+}
+
+/// The columns [`Tuning::from_row`] reads, in order, followed by `max_id`.
+pub const TUNING_COLUMNS: &str =
+    "step, min_step, max_step, buffer_seconds, preload_threshold, max_value, max_id";
+
+impl Tuning {
+    /// Reads the [`TUNING_COLUMNS`] of a row (all NOT NULL in the catalog) and `max_id`.
+    pub fn from_row(row: &pgrx::spi::SpiTupleTable) -> SpiResult<(Tuning, i64)> {
+        let need = |v: Option<i64>| v.unwrap_or(1).max(1);
+        Ok((
+            Tuning {
+                step: need(row.get::<i64>(1)?),
+                min_step: need(row.get::<i64>(2)?),
+                max_step: need(row.get::<i64>(3)?),
+                buffer_seconds: row.get::<i32>(4)?.unwrap_or(1).max(1),
+                preload_threshold: row.get::<f32>(5)?.unwrap_or(0.1),
+                max_value: row.get::<i64>(6)?.unwrap_or(i64::MAX),
+            },
+            row.get::<i64>(7)?.unwrap_or(0),
+        ))
+    }
+
+    pub fn policy(&self) -> StepPolicy {
+        StepPolicy {
+            step: self.step.max(1) as u64,
+            min_step: self.min_step.max(1) as u64,
+            max_step: self.max_step.max(1) as u64,
+            buffer_seconds: self.buffer_seconds as f64,
+        }
+    }
+}
 
 /// What a backend needs to know to attach a sequence.
 pub struct SeqInfo {
     pub incarnation: i64,
     pub counters: i32,
+    pub max_bulk: i64,
 }
 
 /// Reads a sequence's identity; `None` if it does not exist.
 pub fn lookup(name: &str) -> SpiResult<Option<SeqInfo>> {
     Spi::connect(|client| {
         let t = client.select(
-            "SELECT incarnation, counters FROM id_gen.sequences WHERE name = $1",
+            "SELECT incarnation, counters, max_bulk FROM id_gen.sequences WHERE name OPERATOR(pg_catalog.=) $1",
             Some(1),
             &[name.into()],
         )?;
@@ -33,8 +77,33 @@ pub fn lookup(name: &str) -> SpiResult<Option<SeqInfo>> {
         Ok(Some(SeqInfo {
             incarnation: row.get::<i64>(1)?.unwrap_or(0),
             counters: row.get::<i32>(2)?.unwrap_or(1),
+            max_bulk: row.get::<i64>(3)?.unwrap_or(1),
         }))
     })
+}
+
+/// True if the current transaction created, changed or locked the catalog row of
+/// sequence `name`: the worker's reservation would wait for this very transaction.
+pub fn row_held_by_this_transaction(name: &str) -> SpiResult<bool> {
+    let row = Spi::connect(|client| {
+        let t = client.select(
+            "SELECT xmin::text, xmax::text FROM id_gen.sequences WHERE name OPERATOR(pg_catalog.=) $1",
+            Some(1),
+            &[name.into()],
+        )?;
+        if t.is_empty() {
+            return Ok(None);
+        }
+        let r = t.first();
+        Ok::<_, pgrx::spi::Error>(Some((r.get::<String>(1)?, r.get::<String>(2)?)))
+    })?;
+    let ours = |xid: Option<String>| {
+        xid.and_then(|x| x.parse::<u32>().ok())
+            .filter(|&x| x != 0)
+            // SAFETY: a pure check of an xid against the current transaction stack.
+            .is_some_and(|x| unsafe { pg_sys::TransactionIdIsCurrentTransactionId(x.into()) })
+    };
+    Ok(row.is_some_and(|(xmin, xmax)| ours(xmin) || ours(xmax)))
 }
 
 /// Result of one reservation attempt by the worker.
@@ -59,29 +128,23 @@ pub fn reserve_segment(
     name: &str,
     incarnation: i64,
     rate_per_s: Option<f64>,
-    demand: u64,
+    history: StepHistory,
 ) -> SpiResult<(Reservation, u64)> {
     Spi::connect_mut(|client| {
         let t = client.update(
-            "SELECT max_id, max_value, step, min_step, max_step, buffer_seconds, preload_threshold \
-             FROM id_gen.sequences WHERE name = $1 AND incarnation = $2 FOR UPDATE",
+            &format!(
+                "SELECT {TUNING_COLUMNS} FROM id_gen.sequences WHERE name = $1 AND incarnation = $2 FOR UPDATE"
+            ),
             Some(1),
             &[name.into(), incarnation.into()],
         )?;
         if t.is_empty() {
             return Ok((Reservation::Dropped, 0));
         }
-        let row = t.first();
-        let max_id = row.get::<i64>(1)?.unwrap_or(0);
-        let max_value = row.get::<i64>(2)?.unwrap_or(i64::MAX);
-        let policy = StepPolicy {
-            step: row.get::<i64>(3)?.unwrap_or(1000).max(1) as u64,
-            min_step: row.get::<i64>(4)?.unwrap_or(1).max(1) as u64,
-            max_step: row.get::<i64>(5)?.unwrap_or(1).max(1) as u64,
-            buffer_seconds: row.get::<i32>(6)?.unwrap_or(30) as f64,
-        };
-        let threshold = row.get::<f32>(7)?.unwrap_or(0.1) as f64;
-        let step = policy.next_step(rate_per_s, demand);
+        let (tuning, max_id) = Tuning::from_row(&t.first())?;
+        let (max_value, policy) = (tuning.max_value, tuning.policy());
+        let threshold = tuning.preload_threshold as f64;
+        let step = policy.next_step(rate_per_s, history);
         match reserve(max_id, max_value, step) {
             Err(_) => Ok((Reservation::Exhausted, step)),
             Ok((first, last)) => {
@@ -98,6 +161,46 @@ pub fn reserve_segment(
                     },
                     step,
                 ))
+            }
+        }
+    })
+}
+
+/// Result of an exact bulk reservation.
+pub enum BulkReservation {
+    /// `[first, first + n - 1]` is ours once the transaction commits.
+    Range { first: i64 },
+    /// Only `left` values remain before `max_value`; nothing was reserved.
+    NotEnough { left: u64 },
+    /// The row is gone, or belongs to another incarnation.
+    Dropped,
+}
+
+/// Moves the high-water mark of `name` by exactly `n` for one bulk request (a range
+/// beside the regular segments, never put into the shared chain). A request larger
+/// than what is left reserves nothing.
+pub fn reserve_bulk(name: &str, incarnation: i64, n: u64) -> SpiResult<BulkReservation> {
+    Spi::connect_mut(|client| {
+        let t = client.update(
+            "SELECT max_id, max_value FROM id_gen.sequences WHERE name = $1 AND incarnation = $2 FOR UPDATE",
+            Some(1),
+            &[name.into(), incarnation.into()],
+        )?;
+        if t.is_empty() {
+            return Ok(BulkReservation::Dropped);
+        }
+        let row = t.first();
+        let max_id = row.get::<i64>(1)?.unwrap_or(0);
+        let max_value = row.get::<i64>(2)?.unwrap_or(i64::MAX);
+        match reserve_exact(max_id, max_value, n) {
+            Err(e) => Ok(BulkReservation::NotEnough { left: e.left }),
+            Ok((first, last)) => {
+                client.update(
+                    "UPDATE id_gen.sequences SET max_id = $2, updated_at = now() WHERE name = $1",
+                    None,
+                    &[name.into(), last.into()],
+                )?;
+                Ok(BulkReservation::Range { first })
             }
         }
     })

@@ -1,4 +1,4 @@
-//! SQL functions over the fixed ID layout and the shard gene (DESIGN.md §2).
+//! SQL functions over the fixed ID layout and the shard gene (docs/design.md §2).
 //!
 //! All are IMMUTABLE, STRICT and PARALLEL SAFE, so they can be used in generated columns,
 //! expression indexes and CHECK constraints. They are thin: the arithmetic lives in

@@ -12,34 +12,19 @@
 //! The mark moves ahead in steps (a reservation of time, like a segment of values); at
 //! start the state resumes above it, so a restart with the clock set back cannot reissue.
 //!
-//! Invariants: the snowflake lock is held for the O(1) state step only; the file write
-//! happens outside it, by one backend at a time (an atomic flag).
+//! The shared state, its lock and the high-water file are in `state.rs`; this file is
+//! the SQL surface. Invariants: the snowflake lock is held for the O(1) state step only;
+//! the file is written outside it, by one backend at a time; a caller waiting for that
+//! writer naps on its latch (cancellable) for at most 10 s in total.
 
+pub mod state;
+
+use crate::clock::{self, Deadline};
 use crate::errors::{raise, raise_core, Code};
-use crate::{gucs, shmem};
-use id_gen_core::snowflake::{SnowflakeError, SnowflakeLayout, SnowflakeState};
+use crate::gucs;
+use id_gen_core::snowflake::{SnowflakeError, SnowflakeLayout};
 use pgrx::prelude::*;
-use std::io::Write;
-use std::sync::atomic::Ordering;
-
-const STATE_FILE: &str = "id_gen_snowflake.state";
-
-/// Wall clock in unix ms, shifted by the test-only `id_gen.test_clock_offset`.
-pub fn now_ms() -> i64 {
-    crate::worker::now_ms() + gucs::TEST_CLOCK_OFFSET_MS.get().round() as i64
-}
-
-/// Called from the shmem startup hook (postmaster): resume above the persisted mark.
-pub fn init_state(header: &mut shmem::Header) {
-    let persisted = std::fs::read_to_string(STATE_FILE)
-        .ok()
-        .and_then(|s| s.trim().parse::<i64>().ok())
-        .unwrap_or(0);
-    let st = SnowflakeState::resume(persisted);
-    header.sf_last_ms = st.last_ms;
-    header.sf_seq = st.seq;
-    header.sf_persisted_ms.store(persisted, Ordering::Release);
-}
+use state::Persist;
 
 fn layout() -> SnowflakeLayout {
     let epoch = gucs::SNOWFLAKE_EPOCH_MS
@@ -63,7 +48,13 @@ fn layout() -> SnowflakeLayout {
     } else {
         SnowflakeLayout::with_gene(t, n, s, g, epoch)
     };
-    l.unwrap_or_else(|e| raise_core(e.sqlstate(), format!("bad snowflake layout: {e}"), e.hint()))
+    l.unwrap_or_else(|e| {
+        raise_core(
+            e.sqlstate(),
+            format!("bad snowflake layout: {e}"),
+            e.hint().as_deref(),
+        )
+    })
 }
 
 fn node(layout: &SnowflakeLayout) -> i64 {
@@ -77,48 +68,12 @@ fn node(layout: &SnowflakeLayout) -> i64 {
     }
     layout
         .check_node(node)
-        .unwrap_or_else(|e| raise_core(e.sqlstate(), &e, e.hint()));
+        .unwrap_or_else(|e| raise_core(e.sqlstate(), &e, e.hint().as_deref()));
     node
 }
 
 fn persist_margin_ms(max_lead: i64) -> i64 {
     (max_lead / 2).max(1_000)
-}
-
-/// Durably moves the high-water mark to at least `want`. One backend writes at a time;
-/// with `wait == false` a busy writer means "someone else is doing it" and we return.
-fn persist(want: i64, wait: bool) {
-    let h = shmem::header_ref();
-    if h.sf_persisting
-        .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
-        .is_err()
-    {
-        if wait {
-            std::thread::sleep(std::time::Duration::from_micros(200));
-        }
-        return;
-    }
-    let result = (|| -> std::io::Result<()> {
-        if h.sf_persisted_ms.load(Ordering::Acquire) >= want {
-            return Ok(());
-        }
-        let tmp = format!("{STATE_FILE}.tmp");
-        let mut f = std::fs::File::create(&tmp)?;
-        writeln!(f, "{want}")?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, STATE_FILE)?;
-        std::fs::File::open(".")?.sync_all()?;
-        h.sf_persisted_ms.fetch_max(want, Ordering::AcqRel);
-        Ok(())
-    })();
-    h.sf_persisting.store(0, Ordering::Release);
-    if let Err(e) = result {
-        raise(
-            Code::ERRCODE_IO_ERROR,
-            format!("id_gen: cannot persist the snowflake high-water mark to {STATE_FILE}: {e}"),
-            Some("Check free space and permissions of the data directory."),
-        );
-    }
 }
 
 enum Step {
@@ -130,7 +85,7 @@ enum Step {
 }
 
 fn require_shmem() {
-    if !shmem::available() {
+    if !crate::shmem::available() {
         raise(
             Code::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             "id_gen: snowflake ids need id_gen in shared_preload_libraries",
@@ -141,25 +96,22 @@ fn require_shmem() {
     }
 }
 
+/// How long a caller waits for another backend that is writing the high-water file.
+const PERSIST_WAIT_MS: u64 = 10_000;
+
 fn next_id(owner: Option<i64>) -> i64 {
     require_shmem();
     let layout = layout();
     let node = node(&layout);
     let max_lead = gucs::SNOWFLAKE_MAX_LEAD_MS.get() as i64;
     let margin = persist_margin_ms(max_lead);
-    for _ in 0..100_000 {
-        let now = now_ms();
+    let deadline = Deadline::after_ms(PERSIST_WAIT_MS);
+    loop {
+        let now = clock::id_clock_ms();
         let step = {
-            let _g = shmem::snowflake_lock();
-            let h = shmem::header_mut();
-            // SAFETY: the snowflake fields of the header are only touched under this lock.
-            let mut st = unsafe {
-                SnowflakeState {
-                    last_ms: (*h).sf_last_ms,
-                    seq: (*h).sf_seq,
-                }
-            };
-            let persisted = shmem::header_ref().sf_persisted_ms.load(Ordering::Acquire);
+            let mut locked = state::lock();
+            let mut st = locked.state();
+            let persisted = state::persisted_ms();
             let ahead = st.needs_persist(now, persisted, margin);
             let r = match owner {
                 None => st.next_within(&layout, node, now, max_lead, persisted),
@@ -167,11 +119,7 @@ fn next_id(owner: Option<i64>) -> i64 {
             };
             match r {
                 Ok(id) => {
-                    // SAFETY: as above, under the snowflake lock.
-                    unsafe {
-                        (*h).sf_last_ms = st.last_ms;
-                        (*h).sf_seq = st.seq;
-                    }
+                    locked.store(&st);
                     Step::Issued(id, ahead)
                 }
                 Err(SnowflakeError::HighWaterReached { needed_ms, .. }) => {
@@ -183,19 +131,26 @@ fn next_id(owner: Option<i64>) -> i64 {
         match step {
             Step::Issued(id, ahead) => {
                 if let Some(want) = ahead {
-                    persist(want, false);
+                    // Ahead of time: if another backend is writing, it moves the mark.
+                    let _ = state::persist(want);
                 }
                 return id;
             }
-            Step::NeedPersist(want) => persist(want, true),
-            Step::Fail(e) => raise_core(e.sqlstate(), &e, e.hint()),
+            Step::NeedPersist(want) => {
+                if let Persist::Busy = state::persist(want) {
+                    if deadline.passed() {
+                        raise(
+                            Code::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+                            "id_gen: could not move the snowflake high-water mark ahead",
+                            Some("Another backend seems stuck writing id_gen_snowflake.state; check the server log for I/O errors."),
+                        );
+                    }
+                    clock::nap(1);
+                }
+            }
+            Step::Fail(e) => raise_core(e.sqlstate(), &e, e.hint().as_deref()),
         }
     }
-    raise(
-        Code::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
-        "id_gen: could not move the snowflake high-water mark ahead",
-        Some("Another backend seems stuck writing id_gen_snowflake.state; check the server log for I/O errors."),
-    )
 }
 
 /// A time-ordered id: `0 | ms since id_gen.snowflake_epoch_ms | node | sequence`.
@@ -214,7 +169,7 @@ fn snowflake_id_owner(owner: i64) -> i64 {
 fn parts(id: i64) -> id_gen_core::snowflake::SnowflakeParts {
     layout()
         .decompose(id)
-        .unwrap_or_else(|e| raise_core(e.sqlstate(), &e, e.hint()))
+        .unwrap_or_else(|e| raise_core(e.sqlstate(), &e, e.hint().as_deref()))
 }
 
 /// Creation time of a snowflake id (under this server's layout settings).
@@ -270,12 +225,8 @@ fn snowflake_status() -> TableIterator<
 > {
     require_shmem();
     let l = layout();
-    let last = {
-        let _g = shmem::snowflake_lock();
-        // SAFETY: read under the snowflake lock.
-        unsafe { (*shmem::header_mut()).sf_last_ms }
-    };
-    let persisted = shmem::header_ref().sf_persisted_ms.load(Ordering::Acquire);
+    let last = state::lock().state().last_ms;
+    let persisted = state::persisted_ms();
     TableIterator::once((
         gucs::SNOWFLAKE_NODE_ID.get(),
         l.time_bits() as i32,
@@ -285,7 +236,7 @@ fn snowflake_status() -> TableIterator<
         l.epoch_ms(),
         last,
         persisted,
-        now_ms(),
+        clock::id_clock_ms(),
         gucs::SNOWFLAKE_MAX_LEAD_MS.get(),
     ))
 }

@@ -1,4 +1,4 @@
-//! External order numbers (DESIGN.md §4): `encode_order_no`/`decode_order_no` (128-bit,
+//! External order numbers (docs/design.md §4): `encode_order_no`/`decode_order_no` (128-bit,
 //! a version-8 UUID, tamper-evident) and `encode_order_no64`/`decode_order_no64` (the
 //! compact bigint form), plus the key-management functions.
 //!
@@ -11,10 +11,12 @@
 //! Invariants: decode never returns a wrong order — a number that fails the redundancy
 //! check, names an unknown key version, or whose key does not unwrap is an ERROR.
 
-use crate::errors::{layout_error, raise, Code};
-use crate::keys::{self, cipher_error};
+pub mod keys;
+
+use crate::errors::{layout_error, raise, spi_failed, Code};
 use id_gen_core::cipher;
 use id_gen_core::layout;
+use keys::cipher_error;
 use pgrx::prelude::*;
 
 fn uuid_bytes(u: &pgrx::Uuid) -> [u8; 16] {
@@ -42,8 +44,8 @@ fn encode_parts(gene: u16, seq: u128) -> pgrx::Uuid {
             Some("The 128-bit order number carries 64 sequence bits; id_gen sequences are bigint, so their ids always fit."),
         )
     };
-    let key = keys::key(keys::current_kv());
-    pgrx::Uuid::from_bytes(cipher::encode128(key, gene, seq))
+    let kv = keys::current_kv();
+    pgrx::Uuid::from_bytes(keys::with_key(kv, |k| cipher::encode128(k, gene, seq)))
 }
 
 /// The external order number of a 64-bit order id: a version-8 UUID
@@ -65,8 +67,7 @@ fn encode_order_no_bytea(order_id: &[u8]) -> pgrx::Uuid {
 fn decode_parts(order_no: &pgrx::Uuid) -> (u16, u64) {
     let b = uuid_bytes(order_no);
     let kv = cipher::kv_of_128(&b).unwrap_or_else(|e| cipher_error(e));
-    let key = keys::key(kv);
-    cipher::decode128(key, &b).unwrap_or_else(|e| cipher_error(e))
+    keys::with_key(kv, |k| cipher::decode128(k, &b)).unwrap_or_else(|e| cipher_error(e))
 }
 
 /// The order id of an external order number; rejects forged or altered numbers.
@@ -108,14 +109,14 @@ fn order_no_key_version(order_no: pgrx::Uuid) -> i32 {
 #[pg_extern(stable, strict, parallel_restricted)]
 fn encode_order_no64(order_id: i64, key_version: i32) -> i64 {
     let kv = check_kv(key_version);
-    cipher::encode64(keys::key(kv), order_id).unwrap_or_else(|e| cipher_error(e))
+    keys::with_key(kv, |k| cipher::encode64(k, order_id)).unwrap_or_else(|e| cipher_error(e))
 }
 
 /// Inverse of `encode_order_no64` under the same key version.
 #[pg_extern(stable, strict, parallel_restricted)]
 fn decode_order_no64(order_no: i64, key_version: i32) -> i64 {
     let kv = check_kv(key_version);
-    cipher::decode64(keys::key(kv), order_no).unwrap_or_else(|e| cipher_error(e))
+    keys::with_key(kv, |k| cipher::decode64(k, order_no)).unwrap_or_else(|e| cipher_error(e))
 }
 
 /// Creates a new key version from the OS random source, wrapped by the loaded KEK.
@@ -125,11 +126,11 @@ fn decode_order_no64(order_no: i64, key_version: i32) -> i64 {
 fn create_order_no_key(note: default!(Option<&str>, "NULL")) -> i32 {
     let kek = keys::kek();
     Spi::run("LOCK TABLE id_gen.order_no_key_store IN EXCLUSIVE MODE")
-        .unwrap_or_else(|e| raise(Code::ERRCODE_INTERNAL_ERROR, format!("id_gen: {e}"), None));
+        .unwrap_or_else(|e| spi_failed(e));
     let next = Spi::get_one::<i32>(
         "SELECT coalesce(max(key_version), 0) + 1 FROM id_gen.order_no_key_store",
     )
-    .unwrap_or_else(|e| raise(Code::ERRCODE_INTERNAL_ERROR, format!("id_gen: {e}"), None))
+    .unwrap_or_else(|e| spi_failed(e))
     .unwrap_or(1);
     if next > 255 {
         raise(
@@ -147,7 +148,7 @@ fn create_order_no_key(note: default!(Option<&str>, "NULL")) -> i32 {
          VALUES ($1, $2, $3, NOT EXISTS (SELECT 1 FROM id_gen.order_no_key_store WHERE is_current), $4)",
         &[(kv as i16).into(), wrapped.into(), fingerprint.into(), note.into()],
     )
-    .unwrap_or_else(|e| raise(Code::ERRCODE_INTERNAL_ERROR, format!("id_gen: {e}"), None));
+    .unwrap_or_else(|e| spi_failed(e));
     keys::keys_changed();
     pgrx::log!("id_gen: order-number key version {kv} created");
     kv as i32
@@ -158,13 +159,67 @@ fn create_order_no_key(note: default!(Option<&str>, "NULL")) -> i32 {
 fn set_current_order_no_key(key_version: i32) {
     let kv = check_kv(key_version);
     // Refuse a key the server cannot use: it must unwrap under the loaded KEK.
-    let _ = keys::key(kv);
+    keys::with_key(kv, |_| ());
+    // Two statements: the unique index on is_current is checked row by row, so one
+    // UPDATE that flips both rows fails when it reaches the new row first.
     Spi::run_with_args(
-        "UPDATE id_gen.order_no_key_store SET is_current = (key_version = $1) \
-         WHERE is_current OR key_version = $1",
+        "UPDATE id_gen.order_no_key_store SET is_current = false \
+         WHERE is_current AND key_version OPERATOR(pg_catalog.<>) $1",
         &[(kv as i16).into()],
     )
-    .unwrap_or_else(|e| raise(Code::ERRCODE_INTERNAL_ERROR, format!("id_gen: {e}"), None));
+    .and_then(|()| {
+        Spi::run_with_args(
+            "UPDATE id_gen.order_no_key_store SET is_current = true \
+             WHERE key_version OPERATOR(pg_catalog.=) $1",
+            &[(kv as i16).into()],
+        )
+    })
+    .unwrap_or_else(|e| spi_failed(e));
     keys::keys_changed();
     pgrx::log!("id_gen: order-number key version {kv} is now current");
+}
+
+/// The data keys in their KEK-wrapped form (never unwrapped), for a second database system
+/// that holds the same KEK — the MariaDB plugin `crates/id_gen_mysql` (README "MySQL /
+/// MariaDB"). Superusers only: the rows are what a dump holds, but handing them out is a
+/// key-distribution step, not something an ordinary role does.
+#[pg_extern(volatile, parallel_unsafe)]
+#[allow(clippy::type_complexity)]
+fn export_order_no_keys() -> TableIterator<
+    'static,
+    (
+        name!(key_version, i32),
+        name!(wrapped, Vec<u8>),
+        name!(kek_fingerprint, Vec<u8>),
+        name!(is_current, bool),
+    ),
+> {
+    // SAFETY: reads the current role's superuser flag; no arguments, no side effects.
+    if !unsafe { pg_sys::superuser() } {
+        raise(
+            Code::ERRCODE_INSUFFICIENT_PRIVILEGE,
+            "id_gen: permission denied to export order-number keys",
+            Some("Only a superuser may export the wrapped order-number keys."),
+        );
+    }
+    let rows = Spi::connect(|client| {
+        let t = client.select(
+            "SELECT key_version, wrapped, kek_fingerprint, is_current \
+             FROM id_gen.order_no_key_store ORDER BY key_version",
+            None,
+            &[],
+        )?;
+        let mut rows = vec![];
+        for r in t {
+            rows.push((
+                i32::from(r.get::<i16>(1)?.unwrap_or(0)),
+                r.get::<Vec<u8>>(2)?.unwrap_or_default(),
+                r.get::<Vec<u8>>(3)?.unwrap_or_default(),
+                r.get::<bool>(4)?.unwrap_or(false),
+            ));
+        }
+        Ok::<_, pgrx::spi::Error>(rows)
+    })
+    .unwrap_or_else(|e| spi_failed(e));
+    TableIterator::new(rows)
 }

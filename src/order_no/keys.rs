@@ -16,39 +16,36 @@
 //! * Each backend keeps expanded keys in a cache that is dropped (and zeroed) whenever a
 //!   key change commits anywhere: a shared epoch counter is bumped at commit.
 //!
-//! Invariant: a key that does not unwrap under the loaded KEK is an ERROR, never a key.
+//! Invariants: a key that does not unwrap under the loaded KEK is an ERROR, never a
+//! key. The KEK is set once (a `OnceLock`, in the postmaster). The key cache lives in a
+//! `thread_local!` cell; callers use a key inside [`with_key`] and never keep a reference
+//! that a later clear could invalidate.
 
-use crate::errors::{raise, raise_detail, Code};
+use crate::epochs::{self, Epoch};
+use crate::errors::{code_of, raise, raise_detail, spi_failed, Code};
 use crate::gucs;
 use id_gen_core::cipher::{self, CipherError, OrderNoKey};
 use pgrx::prelude::*;
+use std::cell::RefCell;
 use std::collections::HashMap;
+use std::sync::OnceLock;
 use zeroize::Zeroizing;
 
-static mut KEK: Option<Zeroizing<[u8; 32]>> = None;
-static mut KEK_PROBLEM: Option<String> = None;
+/// The KEK, or why there is none (`Ok(None)`: not configured). Set in the postmaster.
+static KEK: OnceLock<Result<Option<Zeroizing<[u8; 32]>>, String>> = OnceLock::new();
 
 /// Reads the KEK; called from `_PG_init` in the postmaster (preload only).
 pub fn load_kek_at_startup() {
     let outcome = read_kek();
-    // SAFETY: _PG_init runs single-threaded in the postmaster before any backend forks.
-    unsafe {
-        match outcome {
-            Ok(Some(k)) => {
-                let fp = cipher::kek_fingerprint(&k);
-                KEK = Some(k);
-                pgrx::log!(
-                    "id_gen: order-number key-encryption key loaded (fingerprint {})",
-                    hex(&fp)
-                );
-            }
-            Ok(None) => {}
-            Err(msg) => {
-                pgrx::warning!("id_gen: {msg}; order numbers are unavailable");
-                KEK_PROBLEM = Some(msg);
-            }
-        }
+    match &outcome {
+        Ok(Some(k)) => pgrx::log!(
+            "id_gen: order-number key-encryption key loaded (fingerprint {})",
+            hex(&cipher::kek_fingerprint(k))
+        ),
+        Ok(None) => {}
+        Err(msg) => pgrx::warning!("id_gen: {msg}; order numbers are unavailable"),
     }
+    let _ = KEK.set(outcome);
 }
 
 fn read_kek() -> Result<Option<Zeroizing<[u8; 32]>>, String> {
@@ -98,22 +95,21 @@ pub fn hex(bytes: &[u8]) -> String {
 
 /// The loaded KEK, or an ERROR that says how to configure one.
 pub fn kek() -> &'static [u8; 32] {
-    // SAFETY: written once in the postmaster before fork; read-only afterwards.
-    unsafe {
-        if let Some(k) = (*(&raw const KEK)).as_ref() {
-            return k;
-        }
-        let problem = (*(&raw const KEK_PROBLEM)).clone();
-        raise_detail(
-            Code::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
-            "id_gen: no order-number key-encryption key is loaded",
-            problem.unwrap_or_else(|| "neither id_gen.order_no_kek_file nor id_gen.order_no_kek_command is set".into()),
-            Some("Put 32 random bytes as 64 hex digits in a file readable only by postgres (openssl rand -hex 32 > kek.hex), set id_gen.order_no_kek_file to it in postgresql.conf, keep id_gen in shared_preload_libraries, and restart."),
-        )
-    }
+    let problem = match KEK.get() {
+        Some(Ok(Some(k))) => return k,
+        Some(Err(msg)) => msg.clone(),
+        _ => "neither id_gen.order_no_kek_file nor id_gen.order_no_kek_command is set".into(),
+    };
+    raise_detail(
+        Code::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+        "id_gen: no order-number key-encryption key is loaded",
+        problem,
+        Some("Put 32 random bytes as 64 hex digits in a file readable only by postgres (openssl rand -hex 32 > kek.hex), set id_gen.order_no_kek_file to it in postgresql.conf, keep id_gen in shared_preload_libraries, and restart."),
+    )
 }
 
 /// Backend-local cache of expanded keys.
+#[derive(Default)]
 struct Cache {
     epoch: u64,
     /// Expanded keys by version. A version's key never changes once created, so these
@@ -124,68 +120,69 @@ struct Cache {
     current: Option<(u8, pg_sys::TimestampTz)>,
 }
 
-static mut CACHE: Option<Cache> = None;
+impl Cache {
+    fn clear(&mut self) {
+        // Dropping OrderNoKey zeroes its expanded keys.
+        self.keys.clear();
+        self.current = None;
+    }
+}
 
-fn cache() -> &'static mut Cache {
-    // SAFETY: backends are single-threaded; no reference outlives the calling function.
-    unsafe {
-        let c = &mut *(&raw mut CACHE);
-        let epoch = crate::shmem::epoch(crate::shmem::Epoch::Keys);
-        let c = c.get_or_insert_with(|| Cache {
-            epoch,
-            keys: HashMap::new(),
-            current: None,
-        });
+thread_local! {
+    static CACHE: RefCell<Cache> = RefCell::new(Cache::default());
+}
+
+/// Runs `f` on the cache after dropping keys of an older epoch. `f` must not raise or
+/// run SPI (the borrow is held while it runs).
+fn with_cache<R>(f: impl FnOnce(&mut Cache) -> R) -> R {
+    let epoch = epochs::current(Epoch::OrderNoKeys);
+    CACHE.with_borrow_mut(|c| {
         if c.epoch != epoch {
-            // Dropping OrderNoKey zeroes its expanded keys.
-            c.keys.clear();
-            c.current = None;
+            c.clear();
             c.epoch = epoch;
         }
-        c
-    }
+        f(c)
+    })
 }
 
-/// Forgets this backend's keys now, and every backend's at commit (or abort).
+/// Forgets this backend's keys now, and every backend's at commit (ours also at abort).
 pub fn keys_changed() {
-    if let Some(c) = unsafe { (*(&raw mut CACHE)).as_mut() } {
-        // SAFETY (block above): single-threaded backend; see `cache()`.
-        c.keys.clear();
-        c.current = None;
-    }
-    pgrx::register_xact_callback(pgrx::PgXactCallbackEvent::Commit, || {
-        crate::shmem::bump_epoch(crate::shmem::Epoch::Keys)
-    });
+    CACHE.with_borrow_mut(Cache::clear);
+    epochs::bump_at_commit(Epoch::OrderNoKeys);
     pgrx::register_xact_callback(pgrx::PgXactCallbackEvent::Abort, || {
-        // SAFETY: single-threaded backend; the cache may hold uncommitted state.
-        if let Some(c) = unsafe { (*(&raw mut CACHE)).as_mut() } {
-            c.keys.clear();
-            c.current = None;
-        }
+        // The cache may hold state read inside the aborted transaction.
+        CACHE.with_borrow_mut(Cache::clear);
     });
 }
 
-/// The expanded key of version `kv`.
-pub fn key(kv: u8) -> &'static OrderNoKey {
-    let c = cache();
-    if !c.keys.contains_key(&kv) {
-        let k = load_key(kv);
-        c.keys.insert(kv, k);
+/// Runs `f` with the expanded key of version `kv` (loaded and unwrapped on first use).
+pub fn with_key<R>(kv: u8, f: impl FnOnce(&OrderNoKey) -> R) -> R {
+    if !with_cache(|c| c.keys.contains_key(&kv)) {
+        let k = load_key(kv); // SPI and possible ERROR: outside the borrow
+        with_cache(|c| c.keys.insert(kv, k));
     }
-    &c.keys[&kv]
+    let mut f = Some(f);
+    if let Some(r) = with_cache(|c| c.keys.get(&kv).and_then(|k| f.take().map(|f| f(k)))) {
+        return r;
+    }
+    // Only if a key change committed between the two borrows (the cache was cleared):
+    // use a freshly loaded key once.
+    let k = load_key(kv);
+    match f {
+        Some(f) => f(&k),
+        None => unreachable!("f runs only when the key was cached"),
+    }
 }
 
 /// The current key version (used for new 128-bit numbers).
 pub fn current_kv() -> u8 {
     // Without a KEK no key is usable: say so first, it is the actionable error.
     let _ = kek();
-    let c = cache();
     // SAFETY: reads the start time of the running statement.
     let stmt = unsafe { pg_sys::GetCurrentStatementStartTimestamp() };
-    if let Some((kv, at)) = c.current {
-        if at == stmt {
-            return kv;
-        }
+    let cached = with_cache(|c| c.current.filter(|(_, at)| *at == stmt).map(|(kv, _)| kv));
+    if let Some(kv) = cached {
+        return kv;
     }
     let kv = Spi::connect(|client| {
         let t = client.select(
@@ -199,12 +196,10 @@ pub fn current_kv() -> u8 {
             t.first().get_one::<i16>()
         }
     })
-    .unwrap_or_else(|e: pgrx::spi::Error| {
-        raise(Code::ERRCODE_INTERNAL_ERROR, format!("id_gen: {e}"), None)
-    });
+    .unwrap_or_else(|e: pgrx::spi::Error| spi_failed(e));
     match kv {
         Some(v) => {
-            c.current = Some((v as u8, stmt));
+            with_cache(|c| c.current = Some((v as u8, stmt)));
             v as u8
         }
         // Not cached: the next call looks again.
@@ -229,7 +224,7 @@ fn load_kv_row(kv: u8) -> Option<(Vec<u8>, Vec<u8>)> {
         let (w, f) = t.first().get_two::<Vec<u8>, Vec<u8>>()?;
         Ok::<_, pgrx::spi::Error>(w.zip(f))
     })
-    .unwrap_or_else(|e| raise(Code::ERRCODE_INTERNAL_ERROR, format!("id_gen: {e}"), None))
+    .unwrap_or_else(|e| spi_failed(e))
 }
 
 fn load_key(kv: u8) -> OrderNoKey {
@@ -258,14 +253,11 @@ fn load_key(kv: u8) -> OrderNoKey {
 
 /// Maps a cipher error on user input to its SQLSTATE.
 pub fn cipher_error(e: CipherError) -> ! {
-    let code = match e {
-        CipherError::NegativeOrderId(_) => Code::ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE,
-        CipherError::UnwrapFailed | CipherError::MalformedWrappedKey { .. } => {
-            Code::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE
-        }
-        _ => Code::ERRCODE_INVALID_PARAMETER_VALUE,
-    };
-    raise(code, format!("id_gen: {e}"), Some(e.hint()))
+    raise(
+        code_of(e.sqlstate()),
+        format!("id_gen: {e}"),
+        Some(e.hint()),
+    )
 }
 
 /// A new random data key from the OS random source (pg_strong_random).

@@ -13,12 +13,20 @@
 //! * the serial part never overflows its width (an ERROR names the period), and the total
 //!   length is checked against `max_length` before anything is drawn.
 //!
-//! The clock is the server's, shifted by the test-only `id_gen.test_clock_offset`.
+//! The clock is `clock::id_clock_ms` (the server's, shifted by the test-only
+//! `id_gen.test_clock_offset`). The backend-local cache of specs lives in a
+//! `thread_local!` cell and is dropped when a serial is created or dropped anywhere
+//! (an invalidation epoch); callers get copies, never references into it.
 
-use crate::api_sequences::{release_serial_period, take_serial, PeriodClosed, SERIAL_SEP};
-use crate::errors::{checked_name, raise, raise_core, Code};
+use crate::access::{self, Kind, Stamp};
+use crate::clock::{self, Deadline};
+use crate::epochs::{self, Epoch};
+use crate::errors::{checked_name, raise, raise_core, required, spi_failed, Code};
+use crate::segments::local::PeriodKey;
+use crate::segments::{self, PeriodClosed};
 use id_gen_core::serial::{DateFormat, SerialError, SerialSpec};
 use pgrx::prelude::*;
+use std::cell::RefCell;
 use std::collections::HashMap;
 
 /// Longest serial name (the shared key also holds the period text).
@@ -31,35 +39,35 @@ struct Spec {
     tz: *mut pg_sys::pg_tz,
 }
 
+#[derive(Default)]
 struct Cache {
     epoch: u64,
     specs: HashMap<String, Spec>,
-    /// The period key each serial last drew from in this backend.
-    current: HashMap<String, String>,
+    /// The period each serial last drew from in this backend.
+    current: HashMap<String, PeriodKey>,
+    /// Serials the current user was allowed to use, with the access stamp of the check.
+    allowed: HashMap<String, Stamp>,
 }
 
-static mut CACHE: Option<Cache> = None;
+thread_local! {
+    static CACHE: RefCell<Cache> = RefCell::new(Cache::default());
+}
 
-fn cache() -> &'static mut Cache {
-    // SAFETY: backends are single-threaded; no reference outlives a call below.
-    unsafe {
-        let c = &mut *(&raw mut CACHE);
-        let epoch = crate::shmem::epoch(crate::shmem::Epoch::Serials);
-        let c = c.get_or_insert_with(|| Cache {
-            epoch,
-            specs: HashMap::new(),
-            current: HashMap::new(),
-        });
+/// Runs `f` on the cache after dropping specs of an older epoch. `f` must not raise or
+/// run SPI (the borrow is held while it runs).
+fn with_cache<R>(f: impl FnOnce(&mut Cache) -> R) -> R {
+    let epoch = epochs::current(Epoch::SerialDefinitions);
+    CACHE.with_borrow_mut(|c| {
         if c.epoch != epoch {
             c.specs.clear();
             c.epoch = epoch;
         }
-        c
-    }
+        f(c)
+    })
 }
 
 fn serial_error(e: SerialError) -> ! {
-    raise_core(e.sqlstate(), &e, e.hint())
+    raise_core(e.sqlstate(), &e, e.hint().as_deref())
 }
 
 fn time_zone(name: &str) -> *mut pg_sys::pg_tz {
@@ -94,44 +102,41 @@ fn offset_secs(tz: *mut pg_sys::pg_tz, utc_ms: i64) -> i32 {
 /// A copy of the serial's spec: the cache may be cleared while a caller still works
 /// with it (a `create_serial` committed elsewhere bumps the epoch).
 fn spec_of(serial: &str) -> Spec {
-    let c = cache();
-    if !c.specs.contains_key(serial) {
-        let row = Spi::connect(|client| {
-            let t = client.select(
-                "SELECT date_format, width, partition, max_length, time_zone FROM id_gen.serials WHERE name = $1",
-                Some(1),
-                &[serial.into()],
-            )?;
-            if t.is_empty() {
-                return Ok(None);
-            }
-            let r = t.first();
-            Ok::<_, pgrx::spi::Error>(Some((
-                r.get::<String>(1)?.unwrap_or_default(),
-                r.get::<i32>(2)?.unwrap_or(8),
-                r.get::<i32>(3)?,
-                r.get::<i32>(4)?.unwrap_or(32),
-                r.get::<String>(5)?.unwrap_or_else(|| "UTC".into()),
-            )))
-        })
-        .unwrap_or_else(|e| raise(Code::ERRCODE_INTERNAL_ERROR, format!("id_gen: {e}"), None));
-        let Some((fmt, width, partition, max_len, tz)) = row else {
-            raise(
-                Code::ERRCODE_UNDEFINED_OBJECT,
-                format!("id_gen: serial \"{serial}\" does not exist"),
-                Some("Create it with SELECT id_gen.create_serial('name', 'YYYYMMDD', ...); existing ones are in id_gen.serials."),
-            )
-        };
-        let spec = build_spec(&fmt, width, partition, max_len);
-        c.specs.insert(
-            serial.to_owned(),
-            Spec {
-                spec,
-                tz: time_zone(&tz),
-            },
-        );
+    if let Some(spec) = with_cache(|c| c.specs.get(serial).cloned()) {
+        return spec;
     }
-    c.specs[serial].clone()
+    let row = Spi::connect(|client| {
+        let t = client.select(
+            "SELECT date_format, width, partition, max_length, time_zone FROM id_gen.serials WHERE name = $1",
+            Some(1),
+            &[serial.into()],
+        )?;
+        if t.is_empty() {
+            return Ok(None);
+        }
+        let r = t.first();
+        Ok::<_, pgrx::spi::Error>(Some((
+            r.get::<String>(1)?.unwrap_or_default(),
+            r.get::<i32>(2)?.unwrap_or(8),
+            r.get::<i32>(3)?,
+            r.get::<i32>(4)?.unwrap_or(32),
+            r.get::<String>(5)?.unwrap_or_else(|| "UTC".into()),
+        )))
+    })
+    .unwrap_or_else(|e| spi_failed(e));
+    let Some((fmt, width, partition, max_len, tz)) = row else {
+        raise(
+            Code::ERRCODE_UNDEFINED_OBJECT,
+            format!("id_gen: serial \"{serial}\" does not exist"),
+            Some("Create it with SELECT id_gen.create_serial('name', 'YYYYMMDD', ...); existing ones are in id_gen.serials."),
+        )
+    };
+    let spec = Spec {
+        spec: build_spec(&fmt, width, partition, max_len),
+        tz: time_zone(&tz),
+    };
+    with_cache(|c| c.specs.insert(serial.to_owned(), spec.clone()));
+    spec
 }
 
 fn build_spec(fmt: &str, width: i32, partition: Option<i32>, max_len: i32) -> SerialSpec {
@@ -147,12 +152,21 @@ fn build_spec(fmt: &str, width: i32, partition: Option<i32>, max_len: i32) -> Se
     .unwrap_or_else(|e| serial_error(e))
 }
 
+/// How long `next_serial` keeps re-reading the clock when the serial's catalog already
+/// moved to a later period than this session's clock shows.
+const PERIOD_CATCH_UP_MS: u64 = 2_000;
+
 /// The next serial number: `prefix || date part || [partition] || serial`.
 #[pg_extern(volatile, parallel_unsafe)]
-fn next_serial(serial: &str, prefix: default!(&str, "''")) -> String {
+fn next_serial(serial: Option<&str>, prefix: default!(Option<&str>, "''")) -> String {
+    let serial = checked_name(required(serial, "serial"));
+    let prefix = required(prefix, "prefix");
+    let serial = serial.as_str();
+    require_usage(serial);
     let spec = spec_of(serial);
-    for _ in 0..2000 {
-        let now = crate::api_snowflake::now_ms();
+    let deadline = Deadline::after_ms(PERIOD_CATCH_UP_MS);
+    loop {
+        let now = clock::id_clock_ms();
         let offset = offset_secs(spec.tz, now) as i64;
         let period = spec
             .spec
@@ -167,18 +181,16 @@ fn next_serial(serial: &str, prefix: default!(&str, "''")) -> String {
         // every instant whose date text is the same, also across a DST change, where
         // the UTC start of "today" moves. Keying by the UTC start would restart the
         // counter (and repeat serials) when the offset changes mid-period.
-        let local_start = period.start_ms + offset * 1000;
-        let key = format!(
-            "{serial}{SERIAL_SEP}{}{SERIAL_SEP}{local_start}",
-            period.text
-        );
-        let c = cache();
-        if let Some(prev) = c.current.insert(serial.to_owned(), key.clone()) {
-            if prev != key {
-                release_serial_period(&prev); // that period is over: free its slot
-            }
+        let key = PeriodKey {
+            serial: serial.to_owned(),
+            text: period.text.clone(),
+            local_start: period.start_ms + offset * 1000,
+        };
+        let previous = with_cache(|c| c.current.insert(serial.to_owned(), key.clone()));
+        if let Some(prev) = previous.filter(|p| *p != key) {
+            segments::release_period(&prev); // that period is over: free its slot
         }
-        match take_serial(&key) {
+        match segments::take_period(&key) {
             Ok(counter) => {
                 return spec
                     .spec
@@ -186,9 +198,12 @@ fn next_serial(serial: &str, prefix: default!(&str, "''")) -> String {
                     .unwrap_or_else(|e| serial_error(e));
             }
             Err(PeriodClosed) => {
-                release_serial_period(&key);
-                cache().current.remove(serial);
-                std::thread::sleep(std::time::Duration::from_millis(1));
+                segments::release_period(&key);
+                with_cache(|c| c.current.remove(serial));
+                if deadline.passed() {
+                    break;
+                }
+                clock::nap(1);
             }
         }
     }
@@ -204,15 +219,20 @@ fn next_serial(serial: &str, prefix: default!(&str, "''")) -> String {
 #[pg_extern(volatile, parallel_unsafe)]
 #[allow(clippy::too_many_arguments)]
 fn create_serial(
-    name: &str,
-    date_format: default!(&str, "'YYYYMMDD'"),
-    width: default!(i32, 8),
+    name: Option<&str>,
+    date_format: default!(Option<&str>, "'YYYYMMDD'"),
+    width: default!(Option<i32>, 8),
     partition: default!(Option<i32>, "NULL"),
-    max_length: default!(i32, 32),
+    max_length: default!(Option<i32>, 32),
     time_zone: default!(Option<&str>, "NULL"),
-    step: default!(i32, 100),
+    step: default!(Option<i32>, 100),
     comment: default!(Option<&str>, "NULL"),
 ) -> String {
+    let name = required(name, "name");
+    let date_format = required(date_format, "date_format");
+    let width = required(width, "width");
+    let max_length = required(max_length, "max_length");
+    let step = required(step, "step");
     let checked = checked_name(name);
     if checked.as_str().len() > MAX_SERIAL_NAME {
         raise(
@@ -237,11 +257,12 @@ fn create_serial(
             Some("Serial numbers reserved per refill; a crash loses at most two steps of a period's numbers."),
         );
     }
-    let inserted = Spi::connect_mut(|client| {
-        client
-            .update(
-                "INSERT INTO id_gen.serials (name, date_format, width, partition, max_length, time_zone, step, comment) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (name) DO NOTHING RETURNING name",
+    let owner = access::current_role_name();
+    let inserted = access::as_catalog_owner(|| {
+        Spi::connect_mut(|client| {
+            let t = client.update(
+                "INSERT INTO id_gen.serials (name, date_format, width, partition, max_length, time_zone, step, comment, owner) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (name) DO NOTHING RETURNING name",
                 None,
                 &[
                     name.into(),
@@ -252,11 +273,18 @@ fn create_serial(
                     tz_name.as_str().into(),
                     step.into(),
                     comment.into(),
+                    owner.as_str().into(),
                 ],
-            )
-            .map(|t| !t.is_empty())
+            )?;
+            if t.is_empty() {
+                return Ok(false);
+            }
+            // Grants left by a row deleted behind id_gen's back must not carry over.
+            access::delete_grants(client, Kind::Serial, name)?;
+            Ok::<_, pgrx::spi::Error>(true)
+        })
     })
-    .unwrap_or_else(|e| raise(Code::ERRCODE_INTERNAL_ERROR, format!("id_gen: {e}"), None));
+    .unwrap_or_else(|e| spi_failed(e));
     if !inserted {
         raise(
             Code::ERRCODE_DUPLICATE_OBJECT,
@@ -264,24 +292,17 @@ fn create_serial(
             Some("Drop it first with id_gen.drop_serial, or pick another name."),
         );
     }
-    serials_changed(name);
+    serials_changed(&checked);
     name.to_owned()
 }
 
 /// Drops a serial and forgets its cached periods.
 #[pg_extern(volatile, parallel_unsafe)]
-fn drop_serial(name: &str, if_exists: default!(bool, false)) -> bool {
-    let deleted = Spi::connect_mut(|client| {
-        client
-            .update(
-                "DELETE FROM id_gen.serials WHERE name = $1 RETURNING name",
-                None,
-                &[name.into()],
-            )
-            .map(|t| !t.is_empty())
-    })
-    .unwrap_or_else(|e| raise(Code::ERRCODE_INTERNAL_ERROR, format!("id_gen: {e}"), None));
-    serials_changed(name);
+fn drop_serial(name: Option<&str>, if_exists: default!(Option<bool>, false)) -> bool {
+    let name = checked_name(required(name, "name"));
+    let if_exists = required(if_exists, "if_exists");
+    let deleted = access::drop_object(Kind::Serial, name.as_str());
+    serials_changed(&name);
     if !deleted && !if_exists {
         raise(
             Code::ERRCODE_UNDEFINED_OBJECT,
@@ -293,21 +314,27 @@ fn drop_serial(name: &str, if_exists: default!(bool, false)) -> bool {
 }
 
 /// Forgets cached periods of `name` here and, at commit, every backend's specs.
-fn serials_changed(name: &str) {
-    let c = cache();
-    c.specs.remove(name);
-    if let Some(prev) = c.current.remove(name) {
-        release_serial_period(&prev);
-    }
-    if crate::shmem::available() {
-        let prefix = format!("{name}{SERIAL_SEP}");
-        // SAFETY: MyDatabaseId is set in a connected backend.
-        let db = unsafe { pg_sys::MyDatabaseId }.to_u32();
-        for key in crate::shmem::keys_with_prefix(db, prefix.as_bytes()) {
-            crate::shmem::purge_key(&key);
-        }
-    }
-    pgrx::register_xact_callback(pgrx::PgXactCallbackEvent::Commit, || {
-        crate::shmem::bump_epoch(crate::shmem::Epoch::Serials)
+fn serials_changed(name: &id_gen_core::name::SeqName) {
+    let prev = with_cache(|c| {
+        c.specs.remove(name.as_str());
+        c.current.remove(name.as_str())
     });
+    if let Some(prev) = prev {
+        segments::release_period(&prev);
+    }
+    segments::forget_serial(name);
+    epochs::bump_at_commit(Epoch::SerialDefinitions);
+    access::changed();
+}
+
+/// Raises 42501 unless the current user may take numbers of `serial` (the decision is
+/// cached per backend under the access stamp).
+fn require_usage(serial: &str) {
+    access::prepare_cache();
+    let stamp = access::stamp();
+    if with_cache(|c| c.allowed.get(serial) == Some(&stamp)) {
+        return;
+    }
+    access::require_usage(Kind::Serial, serial);
+    with_cache(|c| c.allowed.insert(serial.to_owned(), stamp));
 }

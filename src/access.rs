@@ -1,0 +1,359 @@
+//! Who may use and manage a named sequence or serial, as `GRANT USAGE ON SEQUENCE` and
+//! ownership do for PostgreSQL's own sequences.
+//!
+//! * Every sequence and serial has an owner (a role name in its catalog row). The owner
+//!   and roles granted USAGE (`id_gen.usage_grants`, grantee `public` for PUBLIC) may take
+//!   values; role membership counts (`has_privs_of_role`, which also lets superusers
+//!   through). Everything else (alter, drop, grant, revoke, change of owner) is the
+//!   owner's.
+//! * Roles are recorded by name, as in a dump: a restore into a cluster that lacks a role
+//!   keeps the row (its sequence must not be lost) and the missing role simply matches
+//!   nobody, so only superusers can manage it until an owner is assigned.
+//! * The decision is cached per backend, per (object, current user), stamped with
+//!   [`stamp`]: the user id, the shared `AccessControl` epoch (bumped at commit of every
+//!   grant, revoke, owner change and sequence DDL) and a local counter bumped by a
+//!   syscache callback when role memberships change. `SET ROLE` and SECURITY DEFINER
+//!   change the user id and so the stamp.
+//! * Catalog writes of management functions run as the bootstrap superuser after the
+//!   checks ([`as_catalog_owner`]) with `search_path` pinned to `pg_catalog, pg_temp`,
+//!   so a caller's search_path cannot put its own operators or functions into them.
+//!   Queries that decide access use `OPERATOR(pg_catalog.=)` for the same reason.
+
+use crate::epochs::{self, Epoch};
+use crate::errors::{raise, raise_detail, spi_failed, Code};
+use pgrx::prelude::*;
+use std::ffi::{CStr, CString};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+/// The two kinds of objects with owners and grants.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Kind {
+    Sequence,
+    Serial,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Sequence => "sequence",
+            Kind::Serial => "serial",
+        }
+    }
+
+    fn table(self) -> &'static str {
+        match self {
+            Kind::Sequence => "id_gen.sequences",
+            Kind::Serial => "id_gen.serials",
+        }
+    }
+}
+
+/// The grantee name that stands for PUBLIC (no role can be called "public").
+pub const PUBLIC: &str = "public";
+
+/// Bumped by the syscache callback when roles or memberships change (this backend).
+static ROLE_CHANGES: AtomicU64 = AtomicU64::new(0);
+static CALLBACKS_REGISTERED: AtomicBool = AtomicBool::new(false);
+
+#[pg_guard]
+unsafe extern "C-unwind" fn roles_changed(_arg: pg_sys::Datum, _cache: i32, _hash: u32) {
+    ROLE_CHANGES.fetch_add(1, Ordering::Relaxed);
+}
+
+fn register_callbacks() {
+    if CALLBACKS_REGISTERED.swap(true, Ordering::Relaxed) {
+        return;
+    }
+    // SAFETY: registers process-local callbacks once per backend; they only bump an
+    // atomic counter.
+    unsafe {
+        for cache in [
+            pg_sys::SysCacheIdentifier::AUTHMEMROLEMEM,
+            pg_sys::SysCacheIdentifier::AUTHOID,
+        ] {
+            pg_sys::CacheRegisterSyscacheCallback(
+                cache as i32,
+                Some(roles_changed),
+                pg_sys::Datum::from(0),
+            );
+        }
+    }
+}
+
+/// What a cached access decision depends on.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct Stamp {
+    user: u32,
+    epoch: u64,
+    roles: u64,
+}
+
+/// The current stamp: a cached decision is valid while the stamp is unchanged.
+#[inline]
+pub fn stamp() -> Stamp {
+    // SAFETY: GetUserId reads a backend global.
+    let user = unsafe { pg_sys::GetUserId() }.to_u32();
+    Stamp {
+        user,
+        epoch: epochs::current(Epoch::AccessControl),
+        roles: ROLE_CHANGES.load(Ordering::Relaxed),
+    }
+}
+
+fn current_user_name() -> String {
+    // SAFETY: GetUserId is valid in a connected backend; GetUserNameFromId with noerr
+    // returns NULL for a dropped role, which we handle.
+    unsafe {
+        let p = pg_sys::GetUserNameFromId(pg_sys::GetUserId(), true);
+        if p.is_null() {
+            "?".into()
+        } else {
+            CStr::from_ptr(p).to_string_lossy().into_owned()
+        }
+    }
+}
+
+/// The name of the role running the current statement (the owner of new objects).
+pub fn current_role_name() -> String {
+    current_user_name()
+}
+
+/// True if the current user has the privileges of role `name` (PUBLIC matches everyone;
+/// a role that does not exist matches nobody).
+fn acts_as(name: &str) -> bool {
+    // SAFETY: superuser() reads the current user's role attributes.
+    if name == PUBLIC || unsafe { pg_sys::superuser() } {
+        return true;
+    }
+    let Ok(c) = CString::new(name) else {
+        return false;
+    };
+    // SAFETY: get_role_oid with missing_ok returns InvalidOid instead of raising;
+    // has_privs_of_role only reads catalogs.
+    unsafe {
+        let role = pg_sys::get_role_oid(c.as_ptr(), true);
+        role != pg_sys::InvalidOid && pg_sys::has_privs_of_role(pg_sys::GetUserId(), role)
+    }
+}
+
+fn role_exists(name: &str) -> bool {
+    let Ok(c) = CString::new(name) else {
+        return false;
+    };
+    // SAFETY: as in `acts_as`.
+    unsafe { pg_sys::get_role_oid(c.as_ptr(), true) != pg_sys::InvalidOid }
+}
+
+/// The owner of an object, `None` if the object does not exist.
+pub fn owner_of(kind: Kind, name: &str) -> Option<String> {
+    Spi::get_one_with_args::<String>(
+        &format!(
+            "SELECT owner::text FROM {} WHERE name OPERATOR(pg_catalog.=) $1",
+            kind.table()
+        ),
+        &[name.into()],
+    )
+    .unwrap_or_else(|e| match e {
+        pgrx::spi::Error::InvalidPosition => None,
+        e => spi_failed(e),
+    })
+}
+
+/// The grantees of an object.
+fn grantees_of(kind: Kind, name: &str) -> Vec<String> {
+    Spi::connect(|client| {
+        let t = client.select(
+            "SELECT grantee::text FROM id_gen.usage_grants \
+             WHERE kind OPERATOR(pg_catalog.=) $1 AND name OPERATOR(pg_catalog.=) $2",
+            None,
+            &[kind.as_str().into(), name.into()],
+        )?;
+        let mut out = vec![];
+        for row in t {
+            if let Some(g) = row.get::<String>(1)? {
+                out.push(g);
+            }
+        }
+        Ok::<_, pgrx::spi::Error>(out)
+    })
+    .unwrap_or_else(|e| spi_failed(e))
+}
+
+fn missing_owner_detail(owner: &str) -> Option<String> {
+    (!role_exists(owner)).then(|| {
+        format!("Its owner role \"{owner}\" does not exist in this cluster (restored from another one?).")
+    })
+}
+
+/// Raises 42501 unless the current user may take values of `name` (its owner, a member
+/// of a grantee role, or PUBLIC was granted). Raises 42704 if it does not exist.
+pub fn require_usage(kind: Kind, name: &str) {
+    let Some(owner) = owner_of(kind, name) else {
+        raise(
+            Code::ERRCODE_UNDEFINED_OBJECT,
+            format!("id_gen: {} \"{name}\" does not exist", kind.as_str()),
+            Some(match kind {
+                Kind::Sequence => "Create it with SELECT id_gen.create_sequence('name'); existing ones are listed in id_gen.sequences.",
+                Kind::Serial => "Create it with SELECT id_gen.create_serial('name', 'YYYYMMDD', ...); existing ones are in id_gen.serials.",
+            }),
+        )
+    };
+    if acts_as(&owner) || grantees_of(kind, name).iter().any(|g| acts_as(g)) {
+        return;
+    }
+    let message = format!(
+        "id_gen: permission denied for {} \"{name}\": role \"{}\" may not take its values",
+        kind.as_str(),
+        current_user_name()
+    );
+    let hint = format!(
+        "Its owner (\"{owner}\") or a superuser can allow it: SELECT id_gen.grant_usage('{name}', '{}');",
+        current_user_name()
+    );
+    deny(message, hint, &owner)
+}
+
+/// Raises 42501 unless the current user owns `name` (or is a member of its owner role,
+/// or a superuser); 42704 if it does not exist. `action` says what was attempted.
+pub fn require_owner(kind: Kind, name: &str, action: &str) -> String {
+    let Some(owner) = owner_of(kind, name) else {
+        raise(
+            Code::ERRCODE_UNDEFINED_OBJECT,
+            format!("id_gen: {} \"{name}\" does not exist", kind.as_str()),
+            Some("Existing ones are listed in id_gen.sequences and id_gen.serials."),
+        )
+    };
+    if acts_as(&owner) {
+        return owner;
+    }
+    let message = format!(
+        "id_gen: permission denied to {action} {} \"{name}\": role \"{}\" is not its owner",
+        kind.as_str(),
+        current_user_name()
+    );
+    let hint =
+        format!("Only its owner (\"{owner}\"), a member of that role, or a superuser may do that.");
+    deny(message, hint, &owner)
+}
+
+/// Raises 42501; the DETAIL says so when the owner role does not exist here.
+fn deny(message: String, hint: String, owner: &str) -> ! {
+    match missing_owner_detail(owner) {
+        Some(detail) => raise_detail(
+            Code::ERRCODE_INSUFFICIENT_PRIVILEGE,
+            message,
+            detail,
+            Some(&hint),
+        ),
+        None => raise(Code::ERRCODE_INSUFFICIENT_PRIVILEGE, message, Some(&hint)),
+    }
+}
+
+/// Deletes the grants of `name` (inside a catalog write: a dropped object, or a new one
+/// whose name was used by a row deleted behind id_gen's back).
+pub fn delete_grants(
+    client: &mut pgrx::spi::SpiClient<'_>,
+    kind: Kind,
+    name: &str,
+) -> pgrx::spi::SpiResult<()> {
+    client.update(
+        "DELETE FROM id_gen.usage_grants WHERE kind = $1 AND name = $2",
+        None,
+        &[kind.as_str().into(), name.into()],
+    )?;
+    Ok(())
+}
+
+/// Drops the catalog row of `name` and its grants, after checking that the current user
+/// owns it (if it exists). Returns whether it existed.
+pub fn drop_object(kind: Kind, name: &str) -> bool {
+    if owner_of(kind, name).is_some() {
+        require_owner(kind, name, "drop");
+    }
+    as_catalog_owner(|| {
+        Spi::connect_mut(|client| {
+            let t = client.update(
+                &format!(
+                    "DELETE FROM {} WHERE name = $1 RETURNING name",
+                    kind.table()
+                ),
+                None,
+                &[name.into()],
+            )?;
+            delete_grants(client, kind, name)?;
+            Ok::<_, pgrx::spi::Error>(!t.is_empty())
+        })
+    })
+    .unwrap_or_else(|e| spi_failed(e))
+}
+
+/// Raises 42501 unless the current user may make `role` an owner: superusers always,
+/// others only for roles they are members of (as `ALTER ... OWNER TO` requires).
+pub fn require_can_become(role: &str) {
+    if !role_exists(role) {
+        raise(
+            Code::ERRCODE_UNDEFINED_OBJECT,
+            format!("id_gen: role \"{role}\" does not exist"),
+            None,
+        );
+    }
+    if !acts_as(role) {
+        raise(
+            Code::ERRCODE_INSUFFICIENT_PRIVILEGE,
+            format!(
+                "id_gen: permission denied: role \"{}\" is not a member of role \"{role}\"",
+                current_user_name()
+            ),
+            Some("Only superusers may give an object to a role they are not a member of."),
+        );
+    }
+}
+
+/// Runs catalog writes as the bootstrap superuser with `search_path` pinned, after the
+/// caller's privileges were checked; the caller's identity and settings are restored
+/// afterwards (by PostgreSQL's abort processing if `f` raises).
+pub fn as_catalog_owner<R>(f: impl FnOnce() -> R) -> R {
+    register_callbacks();
+    let mut saved_user = pg_sys::InvalidOid;
+    let mut saved_context = 0;
+    // SAFETY: standard PostgreSQL pattern (see RI triggers, index builds): switch the
+    // user id locally and open a GUC nest level for a pinned search_path; both are undone
+    // below, or by transaction abort on ERROR (AbortTransaction resets the user id and
+    // AtEOXact_GUC unwinds nest levels).
+    let nest = unsafe {
+        pg_sys::GetUserIdAndSecContext(&mut saved_user, &mut saved_context);
+        pg_sys::SetUserIdAndSecContext(
+            pg_sys::Oid::from(pg_sys::BOOTSTRAP_SUPERUSERID),
+            saved_context | pg_sys::SECURITY_LOCAL_USERID_CHANGE as i32,
+        );
+        let nest = pg_sys::NewGUCNestLevel();
+        pg_sys::set_config_option(
+            c"search_path".as_ptr(),
+            c"pg_catalog, pg_temp".as_ptr(),
+            pg_sys::GucContext::PGC_USERSET,
+            pg_sys::GucSource::PGC_S_SESSION,
+            pg_sys::GucAction::GUC_ACTION_SAVE,
+            true,
+            0,
+            false,
+        );
+        nest
+    };
+    let result = f();
+    // SAFETY: undoes exactly what was done above, in reverse order.
+    unsafe {
+        pg_sys::AtEOXact_GUC(true, nest);
+        pg_sys::SetUserIdAndSecContext(saved_user, saved_context);
+    }
+    result
+}
+
+/// A decision changed: every backend re-checks at its next use (at commit).
+pub fn changed() {
+    epochs::bump_at_commit(Epoch::AccessControl);
+}
+
+/// Makes sure the role-change callbacks are registered before a decision is cached.
+pub fn prepare_cache() {
+    register_callbacks();
+}

@@ -1,0 +1,70 @@
+//! Invalidation epochs: shared counters that tell every backend to drop a backend-local
+//! cache once a change to what it caches has committed anywhere.
+//!
+//! A subsystem bumps its epoch in a commit callback (`bump_at_commit`); readers compare
+//! the epoch they cached against [`current`] on their next use. This file knows no
+//! subsystem beyond the names of the counters.
+//!
+//! Invariant: an epoch only grows; without shared memory it reads 0 forever (then the
+//! caches are per statement or per call, see their users).
+
+use crate::shmem::{self, Region};
+use pgrx::pg_sys;
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+
+/// The caches that are invalidated through an epoch.
+#[derive(Clone, Copy)]
+pub enum Epoch {
+    /// Expanded order-number keys (`order_no/keys.rs`).
+    OrderNoKeys = 0,
+    /// Serial definitions (`serial.rs`).
+    SerialDefinitions = 1,
+    /// Owners, grants and sequence settings cached with access decisions (`access.rs`).
+    AccessControl = 2,
+}
+
+const COUNT: usize = 3;
+
+static COUNTERS: AtomicPtr<AtomicU64> = AtomicPtr::new(std::ptr::null_mut());
+
+pub const REGION: Region = Region {
+    name: c"id_gen invalidation epochs",
+    size: || COUNT * size_of::<AtomicU64>(),
+    extra: shmem::no_extra,
+    locks: shmem::no_locks,
+    attach: attach_region,
+};
+
+/// # Safety
+/// See [`Region::attach`].
+unsafe fn attach_region(base: *mut u8, fresh: bool, _locks: *mut pg_sys::LWLockPadded) {
+    let counters = base as *mut AtomicU64;
+    if fresh {
+        for i in 0..COUNT {
+            // SAFETY: the area holds COUNT counters (Region::size) and is fresh.
+            unsafe { counters.add(i).write(AtomicU64::new(1)) };
+        }
+    }
+    COUNTERS.store(counters, Ordering::Release);
+}
+
+fn counter(which: Epoch) -> Option<&'static AtomicU64> {
+    let p = COUNTERS.load(Ordering::Acquire);
+    // SAFETY: set once the region is attached; COUNT counters live as long as the server.
+    (!p.is_null()).then(|| unsafe { &*p.add(which as usize) })
+}
+
+/// Current value of an epoch (0 without shared memory).
+pub fn current(which: Epoch) -> u64 {
+    counter(which).map_or(0, |c| c.load(Ordering::Acquire))
+}
+
+/// Bumps `which` when the current transaction commits: every backend then drops the
+/// matching cache at its next use.
+pub fn bump_at_commit(which: Epoch) {
+    pgrx::register_xact_callback(pgrx::PgXactCallbackEvent::Commit, move || {
+        if let Some(c) = counter(which) {
+            c.fetch_add(1, Ordering::AcqRel);
+        }
+    });
+}

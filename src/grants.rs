@@ -1,0 +1,167 @@
+//! SQL surface of ownership and USAGE grants on named sequences and serials:
+//! `grant_usage`, `revoke_usage`, `alter_sequence_owner`, `alter_serial_owner`. The
+//! policy and the checks are in `access.rs`.
+//!
+//! Invariants: only the owner (a member of the owner role, or a superuser) changes grants
+//! or the owner; a new owner must be a role the caller is a member of (superusers: any
+//! role); every change bumps the access epoch at commit, so every backend re-checks.
+
+use crate::access::{self, Kind, PUBLIC};
+use crate::errors::{checked_name, raise, required, spi_failed, Code};
+use pgrx::prelude::*;
+
+/// Which object `name` means: `kind` if given ('sequence' or 'serial'), else the one
+/// that exists (42725 if both do, 42704 if neither does).
+fn resolve_kind(name: &str, kind: Option<&str>) -> Kind {
+    match kind {
+        Some("sequence") => Kind::Sequence,
+        Some("serial") => Kind::Serial,
+        Some(other) => raise(
+            Code::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("id_gen: kind must be 'sequence' or 'serial', got '{other}'"),
+            None,
+        ),
+        None => {
+            let seq = access::owner_of(Kind::Sequence, name).is_some();
+            let serial = access::owner_of(Kind::Serial, name).is_some();
+            match (seq, serial) {
+                (true, false) => Kind::Sequence,
+                (false, true) => Kind::Serial,
+                (true, true) => raise(
+                    Code::ERRCODE_AMBIGUOUS_PARAMETER,
+                    format!("id_gen: both a sequence and a serial are called \"{name}\""),
+                    Some("Pass kind => 'sequence' or kind => 'serial'."),
+                ),
+                (false, false) => raise(
+                    Code::ERRCODE_UNDEFINED_OBJECT,
+                    format!("id_gen: no sequence or serial is called \"{name}\""),
+                    Some("Existing ones are listed in id_gen.sequences and id_gen.serials."),
+                ),
+            }
+        }
+    }
+}
+
+/// The grantee name of `role`: `public` for PUBLIC (any case), else the name of an
+/// existing role, parsed like a `regrole` literal (42704 if it does not exist).
+fn grantee_name(role: &str) -> String {
+    if role.eq_ignore_ascii_case(PUBLIC) {
+        return PUBLIC.to_owned();
+    }
+    Spi::get_one_with_args::<String>(
+        "SELECT rolname::pg_catalog.text FROM pg_catalog.pg_roles \
+         WHERE oid OPERATOR(pg_catalog.=) $1::pg_catalog.regrole::pg_catalog.oid",
+        &[role.into()],
+    )
+    .ok()
+    .flatten()
+    .unwrap_or_else(|| {
+        raise(
+            Code::ERRCODE_UNDEFINED_OBJECT,
+            format!("id_gen: role \"{role}\" does not exist"),
+            Some("Pass an existing role, or 'public' for everyone."),
+        )
+    })
+}
+
+/// Lets `role` (a role name, or 'public') take values of sequence or serial `name`.
+#[pg_extern(volatile, parallel_unsafe)]
+fn grant_usage(
+    name: Option<&str>,
+    role: Option<&str>,
+    kind: default!(Option<&str>, "NULL"),
+) -> bool {
+    let name = checked_name(required(name, "name"));
+    let grantee = grantee_name(required(role, "role"));
+    let kind = resolve_kind(name.as_str(), kind);
+    access::require_owner(kind, name.as_str(), "grant usage on");
+    let by = access::current_role_name();
+    let added = access::as_catalog_owner(|| {
+        Spi::connect_mut(|client| {
+            client
+                .update(
+                    "INSERT INTO id_gen.usage_grants (kind, name, grantee, granted_by) \
+                     VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING RETURNING grantee",
+                    None,
+                    &[
+                        kind.as_str().into(),
+                        name.as_str().into(),
+                        grantee.as_str().into(),
+                        by.as_str().into(),
+                    ],
+                )
+                .map(|t| !t.is_empty())
+        })
+    })
+    .unwrap_or_else(|e| spi_failed(e));
+    access::changed();
+    added
+}
+
+/// Takes back what `grant_usage` gave `role` (the owner keeps its rights).
+#[pg_extern(volatile, parallel_unsafe)]
+fn revoke_usage(
+    name: Option<&str>,
+    role: Option<&str>,
+    kind: default!(Option<&str>, "NULL"),
+) -> bool {
+    let name = checked_name(required(name, "name"));
+    let grantee = grantee_name(required(role, "role"));
+    let kind = resolve_kind(name.as_str(), kind);
+    access::require_owner(kind, name.as_str(), "revoke usage on");
+    let removed = access::as_catalog_owner(|| {
+        Spi::connect_mut(|client| {
+            client
+                .update(
+                    "DELETE FROM id_gen.usage_grants WHERE kind = $1 AND name = $2 AND grantee = $3 \
+                     RETURNING grantee",
+                    None,
+                    &[kind.as_str().into(), name.as_str().into(), grantee.as_str().into()],
+                )
+                .map(|t| !t.is_empty())
+        })
+    })
+    .unwrap_or_else(|e| spi_failed(e));
+    access::changed();
+    removed
+}
+
+fn alter_owner(kind: Kind, name: Option<&str>, new_owner: Option<&str>) -> String {
+    let name = checked_name(required(name, "name"));
+    let new_owner = grantee_name(required(new_owner, "new_owner"));
+    if new_owner == PUBLIC {
+        raise(
+            Code::ERRCODE_INVALID_PARAMETER_VALUE,
+            "id_gen: PUBLIC cannot own a sequence or serial",
+            Some("Name a role."),
+        );
+    }
+    access::require_owner(kind, name.as_str(), "change the owner of");
+    access::require_can_become(&new_owner);
+    let table = match kind {
+        Kind::Sequence => "id_gen.sequences",
+        Kind::Serial => "id_gen.serials",
+    };
+    access::as_catalog_owner(|| {
+        Spi::run_with_args(
+            &format!("UPDATE {table} SET owner = $2 WHERE name = $1"),
+            &[name.as_str().into(), new_owner.as_str().into()],
+        )
+    })
+    .unwrap_or_else(|e| spi_failed(e));
+    access::changed();
+    new_owner
+}
+
+/// Gives sequence `name` to role `new_owner` (owner or superuser only; non-superusers
+/// must be members of the new owner role).
+#[pg_extern(volatile, parallel_unsafe)]
+fn alter_sequence_owner(name: Option<&str>, new_owner: Option<&str>) -> String {
+    alter_owner(Kind::Sequence, name, new_owner)
+}
+
+/// Gives serial `name` to role `new_owner` (as `alter_sequence_owner`).
+#[pg_extern(volatile, parallel_unsafe)]
+fn alter_serial_owner(name: Option<&str>, new_owner: Option<&str>) -> String {
+    alter_owner(Kind::Serial, name, new_owner)
+}

@@ -1,0 +1,439 @@
+//! The refill worker: one dynamic background worker per database, started on demand by
+//! the first backend that needs a segment there (and again whenever it is found dead).
+//!
+//! Loop: sleep on the latch (woken by backends when a segment crosses its preload
+//! threshold or a caller is waiting, and at least once a second); sample each slot's
+//! call counter into a rate meter (time buckets); for every slot of this database that
+//! wants a refill and has no standby, reserve `[max_id+1, max_id+step]` in its own
+//! transaction with `synchronous_commit = on`, COMMIT, and only then publish the range
+//! as the slot's standby segment and wake the waiters.
+//!
+//! Bulk requests: a caller that needs more values than a regular segment leaves them in
+//! its slot's mailbox; the worker reserves exactly that many in one transaction and
+//! hands the committed range back through the mailbox (see `bulk.rs`).
+//!
+//! Invariants:
+//! * Publish strictly after COMMIT returns, and only when that COMMIT was durable
+//!   (`synchronous_commit` at least `on`; otherwise the worker refuses to publish): a crash can lose reserved values (a gap) but
+//!   never hand out a value whose reservation could roll back.
+//! * No shared-memory lock is held across SPI; slot locks are taken only to publish.
+//! * An error in one refill aborts that transaction only; it is recorded in the slot
+//!   (callers get a clear ERROR) and the worker keeps serving.
+
+use super::catalog::{self, BulkReservation, Reservation};
+use super::key::{Counter, SlotKey};
+use super::registry;
+use super::slots::{self, *};
+use crate::clock::wall_ms;
+use id_gen_core::segment::{preload_offset, RateMeter, StepHistory};
+use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, SignalWakeFlags};
+use pgrx::prelude::*;
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+/// Asks the postmaster to start the worker for `dboid`. Returns false if no worker slot
+/// (max_worker_processes) was free.
+pub fn launch(dboid: u32) -> bool {
+    BackgroundWorkerBuilder::new(&format!("id_gen refill worker for database {dboid}"))
+        .set_type("id_gen refill worker")
+        .set_library("id_gen")
+        .set_function("id_gen_worker_main")
+        .set_argument(Some(pg_sys::Datum::from(dboid)))
+        .enable_spi_access()
+        .set_start_time(pgrx::bgworkers::BgWorkerStartTime::RecoveryFinished)
+        .set_restart_time(Some(Duration::from_secs(1)))
+        .load_dynamic()
+        .is_ok()
+}
+
+/// Makes sure a worker serves `dboid` and wakes it. Never raises: the caller decides
+/// what a missing worker means (a waiting caller reports it).
+pub fn ensure_and_wake(dboid: u32) -> Result<(), &'static str> {
+    if registry::wake_worker(dboid) {
+        return Ok(());
+    }
+    match registry::should_launch(dboid, wall_ms()) {
+        Err(()) => Err("too many databases use id_gen at once (id_gen.max_databases)"),
+        Ok(false) => Ok(()),
+        Ok(true) => {
+            if launch(dboid) {
+                Ok(())
+            } else {
+                Err("no background worker slot is free (max_worker_processes)")
+            }
+        }
+    }
+}
+
+/// Checks that a registered worker is alive; relaunches it otherwise.
+pub fn check_alive(dboid: u32) -> Result<(), &'static str> {
+    let pid = registry::worker_pid(dboid);
+    if pid != 0 && registry::pid_alive(pid) {
+        return Ok(());
+    }
+    ensure_and_wake(dboid)
+}
+
+/// Why a refill transaction failed.
+#[derive(Debug)]
+struct TxnError {
+    message: String,
+    /// The catalog row was locked longer than the worker's lock_timeout (55P03): try
+    /// again on a later pass instead of failing callers.
+    lock_busy: bool,
+}
+
+impl std::fmt::Display for TxnError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+/// Runs `body` in a transaction of its own; on ERROR, aborts it, clears the error state
+/// and returns what went wrong.
+fn in_transaction<R>(body: impl FnOnce() -> R + std::panic::UnwindSafe) -> Result<R, TxnError> {
+    // SAFETY: the worker is connected to a database and is outside any transaction.
+    unsafe {
+        pg_sys::SetCurrentStatementStartTimestamp();
+        pg_sys::StartTransactionCommand();
+        pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
+    }
+    let result = PgTryBuilder::new(move || Ok(body()))
+        .catch_others(|e| {
+            let r = match e {
+                pg_sys::panic::CaughtError::PostgresError(r)
+                | pg_sys::panic::CaughtError::ErrorReport(r)
+                | pg_sys::panic::CaughtError::RustPanic { ereport: r, .. } => r,
+            };
+            Err(TxnError {
+                message: r.message().to_string(),
+                lock_busy: r.sql_error_code() == PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,
+            })
+        })
+        .execute();
+    match result {
+        Ok(v) => {
+            // SAFETY: the transaction started above is still open and healthy.
+            unsafe {
+                pg_sys::PopActiveSnapshot();
+                pg_sys::CommitTransactionCommand();
+            }
+            Ok(v)
+        }
+        Err(msg) => {
+            // SAFETY: after a caught ERROR the transaction is in an aborted state; abort
+            // it and drop the error data so the next transaction starts clean.
+            unsafe {
+                pg_sys::AbortCurrentTransaction();
+                pg_sys::FlushErrorState();
+            }
+            Err(msg)
+        }
+    }
+}
+
+/// True when this process commits durably: `synchronous_commit` is `on` (remote_flush)
+/// or `remote_apply`. Read before every publish.
+fn commits_are_durable() -> bool {
+    // SAFETY: reads a GUC variable of our own process.
+    let level = unsafe { pg_sys::synchronous_commit };
+    level >= pg_sys::SyncCommitLevel::SYNCHRONOUS_COMMIT_REMOTE_FLUSH as i32
+}
+
+/// Per-slot memory of the worker: rate meter and what it knows about the last refill.
+struct SlotMemory {
+    generation: u64,
+    meter: RateMeter,
+    last_step: u64,
+    /// The slot's wait counter at the last refill: if it moved, callers starved.
+    waits_at_refill: u64,
+    /// When the last segment was published (0: never).
+    refilled_at_ms: i64,
+    /// A slot whose catalog row was locked is retried only after this time.
+    retry_after_ms: i64,
+}
+
+#[pg_guard]
+#[unsafe(no_mangle)]
+pub extern "C-unwind" fn id_gen_worker_main(arg: pg_sys::Datum) {
+    let dboid = arg.value() as u32;
+    BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
+    BackgroundWorker::connect_worker_to_spi_by_oid(Some(pg_sys::Oid::from(dboid)), None);
+    if !crate::shmem::available() || !registry::register_worker(dboid) {
+        return; // another worker serves this database
+    }
+    // Reservations must survive a crash: force durable commits whatever the config says.
+    // A catalog row held locked by a long transaction (an open alter_sequence) must not
+    // stall every sequence of the database: give up on it after a second, retry later.
+    let setup = in_transaction(|| {
+        Spi::run("SET synchronous_commit = on")?;
+        Spi::run("SET lock_timeout = '1s'")?;
+        Spi::get_one::<bool>("SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'id_gen')")
+            .map(|v| v.unwrap_or(false))
+    });
+    match setup {
+        Ok(Ok(true)) if commits_are_durable() => {}
+        Ok(Ok(false)) => {
+            log!("id_gen: extension not installed in database {dboid}; refill worker exits");
+            registry::unregister_worker(dboid);
+            return;
+        }
+        other => {
+            let why = match other {
+                Err(e) => e.message,
+                Ok(Err(e)) => e.to_string(),
+                Ok(Ok(_)) => "synchronous_commit is not on".into(),
+            };
+            log!("id_gen: refill worker for database {dboid} cannot make durable commits ({why}); it publishes nothing and exits");
+            registry::unregister_worker(dboid);
+            // SAFETY: exit code 1 makes the postmaster restart us after the restart delay.
+            unsafe { pg_sys::proc_exit(1) };
+        }
+    }
+    log!("id_gen: refill worker started for database {dboid}");
+    let mut memory: HashMap<usize, SlotMemory> = HashMap::new();
+    while BackgroundWorker::wait_latch(Some(Duration::from_millis(1000))) {
+        if BackgroundWorker::sighup_received() {
+            // SAFETY: reloading the config file is what SIGHUP asks for, outside a transaction.
+            unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
+        }
+        serve_once(dboid, &mut memory);
+    }
+    registry::unregister_worker(dboid);
+}
+
+/// One pass over the slots of our database.
+fn serve_once(dboid: u32, memory: &mut HashMap<usize, SlotMemory>) {
+    let now = wall_ms();
+    for i in 0..slots::slot_count() {
+        let s = slots::slot(i);
+        if s.in_use.load(Ordering::Acquire) == 0 || s.dboid.load(Ordering::Acquire) != dboid {
+            continue;
+        }
+        let gen = s.generation.load(Ordering::Acquire);
+        let m = memory.entry(i).or_insert_with(|| SlotMemory {
+            generation: gen,
+            meter: RateMeter::new(1000, 10),
+            last_step: 0,
+            waits_at_refill: 0,
+            refilled_at_ms: 0,
+            retry_after_ms: 0,
+        });
+        if m.generation != gen {
+            *m = SlotMemory {
+                generation: gen,
+                meter: RateMeter::new(1000, 10),
+                last_step: 0,
+                waits_at_refill: s.waits.load(Ordering::Relaxed),
+                refilled_at_ms: 0,
+                retry_after_ms: 0,
+            };
+        }
+        m.meter.observe(now, s.calls.sum());
+        let rate = m.meter.per_second(now);
+        s.rate_bits
+            .store(rate.unwrap_or(0.0).to_bits(), Ordering::Relaxed);
+
+        if s.bulk_state.load(Ordering::Acquire) == BULK_REQUESTED
+            && m.retry_after_ms <= now
+            && matches!(serve_bulk(i, gen), Refilled::RowLocked)
+        {
+            m.retry_after_ms = wall_ms() + 2_000;
+        }
+        let wanted = s.refill_wanted.load(Ordering::Acquire) != 0;
+        if !wanted || !s.chain.needs_standby() || s.state.load(Ordering::Acquire) != STATE_OK {
+            continue;
+        }
+        // A slot whose catalog row was locked waits a little before the next try, so one
+        // held row costs the other sequences at most one lock_timeout every 2 seconds.
+        if m.retry_after_ms > now {
+            continue;
+        }
+        s.refill_wanted.store(0, Ordering::Release);
+        let waits = s.waits.load(Ordering::Relaxed);
+        let history = StepHistory {
+            last_step: m.last_step,
+            starved: waits != m.waits_at_refill,
+            lasted_ms: (m.refilled_at_ms > 0).then(|| (now - m.refilled_at_ms).max(0) as u64),
+        };
+        match refill(i, gen, rate, history) {
+            Refilled::Step(step) => {
+                m.last_step = step;
+                m.waits_at_refill = waits;
+                m.refilled_at_ms = wall_ms();
+                m.retry_after_ms = 0;
+            }
+            Refilled::RowLocked => m.retry_after_ms = wall_ms() + 2_000,
+            Refilled::Nothing => m.retry_after_ms = 0,
+        }
+    }
+}
+
+enum Refilled {
+    /// A segment of this size was published.
+    Step(u64),
+    /// The catalog row was locked by someone else: try again later.
+    RowLocked,
+    Nothing,
+}
+
+/// Reserves, commits, then publishes one standby segment for slot `i`.
+fn refill(i: usize, gen: u64, rate: Option<f64>, history: StepHistory) -> Refilled {
+    let s = slots::slot(i);
+    let Some(key) = slots::key_of(i) else {
+        return Refilled::Nothing;
+    };
+    let incarnation = s.incarnation.load(Ordering::Relaxed);
+    let started = std::time::Instant::now();
+    let outcome = match key.counter() {
+        // A serial period: the slot's "incarnation" is the period's local start.
+        Counter::SerialPeriod { serial, period } => {
+            in_transaction(|| catalog::reserve_serial(serial, period, incarnation))
+        }
+        Counter::Sequence { name, .. } => {
+            in_transaction(|| catalog::reserve_segment(name, incarnation, rate, history))
+        }
+    };
+    let durable = commits_are_durable();
+    let elapsed_us = started.elapsed().as_micros() as u64;
+    let mut dropped = false;
+    let mut result = Refilled::Nothing;
+    {
+        let _g = slots::slot_lock(i);
+        if s.generation.load(Ordering::Acquire) == gen {
+            match &outcome {
+                Ok(Ok(_)) if !durable => s.state.store(STATE_REFILL_FAILED, Ordering::Release),
+                Ok(Ok((
+                    Reservation::Segment {
+                        first,
+                        last,
+                        preload_threshold,
+                    },
+                    step,
+                ))) => {
+                    let len = (last - first + 1) as u64;
+                    s.chain.publish_standby(
+                        *first as u64,
+                        len,
+                        preload_offset(len, *preload_threshold),
+                    );
+                    s.refills.fetch_add(1, Ordering::Relaxed);
+                    s.last_step.store(*step, Ordering::Relaxed);
+                    s.last_refill_us.store(elapsed_us, Ordering::Relaxed);
+                    s.last_refill_at.store(wall_ms(), Ordering::Relaxed);
+                    result = Refilled::Step(*step);
+                }
+                Ok(Ok((Reservation::Dropped, _))) => {
+                    s.state.store(STATE_DROPPED, Ordering::Release);
+                    dropped = true;
+                }
+                Ok(Ok((Reservation::Exhausted, _))) => {
+                    s.state.store(STATE_EXHAUSTED, Ordering::Release)
+                }
+                Ok(Ok((Reservation::PeriodClosed, _))) => {
+                    s.state.store(STATE_PERIOD_CLOSED, Ordering::Release)
+                }
+                Err(TxnError {
+                    lock_busy: true, ..
+                }) => {
+                    // Someone holds the catalog row; callers keep waiting, we retry.
+                    s.refill_wanted.store(1, Ordering::Release);
+                    result = Refilled::RowLocked;
+                }
+                Ok(Err(_)) | Err(_) => s.state.store(STATE_REFILL_FAILED, Ordering::Release),
+            }
+        }
+    }
+    slots::broadcast(i);
+    // The sequence is gone: free the slot (waiters see a new generation, look the name
+    // up again and get 42704), so dropped sequences do not use up the cache.
+    if dropped {
+        slots::purge_key(&key);
+    }
+    log_failure(&key, &outcome, durable);
+    result
+}
+
+fn log_failure<T>(
+    key: &SlotKey,
+    outcome: &Result<pgrx::spi::SpiResult<T>, TxnError>,
+    durable: bool,
+) {
+    let shown = key.display();
+    match outcome {
+        Ok(Ok(_)) if !durable => log!(
+            "id_gen: refused to publish values of \"{shown}\": synchronous_commit is not on in the refill worker"
+        ),
+        Ok(Err(e)) => log!("id_gen: refill of \"{shown}\" failed: {e}"),
+        Err(e) if !e.lock_busy => log!("id_gen: refill of \"{shown}\" failed: {e}"),
+        _ => {}
+    }
+}
+
+/// Serves the bulk request in slot `i`'s mailbox: one exact reservation, committed
+/// before the range is handed back. A request that was withdrawn or replaced meanwhile
+/// (the ticket moved) leaves its range unused: a gap, never a repeat. A locked catalog
+/// row leaves the request pending (the caller keeps waiting, we retry later); a dropped
+/// row frees the slot, so the caller looks the sequence up again and gets 42704.
+fn serve_bulk(i: usize, gen: u64) -> Refilled {
+    let s = slots::slot(i);
+    let Some(key) = slots::key_of(i) else {
+        return Refilled::Nothing;
+    };
+    let Counter::Sequence { name, .. } = key.counter() else {
+        return Refilled::Nothing;
+    };
+    let (ticket, want) = {
+        let _g = slots::slot_lock(i);
+        if s.bulk_state.load(Ordering::Acquire) != BULK_REQUESTED {
+            return Refilled::Nothing;
+        }
+        (
+            s.bulk_ticket.load(Ordering::Acquire),
+            s.bulk_want.load(Ordering::Acquire),
+        )
+    };
+    let incarnation = s.incarnation.load(Ordering::Relaxed);
+    let outcome = in_transaction(|| catalog::reserve_bulk(name, incarnation, want));
+    if let Err(TxnError {
+        lock_busy: true, ..
+    }) = outcome
+    {
+        return Refilled::RowLocked;
+    }
+    let durable = commits_are_durable();
+    let mut dropped = false;
+    {
+        let _g = slots::slot_lock(i);
+        let current = s.generation.load(Ordering::Acquire) == gen
+            && s.bulk_ticket.load(Ordering::Acquire) == ticket
+            && s.bulk_state.load(Ordering::Acquire) == BULK_REQUESTED;
+        if current {
+            let state = match &outcome {
+                Ok(Ok(BulkReservation::Range { first })) if durable => {
+                    s.bulk_first.store(*first, Ordering::Release);
+                    BULK_DONE
+                }
+                Ok(Ok(BulkReservation::NotEnough { left })) => {
+                    s.bulk_left.store(*left, Ordering::Release);
+                    BULK_NOT_ENOUGH
+                }
+                Ok(Ok(BulkReservation::Dropped)) => {
+                    // Freed below: the new generation sends the caller to the catalog.
+                    dropped = true;
+                    BULK_REQUESTED
+                }
+                _ => BULK_FAILED,
+            };
+            s.bulk_state.store(state, Ordering::Release);
+        }
+    }
+    if dropped {
+        slots::purge_key(&key); // wakes the waiters
+    } else {
+        slots::broadcast(i);
+    }
+    log_failure(&key, &outcome, durable);
+    Refilled::Nothing
+}
