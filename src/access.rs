@@ -144,19 +144,35 @@ fn role_exists(name: &str) -> bool {
     unsafe { pg_sys::get_role_oid(c.as_ptr(), true) != pg_sys::InvalidOid }
 }
 
-/// The owner of an object, `None` if the object does not exist.
-pub fn owner_of(kind: Kind, name: &str) -> Option<String> {
-    Spi::get_one_with_args::<String>(
-        &format!(
-            "SELECT owner::text FROM {} WHERE name OPERATOR(pg_catalog.=) $1",
-            kind.table()
-        ),
-        &[name.into()],
-    )
-    .unwrap_or_else(|e| match e {
-        pgrx::spi::Error::InvalidPosition => None,
-        e => spi_failed(e),
+/// The owner of an object; `None` if the object does not exist.
+///
+/// `Some(None)`: the object exists in a catalog from before owners (version 0.1.0 whose
+/// `ALTER EXTENSION id_gen UPDATE` has not run yet, while the new library is loaded). It
+/// stays as open as it was: the update grants PUBLIC on every existing object, so a
+/// decision cached now stays right after it. The owner is read through `to_jsonb` so
+/// that the query parses against both catalogs.
+fn lookup_owner(kind: Kind, name: &str) -> Option<Option<String>> {
+    Spi::connect(|client| {
+        let t = client.select(
+            &format!(
+                "SELECT pg_catalog.to_jsonb(o) OPERATOR(pg_catalog.->>) 'owner' FROM {} o \
+                 WHERE o.name OPERATOR(pg_catalog.=) $1",
+                kind.table()
+            ),
+            Some(1),
+            &[name.into()],
+        )?;
+        if t.is_empty() {
+            return Ok(None);
+        }
+        Ok::<_, pgrx::spi::Error>(Some(t.first().get::<String>(1)?))
     })
+    .unwrap_or_else(|e| spi_failed(e))
+}
+
+/// True if a sequence (or serial) of that name exists.
+pub fn exists(kind: Kind, name: &str) -> bool {
+    lookup_owner(kind, name).is_some()
 }
 
 /// The grantees of an object.
@@ -188,7 +204,7 @@ fn missing_owner_detail(owner: &str) -> Option<String> {
 /// Raises 42501 unless the current user may take values of `name` (its owner, a member
 /// of a grantee role, or PUBLIC was granted). Raises 42704 if it does not exist.
 pub fn require_usage(kind: Kind, name: &str) {
-    let Some(owner) = owner_of(kind, name) else {
+    let Some(owner) = lookup_owner(kind, name) else {
         raise(
             Code::ERRCODE_UNDEFINED_OBJECT,
             format!("id_gen: {} \"{name}\" does not exist", kind.as_str()),
@@ -197,6 +213,9 @@ pub fn require_usage(kind: Kind, name: &str) {
                 Kind::Serial => "Create it with SELECT id_gen.create_serial('name', 'YYYYMMDD', ...); existing ones are in id_gen.serials.",
             }),
         )
+    };
+    let Some(owner) = owner else {
+        return; // a catalog from before owners: open, as it was
     };
     if acts_as(&owner) || grantees_of(kind, name).iter().any(|g| acts_as(g)) {
         return;
@@ -215,16 +234,20 @@ pub fn require_usage(kind: Kind, name: &str) {
 
 /// Raises 42501 unless the current user owns `name` (or is a member of its owner role,
 /// or a superuser); 42704 if it does not exist. `action` says what was attempted.
-pub fn require_owner(kind: Kind, name: &str, action: &str) -> String {
-    let Some(owner) = owner_of(kind, name) else {
+pub fn require_owner(kind: Kind, name: &str, action: &str) {
+    let Some(owner) = lookup_owner(kind, name) else {
         raise(
             Code::ERRCODE_UNDEFINED_OBJECT,
             format!("id_gen: {} \"{name}\" does not exist", kind.as_str()),
             Some("Existing ones are listed in id_gen.sequences and id_gen.serials."),
         )
     };
+    // A catalog from before owners: the EXECUTE grants of its functions decide, as then.
+    let Some(owner) = owner else {
+        return;
+    };
     if acts_as(&owner) {
-        return owner;
+        return;
     }
     let message = format!(
         "id_gen: permission denied to {action} {} \"{name}\": role \"{}\" is not its owner",
@@ -267,7 +290,7 @@ pub fn delete_grants(
 /// Drops the catalog row of `name` and its grants, after checking that the current user
 /// owns it (if it exists). Returns whether it existed.
 pub fn drop_object(kind: Kind, name: &str) -> bool {
-    if owner_of(kind, name).is_some() {
+    if exists(kind, name) {
         require_owner(kind, name, "drop");
     }
     as_catalog_owner(|| {

@@ -11,7 +11,7 @@ use crate::errors::{checked_name, raise, required, spi_failed, Code};
 use pgrx::prelude::*;
 
 /// Which object `name` means: `kind` if given ('sequence' or 'serial'), else the one
-/// that exists (42725 if both do, 42704 if neither does).
+/// that exists (42P08 if both do, 42704 if neither does).
 fn resolve_kind(name: &str, kind: Option<&str>) -> Kind {
     match kind {
         Some("sequence") => Kind::Sequence,
@@ -22,8 +22,8 @@ fn resolve_kind(name: &str, kind: Option<&str>) -> Kind {
             None,
         ),
         None => {
-            let seq = access::owner_of(Kind::Sequence, name).is_some();
-            let serial = access::owner_of(Kind::Serial, name).is_some();
+            let seq = access::exists(Kind::Sequence, name);
+            let serial = access::exists(Kind::Serial, name);
             match (seq, serial) {
                 (true, false) => Kind::Sequence,
                 (false, true) => Kind::Serial,

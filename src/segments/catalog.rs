@@ -66,7 +66,11 @@ pub struct SeqInfo {
 pub fn lookup(name: &str) -> SpiResult<Option<SeqInfo>> {
     Spi::connect(|client| {
         let t = client.select(
-            "SELECT incarnation, counters, max_bulk FROM id_gen.sequences WHERE name OPERATOR(pg_catalog.=) $1",
+            // max_bulk through to_jsonb: NULL (no cap) in a catalog from before 0.2.0 whose
+            // ALTER EXTENSION UPDATE has not run yet.
+            "SELECT incarnation, counters, \
+             (pg_catalog.to_jsonb(s) OPERATOR(pg_catalog.->>) 'max_bulk')::pg_catalog.int8 \
+             FROM id_gen.sequences s WHERE s.name OPERATOR(pg_catalog.=) $1",
             Some(1),
             &[name.into()],
         )?;
@@ -77,7 +81,7 @@ pub fn lookup(name: &str) -> SpiResult<Option<SeqInfo>> {
         Ok(Some(SeqInfo {
             incarnation: row.get::<i64>(1)?.unwrap_or(0),
             counters: row.get::<i32>(2)?.unwrap_or(1),
-            max_bulk: row.get::<i64>(3)?.unwrap_or(1),
+            max_bulk: row.get::<i64>(3)?.unwrap_or(i64::MAX),
         }))
     })
 }

@@ -57,6 +57,25 @@ SELECT count(*) AS rows,
        (SELECT order_id FROM t_orders WHERE note = 'explicit id kept') AS explicit
 FROM t_orders;
 SELECT try($$INSERT INTO t_orders (buyer_uid) VALUES (NULL)$$);
+-- On UPDATE: an id is never re-issued; a NULL id is filled; an owner change that keeps
+-- the id must stay within the id's gene (else 23514); SET id = NULL gives a new id.
+CREATE TABLE t_upd (id bigint PRIMARY KEY, owner bigint, note text);
+CREATE TRIGGER fill BEFORE INSERT OR UPDATE ON t_upd
+  FOR EACH ROW EXECUTE FUNCTION id_gen.fill_gene_id('id', 'owner', 'go');
+INSERT INTO t_upd (owner, note) VALUES (42, 'x');
+CREATE TEMP TABLE t_upd_before AS SELECT id FROM t_upd;
+UPDATE t_upd SET note = 'y';
+SELECT (SELECT id FROM t_upd) = (SELECT id FROM t_upd_before) AS id_kept_on_update;
+SELECT try($$UPDATE t_upd SET owner = 7$$);
+UPDATE t_upd SET owner = 7, id = NULL;
+SELECT id_gen.shard_of(id) = id_gen.shard_gene(7::bigint) AS new_id_for_new_owner,
+       id <> (SELECT id FROM t_upd_before) AS id_changed FROM t_upd;
+-- An owner of the same gene keeps the id (a gene is shared by many owners).
+SELECT o AS same_gene_owner FROM generate_series(8, 200000) o
+WHERE id_gen.shard_gene(o::bigint) = id_gen.shard_gene(7::bigint) LIMIT 1 \gset
+UPDATE t_upd SET owner = :same_gene_owner;
+SELECT count(*) AS kept_with_same_gene_owner FROM t_upd WHERE id_gen.shard_of(id) = id_gen.shard_gene(7::bigint);
+DROP TABLE t_upd;
 CREATE TABLE t_bytes (id bytea PRIMARY KEY, owner text NOT NULL);
 CREATE TRIGGER fill BEFORE INSERT ON t_bytes
   FOR EACH ROW EXECUTE FUNCTION id_gen.fill_gene_id('id', 'owner', 'near2');

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# ALTER EXTENSION id_gen UPDATE from the released 0.1.0: data and values survive, access
+# stays as it was (a PUBLIC grant per existing sequence), and the upgraded schema equals
+# a fresh install of the new version (functions, privileges, comments, tables, views).
+source "$(dirname "$0")/lib.sh"
+EXT_DIR="$("$PG_CONFIG" --sharedir)/extension"
+cp "$REPO_ROOT/tests/upgrade/id_gen--0.1.0.sql" "$EXT_DIR/"
+trap 'rm -f "$EXT_DIR/id_gen--0.1.0.sql"; cluster_stop "$E2E_DIR"' EXIT
+E2E_DIR=/tmp/idg_e2e8 E2E_PORT=54348
+cluster_start "$E2E_DIR" "$E2E_PORT"
+NEW=$(sed -n "s/^default_version = '\(.*\)'/\1/p" "$REPO_ROOT/id_gen.control")
+
+cpsql "$E2E_DIR" "$E2E_PORT" <<'SQL' >/dev/null
+CREATE DATABASE old; CREATE DATABASE fresh;
+CREATE ROLE upg_app LOGIN;
+SQL
+cpsql "$E2E_DIR" "$E2E_PORT" -d old <<'SQL' >/dev/null
+CREATE EXTENSION id_gen VERSION '0.1.0';
+-- The rows 0.1.0's create_sequence/create_serial wrote (the new library serves the old
+-- SQL definitions only until the update: their argument lists changed).
+INSERT INTO id_gen.sequences (name, max_id, step, min_step, max_step, buffer_seconds)
+VALUES ('legacy', 0, 100, 100, 1000000, 30);
+INSERT INTO id_gen.serials (name, date_format, width, max_length, time_zone, step)
+VALUES ('legacy_serial', 'YYYYMMDD', 4, 32, 'UTC', 100);
+CREATE TABLE lt (id bigint PRIMARY KEY DEFAULT id_gen.next_segment_id('legacy'));
+INSERT INTO lt SELECT FROM generate_series(1, 500);
+SQL
+assert_eq "$(q old "SELECT extversion FROM pg_extension WHERE extname = 'id_gen'")" "0.1.0" "installed the released 0.1.0"
+before=$(q old "SELECT max(id) FROM lt")
+q old "ALTER EXTENSION id_gen UPDATE TO '$NEW'" >/dev/null
+assert_eq "$(q old "SELECT extversion FROM pg_extension WHERE extname = 'id_gen'")" "$NEW" "updated to $NEW"
+after=$(q old "SELECT min(id_gen.next_segment_id('legacy')) FROM generate_series(1, 100)")
+assert_gt "$after" "$before" "values continue above the old ones after the update"
+assert_eq "$(q old "SELECT string_agg(kind || ':' || name || ':' || grantee, ',' ORDER BY kind) FROM id_gen.usage_grants")" \
+  "sequence:legacy:public,serial:legacy_serial:public" "existing sequences and serials stay open to PUBLIC"
+assert_eq "$(q old "SET ROLE upg_app; SELECT id_gen.next_segment_id('legacy') > 0")" "t" "an application role keeps its access"
+assert_eq "$(q old "SELECT owner = current_user FROM id_gen.sequences WHERE name = 'legacy'")" "t" "the updating role owns existing sequences"
+
+q fresh "CREATE EXTENSION id_gen" >/dev/null
+# Everything a user can see of the extension, normalised (default ACLs made explicit).
+SCHEMA_SQL=$(cat <<'SQL'
+SELECT 'fn ' || p.oid::regprocedure || ' ' || p.provolatile::text || p.proisstrict::text || p.proparallel::text
+       || p.prosecdef::text || ' ' || coalesce(p.proconfig::text, '') || ' ' || pg_get_function_result(p.oid)
+       || ' ' || pg_get_function_arguments(p.oid) || ' ' || coalesce(p.probin, '') || ' '
+       || md5(p.prosrc) || ' acl=' || ARRAY(SELECT a::text FROM unnest(coalesce(p.proacl, acldefault('f', p.proowner))) a ORDER BY 1)::text
+       || ' comment=' || coalesce(md5(obj_description(p.oid, 'pg_proc')), '-')
+FROM pg_proc p WHERE p.pronamespace = 'id_gen'::regnamespace
+UNION ALL
+SELECT 'col ' || a.attrelid::regclass || '.' || a.attname || ' ' || format_type(a.atttypid, a.atttypmod)
+       || ' ' || a.attnotnull::text || ' ' || coalesce(pg_get_expr(d.adbin, d.adrelid), '') || ' comment='
+       || coalesce(md5(col_description(a.attrelid, a.attnum)), '-')
+FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+WHERE c.relnamespace = 'id_gen'::regnamespace AND a.attnum > 0 AND NOT a.attisdropped
+UNION ALL
+SELECT 'rel ' || c.oid::regclass || ' ' || c.relkind::text || ' acl=' || ARRAY(SELECT a::text FROM unnest(coalesce(c.relacl, acldefault('r', c.relowner))) a ORDER BY 1)::text
+       || ' comment=' || coalesce(md5(obj_description(c.oid, 'pg_class')), '-')
+       || CASE WHEN c.relkind = 'v' THEN ' view=' || md5(pg_get_viewdef(c.oid)) ELSE '' END
+FROM pg_class c WHERE c.relnamespace = 'id_gen'::regnamespace
+UNION ALL
+SELECT 'con ' || conrelid::regclass || ' ' || pg_get_constraintdef(oid)
+FROM pg_constraint WHERE connamespace = 'id_gen'::regnamespace
+UNION ALL
+SELECT 'cfg ' || ARRAY(SELECT c::regclass::text FROM unnest(extconfig) c ORDER BY 1)::text
+FROM pg_extension WHERE extname = 'id_gen'
+ORDER BY 1
+SQL
+)
+q old "$SCHEMA_SQL" > "$E2E_DIR/upgraded.txt"
+q fresh "$SCHEMA_SQL" > "$E2E_DIR/fresh.txt"
+if ! diff -u "$E2E_DIR/fresh.txt" "$E2E_DIR/upgraded.txt" > "$E2E_DIR/schema.diff"; then
+  head -40 "$E2E_DIR/schema.diff" >&2
+  fail "the upgraded schema differs from a fresh install"
+fi
+pass "the upgraded schema equals a fresh install ($(wc -l < "$E2E_DIR/fresh.txt") objects and columns compared)"
+echo "08_upgrade: passed"
