@@ -115,11 +115,12 @@ maria_start() {
 maria_up() {
   local dir=$1 port=$2; shift 2
   # RUST_BACKTRACE would put backtraces of caught panics into the error log.
-  env -u RUST_BACKTRACE mariadbd --no-defaults --user=mysql --datadir="$dir/data" \
+  # In a subshell, so it is not a job of the caller's shell (a later `wait` must not wait for it).
+  ( env -u RUST_BACKTRACE mariadbd --no-defaults --user=mysql --datadir="$dir/data" \
     --socket="$dir/mysqld.sock" --port="$port" --bind-address=127.0.0.1 \
     --plugin-dir="$dir/plugin" --pid-file="$dir/mysqld.pid" --log-error="$dir/error.log" \
     --innodb-buffer-pool-size=256M --innodb-log-file-size=256M \
-    --innodb-flush-log-at-trx-commit=2 --max-connections=64 "$@" >/dev/null 2>&1 &
+    --innodb-flush-log-at-trx-commit=2 --max-connections=64 "$@" >/dev/null 2>&1 & )
   local i
   for i in $(seq 150); do
     mariadb-admin --no-defaults -uroot --socket="$dir/mysqld.sock" ping >/dev/null 2>&1 && return 0
