@@ -3,7 +3,7 @@
 # Prints absolute figures and ratios: the median of interleaved rounds with the min–max
 # spread over the rounds; a ratio whose spread contains 1.0 is reported as a tie. Never
 # used as a CI gate.
-# Usage: bench/bench.sh [--quick]     (requires the extension to be installed:
+# Usage: bench/bench.sh [--quick | --authority]   (requires the extension to be installed:
 #        scripts/demo.sh does it, or `cargo pgrx install --release --pg-config ...`)
 source "$(dirname "$0")/../scripts/common.sh"
 QUICK=${1:-}
@@ -17,7 +17,7 @@ P() { cpsql "$DIR" "$PORT" "$@"; }
 P -c "CREATE EXTENSION id_gen" >/dev/null
 P >/dev/null <<'SQL'
 SELECT id_gen.create_sequence('s', step => 100000, max_step => 10000000, buffer_seconds => 30);
-SELECT id_gen.create_sequence('bulk', step => 1000000, max_step => 50000000);
+SELECT id_gen.create_sequence('bulk', step => 1000000, max_step => 50000000, max_bulk => 9223372036854775807);
 SELECT id_gen.create_sequence('ins', step => 10000);
 CREATE SEQUENCE seq_c1 CACHE 1;
 CREATE SEQUENCE seq_c1000 CACHE 1000;
@@ -59,6 +59,12 @@ fmt_ratio() {
 fmt_range() { awk -v m="$1" -v lo="$2" -v hi="$3" -v d="${4:-0}" 'BEGIN { f = "%." d "f"; printf f " (" f ".." f ")", m, lo, hi }'; }
 rate() { awk "BEGIN{printf \"%.1f\", $1 / ($2 / 1000) / 1e6}"; }
 
+# bench.sh --authority: only the central-authority comparison (bench_authority.sh).
+if [ "$QUICK" = "--authority" ]; then
+  source "$(dirname "$0")/bench_authority.sh"
+  exit 0
+fi
+
 echo "== machine: $(nproc) cores, $(awk '/MemTotal/{printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1)"
 echo "== PostgreSQL: $(P -At -c 'SHOW server_version')"
 echo
@@ -68,7 +74,8 @@ P -c "SELECT count(id_gen.next_segment_id('s')) FROM generate_series(1, $N)" >/d
 mapfile -t RUNS < <(runs_ms "SELECT count(abs(x)) FROM generate_series(1, $N) x" \
   "SELECT count(id_gen.next_segment_id('s')) FROM generate_series(1, $N)" \
   "SELECT count(nextval('seq_c1')) FROM generate_series(1, $N)" \
-  "SELECT count(nextval('seq_c1000')) FROM generate_series(1, $N)")
+  "SELECT count(nextval('seq_c1000')) FROM generate_series(1, $N)" \
+  "SELECT count(id_gen.next_segment_id_unchecked('s')) FROM generate_series(1, $N)")
 row1() { # row1 LABEL COLUMN [TEXT]: ms, M calls/s, x floor (per-round ratios)
   printf '%-40s %22s %10s   %s%s\n' "$1" "$(fmt_range $(col_stats $2))" "$(rate $N $(med $2))" \
     "$(fmt_ratio $(ratio_stats $2 0) "x floor")" "${3:-}"
@@ -78,6 +85,9 @@ printf '%-40s %22s %10s   %s\n' "count(abs(x))  [executor floor]" "$(fmt_range $
 row1 "count(id_gen.next_segment_id('s'))" 1
 row1 "count(nextval()) CACHE 1" 2 "; id_gen is $(fmt_ratio $(ratio_stats 2 1) "x faster")"
 row1 "count(nextval()) CACHE 1000" 3 "; id_gen is $(fmt_ratio $(ratio_stats 3 1) "x faster")"
+# The per-call access check (issue: per-sequence USAGE): the same hot path without the
+# comparison of the call site's access stamp, measured in the same rounds.
+row1 "  same without the per-call access check" 4 "; checked / unchecked $(fmt_ratio $(ratio_stats 1 4))"
 # Cold start: a new sequence with a small step, called at full speed at once. The worker
 # must grow the step fast enough that callers seldom wait for a segment (target: <= 20
 # waits). One run (a cold start happens once per sequence); figures, not a gate.
@@ -131,3 +141,4 @@ printf 'DEFAULT id_gen.next_segment_id: %s tps   bigserial: %s tps   ratio %s\n'
 if [ -f "$(dirname "$0")/bench_more.sh" ]; then
   source "$(dirname "$0")/bench_more.sh"
 fi
+source "$(dirname "$0")/bench_authority.sh"

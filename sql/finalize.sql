@@ -22,12 +22,16 @@ SELECT d.datname AS database,
        round(s.last_refill_ms::numeric, 3) AS last_refill_ms,
        CASE WHEN s.last_refill_at_ms = 0 THEN NULL
             ELSE to_timestamp(s.last_refill_at_ms / 1000.0) END AS last_refill_at,
-       NULLIF(s.worker_pid, 0) AS worker_pid
+       NULLIF(s.worker_pid, 0) AS worker_pid,
+       s.authority,
+       s.last_error,
+       CASE WHEN s.last_error_at_ms = 0 THEN NULL
+            ELSE to_timestamp(s.last_error_at_ms / 1000.0) END AS last_error_at
 FROM id_gen.cache_status() AS s
 LEFT JOIN pg_catalog.pg_database AS d ON d.oid = s.dboid;
 
 COMMENT ON VIEW id_gen.status IS
-  'id_gen segment cache: one row per cached (database, sequence, counter group): current and standby segment, fill, adaptive step, rate, refills, waits, worker pid.';
+  'id_gen segment cache: one row per cached (database, sequence, counter group): current and standby segment, fill, adaptive step, rate, refills, waits, worker pid, the authority reserved from and the error of the last failed reservation.';
 COMMENT ON TABLE id_gen.sequences IS
   'id_gen named sequences: one row each; max_id is the high-water mark (largest value ever handed to a cache). Change rows only through id_gen.create_sequence/alter_sequence/drop_sequence.';
 COMMENT ON COLUMN id_gen.sequences.max_id IS 'High-water mark: the largest value ever reserved for a cache. Only grows.';
@@ -55,16 +59,17 @@ COMMENT ON FUNCTION id_gen.next_segment_id(text) IS 'Next value of a named id_ge
 COMMENT ON FUNCTION id_gen.next_segment_ids(text, integer) IS 'n values of a named sequence for bulk loads, one row each.';
 COMMENT ON FUNCTION id_gen.next_segment_ids_array(text, integer) IS 'n values of a named sequence as one bigint[].';
 COMMENT ON FUNCTION id_gen.next_segment_ranges(text, bigint) IS 'n values of a named sequence as runs [first_id, last_id] of consecutive values (few rows even for huge n).';
-COMMENT ON FUNCTION id_gen.create_sequence(text, bigint, bigint, bigint, bigint, integer, real, bigint, integer, text, bigint) IS 'Creates a named id_gen sequence, owned by the calling role.';
-COMMENT ON FUNCTION id_gen.alter_sequence(text, bigint, bigint, bigint, integer, real, bigint, text, bigint) IS 'Changes the tuning (and max_bulk) of a named sequence; NULL keeps a setting; takes effect with the next segment. Owner only.';
+COMMENT ON FUNCTION id_gen.create_sequence(text, bigint, bigint, bigint, bigint, integer, real, bigint, integer, text, bigint, text) IS 'Creates a named id_gen sequence, owned by the calling role; authority => a postgres_fdw server reserves its segments on that ID database.';
+COMMENT ON FUNCTION id_gen.alter_sequence(text, bigint, bigint, bigint, integer, real, bigint, text, bigint, text) IS 'Changes the tuning, max_bulk or authority (a postgres_fdw server, or ''local'') of a named sequence; NULL keeps a setting; takes effect with the next segment. Owner only.';
 COMMENT ON FUNCTION id_gen.drop_sequence(text, boolean) IS 'Drops a named sequence and forgets its cached segments. Owner only.';
 COMMENT ON COLUMN id_gen.sequences.owner IS 'Role that owns the sequence (by name); it may alter, drop, grant and take values.';
 COMMENT ON COLUMN id_gen.sequences.max_bulk IS 'Most values one next_segment_ids*/next_segment_ranges call may take (54000 beyond).';
+COMMENT ON COLUMN id_gen.sequences.authority IS 'Foreign server (postgres_fdw) of the ID database whose id_gen.sequences reserves this sequence''s segments; NULL: this catalog.';
 COMMENT ON FUNCTION id_gen.cache_status() IS 'Raw rows of the id_gen.status view.';
 
 -- Who may create sequences is a grant on create_sequence; everything else is checked
 -- against the sequence's owner and USAGE grants inside the functions.
-REVOKE EXECUTE ON FUNCTION id_gen.create_sequence(text, bigint, bigint, bigint, bigint, integer, real, bigint, integer, text, bigint) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION id_gen.create_sequence(text, bigint, bigint, bigint, bigint, integer, real, bigint, integer, text, bigint, text) FROM PUBLIC;
 
 -- Ownership and USAGE grants ----------------------------------------------------------------
 CREATE FUNCTION id_gen.grant_usage(name text, role regrole, kind text DEFAULT NULL) RETURNS boolean

@@ -88,11 +88,22 @@ pub struct Stamp {
     roles: u64,
 }
 
+/// `GetUserId` without pgrx's FFI guard. pgrx wraps every `pg_sys` call in a
+/// `sigsetjmp` boundary so that an ERROR raised in C becomes a Rust panic; `GetUserId`
+/// only returns a backend global and never raises, and it runs on every hot-path call,
+/// where the guard would cost more than the rest of the call.
+mod unguarded {
+    unsafe extern "C" {
+        pub fn GetUserId() -> pgrx::pg_sys::Oid;
+    }
+}
+
 /// The current stamp: a cached decision is valid while the stamp is unchanged.
 #[inline]
 pub fn stamp() -> Stamp {
-    // SAFETY: GetUserId reads a backend global.
-    let user = unsafe { pg_sys::GetUserId() }.to_u32();
+    // SAFETY: GetUserId reads a backend global (CurrentUserId) and cannot raise, so the
+    // missing FFI guard is never needed; the symbol is the server's own.
+    let user = unsafe { unguarded::GetUserId() }.to_u32();
     Stamp {
         user,
         epoch: epochs::current(Epoch::AccessControl),
@@ -152,8 +163,8 @@ fn role_exists(name: &str) -> bool {
 /// decision cached now stays right after it. The owner is read through `to_jsonb` so
 /// that the query parses against both catalogs.
 fn lookup_owner(kind: Kind, name: &str) -> Option<Option<String>> {
-    Spi::connect(|client| {
-        let t = client.select(
+    Spi::connect_mut(|client| {
+        let t = client.update(
             &format!(
                 "SELECT pg_catalog.to_jsonb(o) OPERATOR(pg_catalog.->>) 'owner' FROM {} o \
                  WHERE o.name OPERATOR(pg_catalog.=) $1",
@@ -177,8 +188,8 @@ pub fn exists(kind: Kind, name: &str) -> bool {
 
 /// The grantees of an object.
 fn grantees_of(kind: Kind, name: &str) -> Vec<String> {
-    Spi::connect(|client| {
-        let t = client.select(
+    Spi::connect_mut(|client| {
+        let t = client.update(
             "SELECT grantee::text FROM id_gen.usage_grants \
              WHERE kind OPERATOR(pg_catalog.=) $1 AND name OPERATOR(pg_catalog.=) $2",
             None,

@@ -14,7 +14,7 @@
 //! | `epochs.rs` | invalidation epochs for backend-local caches |
 //! | `access.rs` | owners, USAGE grants and their per-backend cache; privileged catalog writes |
 //! | `grants.rs` | SQL surface of grants and ownership |
-//! | `segments/` | the segment engine: slots, keys, backend cache, waits, bulk requests, catalog, refill worker, worker registry |
+//! | `segments/` | the segment engine: slots, keys, backend cache, waits, bulk requests, catalog, central authority (postgres_fdw), refill worker, worker registry |
 //! | `sequences.rs` | SQL surface of named sequences, the `next_segment_id` hot path, status |
 //! | `gene_order.rs` | `gene_order_id`, the `fill_gene_id` trigger, `gene_mod_id` |
 //! | `routing.rs` | route validation and split/merge planning |

@@ -65,6 +65,36 @@ unsafe extern "C-unwind" fn flush_call_site(arg: *mut std::ffi::c_void) {
 pub unsafe extern "C-unwind" fn id_gen_next_segment_id(
     fcinfo: pg_sys::FunctionCallInfo,
 ) -> pg_sys::Datum {
+    // SAFETY: fmgr's call frame, passed on unchanged.
+    unsafe { next_value(fcinfo, true) }
+}
+
+/// fmgr's "V1 calling convention" marker for [`id_gen_next_segment_id_unchecked`].
+#[unsafe(no_mangle)]
+pub extern "C" fn pg_finfo_id_gen_next_segment_id_unchecked() -> &'static pg_sys::Pg_finfo_record {
+    static V1: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
+    &V1
+}
+
+/// The benchmark baseline of the access check: `next_segment_id` without the per-call
+/// comparison of the call site's access stamp (the check on attach still runs). Only
+/// superusers may call it (sql/hot_path.sql), and they pass every access check anyway,
+/// so it changes nobody's rights; bench/ measures both forms in one run.
+#[pg_guard]
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn id_gen_next_segment_id_unchecked(
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> pg_sys::Datum {
+    // SAFETY: fmgr's call frame, passed on unchanged.
+    unsafe { next_value(fcinfo, false) }
+}
+
+/// The body of both V1 entry points; `checked`: compare the call site's access stamp.
+///
+/// # Safety
+/// `fcinfo` is fmgr's frame of a STRICT one-text-argument V1 function.
+#[inline(always)]
+unsafe fn next_value(fcinfo: pg_sys::FunctionCallInfo, checked: bool) -> pg_sys::Datum {
     // SAFETY: fmgr calls us with a valid fcinfo holding one non-NULL text argument
     // (the function is STRICT); the bytes live for the duration of the call.
     let name = unsafe { text_arg(fcinfo, 0) };
@@ -75,8 +105,9 @@ pub unsafe extern "C-unwind" fn id_gen_next_segment_id(
         // SAFETY: see above; the CallSite is ours and lives as long as the call site.
         let site = unsafe { &mut *site };
         if site.name_len == name.len() && &site.name[..site.name_len] == name.as_bytes() {
+            let stamp = checked.then_some(site.stamp);
             if let Some(v) =
-                segments::take_one_cached(site.slot, site.generation, site.stamp, &mut site.pending)
+                segments::take_one_cached(site.slot, site.generation, stamp, &mut site.pending)
             {
                 return pg_sys::Datum::from(v);
             }
@@ -262,6 +293,7 @@ fn create_sequence(
     counters: default!(Option<i32>, 1),
     comment: default!(Option<&str>, "NULL"),
     max_bulk: default!(Option<i64>, 100000000),
+    authority: default!(Option<&str>, "NULL"),
 ) -> String {
     let name = checked_name(required(name, "name"));
     let max_bulk = checked_max_bulk(required(max_bulk, "max_bulk"));
@@ -294,13 +326,16 @@ fn create_sequence(
             Some("counters > 1 splits gene_order_id traffic over independent cursors by virtual-node range."),
         );
     }
+    // Last: it may create the authority's foreign table and talk to the authority.
+    let authority =
+        authority.and_then(|server| segments::authority::checked(server, name.as_str()));
     let owner = access::current_role_name();
     let inserted = access::as_catalog_owner(|| {
         Spi::connect_mut(|client| {
             let t = client.update(
                 "INSERT INTO id_gen.sequences AS s (name, max_id, step, min_step, max_step, buffer_seconds, \
-                 preload_threshold, max_value, counters, comment, owner, max_bulk) \
-                 VALUES ($1, $2 - 1, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) ON CONFLICT (name) DO NOTHING RETURNING s.name",
+                 preload_threshold, max_value, counters, comment, owner, max_bulk, authority) \
+                 VALUES ($1, $2 - 1, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) ON CONFLICT (name) DO NOTHING RETURNING s.name",
                 None,
                 &[
                     name.as_str().into(),
@@ -315,6 +350,7 @@ fn create_sequence(
                     comment.into(),
                     owner.as_str().into(),
                     max_bulk.into(),
+                    authority.into(),
                 ],
             )?;
             if t.is_empty() {
@@ -388,10 +424,13 @@ fn alter_sequence(
     max_value: default!(Option<i64>, "NULL"),
     comment: default!(Option<&str>, "NULL"),
     max_bulk: default!(Option<i64>, "NULL"),
+    authority: default!(Option<&str>, "NULL"),
 ) -> String {
     let name = checked_name(required(name, "name"));
     access::require_owner(Kind::Sequence, name.as_str(), "alter");
     let max_bulk = max_bulk.map(checked_max_bulk);
+    // Some(None): back to local ('local'); None: unchanged.
+    let authority = authority.map(|server| segments::authority::checked(server, name.as_str()));
     let (cur, max_id) = access::as_catalog_owner(|| locked_tuning(&name));
     let t = Tuning {
         step: step.unwrap_or(cur.step),
@@ -417,7 +456,8 @@ fn alter_sequence(
         Spi::run_with_args(
             "UPDATE id_gen.sequences SET step = $2, min_step = $3, max_step = $4, buffer_seconds = $5, \
              preload_threshold = $6, max_value = $7, comment = COALESCE($8, comment), \
-             max_bulk = COALESCE($9, max_bulk), updated_at = now() \
+             max_bulk = COALESCE($9, max_bulk), \
+             authority = CASE WHEN $10 THEN $11 ELSE authority END, updated_at = now() \
              WHERE name = $1",
             &[
                 name.as_str().into(),
@@ -429,6 +469,8 @@ fn alter_sequence(
                 t.max_value.into(),
                 comment.into(),
                 max_bulk.into(),
+                authority.is_some().into(),
+                authority.flatten().into(),
             ],
         )
     })
@@ -489,6 +531,9 @@ fn cache_status() -> TableIterator<
         name!(last_refill_ms, f64),
         name!(last_refill_at_ms, i64),
         name!(worker_pid, i32),
+        name!(authority, Option<String>),
+        name!(last_error, Option<String>),
+        name!(last_error_at_ms, i64),
     ),
 > {
     segments::require_cache();
@@ -506,6 +551,8 @@ fn cache_status() -> TableIterator<
             (s.chain.snapshot(), s.state.load(Ordering::Acquire))
         };
         let last = |r: Option<(u64, u64)>| r.map(|(b, l)| (b + l - 1) as i64);
+        let diagnostics = slots::diagnostics(i);
+        let (last_error, last_error_at_ms) = diagnostics.last_error.unzip();
         rows.push((
             pg_sys::Oid::from(key.dboid),
             key.display(),
@@ -524,6 +571,9 @@ fn cache_status() -> TableIterator<
             s.last_refill_us.load(Ordering::Relaxed) as f64 / 1000.0,
             s.last_refill_at.load(Ordering::Relaxed),
             registry::worker_pid(key.dboid),
+            diagnostics.authority,
+            last_error,
+            last_error_at_ms.unwrap_or(0),
         ));
     }
     TableIterator::new(rows)

@@ -105,8 +105,8 @@ fn spec_of(serial: &str) -> Spec {
     if let Some(spec) = with_cache(|c| c.specs.get(serial).cloned()) {
         return spec;
     }
-    let row = Spi::connect(|client| {
-        let t = client.select(
+    let row = Spi::connect_mut(|client| {
+        let t = client.update(
             "SELECT date_format, width, partition, max_length, time_zone FROM id_gen.serials WHERE name = $1",
             Some(1),
             &[serial.into()],

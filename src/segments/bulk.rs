@@ -129,7 +129,7 @@ pub fn take_exact(dboid: u32, idx: usize, gen: u64, n: u64, what: &str) -> Resul
         }
         if deadline.passed() {
             drop(sleep);
-            timed_out(dboid, what, &deadline);
+            timed_out(dboid, idx, what, &deadline);
         }
         sleep.sleep(deadline.left_ms(200));
     };
@@ -141,7 +141,7 @@ pub fn take_exact(dboid: u32, idx: usize, gen: u64, n: u64, what: &str) -> Resul
         if deadline.passed() {
             drop(ticket); // withdraw: a late range becomes a gap
             drop(sleep);
-            timed_out(dboid, what, &deadline);
+            timed_out(dboid, idx, what, &deadline);
         }
         sleep.sleep(deadline.left_ms(200));
     }

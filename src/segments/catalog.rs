@@ -6,9 +6,14 @@
 //! high-water mark `max_id`, each reservation in a transaction of its own that commits
 //! durably before the values are published (see `worker.rs`).
 //!
+//! A sequence with an `authority` (a postgres_fdw server) reserves on that server's
+//! catalog instead ([`super::authority`]) and records the range's end in its own row.
+//!
 //! Invariant: `max_id` only grows, and a value `v` is handed to a cache only if a
-//! committed row had `max_id >= v`. Nothing here holds a shared-memory lock.
+//! committed row had `max_id >= v` (for an authority sequence: the central row, and the
+//! local row too). Nothing here holds a shared-memory lock.
 
+use super::authority::{self, Remote};
 use id_gen_core::segment::{reserve, reserve_exact, StepHistory, StepPolicy};
 use pgrx::prelude::*;
 use pgrx::spi::SpiResult;
@@ -27,6 +32,20 @@ pub struct Tuning {
 /// The columns [`Tuning::from_row`] reads, in order, followed by `max_id`.
 pub const TUNING_COLUMNS: &str =
     "step, min_step, max_step, buffer_seconds, preload_threshold, max_value, max_id";
+
+/// The `authority` of a row of `id_gen.sequences s`, read through `to_jsonb` so that the
+/// query also parses against a catalog from before the column (an update not yet run).
+const AUTHORITY_COLUMN: &str = "(pg_catalog.to_jsonb(s) OPERATOR(pg_catalog.->>) 'authority')";
+
+/// Moves the local high-water mark of `name` to `last` (inside a reservation).
+fn set_max_id(client: &mut pgrx::spi::SpiClient<'_>, name: &str, last: i64) -> SpiResult<()> {
+    client.update(
+        "UPDATE id_gen.sequences SET max_id = $2, updated_at = now() WHERE name = $1",
+        None,
+        &[name.into(), last.into()],
+    )?;
+    Ok(())
+}
 
 impl Tuning {
     /// Reads the [`TUNING_COLUMNS`] of a row (all NOT NULL in the catalog) and `max_id`.
@@ -63,9 +82,14 @@ pub struct SeqInfo {
 }
 
 /// Reads a sequence's identity; `None` if it does not exist.
+///
+/// Read with `update` (SPI `read_only = false`): like a VOLATILE PL/pgSQL function, each
+/// query takes a fresh snapshot, so a drop that commits while the caller's statement
+/// runs is seen here as the worker sees it (with the statement's snapshot, a caller would
+/// attach a dropped sequence again and again). The same holds for the access queries.
 pub fn lookup(name: &str) -> SpiResult<Option<SeqInfo>> {
-    Spi::connect(|client| {
-        let t = client.select(
+    Spi::connect_mut(|client| {
+        let t = client.update(
             // max_bulk through to_jsonb: NULL (no cap) in a catalog from before 0.2.0 whose
             // ALTER EXTENSION UPDATE has not run yet.
             "SELECT incarnation, counters, \
@@ -89,8 +113,8 @@ pub fn lookup(name: &str) -> SpiResult<Option<SeqInfo>> {
 /// True if the current transaction created, changed or locked the catalog row of
 /// sequence `name`: the worker's reservation would wait for this very transaction.
 pub fn row_held_by_this_transaction(name: &str) -> SpiResult<bool> {
-    let row = Spi::connect(|client| {
-        let t = client.select(
+    let row = Spi::connect_mut(|client| {
+        let t = client.update(
             "SELECT xmin::text, xmax::text FROM id_gen.sequences WHERE name OPERATOR(pg_catalog.=) $1",
             Some(1),
             &[name.into()],
@@ -137,7 +161,8 @@ pub fn reserve_segment(
     Spi::connect_mut(|client| {
         let t = client.update(
             &format!(
-                "SELECT {TUNING_COLUMNS} FROM id_gen.sequences WHERE name = $1 AND incarnation = $2 FOR UPDATE"
+                "SELECT {TUNING_COLUMNS}, {AUTHORITY_COLUMN} FROM id_gen.sequences s \
+                 WHERE name = $1 AND incarnation = $2 FOR UPDATE"
             ),
             Some(1),
             &[name.into(), incarnation.into()],
@@ -145,18 +170,25 @@ pub fn reserve_segment(
         if t.is_empty() {
             return Ok((Reservation::Dropped, 0));
         }
-        let (tuning, max_id) = Tuning::from_row(&t.first())?;
+        let row = t.first();
+        let (tuning, max_id) = Tuning::from_row(&row)?;
+        let authority = row.get::<String>(8)?;
         let (max_value, policy) = (tuning.max_value, tuning.policy());
         let threshold = tuning.preload_threshold as f64;
         let step = policy.next_step(rate_per_s, history);
-        match reserve(max_id, max_value, step) {
-            Err(_) => Ok((Reservation::Exhausted, step)),
+        let range = match authority {
+            Some(server) => {
+                match authority::reserve(client, &server, name, max_id, max_value, step, false)? {
+                    Remote::Range { first, last } => Ok((first, last)),
+                    Remote::Short { .. } => Err(()),
+                }
+            }
+            None => reserve(max_id, max_value, step).map_err(|_| ()),
+        };
+        match range {
+            Err(()) => Ok((Reservation::Exhausted, step)),
             Ok((first, last)) => {
-                client.update(
-                    "UPDATE id_gen.sequences SET max_id = $2, updated_at = now() WHERE name = $1",
-                    None,
-                    &[name.into(), last.into()],
-                )?;
+                set_max_id(client, name, last)?;
                 Ok((
                     Reservation::Segment {
                         first,
@@ -186,7 +218,10 @@ pub enum BulkReservation {
 pub fn reserve_bulk(name: &str, incarnation: i64, n: u64) -> SpiResult<BulkReservation> {
     Spi::connect_mut(|client| {
         let t = client.update(
-            "SELECT max_id, max_value FROM id_gen.sequences WHERE name = $1 AND incarnation = $2 FOR UPDATE",
+            &format!(
+                "SELECT max_id, max_value, {AUTHORITY_COLUMN} FROM id_gen.sequences s \
+                 WHERE name = $1 AND incarnation = $2 FOR UPDATE"
+            ),
             Some(1),
             &[name.into(), incarnation.into()],
         )?;
@@ -196,14 +231,19 @@ pub fn reserve_bulk(name: &str, incarnation: i64, n: u64) -> SpiResult<BulkReser
         let row = t.first();
         let max_id = row.get::<i64>(1)?.unwrap_or(0);
         let max_value = row.get::<i64>(2)?.unwrap_or(i64::MAX);
-        match reserve_exact(max_id, max_value, n) {
-            Err(e) => Ok(BulkReservation::NotEnough { left: e.left }),
+        let range = match row.get::<String>(3)? {
+            Some(server) => {
+                match authority::reserve(client, &server, name, max_id, max_value, n, true)? {
+                    Remote::Range { first, last } => Ok((first, last)),
+                    Remote::Short { left } => Err(left),
+                }
+            }
+            None => reserve_exact(max_id, max_value, n).map_err(|e| e.left),
+        };
+        match range {
+            Err(left) => Ok(BulkReservation::NotEnough { left }),
             Ok((first, last)) => {
-                client.update(
-                    "UPDATE id_gen.sequences SET max_id = $2, updated_at = now() WHERE name = $1",
-                    None,
-                    &[name.into(), last.into()],
-                )?;
+                set_max_id(client, name, last)?;
                 Ok(BulkReservation::Range { first })
             }
         }

@@ -11,13 +11,16 @@
 //!
 //! Module graph (no circles): `mod` → {`local`, `wait`, `bulk`, `slots`, `catalog`,
 //! `worker`, `key`}; `wait`/`bulk` → {`slots`, `registry`, `worker`}; `worker` →
-//! {`slots`, `catalog`, `registry`, `key`}; `slots` → `key`; `shmem.rs` knows none of them.
+//! {`slots`, `catalog`, `authority`, `registry`, `key`}; `catalog` → `authority`;
+//! `slots` → `key`; `shmem.rs` knows none of them. `authority` (a central segment
+//! authority over postgres_fdw) is also used by `sequences.rs` to check the argument.
 //!
 //! Invariants: input is validated before it gets here (names are `SeqName`s); errors
 //! are raised only after every shared-memory lock has been released; a caller never
 //! waits longer than `id_gen.refill_timeout`, and never consumes more values than it
 //! returns beyond the rest of a segment.
 
+pub mod authority;
 pub mod bulk;
 pub mod catalog;
 pub mod key;
@@ -28,6 +31,7 @@ pub mod wait;
 pub mod worker;
 
 use crate::access::{self, Kind, Stamp};
+use crate::clock::Deadline;
 use crate::errors::{checked_name, raise, spi_failed, Code};
 use id_gen_core::segment::Take;
 use key::SlotKey;
@@ -199,11 +203,33 @@ fn request_standby(idx: usize) {
     let _ = worker::ensure_and_wake(my_db());
 }
 
+/// Bounds how long a caller keeps starting over after its slot was reassigned under it
+/// (a concurrent drop, a re-created sequence): `id_gen.refill_timeout` in all, then
+/// 55000, so that no interleaving can keep a caller busy for longer.
+struct RetryBudget(Option<Deadline>);
+
+impl RetryBudget {
+    fn new() -> RetryBudget {
+        RetryBudget(None)
+    }
+
+    #[cold]
+    fn spend(&mut self, target: Target, idx: usize) {
+        let deadline = self
+            .0
+            .get_or_insert_with(|| Deadline::after_ms(crate::gucs::REFILL_TIMEOUT_MS.get() as u64));
+        if deadline.passed() {
+            wait::timed_out(my_db(), idx, &target.describe(), deadline);
+        }
+    }
+}
+
 /// Takes up to `want` values from the target's segments; `(first, count, slot, gen)`.
 /// Waits for the worker only when both segments are empty.
 #[inline]
 fn take_from_chain(target: Target, want: u64) -> Result<(i64, u64, usize, u64), PeriodClosed> {
     require_cache();
+    let mut budget = RetryBudget::new();
     loop {
         let (idx, gen) = slot_for(target);
         let s = slots::slot(idx);
@@ -220,6 +246,7 @@ fn take_from_chain(target: Target, want: u64) -> Result<(i64, u64, usize, u64), 
             } => {
                 if s.generation.load(Ordering::Acquire) != gen {
                     target.forget(); // slot reassigned under us: drop the value, retry
+                    budget.spend(target, idx);
                     continue;
                 }
                 count_calls(idx, count);
@@ -237,9 +264,13 @@ fn take_from_chain(target: Target, want: u64) -> Result<(i64, u64, usize, u64), 
                     Ok(()) => {
                         if s.generation.load(Ordering::Acquire) != gen {
                             target.forget();
+                            budget.spend(target, idx);
                         }
                     }
-                    Err(stop) => stopped(target, stop)?,
+                    Err(stop) => {
+                        stopped(target, stop)?;
+                        budget.spend(target, idx);
+                    }
                 }
             }
         }
@@ -330,11 +361,17 @@ pub fn take_one(name: &str, gene: Option<u16>) -> (i64, usize, u64, Stamp) {
 
 /// The hot path of a caller that remembers the slot it used last (a call site's
 /// `fn_extra`): one value from slot `idx` if it still has generation `gen`, the access
-/// stamp is still `stamp` and a value is at hand, counting calls in `pending`. `None`:
-/// use [`take_one`].
+/// stamp is still `stamp` (not compared when `None`: the superuser-only benchmark
+/// baseline) and a value is at hand, counting calls in `pending`. `None`: use
+/// [`take_one`].
 #[inline]
-pub fn take_one_cached(idx: usize, gen: u64, stamp: Stamp, pending: &mut u64) -> Option<i64> {
-    if access::stamp() != stamp {
+pub fn take_one_cached(
+    idx: usize,
+    gen: u64,
+    stamp: Option<Stamp>,
+    pending: &mut u64,
+) -> Option<i64> {
+    if stamp.is_some_and(|s| s != access::stamp()) {
         return None;
     }
     let s = slots::slot(idx);
@@ -393,6 +430,7 @@ pub fn take_runs(name: &str, n: u64) -> Vec<(i64, u64)> {
     }
     let mut runs = vec![];
     let mut left = n;
+    let mut budget = RetryBudget::new();
     while left > 0 {
         let (idx, gen) = slot_for(target);
         let segment = slots::slot(idx).last_step.load(Ordering::Relaxed).max(1);
@@ -408,6 +446,7 @@ pub fn take_runs(name: &str, n: u64) -> Vec<(i64, u64)> {
                 }
                 Err(bulk::BulkStop::Retry) => {
                     target.forget();
+                    budget.spend(target, idx);
                     continue;
                 }
                 Err(bulk::BulkStop::NotEnough { left: room }) => raise(

@@ -16,8 +16,8 @@
 //! * the map lock (exclusive): the hash map, the free list (`free_head`, `next_free`)
 //!   and every change of a slot's identity (`key`, `in_use`, allocation and release);
 //! * slot i's lock: `key` reads outside the map lock (shared mode), the chain's
-//!   `publish_standby`/`switch_to_standby`/`reset`, `state`, `incarnation`, and the
-//!   bulk mailbox (`bulk_*`);
+//!   `publish_standby`/`switch_to_standby`/`reset`, `state`, `incarnation`, the
+//!   bulk mailbox (`bulk_*`) and the diagnostics (`authority`, `last_error*`);
 //! * no lock: the chain's wait-free takes, the striped call counter and the statistics
 //!   (atomics written by the worker, read racily by the status view).
 //!
@@ -104,8 +104,20 @@ pub struct Slot {
     pub rate_bits: AtomicU64,
     pub last_refill_us: AtomicU64,
     pub last_refill_at: AtomicI64,
+    /// Diagnostics of the last reservation attempt, written by the worker under the slot
+    /// lock and read under it (see [`set_diagnostics`], [`diagnostics`]): the authority
+    /// it used (empty: local), and the error of the last failed attempt (cleared by the
+    /// next success) with its time (unix ms; 0: none).
+    authority: UnsafeCell<[u8; AUTHORITY_LEN]>,
+    last_error: UnsafeCell<[u8; LAST_ERROR_LEN]>,
+    last_error_at_ms: AtomicI64,
     pub cv: UnsafeCell<pg_sys::ConditionVariable>,
 }
+
+/// Room for an authority (a foreign server name) in a slot.
+const AUTHORITY_LEN: usize = 64;
+/// Room for the text of the last reservation error in a slot (longer texts are cut).
+pub const LAST_ERROR_LEN: usize = 256;
 
 static TABLE: AtomicPtr<SlotTable> = AtomicPtr::new(std::ptr::null_mut());
 static SLOTS: AtomicPtr<Slot> = AtomicPtr::new(std::ptr::null_mut());
@@ -332,6 +344,7 @@ fn reset_slot(s: &Slot, incarnation: i64) {
     s.bulk_state.store(BULK_IDLE, Ordering::Release);
     s.bulk_owner.store(0, Ordering::Relaxed);
     s.bulk_ticket.fetch_add(1, Ordering::AcqRel);
+    let _ = write_diagnostics(s, None, None);
 }
 
 /// Returns slot `i` to the free list, marking it dropped for anyone still holding it.
@@ -407,6 +420,88 @@ pub fn clear_verdicts(dboid: u32, name: &id_gen_core::name::SeqName) {
             }
         }
         broadcast(i);
+    }
+}
+
+/// What the status view and a timed-out caller learn about slot `i`'s reservations.
+pub struct Diagnostics {
+    /// The foreign server its sequence reserves from (`None`: the local catalog, or no
+    /// reservation yet).
+    pub authority: Option<String>,
+    /// The error of the last failed reservation and its time (unix ms), if the last
+    /// attempt failed.
+    pub last_error: Option<(String, i64)>,
+}
+
+/// Copies `text` into a fixed-size, NUL-padded field, cut at a character boundary.
+fn store_text(field: &mut [u8], text: &str) {
+    let mut end = text.len().min(field.len() - 1);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    field.fill(0);
+    field[..end].copy_from_slice(&text.as_bytes()[..end]);
+}
+
+fn load_text(field: &[u8]) -> Option<String> {
+    let end = field.iter().position(|&b| b == 0).unwrap_or(field.len());
+    (end > 0).then(|| String::from_utf8_lossy(&field[..end]).into_owned())
+}
+
+/// The error a slot had before [`set_diagnostics`] recorded a new outcome.
+#[derive(PartialEq, Eq)]
+pub enum PreviousError {
+    None,
+    /// The same text as the new error (as stored: cut to the field's size).
+    Same,
+    Other,
+}
+
+/// Slot lock held exclusively.
+fn write_diagnostics(s: &Slot, authority: Option<&str>, error: Option<&str>) -> PreviousError {
+    // SAFETY: the caller holds the slot lock exclusively; these fields are only accessed
+    // under it.
+    let (before, after) = unsafe {
+        let before = load_text(&*s.last_error.get());
+        store_text(&mut *s.authority.get(), authority.unwrap_or(""));
+        store_text(&mut *s.last_error.get(), error.unwrap_or(""));
+        (before, load_text(&*s.last_error.get()))
+    };
+    let at = if error.is_some() {
+        crate::clock::wall_ms()
+    } else {
+        0
+    };
+    s.last_error_at_ms.store(at, Ordering::Relaxed);
+    match before {
+        None => PreviousError::None,
+        Some(b) if Some(&b) == after.as_ref() => PreviousError::Same,
+        Some(_) => PreviousError::Other,
+    }
+}
+
+/// Records the outcome of a reservation attempt for slot `i`: the authority used and
+/// the error, if it failed (`None` clears the last error). The caller holds the slot
+/// lock (exclusively).
+pub fn set_diagnostics(i: usize, authority: Option<&str>, error: Option<&str>) -> PreviousError {
+    write_diagnostics(slot(i), authority, error)
+}
+
+/// Reads slot `i`'s diagnostics under its lock (shared).
+pub fn diagnostics(i: usize) -> Diagnostics {
+    let s = slot(i);
+    let _g = slot_lock_shared(i);
+    // SAFETY: written only under this slot's lock held exclusively.
+    let (authority, error) = unsafe {
+        (
+            load_text(&*s.authority.get()),
+            load_text(&*s.last_error.get()),
+        )
+    };
+    let at = s.last_error_at_ms.load(Ordering::Relaxed);
+    Diagnostics {
+        authority,
+        last_error: error.map(|e| (e, at)),
     }
 }
 

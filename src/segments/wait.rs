@@ -104,17 +104,41 @@ pub fn keep_worker_alive(dboid: u32, what: &str, last_check: &mut Deadline) {
     }
 }
 
-/// Raises 55000: nothing arrived for `what` within the deadline.
-pub fn timed_out(dboid: u32, what: &str, deadline: &Deadline) -> ! {
-    raise_detail(
-        Code::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
-        format!(
-            "id_gen: no segment for {what} arrived within {} ms",
-            deadline.limit_ms()
+const WORKER_HINT: &str = "Check the id_gen refill worker in pg_stat_activity and the server log; id_gen.refill_timeout sets how long callers wait.";
+
+/// Raises 55000: nothing arrived for `what` (slot `idx`) within the deadline. The
+/// message names the authority and the last error when the worker's last reservation
+/// attempt failed (an authority that does not answer, a locked row).
+pub fn timed_out(dboid: u32, idx: usize, what: &str, deadline: &Deadline) -> ! {
+    let waited = format!(
+        "id_gen: no segment for {what} arrived within {} ms",
+        deadline.limit_ms()
+    );
+    let pid = registry::worker_pid(dboid);
+    let diagnostics = slots::diagnostics(idx);
+    match (diagnostics.last_error, diagnostics.authority) {
+        (Some((error, at)), Some(authority)) => raise_detail(
+            Code::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            format!("{waited}: its authority \"{authority}\" failed: {error}"),
+            format!(
+                "The last attempt failed {} ms ago; the refill worker (pid {pid}) retries every second and serves again as soon as the authority answers.",
+                (crate::clock::wall_ms() - at).max(0)
+            ),
+            Some(&format!("Check the ID database behind foreign server \"{authority}\" and this server's user mapping for it; id_gen.refill_timeout sets how long callers wait.")),
         ),
-        format!("refill worker pid: {}", registry::worker_pid(dboid)),
-        Some("Check the id_gen refill worker in pg_stat_activity and the server log; id_gen.refill_timeout sets how long callers wait."),
-    )
+        (Some((error, _)), None) => raise_detail(
+            Code::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            format!("{waited}: the last reservation failed: {error}"),
+            format!("refill worker pid: {pid}"),
+            Some(WORKER_HINT),
+        ),
+        (None, _) => raise_detail(
+            Code::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            waited,
+            format!("refill worker pid: {pid}"),
+            Some(WORKER_HINT),
+        ),
+    }
 }
 
 /// Waits until slot `idx` has a segment for the caller (then returns `Ok`; the caller
@@ -145,7 +169,7 @@ pub fn wait_for_segment(
         keep_worker_alive(dboid, what, &mut alive_check);
         if deadline.passed() {
             drop(sleep);
-            timed_out(dboid, what, &deadline);
+            timed_out(dboid, idx, what, &deadline);
         }
         sleep.sleep(deadline.left_ms(200));
     }

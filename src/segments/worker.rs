@@ -19,7 +19,14 @@
 //! * No shared-memory lock is held across SPI; slot locks are taken only to publish.
 //! * An error in one refill aborts that transaction only; it is recorded in the slot
 //!   (callers get a clear ERROR) and the worker keeps serving.
+//! * A sequence with a central authority (`authority.rs`) reserves there. A failed
+//!   authority reservation is no verdict: the slot keeps `refill_wanted`, its last error
+//!   and time go into the slot, and the worker retries about once a second, so callers
+//!   wait (up to `id_gen.refill_timeout`) and service resumes by itself when the
+//!   authority answers again. Two nodes moving the central row at once make one of them
+//!   fail to serialize; that attempt is repeated at once.
 
+use super::authority;
 use super::catalog::{self, BulkReservation, Reservation};
 use super::key::{Counter, SlotKey};
 use super::registry;
@@ -78,10 +85,26 @@ pub fn check_alive(dboid: u32) -> Result<(), &'static str> {
 /// Why a refill transaction failed.
 #[derive(Debug)]
 struct TxnError {
+    /// Message and detail.
     message: String,
+    code: PgSqlErrorCode,
+}
+
+impl TxnError {
     /// The catalog row was locked longer than the worker's lock_timeout (55P03): try
     /// again on a later pass instead of failing callers.
-    lock_busy: bool,
+    fn lock_busy(&self) -> bool {
+        self.code == PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE
+    }
+
+    /// Another transaction moved the same (central) row first: try again at once.
+    fn conflict(&self) -> bool {
+        matches!(
+            self.code,
+            PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE
+                | PgSqlErrorCode::ERRCODE_T_R_DEADLOCK_DETECTED
+        )
+    }
 }
 
 impl std::fmt::Display for TxnError {
@@ -107,8 +130,8 @@ fn in_transaction<R>(body: impl FnOnce() -> R + std::panic::UnwindSafe) -> Resul
                 | pg_sys::panic::CaughtError::RustPanic { ereport: r, .. } => r,
             };
             Err(TxnError {
-                message: r.message().to_string(),
-                lock_busy: r.sql_error_code() == PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,
+                message: authority::with_detail(r.message(), r.detail()),
+                code: r.sql_error_code(),
             })
         })
         .execute();
@@ -130,6 +153,52 @@ fn in_transaction<R>(body: impl FnOnce() -> R + std::panic::UnwindSafe) -> Resul
             }
             Err(msg)
         }
+    }
+}
+
+/// The outcome of a reservation transaction and the authority it contacted, if any.
+type Attempt<R> = (Result<pgrx::spi::SpiResult<R>, TxnError>, Option<String>);
+
+/// Runs a reservation in a transaction of its own (see [`in_transaction`]), and again at
+/// once (up to 5 tries, a few ms apart) while an authority reports a serialization
+/// failure: the remote transaction is REPEATABLE READ, so two nodes moving the central
+/// row at once make the later one fail.
+fn reserve_in_transaction<R>(
+    body: impl Fn() -> pgrx::spi::SpiResult<R> + std::panic::RefUnwindSafe,
+) -> Attempt<R> {
+    let mut tries = 0;
+    loop {
+        authority::start_attempt();
+        let outcome = in_transaction(&body);
+        let contacted = authority::finish_attempt();
+        tries += 1;
+        match &outcome {
+            Err(e) if contacted.is_some() && e.conflict() && tries < 5 => {
+                // SAFETY: a short plain sleep of this process.
+                unsafe { pg_sys::pg_usleep(2_000 * tries) };
+            }
+            _ => return (outcome, contacted),
+        }
+    }
+}
+
+/// What a failed attempt means for the slot.
+enum Failure {
+    /// Try again later, leaving callers waiting: the catalog row was locked, or the
+    /// authority did not answer. Retry after this many ms.
+    RetryAfter(i64),
+    /// A verdict: callers get an error ("refill failed").
+    Failed,
+}
+
+/// Classifies a failed attempt; `None` if it succeeded.
+fn failure<R>(attempt: &Attempt<R>) -> Option<(Failure, String)> {
+    match attempt {
+        (Ok(Ok(_)), _) => None,
+        (Err(e), _) if e.lock_busy() => Some((Failure::RetryAfter(2_000), e.to_string())),
+        (Err(e), Some(_)) => Some((Failure::RetryAfter(1_000), e.to_string())),
+        (Err(e), None) => Some((Failure::Failed, e.to_string())),
+        (Ok(Err(e)), _) => Some((Failure::Failed, e.to_string())),
     }
 }
 
@@ -235,18 +304,18 @@ fn serve_once(dboid: u32, memory: &mut HashMap<usize, SlotMemory>) {
         s.rate_bits
             .store(rate.unwrap_or(0.0).to_bits(), Ordering::Relaxed);
 
-        if s.bulk_state.load(Ordering::Acquire) == BULK_REQUESTED
-            && m.retry_after_ms <= now
-            && matches!(serve_bulk(i, gen), Refilled::RowLocked)
-        {
-            m.retry_after_ms = wall_ms() + 2_000;
+        if s.bulk_state.load(Ordering::Acquire) == BULK_REQUESTED && m.retry_after_ms <= now {
+            if let Refilled::RetryAfter(ms) = serve_bulk(i, gen) {
+                m.retry_after_ms = wall_ms() + ms;
+            }
         }
         let wanted = s.refill_wanted.load(Ordering::Acquire) != 0;
         if !wanted || !s.chain.needs_standby() || s.state.load(Ordering::Acquire) != STATE_OK {
             continue;
         }
-        // A slot whose catalog row was locked waits a little before the next try, so one
-        // held row costs the other sequences at most one lock_timeout every 2 seconds.
+        // A slot whose catalog row was locked, or whose authority did not answer, waits
+        // a little before the next try, so one held row costs the other sequences at
+        // most one lock_timeout every 2 seconds (an authority: one try a second).
         if m.retry_after_ms > now {
             continue;
         }
@@ -264,7 +333,7 @@ fn serve_once(dboid: u32, memory: &mut HashMap<usize, SlotMemory>) {
                 m.refilled_at_ms = wall_ms();
                 m.retry_after_ms = 0;
             }
-            Refilled::RowLocked => m.retry_after_ms = wall_ms() + 2_000,
+            Refilled::RetryAfter(ms) => m.retry_after_ms = wall_ms() + ms,
             Refilled::Nothing => m.retry_after_ms = 0,
         }
     }
@@ -273,8 +342,9 @@ fn serve_once(dboid: u32, memory: &mut HashMap<usize, SlotMemory>) {
 enum Refilled {
     /// A segment of this size was published.
     Step(u64),
-    /// The catalog row was locked by someone else: try again later.
-    RowLocked,
+    /// The catalog row was locked, or the authority did not answer: try again after
+    /// this many ms (callers keep waiting).
+    RetryAfter(i64),
     Nothing,
 }
 
@@ -286,32 +356,38 @@ fn refill(i: usize, gen: u64, rate: Option<f64>, history: StepHistory) -> Refill
     };
     let incarnation = s.incarnation.load(Ordering::Relaxed);
     let started = std::time::Instant::now();
-    let outcome = match key.counter() {
+    let attempt = match key.counter() {
         // A serial period: the slot's "incarnation" is the period's local start.
         Counter::SerialPeriod { serial, period } => {
-            in_transaction(|| catalog::reserve_serial(serial, period, incarnation))
+            reserve_in_transaction(|| catalog::reserve_serial(serial, period, incarnation))
         }
         Counter::Sequence { name, .. } => {
-            in_transaction(|| catalog::reserve_segment(name, incarnation, rate, history))
+            reserve_in_transaction(|| catalog::reserve_segment(name, incarnation, rate, history))
         }
     };
     let durable = commits_are_durable();
     let elapsed_us = started.elapsed().as_micros() as u64;
+    let failed = failure(&attempt);
+    let (outcome, authority) = &attempt;
     let mut dropped = false;
     let mut result = Refilled::Nothing;
+    let mut previous = PreviousError::None;
     {
         let _g = slots::slot_lock(i);
         if s.generation.load(Ordering::Acquire) == gen {
-            match &outcome {
-                Ok(Ok(_)) if !durable => s.state.store(STATE_REFILL_FAILED, Ordering::Release),
-                Ok(Ok((
-                    Reservation::Segment {
-                        first,
-                        last,
-                        preload_threshold,
-                    },
-                    step,
-                ))) => {
+            match (outcome, &failed) {
+                (Ok(Ok(_)), _) if !durable => s.state.store(STATE_REFILL_FAILED, Ordering::Release),
+                (
+                    Ok(Ok((
+                        Reservation::Segment {
+                            first,
+                            last,
+                            preload_threshold,
+                        },
+                        step,
+                    ))),
+                    _,
+                ) => {
                     let len = (last - first + 1) as u64;
                     s.chain.publish_standby(
                         *first as u64,
@@ -324,25 +400,25 @@ fn refill(i: usize, gen: u64, rate: Option<f64>, history: StepHistory) -> Refill
                     s.last_refill_at.store(wall_ms(), Ordering::Relaxed);
                     result = Refilled::Step(*step);
                 }
-                Ok(Ok((Reservation::Dropped, _))) => {
+                (Ok(Ok((Reservation::Dropped, _))), _) => {
                     s.state.store(STATE_DROPPED, Ordering::Release);
                     dropped = true;
                 }
-                Ok(Ok((Reservation::Exhausted, _))) => {
+                (Ok(Ok((Reservation::Exhausted, _))), _) => {
                     s.state.store(STATE_EXHAUSTED, Ordering::Release)
                 }
-                Ok(Ok((Reservation::PeriodClosed, _))) => {
+                (Ok(Ok((Reservation::PeriodClosed, _))), _) => {
                     s.state.store(STATE_PERIOD_CLOSED, Ordering::Release)
                 }
-                Err(TxnError {
-                    lock_busy: true, ..
-                }) => {
-                    // Someone holds the catalog row; callers keep waiting, we retry.
+                (_, Some((Failure::RetryAfter(ms), _))) => {
+                    // Someone holds the catalog row, or the authority is away: callers
+                    // keep waiting, we retry.
                     s.refill_wanted.store(1, Ordering::Release);
-                    result = Refilled::RowLocked;
+                    result = Refilled::RetryAfter(*ms);
                 }
-                Ok(Err(_)) | Err(_) => s.state.store(STATE_REFILL_FAILED, Ordering::Release),
+                _ => s.state.store(STATE_REFILL_FAILED, Ordering::Release),
             }
+            previous = record(i, authority, &failed, durable);
         }
     }
     slots::broadcast(i);
@@ -351,31 +427,62 @@ fn refill(i: usize, gen: u64, rate: Option<f64>, history: StepHistory) -> Refill
     if dropped {
         slots::purge_key(&key);
     }
-    log_failure(&key, &outcome, durable);
+    log_outcome(&key, &attempt, &failed, durable, previous);
     result
 }
 
-fn log_failure<T>(
-    key: &SlotKey,
-    outcome: &Result<pgrx::spi::SpiResult<T>, TxnError>,
+/// Records an attempt's authority and error in slot `i` (slot lock held); says what
+/// error the slot had before.
+fn record(
+    i: usize,
+    authority: &Option<String>,
+    failed: &Option<(Failure, String)>,
     durable: bool,
+) -> PreviousError {
+    let error = match failed {
+        Some((_, text)) => Some(text.as_str()),
+        None if !durable => {
+            Some("refused to publish: synchronous_commit is not on in the refill worker")
+        }
+        None => None,
+    };
+    slots::set_diagnostics(i, authority.as_deref(), error)
+}
+
+/// Logs a failed attempt, once per distinct error for an authority that keeps failing
+/// (it is retried every second), and an authority's recovery.
+fn log_outcome<R>(
+    key: &SlotKey,
+    (_, authority): &Attempt<R>,
+    failed: &Option<(Failure, String)>,
+    durable: bool,
+    previous: PreviousError,
 ) {
     let shown = key.display();
-    match outcome {
-        Ok(Ok(_)) if !durable => log!(
+    match (failed, authority) {
+        (None, _) if !durable => log!(
             "id_gen: refused to publish values of \"{shown}\": synchronous_commit is not on in the refill worker"
         ),
-        Ok(Err(e)) => log!("id_gen: refill of \"{shown}\" failed: {e}"),
-        Err(e) if !e.lock_busy => log!("id_gen: refill of \"{shown}\" failed: {e}"),
-        _ => {}
+        (None, Some(server)) if previous != PreviousError::None => log!(
+            "id_gen: authority \"{server}\" serves \"{shown}\" again"
+        ),
+        (Some((Failure::RetryAfter(_), text)), Some(server)) => {
+            if previous != PreviousError::Same {
+                log!("id_gen: reservation of \"{shown}\" from authority \"{server}\" failed (retrying every second): {text}");
+            }
+        }
+        (Some((Failure::RetryAfter(_), _)), None) => {} // a locked row: retried quietly
+        (Some((Failure::Failed, text)), _) => log!("id_gen: refill of \"{shown}\" failed: {text}"),
+        (None, _) => {}
     }
 }
 
 /// Serves the bulk request in slot `i`'s mailbox: one exact reservation, committed
 /// before the range is handed back. A request that was withdrawn or replaced meanwhile
 /// (the ticket moved) leaves its range unused: a gap, never a repeat. A locked catalog
-/// row leaves the request pending (the caller keeps waiting, we retry later); a dropped
-/// row frees the slot, so the caller looks the sequence up again and gets 42704.
+/// row or an authority that does not answer leaves the request pending (the caller
+/// keeps waiting, we retry later); a dropped row frees the slot, so the caller looks the
+/// sequence up again and gets 42704.
 fn serve_bulk(i: usize, gen: u64) -> Refilled {
     let s = slots::slot(i);
     let Some(key) = slots::key_of(i) else {
@@ -395,31 +502,32 @@ fn serve_bulk(i: usize, gen: u64) -> Refilled {
         )
     };
     let incarnation = s.incarnation.load(Ordering::Relaxed);
-    let outcome = in_transaction(|| catalog::reserve_bulk(name, incarnation, want));
-    if let Err(TxnError {
-        lock_busy: true, ..
-    }) = outcome
-    {
-        return Refilled::RowLocked;
-    }
+    let attempt = reserve_in_transaction(|| catalog::reserve_bulk(name, incarnation, want));
+    let failed = failure(&attempt);
     let durable = commits_are_durable();
     let mut dropped = false;
+    let mut result = Refilled::Nothing;
+    let mut previous = PreviousError::None;
     {
         let _g = slots::slot_lock(i);
         let current = s.generation.load(Ordering::Acquire) == gen
             && s.bulk_ticket.load(Ordering::Acquire) == ticket
             && s.bulk_state.load(Ordering::Acquire) == BULK_REQUESTED;
         if current {
-            let state = match &outcome {
-                Ok(Ok(BulkReservation::Range { first })) if durable => {
+            let state = match (&attempt.0, &failed) {
+                (_, Some((Failure::RetryAfter(ms), _))) => {
+                    result = Refilled::RetryAfter(*ms);
+                    BULK_REQUESTED // pending: the caller keeps waiting
+                }
+                (Ok(Ok(BulkReservation::Range { first })), _) if durable => {
                     s.bulk_first.store(*first, Ordering::Release);
                     BULK_DONE
                 }
-                Ok(Ok(BulkReservation::NotEnough { left })) => {
+                (Ok(Ok(BulkReservation::NotEnough { left })), _) => {
                     s.bulk_left.store(*left, Ordering::Release);
                     BULK_NOT_ENOUGH
                 }
-                Ok(Ok(BulkReservation::Dropped)) => {
+                (Ok(Ok(BulkReservation::Dropped)), _) => {
                     // Freed below: the new generation sends the caller to the catalog.
                     dropped = true;
                     BULK_REQUESTED
@@ -427,6 +535,9 @@ fn serve_bulk(i: usize, gen: u64) -> Refilled {
                 _ => BULK_FAILED,
             };
             s.bulk_state.store(state, Ordering::Release);
+            previous = record(i, &attempt.1, &failed, durable);
+        } else if let Some((Failure::RetryAfter(ms), _)) = &failed {
+            result = Refilled::RetryAfter(*ms);
         }
     }
     if dropped {
@@ -434,6 +545,6 @@ fn serve_bulk(i: usize, gen: u64) -> Refilled {
     } else {
         slots::broadcast(i);
     }
-    log_failure(&key, &outcome, durable);
-    Refilled::Nothing
+    log_outcome(&key, &attempt, &failed, durable, previous);
+    result
 }

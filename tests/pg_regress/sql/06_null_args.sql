@@ -27,6 +27,7 @@ SELECT CASE
          WHEN arg = 'date_format' THEN '''YYYYMMDD'''
          WHEN arg = 'time_zone' THEN '''UTC'''
          WHEN arg = 'prefix' THEN '''P'''
+         WHEN arg = 'authority' THEN '''local'''
          WHEN arg IN ('shard', 'into') THEN '''shard_a'''
          ELSE '''null_probe''' END
   -- integers: by argument name, else 1

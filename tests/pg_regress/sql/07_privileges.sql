@@ -8,7 +8,7 @@ CREATE ROLE idg_app NOLOGIN;                 -- the application's login role
 CREATE ROLE idg_readers NOLOGIN;             -- a group role that gets USAGE
 CREATE ROLE idg_member NOLOGIN IN ROLE idg_readers;
 CREATE ROLE idg_other NOLOGIN;               -- another application
-GRANT EXECUTE ON FUNCTION id_gen.create_sequence(text, bigint, bigint, bigint, bigint, integer, real, bigint, integer, text, bigint) TO idg_dba;
+GRANT EXECUTE ON FUNCTION id_gen.create_sequence(text, bigint, bigint, bigint, bigint, integer, real, bigint, integer, text, bigint, text) TO idg_dba;
 GRANT EXECUTE ON FUNCTION id_gen.create_serial(text, text, integer, integer, integer, text, integer, text) TO idg_dba;
 GRANT idg_app_owner TO idg_dba;              -- so the DBA may hand sequences to it
 GRANT CREATE ON SCHEMA public TO idg_app, idg_other;
@@ -176,6 +176,6 @@ DROP TABLE app_orders_t;
 DROP FUNCTION public.app_next();
 SELECT id_gen.drop_sequence('app_orders'), id_gen.drop_sequence('app_serial'), id_gen.drop_serial('app_serial');
 REVOKE CREATE ON SCHEMA public FROM idg_app, idg_other;
-REVOKE EXECUTE ON FUNCTION id_gen.create_sequence(text, bigint, bigint, bigint, bigint, integer, real, bigint, integer, text, bigint) FROM idg_dba;
+REVOKE EXECUTE ON FUNCTION id_gen.create_sequence(text, bigint, bigint, bigint, bigint, integer, real, bigint, integer, text, bigint, text) FROM idg_dba;
 REVOKE EXECUTE ON FUNCTION id_gen.create_serial(text, text, integer, integer, integer, text, integer, text) FROM idg_dba;
 DROP ROLE idg_member, idg_readers, idg_app, idg_other, idg_dba, idg_app_owner;
