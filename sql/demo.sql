@@ -21,6 +21,15 @@ CREATE TABLE invoices (
 INSERT INTO invoices (amount) SELECT g * 1.5 FROM generate_series(1, 5) g;
 SELECT * FROM invoices ORDER BY id;
 SELECT count(*) AS bulk_ids FROM id_gen.next_segment_ids('orders', 100000);
+-- A large request is one exact reservation: one run, at once (capped per call by max_bulk).
+SELECT count(*) AS runs, sum(last_id - first_id + 1) AS ids
+FROM id_gen.next_segment_ranges('orders', 50000000);
+-- Each sequence has an owner; other roles need a grant, as for GRANT USAGE ON SEQUENCE.
+CREATE ROLE demo_app;
+SELECT id_gen.grant_usage('orders', 'demo_app');
+SELECT name, owner, max_bulk, (SELECT array_agg(grantee) FROM id_gen.usage_grants g
+                               WHERE g.kind = 'sequence' AND g.name = s.name) AS grantees
+FROM id_gen.sequences s;
 
 -- 4. The seed's test_order table, ported to PostgreSQL: the buyer's shard gene is baked
 --    into order_id (by a trigger, since a DEFAULT cannot read other columns); the

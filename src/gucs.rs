@@ -13,6 +13,9 @@ pub static MAX_SEQUENCES: GucSetting<i32> = GucSetting::<i32>::new(1024);
 pub static MAX_DATABASES: GucSetting<i32> = GucSetting::<i32>::new(16);
 /// How long a caller waits for a segment when both buffers are empty.
 pub static REFILL_TIMEOUT_MS: GucSetting<i32> = GucSetting::<i32>::new(10_000);
+/// Segments (× each sequence's `max_step`) a promoted server skips before its first
+/// reservation, against ids that an asynchronously replicated old primary handed out.
+pub static PROMOTION_SKIP_SEGMENTS: GucSetting<i32> = GucSetting::<i32>::new(0);
 /// Default `buffer_seconds` for new sequences.
 pub static DEFAULT_BUFFER_SECONDS: GucSetting<i32> = GucSetting::<i32>::new(30);
 
@@ -67,6 +70,18 @@ fn define_runtime() {
         86_400,
         GucContext::Suset,
         GucFlags::UNIT_S,
+    );
+    // SIGHUP, not SUSET: the refill worker applies it, and a worker never sees a
+    // session's settings; it belongs in postgresql.conf of every standby, before failover.
+    GucRegistry::define_int_guc(
+        c"id_gen.promotion_skip_segments",
+        c"Segments each sequence skips when a promoted server first reserves (asynchronous replication).",
+        c"After promotion, max_id of every local sequence moves up by this many x max_step before the first reservation, so ids handed out by an old primary whose last reservations never reached this standby are not handed out again. 0: no skip (enough with synchronous replication).",
+        &PROMOTION_SKIP_SEGMENTS,
+        0,
+        1_000_000,
+        GucContext::Sighup,
+        GucFlags::default(),
     );
     GucRegistry::define_int_guc(
         c"id_gen.snowflake_max_lead",

@@ -305,3 +305,23 @@ pub fn reserve_serial(
         ))
     })
 }
+
+/// After a promotion: moves `max_id` of every local sequence (one without an authority,
+/// whose values a central server hands out) up by `segments` × its `max_step`, capped at
+/// `max_value`, so values that an asynchronously replicated old primary reserved after
+/// the last WAL this server received are not handed out again. Returns the rows moved.
+pub fn skip_after_promotion(segments: i32) -> SpiResult<u64> {
+    Spi::connect_mut(|client| {
+        let t = client.update(
+            &format!(
+                "WITH moved AS (UPDATE id_gen.sequences s SET updated_at = pg_catalog.now(), \
+                 max_id = GREATEST(s.max_id, LEAST(s.max_value::pg_catalog.numeric, \
+                   s.max_id::pg_catalog.numeric + $1::pg_catalog.numeric * s.max_step)::pg_catalog.int8) \
+                 WHERE {AUTHORITY_COLUMN} IS NULL RETURNING 1) SELECT pg_catalog.count(*) FROM moved"
+            ),
+            Some(1),
+            &[segments.into()],
+        )?;
+        Ok(t.first().get::<i64>(1)?.unwrap_or(0) as u64)
+    })
+}

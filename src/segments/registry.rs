@@ -2,7 +2,9 @@
 //! worker, its PID and latch, and when a backend last asked the postmaster to start one.
 //!
 //! ```text
-//! region "id_gen worker registry": DbWorker × id_gen.max_databases
+//! region "id_gen worker registry": DbWorker × id_gen.max_databases,
+//!                                   then u32 × id_gen.max_databases (databases that got
+//!                                   the promotion skip in this shared-memory lifetime)
 //! LWLock tranche "id_gen worker registry": lock 0 guards claiming and releasing entries
 //! ```
 //!
@@ -12,7 +14,9 @@
 
 use crate::shmem::{self, Guard, Region};
 use pgrx::pg_sys;
-use std::sync::atomic::{AtomicI32, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{
+    AtomicBool, AtomicI32, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, Ordering,
+};
 
 #[repr(C)]
 pub struct DbWorker {
@@ -27,6 +31,12 @@ pub struct DbWorker {
 static ENTRIES: AtomicPtr<DbWorker> = AtomicPtr::new(std::ptr::null_mut());
 static COUNT: AtomicU32 = AtomicU32::new(0);
 static LOCK: AtomicPtr<pg_sys::LWLockPadded> = AtomicPtr::new(std::ptr::null_mut());
+/// Databases whose sequences already skipped `id_gen.promotion_skip_segments`.
+static SKIPPED: AtomicPtr<AtomicU32> = AtomicPtr::new(std::ptr::null_mut());
+/// Set by the postmaster when it created shared memory while `standby.signal` or
+/// `recovery.signal` was in the data directory: this server started in recovery, so any
+/// worker that runs now runs after a promotion. Inherited by every forked child.
+static STARTED_IN_RECOVERY: AtomicBool = AtomicBool::new(false);
 
 fn configured() -> usize {
     crate::gucs::MAX_DATABASES.get() as usize
@@ -34,7 +44,7 @@ fn configured() -> usize {
 
 pub const REGION: Region = Region {
     name: c"id_gen worker registry",
-    size: || configured() * size_of::<DbWorker>(),
+    size: || configured() * (size_of::<DbWorker>() + size_of::<AtomicU32>()),
     extra: shmem::no_extra,
     locks: || 1,
     attach: attach_region,
@@ -43,11 +53,22 @@ pub const REGION: Region = Region {
 /// # Safety
 /// See [`Region::attach`].
 unsafe fn attach_region(base: *mut u8, fresh: bool, locks: *mut pg_sys::LWLockPadded) {
+    let workers = configured() * size_of::<DbWorker>();
     if fresh {
-        // SAFETY: a fresh area of configured() entries; all-zero is "unused".
-        unsafe { std::ptr::write_bytes(base, 0, configured() * size_of::<DbWorker>()) };
+        // SAFETY: a fresh area of configured() entries and dboids; all-zero is "unused".
+        unsafe { std::ptr::write_bytes(base, 0, workers + configured() * size_of::<AtomicU32>()) };
+        // The postmaster's working directory is the data directory.
+        let in_recovery = ["standby.signal", "recovery.signal"]
+            .iter()
+            .any(|f| std::path::Path::new(f).exists());
+        STARTED_IN_RECOVERY.store(in_recovery, Ordering::Release);
     }
     ENTRIES.store(base as *mut DbWorker, Ordering::Release);
+    // SAFETY: the dboid list follows the entries inside the same area (u32-aligned).
+    SKIPPED.store(
+        unsafe { base.add(workers) } as *mut AtomicU32,
+        Ordering::Release,
+    );
     COUNT.store(configured() as u32, Ordering::Release);
     LOCK.store(locks, Ordering::Release);
 }
@@ -173,4 +194,30 @@ pub fn wake_worker(dboid: u32) -> bool {
 
 pub fn worker_pid(dboid: u32) -> i32 {
     entry(dboid).map_or(0, |d| d.pid.load(Ordering::Acquire))
+}
+
+fn skipped() -> &'static [AtomicU32] {
+    // SAFETY: COUNT dboids were zeroed at startup and live as long as the server.
+    unsafe {
+        std::slice::from_raw_parts(
+            SKIPPED.load(Ordering::Acquire),
+            COUNT.load(Ordering::Acquire) as usize,
+        )
+    }
+}
+
+/// True if this server was promoted (it started in recovery) and the sequences of
+/// `dboid` have not yet skipped `id_gen.promotion_skip_segments` since.
+pub fn promotion_skip_pending(dboid: u32) -> bool {
+    STARTED_IN_RECOVERY.load(Ordering::Acquire)
+        && !skipped().iter().any(|d| d.load(Ordering::Acquire) == dboid)
+}
+
+/// Records that the sequences of `dboid` skipped (after the skip committed). With the
+/// list full the skip is simply applied again by a later worker: a gap, never a repeat.
+pub fn mark_promotion_skipped(dboid: u32) {
+    let _lock = registry_lock();
+    if let Some(free) = skipped().iter().find(|d| d.load(Ordering::Acquire) == 0) {
+        free.store(dboid, Ordering::Release);
+    }
 }

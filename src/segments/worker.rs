@@ -16,6 +16,19 @@
 //! * Publish strictly after COMMIT returns, and only when that COMMIT was durable
 //!   (`synchronous_commit` at least `on`; otherwise the worker refuses to publish): a crash can lose reserved values (a gap) but
 //!   never hand out a value whose reservation could roll back.
+//! * With synchronous replication (`synchronous_standby_names` set), publish only when
+//!   the synchronous standbys confirmed the reservation: a sync-rep wait that is
+//!   cancelled or terminated still commits locally (with a WARNING only), so after COMMIT
+//!   the worker publishes nothing while a termination is pending, and checks that enough
+//!   `sync`/`quorum` standbys report `flush_lsn` >= the commit's LSN
+//!   ([`unconfirmed`]). Unconfirmed values become a gap; callers keep waiting and the
+//!   next attempt reserves anew. A promoted standby therefore holds every reservation
+//!   whose values were ever handed out.
+//! * SIGTERM is PostgreSQL's `die` (it must cut a sync-rep wait short, which pgrx's flag
+//!   handler cannot); the main loop sees the pending termination and exits cleanly.
+//! * After a promotion (this server started in recovery), the first worker of a database
+//!   moves every local sequence up by `id_gen.promotion_skip_segments` × `max_step`
+//!   before any reservation: the margin against an asynchronously replicated old primary.
 //! * No shared-memory lock is held across SPI; slot locks are taken only to publish.
 //! * An error in one refill aborts that transaction only; it is recorded in the slot
 //!   (callers get a clear ERROR) and the worker keeps serving.
@@ -163,13 +176,16 @@ type Attempt<R> = (Result<pgrx::spi::SpiResult<R>, TxnError>, Option<String>);
 /// once (up to 5 tries, a few ms apart) while an authority reports a serialization
 /// failure: the remote transaction is REPEATABLE READ, so two nodes moving the central
 /// row at once make the later one fail.
+/// Also returns the LSN of the last commit (`XactLastCommitEnd`, read right after it).
 fn reserve_in_transaction<R>(
     body: impl Fn() -> pgrx::spi::SpiResult<R> + std::panic::RefUnwindSafe,
-) -> Attempt<R> {
+) -> (Attempt<R>, u64) {
     let mut tries = 0;
     loop {
         authority::start_attempt();
         let outcome = in_transaction(&body);
+        // SAFETY: a plain read of our own process's global, set by the commit above.
+        let commit_lsn = unsafe { pg_sys::XactLastCommitEnd };
         let contacted = authority::finish_attempt();
         tries += 1;
         match &outcome {
@@ -177,7 +193,7 @@ fn reserve_in_transaction<R>(
                 // SAFETY: a short plain sleep of this process.
                 unsafe { pg_sys::pg_usleep(2_000 * tries) };
             }
-            _ => return (outcome, contacted),
+            _ => return ((outcome, contacted), commit_lsn),
         }
     }
 }
@@ -210,6 +226,95 @@ fn commits_are_durable() -> bool {
     level >= pg_sys::SyncCommitLevel::SYNCHRONOUS_COMMIT_REMOTE_FLUSH as i32
 }
 
+unsafe extern "C-unwind" {
+    /// PostgreSQL's SIGTERM handler (`tcop/postgres.c`), itself: pgrx's `pg_sys::die`
+    /// is a guarded Rust wrapper, not fit for a signal handler.
+    fn die(postgres_signal_arg: std::ffi::c_int);
+}
+
+/// True once the worker was asked to terminate (SIGTERM: `die`). Nothing is published
+/// then, and no new transaction is started.
+fn terminating() -> bool {
+    // SAFETY: reads a flag set by our own signal handler.
+    unsafe { std::ptr::read_volatile(&raw const pg_sys::ProcDiePending) != 0 }
+}
+
+/// Logs without letting `errfinish` act on a pending termination (it runs
+/// CHECK_FOR_INTERRUPTS): the worker exits through its main loop, cleanly.
+fn log_held(text: &str) {
+    // SAFETY: HOLD_INTERRUPTS / RESUME_INTERRUPTS around one LOG message.
+    unsafe { pg_sys::InterruptHoldoffCount += 1 };
+    log!("{text}");
+    // SAFETY: see above.
+    unsafe { pg_sys::InterruptHoldoffCount -= 1 };
+}
+
+/// How many synchronous standbys must confirm a commit: `None` when commits do not wait
+/// for any (`synchronous_standby_names` empty, or no WAL senders). For `FIRST k` / `ANY
+/// k` it is k: the number PostgreSQL itself waits for.
+fn sync_standbys_required() -> Option<i64> {
+    // SAFETY: reads GUC variables of our own process (SyncRepConfig is set by the GUC's
+    // assign hook in every process; null while unset).
+    unsafe {
+        let names = pg_sys::SyncRepStandbyNames;
+        let requested = pg_sys::max_wal_senders > 0
+            && pg_sys::synchronous_commit
+                > pg_sys::SyncCommitLevel::SYNCHRONOUS_COMMIT_LOCAL_FLUSH as i32;
+        if !requested || names.is_null() || *names == 0 {
+            return None;
+        }
+        let config = pg_sys::SyncRepConfig;
+        Some(if config.is_null() {
+            1
+        } else {
+            (*config).num_sync.max(1) as i64
+        })
+    }
+}
+
+fn lsn_text(lsn: u64) -> String {
+    format!("{:X}/{:X}", lsn >> 32, lsn & 0xffff_ffff)
+}
+
+/// Why the reservation committed at `commit_lsn` must not be published, or `None` if it
+/// may be: a termination is pending (its sync-rep wait may have been cut short), a
+/// cancel arrived, or fewer synchronous standbys than required report having flushed
+/// the commit (a cancelled wait: syncrep.c clears the cancel flag itself, so the LSN is
+/// the real test). Logged; the caller records it in the slot and retries later.
+fn unconfirmed(commit_lsn: u64) -> Option<(Failure, String)> {
+    let lsn = lsn_text(commit_lsn);
+    // SAFETY: reads and clears a flag of our own process.
+    let cancelled = unsafe {
+        let c = std::ptr::read_volatile(&raw const pg_sys::QueryCancelPending) != 0;
+        std::ptr::write_volatile(&raw mut pg_sys::QueryCancelPending, 0);
+        c
+    };
+    let why = if terminating() {
+        format!("the refill worker was terminated while committing reservation {lsn}; its values are skipped")
+    } else if cancelled {
+        format!("the refill worker was cancelled while committing reservation {lsn}; its values are skipped")
+    } else {
+        let required = sync_standbys_required()?;
+        let count = in_transaction(|| {
+            Spi::get_one::<i64>(&format!(
+                "SELECT pg_catalog.count(*) FROM pg_catalog.pg_stat_replication \
+                 WHERE sync_state IN ('sync', 'quorum') AND flush_lsn >= '{lsn}'::pg_catalog.pg_lsn"
+            ))
+        });
+        match count {
+            Ok(Ok(Some(n))) if n >= required => return None,
+            Ok(Ok(n)) => format!(
+                "reservation {lsn} committed locally but only {} of {required} synchronous standbys confirmed it; its values are skipped",
+                n.unwrap_or(0)
+            ),
+            Ok(Err(e)) => format!("cannot check replication of reservation {lsn}: {e}"),
+            Err(e) => format!("cannot check replication of reservation {lsn}: {e}"),
+        }
+    };
+    log_held(&format!("id_gen: refused to publish: {why}"));
+    Some((Failure::RetryAfter(1_000), why))
+}
+
 /// Per-slot memory of the worker: rate meter and what it knows about the last refill.
 struct SlotMemory {
     generation: u64,
@@ -227,7 +332,10 @@ struct SlotMemory {
 #[unsafe(no_mangle)]
 pub extern "C-unwind" fn id_gen_worker_main(arg: pg_sys::Datum) {
     let dboid = arg.value() as u32;
-    BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
+    BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP);
+    // SAFETY: installs PostgreSQL's own SIGTERM handler for this process: it sets
+    // ProcDiePending and the latch, which also ends a synchronous-replication wait.
+    unsafe { pg_sys::pqsignal(pg_sys::SIGTERM as i32, Some(die)) };
     BackgroundWorker::connect_worker_to_spi_by_oid(Some(pg_sys::Oid::from(dboid)), None);
     if !crate::shmem::available() || !registry::register_worker(dboid) {
         return; // another worker serves this database
@@ -242,7 +350,7 @@ pub extern "C-unwind" fn id_gen_worker_main(arg: pg_sys::Datum) {
             .map(|v| v.unwrap_or(false))
     });
     match setup {
-        Ok(Ok(true)) if commits_are_durable() => {}
+        Ok(Ok(true)) if commits_are_durable() => skip_after_promotion(dboid),
         Ok(Ok(false)) => {
             log!("id_gen: extension not installed in database {dboid}; refill worker exits");
             registry::unregister_worker(dboid);
@@ -262,7 +370,7 @@ pub extern "C-unwind" fn id_gen_worker_main(arg: pg_sys::Datum) {
     }
     log!("id_gen: refill worker started for database {dboid}");
     let mut memory: HashMap<usize, SlotMemory> = HashMap::new();
-    while BackgroundWorker::wait_latch(Some(Duration::from_millis(1000))) {
+    while wait_latch(1000) {
         if BackgroundWorker::sighup_received() {
             // SAFETY: reloading the config file is what SIGHUP asks for, outside a transaction.
             unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
@@ -272,10 +380,68 @@ pub extern "C-unwind" fn id_gen_worker_main(arg: pg_sys::Datum) {
     registry::unregister_worker(dboid);
 }
 
+/// Sleeps on the latch up to `ms`; false when the worker should exit (terminated, or
+/// the postmaster died). A cancel of the idle worker means nothing and is dropped; other
+/// interrupts are processed.
+fn wait_latch(ms: i64) -> bool {
+    let flags = pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_POSTMASTER_DEATH;
+    // SAFETY: the usual latch wait of a background worker, outside any transaction.
+    let rc = unsafe {
+        let rc = pg_sys::WaitLatch(
+            pg_sys::MyLatch,
+            flags as i32,
+            ms as _,
+            pg_sys::PG_WAIT_EXTENSION,
+        );
+        pg_sys::ResetLatch(pg_sys::MyLatch);
+        rc
+    };
+    if terminating() || rc & pg_sys::WL_POSTMASTER_DEATH as i32 != 0 {
+        return false;
+    }
+    // SAFETY: clears our own flag, then processes what is left (no transaction is open).
+    unsafe {
+        std::ptr::write_volatile(&raw mut pg_sys::QueryCancelPending, 0);
+        pg_sys::check_for_interrupts!();
+    }
+    true
+}
+
+/// After a promotion, moves the local sequences of `dboid` up by
+/// `id_gen.promotion_skip_segments` × `max_step`, once per database, before the first
+/// reservation. A failure makes the worker exit (restarted a second later): serving
+/// without the margin could repeat ids.
+fn skip_after_promotion(dboid: u32) {
+    let segments = crate::gucs::PROMOTION_SKIP_SEGMENTS.get();
+    if segments <= 0 || !registry::promotion_skip_pending(dboid) {
+        return;
+    }
+    match in_transaction(|| catalog::skip_after_promotion(segments)) {
+        Ok(Ok(n)) => {
+            registry::mark_promotion_skipped(dboid);
+            log!("id_gen: promoted server: {n} sequences of database {dboid} skipped {segments} x max_step (id_gen.promotion_skip_segments)");
+        }
+        other => {
+            let why = match other {
+                Err(e) => e.message,
+                Ok(Err(e)) => e.to_string(),
+                Ok(Ok(_)) => unreachable!(),
+            };
+            log!("id_gen: promoted server: skipping id_gen.promotion_skip_segments failed in database {dboid} ({why}); the refill worker exits");
+            registry::unregister_worker(dboid);
+            // SAFETY: exit code 1 makes the postmaster restart us after the restart delay.
+            unsafe { pg_sys::proc_exit(1) };
+        }
+    }
+}
+
 /// One pass over the slots of our database.
 fn serve_once(dboid: u32, memory: &mut HashMap<usize, SlotMemory>) {
     let now = wall_ms();
     for i in 0..slots::slot_count() {
+        if terminating() {
+            return;
+        }
         let s = slots::slot(i);
         if s.in_use.load(Ordering::Acquire) == 0 || s.dboid.load(Ordering::Acquire) != dboid {
             continue;
@@ -356,7 +522,7 @@ fn refill(i: usize, gen: u64, rate: Option<f64>, history: StepHistory) -> Refill
     };
     let incarnation = s.incarnation.load(Ordering::Relaxed);
     let started = std::time::Instant::now();
-    let attempt = match key.counter() {
+    let (attempt, commit_lsn) = match key.counter() {
         // A serial period: the slot's "incarnation" is the period's local start.
         Counter::SerialPeriod { serial, period } => {
             reserve_in_transaction(|| catalog::reserve_serial(serial, period, incarnation))
@@ -367,7 +533,10 @@ fn refill(i: usize, gen: u64, rate: Option<f64>, history: StepHistory) -> Refill
     };
     let durable = commits_are_durable();
     let elapsed_us = started.elapsed().as_micros() as u64;
-    let failed = failure(&attempt);
+    let mut failed = failure(&attempt);
+    if let (Ok(Ok((Reservation::Segment { .. }, _))), true) = (&attempt.0, durable) {
+        failed = unconfirmed(commit_lsn);
+    }
     let (outcome, authority) = &attempt;
     let mut dropped = false;
     let mut result = Refilled::Nothing;
@@ -377,6 +546,12 @@ fn refill(i: usize, gen: u64, rate: Option<f64>, history: StepHistory) -> Refill
         if s.generation.load(Ordering::Acquire) == gen {
             match (outcome, &failed) {
                 (Ok(Ok(_)), _) if !durable => s.state.store(STATE_REFILL_FAILED, Ordering::Release),
+                (_, Some((Failure::RetryAfter(ms), _))) => {
+                    // Someone holds the catalog row, the authority is away, or the
+                    // standbys did not confirm: callers keep waiting, we retry.
+                    s.refill_wanted.store(1, Ordering::Release);
+                    result = Refilled::RetryAfter(*ms);
+                }
                 (
                     Ok(Ok((
                         Reservation::Segment {
@@ -410,12 +585,6 @@ fn refill(i: usize, gen: u64, rate: Option<f64>, history: StepHistory) -> Refill
                 (Ok(Ok((Reservation::PeriodClosed, _))), _) => {
                     s.state.store(STATE_PERIOD_CLOSED, Ordering::Release)
                 }
-                (_, Some((Failure::RetryAfter(ms), _))) => {
-                    // Someone holds the catalog row, or the authority is away: callers
-                    // keep waiting, we retry.
-                    s.refill_wanted.store(1, Ordering::Release);
-                    result = Refilled::RetryAfter(*ms);
-                }
                 _ => s.state.store(STATE_REFILL_FAILED, Ordering::Release),
             }
             previous = record(i, authority, &failed, durable);
@@ -427,7 +596,9 @@ fn refill(i: usize, gen: u64, rate: Option<f64>, history: StepHistory) -> Refill
     if dropped {
         slots::purge_key(&key);
     }
-    log_outcome(&key, &attempt, &failed, durable, previous);
+    if !terminating() {
+        log_outcome(&key, &attempt, &failed, durable, previous);
+    }
     result
 }
 
@@ -502,9 +673,13 @@ fn serve_bulk(i: usize, gen: u64) -> Refilled {
         )
     };
     let incarnation = s.incarnation.load(Ordering::Relaxed);
-    let attempt = reserve_in_transaction(|| catalog::reserve_bulk(name, incarnation, want));
-    let failed = failure(&attempt);
+    let (attempt, commit_lsn) =
+        reserve_in_transaction(|| catalog::reserve_bulk(name, incarnation, want));
+    let mut failed = failure(&attempt);
     let durable = commits_are_durable();
+    if let (Ok(Ok(BulkReservation::Range { .. })), true) = (&attempt.0, durable) {
+        failed = unconfirmed(commit_lsn);
+    }
     let mut dropped = false;
     let mut result = Refilled::Nothing;
     let mut previous = PreviousError::None;
@@ -545,6 +720,8 @@ fn serve_bulk(i: usize, gen: u64) -> Refilled {
     } else {
         slots::broadcast(i);
     }
-    log_outcome(&key, &attempt, &failed, durable, previous);
+    if !terminating() {
+        log_outcome(&key, &attempt, &failed, durable, previous);
+    }
     result
 }

@@ -35,3 +35,21 @@ kill9_cluster() {
   for _ in $(seq 50); do kill -0 "$pm" 2>/dev/null || break; sleep 0.1; done
   sleep 0.5
 }
+
+# kill9_under_load CLIENTS: pgbench with CLIENTS clients inserting into kt (whose id
+# defaults to next_segment_id('k')) and a client that records every value of 'k' it is
+# handed, committed or not; after 4 s kill9_cluster. Sets HANDED_MAX (largest recorded).
+kill9_under_load() {
+  echo 'INSERT INTO kt DEFAULT VALUES;' > "$E2E_DIR/ins.sql"
+  pgbench_run postgres -c "$1" -j 2 -T 30 -f "$E2E_DIR/ins.sql" > "$E2E_DIR/pgb.log" 2>&1 &
+  local pgb=$!
+  ( while true; do q postgres "SELECT id_gen.next_segment_id('k') FROM generate_series(1, 20)" || exit 0; done ) \
+    > "$E2E_DIR/handed.txt" 2>/dev/null &
+  local rec=$!
+  sleep 4
+  kill9_cluster
+  wait $pgb 2>/dev/null || true
+  wait $rec 2>/dev/null || true
+  HANDED_MAX=$(sort -n "$E2E_DIR/handed.txt" | tail -1)
+  [ -n "$HANDED_MAX" ] || fail "the recording client saw no values"
+}
