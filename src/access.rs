@@ -245,7 +245,10 @@ pub fn require_usage(kind: Kind, name: &str) {
 
 /// Raises 42501 unless the current user owns `name` (or is a member of its owner role,
 /// or a superuser); 42704 if it does not exist. `action` says what was attempted.
-pub fn require_owner(kind: Kind, name: &str, action: &str) {
+///
+/// Returns the owner it checked (`None` for a catalog from before owners), so that the
+/// write that follows can make sure it changes the same object ([`OWNED_BY`]).
+pub fn require_owner(kind: Kind, name: &str, action: &str) -> Option<String> {
     let Some(owner) = lookup_owner(kind, name) else {
         raise(
             Code::ERRCODE_UNDEFINED_OBJECT,
@@ -255,10 +258,10 @@ pub fn require_owner(kind: Kind, name: &str, action: &str) {
     };
     // A catalog from before owners: the EXECUTE grants of its functions decide, as then.
     let Some(owner) = owner else {
-        return;
+        return None;
     };
     if acts_as(&owner) {
-        return;
+        return Some(owner);
     }
     let message = format!(
         "id_gen: permission denied to {action} {} \"{name}\": role \"{}\" is not its owner",
@@ -298,24 +301,46 @@ pub fn delete_grants(
     Ok(())
 }
 
+/// A condition for writes after [`require_owner`], with the checked owner as `$2`: the
+/// row still has that owner (NULL: a catalog from before owners). Read through `to_jsonb`
+/// so that it parses against both catalogs. The write runs as the catalog owner, in a
+/// fresh snapshot: without it, a row dropped and created again by someone else between
+/// the check and the write would be changed on the strength of the old owner's check.
+pub const OWNED_BY: &str =
+    "(pg_catalog.to_jsonb(o) OPERATOR(pg_catalog.->>) 'owner') IS NOT DISTINCT FROM $2";
+
+/// The same condition as a subquery on `kind`'s catalog, for writes to the grants table:
+/// `$2` is the name and `$5` the checked owner.
+pub fn still_owned_clause(kind: Kind) -> String {
+    format!(
+        "EXISTS (SELECT FROM {} o WHERE o.name = $2 AND \
+         (pg_catalog.to_jsonb(o) OPERATOR(pg_catalog.->>) 'owner') IS NOT DISTINCT FROM $5)",
+        kind.table()
+    )
+}
+
 /// Drops the catalog row of `name` and its grants, after checking that the current user
-/// owns it (if it exists). Returns whether it existed.
+/// owns it. Returns whether it existed (and was dropped).
 pub fn drop_object(kind: Kind, name: &str) -> bool {
-    if exists(kind, name) {
-        require_owner(kind, name, "drop");
+    if !exists(kind, name) {
+        return false;
     }
+    let owner = require_owner(kind, name, "drop");
     as_catalog_owner(|| {
         Spi::connect_mut(|client| {
             let t = client.update(
                 &format!(
-                    "DELETE FROM {} WHERE name = $1 RETURNING name",
+                    "DELETE FROM {} o WHERE o.name = $1 AND {OWNED_BY} RETURNING o.name",
                     kind.table()
                 ),
                 None,
-                &[name.into()],
+                &[name.into(), owner.as_deref().into()],
             )?;
+            if t.is_empty() {
+                return Ok(false);
+            }
             delete_grants(client, kind, name)?;
-            Ok::<_, pgrx::spi::Error>(!t.is_empty())
+            Ok::<_, pgrx::spi::Error>(true)
         })
     })
     .unwrap_or_else(|e| spi_failed(e))

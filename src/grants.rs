@@ -74,20 +74,24 @@ fn grant_usage(
     let name = checked_name(required(name, "name"));
     let grantee = grantee_name(required(role, "role"));
     let kind = resolve_kind(name.as_str(), kind);
-    access::require_owner(kind, name.as_str(), "grant usage on");
+    let owner = access::require_owner(kind, name.as_str(), "grant usage on");
     let by = access::current_role_name();
     let added = access::as_catalog_owner(|| {
         Spi::connect_mut(|client| {
             client
                 .update(
-                    "INSERT INTO id_gen.usage_grants (kind, name, grantee, granted_by) \
-                     VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING RETURNING grantee",
+                    &format!(
+                        "INSERT INTO id_gen.usage_grants (kind, name, grantee, granted_by) \
+                         SELECT $1, $2, $3, $4 WHERE {} ON CONFLICT DO NOTHING RETURNING grantee",
+                        access::still_owned_clause(kind)
+                    ),
                     None,
                     &[
                         kind.as_str().into(),
                         name.as_str().into(),
                         grantee.as_str().into(),
                         by.as_str().into(),
+                        owner.as_deref().into(),
                     ],
                 )
                 .map(|t| !t.is_empty())
@@ -136,19 +140,41 @@ fn alter_owner(kind: Kind, name: Option<&str>, new_owner: Option<&str>) -> Strin
             Some("Name a role."),
         );
     }
-    access::require_owner(kind, name.as_str(), "change the owner of");
+    let checked_owner = access::require_owner(kind, name.as_str(), "change the owner of");
     access::require_can_become(&new_owner);
     let table = match kind {
         Kind::Sequence => "id_gen.sequences",
         Kind::Serial => "id_gen.serials",
     };
-    access::as_catalog_owner(|| {
-        Spi::run_with_args(
-            &format!("UPDATE {table} SET owner = $2 WHERE name = $1"),
-            &[name.as_str().into(), new_owner.as_str().into()],
-        )
+    let changed = access::as_catalog_owner(|| {
+        Spi::connect_mut(|client| {
+            client
+                .update(
+                    &format!(
+                        "UPDATE {table} o SET owner = $3 WHERE o.name = $1 AND {} RETURNING o.name",
+                        access::OWNED_BY
+                    ),
+                    None,
+                    &[
+                        name.as_str().into(),
+                        checked_owner.as_deref().into(),
+                        new_owner.as_str().into(),
+                    ],
+                )
+                .map(|t| !t.is_empty())
+        })
     })
     .unwrap_or_else(|e| spi_failed(e));
+    if !changed {
+        raise(
+            Code::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            format!(
+                "id_gen: {} \"{name}\" changed while its owner was being changed",
+                kind.as_str()
+            ),
+            Some("Try again."),
+        );
+    }
     access::changed();
     new_owner
 }

@@ -432,6 +432,9 @@ fn alter_sequence(
     // Some(None): back to local ('local'); None: unchanged.
     let authority = authority.map(|server| segments::authority::checked(server, name.as_str()));
     let (cur, max_id) = access::as_catalog_owner(|| locked_tuning(&name));
+    // Again now that the row is locked: it cannot change owner until we commit, and a row
+    // dropped and created again since the first check is checked anew.
+    access::require_owner(Kind::Sequence, name.as_str(), "alter");
     let t = Tuning {
         step: step.unwrap_or(cur.step),
         min_step: min_step.unwrap_or(cur.min_step),

@@ -77,6 +77,17 @@ pub fn checked(server: &str, sequence: &str) -> Option<String> {
     if server == LOCAL {
         return None;
     }
+    // The refill worker reaches the authority as the bootstrap superuser (its user
+    // mapping, its passfile; postgres_fdw does not require a password of superusers), so
+    // choosing where it connects is a superuser's decision.
+    // SAFETY: superuser() reads the current user's role attributes.
+    if !unsafe { pg_sys::superuser() } {
+        raise(
+            Code::ERRCODE_INSUFFICIENT_PRIVILEGE,
+            "id_gen: only a superuser may set the authority of a sequence",
+            Some("The refill worker connects to the authority as the bootstrap superuser; ask a superuser to run alter_sequence(..., authority => ...)."),
+        );
+    }
     if server.is_empty() || server.len() > MAX_SERVER_NAME {
         raise(
             Code::ERRCODE_INVALID_PARAMETER_VALUE,

@@ -353,8 +353,11 @@ fn no_period(name: &str) -> ! {
 /// from and the access stamp it was allowed under: `(value, slot, generation, stamp)`.
 #[inline]
 pub fn take_one(name: &str, gene: Option<u16>) -> (i64, usize, u64, Stamp) {
+    // Read before the take: the access check inside ran under this stamp or a newer
+    // one, so a grant or revoke committing meanwhile makes the caller's cache re-check.
+    let stamp = access::stamp();
     match take_from_chain(Target::Sequence { name, gene }, 1) {
-        Ok((v, _, idx, gen)) => (v, idx, gen, access::stamp()),
+        Ok((v, _, idx, gen)) => (v, idx, gen, stamp),
         Err(PeriodClosed) => no_period(name),
     }
 }

@@ -345,6 +345,9 @@ pub extern "C-unwind" fn id_gen_worker_main(arg: pg_sys::Datum) {
     // stall every sequence of the database: give up on it after a second, retry later.
     let setup = in_transaction(|| {
         Spi::run("SET synchronous_commit = on")?;
+        // The worker runs as the bootstrap superuser: a search_path set for the database
+        // or role must not put anyone's functions or operators into its SQL.
+        Spi::run("SET search_path = pg_catalog, pg_temp")?;
         Spi::run("SET lock_timeout = '1s'")?;
         Spi::get_one::<bool>("SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'id_gen')")
             .map(|v| v.unwrap_or(false))
