@@ -256,6 +256,11 @@ pub fn require_owner(kind: Kind, name: &str, action: &str) -> Option<String> {
             Some("Existing ones are listed in id_gen.sequences and id_gen.serials."),
         )
     };
+    check_owner(kind, name, action, owner)
+}
+
+/// The check of [`require_owner`] on an owner already looked up.
+fn check_owner(kind: Kind, name: &str, action: &str, owner: Option<String>) -> Option<String> {
     // A catalog from before owners: the EXECUTE grants of its functions decide, as then.
     let Some(owner) = owner else {
         return None;
@@ -322,10 +327,10 @@ pub fn still_owned_clause(kind: Kind) -> String {
 /// Drops the catalog row of `name` and its grants, after checking that the current user
 /// owns it. Returns whether it existed (and was dropped).
 pub fn drop_object(kind: Kind, name: &str) -> bool {
-    if !exists(kind, name) {
+    let Some(owner) = lookup_owner(kind, name) else {
         return false;
-    }
-    let owner = require_owner(kind, name, "drop");
+    };
+    let owner = check_owner(kind, name, "drop", owner);
     as_catalog_owner(|| {
         Spi::connect_mut(|client| {
             let t = client.update(

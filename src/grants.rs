@@ -64,6 +64,21 @@ fn grantee_name(role: &str) -> String {
     })
 }
 
+/// The checked arguments of `grant_usage`/`revoke_usage`: the name, the grantee, which
+/// object it is, and its owner as checked (the current user must own it).
+fn checked_grant(
+    name: Option<&str>,
+    role: Option<&str>,
+    kind: Option<&str>,
+    action: &str,
+) -> (id_gen_core::name::SeqName, String, Kind, Option<String>) {
+    let name = checked_name(required(name, "name"));
+    let grantee = grantee_name(required(role, "role"));
+    let kind = resolve_kind(name.as_str(), kind);
+    let owner = access::require_owner(kind, name.as_str(), action);
+    (name, grantee, kind, owner)
+}
+
 /// Lets `role` (a role name, or 'public') take values of sequence or serial `name`.
 #[pg_extern(volatile, parallel_unsafe)]
 fn grant_usage(
@@ -71,10 +86,7 @@ fn grant_usage(
     role: Option<&str>,
     kind: default!(Option<&str>, "NULL"),
 ) -> bool {
-    let name = checked_name(required(name, "name"));
-    let grantee = grantee_name(required(role, "role"));
-    let kind = resolve_kind(name.as_str(), kind);
-    let owner = access::require_owner(kind, name.as_str(), "grant usage on");
+    let (name, grantee, kind, owner) = checked_grant(name, role, kind, "grant usage on");
     let by = access::current_role_name();
     let added = access::as_catalog_owner(|| {
         Spi::connect_mut(|client| {
@@ -109,10 +121,7 @@ fn revoke_usage(
     role: Option<&str>,
     kind: default!(Option<&str>, "NULL"),
 ) -> bool {
-    let name = checked_name(required(name, "name"));
-    let grantee = grantee_name(required(role, "role"));
-    let kind = resolve_kind(name.as_str(), kind);
-    access::require_owner(kind, name.as_str(), "revoke usage on");
+    let (name, grantee, kind, _) = checked_grant(name, role, kind, "revoke usage on");
     let removed = access::as_catalog_owner(|| {
         Spi::connect_mut(|client| {
             client
