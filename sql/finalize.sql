@@ -149,28 +149,35 @@ COMMENT ON FUNCTION id_gen.route_plan_merge(text[], text) IS 'Proposes routes th
 COMMENT ON TABLE id_gen.shard_routes IS 'Route table: a gene goes to the first row whose upper_gene >= gene. Change with id_gen.set_route / id_gen.drop_route.';
 
 CREATE FUNCTION id_gen.set_route(upper_gene integer, shard text) RETURNS void
-LANGUAGE sql VOLATILE STRICT
+LANGUAGE plpgsql VOLATILE STRICT
 SET search_path = pg_catalog, pg_temp
-BEGIN ATOMIC
-  SELECT id_gen.check_route(upper_gene, shard);
+AS $$
+BEGIN
+  PERFORM id_gen.check_route(upper_gene, shard);
+  -- One route change at a time, so that the partitions and shard CHECKs of distributed
+  -- tables are derived from one state of the table.
+  LOCK TABLE id_gen.shard_routes IN SHARE ROW EXCLUSIVE MODE;
   INSERT INTO id_gen.shard_routes AS r (upper_gene, shard) VALUES (set_route.upper_gene, set_route.shard)
-  ON CONFLICT (upper_gene) DO UPDATE SET shard = excluded.shard, updated_at = now();
-END;
-COMMENT ON FUNCTION id_gen.set_route(integer, text) IS 'Routes genes up to upper_gene (down to the previous bound + 1) to a shard; replaces an existing bound.';
+  ON CONFLICT ON CONSTRAINT shard_routes_pkey DO UPDATE SET shard = excluded.shard, updated_at = now();
+  PERFORM id_gen.sync_distributed_tables();
+END $$;
+COMMENT ON FUNCTION id_gen.set_route(integer, text) IS 'Routes genes up to upper_gene (down to the previous bound + 1) to a shard; replaces an existing bound. Distributed tables follow in the same transaction (partitions and shard CHECKs).';
 
 CREATE FUNCTION id_gen.drop_route(upper_gene integer) RETURNS boolean
 LANGUAGE plpgsql VOLATILE STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+  LOCK TABLE id_gen.shard_routes IN SHARE ROW EXCLUSIVE MODE;
   DELETE FROM id_gen.shard_routes r WHERE r.upper_gene = drop_route.upper_gene;
   IF NOT FOUND THEN
     RAISE EXCEPTION 'id_gen: there is no route with upper bound %', upper_gene
       USING ERRCODE = '42704', HINT = 'Existing routes are listed in id_gen.route_ranges.';
   END IF;
+  PERFORM id_gen.sync_distributed_tables();
   RETURN true;
 END $$;
-COMMENT ON FUNCTION id_gen.drop_route(integer) IS 'Removes a route bound; its genes then go to the next higher bound.';
+COMMENT ON FUNCTION id_gen.drop_route(integer) IS 'Removes a route bound; its genes then go to the next higher bound. Distributed tables follow in the same transaction.';
 
 REVOKE EXECUTE ON FUNCTION id_gen.set_route(integer, text) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION id_gen.drop_route(integer) FROM PUBLIC;
@@ -289,3 +296,34 @@ COMMENT ON FUNCTION id_gen.snowflake_status() IS 'Snowflake generator state: nod
 -- Key export for the MariaDB plugin (README "MySQL / MariaDB"): superusers only.
 REVOKE ALL ON FUNCTION id_gen.export_order_no_keys() FROM PUBLIC;
 COMMENT ON FUNCTION id_gen.export_order_no_keys() IS 'The order-number data keys in their KEK-wrapped form only (key_version, wrapped, kek_fingerprint, is_current), for the MariaDB plugin that holds the same KEK. Superusers only (42501).';
+
+-- Maximal runs of genes per shard: the partitions of distributed tables (sql/distribute.sql).
+CREATE VIEW id_gen.shard_runs AS
+SELECT g.shard, lower(g.run) AS lower_gene, upper(g.run) - 1 AS upper_gene
+FROM (SELECT r.shard, unnest(range_agg(int4range(r.lower_gene, r.upper_gene, '[]'))) AS run
+      FROM id_gen.route_ranges r GROUP BY r.shard) g;
+COMMENT ON VIEW id_gen.shard_runs IS 'The route table as maximal runs of adjacent genes routed to the same shard; each run is one partition of every distributed table.';
+GRANT SELECT ON id_gen.shard_runs TO PUBLIC;
+
+CREATE VIEW id_gen.distribution AS
+SELECT format('%I.%I', d.schema_name, d.table_name) AS relation,
+       r.lower_gene,
+       r.upper_gene,
+       r.shard,
+       id_gen.gene_first_id(r.lower_gene) AS first_id,
+       id_gen.gene_last_id(r.upper_gene) AS last_id,
+       format('%I.%I', d.schema_name, id_gen.partition_name(d.partitioned_name, r.lower_gene, r.upper_gene)) AS partition,
+       EXISTS (SELECT FROM pg_catalog.pg_class c
+               JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+               JOIN pg_catalog.pg_inherits i ON i.inhrelid = c.oid
+               JOIN pg_catalog.pg_foreign_table ft ON ft.ftrelid = c.oid
+               JOIN pg_catalog.pg_foreign_server s ON s.oid = ft.ftserver
+               WHERE n.nspname = d.schema_name
+                 AND c.relname = id_gen.partition_name(d.partitioned_name, r.lower_gene, r.upper_gene)
+                 AND s.srvname = r.shard)
+       AND EXISTS (SELECT FROM id_gen.shard_placements p
+                   WHERE (p.schema_name, p.table_name, p.shard) = (d.schema_name, d.table_name, r.shard)
+                     AND p.gene_ranges @> int4range(r.lower_gene, r.upper_gene, '[]')) AS in_step
+FROM id_gen.distributed_tables d CROSS JOIN id_gen.shard_runs r;
+COMMENT ON VIEW id_gen.distribution IS 'Each distributed table by run of genes: shard, id bounds, partition, and whether the partition and the shard''s placement match the route table (in_step; false after a failed sync: run SELECT id_gen.sync_distributed_tables()).';
+GRANT SELECT ON id_gen.distribution TO PUBLIC;

@@ -49,6 +49,16 @@ pg_module_magic!();
 
 extension_sql_file!("../sql/bootstrap.sql", bootstrap);
 extension_sql_file!("../sql/hot_path.sql", name = "hot_path");
+extension_sql_file!(
+    "../sql/distribute.sql",
+    name = "distribute",
+    requires = [
+        layout::compose_id,
+        layout::shard_gene_bigint,
+        layout::shard_gene_text,
+        layout::shard_gene_uuid
+    ]
+);
 extension_sql_file!("../sql/finalize.sql", finalize);
 
 /// Every subsystem's shared memory, in the order it is attached.

@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
-# ALTER EXTENSION id_gen UPDATE from the released 0.1.0: data and values survive, access
-# stays as it was (a PUBLIC grant per existing sequence), and the upgraded schema equals
-# a fresh install of the new version (functions, privileges, comments, tables, views).
+# ALTER EXTENSION id_gen UPDATE from the released 0.1.0 (through every update script)
+# and from the released 0.2.0: data and values survive, access stays as it was (a PUBLIC
+# grant per existing sequence), routes survive, and each upgraded schema equals a fresh
+# install of the new version (functions, privileges, comments, tables, views).
 source "$(dirname "$0")/lib.sh"
 EXT_DIR="$("$PG_CONFIG" --sharedir)/extension"
-cp "$REPO_ROOT/tests/upgrade/id_gen--0.1.0.sql" "$EXT_DIR/"
-trap 'rm -f "$EXT_DIR/id_gen--0.1.0.sql"; cluster_stop "$E2E_DIR"' EXIT
+cp "$REPO_ROOT/tests/upgrade/id_gen--0.1.0.sql" "$REPO_ROOT/tests/upgrade/id_gen--0.2.0.sql" "$EXT_DIR/"
+NEW=$(sed -n "s/^default_version = '\(.*\)'/\1/p" "$REPO_ROOT/id_gen.control")
+# The released scripts are copied in for the test (the build installs only the current one).
+trap '[ "$NEW" = 0.2.0 ] || rm -f "$EXT_DIR/id_gen--0.2.0.sql"; rm -f "$EXT_DIR/id_gen--0.1.0.sql"; cluster_stop "$E2E_DIR"' EXIT
 E2E_DIR=/tmp/idg_e2e8 E2E_PORT=54348
 cluster_start "$E2E_DIR" "$E2E_PORT"
-NEW=$(sed -n "s/^default_version = '\(.*\)'/\1/p" "$REPO_ROOT/id_gen.control")
 
 cpsql "$E2E_DIR" "$E2E_PORT" <<'SQL' >/dev/null
-CREATE DATABASE old; CREATE DATABASE fresh;
+CREATE DATABASE old; CREATE DATABASE mid; CREATE DATABASE fresh;
 CREATE ROLE upg_app LOGIN;
 SQL
 cpsql "$E2E_DIR" "$E2E_PORT" -d old <<'SQL' >/dev/null
@@ -73,4 +75,28 @@ if ! diff -u "$E2E_DIR/fresh.txt" "$E2E_DIR/upgraded.txt" > "$E2E_DIR/schema.dif
   fail "the upgraded schema differs from a fresh install"
 fi
 pass "the upgraded schema equals a fresh install ($(wc -l < "$E2E_DIR/fresh.txt") objects and columns compared)"
+
+# From the released 0.2.0: routes and sequences survive; distributed tables work after it.
+cpsql "$E2E_DIR" "$E2E_PORT" -d mid <<'SQL' >/dev/null
+CREATE EXTENSION id_gen VERSION '0.2.0';
+SELECT id_gen.create_sequence('orders', step => 100);
+SELECT id_gen.set_route(30000, 'shard_a');
+SELECT id_gen.set_route(65535, 'shard_b');
+CREATE TABLE mt (id bigint PRIMARY KEY DEFAULT id_gen.next_segment_id('orders'));
+INSERT INTO mt SELECT FROM generate_series(1, 300);
+SQL
+before=$(q mid "SELECT max(id) FROM mt")
+q mid "ALTER EXTENSION id_gen UPDATE TO '$NEW'" >/dev/null
+assert_eq "$(q mid "SELECT extversion FROM pg_extension WHERE extname = 'id_gen'")" "$NEW" "0.2.0 updated to $NEW"
+assert_gt "$(q mid "SELECT min(id_gen.next_segment_id('orders')) FROM generate_series(1, 100)")" "$before" "values continue above the old ones"
+assert_eq "$(q mid "SELECT string_agg(lower_gene || '-' || upper_gene || '@' || shard, ',' ORDER BY lower_gene) FROM id_gen.shard_runs")" \
+  "0-30000@shard_a,30001-65535@shard_b" "the routes survive and id_gen.shard_runs reads them"
+q mid "SELECT id_gen.set_route(40000, 'shard_b')" >/dev/null
+assert_eq "$(q mid "SELECT count(*) FROM id_gen.shard_routes")" "3" "set_route works after the update (no distributed tables: nothing to sync)"
+q mid "$SCHEMA_SQL" > "$E2E_DIR/upgraded_mid.txt"
+if ! diff -u "$E2E_DIR/fresh.txt" "$E2E_DIR/upgraded_mid.txt" > "$E2E_DIR/schema_mid.diff"; then
+  head -40 "$E2E_DIR/schema_mid.diff" >&2
+  fail "the schema updated from 0.2.0 differs from a fresh install"
+fi
+pass "the schema updated from 0.2.0 equals a fresh install"
 echo "08_upgrade: passed"

@@ -48,6 +48,13 @@ SELECT CASE
   WHEN typ IN ('bigint[]'::regtype, 'integer[]'::regtype) THEN 'ARRAY[1]'
   WHEN typ = 'timestamp with time zone'::regtype THEN '''2024-01-01 00:00:00+00'''
   WHEN typ = 'regrole'::regtype THEN '''pg_monitor'''
+  -- a catalog table with a bigint column stands in for a user table
+  WHEN typ = 'regclass'::regtype THEN '''id_gen.sequences'''
+  WHEN typ = 'name'::regtype THEN
+    CASE WHEN arg IN ('id_column', 'owner_column') THEN '''max_id'''
+         WHEN arg = 'schema_name' THEN '''id_gen'''
+         ELSE '''null_probe''' END
+  WHEN typ = 'int4multirange'::regtype THEN '''{[0,10)}'''
 END $$;
 
 -- names_arg(message, argument): the message names the argument (as a whole word).
@@ -163,10 +170,13 @@ SELECT signature, pos, argname, outcome,
 FROM null_probe WHERE NOT strict AND who = 'superuser'
 ORDER BY signature COLLATE "C", pos;
 -- Policy violations among them: an error other than 22004, or a 22004 that does not
--- name the argument (expected: none).
+-- name the argument (expected: none). distribute_table is listed above but not judged
+-- here: it can only succeed with routes to postgres_fdw servers (tests/e2e/11), so with
+-- a NULL optional argument it fails on the stand-in table instead.
 SELECT signature, pos, argname, outcome, message FROM null_probe
 WHERE NOT strict AND who = 'superuser' AND outcome NOT IN ('null', 'value') AND outcome NOT LIKE 'skipped%'
   AND (outcome <> '22004' OR NOT pg_temp.names_arg(message, argname))
+  AND signature NOT LIKE 'id\_gen.distribute\_table(%'
 ORDER BY signature COLLATE "C", pos;
 -- The unprivileged caller: a NULL gets NULL, 22004 naming the argument, or a permission
 -- error (42501) — never anything else, and never a value from a management function.
