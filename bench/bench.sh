@@ -3,17 +3,18 @@
 # Prints absolute figures and ratios: the median of interleaved rounds with the min–max
 # spread over the rounds; a ratio whose spread contains 1.0 is reported as a tie. Never
 # used as a CI gate.
-# Usage: bench/bench.sh [--quick | --authority]   (requires the extension to be installed:
+# Usage: bench/bench.sh [--quick | --authority | --cluster]   (requires the extension to be installed:
 #        scripts/demo.sh does it, or `cargo pgrx install --release --pg-config ...`)
 source "$(dirname "$0")/../scripts/common.sh"
 QUICK=${1:-}
 N=5000000; REPS=7; PGB_T=15; PGB_ROUNDS=3; LOAD_ROWS=2000000; LOAD_REPS=3
 if [ "$QUICK" = "--quick" ]; then N=500000; REPS=3; PGB_T=5; PGB_ROUNDS=2; LOAD_ROWS=200000; fi
 DIR=/tmp/idg_bench PORT=54350
+P() { cpsql "$DIR" "$PORT" "$@"; }
+if [ "$QUICK" != "--cluster" ]; then  # --cluster starts its own servers only
 make_kek "$DIR.kek"
 cluster_start "$DIR" "$PORT" "shared_buffers = '1GB'" "max_wal_size = '4GB'" "checkpoint_timeout = '30min'" "id_gen.order_no_kek_file = '$DIR.kek'" "id_gen.snowflake_node_id = 1"
 trap 'cluster_stop "$DIR"' EXIT
-P() { cpsql "$DIR" "$PORT" "$@"; }
 P -c "CREATE EXTENSION id_gen" >/dev/null
 P >/dev/null <<'SQL'
 SELECT id_gen.create_sequence('s', step => 100000, max_step => 10000000, buffer_seconds => 30);
@@ -22,6 +23,7 @@ SELECT id_gen.create_sequence('ins', step => 10000);
 CREATE SEQUENCE seq_c1 CACHE 1;
 CREATE SEQUENCE seq_c1000 CACHE 1000;
 SQL
+fi
 
 # runs_ms SQL...: runs the queries round-robin $REPS times (so noise hits all alike) and
 # prints one line per round: the wall time (ms, psql's \timing) of each query, in argument
@@ -62,6 +64,11 @@ rate() { awk "BEGIN{printf \"%.1f\", $1 / ($2 / 1000) / 1e6}"; }
 # bench.sh --authority: only the central-authority comparison (bench_authority.sh).
 if [ "$QUICK" = "--authority" ]; then
   source "$(dirname "$0")/bench_authority.sh"
+  exit 0
+fi
+# bench.sh --cluster: only the coordinator-vs-shard comparison (bench_cluster.sh).
+if [ "$QUICK" = "--cluster" ]; then
+  source "$(dirname "$0")/bench_cluster.sh"
   exit 0
 fi
 
@@ -142,3 +149,4 @@ if [ -f "$(dirname "$0")/bench_more.sh" ]; then
   source "$(dirname "$0")/bench_more.sh"
 fi
 source "$(dirname "$0")/bench_authority.sh"
+source "$(dirname "$0")/bench_cluster.sh"

@@ -20,6 +20,8 @@
 #     of the top bound is refused.
 # (g) an application that routes by itself inserts on the shard with gene_order_id over
 #     an authority-backed sequence; the row is found through the coordinator; no id twice.
+# (h) a shard down: lookups and inserts pruned to other shards work; its own rows and
+#     full scans fail with 08001; a route change that needs it fails and changes nothing.
 source "$(dirname "$0")/lib.sh"
 C=/tmp/idg_e2e11c CP=54410
 shard_dir() { echo "/tmp/idg_e2e11s$1"; }
@@ -132,6 +134,12 @@ id42=${ret%%|*}
 assert_eq "$(cq -c "SELECT id_gen.shard_of($id42::bigint) = id_gen.shard_gene(42::bigint)")" "t" "INSERT naming only the owner, as an application role: RETURNING gives an id of the owner's gene ($ret)"
 assert_eq "$(sq "$(cq -c "SELECT right(id_gen.route_owner(42::bigint), 1)")" -c "SELECT owner_id FROM orders WHERE id = $id42")" "42" \
   "the row sits on route_owner(42)"
+# What ORMs send: every column, with DEFAULT or NULL for the id, as a prepared statement.
+orm=$(cq -c "PREPARE ins(bigint, bigint, numeric) AS INSERT INTO orders (id, owner_id, amount, note) VALUES (\$1, \$2, \$3, DEFAULT) RETURNING id" \
+  -c "EXECUTE ins(NULL, 43, 2)" -c "INSERT INTO orders (id, owner_id, amount) VALUES (DEFAULT, 44, 3) RETURNING id")
+assert_eq "$(cq -c "SELECT count(*) FROM orders WHERE id IN ($(tr '\n' ',' <<<"$orm" | sed 's/,$//')) AND id_gen.shard_of(id) = id_gen.shard_gene(owner_id)")" "2" \
+  "ORM-style inserts (prepared, NULL or DEFAULT id) get ids of their owners' genes"
+cq -c "DELETE FROM orders WHERE owner_id IN (43, 44) AND amount IN (2, 3) AND note IS NULL AND id IN ($(tr '\n' ',' <<<"$orm" | sed 's/,$//'))" >/dev/null
 cq -c "INSERT INTO orders (id, owner_id, amount) VALUES (id_gen.gene_order_id('orders', 7), 7, 1)" >/dev/null
 pass "INSERT with an explicit id"
 assert_eq "$(state_of cq -c "INSERT INTO orders (id, owner_id) VALUES (id_gen.gene_order_id('orders', 7), 8)")" "23514" \
@@ -199,4 +207,21 @@ assert_eq "$(cq -c "SELECT amount FROM orders WHERE id = $own_id")" "3" "a row i
 cq -c "INSERT INTO orders (owner_id) SELECT 77 FROM generate_series(1, 500)" >/dev/null
 sq "$shard" -c "INSERT INTO orders (id, owner_id) SELECT id_gen.gene_order_id('orders', 77), 77 FROM generate_series(1, 500)" >/dev/null
 check_placement 3302 "after inserts on the coordinator and directly on a shard for the same owner"
+
+# (h) a shard down: what the README's failure table says -----------------------------------
+s1_id=$(sq 1 -c "SELECT id FROM orders LIMIT 1")
+s1_owner=$(sq 1 -c "SELECT owner_id FROM orders LIMIT 1")
+s2_id=$(sq 2 -c "SELECT id FROM orders LIMIT 1")
+cluster_stop "$(shard_dir 2)"
+assert_eq "$(cq -c "SELECT count(*) FROM orders WHERE id = $s1_id")" "1" "shard_2 down: a lookup of a shard_1 id still works"
+assert_eq "$(cq -c "INSERT INTO orders (owner_id) VALUES ($s1_owner) RETURNING id_gen.route(id)")" "shard_1" \
+  "shard_2 down: an insert for an owner on shard_1 still works"
+assert_eq "$(state_of cq -c "SELECT * FROM orders WHERE id = $s2_id")" "08001" "shard_2 down: a lookup of a shard_2 id fails with 08001"
+assert_eq "$(state_of cq -c "SELECT count(*) FROM orders")" "08001" "shard_2 down: a full scan fails with 08001"
+out=$(cq -v VERBOSITY=verbose -c "SELECT id_gen.set_route(43689, 'shard_3')" 2>&1) && fail "a route change with shard_2 down succeeded"
+grep -q 'id_gen: shard "shard_2" is unreachable' <<<"$out" || fail "not the expected error: $out"
+pass "shard_2 down: a route change that needs it fails, naming it"
+assert_eq "$(cq -c "SELECT count(*) FROM id_gen.shard_routes")" "5" "the routes are unchanged"
+cluster_up "$(shard_dir 2)"
+assert_eq "$(cq -c "SELECT count(*) FROM orders WHERE id = $s2_id")" "1" "shard_2 back: its rows are found again"
 echo "11_coordinator: passed"
