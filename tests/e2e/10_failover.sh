@@ -7,13 +7,17 @@
 # (1) kill -9 of the primary under load, promote the standby (which has
 #     id_gen.promotion_skip_segments = 3), more load: no id twice, the promoted catalog
 #     covers every value handed out, and the first reservation skipped 3 x max_step.
-# (A sequence backed by a central authority whose central fails over is not tested.)
+# (4) the same primary is the central authority of a node's sequence: the node records
+#     every value through the crash; after promotion its foreign server is re-pointed
+#     at the promoted central and service resumes; the promoted catalog covers every
+#     value the node handed out before, and no value appears twice.
 source "$(dirname "$0")/lib.sh"
 S=/tmp/idg_e2e10s SP=54359
+N=/tmp/idg_e2e10n NP=54357
 SMALL=("shared_buffers = 32MB" "max_connections = 30")
 e2e_start /tmp/idg_e2e10p 54358 "${SMALL[@]}" "wal_level = replica" "max_wal_senders = 4" \
   "synchronous_standby_names = '*'"
-trap 'cluster_stop "$S"; cluster_stop "$E2E_DIR"' EXIT
+trap 'cluster_stop "$S"; cluster_stop "$N"; cluster_stop "$E2E_DIR"' EXIT
 qs() { cpsql "$S" "$SP" -d "$1" -At -c "$2"; }
 q postgres "SELECT pg_create_physical_replication_slot('standby1')" >/dev/null
 # The promoted standby must not wait for standbys of its own.
@@ -66,6 +70,29 @@ assert_eq "$got" 30 "the waiting client got its 30 values once the standby was b
 in_hole=$(awk -v a="$m0" -v b="$m1" '$1 > a && $1 <= b' "$E2E_DIR/f.out" | wc -l)
 assert_eq "$in_hole" 0 "no value of the terminated reservation ($((m0 + 1))..$m1) was handed out"
 
+# (4) A node whose sequence 'c' reserves on this primary (its central authority).
+cpsql "$E2E_DIR" "$E2E_PORT" <<'SQL' >/dev/null
+SELECT id_gen.create_sequence('c', step => 50, max_step => 200);
+CREATE ROLE id_authority LOGIN;
+GRANT UPDATE (max_id) ON id_gen.sequences TO id_authority;
+ALTER ROLE id_authority SET synchronous_commit = on;
+SQL
+cluster_start "$N" "$NP" "${SMALL[@]}"
+cpsql "$N" "$NP" >/dev/null <<SQL
+CREATE EXTENSION id_gen;
+CREATE EXTENSION postgres_fdw;
+CREATE SERVER central FOREIGN DATA WRAPPER postgres_fdw
+  OPTIONS (host '$E2E_DIR', port '$E2E_PORT', dbname 'postgres', connect_timeout '2', options '-c synchronous_commit=on');
+CREATE USER MAPPING FOR PUBLIC SERVER central OPTIONS (user 'id_authority');
+SELECT id_gen.create_sequence('c', step => 50, max_step => 200, authority => 'central');
+SQL
+# The node's recorder: 20 values per call, errors (the central away) logged and retried.
+( while [ ! -f "$N/stop" ]; do
+    cpsql "$N" "$NP" -At -c "SET id_gen.refill_timeout = '1s'" -c "SELECT id_gen.next_segment_id('c') FROM generate_series(1, 20)" 2>>"$N/errors" || sleep 0.2
+  done ) > "$N/ids.txt" &
+NODE_REC=$!
+sleep 1
+
 # (1) kill -9 of the primary under load, then promote the standby.
 kill9_under_load 4
 handed_max=$HANDED_MAX
@@ -88,4 +115,18 @@ assert_eq "$(qs postgres "SELECT count(*) FROM kt WHERE id > $prev_max")" 1200 \
 grep -q "skipped 3 x max_step" "$S/server.log" || fail "no log line for the promotion skip"
 pass "the promoted server logged the skip once"
 assert_eq "$(grep -c "skipped 3 x max_step" "$S/server.log")" 1 "the skip was applied once"
+
+# (4) The node's central failed over with it: re-point the node's server, keep going.
+c_max_at_promotion=$(qs postgres "SELECT max_id FROM id_gen.sequences WHERE name = 'c'")
+node_max_before=$(sort -n "$N/ids.txt" | tail -1)
+cpsql "$N" "$NP" -c "ALTER SERVER central OPTIONS (SET host '$S', SET port '$SP')" >/dev/null
+for _ in $(seq 100); do [ "$(sort -n "$N/ids.txt" | tail -1)" -gt "$c_max_at_promotion" ] && break; sleep 0.1; done
+touch "$N/stop"; wait $NODE_REC || true
+assert_gt "$(sort -n "$N/ids.txt" | tail -1)" "$c_max_at_promotion" \
+  "the node serves values reserved on the promoted central after its server was re-pointed"
+assert_eq "$(( c_max_at_promotion >= node_max_before ))" 1 \
+  "the promoted central's max_id ($c_max_at_promotion) covers every value the node handed out before ($node_max_before)"
+assert_eq "$(sort -n "$N/ids.txt" | uniq -d | wc -l)" "0" "no value of the node appears twice ($(wc -l < "$N/ids.txt") values across the failover)"
+assert_eq "$(grep ERROR "$N/errors" | grep -vc 'its authority "central" failed' || true)" "0" \
+  "the node's only errors ($(grep -c ERROR "$N/errors" || true)) were the buffer running out, naming the authority"
 echo "10_failover: passed"
