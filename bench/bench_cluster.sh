@@ -40,6 +40,7 @@ CREATE USER MAPPING FOR PUBLIC SERVER shard_$i OPTIONS (user 'postgres', passwor
 SQL
 done
 clq >/dev/null <<'SQL'
+SET client_min_messages = warning;
 SELECT id_gen.set_route(32767, 'shard_1');
 SELECT id_gen.set_route(65535, 'shard_2');
 CREATE TABLE orders (
