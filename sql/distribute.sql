@@ -1,12 +1,15 @@
 -- Distributed tables: a coordinator routes rows by the route table over postgres_fdw.
 --
 -- Coordinator side. id_gen.distribute_table(tbl, id_column, owner_column, sequence)
--- turns a plain table into a table partitioned by RANGE on its bigint id column. Each
--- run of id_gen.shard_runs (a maximal range of genes [lo, hi] routed to one shard)
--- becomes one postgres_fdw foreign-table partition FOR VALUES FROM (lo << 47) TO
--- ((hi + 1) << 47) (MAXVALUE for the last) on the foreign server whose name is the
--- shard. Point lookups by id prune to one partition; lookups by owner prune with
--- id BETWEEN owner_first_id(o) AND owner_last_id(o).
+-- turns a plain table into a table partitioned by RANGE on its bigint id column, with
+-- one partition per route range [lo, hi] of id_gen.route_ranges, FOR VALUES FROM
+-- (lo << 47) TO ((hi + 1) << 47) (MAXVALUE for the last). That partition is itself
+-- partitioned the same way and holds a single postgres_fdw foreign table ("<name>_fdw")
+-- on the server whose name is the route's shard. The extra level lets a move re-point a
+-- range by swapping the foreign table while holding a lock on that range's partition
+-- only: writers of other ranges never wait, writers of the moved range pause and then
+-- continue on the new shard. Point lookups by id prune to one foreign table; lookups by
+-- owner prune with id BETWEEN owner_first_id(o) AND owner_last_id(o).
 --
 -- Inserts that name only the owner: PostgreSQL routes a row to its partition before any
 -- trigger of the partition runs, and a column DEFAULT cannot read another column. So
@@ -16,21 +19,21 @@
 -- auto-updatable for UPDATE and DELETE; COPY into it runs the trigger; RETURNING sees
 -- the id.
 --
--- Shard side. A shard holds the table partitioned the same way: one local partition
--- per run it owns, named id_gen.partition_name(table, lo, hi), and each coordinator
--- partition points at exactly that local partition. So:
---   * a foreign partition never sees another run's rows (postgres_fdw does not send a
---     partition's bounds to the remote side: two foreign partitions over one remote
---     table would each return all of its rows);
+-- Shard side. A shard holds the table partitioned the same way: one local partition per
+-- route range it owns, named id_gen.partition_name(table, lo, hi), and each coordinator
+-- foreign table points at exactly that local partition. So:
+--   * a foreign table never sees another range's rows (postgres_fdw does not send a
+--     partition's bounds to the remote side: two foreign tables over one remote table
+--     would each return all of its rows);
 --   * the shard refuses a row outside its genes, whoever writes it (23514, "no
---     partition of relation found for row"): foreign partitions do not enforce their
+--     partition of relation found for row"): foreign tables do not enforce partition
 --     bounds, the shard's partitions do;
---   * a later move of a run is a move of one table.
--- The shard keeps id_gen.shard_tables: the tables it holds and the genes it owns for
--- each. The coordinator writes those rows through postgres_fdw in its own transaction
--- (the remote statement runs inside the coordinator's statement; the remote commit
--- happens at the coordinator's pre-commit). A trigger on the shard creates a missing
--- table from the stored definition and re-partitions it to the new runs.
+--   * moving a route range moves one table (sql/move.sql).
+-- The shard keeps id_gen.shard_tables: the tables it holds and the route ranges it owns
+-- for each. The coordinator writes those rows through postgres_fdw in its own
+-- transaction (the remote statement runs inside the coordinator's statement; the remote
+-- commit happens at the coordinator's pre-commit). A trigger on the shard creates a
+-- missing table from the stored definition and re-partitions it to the new ranges.
 --
 -- Invariants:
 --   * id_gen.shard_routes is the single source of truth; set_route and drop_route call
@@ -86,7 +89,7 @@ CREATE TABLE id_gen.shard_tables (
     schema_name name          NOT NULL,
     table_name  name          NOT NULL,
     id_column   name          NOT NULL,
-    gene_ranges int4multirange NOT NULL,
+    gene_ranges int4range[]   NOT NULL,
     definition  text          NOT NULL,
     updated_at  timestamptz   NOT NULL DEFAULT now(),
     PRIMARY KEY (schema_name, table_name)
@@ -94,8 +97,8 @@ CREATE TABLE id_gen.shard_tables (
 SELECT pg_catalog.pg_extension_config_dump('id_gen.shard_tables', '');
 REVOKE ALL ON id_gen.shard_tables FROM PUBLIC;
 GRANT SELECT ON id_gen.shard_tables TO PUBLIC;
-COMMENT ON TABLE id_gen.shard_tables IS 'On a shard: the distributed tables it holds and the genes it owns for each, written by the coordinator over postgres_fdw. A trigger creates a missing table and keeps one local partition per owned run of genes.';
-COMMENT ON COLUMN id_gen.shard_tables.gene_ranges IS 'Genes whose ids this shard holds for the table, as runs (empty: none).';
+COMMENT ON TABLE id_gen.shard_tables IS 'On a shard: the distributed tables it holds and the route ranges it owns for each, written by the coordinator over postgres_fdw. A trigger creates a missing table and keeps one local partition per owned route range.';
+COMMENT ON COLUMN id_gen.shard_tables.gene_ranges IS 'Route ranges of genes whose ids this shard holds for the table, one partition each (empty: none).';
 COMMENT ON COLUMN id_gen.shard_tables.definition IS 'CREATE TABLE ... PARTITION BY RANGE (id) statement, generated by the coordinator, run when the table is missing.';
 
 CREATE FUNCTION id_gen.apply_shard_table() RETURNS trigger
@@ -105,7 +108,7 @@ AS $$
 DECLARE
   parent text;
   part record;
-  run int4range;
+  wanted int4range;
   pname name;
   detached regclass[] := '{}';
   candidate regclass;
@@ -123,10 +126,10 @@ BEGIN
   ELSIF (SELECT c.relkind FROM pg_class c WHERE c.oid = parent::regclass) <> 'p' THEN
     RAISE EXCEPTION 'id_gen: % exists on this shard but is not partitioned', parent
       USING ERRCODE = '55000',
-            HINT = 'distribute_table creates the shards'' tables itself (partitioned by id, one partition per run of genes); rename or drop the existing table.';
+            HINT = 'distribute_table creates the shards'' tables itself (partitioned by id, one partition per route range); rename or drop the existing table.';
   END IF;
 
-  -- Partitions that are not a wanted run are detached ...
+  -- Partitions that are not a wanted range are detached ...
   FOR part IN SELECT c.oid::regclass AS rel, c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
               WHERE i.inhparent = parent::regclass LOOP
     CONTINUE WHEN EXISTS (SELECT FROM unnest(NEW.gene_ranges) g
@@ -134,15 +137,15 @@ BEGIN
     EXECUTE format('ALTER TABLE %s DETACH PARTITION %s', parent, part.rel);
     detached := detached || part.rel;
   END LOOP;
-  -- ... each missing run adopts a detached table whose rows all fall inside it (no copy;
+  -- ... each missing range adopts a detached table whose rows all fall inside it (no copy;
   -- ATTACH checks the bounds), or starts empty ...
-  FOR run IN SELECT g FROM unnest(NEW.gene_ranges) g ORDER BY g LOOP
-    pname := id_gen.partition_name(NEW.table_name, lower(run), upper(run) - 1);
+  FOR wanted IN SELECT g FROM unnest(NEW.gene_ranges) g ORDER BY g LOOP
+    pname := id_gen.partition_name(NEW.table_name, lower(wanted), upper(wanted) - 1);
     CONTINUE WHEN to_regclass(format('%I.%I', NEW.schema_name, pname)) IS NOT NULL;
     adopted := false;
     FOREACH candidate IN ARRAY detached LOOP
       EXECUTE format('SELECT min(%1$I) >> 47, max(%1$I) >> 47 FROM %2$s', NEW.id_column, candidate) INTO lowest, highest;
-      IF lowest >= lower(run) AND highest < upper(run) THEN
+      IF lowest >= lower(wanted) AND highest < upper(wanted) THEN
         EXECUTE format('ALTER TABLE %s RENAME TO %I', candidate, pname);
         detached := array_remove(detached, candidate);
         adopted := true;
@@ -151,18 +154,18 @@ BEGIN
     END LOOP;
     IF adopted THEN
       EXECUTE format('ALTER TABLE %s ATTACH PARTITION %I.%I FOR VALUES FROM (%s) TO (%s)', parent,
-                     NEW.schema_name, pname, id_gen.gene_first_id(lower(run)),
-                     CASE WHEN upper(run) > 65535 THEN 'MAXVALUE' ELSE id_gen.gene_first_id(upper(run))::text END);
+                     NEW.schema_name, pname, id_gen.gene_first_id(lower(wanted)),
+                     CASE WHEN upper(wanted) > 65535 THEN 'MAXVALUE' ELSE id_gen.gene_first_id(upper(wanted))::text END);
     ELSE
       EXECUTE format('CREATE TABLE %I.%I PARTITION OF %s FOR VALUES FROM (%s) TO (%s)',
-                     NEW.schema_name, pname, parent, id_gen.gene_first_id(lower(run)),
-                     CASE WHEN upper(run) > 65535 THEN 'MAXVALUE' ELSE id_gen.gene_first_id(upper(run))::text END);
+                     NEW.schema_name, pname, parent, id_gen.gene_first_id(lower(wanted)),
+                     CASE WHEN upper(wanted) > 65535 THEN 'MAXVALUE' ELSE id_gen.gene_first_id(upper(wanted))::text END);
     END IF;
     EXECUTE format('COMMENT ON TABLE %I.%I IS %L', NEW.schema_name, pname,
                    format('id_gen: genes %s .. %s of %s on this shard (kept by the coordinator through id_gen.shard_tables)',
-                          lower(run), upper(run) - 1, parent));
+                          lower(wanted), upper(wanted) - 1, parent));
   END LOOP;
-  -- ... and the rows of the rest go back through the parent: a row outside every run
+  -- ... and the rows of the rest go back through the parent: a row outside every range
   -- is refused (23514), and with it the coordinator's route change.
   FOREACH candidate IN ARRAY detached LOOP
     EXECUTE format('INSERT INTO %s SELECT * FROM %s', parent, candidate);
@@ -170,7 +173,7 @@ BEGIN
   END LOOP;
   RETURN NEW;
 END $$;
-COMMENT ON FUNCTION id_gen.apply_shard_table() IS 'Trigger on id_gen.shard_tables: creates a missing shard table and re-partitions it to one local partition per owned run of genes.';
+COMMENT ON FUNCTION id_gen.apply_shard_table() IS 'Trigger on id_gen.shard_tables: creates a missing shard table and re-partitions it to one local partition per owned route range.';
 CREATE TRIGGER apply_shard_table AFTER INSERT OR UPDATE OR DELETE ON id_gen.shard_tables
 FOR EACH ROW EXECUTE FUNCTION id_gen.apply_shard_table();
 
@@ -197,7 +200,7 @@ CREATE TABLE id_gen.shard_placements (
     schema_name name           NOT NULL,
     table_name  name           NOT NULL,
     shard       text           NOT NULL,
-    gene_ranges int4multirange NOT NULL,
+    gene_ranges int4range[]    NOT NULL,
     updated_at  timestamptz    NOT NULL DEFAULT now(),
     PRIMARY KEY (schema_name, table_name, shard),
     FOREIGN KEY (schema_name, table_name) REFERENCES id_gen.distributed_tables ON DELETE CASCADE
@@ -205,7 +208,7 @@ CREATE TABLE id_gen.shard_placements (
 SELECT pg_catalog.pg_extension_config_dump('id_gen.shard_placements', '');
 REVOKE ALL ON id_gen.shard_placements FROM PUBLIC;
 GRANT SELECT ON id_gen.shard_placements TO PUBLIC;
-COMMENT ON TABLE id_gen.shard_placements IS 'On a coordinator: the genes each shard was last told it owns for each distributed table (its local partitions).';
+COMMENT ON TABLE id_gen.shard_placements IS 'On a coordinator: the route ranges each shard was last told it owns for each distributed table (its local partitions).';
 
 CREATE FUNCTION id_gen.require_superuser(what text) RETURNS void
 LANGUAGE plpgsql STRICT
@@ -258,7 +261,7 @@ REVOKE EXECUTE ON FUNCTION id_gen.check_routes_for_distribution() FROM PUBLIC;
 -- Tells one shard which genes of a table it owns, through a foreign table over its
 -- id_gen.shard_tables that lives only for this call.
 CREATE FUNCTION id_gen.push_shard_table(shard text, schema_name name, table_name name,
-                                        id_column name, gene_ranges int4multirange,
+                                        id_column name, gene_ranges int4range[],
                                         definition text) RETURNS void
 LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
@@ -270,7 +273,7 @@ DECLARE
   code text;
 BEGIN
   EXECUTE format('CREATE FOREIGN TABLE id_gen.%I (schema_name name, table_name name, id_column name, '
-                 'gene_ranges int4multirange, definition text, updated_at timestamptz) '
+                 'gene_ranges int4range[], definition text, updated_at timestamptz) '
                  'SERVER %I OPTIONS (schema_name %L, table_name %L)', ft, shard, 'id_gen', 'shard_tables');
   BEGIN
     EXECUTE format('UPDATE id_gen.%I SET id_column = $1, gene_ranges = $2, definition = $3, updated_at = now() '
@@ -301,8 +304,53 @@ BEGIN
   END;
   EXECUTE format('DROP FOREIGN TABLE id_gen.%I', ft);
 END $$;
-COMMENT ON FUNCTION id_gen.push_shard_table(text, name, name, name, int4multirange, text) IS 'Writes one shard''s id_gen.shard_tables row over postgres_fdw (creating the table there and re-partitioning it).';
-REVOKE EXECUTE ON FUNCTION id_gen.push_shard_table(text, name, name, name, int4multirange, text) FROM PUBLIC;
+COMMENT ON FUNCTION id_gen.push_shard_table(text, name, name, name, int4range[], text) IS 'Writes one shard''s id_gen.shard_tables row over postgres_fdw (creating the table there and re-partitioning it).';
+REVOKE EXECUTE ON FUNCTION id_gen.push_shard_table(text, name, name, name, int4range[], text) FROM PUBLIC;
+
+-- Makes the range partition `pname` hold exactly one foreign table, "<pname>_fdw", on
+-- `shard`, pointing at the shard's partition of the same genes. A foreign table on
+-- another server is swapped: DETACH, DROP, CREATE under the lock of this range
+-- partition alone (other ranges are not locked).
+CREATE FUNCTION id_gen.point_partition(schema_name name, pname name, table_name name,
+                                       lower_gene integer, upper_gene integer, shard text,
+                                       owner_role name) RETURNS boolean
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  part regclass := format('%I.%I', schema_name, pname)::regclass;
+  child record;
+  fdw_name name := pname || '_fdw';
+  kept boolean := false;
+BEGIN
+  FOR child IN SELECT c.oid::regclass AS rel, c.relname, s.srvname
+               FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+               JOIN pg_foreign_table ft ON ft.ftrelid = c.oid
+               JOIN pg_foreign_server s ON s.oid = ft.ftserver
+               WHERE i.inhparent = part LOOP
+    IF child.srvname = shard AND child.relname = fdw_name THEN
+      kept := true;
+    ELSE
+      EXECUTE format('ALTER TABLE %s DETACH PARTITION %s', part, child.rel);
+      EXECUTE format('DROP FOREIGN TABLE %s', child.rel);
+    END IF;
+  END LOOP;
+  IF kept THEN
+    RETURN false;
+  END IF;
+  EXECUTE format('CREATE FOREIGN TABLE %I.%I PARTITION OF %s FOR VALUES FROM (%s) TO (%s) '
+                 'SERVER %I OPTIONS (schema_name %L, table_name %L)',
+                 schema_name, fdw_name, part, id_gen.gene_first_id(lower_gene),
+                 CASE WHEN upper_gene = 65535 THEN 'MAXVALUE' ELSE id_gen.gene_first_id(upper_gene + 1)::text END,
+                 shard, schema_name, id_gen.partition_name(table_name, lower_gene, upper_gene));
+  EXECUTE format('ALTER FOREIGN TABLE %I.%I OWNER TO %I', schema_name, fdw_name, owner_role);
+  EXECUTE format('COMMENT ON FOREIGN TABLE %I.%I IS %L', schema_name, fdw_name,
+                 format('id_gen: genes %s .. %s on shard %s (its table %I.%I)', lower_gene, upper_gene, shard,
+                        schema_name, id_gen.partition_name(table_name, lower_gene, upper_gene)));
+  RETURN true;
+END $$;
+COMMENT ON FUNCTION id_gen.point_partition(name, name, name, integer, integer, text, name) IS 'Points the range partition of a distributed table at a shard: one foreign table "<partition>_fdw" over the shard''s partition of the same genes. Returns whether it changed anything.';
+REVOKE EXECUTE ON FUNCTION id_gen.point_partition(name, name, name, integer, integer, text, name) FROM PUBLIC;
 
 -- Re-derives the partitions of one distributed table, here and on its shards, from the route
 -- table. Idempotent: partitions and shards already in step are left alone.
@@ -334,56 +382,54 @@ BEGIN
   EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', parts);
   SELECT pg_get_userbyid(c.relowner) INTO parts_owner FROM pg_class c WHERE c.oid = parts::regclass;
 
-  -- Partitions that no longer match a route (bounds or server) go first, so that the
-  -- new ones never overlap them.
+  -- Range partitions whose bounds are no longer a route range go first, so that the new
+  -- ones never overlap them. Each holds only a foreign table (dropped with it).
   FOR cur IN
-    SELECT c.oid::regclass AS part, c.relname, c.relkind, s.srvname
-    FROM pg_inherits i
-    JOIN pg_class c ON c.oid = i.inhrelid
-    LEFT JOIN pg_foreign_table ft ON ft.ftrelid = c.oid
-    LEFT JOIN pg_foreign_server s ON s.oid = ft.ftserver
+    SELECT c.oid::regclass AS part, c.relname, c.relkind
+    FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
     WHERE i.inhparent = parts::regclass
   LOOP
-    CONTINUE WHEN EXISTS (SELECT FROM id_gen.shard_runs sr
-                          WHERE id_gen.partition_name(d.partitioned_name, sr.lower_gene, sr.upper_gene) = cur.relname
-                            AND sr.shard = cur.srvname);
-    IF cur.relkind <> 'f' THEN
-      RAISE EXCEPTION 'id_gen: partition % of % is not a foreign table, and id_gen does not drop local data', cur.part, parts
+    CONTINUE WHEN EXISTS (SELECT FROM id_gen.route_ranges rr
+                          WHERE id_gen.partition_name(d.partitioned_name, rr.lower_gene, rr.upper_gene) = cur.relname);
+    IF cur.relkind <> 'p' OR EXISTS (SELECT FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+                                     WHERE i.inhparent = cur.part AND c.relkind <> 'f') THEN
+      RAISE EXCEPTION 'id_gen: partition % of % holds local data, and id_gen does not drop it', cur.part, parts
         USING ERRCODE = '55000', HINT = 'Detach it (ALTER TABLE ... DETACH PARTITION) and move its rows to the shards.';
     END IF;
     EXECUTE format('ALTER TABLE %s DETACH PARTITION %s', parts, cur.part);
-    EXECUTE format('DROP FOREIGN TABLE %s', cur.part);
+    EXECUTE format('DROP TABLE %s', cur.part);
   END LOOP;
 
-  FOR r IN SELECT * FROM id_gen.shard_runs ORDER BY lower_gene LOOP
+  FOR r IN SELECT * FROM id_gen.route_ranges ORDER BY lower_gene LOOP
     pname := id_gen.partition_name(d.partitioned_name, r.lower_gene, r.upper_gene);
-    CONTINUE WHEN to_regclass(format('%I.%I', d.schema_name, pname)) IS NOT NULL;
-    EXECUTE format('CREATE FOREIGN TABLE %I.%I PARTITION OF %s FOR VALUES FROM (%s) TO (%s) '
-                   'SERVER %I OPTIONS (schema_name %L, table_name %L)',
-                   d.schema_name, pname, parts, id_gen.gene_first_id(r.lower_gene),
-                   CASE WHEN r.upper_gene = 65535 THEN 'MAXVALUE'
-                        ELSE id_gen.gene_first_id(r.upper_gene + 1)::text END,
-                   r.shard, d.schema_name, id_gen.partition_name(d.table_name, r.lower_gene, r.upper_gene));
-    EXECUTE format('ALTER FOREIGN TABLE %I.%I OWNER TO %I', d.schema_name, pname, parts_owner);
-    EXECUTE format('COMMENT ON FOREIGN TABLE %I.%I IS %L', d.schema_name, pname,
-                   format('id_gen: genes %s .. %s of %s, on shard %s (kept in step with id_gen.shard_routes)',
-                          r.lower_gene, r.upper_gene, parts, r.shard));
+    IF to_regclass(format('%I.%I', d.schema_name, pname)) IS NULL THEN
+      EXECUTE format('CREATE TABLE %I.%I PARTITION OF %s FOR VALUES FROM (%s) TO (%s) PARTITION BY RANGE (%I)',
+                     d.schema_name, pname, parts, id_gen.gene_first_id(r.lower_gene),
+                     CASE WHEN r.upper_gene = 65535 THEN 'MAXVALUE'
+                          ELSE id_gen.gene_first_id(r.upper_gene + 1)::text END,
+                     d.id_column);
+      EXECUTE format('ALTER TABLE %I.%I OWNER TO %I', d.schema_name, pname, parts_owner);
+      EXECUTE format('COMMENT ON TABLE %I.%I IS %L', d.schema_name, pname,
+                     format('id_gen: genes %s .. %s of %s (kept in step with id_gen.shard_routes)',
+                            r.lower_gene, r.upper_gene, parts));
+    END IF;
+    PERFORM id_gen.point_partition(d.schema_name, pname, d.table_name, r.lower_gene, r.upper_gene, r.shard, parts_owner);
   END LOOP;
 
-  -- Every shard that owns genes now, or did before, hears its new set of runs.
+  -- Every shard that owns genes now, or did before, hears its new set of ranges.
   FOR r IN
     WITH wanted AS (
-      SELECT rr.shard, range_agg(int4range(rr.lower_gene, rr.upper_gene, '[]')) AS genes
+      SELECT rr.shard, array_agg(int4range(rr.lower_gene, rr.upper_gene, '[]') ORDER BY rr.lower_gene) AS genes
       FROM id_gen.route_ranges rr GROUP BY rr.shard
     ), known AS (
       SELECT p.shard, p.gene_ranges FROM id_gen.shard_placements p
       WHERE (p.schema_name, p.table_name) = (d.schema_name, d.table_name)
     )
     SELECT coalesce(w.shard, k.shard) AS shard,
-           coalesce(w.genes, '{}'::int4multirange) AS genes,
+           coalesce(w.genes, '{}'::int4range[]) AS genes,
            k.shard IS NULL AS is_new
     FROM wanted w FULL JOIN known k ON k.shard = w.shard
-    WHERE k.gene_ranges IS DISTINCT FROM coalesce(w.genes, '{}'::int4multirange)
+    WHERE k.gene_ranges IS DISTINCT FROM coalesce(w.genes, '{}'::int4range[])
     ORDER BY 1
   LOOP
     PERFORM id_gen.push_shard_table(r.shard, d.schema_name, d.table_name, d.id_column, r.genes, d.shard_definition);
@@ -614,5 +660,5 @@ BEGIN
   RAISE NOTICE 'id_gen: %.% is distributed over % shards; % existing rows moved to them',
     quote_ident(sch), quote_ident(tab), (SELECT count(DISTINCT shard) FROM id_gen.shard_routes), moved;
 END $$;
-COMMENT ON FUNCTION id_gen.distribute_table(regclass, name, name, text) IS 'Turns a plain table into a table partitioned by RANGE on its bigint id column, one postgres_fdw foreign partition per run of genes of a shard, pointing at that shard''s local partition of the run; creates the shards'' tables and moves existing rows. With owner_column and sequence, the table''s name becomes a view that computes missing ids from the owner. Superuser only.';
+COMMENT ON FUNCTION id_gen.distribute_table(regclass, name, name, text) IS 'Turns a plain table into a table partitioned by RANGE on its bigint id column, one partition per route range holding a postgres_fdw foreign table over that shard''s local partition of the range; creates the shards'' tables and moves existing rows. With owner_column and sequence, the table''s name becomes a view that computes missing ids from the owner. Superuser only.';
 REVOKE EXECUTE ON FUNCTION id_gen.distribute_table(regclass, name, name, text) FROM PUBLIC;

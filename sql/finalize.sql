@@ -297,14 +297,7 @@ COMMENT ON FUNCTION id_gen.snowflake_status() IS 'Snowflake generator state: nod
 REVOKE ALL ON FUNCTION id_gen.export_order_no_keys() FROM PUBLIC;
 COMMENT ON FUNCTION id_gen.export_order_no_keys() IS 'The order-number data keys in their KEK-wrapped form only (key_version, wrapped, kek_fingerprint, is_current), for the MariaDB plugin that holds the same KEK. Superusers only (42501).';
 
--- Maximal runs of genes per shard: the partitions of distributed tables (sql/distribute.sql).
-CREATE VIEW id_gen.shard_runs AS
-SELECT g.shard, lower(g.run) AS lower_gene, upper(g.run) - 1 AS upper_gene
-FROM (SELECT r.shard, unnest(range_agg(int4range(r.lower_gene, r.upper_gene, '[]'))) AS run
-      FROM id_gen.route_ranges r GROUP BY r.shard) g;
-COMMENT ON VIEW id_gen.shard_runs IS 'The route table as maximal runs of adjacent genes routed to the same shard; each run is one partition of every distributed table.';
-GRANT SELECT ON id_gen.shard_runs TO PUBLIC;
-
+-- The distribution of distributed tables (sql/distribute.sql) by route range.
 CREATE VIEW id_gen.distribution AS
 SELECT format('%I.%I', d.schema_name, d.table_name) AS relation,
        r.lower_gene,
@@ -319,11 +312,11 @@ SELECT format('%I.%I', d.schema_name, d.table_name) AS relation,
                JOIN pg_catalog.pg_foreign_table ft ON ft.ftrelid = c.oid
                JOIN pg_catalog.pg_foreign_server s ON s.oid = ft.ftserver
                WHERE n.nspname = d.schema_name
-                 AND c.relname = id_gen.partition_name(d.partitioned_name, r.lower_gene, r.upper_gene)
+                 AND c.relname = id_gen.partition_name(d.partitioned_name, r.lower_gene, r.upper_gene) || '_fdw'
                  AND s.srvname = r.shard)
        AND EXISTS (SELECT FROM id_gen.shard_placements p
                    WHERE (p.schema_name, p.table_name, p.shard) = (d.schema_name, d.table_name, r.shard)
-                     AND p.gene_ranges @> int4range(r.lower_gene, r.upper_gene, '[]')) AS in_step
-FROM id_gen.distributed_tables d CROSS JOIN id_gen.shard_runs r;
-COMMENT ON VIEW id_gen.distribution IS 'Each distributed table by run of genes: shard, id bounds, partition, and whether the partition and the shard''s placement match the route table (in_step; false after a failed sync: run SELECT id_gen.sync_distributed_tables()).';
+                     AND int4range(r.lower_gene, r.upper_gene, '[]') = ANY (p.gene_ranges)) AS in_step
+FROM id_gen.distributed_tables d CROSS JOIN id_gen.route_ranges r;
+COMMENT ON VIEW id_gen.distribution IS 'Each distributed table by route range: shard, id bounds, partition, and whether its foreign table and the shard''s placement match the route table (in_step; false after a failed sync: run SELECT id_gen.sync_distributed_tables()).';
 GRANT SELECT ON id_gen.distribution TO PUBLIC;

@@ -59,6 +59,7 @@ extension_sql_file!(
         layout::shard_gene_uuid
     ]
 );
+extension_sql_file!("../sql/move.sql", name = "move", requires = ["distribute"]);
 extension_sql_file!("../sql/finalize.sql", finalize);
 
 /// Every subsystem's shared memory, in the order it is attached.

@@ -89,8 +89,8 @@ before=$(q mid "SELECT max(id) FROM mt")
 q mid "ALTER EXTENSION id_gen UPDATE TO '$NEW'" >/dev/null
 assert_eq "$(q mid "SELECT extversion FROM pg_extension WHERE extname = 'id_gen'")" "$NEW" "0.2.0 updated to $NEW"
 assert_gt "$(q mid "SELECT min(id_gen.next_segment_id('orders')) FROM generate_series(1, 100)")" "$before" "values continue above the old ones"
-assert_eq "$(q mid "SELECT string_agg(lower_gene || '-' || upper_gene || '@' || shard, ',' ORDER BY lower_gene) FROM id_gen.shard_runs")" \
-  "0-30000@shard_a,30001-65535@shard_b" "the routes survive and id_gen.shard_runs reads them"
+assert_eq "$(q mid "SELECT string_agg(lower_gene || '-' || upper_gene || '@' || shard, ',' ORDER BY lower_gene) FROM id_gen.route_ranges")" \
+  "0-30000@shard_a,30001-65535@shard_b" "the routes survive"
 q mid "SELECT id_gen.set_route(40000, 'shard_b')" >/dev/null
 assert_eq "$(q mid "SELECT count(*) FROM id_gen.shard_routes")" "3" "set_route works after the update (no distributed tables: nothing to sync)"
 q mid "$SCHEMA_SQL" > "$E2E_DIR/upgraded_mid.txt"

@@ -6,8 +6,9 @@
 # (a) argument checks: routes to unknown servers 42704, a non-bigint id 42804, a sequence
 #     without an owner 22023, foreign keys 0A000, non-superusers 42501.
 # (b) distribute_table moves existing rows to their shards and creates the shards'
-#     tables, partitioned by the genes they own; each coordinator partition points at
-#     one shard partition (a full scan through the coordinator sees every row once).
+#     tables, partitioned by the route ranges they own; each coordinator foreign table
+#     points at one shard partition (a full scan through the coordinator sees every row
+#     once).
 # (c) inserts by owner only (RETURNING gives the id), by id, and by COPY land on the
 #     shard route_owner names; an id of another gene than its owner's is 23514; UPDATE
 #     and DELETE through the table work.
@@ -99,16 +100,16 @@ grep -q "NOTICE:  id_gen: public.orders is distributed over 3 shards; 300 existi
   || fail "distribute_table: $out"
 pass "distribute_table moved the 300 existing rows"
 assert_eq "$(cq -c "SELECT string_agg(relname || ':' || relkind::text, ',' ORDER BY relname) FROM pg_class WHERE relname LIKE 'orders%' AND relkind IN ('v', 'p', 'r', 'f')")" \
-  "orders:v,orders_shards:p,orders_shards_g0_21844:f,orders_shards_g21845_43689:f,orders_shards_g43690_65535:f" \
-  "orders is a view over orders_shards, partitioned into 3 foreign tables"
+  "orders:v,orders_shards:p,orders_shards_g0_21844:p,orders_shards_g0_21844_fdw:f,orders_shards_g21845_43689:p,orders_shards_g21845_43689_fdw:f,orders_shards_g43690_65535:p,orders_shards_g43690_65535_fdw:f" \
+  "orders is a view over orders_shards: one partition per route range, each holding one foreign table"
 assert_eq "$(cq -c "SELECT string_agg(partition || '@' || shard || ':' || in_step, ',' ORDER BY lower_gene) FROM id_gen.distribution")" \
   "public.orders_shards_g0_21844@shard_1:true,public.orders_shards_g21845_43689@shard_2:true,public.orders_shards_g43690_65535@shard_3:true" \
   "id_gen.distribution: one partition per route, each on its shard, in step"
 shard_parts() { sq "$1" -c "SELECT string_agg(c.relname || ' ' || pg_get_expr(c.relpartbound, c.oid), ', ' ORDER BY c.relname) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = 'public.orders'::regclass"; }
 assert_eq "$(shard_parts 1)" "orders_g0_21844 FOR VALUES FROM ('0') TO ('3074410433122140160')" "shard_1: orders partitioned, one partition for its genes"
 assert_eq "$(shard_parts 3)" "orders_g43690_65535 FOR VALUES FROM ('6148820866244280320') TO (MAXVALUE)" "shard_3: likewise"
-assert_eq "$(cq -c "SELECT ftoptions::text FROM pg_foreign_table WHERE ftrelid = 'orders_shards_g21845_43689'::regclass")" \
-  "{schema_name=public,table_name=orders_g21845_43689}" "each coordinator partition points at the shard's partition of the same genes"
+assert_eq "$(cq -c "SELECT ftoptions::text FROM pg_foreign_table WHERE ftrelid = 'orders_shards_g21845_43689_fdw'::regclass")" \
+  "{schema_name=public,table_name=orders_g21845_43689}" "each coordinator foreign table points at the shard's partition of the same genes"
 assert_eq "$(sq 1 -c "SELECT string_agg(conname, ',' ORDER BY conname) FROM pg_constraint WHERE conrelid = 'public.orders'::regclass")" \
   "orders_amount_check,orders_pkey" "the shard's table has the primary key and the CHECK of the original"
 assert_eq "$(cq -c "SELECT has_table_privilege('app', 'orders', 'INSERT') AND has_table_privilege('app', 'orders_shards', 'INSERT')")" "t" \
@@ -187,11 +188,11 @@ lo=$(cq -c "SELECT g FROM generate_series(43700, 65000, 10) g WHERE NOT EXISTS (
 hi=$((lo + 9))
 cq -c "BEGIN" -c "SELECT id_gen.set_route($((lo - 1)), 'shard_3')" -c "SELECT id_gen.set_route($hi, 'shard_1')" -c "COMMIT" >/dev/null
 pass "genes $lo .. $hi moved from shard_3 to shard_1 (two set_route calls in one transaction)"
-assert_eq "$(cq -c "SELECT s.srvname FROM pg_foreign_table ft JOIN pg_foreign_server s ON s.oid = ft.ftserver WHERE ft.ftrelid = 'orders_shards_g${lo}_${hi}'::regclass")" \
+assert_eq "$(cq -c "SELECT s.srvname FROM pg_foreign_table ft JOIN pg_foreign_server s ON s.oid = ft.ftserver WHERE ft.ftrelid = 'orders_shards_g${lo}_${hi}_fdw'::regclass")" \
   "shard_1" "the partition of genes $lo .. $hi points at shard_1"
 assert_eq "$(cq -c "SELECT bool_and(in_step)::text || count(*) FROM id_gen.distribution")" "true5" "every partition is in step (5 runs)"
-assert_eq "$(sq 1 -c "SELECT gene_ranges FROM id_gen.shard_tables")" "{[0,21845),[$lo,$((hi + 1)))}" "shard_1 owns genes 0 .. 21844 and $lo .. $hi"
-assert_eq "$(sq 3 -c "SELECT gene_ranges FROM id_gen.shard_tables")" "{[43690,$lo),[$((hi + 1)),65536)}" "shard_3 no longer owns $lo .. $hi"
+assert_eq "$(sq 1 -c "SELECT gene_ranges FROM id_gen.shard_tables")" "{\"[0,21845)\",\"[$lo,$((hi + 1)))\"}" "shard_1 owns genes 0 .. 21844 and $lo .. $hi"
+assert_eq "$(sq 3 -c "SELECT gene_ranges FROM id_gen.shard_tables")" "{\"[43690,$lo)\",\"[$((hi + 1)),65536)\"}" "shard_3 no longer owns $lo .. $hi"
 assert_eq "$(shard_parts 1 | sed 's/ FOR VALUES[^,]*//g')" "orders_g0_21844, orders_g${lo}_${hi}" "shard_1 has a partition for the new genes"
 assert_eq "$(shard_parts 3 | sed 's/ FOR VALUES[^,]*//g')" "orders_g43690_$((lo - 1)), orders_g$((hi + 1))_65535" "shard_3 split its partition around them"
 owner=$(cq -c "SELECT o FROM generate_series(1, 5000000) o WHERE id_gen.shard_gene(o) BETWEEN $lo AND $hi LIMIT 1")

@@ -54,7 +54,10 @@ SELECT CASE
     CASE WHEN arg IN ('id_column', 'owner_column') THEN '''max_id'''
          WHEN arg = 'schema_name' THEN '''id_gen'''
          ELSE '''null_probe''' END
-  WHEN typ = 'int4multirange'::regtype THEN '''{[0,10)}'''
+  WHEN typ = 'int4range[]'::regtype THEN '''{"[0,10)"}'''
+  WHEN typ = 'oid'::regtype THEN '0'
+  WHEN typ = 'id_gen.shard_moves'::regtype THEN
+    'ROW(0, 0, 0, ''shard_a'', ''shard_b'', ''planned'', false, NULL, NULL, 0, NULL, NULL, NULL, now(), now(), NULL, NULL)'
 END $$;
 
 -- names_arg(message, argument): the message names the argument (as a whole word).
