@@ -1084,6 +1084,10 @@ DECLARE
   deadline timestamptz;
   lag bigint;
   cleanup text;
+  progress_at timestamptz;
+  last_state text;
+  copied bigint;
+  last_copied bigint;
 BEGIN
   PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
   IF lower_gene IS NULL OR upper_gene IS NULL OR target_shard IS NULL OR dry_run IS NULL OR keep_source IS NULL THEN
@@ -1203,14 +1207,27 @@ BEGIN
     END IF;
   END IF;
   IF err IS NULL AND m.phase = 'copying' THEN
+    progress_at := clock_timestamp();
     LOOP
+      IF clock_timestamp() - progress_at > interval '2 min' THEN
+        RAISE EXCEPTION 'id_gen: move %: the initial copy made no progress for 2 minutes (tables ready/total: %)', m.move_id, res
+          USING ERRCODE = '57014',
+                DETAIL = 'The move stays in phase copying; the source is still authoritative.',
+                HINT = format('Check both shards'' logs (the subscription id_gen_move_%s on %s), then CALL id_gen.move_genes(%s, %s, %L) to resume or CALL id_gen.abort_move(%s).',
+                              m.move_id, m.target_shard, m.lower_gene, m.upper_gene, m.target_shard, m.move_id);
+      END IF;
       BEGIN
         IF (SELECT sm.phase FROM id_gen.shard_moves sm WHERE sm.move_id = m.move_id) <> 'copying' THEN
           RAISE EXCEPTION 'the move was aborted or taken over by another session' USING ERRCODE = '55006';
         END IF;
         res := id_gen.run_move_step(m, 'sync_state', 0, 10000);
-        UPDATE id_gen.shard_moves
-        SET rows_copied = id_gen.run_move_step(m, 'count_target', 0, 60000)::bigint, updated_at = clock_timestamp()
+        copied := id_gen.run_move_step(m, 'count_target', 0, 60000)::bigint;
+        IF res IS DISTINCT FROM last_state OR copied IS DISTINCT FROM last_copied THEN
+          progress_at := clock_timestamp();
+          last_state := res;
+          last_copied := copied;
+        END IF;
+        UPDATE id_gen.shard_moves SET rows_copied = copied, updated_at = clock_timestamp()
         WHERE move_id = m.move_id;
       EXCEPTION WHEN OTHERS THEN
         GET STACKED DIAGNOSTICS err = MESSAGE_TEXT, err_state = RETURNED_SQLSTATE;
