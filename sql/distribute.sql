@@ -79,10 +79,15 @@ COMMENT ON FUNCTION id_gen.owner_last_id(bigint) IS 'Largest id an owner''s rows
 COMMENT ON FUNCTION id_gen.owner_last_id(text) IS 'owner_last_id for a text owner.';
 COMMENT ON FUNCTION id_gen.owner_last_id(uuid) IS 'owner_last_id for a uuid owner.';
 
+-- At most 58 bytes, so that "<name>_fdw" fits NAMEDATALEN too: parents longer than 30
+-- bytes keep 8 characters and a hash of the whole name (no two parents collide by their
+-- first characters).
 CREATE FUNCTION id_gen.partition_name(parent name, lower_gene integer, upper_gene integer) RETURNS name
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-RETURN left(parent, 40) || '_g' || lower_gene || '_' || upper_gene;
-COMMENT ON FUNCTION id_gen.partition_name(name, integer, integer) IS 'Name of the partition that holds genes lower_gene .. upper_gene of a distributed table (on the coordinator a foreign table, on its shard the local partition it points at).';
+RETURN CASE WHEN octet_length(parent) <= 30 THEN parent::text
+            ELSE left(parent, 8) || '_' || left(md5(parent), 8) END
+       || '_g' || lower_gene || '_' || upper_gene;
+COMMENT ON FUNCTION id_gen.partition_name(name, integer, integer) IS 'Name of the partition that holds genes lower_gene .. upper_gene of a distributed table (on the coordinator the range partition, on its shard the local partition its foreign table points at); long names are shortened with a hash.';
 
 -- Shard side ------------------------------------------------------------------------------
 CREATE TABLE id_gen.shard_tables (
@@ -222,7 +227,29 @@ BEGIN
   END IF;
 END $$;
 COMMENT ON FUNCTION id_gen.require_superuser(text) IS 'Raises 42501 unless the current user is a superuser.';
-REVOKE EXECUTE ON FUNCTION id_gen.require_superuser(text) FROM PUBLIC;
+
+-- Routes and distributed tables stay put while a move is unfinished: a move relies on
+-- the placements and partitions it prepared (sql/move.sql).
+CREATE FUNCTION id_gen.refuse_during_moves(what text) RETURNS void
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  busy text;
+BEGIN
+  IF to_regclass('id_gen.shard_moves') IS NULL THEN
+    RETURN;
+  END IF;
+  EXECUTE 'SELECT string_agg(format(''%s (genes %s .. %s to %s, %s)'', move_id, lower_gene, upper_gene, target_shard, phase), '', '')
+           FROM id_gen.shard_moves WHERE phase NOT IN (''done'', ''aborted'')' INTO busy;
+  IF busy IS NOT NULL THEN
+    RAISE EXCEPTION 'id_gen: cannot % while moves are unfinished: %', what, busy
+      USING ERRCODE = '55006',
+            HINT = 'Finish each with the same CALL id_gen.move_genes(...) or roll it back with CALL id_gen.abort_move(move_id).';
+  END IF;
+END $$;
+COMMENT ON FUNCTION id_gen.refuse_during_moves(text) IS 'Raises 55006 while a move of genes is unfinished.';
+REVOKE EXECUTE ON FUNCTION id_gen.refuse_during_moves(text) FROM PUBLIC;
 
 -- Every route must lead to a postgres_fdw server and every gene must have a route before
 -- a table can be distributed over them.
@@ -454,6 +481,7 @@ BEGIN
     RETURN 0;
   END IF;
   PERFORM id_gen.require_superuser('change the routes of distributed tables');
+  PERFORM id_gen.refuse_during_moves('change the routes of distributed tables');
   PERFORM id_gen.check_routes_for_distribution();
   FOR d IN SELECT t.schema_name, t.table_name FROM id_gen.distributed_tables t ORDER BY 1, 2 LOOP
     PERFORM id_gen.sync_distributed_table(d.schema_name, d.table_name);
@@ -560,6 +588,15 @@ BEGIN
         USING ERRCODE = '42704', HINT = format('SELECT id_gen.create_sequence(%L) creates it (on every shard too, or with authority => ...).', sequence);
     END IF;
   END IF;
+  IF NOT EXISTS (SELECT FROM pg_constraint c WHERE c.contype = 'p' AND c.conrelid = tbl) THEN
+    RAISE EXCEPTION 'id_gen: % has no primary key', tbl
+      USING ERRCODE = '0A000',
+            HINT = format('Add one that includes %I (ALTER TABLE ... ADD PRIMARY KEY (%I)): shards need it as the replica identity when rows move between them.', id_column, id_column);
+  END IF;
+  IF EXISTS (SELECT FROM pg_attribute a WHERE a.attrelid = tbl AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated <> '') THEN
+    RAISE EXCEPTION 'id_gen: % has generated columns, which distributed tables do not carry', tbl
+      USING ERRCODE = '0A000', HINT = 'Turn them into plain columns filled by the application or a trigger on the shards.';
+  END IF;
   IF EXISTS (SELECT FROM pg_constraint c WHERE c.contype IN ('p', 'u') AND c.conrelid = tbl
              AND NOT (SELECT a.attnum FROM pg_attribute a WHERE a.attrelid = tbl AND a.attname = id_column) = ANY (c.conkey)) THEN
     RAISE EXCEPTION 'id_gen: a primary key or unique constraint of % does not include "%"', tbl, id_column
@@ -572,6 +609,7 @@ BEGIN
   END IF;
 
   LOCK TABLE id_gen.shard_routes IN SHARE MODE;
+  PERFORM id_gen.refuse_during_moves('distribute a table');
   PERFORM id_gen.check_routes_for_distribution();
   EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', tbl);
 

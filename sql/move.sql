@@ -68,6 +68,7 @@ CREATE TABLE id_gen.shard_moves (
     lag_bytes        bigint,
     fence_attempts   integer     NOT NULL DEFAULT 0,
     target_subscription oid,
+    runner_pid       integer,
     fence_started_at timestamptz,
     fence_ended_at   timestamptz,
     started_at       timestamptz NOT NULL DEFAULT clock_timestamp(),
@@ -138,16 +139,17 @@ BEGIN
       EXECUTE format('SELECT %I.dblink_is_busy($1)', dbl) INTO busy USING conn;
       EXIT WHEN busy = 0;
       IF clock_timestamp() > deadline THEN
-        RAISE EXCEPTION 'id_gen: shard "%" did not finish within % ms: %', shard, timeout_ms, left(command, 200)
-          USING ERRCODE = '57014';
+        -- (No command text here: a CREATE SUBSCRIPTION carries a password.)
+        RAISE EXCEPTION 'id_gen: shard "%" did not finish a command within % ms', shard, timeout_ms
+          USING ERRCODE = '55000';
       END IF;
       PERFORM pg_sleep(0.002);
     END LOOP;
     EXECUTE format('SELECT r FROM %I.dblink_get_result($1) AS t(r text) LIMIT 1', dbl) INTO result USING conn;
     -- One more call returns the empty result that frees the connection.
     EXECUTE format('SELECT count(*) FROM %I.dblink_get_result($1) AS t(r text)', dbl) USING conn;
-  EXCEPTION WHEN OTHERS THEN
-    -- A command still running, a half-read result or a broken link: cancel and drop the
+  EXCEPTION WHEN OTHERS OR query_canceled THEN
+    -- A command still running, a half-read result, a broken link or a cancel: cancel and drop the
     -- connection, so that the next call starts clean.
     BEGIN
       EXECUTE format('SELECT %I.dblink_cancel_query($1)', dbl) USING conn;
@@ -208,12 +210,12 @@ DECLARE
   ranges text;
   n integer := 0;
 BEGIN
-  SELECT string_agg(format('%I.%I WHERE (%I >= %s AND %I < %s)', d.schema_name,
+  SELECT string_agg(format('%I.%I WHERE (%I BETWEEN %s AND %s)', d.schema_name,
                            id_gen.partition_name(d.table_name, r.lower_gene, r.upper_gene),
                            d.id_column, id_gen.gene_first_id(r.lower_gene),
-                           d.id_column, id_gen.gene_last_id(r.upper_gene) + 1), ', '
+                           id_gen.gene_last_id(r.upper_gene)), ', '
                     ORDER BY d.schema_name, d.table_name, r.lower_gene),
-         string_agg(format('CREATE TRIGGER id_gen_move_fence BEFORE INSERT OR UPDATE OR DELETE ON %I.%I '
+         string_agg(format('CREATE OR REPLACE TRIGGER id_gen_move_fence BEFORE INSERT OR UPDATE OR DELETE ON %I.%I '
                            'FOR EACH ROW EXECUTE FUNCTION id_gen.refuse_moving_rows(%L, %L);',
                            d.schema_name, id_gen.partition_name(d.table_name, r.lower_gene, r.upper_gene),
                            coalesce(move_id::text, 'N'), target_shard), ' '
@@ -228,17 +230,17 @@ BEGIN
                            d.schema_name, d.table_name, d.schema_name,
                            id_gen.partition_name(d.table_name, r.lower_gene, r.upper_gene),
                            d.schema_name, id_gen.partition_name(d.table_name, r.lower_gene, r.upper_gene),
-                           left(id_gen.partition_name(d.table_name, r.lower_gene, r.upper_gene), 40) || '_moved_' || coalesce(move_id::text, 'N')), ' '
+                           'id_gen_moved_' || coalesce(move_id::text, 'N') || '_' || left(md5(id_gen.partition_name(d.table_name, r.lower_gene, r.upper_gene)), 8)), ' '
                     ORDER BY d.schema_name, d.table_name, r.lower_gene),
-         string_agg(format('(SELECT count(*) FROM %I.%I)', d.schema_name,
-                           id_gen.partition_name(d.table_name, r.lower_gene, r.upper_gene)), ' + '
+         string_agg(quote_literal(format('%I.%I', d.schema_name,
+                           id_gen.partition_name(d.table_name, r.lower_gene, r.upper_gene))) || '::regclass', ', '
                     ORDER BY d.schema_name, d.table_name, r.lower_gene),
          string_agg(format('IF to_regclass(%L) IS NOT NULL THEN TRUNCATE %I.%I; END IF;',
                            format('%I.%I', d.schema_name, id_gen.partition_name(d.table_name, r.lower_gene, r.upper_gene)),
                            d.schema_name, id_gen.partition_name(d.table_name, r.lower_gene, r.upper_gene)), ' '
                     ORDER BY d.schema_name, d.table_name, r.lower_gene),
          string_agg(format('DROP TABLE IF EXISTS %I.%I;', d.schema_name,
-                           left(id_gen.partition_name(d.table_name, r.lower_gene, r.upper_gene), 40) || '_moved_' || coalesce(move_id::text, 'N')), ' '
+                           'id_gen_moved_' || coalesce(move_id::text, 'N') || '_' || left(md5(id_gen.partition_name(d.table_name, r.lower_gene, r.upper_gene)), 8)), ' '
                     ORDER BY d.schema_name, d.table_name, r.lower_gene),
          string_agg(DISTINCT format('%s..%s', r.lower_gene, r.upper_gene), ', ')
     INTO pub_tables, fence, unfence, detach, count_target, truncate_target, drop_source, ranges
@@ -277,13 +279,17 @@ BEGIN
     (15, 'cut_over', 'source', 'drop_source',
      'DO $d$ BEGIN ' || drop_source || format(' DELETE FROM id_gen.move_markers WHERE move_id = %s; END $d$', coalesce(move_id::text, 'N'))),
     (16, 'cut_over', 'target', 'forget_markers', format('DELETE FROM id_gen.move_markers WHERE move_id = %s', coalesce(move_id::text, 'N'))),
-    (17, 'abort', 'source', 'unfence_source', 'DO $d$ BEGIN ' || unfence || ' END $d$'),
+    (17, 'abort', 'source', 'unfence_source',
+     'DO $d$ BEGIN PERFORM set_config(''lock_timeout'', ''5s'', true); ' || unfence || ' END $d$'),
     (18, 'abort', 'source', 'drop_slot',
      format('SELECT count(pg_drop_replication_slot(slot_name)) FROM pg_replication_slots WHERE (slot_name = %L OR slot_name LIKE %L) AND NOT active',
             tag, 'pg\_' || coalesce(subscription_oid::text, 'none') || '\_sync\_%')),
     (19, 'abort', 'target', 'detach_subscription',
      format('DO $d$ BEGIN IF EXISTS (SELECT FROM pg_subscription WHERE subname = %L) THEN ALTER SUBSCRIPTION %I DISABLE; ALTER SUBSCRIPTION %I SET (slot_name = NONE); END IF; END $d$', tag, tag, tag)),
-    (20, 'copying', 'target', 'count_target', 'SELECT ' || count_target),
+    -- Progress without counting: rows the table sync committed, plus those of a COPY running now.
+    (20, 'copying', 'target', 'count_target',
+     format('SELECT (SELECT coalesce(sum(n_tup_ins), 0) FROM pg_stat_user_tables WHERE relid IN (%s)) '
+            '+ (SELECT coalesce(sum(tuples_processed), 0) FROM pg_stat_progress_copy WHERE relid IN (%s))', count_target, count_target)),
     (21, 'abort', 'target', 'empty_target', 'DO $d$ BEGIN ' || truncate_target || ' END $d$');
 END $$;
 COMMENT ON FUNCTION id_gen.move_commands(bigint, integer, integer, text, text, boolean, oid) IS 'The steps of a move with the command each server runs (what move_genes executes and dry_run prints).';
@@ -422,11 +428,13 @@ BEGIN
       USING ERRCODE = '22004';
   END IF;
   PERFORM id_gen.require_superuser('move genes between shards');
+  -- One session at a time decides which move runs (released at the first COMMIT).
+  LOCK TABLE id_gen.shard_moves IN SHARE ROW EXCLUSIVE MODE;
 
-  -- An unfinished move of these genes is resumed, whatever the routes say now.
+  -- One move at a time: an unfinished move of these genes is resumed (whatever the routes
+  -- say now); any other unfinished move is in the way.
   SELECT * INTO m FROM id_gen.shard_moves sm
   WHERE sm.phase NOT IN ('done', 'aborted')
-    AND int4range(sm.lower_gene, sm.upper_gene, '[]') && int4range(move_genes.lower_gene, move_genes.upper_gene, '[]')
   ORDER BY sm.move_id DESC LIMIT 1;
   IF FOUND THEN
     IF (m.lower_gene, m.upper_gene, m.target_shard) IS DISTINCT FROM (move_genes.lower_gene, move_genes.upper_gene, move_genes.target_shard) THEN
@@ -439,7 +447,19 @@ BEGIN
         USING ERRCODE = '55000',
               HINT = format('CALL id_gen.abort_move(%s) rolls it back (the source still holds every row); then move again.', m.move_id);
     END IF;
+    IF m.runner_pid IS DISTINCT FROM pg_backend_pid() AND EXISTS (
+         SELECT FROM pg_stat_activity a
+         WHERE a.pid = m.runner_pid AND a.state = 'active' AND a.query ~* '^\s*call\s+id_gen\.move_genes') THEN
+      RAISE EXCEPTION 'id_gen: move % is running in session %', m.move_id, m.runner_pid
+        USING ERRCODE = '55006', HINT = 'Watch it in id_gen.moves; stop that session (pg_cancel_backend) to take it over.';
+    END IF;
     src := m.source_shard;
+    IF NOT dry_run THEN
+      UPDATE id_gen.shard_moves sm SET runner_pid = pg_backend_pid(), updated_at = clock_timestamp()
+      WHERE sm.move_id = m.move_id RETURNING * INTO m;
+      COMMIT;
+      PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+    END IF;
   ELSE
     SELECT count(*), count(DISTINCT rr.shard), min(rr.lower_gene), max(rr.upper_gene), min(rr.shard)
       INTO n_ranges, n_shards, first_gene, last_gene, src
@@ -489,8 +509,8 @@ BEGIN
               HINT = format('On %s: ALTER SYSTEM SET wal_level = logical; then restart it. Nothing was changed.', src);
     END IF;
     PERFORM id_gen.shard_exec(move_genes.target_shard, 'SELECT 1', 10000);
-    INSERT INTO id_gen.shard_moves (lower_gene, upper_gene, source_shard, target_shard, keep_source)
-    VALUES (move_genes.lower_gene, move_genes.upper_gene, src, move_genes.target_shard, move_genes.keep_source)
+    INSERT INTO id_gen.shard_moves (lower_gene, upper_gene, source_shard, target_shard, keep_source, runner_pid)
+    VALUES (move_genes.lower_gene, move_genes.upper_gene, src, move_genes.target_shard, move_genes.keep_source, pg_backend_pid())
     RETURNING * INTO m;
     RAISE NOTICE 'id_gen: move % of genes % .. % from % to % (watch it in id_gen.moves)', m.move_id, m.lower_gene, m.upper_gene, src, m.target_shard;
     COMMIT;
@@ -536,7 +556,7 @@ BEGIN
     LOOP
       IF clock_timestamp() - progress_at > interval '2 min' THEN
         RAISE EXCEPTION 'id_gen: move %: the initial copy made no progress for 2 minutes (tables ready/total: %)', m.move_id, res
-          USING ERRCODE = '57014',
+          USING ERRCODE = '55000',
                 DETAIL = 'The move stays in phase copying; the source is still authoritative.',
                 HINT = format('Check both shards'' logs (the subscription id_gen_move_%s on %s), then CALL id_gen.move_genes(%s, %s, %L) to resume or CALL id_gen.abort_move(%s).',
                               m.move_id, m.target_shard, m.lower_gene, m.upper_gene, m.target_shard, m.move_id);
@@ -560,7 +580,7 @@ BEGIN
       EXIT WHEN err IS NOT NULL OR (split_part(res, '/', 1) = '0' AND split_part(res, '/', 2) <> '0');
       COMMIT;
       PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-      PERFORM pg_sleep(0.2);
+      PERFORM pg_sleep(0.5);
     END LOOP;
     IF err IS NULL THEN
       UPDATE id_gen.shard_moves SET phase = 'catching_up', updated_at = clock_timestamp() WHERE move_id = m.move_id
@@ -602,7 +622,7 @@ BEGIN
       EXIT WHEN lag BETWEEN 0 AND 1048576;
       IF clock_timestamp() > deadline THEN
         RAISE EXCEPTION 'id_gen: move %: the target stays % bytes behind after 10 minutes', m.move_id, lag
-          USING ERRCODE = '57014', HINT = 'The move stays in catching_up; call move_genes again later, or abort_move.';
+          USING ERRCODE = '55000', HINT = 'The move stays in catching_up; call move_genes again later, or abort_move.';
       END IF;
       PERFORM pg_sleep(0.1);
     END LOOP;
@@ -614,6 +634,11 @@ BEGIN
       BEGIN
         t0 := clock_timestamp();
         PERFORM pg_catalog.set_config('lock_timeout', '500ms', true);
+        -- abort_move holds this row while it undoes the move: never flip after an abort.
+        PERFORM FROM id_gen.shard_moves sm WHERE sm.move_id = m.move_id AND sm.phase = 'catching_up' FOR UPDATE;
+        IF NOT FOUND THEN
+          RAISE EXCEPTION 'the move is no longer catching up (aborted in another session?)' USING ERRCODE = '55006';
+        END IF;
         FOR d IN SELECT t.schema_name, t.partitioned_name, rr.lower_gene, rr.upper_gene
                  FROM id_gen.distributed_tables t CROSS JOIN id_gen.route_ranges rr
                  WHERE rr.lower_gene >= m.lower_gene AND rr.upper_gene <= m.upper_gene
@@ -626,7 +651,7 @@ BEGIN
         LOOP
           EXIT WHEN id_gen.run_move_step(m, 'await_marker', attempt, 5000) = '1';
           IF clock_timestamp() - t0 > interval '3 s' THEN
-            RAISE EXCEPTION 'the target did not catch up within 3 s of the fence' USING ERRCODE = '57014';
+            RAISE EXCEPTION 'the target did not catch up within 3 s of the fence' USING ERRCODE = '55000';
           END IF;
           PERFORM pg_sleep(0.002);
         END LOOP;
@@ -647,7 +672,7 @@ BEGIN
         SET phase = 'cut_over', lag_bytes = 0, fence_started_at = t0, fence_ended_at = clock_timestamp(),
             updated_at = clock_timestamp(), last_error = NULL
         WHERE move_id = m.move_id RETURNING * INTO m;
-      EXCEPTION WHEN OTHERS THEN
+      EXCEPTION WHEN OTHERS OR query_canceled THEN
         GET STACKED DIAGNOSTICS err = MESSAGE_TEXT, err_state = RETURNED_SQLSTATE;
       END;
       IF err IS NULL THEN
@@ -667,6 +692,11 @@ BEGIN
       WHERE move_id = m.move_id;
       COMMIT;
       PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+      IF err_state IN ('57014', '55006') THEN
+        -- Cancelled, or the move was aborted: the fence is lifted; no retry.
+        RAISE EXCEPTION 'id_gen: move %: %', m.move_id, err
+          USING ERRCODE = err_state, DETAIL = 'The fence was lifted; routes are unchanged.';
+      END IF;
       PERFORM pg_sleep(0.5);
     END LOOP;
     IF m.phase <> 'cut_over' THEN

@@ -91,7 +91,12 @@ done
 assert_eq "$(state_of cq -c "SELECT id_gen.distribute_table('wrong_id', 'id')")" "42804" "an integer id column: 42804"
 assert_eq "$(state_of cq -c "SELECT id_gen.distribute_table('orders', 'id', NULL, 'orders')")" "22023" "a sequence without an owner column: 22023"
 assert_eq "$(state_of cq -c "SELECT id_gen.distribute_table('child', 'id')")" "0A000" "a table with foreign keys: 0A000"
-assert_eq "$(state_of cq -c "SET ROLE app" -c "SELECT id_gen.distribute_table('orders', 'id')")" "42501" "a non-superuser: 42501"
+assert_eq "$(state_of cq -c "SET ROLE app" -c "SELECT id_gen.distribute_table('orders', 'id')")" "42501" "a role without EXECUTE: 42501"
+out=$(cq -v VERBOSITY=verbose -c "GRANT EXECUTE ON FUNCTION id_gen.distribute_table(regclass, name, name, text) TO app" \
+  -c "SET ROLE app" -c "SELECT id_gen.distribute_table('orders', 'id')" 2>&1) && fail "a non-superuser distributed a table"
+grep -q "ERROR:  42501: id_gen: only superusers may distribute tables" <<<"$out" || fail "not the expected refusal: $out"
+cq -c "REVOKE EXECUTE ON FUNCTION id_gen.distribute_table(regclass, name, name, text) FROM app" >/dev/null
+pass "a non-superuser granted EXECUTE: 42501 from the function itself"
 assert_eq "$(cq -c "SELECT count(*) FROM id_gen.distributed_tables")" "0" "refused calls distributed nothing"
 
 # (b) distribute ---------------------------------------------------------------------------

@@ -32,7 +32,8 @@ leftovers() { # slots and publications on shard_1, subscriptions on shard_2
 }
 routes() { cq -c "SELECT string_agg(lower_gene || '-' || upper_gene || '@' || shard, ',' ORDER BY lower_gene) FROM id_gen.route_ranges"; }
 # Per shard: rows and a checksum of (id, owner, amount), to compare states.
-shard_state() { sq "$1" -c "SELECT count(*) || ':' || coalesce(sum(hashtext(id || ',' || owner_id || ',' || amount)::bigint), 0) FROM orders"; }
+shard_state() { sq "$1" -c "SELECT (SELECT count(*) || ':' || coalesce(sum(hashtext(id || ',' || owner_id || ',' || amount)::bigint), 0) FROM orders)
+                                  || '+' || (SELECT count(*) || ':' || coalesce(sum(hashtext(id || ',' || note)::bigint), 0) FROM audit)"; }
 
 cluster_start "$C" "$CP" "${SMALL[@]}"
 cq >/dev/null <<'SQL'
@@ -46,6 +47,8 @@ SELECT id_gen.set_route(32767, 'shard_1');
 SELECT id_gen.set_route(49151, 'shard_2');
 SELECT id_gen.set_route(65535, 'shard_2');
 CREATE TABLE orders (id bigint PRIMARY KEY, owner_id bigint NOT NULL, amount bigint NOT NULL DEFAULT 0, note text);
+-- A second distributed table, without a sequence (ids come with the rows): moves carry it along.
+CREATE TABLE audit (id bigint PRIMARY KEY, note text NOT NULL);
 SQL
 for i in 1 2; do
   if [ "$i" = 1 ]; then cluster_start "$(shard_dir $i)" "$(shard_port $i)" "${SMALL[@]}"   # (a): logical comes later
@@ -60,10 +63,11 @@ SQL
   cq >/dev/null <<SQL
 CREATE SERVER shard_$i FOREIGN DATA WRAPPER postgres_fdw
   OPTIONS (host '$(shard_dir $i)', port '$(shard_port $i)', dbname 'postgres', connect_timeout '2');
-CREATE USER MAPPING FOR postgres SERVER shard_$i OPTIONS (user 'postgres');
+CREATE USER MAPPING FOR postgres SERVER shard_$i OPTIONS (user 'postgres', password 'pw-not-to-be-shown');
 SQL
 done
-cq -c "SET client_min_messages = warning" -c "SELECT id_gen.distribute_table('orders', 'id', 'owner_id', 'orders')" >/dev/null
+cq -c "SET client_min_messages = warning" -c "SELECT id_gen.distribute_table('orders', 'id', 'owner_id', 'orders')" \
+   -c "SELECT id_gen.distribute_table('audit', 'id')" >/dev/null
 
 # (a) refusals -----------------------------------------------------------------------------
 out=$(cq -v VERBOSITY=verbose -c "CALL id_gen.move_genes(0, 16383, 'shard_2')" 2>&1) && fail "a move from a shard without wal_level = logical succeeded"
@@ -75,9 +79,9 @@ for l in "${LOGICAL[@]}"; do echo "$l" >> "$(shard_dir 1)/data/postgresql.conf";
 cluster_stop "$(shard_dir 1)"; cluster_up "$(shard_dir 1)"
 assert_eq "$(state_of cq -c "CALL id_gen.move_genes(0, 1000, 'shard_2')")" "22023" "genes that are not whole route ranges: 22023"
 out=$(cq -c "CALL id_gen.move_genes(0, 16383, 'shard_2', dry_run => true)" 2>&1)
-for want in "CREATE PUBLICATION \"id_gen_move_N\" FOR TABLE public.orders_g0_16383 WHERE (id >= 0 AND id < 2305843009213693952)" \
+for want in "CREATE PUBLICATION \"id_gen_move_N\" FOR TABLE public.audit_g0_16383 WHERE (id BETWEEN 0 AND 2305843009213693951), public.orders_g0_16383 WHERE (id BETWEEN 0 AND 2305843009213693951)" \
             "on shard_2 (target): CREATE SUBSCRIPTION \"id_gen_move_N\" CONNECTION" "password" "DROP PUBLICATION IF EXISTS \"id_gen_move_N\""; do
-  [ "$want" = password ] && { grep -q "password='[^*]" <<<"$out" && fail "dry_run printed a password"; continue; }
+  [ "$want" = password ] && { grep -q "pw-not-to-be-shown" <<<"$out" && fail "dry_run printed the password"; grep -qF "password=''********''" <<<"$out" || fail "no masked password: $out"; continue; }
   grep -qF "$want" <<<"$out" || fail "dry_run does not show: $want
 $out"
 done
@@ -90,7 +94,8 @@ t0=$(now)
 for i in 1 2; do
   sq $i -c "INSERT INTO orders (id, owner_id, amount, note)
             SELECT id_gen.gene_order_id('orders', o), o, 0, 'load' FROM generate_series(1, 800000) o
-            WHERE (id_gen.shard_gene(o) <= 32767) = ($i = 1)" >/dev/null &
+            WHERE (id_gen.shard_gene(o) <= 32767) = ($i = 1)" \
+     -c "INSERT INTO audit SELECT id, 'audit of ' || id FROM orders WHERE owner_id % 40 = 0" >/dev/null &
 done
 wait
 cq >/dev/null <<'SQL'
@@ -100,6 +105,7 @@ CREATE TABLE commit_log (owner bigint NOT NULL, rows_added int NOT NULL, amount_
 INSERT INTO orders (owner_id, amount, note) SELECT owner, 0, 'counter' FROM owners_moved UNION ALL SELECT owner, 0, 'counter' FROM owners_other;
 SQL
 moved_rows=$(sq 1 -c "SELECT count(*) FROM orders WHERE id < id_gen.gene_first_id(16384)")
+audit_moved=$(sq 1 -c "SELECT count(*) FROM audit WHERE id < id_gen.gene_first_id(16384)")
 assert_gt "$moved_rows" 199999 "rows in the genes to move (loaded in $(since "$t0") s)"
 
 # (b) the move under load --------------------------------------------------------------------
@@ -131,7 +137,9 @@ assert_eq "$(routes)" "0-16383@shard_2,16384-32767@shard_1,32768-49151@shard_2,4
 assert_eq "$(cq -c "SELECT bool_and(in_step) FROM id_gen.distribution")" "t" "partitions and placements are in step"
 assert_eq "$(leftovers)" "0/0/0/0/0/0" "no slot, publication or subscription is left on either shard"
 assert_eq "$(sq 1 -c "SELECT count(*) FROM orders WHERE id < id_gen.gene_first_id(16384)")" "0" "shard_1 holds no row of the moved genes"
-assert_eq "$(sq 1 -c "SELECT count(*) FROM pg_class WHERE relname LIKE 'orders_g0_16383%'")" "0" "shard_1 dropped its detached partition"
+assert_eq "$(sq 1 -c "SELECT count(*) FROM audit WHERE id < id_gen.gene_first_id(16384)")/$(sq 2 -c "SELECT count(*) FROM audit WHERE id < id_gen.gene_first_id(16384)")" \
+  "0/$audit_moved" "the second distributed table moved along ($audit_moved rows)"
+assert_eq "$(sq 1 -c "SELECT count(*) FROM pg_class WHERE relname LIKE 'orders_g0_16383%' OR relname LIKE 'audit_g0_16383%'")" "0" "shard_1 dropped its detached partitions"
 # Every owner the clients wrote: rows and amounts equal what the clients logged.
 for i in 1 2; do
   sq $i -c "COPY (SELECT owner_id, count(*), sum(amount) FROM orders WHERE note IN ('ins', 'counter') GROUP BY owner_id) TO STDOUT"
@@ -162,6 +170,7 @@ read -r fmp50 fmp99 fmmax fmn < <(lat moved window)
 echo "  fence ${fence_ms} ms; moved genes: p50 ${mp50} p99 ${mp99} max ${mmax} ms over ${mn} txns (during the fence: max ${fmmax} over ${fmn});" \
      "other genes: p50 ${op50} p99 ${op99} max ${omax} ms over ${on} txns (during the fence: max ${fomax} over ${fon})" >&2
 assert_lt "${mmax%.*}" 1000 "writes of the moved genes paused less than 1 s (max ${mmax} ms)"
+assert_gt "$fon" 0 "writes of other genes overlapped the fence"
 assert_lt "${fomax%.*}" 100 "writes of other genes that overlapped the fence took less than 100 ms (max ${fomax} ms over ${fon})"
 # Throughput against a plain COPY of the same rows between the same two servers (into a
 # table with the same primary key, as the subscription's target has).
@@ -202,6 +211,8 @@ for round in abort resume; do
   id=$(cq -c "SELECT max(move_id) FROM id_gen.moves")
   if [ $round = abort ]; then
     assert_eq "$(cq -c "SELECT phase FROM id_gen.moves WHERE move_id = $id")" "copying" "a terminated session leaves its move in its phase"
+    assert_eq "$(state_of cq -c "SELECT id_gen.set_route(16383, 'shard_1')")/$(state_of cq -c "CALL id_gen.move_genes(49152, 65535, 'shard_1')")" "55006/55006" \
+      "while it is unfinished, set_route and other moves are refused (55006)"
     cq -c "CALL id_gen.abort_move($id)" >/dev/null
     assert_eq "$(cq -c "SELECT phase FROM id_gen.moves WHERE move_id = $id")/$(leftovers)/$(routes)" "aborted/0/0/0/0/0/0/$routes_before"       "abort_move rolled it back: nothing left, routes unchanged"
     assert_eq "$(shard_state 1)/$(shard_state 2)" "$before1/$before2" "both shards hold what they held before"
@@ -211,11 +222,23 @@ for round in abort resume; do
   fi
 done
 assert_eq "$(routes)" "0-16383@shard_2,16384-32767@shard_2,32768-49151@shard_2,49152-65535@shard_2" "shard_1 is empty now (a merge)"
-assert_eq "$(sq 1 -c "SELECT count(*) FROM orders")" "0" "shard_1 holds no rows"
+assert_eq "$(sq 1 -c "SELECT (SELECT count(*) FROM orders) + (SELECT count(*) FROM audit)")" "0" "shard_1 holds no rows"
 
 # (e) split shard_2 again: routes and rows end where they were before the merge -----------------
 cq -c "CALL id_gen.move_genes(16384, 32767, 'shard_1')" >/dev/null
 assert_eq "$(routes)" "$routes_before" "after the split the routes are where they were before the merge"
 assert_eq "$(shard_state 1)/$(shard_state 2)" "$before1/$before2" "and so is every row of both shards (count and checksum)"
-assert_eq "$(cq -c "SELECT count(*) FILTER (WHERE phase = 'done') || '/' || count(*) FROM id_gen.moves")" "3/5" "3 moves done, 2 aborted"
+
+# The top route range (ids up to 2^63 - 1), keeping the source's copy.
+top_before=$(sq 2 -c "SELECT count(*) FROM orders WHERE id >= id_gen.gene_first_id(49152)")
+cq -c "CALL id_gen.move_genes(49152, 65535, 'shard_1', keep_source => true)" >/dev/null
+assert_eq "$(sq 1 -c "SELECT count(*) FROM orders WHERE id >= id_gen.gene_first_id(49152)")" "$top_before" "the top range moved to shard_1 ($top_before rows)"
+kept=$(sq 2 -c "SELECT string_agg(relname, ',' ORDER BY relname) FROM pg_class WHERE relname LIKE 'id\_gen\_moved\_%' AND relkind = 'r'")
+assert_eq "$(( $(sq 2 -c "SELECT count(*) FROM public.\"$(cut -d, -f1 <<<"$kept")\"") + $(sq 2 -c "SELECT count(*) FROM public.\"$(cut -d, -f2 <<<"$kept")\"") ))" \
+  "$(( $(sq 1 -c "SELECT count(*) FROM orders WHERE id >= id_gen.gene_first_id(49152)") + $(sq 1 -c "SELECT count(*) FROM audit WHERE id >= id_gen.gene_first_id(49152)") ))" \
+  "keep_source kept the source's detached partitions ($kept)"
+cq -c "CALL id_gen.move_genes(49152, 65535, 'shard_2')" >/dev/null
+for t in ${kept//,/ }; do sq 2 -c "DROP TABLE public.\"$t\"" >/dev/null; done
+assert_eq "$(routes)/$(shard_state 1)/$(shard_state 2)/$(leftovers)" "$routes_before/$before1/$before2/0/0/0/0/0/0" "and back: routes, rows and no leftovers"
+assert_eq "$(cq -c "SELECT count(*) FILTER (WHERE phase = 'done') || '/' || count(*) FROM id_gen.moves")" "5/7" "5 moves done, 2 aborted"
 echo "12_move: passed"

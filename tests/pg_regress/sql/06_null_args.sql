@@ -57,7 +57,7 @@ SELECT CASE
   WHEN typ = 'int4range[]'::regtype THEN '''{"[0,10)"}'''
   WHEN typ = 'oid'::regtype THEN '0'
   WHEN typ = 'id_gen.shard_moves'::regtype THEN
-    'ROW(0, 0, 0, ''shard_a'', ''shard_b'', ''planned'', false, NULL, NULL, 0, NULL, NULL, NULL, now(), now(), NULL, NULL)'
+    'jsonb_populate_record(NULL::id_gen.shard_moves, ''{"move_id": 0, "lower_gene": 0, "upper_gene": 0, "source_shard": "shard_a", "target_shard": "shard_b", "phase": "planned"}'')'
 END $$;
 
 -- names_arg(message, argument): the message names the argument (as a whole word).
