@@ -782,6 +782,7 @@ CREATE TABLE id_gen.shard_moves (
     fence_attempts   integer     NOT NULL DEFAULT 0,
     target_subscription oid,
     runner_pid       integer,
+    source_fenced    boolean     NOT NULL DEFAULT false,
     fence_started_at timestamptz,
     fence_ended_at   timestamptz,
     started_at       timestamptz NOT NULL DEFAULT clock_timestamp(),
@@ -799,7 +800,7 @@ CREATE VIEW id_gen.moves AS
 SELECT move_id, lower_gene, upper_gene, source_shard, target_shard, phase,
        rows_copied, lag_bytes,
        round(extract(epoch FROM fence_ended_at - fence_started_at) * 1000, 1) AS fence_ms,
-       fence_attempts, started_at, finished_at,
+       fence_attempts, source_fenced, started_at, finished_at,
        coalesce(finished_at, clock_timestamp()) - started_at AS elapsed,
        last_error
 FROM id_gen.shard_moves;
@@ -854,7 +855,7 @@ BEGIN
       IF clock_timestamp() > deadline THEN
         -- (No command text here: a CREATE SUBSCRIPTION carries a password.)
         RAISE EXCEPTION 'id_gen: shard "%" did not finish a command within % ms', shard, timeout_ms
-          USING ERRCODE = '55000';
+          USING ERRCODE = '57014';
       END IF;
       PERFORM pg_sleep(0.002);
     END LOOP;
@@ -928,12 +929,17 @@ BEGIN
                            d.id_column, id_gen.gene_first_id(r.lower_gene),
                            id_gen.gene_last_id(r.upper_gene)), ', '
                     ORDER BY d.schema_name, d.table_name, r.lower_gene),
-         string_agg(format('CREATE OR REPLACE TRIGGER id_gen_move_fence BEFORE INSERT OR UPDATE OR DELETE ON %I.%I '
-                           'FOR EACH ROW EXECUTE FUNCTION id_gen.refuse_moving_rows(%L, %L);',
+         string_agg(format('CREATE OR REPLACE TRIGGER id_gen_move_fence BEFORE INSERT OR UPDATE OR DELETE ON %1$I.%2$I '
+                           'FOR EACH ROW EXECUTE FUNCTION id_gen.refuse_moving_rows(%3$L, %4$L); '
+                           'ALTER TABLE %1$I.%2$I ENABLE TRIGGER id_gen_move_fence;',
                            d.schema_name, id_gen.partition_name(d.table_name, r.lower_gene, r.upper_gene),
                            coalesce(move_id::text, 'N'), target_shard), ' '
                     ORDER BY d.schema_name, d.table_name, r.lower_gene),
-         string_agg(format('DROP TRIGGER IF EXISTS id_gen_move_fence ON %I.%I;',
+         -- DISABLE takes SHARE ROW EXCLUSIVE: long readers of the partition do not block it
+         -- (DROP TRIGGER would need ACCESS EXCLUSIVE).
+         string_agg(format('IF EXISTS (SELECT FROM pg_trigger WHERE tgname = ''id_gen_move_fence'' AND tgrelid = to_regclass(%L)) '
+                           'THEN ALTER TABLE %I.%I DISABLE TRIGGER id_gen_move_fence; END IF;',
+                           format('%I.%I', d.schema_name, id_gen.partition_name(d.table_name, r.lower_gene, r.upper_gene)),
                            d.schema_name, id_gen.partition_name(d.table_name, r.lower_gene, r.upper_gene)), ' '
                     ORDER BY d.schema_name, d.table_name, r.lower_gene),
          -- Idempotent (a resumed move may have detached some already).
@@ -995,7 +1001,8 @@ BEGIN
     (17, 'abort', 'source', 'unfence_source',
      'DO $d$ BEGIN PERFORM set_config(''lock_timeout'', ''5s'', true); ' || unfence || ' END $d$'),
     (18, 'abort', 'source', 'drop_slot',
-     format('SELECT count(pg_drop_replication_slot(slot_name)) FROM pg_replication_slots WHERE (slot_name = %L OR slot_name LIKE %L) AND NOT active',
+     format('SELECT count(CASE WHEN active THEN pg_terminate_backend(active_pid) ELSE pg_drop_replication_slot(slot_name) IS NULL END) '
+            'FROM pg_replication_slots WHERE slot_name = %L OR slot_name LIKE %L',
             tag, 'pg\_' || coalesce(subscription_oid::text, 'none') || '\_sync\_%')),
     (19, 'abort', 'target', 'detach_subscription',
      format('DO $d$ BEGIN IF EXISTS (SELECT FROM pg_subscription WHERE subname = %L) THEN ALTER SUBSCRIPTION %I DISABLE; ALTER SUBSCRIPTION %I SET (slot_name = NONE); END IF; END $d$', tag, tag, tag)),
@@ -1066,7 +1073,10 @@ BEGIN
   FOREACH step IN ARRAY ARRAY['unfence_source', 'detach_subscription', 'drop_subscription', 'drop_publication'] LOOP
     BEGIN
       PERFORM id_gen.run_move_step(m, step, 0, 10000);
-    EXCEPTION WHEN OTHERS THEN
+      IF step = 'unfence_source' THEN
+        UPDATE id_gen.shard_moves sm SET source_fenced = false WHERE sm.move_id = m.move_id;
+      END IF;
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
       GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT;
       errors := concat_ws('; ', errors, step || ': ' || msg);
     END;
@@ -1078,7 +1088,7 @@ BEGIN
       left_slots := id_gen.shard_exec(m.source_shard,
         format('SELECT count(*) FROM pg_replication_slots WHERE slot_name = %L OR slot_name LIKE %L',
                'id_gen_move_' || m.move_id, 'pg\_' || coalesce(m.target_subscription::text, 'none') || '\_sync\_%'), 10000);
-    EXCEPTION WHEN OTHERS THEN
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
       GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT;
       left_slots := 'unknown: ' || msg;
     END;
@@ -1092,13 +1102,13 @@ BEGIN
     PERFORM id_gen.run_move_step(m, 'empty_target', 0, 60000);
     PERFORM id_gen.place_ranges(m.target_shard, m.lower_gene, m.upper_gene, false);
     PERFORM id_gen.run_move_step(m, 'forget_markers', 0, 10000);
-  EXCEPTION WHEN OTHERS THEN
+  EXCEPTION WHEN OTHERS OR query_canceled THEN
     GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT;
     errors := concat_ws('; ', errors, 'target partitions: ' || msg);
   END;
   BEGIN
     PERFORM id_gen.shard_exec(m.source_shard, format('DELETE FROM id_gen.move_markers WHERE move_id = %s', m.move_id), 10000);
-  EXCEPTION WHEN OTHERS THEN
+  EXCEPTION WHEN OTHERS OR query_canceled THEN
     GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT;
     errors := concat_ws('; ', errors, 'source markers: ' || msg);
   END;
@@ -1129,6 +1139,8 @@ DECLARE
   lag bigint;
   cleanup text;
   progress_at timestamptz;
+  unfenced boolean;
+  i integer;
   last_state text;
   copied bigint;
   last_copied bigint;
@@ -1141,8 +1153,13 @@ BEGIN
       USING ERRCODE = '22004';
   END IF;
   PERFORM id_gen.require_superuser('move genes between shards');
-  -- One session at a time decides which move runs (released at the first COMMIT).
-  LOCK TABLE id_gen.shard_moves IN SHARE ROW EXCLUSIVE MODE;
+  -- Advisory lock keys: 757430 (transaction) decides which move runs; 757431 with the move
+  -- id (session) is held by the session that runs that move.
+  -- One session at a time decides which move runs, and no route change or new distributed
+  -- table slips in before a new move is recorded (set_route and distribute_table take this
+  -- lock too, then refuse while a move is unfinished). Both are released at the first COMMIT.
+  PERFORM pg_advisory_xact_lock(757430);
+  LOCK TABLE id_gen.shard_routes IN SHARE ROW EXCLUSIVE MODE;
 
   -- One move at a time: an unfinished move of these genes is resumed (whatever the routes
   -- say now); any other unfinished move is in the way.
@@ -1160,14 +1177,16 @@ BEGIN
         USING ERRCODE = '55000',
               HINT = format('CALL id_gen.abort_move(%s) rolls it back (the source still holds every row); then move again.', m.move_id);
     END IF;
-    IF m.runner_pid IS DISTINCT FROM pg_backend_pid() AND EXISTS (
-         SELECT FROM pg_stat_activity a
-         WHERE a.pid = m.runner_pid AND a.state = 'active' AND a.query ~* '^\s*call\s+id_gen\.move_genes') THEN
-      RAISE EXCEPTION 'id_gen: move % is running in session %', m.move_id, m.runner_pid
-        USING ERRCODE = '55006', HINT = 'Watch it in id_gen.moves; stop that session (pg_cancel_backend) to take it over.';
-    END IF;
     src := m.source_shard;
     IF NOT dry_run THEN
+      -- The session that runs a move holds a session lock on it (re-entrant for itself).
+      IF NOT EXISTS (SELECT FROM pg_locks l WHERE l.locktype = 'advisory' AND l.pid = pg_backend_pid()
+                     AND l.classid = 757431 AND l.objid = m.move_id AND l.objsubid = 2)
+         AND NOT pg_try_advisory_lock(757431, m.move_id::integer) THEN
+        RAISE EXCEPTION 'id_gen: move % is running in session %', m.move_id, m.runner_pid
+          USING ERRCODE = '55006',
+                HINT = 'Watch it in id_gen.moves. A session whose CALL was interrupted keeps the move until it disconnects or calls again.';
+      END IF;
       UPDATE id_gen.shard_moves sm SET runner_pid = pg_backend_pid(), updated_at = clock_timestamp()
       WHERE sm.move_id = m.move_id RETURNING * INTO m;
       COMMIT;
@@ -1225,6 +1244,7 @@ BEGIN
     INSERT INTO id_gen.shard_moves (lower_gene, upper_gene, source_shard, target_shard, keep_source, runner_pid)
     VALUES (move_genes.lower_gene, move_genes.upper_gene, src, move_genes.target_shard, move_genes.keep_source, pg_backend_pid())
     RETURNING * INTO m;
+    PERFORM pg_advisory_lock(757431, m.move_id::integer);
     RAISE NOTICE 'id_gen: move % of genes % .. % from % to % (watch it in id_gen.moves)', m.move_id, m.lower_gene, m.upper_gene, src, m.target_shard;
     COMMIT;
     PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
@@ -1253,8 +1273,11 @@ BEGIN
         SET phase = 'copying', updated_at = clock_timestamp(),
             target_subscription = id_gen.shard_exec(m.target_shard,
               format('SELECT oid FROM pg_subscription WHERE subname = %L', 'id_gen_move_' || m.move_id))::oid
-        WHERE move_id = m.move_id
+        WHERE move_id = m.move_id AND phase = 'planned'
         RETURNING * INTO m;
+        IF NOT FOUND THEN
+          RAISE EXCEPTION 'the move is no longer planned (aborted in another session?)' USING ERRCODE = '55006';
+        END IF;
       EXCEPTION WHEN OTHERS THEN
         GET STACKED DIAGNOSTICS err = MESSAGE_TEXT, err_state = RETURNED_SQLSTATE;
       END;
@@ -1286,7 +1309,10 @@ BEGIN
           last_copied := copied;
         END IF;
         UPDATE id_gen.shard_moves SET rows_copied = copied, updated_at = clock_timestamp()
-        WHERE move_id = m.move_id;
+        WHERE move_id = m.move_id AND phase = 'copying';
+        IF NOT FOUND THEN
+          RAISE EXCEPTION 'the move is no longer copying (aborted in another session?)' USING ERRCODE = '55006';
+        END IF;
       EXCEPTION WHEN OTHERS THEN
         GET STACKED DIAGNOSTICS err = MESSAGE_TEXT, err_state = RETURNED_SQLSTATE;
       END;
@@ -1296,8 +1322,12 @@ BEGIN
       PERFORM pg_sleep(0.5);
     END LOOP;
     IF err IS NULL THEN
-      UPDATE id_gen.shard_moves SET phase = 'catching_up', updated_at = clock_timestamp() WHERE move_id = m.move_id
+      UPDATE id_gen.shard_moves SET phase = 'catching_up', updated_at = clock_timestamp()
+      WHERE move_id = m.move_id AND phase = 'copying'
       RETURNING * INTO m;
+      IF NOT FOUND THEN
+        RAISE EXCEPTION 'id_gen: move % is no longer copying (aborted in another session?)', m.move_id USING ERRCODE = '55006';
+      END IF;
       COMMIT;
       PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
     END IF;
@@ -1316,6 +1346,7 @@ BEGIN
         finished_at = CASE WHEN cleanup IS NULL THEN clock_timestamp() END, updated_at = clock_timestamp()
     WHERE move_id = m.move_id;
     COMMIT;
+    PERFORM pg_advisory_unlock(757431, m.move_id::integer);
     RAISE EXCEPTION 'id_gen: move % of genes % .. % to "%" failed while copying: %', m.move_id, m.lower_gene, m.upper_gene, m.target_shard, err
       USING ERRCODE = coalesce(err_state, '55000'),
             DETAIL = CASE WHEN cleanup IS NULL THEN 'The move was rolled back: routes, the source and its rows are unchanged, and no replication slot is left.'
@@ -1329,7 +1360,15 @@ BEGIN
     deadline := clock_timestamp() + interval '10 min';
     LOOP
       lag := id_gen.run_move_step(m, 'lag', 0, 10000)::bigint;
-      UPDATE id_gen.shard_moves SET lag_bytes = lag, updated_at = clock_timestamp() WHERE move_id = m.move_id;
+      IF lag IS NULL THEN
+        RAISE EXCEPTION 'id_gen: move %: its replication slot on "%" is gone', m.move_id, m.source_shard
+          USING ERRCODE = '55000', HINT = format('CALL id_gen.abort_move(%s) and move again.', m.move_id);
+      END IF;
+      UPDATE id_gen.shard_moves SET lag_bytes = lag, updated_at = clock_timestamp()
+      WHERE move_id = m.move_id AND phase = 'catching_up';
+      IF NOT FOUND THEN
+        RAISE EXCEPTION 'id_gen: move % is no longer catching up (aborted in another session?)', m.move_id USING ERRCODE = '55006';
+      END IF;
       COMMIT;
       PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
       EXIT WHEN lag BETWEEN 0 AND 1048576;
@@ -1340,7 +1379,8 @@ BEGIN
       PERFORM pg_sleep(0.1);
     END LOOP;
     FOR attempt IN m.fence_attempts + 1 .. m.fence_attempts + 5 LOOP
-      UPDATE id_gen.shard_moves SET fence_attempts = attempt WHERE move_id = m.move_id;
+      -- source_fenced: the source's fence may be up from here until it is lifted or cut over.
+      UPDATE id_gen.shard_moves SET fence_attempts = attempt, source_fenced = true WHERE move_id = m.move_id;
       COMMIT;
       PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
       err := NULL;
@@ -1384,7 +1424,7 @@ BEGIN
         UPDATE id_gen.shard_moves
         SET phase = 'cut_over', lag_bytes = 0, fence_started_at = t0, fence_ended_at = clock_timestamp(),
             updated_at = clock_timestamp(), last_error = NULL
-        WHERE move_id = m.move_id RETURNING * INTO m;
+        WHERE move_id = m.move_id AND phase = 'catching_up' RETURNING * INTO m;
       EXCEPTION WHEN OTHERS OR query_canceled THEN
         GET STACKED DIAGNOSTICS err = MESSAGE_TEXT, err_state = RETURNED_SQLSTATE;
       END;
@@ -1395,24 +1435,39 @@ BEGIN
       END IF;
       ROLLBACK;  -- routes and foreign tables as they were; the coordinator's locks go
       PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-      BEGIN
-        PERFORM id_gen.run_move_step(m, 'unfence_source', 0, 10000);
-      EXCEPTION WHEN OTHERS THEN
-        GET STACKED DIAGNOSTICS res = MESSAGE_TEXT;
+      unfenced := false;
+      FOR i IN 1 .. 3 LOOP
+        BEGIN
+          PERFORM id_gen.run_move_step(m, 'unfence_source', 0, 10000);
+          unfenced := true;
+        EXCEPTION WHEN OTHERS OR query_canceled THEN
+          GET STACKED DIAGNOSTICS res = MESSAGE_TEXT;
+        END;
+        EXIT WHEN unfenced;
+      END LOOP;
+      IF NOT unfenced THEN
         err := err || ' (lifting the fence on the source failed too: ' || res || ')';
-      END;
-      UPDATE id_gen.shard_moves SET last_error = format('fence attempt %s: %s', attempt, err), updated_at = clock_timestamp()
+      END IF;
+      UPDATE id_gen.shard_moves
+      SET last_error = format('fence attempt %s: %s', attempt, err), updated_at = clock_timestamp(),
+          source_fenced = NOT unfenced
       WHERE move_id = m.move_id;
       COMMIT;
       PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-      IF err_state IN ('57014', '55006') THEN
-        -- Cancelled, or the move was aborted: the fence is lifted; no retry.
+      IF NOT unfenced OR err_state IN ('57014', '55006') THEN
+        -- Cancelled, aborted elsewhere, or the source keeps refusing to lift: no retry.
+        PERFORM pg_advisory_unlock(757431, m.move_id::integer);
         RAISE EXCEPTION 'id_gen: move %: %', m.move_id, err
-          USING ERRCODE = err_state, DETAIL = 'The fence was lifted; routes are unchanged.';
+          USING ERRCODE = coalesce(err_state, '55000'),
+                DETAIL = CASE WHEN unfenced THEN 'The fence was lifted; routes are unchanged.'
+                              ELSE 'Routes are unchanged, but the source still refuses direct writes of these genes (id_gen.moves.source_fenced).' END,
+                HINT = format('CALL id_gen.move_genes(%s, %s, %L) tries again; CALL id_gen.abort_move(%s) rolls back and lifts the fence.',
+                              m.lower_gene, m.upper_gene, m.target_shard, m.move_id);
       END IF;
       PERFORM pg_sleep(0.5);
     END LOOP;
     IF m.phase <> 'cut_over' THEN
+      PERFORM pg_advisory_unlock(757431, m.move_id::integer);
       RAISE EXCEPTION 'id_gen: move %: could not cut over: %', m.move_id, err
         USING ERRCODE = coalesce(err_state, '55000'),
               DETAIL = 'Each attempt lifted its fence again; the source is still authoritative and the move stays in catching_up.',
@@ -1431,9 +1486,11 @@ BEGIN
       PERFORM id_gen.run_move_step(m, 'drop_source', 0, 60000);
     END IF;
     PERFORM id_gen.run_move_step(m, 'forget_markers', 0, 10000);
-    UPDATE id_gen.shard_moves SET phase = 'done', finished_at = clock_timestamp(), updated_at = clock_timestamp()
-    WHERE move_id = m.move_id RETURNING * INTO m;
+    UPDATE id_gen.shard_moves SET phase = 'done', finished_at = clock_timestamp(), updated_at = clock_timestamp(),
+                                  source_fenced = false
+    WHERE move_id = m.move_id AND phase = 'cut_over' RETURNING * INTO m;
     COMMIT;
+    PERFORM pg_advisory_unlock(757431, m.move_id::integer);
     RAISE NOTICE 'id_gen: move % done: genes % .. % are on %; writes were fenced for % ms',
       m.move_id, m.lower_gene, m.upper_gene, m.target_shard,
       round(extract(epoch FROM m.fence_ended_at - m.fence_started_at) * 1000, 1);
@@ -1442,16 +1499,20 @@ END $$;
 COMMENT ON PROCEDURE id_gen.move_genes(integer, integer, text, boolean, boolean) IS 'Moves the rows of every distributed table in genes lower_gene .. upper_gene (whole route ranges of one shard) to target_shard over logical replication, fencing only those genes for the cut-over; commits between phases (run it outside a transaction block). dry_run prints the steps and their SQL; keep_source keeps the source''s detached partitions (renamed *_moved_<id>). Re-running it resumes an unfinished move. Superuser only.';
 REVOKE EXECUTE ON PROCEDURE id_gen.move_genes(integer, integer, text, boolean, boolean) FROM PUBLIC;
 
-CREATE PROCEDURE id_gen.abort_move(move_id bigint)
+CREATE PROCEDURE id_gen.abort_move(move_id bigint, force boolean DEFAULT false)
 LANGUAGE plpgsql
 AS $$
 DECLARE
   m id_gen.shard_moves;
   cleanup text;
+  source_left text;
 BEGIN
+  -- Fails at once (2D000) inside a transaction block, before anything remote is undone.
+  COMMIT;
   PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-  IF move_id IS NULL THEN
-    RAISE EXCEPTION 'id_gen: argument "move_id" must not be NULL' USING ERRCODE = '22004';
+  IF move_id IS NULL OR force IS NULL THEN
+    RAISE EXCEPTION 'id_gen: argument "%" must not be NULL', CASE WHEN move_id IS NULL THEN 'move_id' ELSE 'force' END
+      USING ERRCODE = '22004';
   END IF;
   PERFORM id_gen.require_superuser('abort moves');
   SELECT * INTO m FROM id_gen.shard_moves sm WHERE sm.move_id = abort_move.move_id FOR UPDATE;
@@ -1466,20 +1527,32 @@ BEGIN
                           m.lower_gene, m.upper_gene, m.target_shard);
   END IF;
   cleanup := id_gen.undo_move(m);
+  -- force: give up on what only the target still holds (a target that is gone for good);
+  -- what the source holds (fence, slot, publication) must be gone in any case.
+  source_left := (SELECT string_agg(part, '; ') FROM regexp_split_to_table(cleanup, '; ') part
+                  WHERE part ~ '^(unfence_source|drop_publication|replication slot|source markers)');
   UPDATE id_gen.shard_moves sm
-  SET phase = CASE WHEN cleanup IS NULL THEN 'aborted' ELSE 'failed' END,
+  SET phase = CASE WHEN cleanup IS NULL OR (force AND source_left IS NULL) THEN 'aborted' ELSE 'failed' END,
       last_error = coalesce('abort incomplete: ' || cleanup, sm.last_error),
-      finished_at = CASE WHEN cleanup IS NULL THEN clock_timestamp() END, updated_at = clock_timestamp()
+      finished_at = CASE WHEN cleanup IS NULL OR (force AND source_left IS NULL) THEN clock_timestamp() END,
+      updated_at = clock_timestamp()
   WHERE sm.move_id = m.move_id;
   COMMIT;
-  IF cleanup IS NOT NULL THEN
+  IF cleanup IS NOT NULL AND NOT (force AND source_left IS NULL) THEN
     RAISE EXCEPTION 'id_gen: move % is only partly rolled back: %', move_id, cleanup
-      USING ERRCODE = '55000', HINT = 'Call abort_move again when the shards answer; routes and the source are unchanged.';
+      USING ERRCODE = '55000',
+            HINT = CASE WHEN source_left IS NULL
+                        THEN format('Call abort_move again when the target answers, or CALL id_gen.abort_move(%s, force => true) if it is gone for good (its copies and subscription stay there).', move_id)
+                        ELSE 'Call abort_move again when the source answers; routes and the source''s rows are unchanged.' END;
+  ELSIF cleanup IS NOT NULL THEN
+    RAISE WARNING 'id_gen: move % aborted; left on the target: %', move_id, cleanup
+      USING HINT = 'Drop that subscription (ALTER SUBSCRIPTION ... DISABLE; ... SET (slot_name = NONE); DROP SUBSCRIPTION) and those partitions on the target if it comes back.';
+    RETURN;
   END IF;
   RAISE NOTICE 'id_gen: move % rolled back: routes and the source are unchanged, the target''s copies and the replication slot are gone', move_id;
 END $$;
-COMMENT ON PROCEDURE id_gen.abort_move(bigint) IS 'Rolls back a move that has not cut over: drops its fence, subscription, replication slot and publication and the target''s copies; routes and the source are unchanged. Superuser only.';
-REVOKE EXECUTE ON PROCEDURE id_gen.abort_move(bigint) FROM PUBLIC;
+COMMENT ON PROCEDURE id_gen.abort_move(bigint, boolean) IS 'Rolls back a move that has not cut over: drops its fence, subscription, replication slot and publication and the target''s copies; routes and the source are unchanged. force => true marks it aborted even if the target cannot be reached (the source must be clean). Run it outside a transaction block. Superuser only.';
+REVOKE EXECUTE ON PROCEDURE id_gen.abort_move(bigint, boolean) FROM PUBLIC;
 
 -- Id continuity for shards whose sequences are local: the target's high-water mark goes
 -- above the source's, so that ids the target issues for the moved genes from new

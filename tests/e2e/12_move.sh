@@ -201,11 +201,17 @@ assert_eq "$(cq -c "SELECT phase FROM id_gen.moves WHERE lower_gene = 16384")" "
 assert_eq "$(leftovers)" "0/0/0/0/0/0" "no slot, publication or subscription anywhere"
 assert_eq "$(shard_state 2)/$(sq 2 -c "SELECT count(*) FROM pg_class WHERE relname = 'orders_g16384_32767'")" "$before2/0" "the target is as before the move"
 
-# (d) the coordinator's session dies mid-move: abort, then resume ------------------------------
+# (d) the coordinator's session dies mid-move: abort, then resume (a second session is refused
+#     while the first runs) -------------------------------------------------------------------
 for round in abort resume; do
   cq -c "CALL id_gen.move_genes(16384, 32767, 'shard_2')" > "$C/move_d.out" 2>&1 &
   MOVE=$!
   for _ in $(seq 200); do [ "$(cq -c "SELECT count(*) FROM id_gen.moves WHERE lower_gene = 16384 AND phase = 'copying'")" = 1 ] && break; sleep 0.05; done
+  if [ $round = abort ]; then
+    out=$(cq -v VERBOSITY=verbose -c "CALL id_gen.move_genes(16384, 32767, 'shard_2')" 2>&1) && fail "a second session ran the same move"
+    grep -q "ERROR:  55006: id_gen: move [0-9]* is running in session" <<<"$out" || fail "not the expected refusal: $out"
+    pass "a second session for the running move: 55006"
+  fi
   cq -c "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE 'CALL id_gen.move_genes%'" >/dev/null
   wait $MOVE && fail "the terminated move finished"
   id=$(cq -c "SELECT max(move_id) FROM id_gen.moves")
