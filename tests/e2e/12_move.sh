@@ -14,7 +14,9 @@
 #     no replication slot is left on the source; abort_move cleans the target later.
 # (d) the coordinator's session terminated mid-move: abort_move rolls back; terminated
 #     again: the same CALL resumes and finishes.
-# (e) split, then merge back: routes and every shard's rows end where they started.
+# (e) split, then merge back: routes and every shard's rows end where they started; the top
+#     range with keep_source.
+# (f) a fence that times out (the target applies slowly) is lifted and retried.
 source "$(dirname "$0")/lib.sh"
 C=/tmp/idg_e2e12c CP=54420
 shard_dir() { echo "/tmp/idg_e2e12s$1"; }
@@ -247,4 +249,24 @@ cq -c "CALL id_gen.move_genes(49152, 65535, 'shard_2')" >/dev/null
 for t in ${kept//,/ }; do sq 2 -c "DROP TABLE public.\"$t\"" >/dev/null; done
 assert_eq "$(routes)/$(shard_state 1)/$(shard_state 2)/$(leftovers)" "$routes_before/$before1/$before2/0/0/0/0/0/0" "and back: routes, rows and no leftovers"
 assert_eq "$(cq -c "SELECT count(*) FILTER (WHERE phase = 'done') || '/' || count(*) FROM id_gen.moves")" "5/7" "5 moves done, 2 aborted"
+
+# (f) the target applies slowly at the cut-over: the first fence times out after 3 s, is
+#     lifted, and the second attempt cuts over. (A replica trigger on the target delays
+#     applying the first marker by 4 s.)
+sq 1 >/dev/null <<'SQL'
+CREATE FUNCTION public.slow_first_marker() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF NEW.marker = 1 THEN PERFORM pg_sleep(4); END IF;
+  RETURN NEW;
+END $$;
+CREATE TRIGGER slow_first_marker BEFORE INSERT ON id_gen.move_markers FOR EACH ROW EXECUTE FUNCTION public.slow_first_marker();
+ALTER TABLE id_gen.move_markers ENABLE ALWAYS TRIGGER slow_first_marker;
+SQL
+range_rows=$(sq 2 -c "SELECT count(*) FROM orders WHERE id BETWEEN id_gen.gene_first_id(32768) AND id_gen.gene_last_id(49151)")
+cq -c "CALL id_gen.move_genes(32768, 49151, 'shard_1')" >/dev/null
+assert_eq "$(cq -c "SELECT phase || '/' || fence_attempts || '/' || source_fenced || '/' || (last_error IS NULL) FROM id_gen.moves WHERE lower_gene = 32768")" \
+  "done/2/false/true" "a fence that timed out was lifted and the second attempt cut over"
+assert_eq "$(sq 1 -c "SELECT count(*) FROM orders WHERE id BETWEEN id_gen.gene_first_id(32768) AND id_gen.gene_last_id(49151)")/$(leftovers)" \
+  "$range_rows/0/0/0/0/0/0" "all $range_rows rows arrived; nothing is left over"
+sq 1 -c "DROP TRIGGER slow_first_marker ON id_gen.move_markers" -c "DROP FUNCTION public.slow_first_marker()" >/dev/null
 echo "12_move: passed"
