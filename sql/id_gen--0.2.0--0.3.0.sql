@@ -1478,17 +1478,34 @@ BEGIN
 
   -- cut over: the source lets go -------------------------------------------------------------
   IF m.phase = 'cut_over' THEN
-    PERFORM id_gen.run_move_step(m, 'detach_source', 0, 30000);
-    PERFORM id_gen.place_ranges(m.source_shard, m.lower_gene, m.upper_gene, false);
-    PERFORM id_gen.run_move_step(m, 'drop_subscription', 0, 30000);
-    PERFORM id_gen.run_move_step(m, 'drop_publication', 0, 30000);
-    IF NOT m.keep_source THEN
-      PERFORM id_gen.run_move_step(m, 'drop_source', 0, 60000);
+    err := NULL;
+    BEGIN
+      PERFORM id_gen.run_move_step(m, 'detach_source', 0, 30000);
+      PERFORM id_gen.place_ranges(m.source_shard, m.lower_gene, m.upper_gene, false);
+      PERFORM id_gen.run_move_step(m, 'drop_subscription', 0, 30000);
+      PERFORM id_gen.run_move_step(m, 'drop_publication', 0, 30000);
+      IF NOT m.keep_source THEN
+        PERFORM id_gen.run_move_step(m, 'drop_source', 0, 60000);
+      END IF;
+      PERFORM id_gen.run_move_step(m, 'forget_markers', 0, 10000);
+      UPDATE id_gen.shard_moves SET phase = 'done', finished_at = clock_timestamp(), updated_at = clock_timestamp(),
+                                    source_fenced = false, last_error = NULL
+      WHERE move_id = m.move_id AND phase = 'cut_over' RETURNING * INTO m;
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
+      GET STACKED DIAGNOSTICS err = MESSAGE_TEXT, err_state = RETURNED_SQLSTATE;
+    END;
+    IF err IS NOT NULL THEN
+      ROLLBACK;
+      UPDATE id_gen.shard_moves SET last_error = 'cut over; cleaning up: ' || err, updated_at = clock_timestamp()
+      WHERE move_id = m.move_id;
+      COMMIT;
+      PERFORM pg_advisory_unlock(757431, m.move_id::integer);
+      RAISE EXCEPTION 'id_gen: move % has cut over (the target serves genes % .. %), but cleaning up failed: %',
+                      m.move_id, m.lower_gene, m.upper_gene, err
+        USING ERRCODE = err_state,
+              DETAIL = 'The source''s partitions, the subscription or the publication may still exist; the source refuses direct writes of these genes.',
+              HINT = format('CALL id_gen.move_genes(%s, %s, %L) again finishes the clean-up.', m.lower_gene, m.upper_gene, m.target_shard);
     END IF;
-    PERFORM id_gen.run_move_step(m, 'forget_markers', 0, 10000);
-    UPDATE id_gen.shard_moves SET phase = 'done', finished_at = clock_timestamp(), updated_at = clock_timestamp(),
-                                  source_fenced = false
-    WHERE move_id = m.move_id AND phase = 'cut_over' RETURNING * INTO m;
     COMMIT;
     PERFORM pg_advisory_unlock(757431, m.move_id::integer);
     RAISE NOTICE 'id_gen: move % done: genes % .. % are on %; writes were fenced for % ms',

@@ -17,6 +17,8 @@
 # (e) split, then merge back: routes and every shard's rows end where they started; the top
 #     range with keep_source.
 # (f) a fence that times out (the target applies slowly) is lifted and retried.
+# (g) a source that cannot let go after the flip: the move stays cut over, abort is
+#     refused, the same CALL finishes it.
 source "$(dirname "$0")/lib.sh"
 C=/tmp/idg_e2e12c CP=54420
 shard_dir() { echo "/tmp/idg_e2e12s$1"; }
@@ -269,4 +271,23 @@ assert_eq "$(cq -c "SELECT phase || '/' || fence_attempts || '/' || source_fence
 assert_eq "$(sq 1 -c "SELECT count(*) FROM orders WHERE id BETWEEN id_gen.gene_first_id(32768) AND id_gen.gene_last_id(49151)")/$(leftovers)" \
   "$range_rows/0/0/0/0/0/0" "all $range_rows rows arrived; nothing is left over"
 sq 1 -c "DROP TRIGGER slow_first_marker ON id_gen.move_markers" -c "DROP FUNCTION public.slow_first_marker()" >/dev/null
+
+# (g) the source cannot let go after the flip (a reader holds its table, so DETACH times
+#     out): the CALL fails with the move cut over; abort is refused; the same CALL finishes.
+sq 1 -c "BEGIN" -c "LOCK TABLE ONLY orders IN ACCESS SHARE MODE" -c "SELECT pg_sleep(12)" -c "COMMIT" >/dev/null &
+LOCKER=$!
+sleep 0.5
+cq -c "CALL id_gen.move_genes(32768, 49151, 'shard_2')" > "$C/move_g.out" 2>&1 && fail "the move finished although the source could not detach"
+grep -q "ERROR:  id_gen: move [0-9]* has cut over (the target serves genes 32768 .. 49151), but cleaning up failed: canceling statement due to lock timeout" "$C/move_g.out" \
+  || fail "not the expected error: $(cat "$C/move_g.out")"
+id=$(cq -c "SELECT max(move_id) FROM id_gen.moves")
+assert_eq "$(cq -c "SELECT phase FROM id_gen.moves WHERE move_id = $id")/$(routes)" \
+  "cut_over/0-16383@shard_2,16384-32767@shard_1,32768-49151@shard_2,49152-65535@shard_2" \
+  "the source timed out letting go after the flip: the move stays cut over, the routes point at the target"
+assert_eq "$(state_of cq -c "CALL id_gen.abort_move($id)")" "55000" "a move that has cut over cannot be aborted"
+wait $LOCKER
+cq -c "CALL id_gen.move_genes(32768, 49151, 'shard_2')" >/dev/null
+assert_eq "$(cq -c "SELECT phase FROM id_gen.moves WHERE move_id = $id")/$(leftovers)" "done/0/0/0/0/0/0" "the same CALL resumed from cut_over and finished"
+assert_eq "$(sq 2 -c "SELECT count(*) FROM orders WHERE id BETWEEN id_gen.gene_first_id(32768) AND id_gen.gene_last_id(49151)")/$(sq 1 -c "SELECT count(*) FROM orders WHERE id BETWEEN id_gen.gene_first_id(32768) AND id_gen.gene_last_id(49151)")" \
+  "$range_rows/0" "the rows are back on shard_2 only"
 echo "12_move: passed"
