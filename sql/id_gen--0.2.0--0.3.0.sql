@@ -768,8 +768,13 @@ END $$;
 COMMENT ON FUNCTION id_gen.refuse_moving_rows() IS 'Trigger that fences the source partition of a move: direct writes fail with 55006 until the partition is detached.';
 
 -- Coordinator side ------------------------------------------------------------------------
+-- A plain sequence, marked for pg_dump, so that a restored coordinator numbers new moves
+-- after the restored ones.
+CREATE SEQUENCE id_gen.move_ids;
+SELECT pg_catalog.pg_extension_config_dump('id_gen.move_ids', '');
+COMMENT ON SEQUENCE id_gen.move_ids IS 'Numbers the moves in id_gen.shard_moves.';
 CREATE TABLE id_gen.shard_moves (
-    move_id          bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    move_id          bigint      PRIMARY KEY DEFAULT nextval('id_gen.move_ids'),
     lower_gene       integer     NOT NULL,
     upper_gene       integer     NOT NULL,
     source_shard     text        NOT NULL,
@@ -791,6 +796,7 @@ CREATE TABLE id_gen.shard_moves (
     last_error       text,
     CHECK (lower_gene BETWEEN 0 AND upper_gene AND upper_gene <= 65535)
 );
+ALTER SEQUENCE id_gen.move_ids OWNED BY id_gen.shard_moves.move_id;
 SELECT pg_catalog.pg_extension_config_dump('id_gen.shard_moves', '');
 REVOKE ALL ON id_gen.shard_moves FROM PUBLIC;
 GRANT SELECT ON id_gen.shard_moves TO PUBLIC;
