@@ -773,6 +773,8 @@ COMMENT ON FUNCTION id_gen.refuse_moving_rows() IS 'Trigger that fences the sour
 CREATE SEQUENCE id_gen.move_ids;
 SELECT pg_catalog.pg_extension_config_dump('id_gen.move_ids', '');
 COMMENT ON SEQUENCE id_gen.move_ids IS 'Numbers the moves in id_gen.shard_moves.';
+-- pg_dump reads it (an unprivileged pg_dump too, as for the other catalog tables).
+GRANT SELECT ON SEQUENCE id_gen.move_ids TO PUBLIC;
 CREATE TABLE id_gen.shard_moves (
     move_id          bigint      PRIMARY KEY DEFAULT nextval('id_gen.move_ids'),
     lower_gene       integer     NOT NULL,
