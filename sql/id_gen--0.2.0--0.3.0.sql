@@ -97,6 +97,11 @@ LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 RETURN CASE WHEN octet_length(parent) <= 30 THEN parent::text
             ELSE left(parent, 8) || '_' || left(md5(parent), 8) END
        || '_g' || lower_gene || '_' || upper_gene;
+CREATE FUNCTION id_gen.partition_bounds(lower_gene integer, upper_gene integer) RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+RETURN format('FROM (%s) TO (%s)', id_gen.gene_first_id(lower_gene),
+              CASE WHEN upper_gene = 65535 THEN 'MAXVALUE' ELSE id_gen.gene_first_id(upper_gene + 1)::text END);
+COMMENT ON FUNCTION id_gen.partition_bounds(integer, integer) IS 'The FOR VALUES bounds of the partition of genes lower_gene .. upper_gene: FROM (lower_gene << 47) TO ((upper_gene + 1) << 47), MAXVALUE for the last gene (65536 << 47 overflows).';
 COMMENT ON FUNCTION id_gen.partition_name(name, integer, integer) IS 'Name of the partition that holds genes lower_gene .. upper_gene of a distributed table (on the coordinator the range partition, on its shard the local partition its foreign table points at); long names are shortened with a hash.';
 
 -- Shard side ------------------------------------------------------------------------------
@@ -168,13 +173,11 @@ BEGIN
       END IF;
     END LOOP;
     IF adopted THEN
-      EXECUTE format('ALTER TABLE %s ATTACH PARTITION %I.%I FOR VALUES FROM (%s) TO (%s)', parent,
-                     NEW.schema_name, pname, id_gen.gene_first_id(lower(wanted)),
-                     CASE WHEN upper(wanted) > 65535 THEN 'MAXVALUE' ELSE id_gen.gene_first_id(upper(wanted))::text END);
+      EXECUTE format('ALTER TABLE %s ATTACH PARTITION %I.%I FOR VALUES %s', parent,
+                     NEW.schema_name, pname, id_gen.partition_bounds(lower(wanted), upper(wanted) - 1));
     ELSE
-      EXECUTE format('CREATE TABLE %I.%I PARTITION OF %s FOR VALUES FROM (%s) TO (%s)',
-                     NEW.schema_name, pname, parent, id_gen.gene_first_id(lower(wanted)),
-                     CASE WHEN upper(wanted) > 65535 THEN 'MAXVALUE' ELSE id_gen.gene_first_id(upper(wanted))::text END);
+      EXECUTE format('CREATE TABLE %I.%I PARTITION OF %s FOR VALUES %s',
+                     NEW.schema_name, pname, parent, id_gen.partition_bounds(lower(wanted), upper(wanted) - 1));
     END IF;
     EXECUTE format('COMMENT ON TABLE %I.%I IS %L', NEW.schema_name, pname,
                    format('id_gen: genes %s .. %s of %s on this shard (kept by the coordinator through id_gen.shard_tables)',
@@ -247,11 +250,9 @@ AS $$
 DECLARE
   busy text;
 BEGIN
-  IF to_regclass('id_gen.shard_moves') IS NULL THEN
-    RETURN;
-  END IF;
-  EXECUTE 'SELECT string_agg(format(''%s (genes %s .. %s to %s, %s)'', move_id, lower_gene, upper_gene, target_shard, phase), '', '')
-           FROM id_gen.shard_moves WHERE phase NOT IN (''done'', ''aborted'')' INTO busy;
+  SELECT string_agg(format('%s (genes %s .. %s to %s, %s)', m.move_id, m.lower_gene, m.upper_gene, m.target_shard, m.phase), ', ')
+    INTO busy
+  FROM id_gen.shard_moves m WHERE m.phase NOT IN ('done', 'aborted');
   IF busy IS NOT NULL THEN
     RAISE EXCEPTION 'id_gen: cannot % while moves are unfinished: %', what, busy
       USING ERRCODE = '55006',
@@ -340,8 +341,11 @@ BEGIN
               HINT = 'Nothing changed. Distributed tables change only when every shard they touch answers; retry when it is back.';
   END;
   EXECUTE format('DROP FOREIGN TABLE id_gen.%I', ft);
+  INSERT INTO id_gen.shard_placements AS p (schema_name, table_name, shard, gene_ranges)
+  VALUES (push_shard_table.schema_name, push_shard_table.table_name, push_shard_table.shard, push_shard_table.gene_ranges)
+  ON CONFLICT ON CONSTRAINT shard_placements_pkey DO UPDATE SET gene_ranges = excluded.gene_ranges, updated_at = now();
 END $$;
-COMMENT ON FUNCTION id_gen.push_shard_table(text, name, name, name, int4range[], text) IS 'Writes one shard''s id_gen.shard_tables row over postgres_fdw (creating the table there and re-partitioning it).';
+COMMENT ON FUNCTION id_gen.push_shard_table(text, name, name, name, int4range[], text) IS 'Writes one shard''s id_gen.shard_tables row over postgres_fdw (creating the table there and re-partitioning it) and records it in id_gen.shard_placements.';
 REVOKE EXECUTE ON FUNCTION id_gen.push_shard_table(text, name, name, name, int4range[], text) FROM PUBLIC;
 
 -- Makes the range partition `pname` hold exactly one foreign table, "<pname>_fdw", on
@@ -375,10 +379,9 @@ BEGIN
   IF kept THEN
     RETURN false;
   END IF;
-  EXECUTE format('CREATE FOREIGN TABLE %I.%I PARTITION OF %s FOR VALUES FROM (%s) TO (%s) '
+  EXECUTE format('CREATE FOREIGN TABLE %I.%I PARTITION OF %s FOR VALUES %s '
                  'SERVER %I OPTIONS (schema_name %L, table_name %L)',
-                 schema_name, fdw_name, part, id_gen.gene_first_id(lower_gene),
-                 CASE WHEN upper_gene = 65535 THEN 'MAXVALUE' ELSE id_gen.gene_first_id(upper_gene + 1)::text END,
+                 schema_name, fdw_name, part, id_gen.partition_bounds(lower_gene, upper_gene),
                  shard, schema_name, id_gen.partition_name(table_name, lower_gene, upper_gene));
   EXECUTE format('ALTER FOREIGN TABLE %I.%I OWNER TO %I', schema_name, fdw_name, owner_role);
   EXECUTE format('COMMENT ON FOREIGN TABLE %I.%I IS %L', schema_name, fdw_name,
@@ -440,11 +443,8 @@ BEGIN
   FOR r IN SELECT * FROM id_gen.route_ranges ORDER BY lower_gene LOOP
     pname := id_gen.partition_name(d.partitioned_name, r.lower_gene, r.upper_gene);
     IF to_regclass(format('%I.%I', d.schema_name, pname)) IS NULL THEN
-      EXECUTE format('CREATE TABLE %I.%I PARTITION OF %s FOR VALUES FROM (%s) TO (%s) PARTITION BY RANGE (%I)',
-                     d.schema_name, pname, parts, id_gen.gene_first_id(r.lower_gene),
-                     CASE WHEN r.upper_gene = 65535 THEN 'MAXVALUE'
-                          ELSE id_gen.gene_first_id(r.upper_gene + 1)::text END,
-                     d.id_column);
+      EXECUTE format('CREATE TABLE %I.%I PARTITION OF %s FOR VALUES %s PARTITION BY RANGE (%I)',
+                     d.schema_name, pname, parts, id_gen.partition_bounds(r.lower_gene, r.upper_gene), d.id_column);
       EXECUTE format('ALTER TABLE %I.%I OWNER TO %I', d.schema_name, pname, parts_owner);
       EXECUTE format('COMMENT ON TABLE %I.%I IS %L', d.schema_name, pname,
                      format('id_gen: genes %s .. %s of %s (kept in step with id_gen.shard_routes)',
@@ -470,10 +470,6 @@ BEGIN
     ORDER BY 1
   LOOP
     PERFORM id_gen.push_shard_table(r.shard, d.schema_name, d.table_name, d.id_column, r.genes, d.shard_definition);
-    INSERT INTO id_gen.shard_placements AS p (schema_name, table_name, shard, gene_ranges)
-    VALUES (d.schema_name, d.table_name, r.shard, r.genes)
-    ON CONFLICT ON CONSTRAINT shard_placements_pkey
-    DO UPDATE SET gene_ranges = excluded.gene_ranges, updated_at = now();
   END LOOP;
 END $$;
 COMMENT ON FUNCTION id_gen.sync_distributed_table(name, name) IS 'Re-derives the foreign partitions of one distributed table and the partitions of its shards from id_gen.shard_routes.';
@@ -533,6 +529,25 @@ BEGIN
   RETURN NEW;
 END $$;
 COMMENT ON FUNCTION id_gen.insert_distributed_row() IS 'INSTEAD OF INSERT trigger of a distributed table''s view: computes a NULL id from the owner with gene_order_id, refuses an id from another gene than its owner''s, and inserts into the partitioned table (which routes it to the owner''s shard).';
+
+-- Grants of one relation, repeated on another (the owner's own rights are implied).
+CREATE FUNCTION id_gen.copy_grants(source regclass, target regclass) RETURNS void
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  g record;
+BEGIN
+  FOR g IN SELECT a.grantee, a.privilege_type, a.is_grantable
+           FROM pg_class c, aclexplode(c.relacl) a
+           WHERE c.oid = source AND a.grantee <> c.relowner LOOP
+    EXECUTE format('GRANT %s ON %s TO %s%s', g.privilege_type, target,
+                   CASE WHEN g.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(pg_get_userbyid(g.grantee)) END,
+                   CASE WHEN g.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+  END LOOP;
+END $$;
+COMMENT ON FUNCTION id_gen.copy_grants(regclass, regclass) IS 'Grants on target every privilege that was granted on source (distribute_table carries a table''s grants over to its replacements).';
+REVOKE EXECUTE ON FUNCTION id_gen.copy_grants(regclass, regclass) FROM PUBLIC;
 
 CREATE FUNCTION id_gen.distribute_table(tbl regclass, id_column name, owner_column name DEFAULT NULL,
                                         sequence text DEFAULT NULL) RETURNS void
@@ -664,13 +679,7 @@ BEGIN
   -- Rows already in the table move to their shards.
   EXECUTE format('INSERT INTO %I.%I (%s) SELECT %s FROM %I.%I', sch, parts, cols, cols, sch, old_name);
   GET DIAGNOSTICS moved = ROW_COUNT;
-  FOR g IN SELECT a.grantee, a.privilege_type, a.is_grantable
-           FROM pg_class c, aclexplode(c.relacl) a
-           WHERE c.oid = tbl AND a.grantee <> c.relowner LOOP
-    EXECUTE format('GRANT %s ON %I.%I TO %s%s', g.privilege_type, sch, parts,
-                   CASE WHEN g.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(pg_get_userbyid(g.grantee)) END,
-                   CASE WHEN g.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
-  END LOOP;
+  PERFORM id_gen.copy_grants(tbl, format('%I.%I', sch, parts)::regclass);
   BEGIN
     EXECUTE format('DROP TABLE %I.%I', sch, old_name);
   EXCEPTION WHEN dependent_objects_still_exist THEN
@@ -690,13 +699,7 @@ BEGIN
     EXECUTE format('CREATE TRIGGER id_gen_insert INSTEAD OF INSERT ON %I.%I FOR EACH ROW '
                    'EXECUTE FUNCTION id_gen.insert_distributed_row(%L, %L, %L, %L)',
                    sch, tab, format('%I.%I', sch, parts), id_column, owner_column, sequence);
-    FOR g IN SELECT a.grantee, a.privilege_type, a.is_grantable
-             FROM pg_class c, aclexplode(c.relacl) a
-             WHERE c.oid = format('%I.%I', sch, parts)::regclass AND a.grantee <> c.relowner LOOP
-      EXECUTE format('GRANT %s ON %I.%I TO %s%s', g.privilege_type, sch, tab,
-                     CASE WHEN g.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(pg_get_userbyid(g.grantee)) END,
-                     CASE WHEN g.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
-    END LOOP;
+    PERFORM id_gen.copy_grants(format('%I.%I', sch, parts)::regclass, format('%I.%I', sch, tab)::regclass);
     EXECUTE format('COMMENT ON VIEW %I.%I IS %L', sch, tab,
                    format('id_gen: distributed table; an INSERT without %s computes it with id_gen.gene_order_id(%L, %s) and routes the row to the owner''s shard. Rows live in %I.%I.',
                           id_column, sequence, owner_column, sch, parts));
@@ -1057,9 +1060,6 @@ BEGIN
                 WHERE adding AND r.lower_gene >= add_lower AND r.upper_gene <= add_upper) x
           WHERE adding OR NOT (g <@ int4range(add_lower, add_upper, '[]'))) y;
     PERFORM id_gen.push_shard_table(shard, d.schema_name, d.table_name, d.id_column, wanted, d.shard_definition);
-    INSERT INTO id_gen.shard_placements AS p (schema_name, table_name, shard, gene_ranges)
-    VALUES (d.schema_name, d.table_name, place_ranges.shard, wanted)
-    ON CONFLICT ON CONSTRAINT shard_placements_pkey DO UPDATE SET gene_ranges = excluded.gene_ranges, updated_at = now();
   END LOOP;
 END $$;
 COMMENT ON FUNCTION id_gen.place_ranges(text, integer, integer, boolean) IS 'Adds (adding) or removes the route ranges within add_lower .. add_upper to or from a shard''s placement of every distributed table, on the shard and in id_gen.shard_placements.';

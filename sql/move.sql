@@ -344,9 +344,6 @@ BEGIN
                 WHERE adding AND r.lower_gene >= add_lower AND r.upper_gene <= add_upper) x
           WHERE adding OR NOT (g <@ int4range(add_lower, add_upper, '[]'))) y;
     PERFORM id_gen.push_shard_table(shard, d.schema_name, d.table_name, d.id_column, wanted, d.shard_definition);
-    INSERT INTO id_gen.shard_placements AS p (schema_name, table_name, shard, gene_ranges)
-    VALUES (d.schema_name, d.table_name, place_ranges.shard, wanted)
-    ON CONFLICT ON CONSTRAINT shard_placements_pkey DO UPDATE SET gene_ranges = excluded.gene_ranges, updated_at = now();
   END LOOP;
 END $$;
 COMMENT ON FUNCTION id_gen.place_ranges(text, integer, integer, boolean) IS 'Adds (adding) or removes the route ranges within add_lower .. add_upper to or from a shard''s placement of every distributed table, on the shard and in id_gen.shard_placements.';
