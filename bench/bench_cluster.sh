@@ -30,7 +30,7 @@ for i in 1 2; do
   clsq $i -c "CREATE EXTENSION id_gen" -c "SELECT id_gen.create_sequence('orders', start => 100000000000, step => 10000)" >/dev/null
 done
 cluster_start "$CL_COO" "$CL_COO_P" "${CL_SMALL[@]}"
-clq -c "CREATE EXTENSION id_gen" -c "CREATE EXTENSION postgres_fdw" -c "SELECT id_gen.create_sequence('orders', step => 10000)" >/dev/null
+clq -c "CREATE EXTENSION id_gen" -c "CREATE EXTENSION postgres_fdw" -c "CREATE EXTENSION dblink" -c "SELECT id_gen.create_sequence('orders', step => 10000)" >/dev/null
 for i in 1 2; do
   clq >/dev/null <<SQL
 CREATE SERVER shard_$i FOREIGN DATA WRAPPER postgres_fdw

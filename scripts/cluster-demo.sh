@@ -62,6 +62,7 @@ for i in 1 2; do
 done
 cluster_start "$COO" "$COO_P" "${SMALL[@]}"
 cooq >/dev/null <<<"$authority_sql"
+cooq -c "CREATE EXTENSION dblink" >/dev/null   # shards re-partition in transactions of their own
 for i in 1 2; do
   cooq >/dev/null <<SQL
 CREATE SERVER shard_$i FOREIGN DATA WRAPPER postgres_fdw

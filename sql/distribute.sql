@@ -1,4 +1,6 @@
 -- Distributed tables: a coordinator routes rows by the route table over postgres_fdw.
+-- Code only (CREATE OR REPLACE): the tables are in sql/cluster_catalog.sql, the shard
+-- side in sql/shard.sql; an update script re-creates this file as it is.
 --
 -- Coordinator side. id_gen.distribute_table(tbl, id_column, owner_column, sequence)
 -- turns a plain table into a table partitioned by RANGE on its bigint id column, with
@@ -20,56 +22,69 @@
 -- the id.
 --
 -- Shard side. A shard holds the table partitioned the same way: one local partition per
--- route range it owns, named id_gen.partition_name(table, lo, hi), and each coordinator
--- foreign table points at exactly that local partition. So:
+-- route range it owns, named id_gen.partition_name(shard_stem, lo, hi), and each
+-- coordinator foreign table points at exactly that local partition. So:
 --   * a foreign table never sees another range's rows (postgres_fdw does not send a
---     partition's bounds to the remote side: two foreign tables over one remote table
---     would each return all of its rows);
---   * the shard refuses a row outside its genes, whoever writes it (23514, "no
---     partition of relation found for row"): foreign tables do not enforce partition
---     bounds, the shard's partitions do;
+--     partition's bounds to the remote side);
+--   * the shard refuses a row outside its genes, whoever writes it (23514): foreign
+--     tables do not enforce partition bounds, the shard's partitions do; with an owner
+--     column, a CHECK (id_gen_owner_gene) refuses a row whose id's gene is not its
+--     owner's, so an UPDATE cannot move a row to another owner's gene;
 --   * moving a route range moves one table (sql/move.sql).
--- The shard keeps id_gen.shard_tables: the tables it holds and the route ranges it owns
--- for each. The coordinator writes those rows through postgres_fdw in its own
--- transaction (the remote statement runs inside the coordinator's statement; the remote
--- commit happens at the coordinator's pre-commit). A trigger on the shard creates a
--- missing table from the stored definition and re-partitions it to the new ranges.
+--
+-- The one remote path: id_gen.shard_exec runs one statement on a shard over dblink, with
+-- the shard's foreign server and the caller's user mapping, on a connection whose
+-- search_path is pinned to pg_catalog, pg_temp and whose transactions are READ
+-- COMMITTED; it is sent asynchronously and awaited with pg_sleep, so every wait can be
+-- cancelled and is bounded. The statements are calls of id_gen.shard_* functions
+-- (sql/shard.sql) with literal arguments (%L), and the few subscription commands that
+-- cannot run in a function. (postgres_fdw carries rows, and one secret as a bound
+-- parameter: sql/move.sql.)
 --
 -- Invariants:
 --   * id_gen.shard_routes is the single source of truth; set_route and drop_route call
 --     id_gen.sync_distributed_tables() in the same transaction, which re-derives every
 --     coordinator partition and every shard's partitions from it.
+--   * A route change never loses a row: each shard re-partitions in a transaction of its
+--     own that first locks the table against every writer (id_gen.shard_apply_ranges).
+--     Those transactions commit before the coordinator's; if anything fails, the shards
+--     already changed are told their old ranges again (their rows come back the same
+--     way), and the coordinator's transaction rolls back.
 --   * id_gen.shard_placements records what each shard was last told; only changed
 --     shards are written to.
 --   * Nothing here deletes user rows: a route change that would leave rows on a shard
 --     outside its genes fails, and the route table stays as it was.
+--   * Names derived from a table (partitions, foreign tables, the view's table) fit
+--     NAMEDATALEN byte-wise for any identifier, and stems are unique among the
+--     distributed tables of a schema; a derived name held by another relation is an
+--     error (42P07), never shared.
 
 -- Id ranges of genes and owners ----------------------------------------------------------
-CREATE FUNCTION id_gen.gene_first_id(gene integer) RETURNS bigint
+CREATE OR REPLACE FUNCTION id_gen.gene_first_id(gene integer) RETURNS bigint
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 RETURN id_gen.compose_id(gene, 0);
-CREATE FUNCTION id_gen.gene_last_id(gene integer) RETURNS bigint
+CREATE OR REPLACE FUNCTION id_gen.gene_last_id(gene integer) RETURNS bigint
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 RETURN id_gen.compose_id(gene, 140737488355327);
 COMMENT ON FUNCTION id_gen.gene_first_id(integer) IS 'Smallest 64-bit id of a gene: gene << 47.';
 COMMENT ON FUNCTION id_gen.gene_last_id(integer) IS 'Largest 64-bit id of a gene: (gene << 47) + 2^47 - 1.';
 
-CREATE FUNCTION id_gen.owner_first_id(owner bigint) RETURNS bigint
+CREATE OR REPLACE FUNCTION id_gen.owner_first_id(owner bigint) RETURNS bigint
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 RETURN id_gen.gene_first_id(id_gen.shard_gene(owner));
-CREATE FUNCTION id_gen.owner_first_id(owner text) RETURNS bigint
+CREATE OR REPLACE FUNCTION id_gen.owner_first_id(owner text) RETURNS bigint
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 RETURN id_gen.gene_first_id(id_gen.shard_gene(owner));
-CREATE FUNCTION id_gen.owner_first_id(owner uuid) RETURNS bigint
+CREATE OR REPLACE FUNCTION id_gen.owner_first_id(owner uuid) RETURNS bigint
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 RETURN id_gen.gene_first_id(id_gen.shard_gene(owner));
-CREATE FUNCTION id_gen.owner_last_id(owner bigint) RETURNS bigint
+CREATE OR REPLACE FUNCTION id_gen.owner_last_id(owner bigint) RETURNS bigint
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 RETURN id_gen.gene_last_id(id_gen.shard_gene(owner));
-CREATE FUNCTION id_gen.owner_last_id(owner text) RETURNS bigint
+CREATE OR REPLACE FUNCTION id_gen.owner_last_id(owner text) RETURNS bigint
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 RETURN id_gen.gene_last_id(id_gen.shard_gene(owner));
-CREATE FUNCTION id_gen.owner_last_id(owner uuid) RETURNS bigint
+CREATE OR REPLACE FUNCTION id_gen.owner_last_id(owner uuid) RETURNS bigint
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 RETURN id_gen.gene_last_id(id_gen.shard_gene(owner));
 COMMENT ON FUNCTION id_gen.owner_first_id(bigint) IS 'Smallest id an owner''s rows can have. Lookups by owner prune to one shard with: WHERE owner_col = $1 AND id BETWEEN id_gen.owner_first_id($1) AND id_gen.owner_last_id($1).';
@@ -81,144 +96,61 @@ COMMENT ON FUNCTION id_gen.owner_last_id(uuid) IS 'owner_last_id for a uuid owne
 
 -- At most 58 bytes, so that "<name>_fdw" fits NAMEDATALEN too: parents longer than 30
 -- bytes keep 8 characters and a hash of the whole name (no two parents collide by their
--- first characters).
-CREATE FUNCTION id_gen.partition_name(parent name, lower_gene integer, upper_gene integer) RETURNS name
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-RETURN CASE WHEN octet_length(parent) <= 30 THEN parent::text
-            ELSE left(parent, 8) || '_' || left(md5(parent), 8) END
-       || '_g' || lower_gene || '_' || upper_gene;
-CREATE FUNCTION id_gen.partition_bounds(lower_gene integer, upper_gene integer) RETURNS text
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-RETURN format('FROM (%s) TO (%s)', id_gen.gene_first_id(lower_gene),
-              CASE WHEN upper_gene = 65535 THEN 'MAXVALUE' ELSE id_gen.gene_first_id(upper_gene + 1)::text END);
-COMMENT ON FUNCTION id_gen.partition_bounds(integer, integer) IS 'The FOR VALUES bounds of the partition of genes lower_gene .. upper_gene: FROM (lower_gene << 47) TO ((upper_gene + 1) << 47), MAXVALUE for the last gene (65536 << 47 overflows).';
-COMMENT ON FUNCTION id_gen.partition_name(name, integer, integer) IS 'Name of the partition that holds genes lower_gene .. upper_gene of a distributed table (on the coordinator the range partition, on its shard the local partition its foreign table points at); long names are shortened with a hash.';
 
--- Shard side ------------------------------------------------------------------------------
-CREATE TABLE id_gen.shard_tables (
-    schema_name name          NOT NULL,
-    table_name  name          NOT NULL,
-    id_column   name          NOT NULL,
-    gene_ranges int4range[]   NOT NULL,
-    definition  text          NOT NULL,
-    updated_at  timestamptz   NOT NULL DEFAULT now(),
-    PRIMARY KEY (schema_name, table_name)
-);
-SELECT pg_catalog.pg_extension_config_dump('id_gen.shard_tables', '');
-REVOKE ALL ON id_gen.shard_tables FROM PUBLIC;
-GRANT SELECT ON id_gen.shard_tables TO PUBLIC;
-COMMENT ON TABLE id_gen.shard_tables IS 'On a shard: the distributed tables it holds and the route ranges it owns for each, written by the coordinator over postgres_fdw. A trigger creates a missing table and keeps one local partition per owned route range.';
-COMMENT ON COLUMN id_gen.shard_tables.gene_ranges IS 'Route ranges of genes whose ids this shard holds for the table, one partition each (empty: none).';
-COMMENT ON COLUMN id_gen.shard_tables.definition IS 'CREATE TABLE ... PARTITION BY RANGE (id) statement, generated by the coordinator, run when the table is missing.';
-
-CREATE FUNCTION id_gen.apply_shard_table() RETURNS trigger
-LANGUAGE plpgsql
+-- Names ------------------------------------------------------------------------------------
+-- base || suffix, with base cut (at a character boundary) so that the whole fits 63 bytes.
+CREATE OR REPLACE FUNCTION id_gen.fit_name(base text, suffix text) RETURNS name
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-  parent text;
-  part record;
-  wanted int4range;
-  pname name;
-  detached regclass[] := '{}';
-  candidate regclass;
-  lowest bigint;
-  highest bigint;
-  adopted boolean;
+  b text := base;
 BEGIN
-  IF TG_OP = 'DELETE' THEN
-    RETURN OLD;  -- the table and its rows stay; only the coordinator forgets them
+  IF octet_length(suffix) > 63 THEN
+    RAISE EXCEPTION 'id_gen: name suffix "%" is longer than 63 bytes', suffix USING ERRCODE = '42622';
   END IF;
-  parent := format('%I.%I', NEW.schema_name, NEW.table_name);
-  IF to_regclass(parent) IS NULL THEN
-    EXECUTE format('CREATE SCHEMA IF NOT EXISTS %I', NEW.schema_name);
-    EXECUTE NEW.definition;
-  ELSIF (SELECT c.relkind FROM pg_class c WHERE c.oid = parent::regclass) <> 'p' THEN
-    RAISE EXCEPTION 'id_gen: % exists on this shard but is not partitioned', parent
-      USING ERRCODE = '55000',
-            HINT = 'distribute_table creates the shards'' tables itself (partitioned by id, one partition per route range); rename or drop the existing table.';
-  END IF;
-
-  -- Partitions that are not a wanted range are detached ...
-  FOR part IN SELECT c.oid::regclass AS rel, c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-              WHERE i.inhparent = parent::regclass LOOP
-    CONTINUE WHEN EXISTS (SELECT FROM unnest(NEW.gene_ranges) g
-                          WHERE id_gen.partition_name(NEW.table_name, lower(g), upper(g) - 1) = part.relname);
-    EXECUTE format('ALTER TABLE %s DETACH PARTITION %s', parent, part.rel);
-    detached := detached || part.rel;
+  WHILE octet_length(b) + octet_length(suffix) > 63 LOOP
+    b := left(b, -1);
   END LOOP;
-  -- ... each missing range adopts a detached table whose rows all fall inside it (no copy;
-  -- ATTACH checks the bounds), or starts empty ...
-  FOR wanted IN SELECT g FROM unnest(NEW.gene_ranges) g ORDER BY g LOOP
-    pname := id_gen.partition_name(NEW.table_name, lower(wanted), upper(wanted) - 1);
-    CONTINUE WHEN to_regclass(format('%I.%I', NEW.schema_name, pname)) IS NOT NULL;
-    adopted := false;
-    FOREACH candidate IN ARRAY detached LOOP
-      EXECUTE format('SELECT min(%1$I) >> 47, max(%1$I) >> 47 FROM %2$s', NEW.id_column, candidate) INTO lowest, highest;
-      IF lowest >= lower(wanted) AND highest < upper(wanted) THEN
-        EXECUTE format('ALTER TABLE %s RENAME TO %I', candidate, pname);
-        detached := array_remove(detached, candidate);
-        adopted := true;
-        EXIT;
-      END IF;
-    END LOOP;
-    IF adopted THEN
-      EXECUTE format('ALTER TABLE %s ATTACH PARTITION %I.%I FOR VALUES %s', parent,
-                     NEW.schema_name, pname, id_gen.partition_bounds(lower(wanted), upper(wanted) - 1));
-    ELSE
-      EXECUTE format('CREATE TABLE %I.%I PARTITION OF %s FOR VALUES %s',
-                     NEW.schema_name, pname, parent, id_gen.partition_bounds(lower(wanted), upper(wanted) - 1));
-    END IF;
-    EXECUTE format('COMMENT ON TABLE %I.%I IS %L', NEW.schema_name, pname,
-                   format('id_gen: genes %s .. %s of %s on this shard (kept by the coordinator through id_gen.shard_tables)',
-                          lower(wanted), upper(wanted) - 1, parent));
-  END LOOP;
-  -- ... and the rows of the rest go back through the parent: a row outside every range
-  -- is refused (23514), and with it the coordinator's route change.
-  FOREACH candidate IN ARRAY detached LOOP
-    EXECUTE format('INSERT INTO %s SELECT * FROM %s', parent, candidate);
-    EXECUTE format('DROP TABLE %s', candidate);
-  END LOOP;
-  RETURN NEW;
+  RETURN (b || suffix)::name;
 END $$;
-COMMENT ON FUNCTION id_gen.apply_shard_table() IS 'Trigger on id_gen.shard_tables: creates a missing shard table and re-partitions it to one local partition per owned route range.';
-CREATE TRIGGER apply_shard_table AFTER INSERT OR UPDATE OR DELETE ON id_gen.shard_tables
-FOR EACH ROW EXECUTE FUNCTION id_gen.apply_shard_table();
+COMMENT ON FUNCTION id_gen.fit_name(text, text) IS 'base || suffix, base cut at a character boundary so that the result fits an identifier (63 bytes).';
+
+-- A stem for the partitions of a table: the name itself when it is at most 30 bytes and
+-- free, else at most 32 bytes of it and a hash of the whole name (and a counter, should
+-- that be taken too). At most 41 bytes, so <stem>_g<lo>_<hi>_fdw fits 63.
+CREATE OR REPLACE FUNCTION id_gen.pick_stem(table_name name, taken name[]) RETURNS name
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  stem name := CASE WHEN octet_length(table_name) <= 30 THEN table_name END;
+  i integer := 0;
+BEGIN
+  WHILE stem IS NULL OR stem = ANY (taken) LOOP
+    stem := id_gen.fit_name(left(table_name, 32), repeat('x', 31)) ;  -- at most 32 bytes of the name
+    stem := (left(stem, -31) || '_' || left(md5(table_name || CASE WHEN i = 0 THEN '' ELSE '#' || i END), 8))::name;
+    i := i + 1;
+  END LOOP;
+  RETURN stem;
+END $$;
+COMMENT ON FUNCTION id_gen.pick_stem(name, name[]) IS 'The prefix of a distributed table''s partition names: the table name if it is at most 30 bytes and not in taken, else a cut of it and a hash of the whole name (at most 41 bytes).';
+
+CREATE OR REPLACE FUNCTION id_gen.partition_name(stem name, lower_gene integer, upper_gene integer) RETURNS name
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN id_gen.fit_name(stem, '_g' || lower_gene || '_' || upper_gene);
+COMMENT ON FUNCTION id_gen.partition_name(name, integer, integer) IS 'Name of the partition that holds genes lower_gene .. upper_gene of a distributed table: <stem>_g<lower>_<upper>, where the stem is id_gen.distributed_tables.coordinator_stem (coordinator) or shard_stem (shards).';
+
+CREATE OR REPLACE FUNCTION id_gen.partition_bounds(lower_gene integer, upper_gene integer) RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN format('FROM (%s) TO (%s)', id_gen.gene_first_id(lower_gene),
+              CASE WHEN upper_gene = 65535 THEN 'MAXVALUE' ELSE id_gen.gene_first_id(upper_gene + 1)::text END);
+COMMENT ON FUNCTION id_gen.partition_bounds(integer, integer) IS 'The FOR VALUES bounds of the partition of genes lower_gene .. upper_gene: FROM (lower_gene << 47) TO ((upper_gene + 1) << 47), MAXVALUE for the last gene (65536 << 47 overflows).';
 
 -- Coordinator side ------------------------------------------------------------------------
-CREATE TABLE id_gen.distributed_tables (
-    schema_name      name        NOT NULL,
-    table_name       name        NOT NULL,
-    partitioned_name name        NOT NULL,
-    id_column        name        NOT NULL,
-    owner_column     name,
-    sequence         text,
-    shard_definition text        NOT NULL,
-    distributed_at   timestamptz NOT NULL DEFAULT now(),
-    distributed_by   name        NOT NULL DEFAULT current_user,
-    PRIMARY KEY (schema_name, table_name),
-    CHECK (sequence IS NULL OR owner_column IS NOT NULL)
-);
-SELECT pg_catalog.pg_extension_config_dump('id_gen.distributed_tables', '');
-REVOKE ALL ON id_gen.distributed_tables FROM PUBLIC;
-GRANT SELECT ON id_gen.distributed_tables TO PUBLIC;
-COMMENT ON TABLE id_gen.distributed_tables IS 'On a coordinator: tables distributed with id_gen.distribute_table. table_name is what applications use; partitioned_name is the table partitioned by RANGE on id_column (the same unless a sequence computes ids, then table_name is a view).';
-
-CREATE TABLE id_gen.shard_placements (
-    schema_name name           NOT NULL,
-    table_name  name           NOT NULL,
-    shard       text           NOT NULL,
-    gene_ranges int4range[]    NOT NULL,
-    updated_at  timestamptz    NOT NULL DEFAULT now(),
-    PRIMARY KEY (schema_name, table_name, shard),
-    FOREIGN KEY (schema_name, table_name) REFERENCES id_gen.distributed_tables ON DELETE CASCADE
-);
-SELECT pg_catalog.pg_extension_config_dump('id_gen.shard_placements', '');
-REVOKE ALL ON id_gen.shard_placements FROM PUBLIC;
-GRANT SELECT ON id_gen.shard_placements TO PUBLIC;
-COMMENT ON TABLE id_gen.shard_placements IS 'On a coordinator: the route ranges each shard was last told it owns for each distributed table (its local partitions).';
-
-CREATE FUNCTION id_gen.require_superuser(what text) RETURNS void
+CREATE OR REPLACE FUNCTION id_gen.require_superuser(what text) RETURNS void
 LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -233,7 +165,7 @@ COMMENT ON FUNCTION id_gen.require_superuser(text) IS 'Raises 42501 unless the c
 
 -- Routes and distributed tables stay put while a move is unfinished: a move relies on
 -- the placements and partitions it prepared (sql/move.sql).
-CREATE FUNCTION id_gen.refuse_during_moves(what text) RETURNS void
+CREATE OR REPLACE FUNCTION id_gen.refuse_during_moves(what text) RETURNS void
 LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -254,7 +186,7 @@ REVOKE EXECUTE ON FUNCTION id_gen.refuse_during_moves(text) FROM PUBLIC;
 
 -- Every route must lead to a postgres_fdw server and every gene must have a route before
 -- a table can be distributed over them.
-CREATE FUNCTION id_gen.check_routes_for_distribution() RETURNS void
+CREATE OR REPLACE FUNCTION id_gen.check_routes_for_distribution() RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -288,78 +220,218 @@ REVOKE EXECUTE ON FUNCTION id_gen.check_routes_for_distribution() FROM PUBLIC;
 
 -- Tells one shard which genes of a table it owns, through a foreign table over its
 -- id_gen.shard_tables that lives only for this call.
-CREATE FUNCTION id_gen.push_shard_table(shard text, schema_name name, table_name name,
-                                        id_column name, gene_ranges int4range[],
-                                        definition text) RETURNS void
+
+-- Raises an error again with its SQLSTATE, detail and hint (each only if present).
+CREATE OR REPLACE FUNCTION id_gen.reraise(msg text, code text, detail text, hint text) RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  detail := nullif(detail, '');
+  hint := nullif(hint, '');
+  IF detail IS NOT NULL AND hint IS NOT NULL THEN
+    RAISE EXCEPTION USING MESSAGE = msg, ERRCODE = code, DETAIL = detail, HINT = hint;
+  ELSIF detail IS NOT NULL THEN
+    RAISE EXCEPTION USING MESSAGE = msg, ERRCODE = code, DETAIL = detail;
+  ELSIF hint IS NOT NULL THEN
+    RAISE EXCEPTION USING MESSAGE = msg, ERRCODE = code, HINT = hint;
+  ELSE
+    RAISE EXCEPTION USING MESSAGE = msg, ERRCODE = code;
+  END IF;
+END $$;
+COMMENT ON FUNCTION id_gen.reraise(text, text, text, text) IS 'Raises msg with SQLSTATE code, and detail and hint where they are not empty (errors caught for clean-up are raised again with it).';
+
+-- The one remote path ------------------------------------------------------------------------
+CREATE OR REPLACE FUNCTION id_gen.dblink_schema() RETURNS name
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  s name;
+BEGIN
+  SELECT n.nspname INTO s FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace
+  WHERE e.extname = 'dblink';
+  IF s IS NULL THEN
+    RAISE EXCEPTION 'id_gen: distributed tables need the dblink extension on the coordinator'
+      USING ERRCODE = '55000',
+            HINT = 'CREATE EXTENSION dblink; (contrib, shipped with PostgreSQL). Shards change their tables in transactions of their own, which postgres_fdw cannot run.';
+  END IF;
+  RETURN s;
+END $$;
+COMMENT ON FUNCTION id_gen.dblink_schema() IS 'Schema of the dblink extension (55000 with a hint when it is not installed).';
+
+-- Sends one statement on the connection and waits for it (cancellable, bounded).
+CREATE OR REPLACE FUNCTION id_gen.dblink_run(dbl name, conn text, shard text, command text, deadline timestamptz,
+                                            timeout_ms integer) RETURNS text
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  busy integer;
+  result text;
+BEGIN
+  EXECUTE format('SELECT %I.dblink_send_query($1, $2)', dbl) INTO busy USING conn, command;
+  IF busy IS DISTINCT FROM 1 THEN
+    RAISE EXCEPTION 'id_gen: could not send a command to shard "%"', shard USING ERRCODE = '08006';
+  END IF;
+  LOOP
+    EXECUTE format('SELECT %I.dblink_is_busy($1)', dbl) INTO busy USING conn;
+    EXIT WHEN busy = 0;
+    IF clock_timestamp() > deadline THEN
+      RAISE EXCEPTION 'id_gen: shard "%" did not finish a command within % ms', shard, timeout_ms
+        USING ERRCODE = '57014';
+    END IF;
+    PERFORM pg_sleep(0.002);
+  END LOOP;
+  EXECUTE format('SELECT r FROM %I.dblink_get_result($1) AS t(r text) LIMIT 1', dbl) INTO result USING conn;
+  -- One more call returns the empty result that frees the connection.
+  EXECUTE format('SELECT count(*) FROM %I.dblink_get_result($1) AS t(r text)', dbl) USING conn;
+  RETURN result;
+END $$;
+COMMENT ON FUNCTION id_gen.dblink_run(name, text, text, text, timestamptz, integer) IS 'Sends one statement on an open dblink connection and polls for its result until deadline (57014 after it); returns the first column of the first row.';
+REVOKE EXECUTE ON FUNCTION id_gen.dblink_run(name, text, text, text, timestamptz, integer) FROM PUBLIC;
+
+-- Runs one statement on a shard and returns the first column of its first row (or the
+-- command tag). A new connection first pins search_path and READ COMMITTED for the whole
+-- session. A remote error keeps its SQLSTATE; an unreachable shard is 08006.
+CREATE OR REPLACE FUNCTION id_gen.shard_exec(shard text, command text, timeout_ms integer DEFAULT 60000) RETURNS text
 LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-  ft text := 'shard_tables_' || md5(shard);
-  n bigint;
+  dbl name := id_gen.dblink_schema();
+  conn text := 'id_gen_' || md5(shard);
+  connected boolean;
+  result text;
+  deadline timestamptz := clock_timestamp() + timeout_ms * interval '1 ms';
   msg text;
   code text;
+  detail text;
+  hint text;
 BEGIN
-  EXECUTE format('CREATE FOREIGN TABLE id_gen.%I (schema_name name, table_name name, id_column name, '
-                 'gene_ranges int4range[], definition text, updated_at timestamptz) '
-                 'SERVER %I OPTIONS (schema_name %L, table_name %L)', ft, shard, 'id_gen', 'shard_tables');
+  EXECUTE format('SELECT $1 = ANY (coalesce(%I.dblink_get_connections(), ''{}''))', dbl) INTO connected USING conn;
   BEGIN
-    EXECUTE format('UPDATE id_gen.%I SET id_column = $1, gene_ranges = $2, definition = $3, updated_at = now() '
-                   'WHERE schema_name = $4 AND table_name = $5', ft)
-      USING id_column, gene_ranges, definition, schema_name, table_name;
-    GET DIAGNOSTICS n = ROW_COUNT;
-    IF n = 0 THEN
-      EXECUTE format('INSERT INTO id_gen.%I VALUES ($1, $2, $3, $4, $5, now())', ft)
-        USING schema_name, table_name, id_column, gene_ranges, definition;
+    IF NOT connected THEN
+      EXECUTE format('SELECT %I.dblink_connect($1, $2)', dbl) USING conn, shard;
+      PERFORM id_gen.dblink_run(dbl, conn, shard,
+        'SELECT pg_catalog.concat(pg_catalog.set_config(''search_path'', ''pg_catalog, pg_temp'', false), '
+        'pg_catalog.set_config(''default_transaction_isolation'', ''read committed'', false), '
+        'pg_catalog.set_config(''application_name'', ''id_gen coordinator'', false))', deadline, timeout_ms);
     END IF;
+    result := id_gen.dblink_run(dbl, conn, shard, command, deadline, timeout_ms);
+  EXCEPTION WHEN OTHERS OR query_canceled THEN
+    GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT, code = RETURNED_SQLSTATE, detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
+    -- A command still running, a half-read result, a broken link or a cancel: cancel and
+    -- drop the connection, so that the next call starts clean.
+    BEGIN
+      EXECUTE format('SELECT %I.dblink_cancel_query($1)', dbl) USING conn;
+    EXCEPTION WHEN OTHERS THEN NULL;
+    END;
+    BEGIN
+      EXECUTE format('SELECT %I.dblink_disconnect($1)', dbl) USING conn;
+    EXCEPTION WHEN OTHERS THEN NULL;
+    END;
+    IF code LIKE '08%' OR (code = 'XX000' AND msg ~* 'connection|server closed') THEN
+      -- (Never the command text: it can name a subscription's connection.)
+      RAISE EXCEPTION 'id_gen: shard "%" is unreachable: %', shard, msg
+        USING ERRCODE = '08006', HINT = 'Nothing was changed on it by this command; retry when it answers.';
+    END IF;
+    PERFORM id_gen.reraise(msg, code, detail, hint);
+  END;
+  RETURN result;
+END $$;
+COMMENT ON FUNCTION id_gen.shard_exec(text, text, integer) IS 'The one path for statements id_gen runs on shards: one statement over dblink (the shard''s foreign server and the caller''s user mapping), search_path pinned to pg_catalog, pg_temp, READ COMMITTED, asynchronous and cancellable, bounded by timeout_ms; returns the first column of the first row or the command tag.';
+REVOKE EXECUTE ON FUNCTION id_gen.shard_exec(text, text, integer) FROM PUBLIC;
+
+-- Calls id_gen.<fn>(args...) on a shard: each argument is a literal (quote_nullable), so
+-- no identifier or value is ever pasted into code.
+CREATE OR REPLACE FUNCTION id_gen.shard_call(shard text, fn text, args text[], timeout_ms integer DEFAULT 60000) RETURNS text
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  IF fn !~ '^shard_[a-z_]+$' THEN
+    RAISE EXCEPTION 'id_gen: % is not a shard function', fn USING ERRCODE = '42883';
+  END IF;
+  RETURN id_gen.shard_exec(shard, id_gen.shard_call_text(fn, args), timeout_ms);
+END $$;
+COMMENT ON FUNCTION id_gen.shard_call(text, text, text[], integer) IS 'Runs SELECT id_gen.<fn>(<literal args>) on a shard through id_gen.shard_exec.';
+REVOKE EXECUTE ON FUNCTION id_gen.shard_call(text, text, text[], integer) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION id_gen.shard_call_text(fn text, args text[]) RETURNS text
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+RETURN format('SELECT id_gen.%I(%s)', fn,
+              coalesce((SELECT string_agg(quote_nullable(a), ', ' ORDER BY i) FROM unnest(args) WITH ORDINALITY AS x(a, i)), ''));
+COMMENT ON FUNCTION id_gen.shard_call_text(text, text[]) IS 'The statement shard_call sends (what dry_run prints).';
+
+-- Tells one shard which genes of a table it owns (id_gen.shard_apply_ranges there, in a
+-- transaction of its own) and records it in id_gen.shard_placements.
+CREATE OR REPLACE FUNCTION id_gen.push_shard_table(shard text, schema_name name, table_name name,
+                                                   gene_ranges int4range[]) RETURNS text
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  d id_gen.distributed_tables;
+  msg text;
+  code text;
+  result text;
+BEGIN
+  SELECT * INTO d FROM id_gen.distributed_tables t
+  WHERE (t.schema_name, t.table_name) = (push_shard_table.schema_name, push_shard_table.table_name);
+  BEGIN
+    result := id_gen.shard_call(shard, 'shard_apply_ranges',
+      ARRAY[d.schema_name::text, d.table_name::text, d.id_column::text, d.shard_stem::text, gene_ranges::text, d.shard_definition], 120000);
   EXCEPTION
     WHEN check_violation THEN
       GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT;
       RAISE EXCEPTION 'id_gen: shard "%" holds rows of %.% outside the genes it would own (%)',
-                      shard, quote_ident(schema_name), quote_ident(table_name), gene_ranges
+                      shard, quote_ident(d.schema_name), quote_ident(d.table_name), gene_ranges
         USING ERRCODE = '55000', DETAIL = 'On the shard: ' || msg,
               HINT = 'The route table is unchanged. Move those rows first (id_gen.move_genes), or delete them on the shard.';
     WHEN undefined_table OR undefined_function THEN
       GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT;
-      RAISE EXCEPTION 'id_gen: shard "%" has no id_gen 0.3.0 or later', shard
+      RAISE EXCEPTION 'id_gen: shard "%" has no id_gen 0.4.0 or later', shard
         USING ERRCODE = '55000', DETAIL = 'On the shard: ' || msg,
               HINT = 'Run CREATE EXTENSION id_gen (or ALTER EXTENSION id_gen UPDATE) on the shard; it keeps the shard''s partitions.';
-    WHEN sqlclient_unable_to_establish_sqlconnection OR connection_failure OR connection_exception THEN
-      GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT, code = RETURNED_SQLSTATE;
-      RAISE EXCEPTION 'id_gen: shard "%" is unreachable: %', shard, msg
-        USING ERRCODE = code,
-              HINT = 'Nothing changed. Distributed tables change only when every shard they touch answers; retry when it is back.';
+    WHEN lock_not_available THEN
+      GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT;
+      RAISE EXCEPTION 'id_gen: shard "%" could not lock %.% within 10 s', shard, quote_ident(d.schema_name), quote_ident(d.table_name)
+        USING ERRCODE = '55P03', DETAIL = 'On the shard: ' || msg,
+              HINT = 'A long transaction writes or reads the table there. Nothing changed; retry when it is done.';
   END;
-  EXECUTE format('DROP FOREIGN TABLE id_gen.%I', ft);
   INSERT INTO id_gen.shard_placements AS p (schema_name, table_name, shard, gene_ranges)
-  VALUES (push_shard_table.schema_name, push_shard_table.table_name, push_shard_table.shard, push_shard_table.gene_ranges)
+  VALUES (d.schema_name, d.table_name, push_shard_table.shard, push_shard_table.gene_ranges)
   ON CONFLICT ON CONSTRAINT shard_placements_pkey DO UPDATE SET gene_ranges = excluded.gene_ranges, updated_at = now();
+  RETURN result;
 END $$;
-COMMENT ON FUNCTION id_gen.push_shard_table(text, name, name, name, int4range[], text) IS 'Writes one shard''s id_gen.shard_tables row over postgres_fdw (creating the table there and re-partitioning it) and records it in id_gen.shard_placements.';
-REVOKE EXECUTE ON FUNCTION id_gen.push_shard_table(text, name, name, name, int4range[], text) FROM PUBLIC;
+COMMENT ON FUNCTION id_gen.push_shard_table(text, name, name, int4range[]) IS 'Makes one shard hold exactly the given route ranges of a distributed table (id_gen.shard_apply_ranges on the shard, committed there) and records them in id_gen.shard_placements.';
+REVOKE EXECUTE ON FUNCTION id_gen.push_shard_table(text, name, name, int4range[]) FROM PUBLIC;
 
--- Makes the range partition `pname` hold exactly one foreign table, "<pname>_fdw", on
+-- Makes the range partition `part` hold exactly one foreign table, "<partition>_fdw", on
 -- `shard`, pointing at the shard's partition of the same genes. A foreign table on
 -- another server is swapped: DETACH, DROP, CREATE under the lock of this range
 -- partition alone (other ranges are not locked).
-CREATE FUNCTION id_gen.point_partition(schema_name name, pname name, table_name name,
-                                       lower_gene integer, upper_gene integer, shard text,
-                                       owner_role name) RETURNS boolean
+CREATE OR REPLACE FUNCTION id_gen.point_partition(d id_gen.distributed_tables, part regclass,
+                                                  lower_gene integer, upper_gene integer, shard text) RETURNS boolean
 LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-  part regclass := format('%I.%I', schema_name, pname)::regclass;
   child record;
-  fdw_name name := pname || '_fdw';
+  fdw_name name := id_gen.fit_name(id_gen.partition_name(d.coordinator_stem, lower_gene, upper_gene), '_fdw');
+  shard_part name := id_gen.partition_name(d.shard_stem, lower_gene, upper_gene);
   kept boolean := false;
+  other regclass;
 BEGIN
-  FOR child IN SELECT c.oid::regclass AS rel, c.relname, s.srvname
+  FOR child IN SELECT c.oid::regclass AS rel, c.relname, s.srvname, ft.ftoptions
                FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
                JOIN pg_foreign_table ft ON ft.ftrelid = c.oid
                JOIN pg_foreign_server s ON s.oid = ft.ftserver
                WHERE i.inhparent = part LOOP
-    IF child.srvname = shard AND child.relname = fdw_name THEN
+    IF child.srvname = shard AND child.relname = fdw_name
+       AND format('table_name=%s', shard_part) = ANY (child.ftoptions) THEN
       kept := true;
     ELSE
       EXECUTE format('ALTER TABLE %s DETACH PARTITION %s', part, child.rel);
@@ -369,32 +441,98 @@ BEGIN
   IF kept THEN
     RETURN false;
   END IF;
+  other := to_regclass(format('%I.%I', d.schema_name, fdw_name));
+  IF other IS NOT NULL THEN
+    RAISE EXCEPTION 'id_gen: relation % already exists, and it is not a partition of %', other, part
+      USING ERRCODE = '42P07', HINT = 'id_gen names the foreign tables of distributed tables <stem>_g<lower>_<upper>_fdw; rename that relation.';
+  END IF;
   EXECUTE format('CREATE FOREIGN TABLE %I.%I PARTITION OF %s FOR VALUES %s '
                  'SERVER %I OPTIONS (schema_name %L, table_name %L)',
-                 schema_name, fdw_name, part, id_gen.partition_bounds(lower_gene, upper_gene),
-                 shard, schema_name, id_gen.partition_name(table_name, lower_gene, upper_gene));
-  EXECUTE format('ALTER FOREIGN TABLE %I.%I OWNER TO %I', schema_name, fdw_name, owner_role);
-  EXECUTE format('COMMENT ON FOREIGN TABLE %I.%I IS %L', schema_name, fdw_name,
-                 format('id_gen: genes %s .. %s on shard %s (its table %I.%I)', lower_gene, upper_gene, shard,
-                        schema_name, id_gen.partition_name(table_name, lower_gene, upper_gene)));
+                 d.schema_name, fdw_name, part, id_gen.partition_bounds(lower_gene, upper_gene),
+                 shard, d.schema_name, shard_part);
+  PERFORM id_gen.inherit_parent_settings(part, format('%I.%I', d.schema_name, fdw_name)::regclass,
+    format('id_gen: genes %s .. %s on shard %s (its table %I.%I)', lower_gene, upper_gene, shard, d.schema_name, shard_part));
   RETURN true;
 END $$;
-COMMENT ON FUNCTION id_gen.point_partition(name, name, name, integer, integer, text, name) IS 'Points the range partition of a distributed table at a shard: one foreign table "<partition>_fdw" over the shard''s partition of the same genes. Returns whether it changed anything.';
-REVOKE EXECUTE ON FUNCTION id_gen.point_partition(name, name, name, integer, integer, text, name) FROM PUBLIC;
+COMMENT ON FUNCTION id_gen.point_partition(id_gen.distributed_tables, regclass, integer, integer, text) IS 'Points the range partition of a distributed table at a shard: one foreign table "<partition>_fdw" over the shard''s partition of the same genes, with the partition''s owner and grants. Returns whether it changed anything.';
+REVOKE EXECUTE ON FUNCTION id_gen.point_partition(id_gen.distributed_tables, regclass, integer, integer, text) FROM PUBLIC;
 
--- Re-derives the partitions of one distributed table, here and on its shards, from the route
--- table. Idempotent: partitions and shards already in step are left alone.
-CREATE FUNCTION id_gen.sync_distributed_table(schema_name name, table_name name) RETURNS void
+-- The coordinator's range partition of genes lo .. hi (created when missing).
+CREATE OR REPLACE FUNCTION id_gen.range_partition(d id_gen.distributed_tables, lower_gene integer, upper_gene integer) RETURNS regclass
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  parts regclass := format('%I.%I', d.schema_name, d.partitioned_name)::regclass;
+  bound text := id_gen.partition_bound_text(lower_gene, upper_gene);
+  pname name := id_gen.partition_name(d.coordinator_stem, lower_gene, upper_gene);
+  part regclass;
+BEGIN
+  SELECT c.oid::regclass INTO part FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+  WHERE i.inhparent = parts AND pg_get_expr(c.relpartbound, c.oid) = bound;
+  IF part IS NOT NULL THEN
+    RETURN part;
+  END IF;
+  IF to_regclass(format('%I.%I', d.schema_name, pname)) IS NOT NULL THEN
+    RAISE EXCEPTION 'id_gen: relation %.% already exists, and it is not a partition of %', quote_ident(d.schema_name), quote_ident(pname), parts
+      USING ERRCODE = '42P07', HINT = 'id_gen names the partitions of distributed tables <stem>_g<lower>_<upper>; rename that relation.';
+  END IF;
+  EXECUTE format('CREATE TABLE %I.%I PARTITION OF %s FOR VALUES %s PARTITION BY RANGE (%I)',
+                 d.schema_name, pname, parts, id_gen.partition_bounds(lower_gene, upper_gene), d.id_column);
+  part := format('%I.%I', d.schema_name, pname)::regclass;
+  PERFORM id_gen.inherit_parent_settings(parts, part,
+    format('id_gen: genes %s .. %s of %s (kept in step with id_gen.shard_routes)', lower_gene, upper_gene, parts));
+  RETURN part;
+END $$;
+COMMENT ON FUNCTION id_gen.range_partition(id_gen.distributed_tables, integer, integer) IS 'The coordinator''s range partition of a distributed table for genes lower_gene .. upper_gene, found by its bound; created (with the table''s owner and grants) when missing.';
+REVOKE EXECUTE ON FUNCTION id_gen.range_partition(id_gen.distributed_tables, integer, integer) FROM PUBLIC;
+
+-- Gives shards that already committed new ranges of a table their old ranges back
+-- (pushed: [{"shard": ..., "old": ...}]); their rows come back under the same lock.
+-- Returns the errors, NULL when every shard answered.
+CREATE OR REPLACE FUNCTION id_gen.restore_shard_ranges(schema_name name, table_name name, pushed jsonb) RETURNS text
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  d id_gen.distributed_tables;
+  p jsonb;
+  errors text;
+BEGIN
+  SELECT * INTO d FROM id_gen.distributed_tables t
+  WHERE (t.schema_name, t.table_name) = (restore_shard_ranges.schema_name, restore_shard_ranges.table_name);
+  FOR p IN SELECT x FROM jsonb_array_elements(coalesce(pushed, '[]')) x LOOP
+    BEGIN
+      PERFORM id_gen.shard_call(p->>'shard', 'shard_apply_ranges',
+        ARRAY[d.schema_name::text, d.table_name::text, d.id_column::text, d.shard_stem::text, p->>'old', d.shard_definition], 120000);
+    EXCEPTION WHEN OTHERS THEN
+      errors := concat_ws('; ', errors, (p->>'shard') || ': ' || SQLERRM);
+    END;
+  END LOOP;
+  RETURN errors;
+END $$;
+COMMENT ON FUNCTION id_gen.restore_shard_ranges(name, name, jsonb) IS 'Undo of a failed route change: tells each shard that already committed new ranges of a table its old ones again; returns the errors.';
+REVOKE EXECUTE ON FUNCTION id_gen.restore_shard_ranges(name, name, jsonb) FROM PUBLIC;
+
+-- Re-derives the partitions of one distributed table, on its shards and here, from the
+-- route table. Idempotent: partitions and shards already in step are left alone. Returns
+-- the shards it changed with their old ranges (for the caller's undo); on an error it
+-- undoes its own shard changes before raising.
+CREATE OR REPLACE FUNCTION id_gen.sync_distributed_table(schema_name name, table_name name) RETURNS jsonb
 LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   d id_gen.distributed_tables;
-  parts text;
-  parts_owner name;
+  parts regclass;
   cur record;
   r record;
-  pname name;
+  pushed jsonb := '[]';
+  msg text;
+  code text;
+  detail text;
+  hint text;
+  undo_errors text;
 BEGIN
   SELECT * INTO d FROM id_gen.distributed_tables t
   WHERE (t.schema_name, t.table_name) = (sync_distributed_table.schema_name, sync_distributed_table.table_name);
@@ -402,76 +540,88 @@ BEGIN
     RAISE EXCEPTION 'id_gen: %.% is not a distributed table', quote_ident(schema_name), quote_ident(table_name)
       USING ERRCODE = '42704', HINT = 'Distributed tables are listed in id_gen.distributed_tables.';
   END IF;
-  parts := format('%I.%I', d.schema_name, d.partitioned_name);
-  IF to_regclass(parts) IS NULL THEN
-    RAISE EXCEPTION 'id_gen: the partitioned table % of distributed table %.% is missing', parts,
-                    quote_ident(d.schema_name), quote_ident(d.table_name)
+  parts := to_regclass(format('%I.%I', d.schema_name, d.partitioned_name));
+  IF parts IS NULL THEN
+    RAISE EXCEPTION 'id_gen: the partitioned table %.% of distributed table %.% is missing', quote_ident(d.schema_name),
+                    quote_ident(d.partitioned_name), quote_ident(d.schema_name), quote_ident(d.table_name)
       USING ERRCODE = '42P01',
             HINT = 'If it was dropped on purpose: DELETE FROM id_gen.distributed_tables WHERE schema_name = ... AND table_name = ...';
   END IF;
+  -- Coordinator traffic for the table waits from here to COMMIT (so no coordinator write
+  -- is in flight while the shards re-partition).
   EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', parts);
-  SELECT pg_get_userbyid(c.relowner) INTO parts_owner FROM pg_class c WHERE c.oid = parts::regclass;
+  PERFORM id_gen.quiet_ddl();
 
-  -- Range partitions whose bounds are no longer a route range go first, so that the new
-  -- ones never overlap them. Each holds only a foreign table (dropped with it).
-  FOR cur IN
-    SELECT c.oid::regclass AS part, c.relname, c.relkind
-    FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-    WHERE i.inhparent = parts::regclass
-  LOOP
-    CONTINUE WHEN EXISTS (SELECT FROM id_gen.route_ranges rr
-                          WHERE id_gen.partition_name(d.partitioned_name, rr.lower_gene, rr.upper_gene) = cur.relname);
-    IF cur.relkind <> 'p' OR EXISTS (SELECT FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-                                     WHERE i.inhparent = cur.part AND c.relkind <> 'f') THEN
-      RAISE EXCEPTION 'id_gen: partition % of % holds local data, and id_gen does not drop it', cur.part, parts
-        USING ERRCODE = '55000', HINT = 'Detach it (ALTER TABLE ... DETACH PARTITION) and move its rows to the shards.';
-    END IF;
-    EXECUTE format('ALTER TABLE %s DETACH PARTITION %s', parts, cur.part);
-    EXECUTE format('DROP TABLE %s', cur.part);
-  END LOOP;
+  BEGIN
+    -- Every shard that owns genes now, or did before, hears its new set of ranges; each
+    -- commits on its own, so it is remembered for the way back.
+    FOR r IN
+      WITH wanted AS (
+        SELECT rr.shard, array_agg(int4range(rr.lower_gene, rr.upper_gene, '[]') ORDER BY rr.lower_gene) AS genes
+        FROM id_gen.route_ranges rr GROUP BY rr.shard
+      ), known AS (
+        SELECT p.shard, p.gene_ranges FROM id_gen.shard_placements p
+        WHERE (p.schema_name, p.table_name) = (d.schema_name, d.table_name)
+      )
+      SELECT coalesce(w.shard, k.shard) AS shard,
+             coalesce(w.genes, '{}'::int4range[]) AS genes,
+             coalesce(k.gene_ranges, '{}'::int4range[]) AS old_genes
+      FROM wanted w FULL JOIN known k ON k.shard = w.shard
+      WHERE k.gene_ranges IS DISTINCT FROM coalesce(w.genes, '{}'::int4range[])
+      ORDER BY 1
+    LOOP
+      pushed := pushed || jsonb_build_object('shard', r.shard, 'old', r.old_genes::text);
+      PERFORM id_gen.push_shard_table(r.shard, d.schema_name, d.table_name, r.genes);
+    END LOOP;
 
-  FOR r IN SELECT * FROM id_gen.route_ranges ORDER BY lower_gene LOOP
-    pname := id_gen.partition_name(d.partitioned_name, r.lower_gene, r.upper_gene);
-    IF to_regclass(format('%I.%I', d.schema_name, pname)) IS NULL THEN
-      EXECUTE format('CREATE TABLE %I.%I PARTITION OF %s FOR VALUES %s PARTITION BY RANGE (%I)',
-                     d.schema_name, pname, parts, id_gen.partition_bounds(r.lower_gene, r.upper_gene), d.id_column);
-      EXECUTE format('ALTER TABLE %I.%I OWNER TO %I', d.schema_name, pname, parts_owner);
-      EXECUTE format('COMMENT ON TABLE %I.%I IS %L', d.schema_name, pname,
-                     format('id_gen: genes %s .. %s of %s (kept in step with id_gen.shard_routes)',
-                            r.lower_gene, r.upper_gene, parts));
-    END IF;
-    PERFORM id_gen.point_partition(d.schema_name, pname, d.table_name, r.lower_gene, r.upper_gene, r.shard, parts_owner);
-  END LOOP;
-
-  -- Every shard that owns genes now, or did before, hears its new set of ranges.
-  FOR r IN
-    WITH wanted AS (
-      SELECT rr.shard, array_agg(int4range(rr.lower_gene, rr.upper_gene, '[]') ORDER BY rr.lower_gene) AS genes
-      FROM id_gen.route_ranges rr GROUP BY rr.shard
-    ), known AS (
-      SELECT p.shard, p.gene_ranges FROM id_gen.shard_placements p
-      WHERE (p.schema_name, p.table_name) = (d.schema_name, d.table_name)
-    )
-    SELECT coalesce(w.shard, k.shard) AS shard,
-           coalesce(w.genes, '{}'::int4range[]) AS genes,
-           k.shard IS NULL AS is_new
-    FROM wanted w FULL JOIN known k ON k.shard = w.shard
-    WHERE k.gene_ranges IS DISTINCT FROM coalesce(w.genes, '{}'::int4range[])
-    ORDER BY 1
-  LOOP
-    PERFORM id_gen.push_shard_table(r.shard, d.schema_name, d.table_name, d.id_column, r.genes, d.shard_definition);
-  END LOOP;
+    -- Range partitions whose bounds are no longer a route range go first, so that the new
+    -- ones never overlap them. Each holds only a foreign table (dropped with it).
+    FOR cur IN
+      SELECT c.oid::regclass AS part, c.relkind, pg_get_expr(c.relpartbound, c.oid) AS bound
+      FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+      WHERE i.inhparent = parts
+    LOOP
+      CONTINUE WHEN EXISTS (SELECT FROM id_gen.route_ranges rr
+                            WHERE id_gen.partition_bound_text(rr.lower_gene, rr.upper_gene) = cur.bound);
+      IF cur.relkind <> 'p' OR EXISTS (SELECT FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+                                       WHERE i.inhparent = cur.part AND c.relkind <> 'f') THEN
+        RAISE EXCEPTION 'id_gen: partition % of % holds local data, and id_gen does not drop it', cur.part, parts
+          USING ERRCODE = '55000', HINT = 'Detach it (ALTER TABLE ... DETACH PARTITION) and move its rows to the shards.';
+      END IF;
+      EXECUTE format('ALTER TABLE %s DETACH PARTITION %s', parts, cur.part);
+      EXECUTE format('DROP TABLE %s', cur.part);
+    END LOOP;
+    FOR r IN SELECT * FROM id_gen.route_ranges ORDER BY lower_gene LOOP
+      PERFORM id_gen.point_partition(d, id_gen.range_partition(d, r.lower_gene, r.upper_gene),
+                                     r.lower_gene, r.upper_gene, r.shard);
+    END LOOP;
+  EXCEPTION WHEN OTHERS OR query_canceled THEN
+    GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT, code = RETURNED_SQLSTATE, detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
+    undo_errors := id_gen.restore_shard_ranges(d.schema_name, d.table_name, pushed);
+    PERFORM id_gen.reraise(msg, code,
+      concat_ws(E'\n', nullif(detail, ''),
+                CASE WHEN pushed <> '[]' THEN 'Shards that had changed were given their old ranges back' || coalesce(', except: ' || undo_errors || '. Run SELECT id_gen.sync_distributed_tables() when they answer', '') || '.' END),
+      hint);
+  END;
+  RETURN jsonb_build_object('schema_name', d.schema_name, 'table_name', d.table_name, 'pushed', pushed);
 END $$;
-COMMENT ON FUNCTION id_gen.sync_distributed_table(name, name) IS 'Re-derives the foreign partitions of one distributed table and the partitions of its shards from id_gen.shard_routes.';
+COMMENT ON FUNCTION id_gen.sync_distributed_table(name, name) IS 'Re-derives the partitions of one distributed table on its shards (each in a transaction of its own that locks the table first; undone on failure) and its foreign partitions here, from id_gen.shard_routes. Returns what it changed on the shards.';
 REVOKE EXECUTE ON FUNCTION id_gen.sync_distributed_table(name, name) FROM PUBLIC;
 
-CREATE FUNCTION id_gen.sync_distributed_tables() RETURNS integer
+CREATE OR REPLACE FUNCTION id_gen.sync_distributed_tables() RETURNS integer
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   d record;
   n integer := 0;
+  done jsonb := '[]';
+  t jsonb;
+  msg text;
+  code text;
+  detail text;
+  hint text;
+  undo_errors text;
 BEGIN
   IF NOT EXISTS (SELECT FROM id_gen.distributed_tables) THEN
     RETURN 0;
@@ -479,18 +629,28 @@ BEGIN
   PERFORM id_gen.require_superuser('change the routes of distributed tables');
   PERFORM id_gen.refuse_during_moves('change the routes of distributed tables');
   PERFORM id_gen.check_routes_for_distribution();
-  FOR d IN SELECT t.schema_name, t.table_name FROM id_gen.distributed_tables t ORDER BY 1, 2 LOOP
-    PERFORM id_gen.sync_distributed_table(d.schema_name, d.table_name);
-    n := n + 1;
-  END LOOP;
+  BEGIN
+    FOR d IN SELECT t.schema_name, t.table_name FROM id_gen.distributed_tables t ORDER BY 1, 2 LOOP
+      done := done || id_gen.sync_distributed_table(d.schema_name, d.table_name);
+      n := n + 1;
+    END LOOP;
+  EXCEPTION WHEN OTHERS OR query_canceled THEN
+    -- Tables synced before the failing one committed on their shards too: undo them.
+    GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT, code = RETURNED_SQLSTATE, detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
+    FOR t IN SELECT x FROM jsonb_array_elements(done) x LOOP
+      undo_errors := concat_ws('; ', undo_errors, id_gen.restore_shard_ranges(t->>'schema_name', t->>'table_name', t->'pushed'));
+    END LOOP;
+    PERFORM id_gen.reraise(msg, code,
+      concat_ws(E'\n', nullif(detail, ''),
+                CASE WHEN undo_errors IS NOT NULL THEN 'Not every shard could be given its old ranges back: ' || undo_errors END),
+      hint);
+  END;
   RETURN n;
 END $$;
 COMMENT ON FUNCTION id_gen.sync_distributed_tables() IS 'Brings the partitions of every distributed table, on the coordinator and on the shards, in step with id_gen.shard_routes (set_route and drop_route call it; run it by hand after a failure). Returns the number of tables.';
 REVOKE EXECUTE ON FUNCTION id_gen.sync_distributed_tables() FROM PUBLIC;
 
--- INSTEAD OF INSERT on the view of a distributed table with a sequence.
--- TG_ARGV: partitioned table, id column, owner column, sequence.
-CREATE FUNCTION id_gen.insert_distributed_row() RETURNS trigger
+CREATE OR REPLACE FUNCTION id_gen.insert_distributed_row() RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -521,25 +681,8 @@ END $$;
 COMMENT ON FUNCTION id_gen.insert_distributed_row() IS 'INSTEAD OF INSERT trigger of a distributed table''s view: computes a NULL id from the owner with gene_order_id, refuses an id from another gene than its owner''s, and inserts into the partitioned table (which routes it to the owner''s shard).';
 
 -- Grants of one relation, repeated on another (the owner's own rights are implied).
-CREATE FUNCTION id_gen.copy_grants(source regclass, target regclass) RETURNS void
-LANGUAGE plpgsql STRICT
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-  g record;
-BEGIN
-  FOR g IN SELECT a.grantee, a.privilege_type, a.is_grantable
-           FROM pg_class c, aclexplode(c.relacl) a
-           WHERE c.oid = source AND a.grantee <> c.relowner LOOP
-    EXECUTE format('GRANT %s ON %s TO %s%s', g.privilege_type, target,
-                   CASE WHEN g.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(pg_get_userbyid(g.grantee)) END,
-                   CASE WHEN g.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
-  END LOOP;
-END $$;
-COMMENT ON FUNCTION id_gen.copy_grants(regclass, regclass) IS 'Grants on target every privilege that was granted on source (distribute_table carries a table''s grants over to its replacements).';
-REVOKE EXECUTE ON FUNCTION id_gen.copy_grants(regclass, regclass) FROM PUBLIC;
 
-CREATE FUNCTION id_gen.distribute_table(tbl regclass, id_column name, owner_column name DEFAULT NULL,
+CREATE OR REPLACE FUNCTION id_gen.distribute_table(tbl regclass, id_column name, owner_column name DEFAULT NULL,
                                         sequence text DEFAULT NULL) RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -558,6 +701,17 @@ DECLARE
   moved bigint;
   g record;
   triggers text;
+  persistence "char";
+  taken name[];
+  shard_stem name;
+  coordinator_stem name;
+  code text;
+  pushed jsonb;
+  msg text;
+  err_state text;
+  err_detail text;
+  err_hint text;
+  undo_errors text;
 BEGIN
   IF tbl IS NULL THEN
     RAISE EXCEPTION 'id_gen: argument "tbl" must not be NULL' USING ERRCODE = '22004';
@@ -565,15 +719,20 @@ BEGIN
     RAISE EXCEPTION 'id_gen: argument "id_column" must not be NULL' USING ERRCODE = '22004';
   END IF;
   PERFORM id_gen.require_superuser('distribute tables');
-  SELECT n.nspname, c.relname, c.relkind, pg_get_userbyid(c.relowner)
-    INTO sch, tab, kind, table_owner
+  PERFORM id_gen.quiet_ddl();
+  SELECT n.nspname, c.relname, c.relkind, pg_get_userbyid(c.relowner), c.relpersistence
+    INTO sch, tab, kind, table_owner, persistence
   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = tbl;
+  PERFORM id_gen.dblink_schema();
   IF EXISTS (SELECT FROM id_gen.distributed_tables t WHERE (t.schema_name, t.table_name) = (sch, tab)) THEN
     RAISE EXCEPTION 'id_gen: % is already distributed', tbl
       USING ERRCODE = '42710', HINT = 'Its partitions follow id_gen.shard_routes; see id_gen.distribution.';
   ELSIF kind <> 'r' THEN
     RAISE EXCEPTION 'id_gen: % is not a plain table', tbl
       USING ERRCODE = '42809', HINT = 'distribute_table converts a plain (heap) table; partitioned tables, views and foreign tables are refused.';
+  ELSIF persistence = 't' THEN
+    RAISE EXCEPTION 'id_gen: % is a temporary table', tbl
+      USING ERRCODE = '0A000', HINT = 'Only permanent tables can be distributed: the shards hold their rows for every session.';
   END IF;
   SELECT a.atttypid::regtype INTO id_type FROM pg_attribute a
   WHERE a.attrelid = tbl AND a.attname = id_column AND a.attnum > 0 AND NOT a.attisdropped;
@@ -618,6 +777,25 @@ BEGIN
       USING ERRCODE = '0A000',
             HINT = 'Shards partition the table by its id, and a unique constraint of a partitioned table must include the partition key.';
   END IF;
+  IF EXISTS (SELECT FROM pg_attribute a WHERE a.attrelid = tbl AND a.attnum > 0 AND NOT a.attisdropped AND a.attidentity <> '') THEN
+    RAISE EXCEPTION 'id_gen: % has identity columns, which distributed tables do not carry', tbl
+      USING ERRCODE = '0A000', HINT = 'Ids come from id_gen (gene_order_id); make other identity columns plain, with a default the shards can compute.';
+  END IF;
+  IF EXISTS (SELECT FROM pg_attrdef d JOIN pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
+             WHERE d.adrelid = tbl AND a.attname = id_column
+               AND EXISTS (SELECT FROM pg_depend dep WHERE dep.classid = 'pg_attrdef'::regclass AND dep.objid = d.oid
+                           AND dep.refclassid = 'pg_class'::regclass)) THEN
+    RAISE EXCEPTION 'id_gen: the id column "%" of % takes its values from a sequence (serial or nextval)', id_column, tbl
+      USING ERRCODE = '0A000',
+            HINT = 'Its ids would carry gene 0 and all land on one shard. Drop that default (ALTER TABLE ... ALTER COLUMN ... DROP DEFAULT) and give owner_column and sequence, so that ids are computed with id_gen.gene_order_id.';
+  END IF;
+  code := id_gen.untrusted_code(tbl);
+  IF code IS NOT NULL THEN
+    RAISE EXCEPTION 'id_gen: cannot distribute %: it runs %', tbl, code
+      USING ERRCODE = '42501',
+            DETAIL = 'id_gen copies, moves and re-partitions distributed tables with superuser rights, and would run that code with them.',
+            HINT = 'Have a superuser own the functions the table''s constraints, defaults, indexes, triggers and column types call (ALTER FUNCTION ... OWNER TO), or remove them from the table.';
+  END IF;
   IF EXISTS (SELECT FROM pg_constraint c WHERE c.contype = 'f' AND (c.conrelid = tbl OR c.confrelid = tbl)) THEN
     RAISE EXCEPTION 'id_gen: % has foreign keys, which cannot span shards', tbl
       USING ERRCODE = '0A000', HINT = 'Drop the foreign keys first; a shard checks only its own rows.';
@@ -639,7 +817,13 @@ BEGIN
                                        THEN ' DEFAULT ' || pg_get_expr(d.adbin, d.adrelid) ELSE '' END),
                            ', ' ORDER BY a.attnum),
                 coalesce((SELECT string_agg(format(', CONSTRAINT %I %s', c.conname, pg_get_constraintdef(c.oid)), '' ORDER BY c.conname)
-                          FROM pg_constraint c WHERE c.conrelid = tbl AND c.contype IN ('p', 'u', 'c')), ''),
+                          FROM pg_constraint c WHERE c.conrelid = tbl AND c.contype IN ('p', 'u', 'c')), '')
+                -- An UPDATE may not move a row to an owner of another gene while it keeps its id.
+                || CASE WHEN owner_column IS NULL THEN ''
+                        ELSE format(', CONSTRAINT id_gen_owner_gene CHECK ((%I OPERATOR(pg_catalog.>>) 47) OPERATOR(pg_catalog.=) id_gen.shard_gene(%I::%s))',
+                                    id_column, owner_column,
+                                    CASE WHEN owner_type IN ('bigint'::regtype, 'integer'::regtype, 'smallint'::regtype) THEN 'pg_catalog.int8'
+                                         WHEN owner_type = 'uuid'::regtype THEN 'pg_catalog.uuid' ELSE 'pg_catalog.text' END) END,
                 id_column),
          string_agg(format('%I', a.attname), ', ' ORDER BY a.attnum) FILTER (WHERE a.attgenerated = '')
     INTO definition, cols
@@ -648,12 +832,26 @@ BEGIN
   SELECT string_agg(quote_ident(t.tgname), ', ') INTO triggers
   FROM pg_trigger t WHERE t.tgrelid = tbl AND NOT t.tgisinternal;
 
-  parts := CASE WHEN sequence IS NULL THEN tab ELSE left(tab, 55) || '_shards' END;
+  parts := CASE WHEN sequence IS NULL THEN tab ELSE id_gen.fit_name(tab, '_shards') END;
   IF parts <> tab AND to_regclass(format('%I.%I', sch, parts)) IS NOT NULL THEN
     RAISE EXCEPTION 'id_gen: relation %.% already exists', quote_ident(sch), quote_ident(parts)
-      USING ERRCODE = '42P07', HINT = 'distribute_table names the partitioned table <table>_shards when a sequence computes ids.';
+      USING ERRCODE = '42P07', HINT = 'distribute_table names the partitioned table <table>_shards when a sequence computes ids; rename that relation.';
   END IF;
-  old_name := left(tab, 40) || '_undistributed_' || tbl::oid;
+  -- Partition names: unique among the distributed tables of the schema.
+  SELECT coalesce(array_agg(s), '{}') INTO taken
+  FROM (SELECT t.shard_stem AS s FROM id_gen.distributed_tables t WHERE t.schema_name = sch
+        UNION ALL SELECT t.coordinator_stem FROM id_gen.distributed_tables t WHERE t.schema_name = sch) x;
+  coordinator_stem := id_gen.pick_stem(parts, taken);
+  shard_stem := id_gen.pick_stem(tab, taken || coordinator_stem);
+  old_name := id_gen.fit_name(tab, '_undistributed_' || tbl::oid);
+  -- Sequences owned by its columns (serial defaults) go with the new table.
+  FOR g IN SELECT s.oid::regclass AS seq, a.attname
+           FROM pg_depend dep JOIN pg_class s ON s.oid = dep.objid AND s.relkind = 'S'
+           JOIN pg_attribute a ON a.attrelid = dep.refobjid AND a.attnum = dep.refobjsubid
+           WHERE dep.classid = 'pg_class'::regclass AND dep.refclassid = 'pg_class'::regclass
+             AND dep.refobjid = tbl AND dep.deptype = 'a' LOOP
+    EXECUTE format('ALTER SEQUENCE %s OWNED BY NONE', g.seq);
+  END LOOP;
   EXECUTE format('ALTER TABLE %s RENAME TO %I', tbl, old_name);
   EXECUTE format('CREATE TABLE %I.%I (LIKE %I.%I INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING COMMENTS '
                  'INCLUDING STORAGE INCLUDING COMPRESSION) PARTITION BY RANGE (%I)',
@@ -662,9 +860,11 @@ BEGIN
   EXECUTE format('COMMENT ON TABLE %I.%I IS %L', sch, parts,
                  coalesce(obj_description(tbl, 'pg_class') || E'\n', '')
                  || format('id_gen: distributed by %s over the shards of id_gen.shard_routes (see id_gen.distribution).', id_column));
-  INSERT INTO id_gen.distributed_tables (schema_name, table_name, partitioned_name, id_column, owner_column, sequence, shard_definition)
-  VALUES (sch, tab, parts, id_column, owner_column, sequence, definition);
-  PERFORM id_gen.sync_distributed_table(sch, tab);
+  INSERT INTO id_gen.distributed_tables (schema_name, table_name, partitioned_name, id_column, owner_column, sequence,
+                                         shard_definition, shard_stem, coordinator_stem)
+  VALUES (sch, tab, parts, id_column, owner_column, sequence, definition, shard_stem, coordinator_stem);
+  pushed := id_gen.sync_distributed_table(sch, tab);
+  BEGIN
 
   -- Rows already in the table move to their shards.
   EXECUTE format('INSERT INTO %I.%I (%s) SELECT %s FROM %I.%I', sch, parts, cols, cols, sch, old_name);
@@ -694,6 +894,15 @@ BEGIN
                    format('id_gen: distributed table; an INSERT without %s computes it with id_gen.gene_order_id(%L, %s) and routes the row to the owner''s shard. Rows live in %I.%I.',
                           id_column, sequence, owner_column, sch, parts));
   END IF;
+  EXCEPTION WHEN OTHERS OR query_canceled THEN
+    -- The shards created their tables in transactions of their own: they forget them again.
+    GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT, err_state = RETURNED_SQLSTATE, err_detail = PG_EXCEPTION_DETAIL, err_hint = PG_EXCEPTION_HINT;
+    undo_errors := id_gen.restore_shard_ranges(sch, tab, pushed->'pushed');
+    PERFORM id_gen.reraise(msg, err_state,
+      concat_ws(E'\n', nullif(err_detail, ''),
+                CASE WHEN undo_errors IS NOT NULL THEN 'Some shards keep empty partitions of the table: ' || undo_errors END),
+      err_hint);
+  END;
   IF triggers IS NOT NULL THEN
     RAISE NOTICE 'id_gen: triggers % of % were not carried over', triggers, tbl
       USING HINT = 'Create them on the shards'' tables, where rows are written.';
@@ -703,3 +912,156 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION id_gen.distribute_table(regclass, name, name, text) IS 'Turns a plain table into a table partitioned by RANGE on its bigint id column, one partition per route range holding a postgres_fdw foreign table over that shard''s local partition of the range; creates the shards'' tables and moves existing rows. With owner_column and sequence, the table''s name becomes a view that computes missing ids from the owner. Superuser only.';
 REVOKE EXECUTE ON FUNCTION id_gen.distribute_table(regclass, name, name, text) FROM PUBLIC;
+
+-- Grants, owners and names of distributed tables ------------------------------------------------
+-- id_gen's own DDL on distributed tables (partitions, foreign tables, owners) does not
+-- need following; it says so for the rest of its transaction.
+CREATE OR REPLACE FUNCTION id_gen.quiet_ddl() RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  PERFORM set_config('id_gen_internal.own_ddl', 'on', true);
+END $$;
+COMMENT ON FUNCTION id_gen.quiet_ddl() IS 'Marks the rest of the transaction as id_gen''s own DDL on distributed tables (id_gen.follow_distributed_ddl then does nothing).';
+REVOKE EXECUTE ON FUNCTION id_gen.quiet_ddl() FROM PUBLIC;
+
+-- Makes rel's owner and grants those of source (revoking what source does not grant).
+CREATE OR REPLACE FUNCTION id_gen.match_owner_and_grants(source regclass, rel regclass) RETURNS boolean
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  src_owner oid;
+  rel_owner oid;
+  g record;
+BEGIN
+  SELECT c.relowner INTO src_owner FROM pg_class c WHERE c.oid = source;
+  SELECT c.relowner INTO rel_owner FROM pg_class c WHERE c.oid = rel;
+  IF src_owner = rel_owner AND NOT EXISTS (
+       (SELECT a.grantee, a.privilege_type, a.is_grantable FROM pg_class c, aclexplode(c.relacl) a
+        WHERE c.oid = source AND a.grantee <> c.relowner
+        EXCEPT
+        SELECT a.grantee, a.privilege_type, a.is_grantable FROM pg_class c, aclexplode(c.relacl) a
+        WHERE c.oid = rel AND a.grantee <> c.relowner)
+       UNION ALL
+       (SELECT a.grantee, a.privilege_type, a.is_grantable FROM pg_class c, aclexplode(c.relacl) a
+        WHERE c.oid = rel AND a.grantee <> c.relowner
+        EXCEPT
+        SELECT a.grantee, a.privilege_type, a.is_grantable FROM pg_class c, aclexplode(c.relacl) a
+        WHERE c.oid = source AND a.grantee <> c.relowner)) THEN
+    RETURN false;
+  END IF;
+  IF src_owner <> rel_owner THEN
+    EXECUTE format('ALTER %s %s OWNER TO %I', id_gen.relation_kind_word(rel), rel, pg_get_userbyid(src_owner));
+  END IF;
+  FOR g IN SELECT DISTINCT a.grantee FROM pg_class c, aclexplode(c.relacl) a
+           WHERE c.oid = rel AND a.grantee <> c.relowner LOOP
+    EXECUTE format('REVOKE ALL ON %s FROM %s', rel,
+                   CASE WHEN g.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(pg_get_userbyid(g.grantee)) END);
+  END LOOP;
+  PERFORM id_gen.copy_grants(source, rel);
+  RETURN true;
+END $$;
+COMMENT ON FUNCTION id_gen.match_owner_and_grants(regclass, regclass) IS 'Gives rel the owner and exactly the grants of source; returns whether it changed anything.';
+REVOKE EXECUTE ON FUNCTION id_gen.match_owner_and_grants(regclass, regclass) FROM PUBLIC;
+
+-- After GRANT, REVOKE and ALTER TABLE/VIEW/FOREIGN TABLE/SCHEMA: the owner and grants of
+-- a distributed table's name reach the partitioned table and every partition and
+-- foreign table behind it, and a distributed table that lost its name (RENAME, SET
+-- SCHEMA) makes the command fail.
+CREATE OR REPLACE FUNCTION id_gen.follow_distributed_ddl() RETURNS event_trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  d record;
+  front regclass;
+  parts regclass;
+  r record;
+BEGIN
+  IF current_setting('id_gen_internal.own_ddl', true) = 'on' OR to_regclass('id_gen.distributed_tables') IS NULL THEN
+    RETURN;
+  END IF;
+  PERFORM id_gen.quiet_ddl();
+  FOR d IN SELECT * FROM id_gen.distributed_tables ORDER BY schema_name, table_name LOOP
+    front := to_regclass(format('%I.%I', d.schema_name, d.table_name));
+    parts := to_regclass(format('%I.%I', d.schema_name, d.partitioned_name));
+    IF front IS NULL OR parts IS NULL THEN
+      RAISE EXCEPTION 'id_gen: %.% is a distributed table; it cannot be renamed or moved to another schema',
+                      quote_ident(d.schema_name), quote_ident(d.table_name)
+        USING ERRCODE = '0A000',
+              HINT = 'Its partitions, foreign tables and the shards'' tables are found by its name. Create a view with the new name over it instead.';
+    END IF;
+    IF front <> parts THEN
+      PERFORM id_gen.match_owner_and_grants(front, parts);
+    END IF;
+    FOR r IN WITH RECURSIVE tree(rel) AS (
+               SELECT i.inhrelid FROM pg_inherits i WHERE i.inhparent = parts
+               UNION ALL
+               SELECT i.inhrelid FROM pg_inherits i JOIN tree t ON i.inhparent = t.rel)
+             SELECT rel::regclass AS rel FROM tree LOOP
+      PERFORM id_gen.match_owner_and_grants(parts, r.rel);
+    END LOOP;
+  END LOOP;
+  PERFORM set_config('id_gen_internal.own_ddl', 'off', true);
+END $$;
+COMMENT ON FUNCTION id_gen.follow_distributed_ddl() IS 'Event trigger: grants, revokes and owner changes on a distributed table reach every relation behind it; renaming a distributed table or its schema is refused (0A000).';
+DROP EVENT TRIGGER IF EXISTS id_gen_follow_distributed_ddl;
+CREATE EVENT TRIGGER id_gen_follow_distributed_ddl ON ddl_command_end
+  WHEN TAG IN ('GRANT', 'REVOKE', 'ALTER TABLE', 'ALTER VIEW', 'ALTER FOREIGN TABLE', 'ALTER SCHEMA')
+  EXECUTE FUNCTION id_gen.follow_distributed_ddl();
+COMMENT ON EVENT TRIGGER id_gen_follow_distributed_ddl IS 'Keeps the owner and grants behind distributed tables in step with their names, and refuses renames (id_gen.follow_distributed_ddl).';
+
+CREATE OR REPLACE FUNCTION id_gen.guard_extension_drop() RETURNS event_trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  busy text;
+BEGIN
+  IF to_regclass('id_gen.shard_moves') IS NULL OR current_query() !~* '\mid_gen\M' THEN
+    RETURN;
+  END IF;
+  SELECT string_agg(format('%s (%s)', m.move_id, m.phase), ', ') INTO busy
+  FROM id_gen.shard_moves m WHERE m.phase NOT IN ('done', 'aborted');
+  IF busy IS NOT NULL THEN
+    RAISE EXCEPTION 'id_gen: cannot drop the extension while moves are unfinished: %', busy
+      USING ERRCODE = '55006',
+            HINT = 'Their slots, publications, subscriptions and fences on the shards would be left behind. Finish each with CALL id_gen.move_genes(...) or CALL id_gen.abort_move(move_id) first.';
+  END IF;
+END $$;
+COMMENT ON FUNCTION id_gen.guard_extension_drop() IS 'Event trigger: DROP EXTENSION id_gen is refused (55006) while a move is unfinished.';
+DROP EVENT TRIGGER IF EXISTS id_gen_guard_extension_drop;
+CREATE EVENT TRIGGER id_gen_guard_extension_drop ON ddl_command_start
+  WHEN TAG IN ('DROP EXTENSION')
+  EXECUTE FUNCTION id_gen.guard_extension_drop();
+COMMENT ON EVENT TRIGGER id_gen_guard_extension_drop IS 'Refuses DROP EXTENSION id_gen while a move is unfinished (id_gen.guard_extension_drop).';
+
+-- The distribution of distributed tables by route range.
+CREATE OR REPLACE VIEW id_gen.distribution AS
+WITH ranges AS (
+  SELECT coalesce(lag(sr.upper_gene) OVER (ORDER BY sr.upper_gene) + 1, 0) AS lower_gene, sr.upper_gene, sr.shard
+  FROM id_gen.shard_routes sr
+)
+SELECT format('%I.%I', d.schema_name, d.table_name) AS relation,
+       r.lower_gene,
+       r.upper_gene,
+       r.shard,
+       id_gen.gene_first_id(r.lower_gene) AS first_id,
+       id_gen.gene_last_id(r.upper_gene) AS last_id,
+       format('%I.%I', d.schema_name, id_gen.partition_name(d.coordinator_stem, r.lower_gene, r.upper_gene)) AS partition,
+       EXISTS (SELECT FROM pg_catalog.pg_class c
+               JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+               JOIN pg_catalog.pg_inherits i ON i.inhrelid = c.oid
+               JOIN pg_catalog.pg_foreign_table ft ON ft.ftrelid = c.oid
+               JOIN pg_catalog.pg_foreign_server s ON s.oid = ft.ftserver
+               WHERE n.nspname = d.schema_name
+                 AND c.relname = id_gen.fit_name(id_gen.partition_name(d.coordinator_stem, r.lower_gene, r.upper_gene), '_fdw')
+                 AND s.srvname = r.shard)
+       AND EXISTS (SELECT FROM id_gen.shard_placements p
+                   WHERE (p.schema_name, p.table_name, p.shard) = (d.schema_name, d.table_name, r.shard)
+                     AND int4range(r.lower_gene, r.upper_gene, '[]') = ANY (p.gene_ranges)) AS in_step
+FROM id_gen.distributed_tables d CROSS JOIN ranges r;
+COMMENT ON VIEW id_gen.distribution IS 'Each distributed table by route range: shard, id bounds, partition, and whether its foreign table and the shard''s placement match the route table (in_step; false after a failed sync: run SELECT id_gen.sync_distributed_tables()).';
+GRANT SELECT ON id_gen.distribution TO PUBLIC;

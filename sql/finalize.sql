@@ -296,27 +296,3 @@ COMMENT ON FUNCTION id_gen.snowflake_status() IS 'Snowflake generator state: nod
 -- Key export for the MariaDB plugin (README "MySQL / MariaDB"): superusers only.
 REVOKE ALL ON FUNCTION id_gen.export_order_no_keys() FROM PUBLIC;
 COMMENT ON FUNCTION id_gen.export_order_no_keys() IS 'The order-number data keys in their KEK-wrapped form only (key_version, wrapped, kek_fingerprint, is_current), for the MariaDB plugin that holds the same KEK. Superusers only (42501).';
-
--- The distribution of distributed tables (sql/distribute.sql) by route range.
-CREATE VIEW id_gen.distribution AS
-SELECT format('%I.%I', d.schema_name, d.table_name) AS relation,
-       r.lower_gene,
-       r.upper_gene,
-       r.shard,
-       id_gen.gene_first_id(r.lower_gene) AS first_id,
-       id_gen.gene_last_id(r.upper_gene) AS last_id,
-       format('%I.%I', d.schema_name, id_gen.partition_name(d.partitioned_name, r.lower_gene, r.upper_gene)) AS partition,
-       EXISTS (SELECT FROM pg_catalog.pg_class c
-               JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-               JOIN pg_catalog.pg_inherits i ON i.inhrelid = c.oid
-               JOIN pg_catalog.pg_foreign_table ft ON ft.ftrelid = c.oid
-               JOIN pg_catalog.pg_foreign_server s ON s.oid = ft.ftserver
-               WHERE n.nspname = d.schema_name
-                 AND c.relname = id_gen.partition_name(d.partitioned_name, r.lower_gene, r.upper_gene) || '_fdw'
-                 AND s.srvname = r.shard)
-       AND EXISTS (SELECT FROM id_gen.shard_placements p
-                   WHERE (p.schema_name, p.table_name, p.shard) = (d.schema_name, d.table_name, r.shard)
-                     AND int4range(r.lower_gene, r.upper_gene, '[]') = ANY (p.gene_ranges)) AS in_step
-FROM id_gen.distributed_tables d CROSS JOIN id_gen.route_ranges r;
-COMMENT ON VIEW id_gen.distribution IS 'Each distributed table by route range: shard, id bounds, partition, and whether its foreign table and the shard''s placement match the route table (in_step; false after a failed sync: run SELECT id_gen.sync_distributed_tables()).';
-GRANT SELECT ON id_gen.distribution TO PUBLIC;

@@ -2,14 +2,18 @@
 -- logical replication. Built on the layout of sql/distribute.sql: a route range is one
 -- partition on its shard and one range partition holding one foreign table on the
 -- coordinator, so a move copies whole tables and re-points one foreign table per table.
+-- Code only (CREATE OR REPLACE); the tables are in sql/cluster_catalog.sql, and what runs
+-- on the shards is in sql/shard.sql.
 --
 -- Phases (id_gen.moves.phase), each committed before the next starts:
 --   planned      the move is recorded; nothing exists anywhere yet.
 --   copying      the target has the partitions (created from the coordinator's
---                definitions through id_gen.shard_tables); the source publishes them
---                (row filter on the id, the replica identity); the target subscribes
---                with copy_data and the initial copy runs. Ends when every table of the
---                subscription is ready (srsubstate = 'r').
+--                definitions); the source publishes them (row filter on the id, the
+--                replica identity) and creates the move's slot; the target subscribes
+--                (the source's connection string travels as a bound parameter of a
+--                postgres_fdw INSERT into the target's id_gen.move_secrets, so no
+--                statement text carries a password) and the initial copy runs. Ends when
+--                every table of the subscription is ready (srsubstate = 'r').
 --   catching_up  streaming; ends when the slot's lag is small.
 --   (fence)      one coordinator transaction: ACCESS EXCLUSIVE on the coordinator's range
 --                partitions of the moved genes (their writers wait; other ranges are
@@ -27,157 +31,38 @@
 -- Invariants:
 --   * Until the flip commits, the source is authoritative and the routes unchanged;
 --     every step before it is undone by id_gen.abort_move.
---   * No replication slot outlives its move: the slot belongs to the subscription and is
---     dropped with it; a failed move drops it on the source even when the target is gone.
---   * Remote commands run over dblink (CREATE SUBSCRIPTION cannot run in a transaction
---     block) with the shard's foreign server and user mapping, sent asynchronously and
---     awaited with pg_sleep, so every wait can be cancelled and is bounded.
+--   * No replication slot outlives its move: the move creates its slot itself and
+--     records that it did (slot_created); only then does an abort drop a slot of that
+--     name. The table-sync slots are recognised by the subscription's oid and the
+--     target's system identifier.
+--   * A fence never outlives its move: a move whose session is gone (a crash, a
+--     coordinator restart, an interrupted CALL) is picked up by id_gen.recover_moves,
+--     which the move supervisor (a background worker on the coordinator) runs every few
+--     seconds: a fence of a move that has not cut over is lifted at once, a move that has
+--     cut over is finished, and a move left alone for id_gen.move_abandon_after is
+--     rolled back.
+--   * Remote statements go through id_gen.shard_exec (sql/distribute.sql): one
+--     statement, pinned search_path, READ COMMITTED, cancellable, bounded.
 
--- Shard side ------------------------------------------------------------------------------
-CREATE TABLE id_gen.move_markers (
-    move_id    bigint      NOT NULL,
-    marker     bigint      NOT NULL,
-    written_at timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (move_id, marker)
-);
-REVOKE ALL ON id_gen.move_markers FROM PUBLIC;
-COMMENT ON TABLE id_gen.move_markers IS 'On a shard: rows written on the source of a move once writes are fenced and awaited on the target; when one arrives, everything committed before it has been applied.';
-
-CREATE FUNCTION id_gen.refuse_moving_rows() RETURNS trigger
-LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-  RAISE EXCEPTION 'id_gen: the rows of % are moving to shard "%" (move %)', TG_TABLE_NAME, TG_ARGV[1], TG_ARGV[0]
-    USING ERRCODE = '55006',
-          HINT = 'Writes of these genes pause through the coordinator; an application that routes by itself retries after re-reading id_gen.shard_routes.';
-END $$;
-COMMENT ON FUNCTION id_gen.refuse_moving_rows() IS 'Trigger that fences the source partition of a move: direct writes fail with 55006 until the partition is detached.';
-
--- Coordinator side ------------------------------------------------------------------------
--- A plain sequence, marked for pg_dump, so that a restored coordinator numbers new moves
--- after the restored ones.
-CREATE SEQUENCE id_gen.move_ids;
-SELECT pg_catalog.pg_extension_config_dump('id_gen.move_ids', '');
-COMMENT ON SEQUENCE id_gen.move_ids IS 'Numbers the moves in id_gen.shard_moves.';
--- pg_dump reads it (an unprivileged pg_dump too, as for the other catalog tables).
-GRANT SELECT ON SEQUENCE id_gen.move_ids TO PUBLIC;
-CREATE TABLE id_gen.shard_moves (
-    move_id          bigint      PRIMARY KEY DEFAULT nextval('id_gen.move_ids'),
-    lower_gene       integer     NOT NULL,
-    upper_gene       integer     NOT NULL,
-    source_shard     text        NOT NULL,
-    target_shard     text        NOT NULL,
-    phase            text        NOT NULL DEFAULT 'planned'
-                     CHECK (phase IN ('planned', 'copying', 'catching_up', 'cut_over', 'done', 'aborted', 'failed')),
-    keep_source      boolean     NOT NULL DEFAULT false,
-    rows_copied      bigint,
-    lag_bytes        bigint,
-    fence_attempts   integer     NOT NULL DEFAULT 0,
-    target_subscription oid,
-    runner_pid       integer,
-    source_fenced    boolean     NOT NULL DEFAULT false,
-    fence_started_at timestamptz,
-    fence_ended_at   timestamptz,
-    started_at       timestamptz NOT NULL DEFAULT clock_timestamp(),
-    updated_at       timestamptz NOT NULL DEFAULT clock_timestamp(),
-    finished_at      timestamptz,
-    last_error       text,
-    CHECK (lower_gene BETWEEN 0 AND upper_gene AND upper_gene <= 65535)
-);
-ALTER SEQUENCE id_gen.move_ids OWNED BY id_gen.shard_moves.move_id;
-SELECT pg_catalog.pg_extension_config_dump('id_gen.shard_moves', '');
-REVOKE ALL ON id_gen.shard_moves FROM PUBLIC;
-GRANT SELECT ON id_gen.shard_moves TO PUBLIC;
-COMMENT ON TABLE id_gen.shard_moves IS 'On a coordinator: every move of genes between shards (CALL id_gen.move_genes) with its phase and progress; read it through id_gen.moves.';
-
-CREATE VIEW id_gen.moves AS
+CREATE OR REPLACE VIEW id_gen.moves AS
 SELECT move_id, lower_gene, upper_gene, source_shard, target_shard, phase,
        rows_copied, lag_bytes,
        round(extract(epoch FROM fence_ended_at - fence_started_at) * 1000, 1) AS fence_ms,
        fence_attempts, source_fenced, started_at, finished_at,
        coalesce(finished_at, clock_timestamp()) - started_at AS elapsed,
-       last_error
+       last_error,
+       CASE WHEN phase IN ('done', 'aborted') THEN NULL
+            WHEN pg_try_advisory_lock_shared(757431, move_id::integer)
+                 AND pg_advisory_unlock_shared(757431, move_id::integer) THEN 'no session'
+            ELSE 'running' END AS runner,
+       recovered_by
 FROM id_gen.shard_moves;
-COMMENT ON VIEW id_gen.moves IS 'Moves of genes between shards: phase, rows copied, replication lag, how long writes of the moved genes were fenced (fence_ms), times and the last error. Unfinished moves resume with the same CALL id_gen.move_genes(...) or roll back with CALL id_gen.abort_move(move_id).';
+COMMENT ON VIEW id_gen.moves IS 'Moves of genes between shards: phase, rows copied, replication lag, how long writes of the moved genes were fenced (fence_ms), times, the last error, whether a session runs it (runner) and what the move supervisor did (recovered_by). Unfinished moves resume with the same CALL id_gen.move_genes(...) or roll back with CALL id_gen.abort_move(move_id); the supervisor finishes or rolls back those left alone.';
 GRANT SELECT ON id_gen.moves TO PUBLIC;
-
-CREATE FUNCTION id_gen.dblink_schema() RETURNS name
-LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-  s name;
-BEGIN
-  SELECT n.nspname INTO s FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace
-  WHERE e.extname = 'dblink';
-  IF s IS NULL THEN
-    RAISE EXCEPTION 'id_gen: moving genes needs the dblink extension on the coordinator'
-      USING ERRCODE = '55000',
-            HINT = 'CREATE EXTENSION dblink; (contrib, shipped with PostgreSQL). It runs CREATE SUBSCRIPTION on the target, which cannot run inside a transaction.';
-  END IF;
-  RETURN s;
-END $$;
-COMMENT ON FUNCTION id_gen.dblink_schema() IS 'Schema of the dblink extension (55000 with a hint when it is not installed).';
-
--- Runs one command (a single statement: DO blocks group several) on a shard and returns
--- the first column of its first row (or the command tag). Asynchronous send, then
--- pg_sleep polls: cancellable, bounded.
-CREATE FUNCTION id_gen.shard_exec(shard text, command text, timeout_ms integer DEFAULT 60000) RETURNS text
-LANGUAGE plpgsql STRICT
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-  dbl name := id_gen.dblink_schema();
-  conn text := 'id_gen_' || md5(shard);
-  connected boolean;
-  busy integer;
-  result text;
-  deadline timestamptz := clock_timestamp() + timeout_ms * interval '1 ms';
-BEGIN
-  EXECUTE format('SELECT $1 = ANY (coalesce(%I.dblink_get_connections(), ''{}''))', dbl) INTO connected USING conn;
-  IF NOT connected THEN
-    EXECUTE format('SELECT %I.dblink_connect($1, $2)', dbl) USING conn, shard;
-  END IF;
-  BEGIN
-    EXECUTE format('SELECT %I.dblink_send_query($1, $2)', dbl) INTO busy USING conn, command;
-    IF busy IS DISTINCT FROM 1 THEN
-      RAISE EXCEPTION 'id_gen: could not send a command to shard "%"', shard USING ERRCODE = '08006';
-    END IF;
-    LOOP
-      EXECUTE format('SELECT %I.dblink_is_busy($1)', dbl) INTO busy USING conn;
-      EXIT WHEN busy = 0;
-      IF clock_timestamp() > deadline THEN
-        -- (No command text here: a CREATE SUBSCRIPTION carries a password.)
-        RAISE EXCEPTION 'id_gen: shard "%" did not finish a command within % ms', shard, timeout_ms
-          USING ERRCODE = '57014';
-      END IF;
-      PERFORM pg_sleep(0.002);
-    END LOOP;
-    EXECUTE format('SELECT r FROM %I.dblink_get_result($1) AS t(r text) LIMIT 1', dbl) INTO result USING conn;
-    -- One more call returns the empty result that frees the connection.
-    EXECUTE format('SELECT count(*) FROM %I.dblink_get_result($1) AS t(r text)', dbl) USING conn;
-  EXCEPTION WHEN OTHERS OR query_canceled THEN
-    -- A command still running, a half-read result, a broken link or a cancel: cancel and drop the
-    -- connection, so that the next call starts clean.
-    BEGIN
-      EXECUTE format('SELECT %I.dblink_cancel_query($1)', dbl) USING conn;
-    EXCEPTION WHEN OTHERS THEN NULL;
-    END;
-    BEGIN
-      EXECUTE format('SELECT %I.dblink_disconnect($1)', dbl) USING conn;
-    EXCEPTION WHEN OTHERS THEN NULL;
-    END;
-    RAISE;
-  END;
-  RETURN result;
-END $$;
-COMMENT ON FUNCTION id_gen.shard_exec(text, text, integer) IS 'Runs one command on a shard over dblink (its foreign server and user mapping), asynchronously and cancellably, bounded by timeout_ms; returns the first column of the first row or the command tag.';
-REVOKE EXECUTE ON FUNCTION id_gen.shard_exec(text, text, integer) FROM PUBLIC;
 
 -- libpq connection string of a shard for CREATE SUBSCRIPTION on another shard: the
 -- libpq options of its foreign server and of the current user's mapping.
-CREATE FUNCTION id_gen.shard_conninfo(shard text, mask_password boolean DEFAULT true) RETURNS text
+CREATE OR REPLACE FUNCTION id_gen.shard_conninfo(shard text, mask_password boolean DEFAULT true) RETURNS text
 LANGUAGE sql STABLE STRICT
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
@@ -198,135 +83,106 @@ END;
 COMMENT ON FUNCTION id_gen.shard_conninfo(text, boolean) IS 'The libpq connection string of a shard (options of its foreign server and of the current user''s mapping), for a subscription on another shard; the password is masked unless mask_password => false.';
 REVOKE EXECUTE ON FUNCTION id_gen.shard_conninfo(text, boolean) FROM PUBLIC;
 
--- The commands of a move, by step name, in order: what move_genes runs and what
--- dry_run prints. server is 'source', 'target' or 'coordinator'.
-CREATE FUNCTION id_gen.move_commands(move_id bigint, lower_gene integer, upper_gene integer,
-                                     source_shard text, target_shard text, mask_password boolean DEFAULT true,
-                                     subscription_oid oid DEFAULT NULL)
+-- The shard partitions a move takes, as qualified names, with their id columns and genes.
+CREATE OR REPLACE FUNCTION id_gen.move_parts(lower_gene integer, upper_gene integer,
+                                             OUT parts text[], OUT id_columns name[], OUT lower_genes integer[],
+                                             OUT upper_genes integer[], OUT ranges text)
+LANGUAGE plpgsql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  SELECT coalesce(array_agg(format('%I.%I', d.schema_name, id_gen.partition_name(d.shard_stem, r.lower_gene, r.upper_gene))
+                            ORDER BY d.schema_name, d.table_name, r.lower_gene), '{}'),
+         coalesce(array_agg(d.id_column ORDER BY d.schema_name, d.table_name, r.lower_gene), '{}'),
+         coalesce(array_agg(r.lower_gene ORDER BY d.schema_name, d.table_name, r.lower_gene), '{}'),
+         coalesce(array_agg(r.upper_gene ORDER BY d.schema_name, d.table_name, r.lower_gene), '{}')
+    INTO parts, id_columns, lower_genes, upper_genes
+  FROM id_gen.distributed_tables d
+  CROSS JOIN id_gen.route_ranges r
+  WHERE r.lower_gene >= move_parts.lower_gene AND r.upper_gene <= move_parts.upper_gene;
+  SELECT string_agg(format('%s..%s', rr.lower_gene, rr.upper_gene), ', ' ORDER BY rr.lower_gene) INTO ranges
+  FROM id_gen.route_ranges rr WHERE rr.lower_gene >= move_parts.lower_gene AND rr.upper_gene <= move_parts.upper_gene;
+END $$;
+COMMENT ON FUNCTION id_gen.move_parts(integer, integer) IS 'The shards'' partitions of the route ranges within lower_gene .. upper_gene, for every distributed table (qualified names, id columns, genes).';
+REVOKE EXECUTE ON FUNCTION id_gen.move_parts(integer, integer) FROM PUBLIC;
+
+-- The steps of a move, by name, in order: what move_genes runs and what dry_run prints.
+-- server is 'source', 'target' or 'coordinator' (a comment: done locally). Every shard
+-- command is SELECT id_gen.shard_...(<literals>), but two subscription commands that
+-- PostgreSQL runs only outside functions; none carries a password.
+CREATE OR REPLACE FUNCTION id_gen.move_commands(m id_gen.shard_moves)
 RETURNS TABLE (step integer, phase text, server text, name text, command text)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-  tag text := 'id_gen_move_' || coalesce(move_id::text, 'N');
-  pub_tables text;
-  fence text;
-  unfence text;
-  detach text;
-  drop_source text;
-  count_target text;
-  truncate_target text;
-  ranges text;
-  n integer := 0;
+  id text := coalesce(m.move_id::text, 'N');
+  tag text := 'id_gen_move_' || coalesce(m.move_id::text, 'N');
+  p record;
 BEGIN
-  SELECT string_agg(format('%I.%I WHERE (%I BETWEEN %s AND %s)', d.schema_name,
-                           id_gen.partition_name(d.table_name, r.lower_gene, r.upper_gene),
-                           d.id_column, id_gen.gene_first_id(r.lower_gene),
-                           id_gen.gene_last_id(r.upper_gene)), ', '
-                    ORDER BY d.schema_name, d.table_name, r.lower_gene),
-         string_agg(format('CREATE OR REPLACE TRIGGER id_gen_move_fence BEFORE INSERT OR UPDATE OR DELETE ON %1$I.%2$I '
-                           'FOR EACH ROW EXECUTE FUNCTION id_gen.refuse_moving_rows(%3$L, %4$L); '
-                           'ALTER TABLE %1$I.%2$I ENABLE TRIGGER id_gen_move_fence;',
-                           d.schema_name, id_gen.partition_name(d.table_name, r.lower_gene, r.upper_gene),
-                           coalesce(move_id::text, 'N'), target_shard), ' '
-                    ORDER BY d.schema_name, d.table_name, r.lower_gene),
-         -- DISABLE takes SHARE ROW EXCLUSIVE: long readers of the partition do not block it
-         -- (DROP TRIGGER would need ACCESS EXCLUSIVE).
-         string_agg(format('IF EXISTS (SELECT FROM pg_trigger WHERE tgname = ''id_gen_move_fence'' AND tgrelid = to_regclass(%L)) '
-                           'THEN ALTER TABLE %I.%I DISABLE TRIGGER id_gen_move_fence; END IF;',
-                           format('%I.%I', d.schema_name, id_gen.partition_name(d.table_name, r.lower_gene, r.upper_gene)),
-                           d.schema_name, id_gen.partition_name(d.table_name, r.lower_gene, r.upper_gene)), ' '
-                    ORDER BY d.schema_name, d.table_name, r.lower_gene),
-         -- Idempotent (a resumed move may have detached some already).
-         string_agg(format('IF EXISTS (SELECT FROM pg_inherits WHERE inhrelid = to_regclass(%L)) THEN '
-                           'ALTER TABLE %I.%I DETACH PARTITION %I.%I; ALTER TABLE %I.%I RENAME TO %I; END IF;',
-                           format('%I.%I', d.schema_name, id_gen.partition_name(d.table_name, r.lower_gene, r.upper_gene)),
-                           d.schema_name, d.table_name, d.schema_name,
-                           id_gen.partition_name(d.table_name, r.lower_gene, r.upper_gene),
-                           d.schema_name, id_gen.partition_name(d.table_name, r.lower_gene, r.upper_gene),
-                           'id_gen_moved_' || coalesce(move_id::text, 'N') || '_' || left(md5(id_gen.partition_name(d.table_name, r.lower_gene, r.upper_gene)), 8)), ' '
-                    ORDER BY d.schema_name, d.table_name, r.lower_gene),
-         string_agg(quote_literal(format('%I.%I', d.schema_name,
-                           id_gen.partition_name(d.table_name, r.lower_gene, r.upper_gene))) || '::regclass', ', '
-                    ORDER BY d.schema_name, d.table_name, r.lower_gene),
-         string_agg(format('IF to_regclass(%L) IS NOT NULL THEN TRUNCATE %I.%I; END IF;',
-                           format('%I.%I', d.schema_name, id_gen.partition_name(d.table_name, r.lower_gene, r.upper_gene)),
-                           d.schema_name, id_gen.partition_name(d.table_name, r.lower_gene, r.upper_gene)), ' '
-                    ORDER BY d.schema_name, d.table_name, r.lower_gene),
-         string_agg(format('DROP TABLE IF EXISTS %I.%I;', d.schema_name,
-                           'id_gen_moved_' || coalesce(move_id::text, 'N') || '_' || left(md5(id_gen.partition_name(d.table_name, r.lower_gene, r.upper_gene)), 8)), ' '
-                    ORDER BY d.schema_name, d.table_name, r.lower_gene),
-         string_agg(DISTINCT format('%s..%s', r.lower_gene, r.upper_gene), ', ')
-    INTO pub_tables, fence, unfence, detach, count_target, truncate_target, drop_source, ranges
-  FROM id_gen.distributed_tables d
-  CROSS JOIN id_gen.route_ranges r
-  WHERE r.lower_gene >= move_commands.lower_gene AND r.upper_gene <= move_commands.upper_gene;
-
+  p := id_gen.move_parts(m.lower_gene, m.upper_gene);
   RETURN QUERY VALUES
     (1, 'copying', 'coordinator', 'prepare_target',
-     format('-- through postgres_fdw: %s learns that it owns route ranges %s too (id_gen.shard_tables); it creates the tables and empty partitions from the coordinator''s definitions', target_shard, ranges)),
+     format('-- %s learns that it owns route ranges %s too (id_gen.shard_apply_ranges): it creates the tables and empty partitions from the coordinator''s definitions', m.target_shard, p.ranges)),
     (2, 'copying', 'source', 'create_publication',
-     format('CREATE PUBLICATION %I FOR TABLE %s, id_gen.move_markers WHERE (move_id = %s)', tag, pub_tables, coalesce(move_id::text, 'N'))),
-    (3, 'copying', 'target', 'create_subscription',
-     format('CREATE SUBSCRIPTION %I CONNECTION %L PUBLICATION %I WITH (copy_data = true, slot_name = %L)',
-            tag, id_gen.shard_conninfo(source_shard, mask_password), tag, tag)),
-    (4, 'copying', 'target', 'sync_state',
-     format('SELECT count(*) FILTER (WHERE sr.srsubstate <> ''r'') || ''/'' || count(*) FROM pg_subscription_rel sr JOIN pg_subscription s ON s.oid = sr.srsubid WHERE s.subname = %L', tag)),
-    (5, 'catching_up', 'source', 'lag',
-     format('SELECT coalesce((pg_current_wal_lsn() - confirmed_flush_lsn)::bigint, -1) FROM pg_replication_slots WHERE slot_name = %L', tag)),
-    (6, 'catching_up', 'coordinator', 'fence_coordinator',
+     id_gen.shard_call_text('shard_create_publication', ARRAY[id, p.parts::text, p.id_columns::text, p.lower_genes::text, p.upper_genes::text])),
+    (3, 'copying', 'coordinator', 'send_connection',
+     format('-- through postgres_fdw: INSERT INTO id_gen.move_secrets (move_id, conninfo) VALUES ($1, $2) on %s, with $2 = %s', m.target_shard, id_gen.shard_conninfo(m.source_shard, true))),
+    (4, 'copying', 'target', 'create_subscription', id_gen.shard_call_text('shard_subscribe', ARRAY[id, p.parts::text])),
+    (5, 'copying', 'source', 'create_slot', id_gen.shard_call_text('shard_create_slot', ARRAY[id])),
+    (6, 'copying', 'target', 'enable_subscription', id_gen.shard_call_text('shard_enable_subscription', ARRAY[id])),
+    (7, 'copying', 'target', 'refresh_subscription', format('ALTER SUBSCRIPTION %I REFRESH PUBLICATION WITH (copy_data = true)', tag)),
+    (8, 'copying', 'target', 'sync_state', id_gen.shard_call_text('shard_subscription_state', ARRAY[id])),
+    (9, 'copying', 'target', 'count_target', id_gen.shard_call_text('shard_rows_copied', ARRAY[p.parts::text])),
+    (10, 'catching_up', 'source', 'lag', id_gen.shard_call_text('shard_move_lag', ARRAY[id])),
+    (11, 'catching_up', 'coordinator', 'fence_coordinator',
      '-- LOCK TABLE <range partitions of the moved genes> IN ACCESS EXCLUSIVE MODE  (writers of these genes wait; others do not)'),
-    (7, 'catching_up', 'source', 'fence_source',
-     'DO $d$ BEGIN PERFORM set_config(''lock_timeout'', ''2s'', true); ' || fence || ' END $d$'),
-    (8, 'catching_up', 'source', 'marker',
-     format('INSERT INTO id_gen.move_markers (move_id, marker) VALUES (%s, <attempt>)', coalesce(move_id::text, 'N'))),
-    (9, 'catching_up', 'target', 'await_marker',
-     format('SELECT count(*) FROM id_gen.move_markers WHERE move_id = %s AND marker = <attempt>', coalesce(move_id::text, 'N'))),
-    (10, 'catching_up', 'coordinator', 'flip',
-     format('-- UPDATE id_gen.shard_routes SET shard = %L for %s; swap each range partition''s foreign table to %s; COMMIT (lifts the fence)', target_shard, ranges, target_shard)),
-    (11, 'cut_over', 'source', 'detach_source',
-     'DO $d$ BEGIN PERFORM set_config(''lock_timeout'', ''5s'', true); ' || detach || ' END $d$'),
-    (12, 'cut_over', 'coordinator', 'forget_source',
-     format('-- through postgres_fdw: %s no longer owns route ranges %s (id_gen.shard_tables)', source_shard, ranges)),
-    (13, 'cut_over', 'target', 'drop_subscription', format('DROP SUBSCRIPTION IF EXISTS %I', tag)),
-    (14, 'cut_over', 'source', 'drop_publication', format('DROP PUBLICATION IF EXISTS %I', tag)),
-    (15, 'cut_over', 'source', 'drop_source',
-     'DO $d$ BEGIN ' || drop_source || format(' DELETE FROM id_gen.move_markers WHERE move_id = %s; END $d$', coalesce(move_id::text, 'N'))),
-    (16, 'cut_over', 'target', 'forget_markers', format('DELETE FROM id_gen.move_markers WHERE move_id = %s', coalesce(move_id::text, 'N'))),
-    (17, 'abort', 'source', 'unfence_source',
-     'DO $d$ BEGIN PERFORM set_config(''lock_timeout'', ''5s'', true); ' || unfence || ' END $d$'),
-    (18, 'abort', 'source', 'drop_slot',
-     format('SELECT count(CASE WHEN active THEN pg_terminate_backend(active_pid) ELSE pg_drop_replication_slot(slot_name) IS NULL END) '
-            'FROM pg_replication_slots WHERE slot_name = %L OR slot_name LIKE %L',
-            tag, 'pg\_' || coalesce(subscription_oid::text, 'none') || '\_sync\_%')),
-    (19, 'abort', 'target', 'detach_subscription',
-     format('DO $d$ BEGIN IF EXISTS (SELECT FROM pg_subscription WHERE subname = %L) THEN ALTER SUBSCRIPTION %I DISABLE; ALTER SUBSCRIPTION %I SET (slot_name = NONE); END IF; END $d$', tag, tag, tag)),
-    -- Progress without counting: rows the table sync committed, plus those of a COPY running now.
-    (20, 'copying', 'target', 'count_target',
-     format('SELECT (SELECT coalesce(sum(n_tup_ins), 0) FROM pg_stat_user_tables WHERE relid IN (%s)) '
-            '+ (SELECT coalesce(sum(tuples_processed), 0) FROM pg_stat_progress_copy WHERE relid IN (%s))', count_target, count_target)),
-    (21, 'abort', 'target', 'empty_target', 'DO $d$ BEGIN ' || truncate_target || ' END $d$');
+    (12, 'catching_up', 'source', 'fence_source', id_gen.shard_call_text('shard_fence', ARRAY[id, m.target_shard, p.parts::text])),
+    (13, 'catching_up', 'source', 'marker', id_gen.shard_call_text('shard_write_marker', ARRAY[id, '<attempt>'])),
+    (14, 'catching_up', 'target', 'await_marker', id_gen.shard_call_text('shard_has_marker', ARRAY[id, '<attempt>'])),
+    (15, 'catching_up', 'coordinator', 'flip',
+     format('-- UPDATE id_gen.shard_routes SET shard = %L for %s; swap each range partition''s foreign table to %s; COMMIT (lifts the fence)', m.target_shard, p.ranges, m.target_shard)),
+    (16, 'cut_over', 'source', 'detach_source', id_gen.shard_call_text('shard_detach_moved', ARRAY[id, p.parts::text])),
+    (17, 'cut_over', 'coordinator', 'forget_source',
+     format('-- %s no longer owns route ranges %s (id_gen.shard_apply_ranges)', m.source_shard, p.ranges)),
+    (18, 'cut_over', 'target', 'drop_subscription', format('DROP SUBSCRIPTION IF EXISTS %I', tag)),
+    (19, 'cut_over', 'source', 'drop_publication', id_gen.shard_call_text('shard_drop_publication', ARRAY[id])),
+    (20, 'cut_over', 'source', 'drop_source',
+     id_gen.shard_call_text('shard_drop_moved', ARRAY[id, p.parts::text, (NOT coalesce(m.keep_source, false))::text])),
+    (21, 'cut_over', 'target', 'forget_markers', id_gen.shard_call_text('shard_forget_markers', ARRAY[id])),
+    (22, 'abort', 'source', 'unfence_source', id_gen.shard_call_text('shard_unfence', ARRAY[p.parts::text])),
+    (23, 'abort', 'source', 'drop_slot',
+     id_gen.shard_call_text('shard_drop_move_slots', ARRAY[id, coalesce(m.slot_created, false)::text,
+                                                           m.target_subscription::text, m.target_system_id])),
+    (24, 'abort', 'target', 'detach_subscription', id_gen.shard_call_text('shard_detach_subscription', ARRAY[id])),
+    (25, 'abort', 'target', 'empty_target', id_gen.shard_call_text('shard_empty_partitions', ARRAY[p.parts::text])),
+    (26, 'abort', 'source', 'forget_source_markers', id_gen.shard_call_text('shard_forget_markers', ARRAY[id]));
 END $$;
-COMMENT ON FUNCTION id_gen.move_commands(bigint, integer, integer, text, text, boolean, oid) IS 'The steps of a move with the command each server runs (what move_genes executes and dry_run prints).';
-REVOKE EXECUTE ON FUNCTION id_gen.move_commands(bigint, integer, integer, text, text, boolean, oid) FROM PUBLIC;
+COMMENT ON FUNCTION id_gen.move_commands(id_gen.shard_moves) IS 'The steps of a move with the statement each server runs (what move_genes executes and dry_run prints); no statement carries a password.';
+REVOKE EXECUTE ON FUNCTION id_gen.move_commands(id_gen.shard_moves) FROM PUBLIC;
 
 -- Runs one step of a move on the shard it belongs to (<attempt> filled in).
-CREATE FUNCTION id_gen.run_move_step(m id_gen.shard_moves, step_name text, attempt integer DEFAULT 0,
-                                     timeout_ms integer DEFAULT 60000) RETURNS text
-LANGUAGE sql STRICT
+CREATE OR REPLACE FUNCTION id_gen.run_move_step(m id_gen.shard_moves, step_name text, attempt integer DEFAULT 0,
+                                                timeout_ms integer DEFAULT 60000) RETURNS text
+LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
-BEGIN ATOMIC
-  SELECT id_gen.shard_exec(CASE c.server WHEN 'source' THEN m.source_shard WHEN 'target' THEN m.target_shard END,
-                           replace(c.command, '<attempt>', attempt::text), timeout_ms)
-  FROM id_gen.move_commands(m.move_id, m.lower_gene, m.upper_gene, m.source_shard, m.target_shard, false, m.target_subscription) c
-  WHERE c.name = step_name;
-END;
+AS $$
+DECLARE
+  c record;
+BEGIN
+  SELECT * INTO c FROM id_gen.move_commands(m) mc WHERE mc.name = step_name;
+  IF c.server NOT IN ('source', 'target') THEN
+    RAISE EXCEPTION 'id_gen: % is not a step that runs on a shard', step_name USING ERRCODE = '22023';
+  END IF;
+  RETURN id_gen.shard_exec(CASE c.server WHEN 'source' THEN m.source_shard ELSE m.target_shard END,
+                           replace(c.command, '<attempt>', attempt::text), timeout_ms);
+END $$;
 COMMENT ON FUNCTION id_gen.run_move_step(id_gen.shard_moves, text, integer, integer) IS 'Runs one step of a move (see move_commands) on its shard.';
 REVOKE EXECUTE ON FUNCTION id_gen.run_move_step(id_gen.shard_moves, text, integer, integer) FROM PUBLIC;
 
--- Tells a shard its new route ranges for every distributed table (through postgres_fdw,
--- in the caller's transaction) and records them.
-CREATE FUNCTION id_gen.place_ranges(shard text, add_lower integer, add_upper integer, adding boolean) RETURNS void
+-- Tells a shard its new route ranges for every distributed table (each committed there)
+-- and records them.
+CREATE OR REPLACE FUNCTION id_gen.place_ranges(shard text, add_lower integer, add_upper integer, adding boolean) RETURNS void
 LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -343,15 +199,35 @@ BEGIN
                 SELECT int4range(r.lower_gene, r.upper_gene, '[]') FROM id_gen.route_ranges r
                 WHERE adding AND r.lower_gene >= add_lower AND r.upper_gene <= add_upper) x
           WHERE adding OR NOT (g <@ int4range(add_lower, add_upper, '[]'))) y;
-    PERFORM id_gen.push_shard_table(shard, d.schema_name, d.table_name, d.id_column, wanted, d.shard_definition);
+    PERFORM id_gen.push_shard_table(shard, d.schema_name, d.table_name, wanted);
   END LOOP;
 END $$;
 COMMENT ON FUNCTION id_gen.place_ranges(text, integer, integer, boolean) IS 'Adds (adding) or removes the route ranges within add_lower .. add_upper to or from a shard''s placement of every distributed table, on the shard and in id_gen.shard_placements.';
 REVOKE EXECUTE ON FUNCTION id_gen.place_ranges(text, integer, integer, boolean) FROM PUBLIC;
 
+-- The source's connection string goes to the target as a bound parameter of a
+-- postgres_fdw INSERT (the statement text there reads VALUES ($1, $2)); it becomes
+-- visible there when the caller commits.
+CREATE OR REPLACE FUNCTION id_gen.send_move_secret(m id_gen.shard_moves) RETURNS void
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  ft name := 'move_secrets_' || left(md5(m.target_shard), 16);
+BEGIN
+  EXECUTE format('CREATE FOREIGN TABLE id_gen.%I (move_id bigint, conninfo text) SERVER %I OPTIONS (schema_name %L, table_name %L)',
+                 ft, m.target_shard, 'id_gen', 'move_secrets');
+  EXECUTE format('DELETE FROM id_gen.%I WHERE move_id = $1', ft) USING m.move_id;
+  EXECUTE format('INSERT INTO id_gen.%I (move_id, conninfo) VALUES ($1, $2)', ft)
+    USING m.move_id, id_gen.shard_conninfo(m.source_shard, false);
+  EXECUTE format('DROP FOREIGN TABLE id_gen.%I', ft);
+END $$;
+COMMENT ON FUNCTION id_gen.send_move_secret(id_gen.shard_moves) IS 'Leaves the source''s connection string (with its password) in the target''s id_gen.move_secrets, as a bound parameter of a postgres_fdw INSERT; the target''s shard_subscribe reads and deletes it.';
+REVOKE EXECUTE ON FUNCTION id_gen.send_move_secret(id_gen.shard_moves) FROM PUBLIC;
+
 -- Cleans up what a move that has not cut over left on its shards. Every step is tried;
 -- returns the errors (NULL when everything is clean).
-CREATE FUNCTION id_gen.undo_move(m id_gen.shard_moves) RETURNS text
+CREATE OR REPLACE FUNCTION id_gen.undo_move(m id_gen.shard_moves) RETURNS text
 LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -373,13 +249,10 @@ BEGIN
       errors := concat_ws('; ', errors, step || ': ' || msg);
     END;
   END LOOP;
-  -- The slot: its walsender may take a moment to exit after its subscriber went away.
+  -- The slots: a walsender may take a moment to exit after its subscriber went away.
   FOR i IN 1 .. 50 LOOP
     BEGIN
-      PERFORM id_gen.run_move_step(m, 'drop_slot', 0, 10000);
-      left_slots := id_gen.shard_exec(m.source_shard,
-        format('SELECT count(*) FROM pg_replication_slots WHERE slot_name = %L OR slot_name LIKE %L',
-               'id_gen_move_' || m.move_id, 'pg\_' || coalesce(m.target_subscription::text, 'none') || '\_sync\_%'), 10000);
+      left_slots := id_gen.run_move_step(m, 'drop_slot', 0, 10000);
     EXCEPTION WHEN OTHERS OR query_canceled THEN
       GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT;
       left_slots := 'unknown: ' || msg;
@@ -399,17 +272,115 @@ BEGIN
     errors := concat_ws('; ', errors, 'target partitions: ' || msg);
   END;
   BEGIN
-    PERFORM id_gen.shard_exec(m.source_shard, format('DELETE FROM id_gen.move_markers WHERE move_id = %s', m.move_id), 10000);
+    PERFORM id_gen.run_move_step(m, 'forget_source_markers', 0, 10000);
   EXCEPTION WHEN OTHERS OR query_canceled THEN
     GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT;
     errors := concat_ws('; ', errors, 'source markers: ' || msg);
   END;
   RETURN errors;
 END $$;
-COMMENT ON FUNCTION id_gen.undo_move(id_gen.shard_moves) IS 'Removes what an unfinished move left on its shards (fence triggers, subscription, slot, publication, the target''s copies); returns the errors, NULL when clean.';
+COMMENT ON FUNCTION id_gen.undo_move(id_gen.shard_moves) IS 'Removes what an unfinished move left on its shards (fence triggers, subscription, the slots it created, publication, the target''s copies); returns the errors, NULL when clean.';
 REVOKE EXECUTE ON FUNCTION id_gen.undo_move(id_gen.shard_moves) FROM PUBLIC;
 
-CREATE PROCEDURE id_gen.move_genes(lower_gene integer, upper_gene integer, target_shard text,
+-- After the flip: the source lets go. Idempotent; raises on the first failing step.
+CREATE OR REPLACE FUNCTION id_gen.finish_cut_over(m id_gen.shard_moves) RETURNS id_gen.shard_moves
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  PERFORM id_gen.run_move_step(m, 'detach_source', 0, 30000);
+  PERFORM id_gen.place_ranges(m.source_shard, m.lower_gene, m.upper_gene, false);
+  PERFORM id_gen.run_move_step(m, 'drop_subscription', 0, 30000);
+  PERFORM id_gen.run_move_step(m, 'drop_publication', 0, 30000);
+  PERFORM id_gen.run_move_step(m, 'drop_source', 0, 60000);
+  PERFORM id_gen.run_move_step(m, 'forget_markers', 0, 10000);
+  UPDATE id_gen.shard_moves SET phase = 'done', finished_at = clock_timestamp(), updated_at = clock_timestamp(),
+                                source_fenced = false, last_error = NULL
+  WHERE move_id = m.move_id AND phase = 'cut_over' RETURNING * INTO m;
+  RETURN m;
+END $$;
+COMMENT ON FUNCTION id_gen.finish_cut_over(id_gen.shard_moves) IS 'Finishes a move that has cut over: the source detaches its partitions, forgets the ranges, the subscription (and its slot) and the publication go, the source''s copies are dropped unless keep_source.';
+REVOKE EXECUTE ON FUNCTION id_gen.finish_cut_over(id_gen.shard_moves) FROM PUBLIC;
+
+-- Moves whose session is gone: run by the move supervisor (a background worker) every
+-- few seconds, or by hand. A move another session runs is left alone (its session
+-- advisory lock is held).
+CREATE OR REPLACE FUNCTION id_gen.recover_moves(abandon_after interval DEFAULT '10 min')
+RETURNS TABLE (move_id bigint, action text)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  m id_gen.shard_moves;
+  err text;
+  cleanup text;
+BEGIN
+  PERFORM id_gen.require_superuser('recover moves');
+  FOR m IN SELECT * FROM id_gen.shard_moves sm WHERE sm.phase NOT IN ('done', 'aborted') ORDER BY sm.move_id LOOP
+    CONTINUE WHEN NOT pg_try_advisory_lock(757431, m.move_id::integer);
+    move_id := m.move_id;
+    action := NULL;
+    err := NULL;
+    BEGIN
+      IF m.phase = 'cut_over' THEN
+        m := id_gen.finish_cut_over(m);
+        action := 'finished the cut-over';
+      ELSIF m.source_fenced THEN
+        PERFORM id_gen.run_move_step(m, 'unfence_source', 0, 10000);
+        UPDATE id_gen.shard_moves sm SET source_fenced = false WHERE sm.move_id = m.move_id;
+        action := 'lifted the fence';
+      ELSIF m.updated_at < clock_timestamp() - abandon_after THEN
+        cleanup := id_gen.undo_move(m);
+        UPDATE id_gen.shard_moves sm
+        SET phase = CASE WHEN cleanup IS NULL THEN 'aborted' ELSE 'failed' END,
+            finished_at = CASE WHEN cleanup IS NULL THEN clock_timestamp() END,
+            last_error = coalesce('abort incomplete: ' || cleanup, sm.last_error), updated_at = clock_timestamp()
+        WHERE sm.move_id = m.move_id;
+        action := CASE WHEN cleanup IS NULL THEN 'rolled back (left alone for ' || abandon_after || ')'
+                       ELSE 'rollback incomplete: ' || cleanup END;
+      END IF;
+    EXCEPTION WHEN OTHERS THEN
+      GET STACKED DIAGNOSTICS err = MESSAGE_TEXT;
+    END;
+    IF err IS NOT NULL THEN
+      UPDATE id_gen.shard_moves sm SET last_error = 'supervisor: ' || err, updated_at = clock_timestamp()
+      WHERE sm.move_id = m.move_id;
+      action := 'failed: ' || err;
+    ELSIF action IS NOT NULL THEN
+      UPDATE id_gen.shard_moves sm SET recovered_by = action || ' at ' || clock_timestamp()::text
+      WHERE sm.move_id = m.move_id;
+    END IF;
+    PERFORM pg_advisory_unlock(757431, m.move_id::integer);
+    IF action IS NOT NULL THEN
+      RETURN NEXT;
+    END IF;
+  END LOOP;
+END $$;
+COMMENT ON FUNCTION id_gen.recover_moves(interval) IS 'Picks up moves no session runs: lifts the source''s fence of a move that has not cut over, finishes a move that has, and rolls back one left alone for abandon_after. The move supervisor runs it every few seconds; returns what it did. Superuser only.';
+REVOKE EXECUTE ON FUNCTION id_gen.recover_moves(interval) FROM PUBLIC;
+
+-- Id continuity for shards whose sequences are local: the target's high-water mark goes
+-- above the source's, so that ids the target issues for the moved genes from new
+-- segments do not repeat the source's. (Authority-backed sequences need nothing.)
+CREATE OR REPLACE FUNCTION id_gen.move_raise_sequences(m id_gen.shard_moves) RETURNS void
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  seq text;
+  high text;
+BEGIN
+  FOR seq IN SELECT DISTINCT t.sequence FROM id_gen.distributed_tables t WHERE t.sequence IS NOT NULL LOOP
+    high := id_gen.shard_call(m.source_shard, 'shard_sequence_high', ARRAY[seq], 5000);
+    IF high IS NOT NULL THEN
+      PERFORM id_gen.shard_call(m.target_shard, 'shard_raise_sequence', ARRAY[seq, high], 5000);
+    END IF;
+  END LOOP;
+END $$;
+COMMENT ON FUNCTION id_gen.move_raise_sequences(id_gen.shard_moves) IS 'Raises the target''s high-water mark of each local sequence of distributed tables above the source''s.';
+REVOKE EXECUTE ON FUNCTION id_gen.move_raise_sequences(id_gen.shard_moves) FROM PUBLIC;
+
+CREATE OR REPLACE PROCEDURE id_gen.move_genes(lower_gene integer, upper_gene integer, target_shard text,
                                    dry_run boolean DEFAULT false, keep_source boolean DEFAULT false)
 LANGUAGE plpgsql
 AS $$
@@ -436,6 +407,7 @@ DECLARE
   last_state text;
   copied bigint;
   last_copied bigint;
+  sub oid;
 BEGIN
   PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
   IF lower_gene IS NULL OR upper_gene IS NULL OR target_shard IS NULL OR dry_run IS NULL OR keep_source IS NULL THEN
@@ -443,6 +415,12 @@ BEGIN
       CASE WHEN lower_gene IS NULL THEN 'lower_gene' WHEN upper_gene IS NULL THEN 'upper_gene'
            WHEN target_shard IS NULL THEN 'target_shard' WHEN dry_run IS NULL THEN 'dry_run' ELSE 'keep_source' END
       USING ERRCODE = '22004';
+  END IF;
+  IF lower_gene NOT BETWEEN 0 AND 65535 OR upper_gene NOT BETWEEN 0 AND 65535 THEN
+    RAISE EXCEPTION 'id_gen: genes go from 0 to 65535, not % .. %', lower_gene, upper_gene
+      USING ERRCODE = '22003', HINT = 'Route ranges are listed in id_gen.route_ranges.';
+  ELSIF lower_gene > upper_gene THEN
+    RAISE EXCEPTION 'id_gen: lower_gene % is above upper_gene %', lower_gene, upper_gene USING ERRCODE = '22023';
   END IF;
   PERFORM id_gen.require_superuser('move genes between shards');
   -- Advisory lock keys: 757430 (transaction) decides which move runs; 757431 with the move
@@ -492,9 +470,10 @@ BEGIN
     IF n_ranges = 0 OR first_gene <> move_genes.lower_gene OR last_gene <> move_genes.upper_gene THEN
       RAISE EXCEPTION 'id_gen: genes % .. % are not whole route ranges', lower_gene, upper_gene
         USING ERRCODE = '22023',
-              DETAIL = (SELECT 'Route ranges there: ' || string_agg(format('%s..%s on %s', rr.lower_gene, rr.upper_gene, rr.shard), ', ' ORDER BY rr.lower_gene)
-                        FROM id_gen.route_ranges rr
-                        WHERE rr.upper_gene >= move_genes.lower_gene AND rr.lower_gene <= move_genes.upper_gene),
+              DETAIL = coalesce((SELECT 'Route ranges there: ' || string_agg(format('%s..%s on %s', rr.lower_gene, rr.upper_gene, rr.shard), ', ' ORDER BY rr.lower_gene)
+                                 FROM id_gen.route_ranges rr
+                                 WHERE rr.upper_gene >= move_genes.lower_gene AND rr.lower_gene <= move_genes.upper_gene),
+                                'No route covers them.'),
               HINT = 'A move takes whole route ranges (one partition each). Split a range first with id_gen.set_route(bound, its shard): that re-partitions the shard''s table, which copies its rows.';
     ELSIF n_shards > 1 THEN
       RAISE EXCEPTION 'id_gen: genes % .. % are on % shards; a move has one source', lower_gene, upper_gene, n_shards
@@ -510,12 +489,21 @@ BEGIN
       RAISE EXCEPTION 'id_gen: target shard "%" is not a postgres_fdw foreign server', target_shard
         USING ERRCODE = '42704',
               HINT = format('CREATE SERVER %I FOREIGN DATA WRAPPER postgres_fdw OPTIONS (...); CREATE USER MAPPING FOR CURRENT_USER SERVER %I;', target_shard, target_shard);
+    ELSIF EXISTS (SELECT FROM id_gen.sequences s WHERE s.authority = move_genes.target_shard) THEN
+      RAISE EXCEPTION 'id_gen: "%" is the central segment authority of sequence %, not a shard', target_shard,
+                      (SELECT min(s.name) FROM id_gen.sequences s WHERE s.authority = move_genes.target_shard)
+        USING ERRCODE = '22023', HINT = 'Move genes to a server that holds rows of distributed tables (a shard), not to the server that numbers them.';
     END IF;
+    m.lower_gene := move_genes.lower_gene;
+    m.upper_gene := move_genes.upper_gene;
+    m.source_shard := src;
+    m.target_shard := move_genes.target_shard;
+    m.keep_source := move_genes.keep_source;
   END IF;
 
   IF dry_run THEN
-    FOR r IN SELECT * FROM id_gen.move_commands(m.move_id, move_genes.lower_gene, move_genes.upper_gene, src, move_genes.target_shard)
-             WHERE phase <> 'abort' AND name <> 'count_target' ORDER BY step LOOP
+    FOR r IN SELECT * FROM id_gen.move_commands(m) c
+             WHERE c.phase <> 'abort' AND c.name <> 'count_target' ORDER BY c.step LOOP
       RAISE NOTICE 'step % (%), on %: %', r.step, r.phase,
         CASE r.server WHEN 'source' THEN format('%s (source)', src)
                       WHEN 'target' THEN format('%s (target)', move_genes.target_shard) ELSE 'the coordinator' END,
@@ -526,13 +514,13 @@ BEGIN
 
   IF m.move_id IS NULL THEN
     PERFORM id_gen.dblink_schema();
-    res := id_gen.shard_exec(src, 'SELECT current_setting(''wal_level'')', 10000);
+    res := id_gen.shard_exec(src, 'SELECT pg_catalog.current_setting(''wal_level'')', 10000);
     IF res <> 'logical' THEN
       RAISE EXCEPTION 'id_gen: source shard "%" runs with wal_level = %, and logical replication needs logical', src, res
         USING ERRCODE = '55000',
               HINT = format('On %s: ALTER SYSTEM SET wal_level = logical; then restart it. Nothing was changed.', src);
     END IF;
-    PERFORM id_gen.shard_exec(move_genes.target_shard, 'SELECT 1', 10000);
+    PERFORM id_gen.shard_call(move_genes.target_shard, 'shard_system_id', '{}', 10000);
     INSERT INTO id_gen.shard_moves (lower_gene, upper_gene, source_shard, target_shard, keep_source, runner_pid)
     VALUES (move_genes.lower_gene, move_genes.upper_gene, src, move_genes.target_shard, move_genes.keep_source, pg_backend_pid())
     RETURNING * INTO m;
@@ -544,28 +532,60 @@ BEGIN
 
   -- copying -------------------------------------------------------------------------------
   IF m.phase = 'planned' THEN
-    -- The target's partitions must be committed there before the subscription looks
-    -- for them, so this is a transaction of its own (idempotent when resumed).
+    -- Each step that creates something on a shard commits there by itself; what the
+    -- coordinator records about it commits right after, so that an abort knows it.
     BEGIN
+      -- The target's partitions (committed there before the subscription looks for them).
       PERFORM id_gen.place_ranges(m.target_shard, m.lower_gene, m.upper_gene, true);
+      PERFORM id_gen.run_move_step(m, 'create_publication');
+      IF m.target_subscription IS NULL THEN
+        PERFORM id_gen.send_move_secret(m);
+      END IF;
     EXCEPTION WHEN OTHERS THEN
       GET STACKED DIAGNOSTICS err = MESSAGE_TEXT, err_state = RETURNED_SQLSTATE;
     END;
     IF err IS NULL THEN
-      COMMIT;
+      COMMIT;  -- the connection string reaches the target
       PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+    END IF;
+    IF err IS NULL AND m.target_subscription IS NULL THEN
       BEGIN
-        IF id_gen.shard_exec(src, format('SELECT count(*) FROM pg_publication WHERE pubname = %L', 'id_gen_move_' || m.move_id)) = '0' THEN
-          PERFORM id_gen.run_move_step(m, 'create_publication');
+        sub := id_gen.run_move_step(m, 'create_subscription')::oid;
+        UPDATE id_gen.shard_moves sm
+        SET target_subscription = sub,
+            target_system_id = id_gen.shard_call(m.target_shard, 'shard_system_id', '{}', 10000),
+            updated_at = clock_timestamp()
+        WHERE sm.move_id = m.move_id AND sm.phase = 'planned' RETURNING * INTO m;
+        IF NOT FOUND THEN
+          RAISE EXCEPTION 'the move is no longer planned (aborted in another session?)' USING ERRCODE = '55006';
         END IF;
-        IF id_gen.shard_exec(m.target_shard, format('SELECT count(*) FROM pg_subscription WHERE subname = %L', 'id_gen_move_' || m.move_id)) = '0' THEN
-          PERFORM id_gen.run_move_step(m, 'create_subscription');
-        END IF;
-        UPDATE id_gen.shard_moves
-        SET phase = 'copying', updated_at = clock_timestamp(),
-            target_subscription = id_gen.shard_exec(m.target_shard,
-              format('SELECT oid FROM pg_subscription WHERE subname = %L', 'id_gen_move_' || m.move_id))::oid
-        WHERE move_id = m.move_id AND phase = 'planned'
+      EXCEPTION WHEN OTHERS THEN
+        GET STACKED DIAGNOSTICS err = MESSAGE_TEXT, err_state = RETURNED_SQLSTATE;
+      END;
+      IF err IS NULL THEN
+        COMMIT;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+      END IF;
+    END IF;
+    IF err IS NULL AND NOT m.slot_created THEN
+      BEGIN
+        PERFORM id_gen.run_move_step(m, 'create_slot', 0, 120000);
+        UPDATE id_gen.shard_moves sm SET slot_created = true, updated_at = clock_timestamp()
+        WHERE sm.move_id = m.move_id RETURNING * INTO m;
+      EXCEPTION WHEN OTHERS THEN
+        GET STACKED DIAGNOSTICS err = MESSAGE_TEXT, err_state = RETURNED_SQLSTATE;
+      END;
+      IF err IS NULL THEN
+        COMMIT;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+      END IF;
+    END IF;
+    IF err IS NULL THEN
+      BEGIN
+        PERFORM id_gen.run_move_step(m, 'enable_subscription');
+        PERFORM id_gen.run_move_step(m, 'refresh_subscription', 0, 60000);
+        UPDATE id_gen.shard_moves sm SET phase = 'copying', updated_at = clock_timestamp()
+        WHERE sm.move_id = m.move_id AND sm.phase = 'planned'
         RETURNING * INTO m;
         IF NOT FOUND THEN
           RAISE EXCEPTION 'the move is no longer planned (aborted in another session?)' USING ERRCODE = '55006';
@@ -684,17 +704,17 @@ BEGIN
         IF NOT FOUND THEN
           RAISE EXCEPTION 'the move is no longer catching up (aborted in another session?)' USING ERRCODE = '55006';
         END IF;
-        FOR d IN SELECT t.schema_name, t.partitioned_name, rr.lower_gene, rr.upper_gene
+        PERFORM id_gen.quiet_ddl();
+        FOR d IN SELECT t AS dt, rr.lower_gene, rr.upper_gene
                  FROM id_gen.distributed_tables t CROSS JOIN id_gen.route_ranges rr
                  WHERE rr.lower_gene >= m.lower_gene AND rr.upper_gene <= m.upper_gene
-                 ORDER BY 1, 2, 3 LOOP
-          EXECUTE format('LOCK TABLE %I.%I IN ACCESS EXCLUSIVE MODE', d.schema_name,
-                         id_gen.partition_name(d.partitioned_name, d.lower_gene, d.upper_gene));
+                 ORDER BY t.schema_name, t.table_name, rr.lower_gene LOOP
+          EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', id_gen.range_partition(d.dt, d.lower_gene, d.upper_gene));
         END LOOP;
         PERFORM id_gen.run_move_step(m, 'fence_source', attempt, 5000);
         PERFORM id_gen.run_move_step(m, 'marker', attempt, 5000);
         LOOP
-          EXIT WHEN id_gen.run_move_step(m, 'await_marker', attempt, 5000) = '1';
+          EXIT WHEN id_gen.run_move_step(m, 'await_marker', attempt, 5000) = 't';
           IF clock_timestamp() - t0 > interval '3 s' THEN
             RAISE EXCEPTION 'the target did not catch up within 3 s of the fence' USING ERRCODE = '55000';
           END IF;
@@ -705,13 +725,11 @@ BEGIN
         UPDATE id_gen.shard_routes sr SET shard = m.target_shard, updated_at = now()
         WHERE sr.upper_gene IN (SELECT rr.upper_gene FROM id_gen.route_ranges rr
                                 WHERE rr.lower_gene >= m.lower_gene AND rr.upper_gene <= m.upper_gene);
-        FOR d IN SELECT t.schema_name, t.table_name, t.partitioned_name, rr.lower_gene, rr.upper_gene,
-                        pg_get_userbyid(c.relowner) AS owner_name
+        FOR d IN SELECT t AS dt, rr.lower_gene, rr.upper_gene
                  FROM id_gen.distributed_tables t CROSS JOIN id_gen.route_ranges rr
-                 JOIN pg_class c ON c.oid = to_regclass(format('%I.%I', t.schema_name, t.partitioned_name))
                  WHERE rr.lower_gene >= m.lower_gene AND rr.upper_gene <= m.upper_gene LOOP
-          PERFORM id_gen.point_partition(d.schema_name, id_gen.partition_name(d.partitioned_name, d.lower_gene, d.upper_gene),
-                                         d.table_name, d.lower_gene, d.upper_gene, m.target_shard, d.owner_name);
+          PERFORM id_gen.point_partition(d.dt, id_gen.range_partition(d.dt, d.lower_gene, d.upper_gene),
+                                         d.lower_gene, d.upper_gene, m.target_shard);
         END LOOP;
         UPDATE id_gen.shard_moves
         SET phase = 'cut_over', lag_bytes = 0, fence_started_at = t0, fence_ended_at = clock_timestamp(),
@@ -772,17 +790,7 @@ BEGIN
   IF m.phase = 'cut_over' THEN
     err := NULL;
     BEGIN
-      PERFORM id_gen.run_move_step(m, 'detach_source', 0, 30000);
-      PERFORM id_gen.place_ranges(m.source_shard, m.lower_gene, m.upper_gene, false);
-      PERFORM id_gen.run_move_step(m, 'drop_subscription', 0, 30000);
-      PERFORM id_gen.run_move_step(m, 'drop_publication', 0, 30000);
-      IF NOT m.keep_source THEN
-        PERFORM id_gen.run_move_step(m, 'drop_source', 0, 60000);
-      END IF;
-      PERFORM id_gen.run_move_step(m, 'forget_markers', 0, 10000);
-      UPDATE id_gen.shard_moves SET phase = 'done', finished_at = clock_timestamp(), updated_at = clock_timestamp(),
-                                    source_fenced = false, last_error = NULL
-      WHERE move_id = m.move_id AND phase = 'cut_over' RETURNING * INTO m;
+      m := id_gen.finish_cut_over(m);
     EXCEPTION WHEN OTHERS OR query_canceled THEN
       GET STACKED DIAGNOSTICS err = MESSAGE_TEXT, err_state = RETURNED_SQLSTATE;
     END;
@@ -808,7 +816,7 @@ END $$;
 COMMENT ON PROCEDURE id_gen.move_genes(integer, integer, text, boolean, boolean) IS 'Moves the rows of every distributed table in genes lower_gene .. upper_gene (whole route ranges of one shard) to target_shard over logical replication, fencing only those genes for the cut-over; commits between phases (run it outside a transaction block). dry_run prints the steps and their SQL; keep_source keeps the source''s detached partitions (renamed *_moved_<id>). Re-running it resumes an unfinished move. Superuser only.';
 REVOKE EXECUTE ON PROCEDURE id_gen.move_genes(integer, integer, text, boolean, boolean) FROM PUBLIC;
 
-CREATE PROCEDURE id_gen.abort_move(move_id bigint, force boolean DEFAULT false)
+CREATE OR REPLACE PROCEDURE id_gen.abort_move(move_id bigint, force boolean DEFAULT false)
 LANGUAGE plpgsql
 AS $$
 DECLARE
@@ -862,26 +870,3 @@ BEGIN
 END $$;
 COMMENT ON PROCEDURE id_gen.abort_move(bigint, boolean) IS 'Rolls back a move that has not cut over: drops its fence, subscription, replication slot and publication and the target''s copies; routes and the source are unchanged. force => true marks it aborted even if the target cannot be reached (the source must be clean). Run it outside a transaction block. Superuser only.';
 REVOKE EXECUTE ON PROCEDURE id_gen.abort_move(bigint, boolean) FROM PUBLIC;
-
--- Id continuity for shards whose sequences are local: the target's high-water mark goes
--- above the source's, so that ids the target issues for the moved genes from new
--- segments do not repeat the source's. (Authority-backed sequences need nothing.)
-CREATE FUNCTION id_gen.move_raise_sequences(m id_gen.shard_moves) RETURNS void
-LANGUAGE plpgsql STRICT
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-  seq text;
-  high text;
-BEGIN
-  FOR seq IN SELECT DISTINCT t.sequence FROM id_gen.distributed_tables t WHERE t.sequence IS NOT NULL LOOP
-    high := id_gen.shard_exec(m.source_shard,
-      format('SELECT max_id FROM id_gen.sequences WHERE name = %L AND authority IS NULL', seq), 5000);
-    IF high IS NOT NULL THEN
-      PERFORM id_gen.shard_exec(m.target_shard,
-        format('UPDATE id_gen.sequences SET max_id = greatest(max_id, %s) WHERE name = %L AND authority IS NULL', high::bigint, seq), 5000);
-    END IF;
-  END LOOP;
-END $$;
-COMMENT ON FUNCTION id_gen.move_raise_sequences(id_gen.shard_moves) IS 'Raises the target''s high-water mark of each local sequence of distributed tables above the source''s.';
-REVOKE EXECUTE ON FUNCTION id_gen.move_raise_sequences(id_gen.shard_moves) FROM PUBLIC;

@@ -40,6 +40,7 @@ cluster_start "$C" "$CP" "${SMALL[@]}"
 cq >/dev/null <<'SQL'
 CREATE EXTENSION id_gen;
 CREATE EXTENSION postgres_fdw;
+CREATE EXTENSION dblink;
 SELECT id_gen.create_sequence('orders', step => 1000);
 CREATE ROLE id_authority LOGIN;
 GRANT UPDATE (max_id) ON id_gen.sequences TO id_authority;
@@ -116,7 +117,7 @@ assert_eq "$(shard_parts 3)" "orders_g43690_65535 FOR VALUES FROM ('614882086624
 assert_eq "$(cq -c "SELECT ftoptions::text FROM pg_foreign_table WHERE ftrelid = 'orders_shards_g21845_43689_fdw'::regclass")" \
   "{schema_name=public,table_name=orders_g21845_43689}" "each coordinator foreign table points at the shard's partition of the same genes"
 assert_eq "$(sq 1 -c "SELECT string_agg(conname, ',' ORDER BY conname) FROM pg_constraint WHERE conrelid = 'public.orders'::regclass")" \
-  "orders_amount_check,orders_pkey" "the shard's table has the primary key and the CHECK of the original"
+  "id_gen_owner_gene,orders_amount_check,orders_pkey" "the shard's table has the primary key and the CHECK of the original, and the owner-gene CHECK"
 assert_eq "$(cq -c "SELECT has_table_privilege('app', 'orders', 'INSERT') AND has_table_privilege('app', 'orders_shards', 'INSERT')")" "t" \
   "grants carried over to the view and the partitioned table"
 
