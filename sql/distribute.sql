@@ -842,7 +842,7 @@ BEGIN
   FROM (SELECT t.shard_stem AS s FROM id_gen.distributed_tables t WHERE t.schema_name = sch
         UNION ALL SELECT t.coordinator_stem FROM id_gen.distributed_tables t WHERE t.schema_name = sch) x;
   coordinator_stem := id_gen.pick_stem(parts, taken);
-  shard_stem := id_gen.pick_stem(tab, taken || coordinator_stem);
+  shard_stem := id_gen.pick_stem(tab, taken);
   old_name := id_gen.fit_name(tab, '_undistributed_' || tbl::oid);
   -- Sequences owned by its columns (serial defaults) go with the new table.
   FOR g IN SELECT s.oid::regclass AS seq, a.attname

@@ -904,7 +904,7 @@ BEGIN
   FROM (SELECT t.shard_stem AS s FROM id_gen.distributed_tables t WHERE t.schema_name = sch
         UNION ALL SELECT t.coordinator_stem FROM id_gen.distributed_tables t WHERE t.schema_name = sch) x;
   coordinator_stem := id_gen.pick_stem(parts, taken);
-  shard_stem := id_gen.pick_stem(tab, taken || coordinator_stem);
+  shard_stem := id_gen.pick_stem(tab, taken);
   old_name := id_gen.fit_name(tab, '_undistributed_' || tbl::oid);
   -- Sequences owned by its columns (serial defaults) go with the new table.
   FOR g IN SELECT s.oid::regclass AS seq, a.attname
@@ -1626,7 +1626,7 @@ DECLARE
 BEGIN
   IF drop_tables THEN
     FOREACH p IN ARRAY parts LOOP
-      s := parse_ident(p)[1];
+      s := (parse_ident(p))[1];
       IF to_regclass(format('%I.%I', s, id_gen.moved_partition_name(move_id, p))) IS NOT NULL THEN
         EXECUTE format('DROP TABLE %I.%I', s, id_gen.moved_partition_name(move_id, p));
         n := n + 1;
@@ -1712,6 +1712,11 @@ BEGIN
         USING ERRCODE = '55000', HINT = 'Resume the move from the coordinator (it writes it again).';
     END IF;
     BEGIN
+      -- CREATE SUBSCRIPTION ... connect = false warns that it is not connected, and a
+      -- logged WARNING would carry this statement (with the password) as its CONTEXT.
+      -- (Both settings end with this transaction, which is this call.)
+      PERFORM set_config('client_min_messages', 'error', true);
+      PERFORM set_config('log_min_messages', 'error', true);
       EXECUTE format('CREATE SUBSCRIPTION %I CONNECTION %L PUBLICATION %I WITH (connect = false, slot_name = %L)',
                      tag, conn, tag, tag);
     EXCEPTION WHEN OTHERS THEN
@@ -2190,7 +2195,7 @@ REVOKE EXECUTE ON FUNCTION id_gen.finish_cut_over(id_gen.shard_moves) FROM PUBLI
 -- Moves whose session is gone: run by the move supervisor (a background worker) every
 -- few seconds, or by hand. A move another session runs is left alone (its session
 -- advisory lock is held).
-CREATE OR REPLACE FUNCTION id_gen.recover_moves(abandon_after interval DEFAULT '10 min')
+CREATE OR REPLACE FUNCTION id_gen.recover_moves(abandon_after interval DEFAULT '10 min', grace interval DEFAULT '10 s')
 RETURNS TABLE (move_id bigint, action text)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -2201,7 +2206,10 @@ DECLARE
   cleanup text;
 BEGIN
   PERFORM id_gen.require_superuser('recover moves');
-  FOR m IN SELECT * FROM id_gen.shard_moves sm WHERE sm.phase NOT IN ('done', 'aborted') ORDER BY sm.move_id LOOP
+  -- (grace: a CALL that just failed is usually called again by its operator at once.)
+  FOR m IN SELECT * FROM id_gen.shard_moves sm
+           WHERE sm.phase NOT IN ('done', 'aborted') AND sm.updated_at < clock_timestamp() - grace
+           ORDER BY sm.move_id LOOP
     CONTINUE WHEN NOT pg_try_advisory_lock(757431, m.move_id::integer);
     move_id := m.move_id;
     action := NULL;
@@ -2241,8 +2249,8 @@ BEGIN
     END IF;
   END LOOP;
 END $$;
-COMMENT ON FUNCTION id_gen.recover_moves(interval) IS 'Picks up moves no session runs: lifts the source''s fence of a move that has not cut over, finishes a move that has, and rolls back one left alone for abandon_after. The move supervisor runs it every few seconds; returns what it did. Superuser only.';
-REVOKE EXECUTE ON FUNCTION id_gen.recover_moves(interval) FROM PUBLIC;
+COMMENT ON FUNCTION id_gen.recover_moves(interval, interval) IS 'Picks up moves no session runs (and none touched for grace): lifts the source''s fence of a move that has not cut over, finishes a move that has, and rolls back one left alone for abandon_after. The move supervisor runs it every few seconds; returns what it did. Superuser only.';
+REVOKE EXECUTE ON FUNCTION id_gen.recover_moves(interval, interval) FROM PUBLIC;
 
 -- Id continuity for shards whose sequences are local: the target's high-water mark goes
 -- above the source's, so that ids the target issues for the moved genes from new

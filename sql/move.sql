@@ -305,7 +305,7 @@ REVOKE EXECUTE ON FUNCTION id_gen.finish_cut_over(id_gen.shard_moves) FROM PUBLI
 -- Moves whose session is gone: run by the move supervisor (a background worker) every
 -- few seconds, or by hand. A move another session runs is left alone (its session
 -- advisory lock is held).
-CREATE OR REPLACE FUNCTION id_gen.recover_moves(abandon_after interval DEFAULT '10 min')
+CREATE OR REPLACE FUNCTION id_gen.recover_moves(abandon_after interval DEFAULT '10 min', grace interval DEFAULT '10 s')
 RETURNS TABLE (move_id bigint, action text)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -316,7 +316,10 @@ DECLARE
   cleanup text;
 BEGIN
   PERFORM id_gen.require_superuser('recover moves');
-  FOR m IN SELECT * FROM id_gen.shard_moves sm WHERE sm.phase NOT IN ('done', 'aborted') ORDER BY sm.move_id LOOP
+  -- (grace: a CALL that just failed is usually called again by its operator at once.)
+  FOR m IN SELECT * FROM id_gen.shard_moves sm
+           WHERE sm.phase NOT IN ('done', 'aborted') AND sm.updated_at < clock_timestamp() - grace
+           ORDER BY sm.move_id LOOP
     CONTINUE WHEN NOT pg_try_advisory_lock(757431, m.move_id::integer);
     move_id := m.move_id;
     action := NULL;
@@ -356,8 +359,8 @@ BEGIN
     END IF;
   END LOOP;
 END $$;
-COMMENT ON FUNCTION id_gen.recover_moves(interval) IS 'Picks up moves no session runs: lifts the source''s fence of a move that has not cut over, finishes a move that has, and rolls back one left alone for abandon_after. The move supervisor runs it every few seconds; returns what it did. Superuser only.';
-REVOKE EXECUTE ON FUNCTION id_gen.recover_moves(interval) FROM PUBLIC;
+COMMENT ON FUNCTION id_gen.recover_moves(interval, interval) IS 'Picks up moves no session runs (and none touched for grace): lifts the source''s fence of a move that has not cut over, finishes a move that has, and rolls back one left alone for abandon_after. The move supervisor runs it every few seconds; returns what it did. Superuser only.';
+REVOKE EXECUTE ON FUNCTION id_gen.recover_moves(interval, interval) FROM PUBLIC;
 
 -- Id continuity for shards whose sequences are local: the target's high-water mark goes
 -- above the source's, so that ids the target issues for the moved genes from new

@@ -495,7 +495,7 @@ DECLARE
 BEGIN
   IF drop_tables THEN
     FOREACH p IN ARRAY parts LOOP
-      s := parse_ident(p)[1];
+      s := (parse_ident(p))[1];
       IF to_regclass(format('%I.%I', s, id_gen.moved_partition_name(move_id, p))) IS NOT NULL THEN
         EXECUTE format('DROP TABLE %I.%I', s, id_gen.moved_partition_name(move_id, p));
         n := n + 1;
@@ -581,6 +581,11 @@ BEGIN
         USING ERRCODE = '55000', HINT = 'Resume the move from the coordinator (it writes it again).';
     END IF;
     BEGIN
+      -- CREATE SUBSCRIPTION ... connect = false warns that it is not connected, and a
+      -- logged WARNING would carry this statement (with the password) as its CONTEXT.
+      -- (Both settings end with this transaction, which is this call.)
+      PERFORM set_config('client_min_messages', 'error', true);
+      PERFORM set_config('log_min_messages', 'error', true);
       EXECUTE format('CREATE SUBSCRIPTION %I CONNECTION %L PUBLICATION %I WITH (connect = false, slot_name = %L)',
                      tag, conn, tag, tag);
     EXCEPTION WHEN OTHERS THEN

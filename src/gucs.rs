@@ -16,6 +16,12 @@ pub static REFILL_TIMEOUT_MS: GucSetting<i32> = GucSetting::<i32>::new(10_000);
 /// Segments (× each sequence's `max_step`) a promoted server skips before its first
 /// reservation, against ids that an asynchronously replicated old primary handed out.
 pub static PROMOTION_SKIP_SEGMENTS: GucSetting<i32> = GucSetting::<i32>::new(0);
+/// Database the move supervisor connects to (startup-only; empty: no supervisor).
+pub static MOVE_SUPERVISOR_DATABASE: GucSetting<Option<CString>> =
+    GucSetting::<Option<CString>>::new(Some(c"postgres"));
+/// Seconds an unfinished move that no session runs is left alone before the supervisor
+/// rolls it back.
+pub static MOVE_ABANDON_AFTER_S: GucSetting<i32> = GucSetting::<i32>::new(600);
 /// Default `buffer_seconds` for new sequences.
 pub static DEFAULT_BUFFER_SECONDS: GucSetting<i32> = GucSetting::<i32>::new(30);
 
@@ -69,6 +75,16 @@ fn define_runtime() {
         1,
         86_400,
         GucContext::Suset,
+        GucFlags::UNIT_S,
+    );
+    GucRegistry::define_int_guc(
+        c"id_gen.move_abandon_after",
+        c"How long a move of genes that no session runs is left alone before the move supervisor rolls it back.",
+        c"A fence of such a move is lifted at once and a move that has cut over is finished at once; one that has not cut over keeps its replication slot (and WAL) until it is resumed, aborted, or this time has passed.",
+        &MOVE_ABANDON_AFTER_S,
+        10,
+        86_400 * 7,
+        GucContext::Sighup,
         GucFlags::UNIT_S,
     );
     // SIGHUP, not SUSET: the refill worker applies it, and a worker never sees a
@@ -179,6 +195,14 @@ fn define_startup() {
         &SNOWFLAKE_GENE_BITS,
         0,
         16,
+    );
+    GucRegistry::define_string_guc(
+        c"id_gen.move_supervisor_database",
+        c"Database in which the move supervisor finishes or rolls back moves of genes whose session is gone.",
+        c"Set it to the coordinator's database; empty: no supervisor. Takes effect at server start.",
+        &MOVE_SUPERVISOR_DATABASE,
+        GucContext::Postmaster,
+        GucFlags::default(),
     );
     GucRegistry::define_string_guc(
         c"id_gen.snowflake_epoch_ms",

@@ -20,6 +20,7 @@
 //! | `routing.rs` | route validation and split/merge planning |
 //! | `serial.rs` | dated business serial numbers |
 //! | `layout.rs` | pure functions over the ID layout and shard genes |
+//! | `supervisor.rs` | the move supervisor: a background worker that recovers moves whose session is gone |
 //! | `snowflake/` | snowflake ids: SQL surface; `state.rs` the shared state and high-water file |
 //! | `order_no/` | external order numbers; `keys.rs` the KEK and the backend's key cache |
 //!
@@ -44,6 +45,7 @@ mod sequences;
 mod serial;
 mod shmem;
 mod snowflake;
+mod supervisor;
 
 pg_module_magic!();
 
@@ -83,6 +85,7 @@ pub extern "C-unwind" fn _PG_init() {
     if preloading {
         shmem::install_hooks(&REGIONS);
         order_no::keys::load_kek_at_startup();
+        supervisor::register();
     }
     // SAFETY: reserves the "id_gen." GUC prefix; called once per process at load time.
     unsafe { pg_sys::MarkGUCPrefixReserved(c"id_gen".as_ptr()) };

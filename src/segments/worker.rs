@@ -97,9 +97,9 @@ pub fn check_alive(dboid: u32) -> Result<(), &'static str> {
 
 /// Why a refill transaction failed.
 #[derive(Debug)]
-struct TxnError {
+pub(crate) struct TxnError {
     /// Message and detail.
-    message: String,
+    pub(crate) message: String,
     code: PgSqlErrorCode,
 }
 
@@ -128,7 +128,7 @@ impl std::fmt::Display for TxnError {
 
 /// Runs `body` in a transaction of its own; on ERROR, aborts it, clears the error state
 /// and returns what went wrong.
-fn in_transaction<R>(body: impl FnOnce() -> R + std::panic::UnwindSafe) -> Result<R, TxnError> {
+pub(crate) fn in_transaction<R>(body: impl FnOnce() -> R + std::panic::UnwindSafe) -> Result<R, TxnError> {
     // SAFETY: the worker is connected to a database and is outside any transaction.
     unsafe {
         pg_sys::SetCurrentStatementStartTimestamp();
@@ -229,7 +229,7 @@ fn commits_are_durable() -> bool {
 unsafe extern "C-unwind" {
     /// PostgreSQL's SIGTERM handler (`tcop/postgres.c`), itself: pgrx's `pg_sys::die`
     /// is a guarded Rust wrapper, not fit for a signal handler.
-    fn die(postgres_signal_arg: std::ffi::c_int);
+    pub(crate) fn die(postgres_signal_arg: std::ffi::c_int);
 }
 
 /// True once the worker was asked to terminate (SIGTERM: `die`). Nothing is published
@@ -386,7 +386,7 @@ pub extern "C-unwind" fn id_gen_worker_main(arg: pg_sys::Datum) {
 /// Sleeps on the latch up to `ms`; false when the worker should exit (terminated, or
 /// the postmaster died). A cancel of the idle worker means nothing and is dropped; other
 /// interrupts are processed.
-fn wait_latch(ms: i64) -> bool {
+pub(crate) fn wait_latch(ms: i64) -> bool {
     let flags = pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_POSTMASTER_DEATH;
     // SAFETY: the usual latch wait of a background worker, outside any transaction.
     let rc = unsafe {

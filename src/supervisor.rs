@@ -1,0 +1,85 @@
+//! The move supervisor: a background worker, started with the server wherever id_gen is
+//! preloaded, that finishes or rolls back moves of genes whose session is gone.
+//!
+//! It connects to `id_gen.move_supervisor_database` (empty: no supervisor) and, every few
+//! seconds, if the id_gen extension there has unfinished moves, runs
+//! `id_gen.recover_moves(abandon_after)` (sql/move.sql) in a transaction of its own. All
+//! decisions are made there, in SQL, under the same per-move session advisory lock that
+//! `move_genes` and `abort_move` take, so the supervisor never races a running move: a
+//! fence of a move that has not cut over is lifted, a move that has cut over is finished,
+//! and a move left alone for `id_gen.move_abandon_after` is rolled back.
+//!
+//! Invariants:
+//! * It runs as the bootstrap superuser with `search_path = pg_catalog, pg_temp`, and only
+//!   id_gen's own functions (which pin their search_path too).
+//! * An error ends that pass only (logged as a WARNING); the next pass tries again. The
+//!   wait between passes is a latch wait that SIGTERM and postmaster death end.
+
+use crate::gucs;
+use crate::segments::worker::{die, in_transaction, wait_latch};
+use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime, SignalWakeFlags};
+use pgrx::prelude::*;
+use std::time::Duration;
+
+/// Registers the supervisor with the postmaster (from `_PG_init`, while preloading).
+pub fn register() {
+    BackgroundWorkerBuilder::new("id_gen move supervisor")
+        .set_type("id_gen move supervisor")
+        .set_library("id_gen")
+        .set_function("id_gen_supervisor_main")
+        .enable_spi_access()
+        .set_start_time(BgWorkerStartTime::RecoveryFinished)
+        .set_restart_time(Some(Duration::from_secs(30)))
+        .load();
+}
+
+/// What one pass does: nothing without the extension or unfinished moves.
+const PASS_SQL: &str = "SELECT count(*) FROM id_gen.recover_moves(make_interval(secs => $1)) \
+     WHERE EXISTS (SELECT FROM pg_catalog.pg_extension e WHERE e.extname = 'id_gen' \
+                   AND e.extversion NOT IN ('0.1.0', '0.2.0', '0.3.0'))";
+
+#[pg_guard]
+#[unsafe(no_mangle)]
+pub extern "C-unwind" fn id_gen_supervisor_main(_arg: pg_sys::Datum) {
+    BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP);
+    // SAFETY: installs PostgreSQL's own SIGTERM handler (sets ProcDiePending and the latch).
+    unsafe { pg_sys::pqsignal(pg_sys::SIGTERM as i32, Some(die)) };
+    let Some(db) = gucs::MOVE_SUPERVISOR_DATABASE.get() else {
+        return;
+    };
+    let Ok(db) = db.into_string() else { return };
+    if db.is_empty() {
+        return;
+    }
+    BackgroundWorker::connect_worker_to_spi(Some(&db), None);
+    let setup = in_transaction(|| Spi::run("SET search_path = pg_catalog, pg_temp"));
+    if let Err(e) = setup {
+        warning!("id_gen: move supervisor cannot start: {}", e.message);
+        return;
+    }
+    log!("id_gen: move supervisor started in database \"{db}\"");
+    while wait_latch(2000) {
+        if BackgroundWorker::sighup_received() {
+            // SAFETY: reloading the config file is what SIGHUP asks for, outside a transaction.
+            unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
+        }
+        let abandon = f64::from(gucs::MOVE_ABANDON_AFTER_S.get());
+        let pass = in_transaction(|| -> Result<i64, pgrx::spi::SpiError> {
+            let has_moves = Spi::get_one::<bool>(
+                "SELECT to_regclass('id_gen.shard_moves') IS NOT NULL \
+                 AND to_regprocedure('id_gen.recover_moves(interval, interval)') IS NOT NULL",
+            )?
+            .unwrap_or(false);
+            if !has_moves {
+                return Ok(0);
+            }
+            Ok(Spi::get_one_with_args::<i64>(PASS_SQL, &[abandon.into()])?.unwrap_or(0))
+        });
+        match pass {
+            Ok(Ok(n)) if n > 0 => log!("id_gen: move supervisor acted on {n} move(s); see id_gen.moves.recovered_by"),
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => warning!("id_gen: move supervisor: {e}"),
+            Err(e) => warning!("id_gen: move supervisor: {}", e.message),
+        }
+    }
+}
