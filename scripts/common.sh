@@ -10,7 +10,8 @@ export PATH="$HOME/.cargo/bin:$PATH"
 
 log() { printf '\n=== %s\n' "$*" >&2; }
 
-# Installs PostgreSQL 15 (+ headers), sudo, clang; cargo-pgrx 0.18.0; pgrx init.
+# Installs PostgreSQL 15 (+ headers), sudo, clang, MariaDB, pg_auto_failover; cargo-pgrx 0.18.0;
+# pgrx init.
 ensure_toolchain() {
   local need=()
   [ -x "$PG_CONFIG" ] || need+=(postgresql-15 postgresql-server-dev-15)
@@ -19,6 +20,8 @@ ensure_toolchain() {
   command -v clang >/dev/null || need+=(clang libclang-dev)
   # MariaDB 10.11 for the UDF plugin's tests (tests/e2e/07_mariadb.sh, bench/bench_mariadb.sh).
   command -v mariadbd >/dev/null || need+=(mariadb-server mariadb-client)
+  # pg_auto_failover for the central authority's automatic failover (tests/e2e/13_auto_failover.sh).
+  command -v pg_autoctl >/dev/null || need+=(postgresql-15-auto-failover pg-auto-failover-cli)
   if [ ${#need[@]} -gt 0 ]; then
     log "installing ${need[*]}"
     apt-get update -qq
