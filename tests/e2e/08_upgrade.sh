@@ -5,15 +5,15 @@
 # install of the new version (functions, privileges, comments, tables, views).
 source "$(dirname "$0")/lib.sh"
 EXT_DIR="$("$PG_CONFIG" --sharedir)/extension"
-cp "$REPO_ROOT/tests/upgrade/id_gen--0.1.0.sql" "$REPO_ROOT/tests/upgrade/id_gen--0.2.0.sql" "$EXT_DIR/"
+cp "$REPO_ROOT/tests/upgrade/id_gen--0.1.0.sql" "$REPO_ROOT/tests/upgrade/id_gen--0.2.0.sql" "$REPO_ROOT/tests/upgrade/id_gen--0.3.0.sql" "$EXT_DIR/"
 NEW=$(sed -n "s/^default_version = '\(.*\)'/\1/p" "$REPO_ROOT/id_gen.control")
 # The released scripts are copied in for the test (the build installs only the current one).
-trap '[ "$NEW" = 0.2.0 ] || rm -f "$EXT_DIR/id_gen--0.2.0.sql"; rm -f "$EXT_DIR/id_gen--0.1.0.sql"; cluster_stop "$E2E_DIR"' EXIT
+trap 'rm -f "$EXT_DIR/id_gen--0.1.0.sql" "$EXT_DIR/id_gen--0.2.0.sql"; [ "$NEW" = 0.3.0 ] || rm -f "$EXT_DIR/id_gen--0.3.0.sql"; cluster_stop "$E2E_DIR"' EXIT
 E2E_DIR=/tmp/idg_e2e8 E2E_PORT=54348
 cluster_start "$E2E_DIR" "$E2E_PORT"
 
 cpsql "$E2E_DIR" "$E2E_PORT" <<'SQL' >/dev/null
-CREATE DATABASE old; CREATE DATABASE mid; CREATE DATABASE fresh;
+CREATE DATABASE old; CREATE DATABASE mid; CREATE DATABASE v3; CREATE DATABASE fresh;
 CREATE ROLE upg_app LOGIN;
 SQL
 cpsql "$E2E_DIR" "$E2E_PORT" -d old <<'SQL' >/dev/null
@@ -99,4 +99,34 @@ if ! diff -u "$E2E_DIR/fresh.txt" "$E2E_DIR/upgraded_mid.txt" > "$E2E_DIR/schema
   fail "the schema updated from 0.2.0 differs from a fresh install"
 fi
 pass "the schema updated from 0.2.0 equals a fresh install"
+
+# From the released 0.3.0, with a distributed table (over a loopback shard server): its
+# partitions keep their names (stems), and the schema equals a fresh install.
+cpsql "$E2E_DIR" "$E2E_PORT" -d v3 <<SQL >/dev/null
+CREATE EXTENSION id_gen VERSION '0.3.0'; CREATE EXTENSION postgres_fdw;
+CREATE DATABASE v3_shard;
+CREATE SERVER s1 FOREIGN DATA WRAPPER postgres_fdw OPTIONS (host '$E2E_DIR', port '$E2E_PORT', dbname 'v3_shard');
+CREATE USER MAPPING FOR postgres SERVER s1;
+SELECT id_gen.create_sequence('orders', step => 100);
+SELECT id_gen.set_route(65535, 's1');
+CREATE TABLE a_table_with_a_name_longer_than_thirty (id bigint PRIMARY KEY, v int);
+SQL
+q v3_shard "CREATE EXTENSION id_gen VERSION '0.3.0'" >/dev/null
+q v3 "SET client_min_messages = warning; SELECT id_gen.distribute_table('a_table_with_a_name_longer_than_thirty', 'id')" >/dev/null
+q v3 "INSERT INTO a_table_with_a_name_longer_than_thirty SELECT id_gen.compose_id(g, g), g FROM generate_series(1, 50) g" >/dev/null
+q v3 "ALTER EXTENSION id_gen UPDATE TO '$NEW'" >/dev/null
+q v3_shard "ALTER EXTENSION id_gen UPDATE TO '$NEW'" >/dev/null
+assert_eq "$(q v3 "SELECT extversion FROM pg_extension WHERE extname = 'id_gen'")" "$NEW" "0.3.0 updated to $NEW"
+assert_eq "$(q v3 "SELECT shard_stem || ' ' || coordinator_stem FROM id_gen.distributed_tables")" "a_table__e4a7c13c a_table__e4a7c13c" \
+  "the stems of a 0.3.0 distributed table are its old partition-name prefixes"
+q v3 "CREATE EXTENSION dblink" >/dev/null
+q v3 "SELECT id_gen.set_route(30000, 's1')" >/dev/null
+assert_eq "$(q v3 "SELECT count(*) FROM a_table_with_a_name_longer_than_thirty")/$(q v3 "SELECT bool_and(in_step) FROM id_gen.distribution")" "50/t" \
+  "after the update a route change re-partitions it and every row is still there"
+q v3 "$SCHEMA_SQL" > "$E2E_DIR/upgraded_v3.txt"
+if ! diff -u "$E2E_DIR/fresh.txt" "$E2E_DIR/upgraded_v3.txt" > "$E2E_DIR/schema_v3.diff"; then
+  head -40 "$E2E_DIR/schema_v3.diff" >&2
+  fail "the schema updated from 0.3.0 differs from a fresh install"
+fi
+pass "the schema updated from 0.3.0 equals a fresh install"
 echo "08_upgrade: passed"
