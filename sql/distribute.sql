@@ -227,6 +227,10 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+  IF msg IS NULL OR code IS NULL THEN
+    RAISE EXCEPTION 'id_gen: argument "%" must not be NULL', CASE WHEN msg IS NULL THEN 'msg' ELSE 'code' END
+      USING ERRCODE = '22004';
+  END IF;
   detail := nullif(detail, '');
   hint := nullif(hint, '');
   IF detail IS NOT NULL AND hint IS NOT NULL THEN
@@ -240,6 +244,7 @@ BEGIN
   END IF;
 END $$;
 COMMENT ON FUNCTION id_gen.reraise(text, text, text, text) IS 'Raises msg with SQLSTATE code, and detail and hint where they are not empty (errors caught for clean-up are raised again with it).';
+REVOKE EXECUTE ON FUNCTION id_gen.reraise(text, text, text, text) FROM PUBLIC;
 
 -- The one remote path ------------------------------------------------------------------------
 CREATE OR REPLACE FUNCTION id_gen.dblink_schema() RETURNS name
@@ -263,7 +268,7 @@ COMMENT ON FUNCTION id_gen.dblink_schema() IS 'Schema of the dblink extension (5
 -- Sends one statement on the connection and waits for it (cancellable, bounded).
 CREATE OR REPLACE FUNCTION id_gen.dblink_run(dbl name, conn text, shard text, command text, deadline timestamptz,
                                             timeout_ms integer) RETURNS text
-LANGUAGE plpgsql
+LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -346,7 +351,7 @@ REVOKE EXECUTE ON FUNCTION id_gen.shard_exec(text, text, integer) FROM PUBLIC;
 -- Calls id_gen.<fn>(args...) on a shard: each argument is a literal (quote_nullable), so
 -- no identifier or value is ever pasted into code.
 CREATE OR REPLACE FUNCTION id_gen.shard_call(shard text, fn text, args text[], timeout_ms integer DEFAULT 60000) RETURNS text
-LANGUAGE plpgsql
+LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
@@ -359,7 +364,7 @@ COMMENT ON FUNCTION id_gen.shard_call(text, text, text[], integer) IS 'Runs SELE
 REVOKE EXECUTE ON FUNCTION id_gen.shard_call(text, text, text[], integer) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION id_gen.shard_call_text(fn text, args text[]) RETURNS text
-LANGUAGE sql IMMUTABLE
+LANGUAGE sql IMMUTABLE STRICT
 SET search_path = pg_catalog, pg_temp
 RETURN format('SELECT id_gen.%I(%s)', fn,
               coalesce((SELECT string_agg(quote_nullable(a), ', ' ORDER BY i) FROM unnest(args) WITH ORDINALITY AS x(a, i)), ''));
@@ -491,7 +496,7 @@ REVOKE EXECUTE ON FUNCTION id_gen.range_partition(id_gen.distributed_tables, int
 -- (pushed: [{"shard": ..., "old": ...}]); their rows come back under the same lock.
 -- Returns the errors, NULL when every shard answered.
 CREATE OR REPLACE FUNCTION id_gen.restore_shard_ranges(schema_name name, table_name name, pushed jsonb) RETURNS text
-LANGUAGE plpgsql
+LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -924,7 +929,6 @@ BEGIN
   PERFORM set_config('id_gen_internal.own_ddl', 'on', true);
 END $$;
 COMMENT ON FUNCTION id_gen.quiet_ddl() IS 'Marks the rest of the transaction as id_gen''s own DDL on distributed tables (id_gen.follow_distributed_ddl then does nothing).';
-REVOKE EXECUTE ON FUNCTION id_gen.quiet_ddl() FROM PUBLIC;
 
 -- Makes rel's owner and grants those of source (revoking what source does not grant).
 CREATE OR REPLACE FUNCTION id_gen.match_owner_and_grants(source regclass, rel regclass) RETURNS boolean
@@ -963,8 +967,7 @@ BEGIN
   PERFORM id_gen.copy_grants(source, rel);
   RETURN true;
 END $$;
-COMMENT ON FUNCTION id_gen.match_owner_and_grants(regclass, regclass) IS 'Gives rel the owner and exactly the grants of source; returns whether it changed anything.';
-REVOKE EXECUTE ON FUNCTION id_gen.match_owner_and_grants(regclass, regclass) FROM PUBLIC;
+COMMENT ON FUNCTION id_gen.match_owner_and_grants(regclass, regclass) IS 'Gives rel the owner and exactly the grants of source, with the caller''s rights; returns whether it changed anything.';
 
 -- After GRANT, REVOKE and ALTER TABLE/VIEW/FOREIGN TABLE/SCHEMA: the owner and grants of
 -- a distributed table's name reach the partitioned table and every partition and
@@ -979,7 +982,9 @@ DECLARE
   front regclass;
   parts regclass;
   r record;
+  renamed boolean;
 BEGIN
+  -- Runs as whoever ran the command, with their rights.
   IF current_setting('id_gen_internal.own_ddl', true) = 'on' OR to_regclass('id_gen.distributed_tables') IS NULL THEN
     RETURN;
   END IF;
@@ -988,21 +993,43 @@ BEGIN
     front := to_regclass(format('%I.%I', d.schema_name, d.table_name));
     parts := to_regclass(format('%I.%I', d.schema_name, d.partitioned_name));
     IF front IS NULL OR parts IS NULL THEN
-      RAISE EXCEPTION 'id_gen: %.% is a distributed table; it cannot be renamed or moved to another schema',
-                      quote_ident(d.schema_name), quote_ident(d.table_name)
-        USING ERRCODE = '0A000',
-              HINT = 'Its partitions, foreign tables and the shards'' tables are found by its name. Create a view with the new name over it instead.';
+      -- Renamed (refused), not dropped (then there is nothing left to follow): its schema
+      -- was renamed by this command, a view over the partitioned table lives on under
+      -- another name, or the range partitions hang under a parent of another name.
+      renamed := (tg_tag = 'ALTER SCHEMA' AND NOT EXISTS (SELECT FROM pg_namespace n WHERE n.nspname = d.schema_name))
+        OR (front IS NULL AND parts IS NOT NULL
+            AND EXISTS (SELECT FROM pg_depend dep JOIN pg_rewrite rw ON rw.oid = dep.objid
+                        WHERE dep.classid = 'pg_rewrite'::regclass AND dep.refclassid = 'pg_class'::regclass
+                          AND dep.refobjid = parts AND rw.ev_class <> parts))
+        OR (parts IS NULL
+            AND EXISTS (SELECT FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                        JOIN pg_inherits i ON i.inhrelid = c.oid
+                        WHERE n.nspname = d.schema_name
+                          AND c.relname = id_gen.partition_name(d.coordinator_stem, 0,
+                                            (SELECT min(sr.upper_gene) FROM id_gen.shard_routes sr))));
+      IF renamed THEN
+        RAISE EXCEPTION 'id_gen: %.% is a distributed table; it cannot be renamed or moved to another schema',
+                        quote_ident(d.schema_name), quote_ident(d.table_name)
+          USING ERRCODE = '0A000',
+                HINT = 'Its partitions, foreign tables and the shards'' tables are found by its name. Create a view with the new name over it instead.';
+      END IF;
+      CONTINUE;
     END IF;
-    IF front <> parts THEN
-      PERFORM id_gen.match_owner_and_grants(front, parts);
-    END IF;
-    FOR r IN WITH RECURSIVE tree(rel) AS (
-               SELECT i.inhrelid FROM pg_inherits i WHERE i.inhparent = parts
-               UNION ALL
-               SELECT i.inhrelid FROM pg_inherits i JOIN tree t ON i.inhparent = t.rel)
-             SELECT rel::regclass AS rel FROM tree LOOP
-      PERFORM id_gen.match_owner_and_grants(parts, r.rel);
-    END LOOP;
+    -- Owner and grants follow, as far as the caller may change them.
+    BEGIN
+      IF front <> parts THEN
+        PERFORM id_gen.match_owner_and_grants(front, parts);
+      END IF;
+      FOR r IN WITH RECURSIVE tree(rel) AS (
+                 SELECT i.inhrelid FROM pg_inherits i WHERE i.inhparent = parts
+                 UNION ALL
+                 SELECT i.inhrelid FROM pg_inherits i JOIN tree t ON i.inhparent = t.rel)
+               SELECT rel::regclass AS rel FROM tree LOOP
+        PERFORM id_gen.match_owner_and_grants(parts, r.rel);
+      END LOOP;
+    EXCEPTION WHEN insufficient_privilege THEN
+      NULL;  -- not the caller's to change (and not changed by this command)
+    END;
   END LOOP;
   PERFORM set_config('id_gen_internal.own_ddl', 'off', true);
 END $$;

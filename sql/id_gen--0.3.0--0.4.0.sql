@@ -289,6 +289,10 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+  IF msg IS NULL OR code IS NULL THEN
+    RAISE EXCEPTION 'id_gen: argument "%" must not be NULL', CASE WHEN msg IS NULL THEN 'msg' ELSE 'code' END
+      USING ERRCODE = '22004';
+  END IF;
   detail := nullif(detail, '');
   hint := nullif(hint, '');
   IF detail IS NOT NULL AND hint IS NOT NULL THEN
@@ -302,6 +306,7 @@ BEGIN
   END IF;
 END $$;
 COMMENT ON FUNCTION id_gen.reraise(text, text, text, text) IS 'Raises msg with SQLSTATE code, and detail and hint where they are not empty (errors caught for clean-up are raised again with it).';
+REVOKE EXECUTE ON FUNCTION id_gen.reraise(text, text, text, text) FROM PUBLIC;
 
 -- The one remote path ------------------------------------------------------------------------
 CREATE OR REPLACE FUNCTION id_gen.dblink_schema() RETURNS name
@@ -325,7 +330,7 @@ COMMENT ON FUNCTION id_gen.dblink_schema() IS 'Schema of the dblink extension (5
 -- Sends one statement on the connection and waits for it (cancellable, bounded).
 CREATE OR REPLACE FUNCTION id_gen.dblink_run(dbl name, conn text, shard text, command text, deadline timestamptz,
                                             timeout_ms integer) RETURNS text
-LANGUAGE plpgsql
+LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -408,7 +413,7 @@ REVOKE EXECUTE ON FUNCTION id_gen.shard_exec(text, text, integer) FROM PUBLIC;
 -- Calls id_gen.<fn>(args...) on a shard: each argument is a literal (quote_nullable), so
 -- no identifier or value is ever pasted into code.
 CREATE OR REPLACE FUNCTION id_gen.shard_call(shard text, fn text, args text[], timeout_ms integer DEFAULT 60000) RETURNS text
-LANGUAGE plpgsql
+LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
@@ -421,7 +426,7 @@ COMMENT ON FUNCTION id_gen.shard_call(text, text, text[], integer) IS 'Runs SELE
 REVOKE EXECUTE ON FUNCTION id_gen.shard_call(text, text, text[], integer) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION id_gen.shard_call_text(fn text, args text[]) RETURNS text
-LANGUAGE sql IMMUTABLE
+LANGUAGE sql IMMUTABLE STRICT
 SET search_path = pg_catalog, pg_temp
 RETURN format('SELECT id_gen.%I(%s)', fn,
               coalesce((SELECT string_agg(quote_nullable(a), ', ' ORDER BY i) FROM unnest(args) WITH ORDINALITY AS x(a, i)), ''));
@@ -553,7 +558,7 @@ REVOKE EXECUTE ON FUNCTION id_gen.range_partition(id_gen.distributed_tables, int
 -- (pushed: [{"shard": ..., "old": ...}]); their rows come back under the same lock.
 -- Returns the errors, NULL when every shard answered.
 CREATE OR REPLACE FUNCTION id_gen.restore_shard_ranges(schema_name name, table_name name, pushed jsonb) RETURNS text
-LANGUAGE plpgsql
+LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -986,7 +991,6 @@ BEGIN
   PERFORM set_config('id_gen_internal.own_ddl', 'on', true);
 END $$;
 COMMENT ON FUNCTION id_gen.quiet_ddl() IS 'Marks the rest of the transaction as id_gen''s own DDL on distributed tables (id_gen.follow_distributed_ddl then does nothing).';
-REVOKE EXECUTE ON FUNCTION id_gen.quiet_ddl() FROM PUBLIC;
 
 -- Makes rel's owner and grants those of source (revoking what source does not grant).
 CREATE OR REPLACE FUNCTION id_gen.match_owner_and_grants(source regclass, rel regclass) RETURNS boolean
@@ -1025,8 +1029,7 @@ BEGIN
   PERFORM id_gen.copy_grants(source, rel);
   RETURN true;
 END $$;
-COMMENT ON FUNCTION id_gen.match_owner_and_grants(regclass, regclass) IS 'Gives rel the owner and exactly the grants of source; returns whether it changed anything.';
-REVOKE EXECUTE ON FUNCTION id_gen.match_owner_and_grants(regclass, regclass) FROM PUBLIC;
+COMMENT ON FUNCTION id_gen.match_owner_and_grants(regclass, regclass) IS 'Gives rel the owner and exactly the grants of source, with the caller''s rights; returns whether it changed anything.';
 
 -- After GRANT, REVOKE and ALTER TABLE/VIEW/FOREIGN TABLE/SCHEMA: the owner and grants of
 -- a distributed table's name reach the partitioned table and every partition and
@@ -1041,7 +1044,9 @@ DECLARE
   front regclass;
   parts regclass;
   r record;
+  renamed boolean;
 BEGIN
+  -- Runs as whoever ran the command, with their rights.
   IF current_setting('id_gen_internal.own_ddl', true) = 'on' OR to_regclass('id_gen.distributed_tables') IS NULL THEN
     RETURN;
   END IF;
@@ -1050,21 +1055,43 @@ BEGIN
     front := to_regclass(format('%I.%I', d.schema_name, d.table_name));
     parts := to_regclass(format('%I.%I', d.schema_name, d.partitioned_name));
     IF front IS NULL OR parts IS NULL THEN
-      RAISE EXCEPTION 'id_gen: %.% is a distributed table; it cannot be renamed or moved to another schema',
-                      quote_ident(d.schema_name), quote_ident(d.table_name)
-        USING ERRCODE = '0A000',
-              HINT = 'Its partitions, foreign tables and the shards'' tables are found by its name. Create a view with the new name over it instead.';
+      -- Renamed (refused), not dropped (then there is nothing left to follow): its schema
+      -- was renamed by this command, a view over the partitioned table lives on under
+      -- another name, or the range partitions hang under a parent of another name.
+      renamed := (tg_tag = 'ALTER SCHEMA' AND NOT EXISTS (SELECT FROM pg_namespace n WHERE n.nspname = d.schema_name))
+        OR (front IS NULL AND parts IS NOT NULL
+            AND EXISTS (SELECT FROM pg_depend dep JOIN pg_rewrite rw ON rw.oid = dep.objid
+                        WHERE dep.classid = 'pg_rewrite'::regclass AND dep.refclassid = 'pg_class'::regclass
+                          AND dep.refobjid = parts AND rw.ev_class <> parts))
+        OR (parts IS NULL
+            AND EXISTS (SELECT FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                        JOIN pg_inherits i ON i.inhrelid = c.oid
+                        WHERE n.nspname = d.schema_name
+                          AND c.relname = id_gen.partition_name(d.coordinator_stem, 0,
+                                            (SELECT min(sr.upper_gene) FROM id_gen.shard_routes sr))));
+      IF renamed THEN
+        RAISE EXCEPTION 'id_gen: %.% is a distributed table; it cannot be renamed or moved to another schema',
+                        quote_ident(d.schema_name), quote_ident(d.table_name)
+          USING ERRCODE = '0A000',
+                HINT = 'Its partitions, foreign tables and the shards'' tables are found by its name. Create a view with the new name over it instead.';
+      END IF;
+      CONTINUE;
     END IF;
-    IF front <> parts THEN
-      PERFORM id_gen.match_owner_and_grants(front, parts);
-    END IF;
-    FOR r IN WITH RECURSIVE tree(rel) AS (
-               SELECT i.inhrelid FROM pg_inherits i WHERE i.inhparent = parts
-               UNION ALL
-               SELECT i.inhrelid FROM pg_inherits i JOIN tree t ON i.inhparent = t.rel)
-             SELECT rel::regclass AS rel FROM tree LOOP
-      PERFORM id_gen.match_owner_and_grants(parts, r.rel);
-    END LOOP;
+    -- Owner and grants follow, as far as the caller may change them.
+    BEGIN
+      IF front <> parts THEN
+        PERFORM id_gen.match_owner_and_grants(front, parts);
+      END IF;
+      FOR r IN WITH RECURSIVE tree(rel) AS (
+                 SELECT i.inhrelid FROM pg_inherits i WHERE i.inhparent = parts
+                 UNION ALL
+                 SELECT i.inhrelid FROM pg_inherits i JOIN tree t ON i.inhparent = t.rel)
+               SELECT rel::regclass AS rel FROM tree LOOP
+        PERFORM id_gen.match_owner_and_grants(parts, r.rel);
+      END LOOP;
+    EXCEPTION WHEN insufficient_privilege THEN
+      NULL;  -- not the caller's to change (and not changed by this command)
+    END;
   END LOOP;
   PERFORM set_config('id_gen_internal.own_ddl', 'off', true);
 END $$;
@@ -1259,10 +1286,11 @@ BEGIN ATOMIC
   FROM pg_class c WHERE c.oid OPERATOR(pg_catalog.=) rel;
 END;
 COMMENT ON FUNCTION id_gen.relation_kind_word(regclass) IS 'TABLE, FOREIGN TABLE or VIEW: what ALTER ... OWNER TO and COMMENT ON need for a relation.';
+GRANT EXECUTE ON FUNCTION id_gen.relation_kind_word(regclass) TO PUBLIC;
 
 -- Grants, owner, row security and comment of a parent, repeated on one of its partitions.
 CREATE OR REPLACE FUNCTION id_gen.inherit_parent_settings(parent regclass, part regclass, note text) RETURNS void
-LANGUAGE plpgsql
+LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -1304,13 +1332,14 @@ BEGIN
   END LOOP;
 END $$;
 COMMENT ON FUNCTION id_gen.copy_grants(regclass, regclass) IS 'Grants on target every privilege that was granted on source (distributed tables carry their grants to the relations behind them).';
-REVOKE EXECUTE ON FUNCTION id_gen.copy_grants(regclass, regclass) FROM PUBLIC;
+-- Runs as its caller (the event trigger that keeps grants in step runs as whoever GRANTs).
+GRANT EXECUTE ON FUNCTION id_gen.copy_grants(regclass, regclass) TO PUBLIC;
 
 -- Makes a shard's table hold exactly one partition per route range in gene_ranges.
 CREATE OR REPLACE FUNCTION id_gen.shard_apply_ranges(schema_name name, table_name name, id_column name, stem name,
                                                      gene_ranges int4range[], definition text,
                                                      lock_timeout_ms integer DEFAULT 10000) RETURNS text
-LANGUAGE plpgsql
+LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -1330,9 +1359,6 @@ DECLARE
   copied bigint := 0;
   n bigint;
 BEGIN
-  IF schema_name IS NULL OR table_name IS NULL OR id_column IS NULL OR stem IS NULL OR gene_ranges IS NULL OR definition IS NULL THEN
-    RAISE EXCEPTION 'id_gen: shard_apply_ranges needs every argument' USING ERRCODE = '22004';
-  END IF;
   -- Each statement below must see every row committed before the lock was granted.
   IF current_setting('transaction_isolation') <> 'read committed' THEN
     RAISE EXCEPTION 'id_gen: a shard re-partitions its tables only in a READ COMMITTED transaction of its own (this one is %)',
@@ -1437,7 +1463,7 @@ REVOKE EXECUTE ON FUNCTION id_gen.shard_apply_ranges(name, name, name, name, int
 
 -- The relations named by qualified names (as the coordinator formats them with %I.%I).
 CREATE OR REPLACE FUNCTION id_gen.shard_relations(names text[], must_exist boolean) RETURNS regclass[]
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql STABLE STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -1474,7 +1500,7 @@ COMMENT ON FUNCTION id_gen.refuse_moving_rows() IS 'Trigger that fences the sour
 -- parts: qualified names of the moved partitions; id_columns, lower_genes, upper_genes: per part.
 CREATE OR REPLACE FUNCTION id_gen.shard_create_publication(move_id bigint, parts text[], id_columns name[],
                                                            lower_genes integer[], upper_genes integer[]) RETURNS text
-LANGUAGE plpgsql
+LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -1503,7 +1529,7 @@ REVOKE EXECUTE ON FUNCTION id_gen.shard_create_publication(bigint, text[], name[
 -- The slot is created here, not by CREATE SUBSCRIPTION, so that the subscription's
 -- command never needs to run at top level with its connection string.
 CREATE OR REPLACE FUNCTION id_gen.shard_create_slot(move_id bigint) RETURNS text
-LANGUAGE plpgsql
+LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -1531,7 +1557,7 @@ COMMENT ON FUNCTION id_gen.shard_move_lag(bigint) IS 'On the source of a move: b
 REVOKE EXECUTE ON FUNCTION id_gen.shard_move_lag(bigint) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION id_gen.shard_fence(move_id bigint, target_shard text, parts text[]) RETURNS integer
-LANGUAGE plpgsql
+LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -1553,7 +1579,7 @@ REVOKE EXECUTE ON FUNCTION id_gen.shard_fence(bigint, text, text[]) FROM PUBLIC;
 -- DISABLE takes SHARE ROW EXCLUSIVE: long readers of the partition do not block it (DROP
 -- TRIGGER would need ACCESS EXCLUSIVE). Partitions already detached are skipped.
 CREATE OR REPLACE FUNCTION id_gen.shard_unfence(parts text[]) RETURNS integer
-LANGUAGE plpgsql
+LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -1591,7 +1617,7 @@ RETURN ('id_gen_moved_' OPERATOR(pg_catalog.||) move_id OPERATOR(pg_catalog.||) 
 COMMENT ON FUNCTION id_gen.moved_partition_name(bigint, text) IS 'Name a source partition gets when a move detaches it (kept with keep_source).';
 
 CREATE OR REPLACE FUNCTION id_gen.shard_detach_moved(move_id bigint, parts text[]) RETURNS integer
-LANGUAGE plpgsql
+LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -1616,7 +1642,7 @@ COMMENT ON FUNCTION id_gen.shard_detach_moved(bigint, text[]) IS 'On the source 
 REVOKE EXECUTE ON FUNCTION id_gen.shard_detach_moved(bigint, text[]) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION id_gen.shard_drop_moved(move_id bigint, parts text[], drop_tables boolean) RETURNS integer
-LANGUAGE plpgsql
+LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -1660,6 +1686,11 @@ AS $$
 DECLARE
   s record;
 BEGIN
+  -- (subscription_oid and subscriber_system_id are NULL for a move that never subscribed.)
+  IF move_id IS NULL OR own_slot IS NULL THEN
+    RAISE EXCEPTION 'id_gen: argument "%" must not be NULL', CASE WHEN move_id IS NULL THEN 'move_id' ELSE 'own_slot' END
+      USING ERRCODE = '22004';
+  END IF;
   FOR s IN SELECT r.slot_name, r.active, r.active_pid FROM pg_replication_slots r
            WHERE (own_slot AND r.slot_name = 'id_gen_move_' || move_id)
               OR (subscription_oid IS NOT NULL AND subscriber_system_id IS NOT NULL
@@ -1692,7 +1723,7 @@ REVOKE EXECUTE ON FUNCTION id_gen.shard_system_id() FROM PUBLIC;
 -- without it). Enabling and the initial copy follow (shard_enable_subscription, then
 -- ALTER SUBSCRIPTION ... REFRESH PUBLICATION at top level).
 CREATE OR REPLACE FUNCTION id_gen.shard_subscribe(move_id bigint, parts text[]) RETURNS oid
-LANGUAGE plpgsql
+LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -1757,7 +1788,7 @@ REVOKE EXECUTE ON FUNCTION id_gen.shard_subscription_state(bigint) FROM PUBLIC;
 
 -- Progress without counting: rows the table sync committed, plus those of a COPY running now.
 CREATE OR REPLACE FUNCTION id_gen.shard_rows_copied(parts text[]) RETURNS bigint
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql STABLE STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -1798,7 +1829,7 @@ COMMENT ON FUNCTION id_gen.shard_detach_subscription(bigint) IS 'On the target o
 REVOKE EXECUTE ON FUNCTION id_gen.shard_detach_subscription(bigint) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION id_gen.shard_empty_partitions(parts text[]) RETURNS integer
-LANGUAGE plpgsql
+LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -1977,10 +2008,14 @@ REVOKE EXECUTE ON FUNCTION id_gen.shard_conninfo(text, boolean) FROM PUBLIC;
 CREATE OR REPLACE FUNCTION id_gen.move_parts(lower_gene integer, upper_gene integer,
                                              OUT parts text[], OUT id_columns name[], OUT lower_genes integer[],
                                              OUT upper_genes integer[], OUT ranges text)
-LANGUAGE plpgsql STABLE STRICT
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+  IF lower_gene IS NULL OR upper_gene IS NULL THEN
+    RAISE EXCEPTION 'id_gen: argument "%" must not be NULL', CASE WHEN lower_gene IS NULL THEN 'lower_gene' ELSE 'upper_gene' END
+      USING ERRCODE = '22004';
+  END IF;
   SELECT coalesce(array_agg(format('%I.%I', d.schema_name, id_gen.partition_name(d.shard_stem, r.lower_gene, r.upper_gene))
                             ORDER BY d.schema_name, d.table_name, r.lower_gene), '{}'),
          coalesce(array_agg(d.id_column ORDER BY d.schema_name, d.table_name, r.lower_gene), '{}'),
@@ -2010,6 +2045,9 @@ DECLARE
   tag text := 'id_gen_move_' || coalesce(m.move_id::text, 'N');
   p record;
 BEGIN
+  IF m.lower_gene IS NULL OR m.upper_gene IS NULL OR m.source_shard IS NULL OR m.target_shard IS NULL THEN
+    RAISE EXCEPTION 'id_gen: argument "m" must not be NULL (it needs genes and shards)' USING ERRCODE = '22004';
+  END IF;
   p := id_gen.move_parts(m.lower_gene, m.upper_gene);
   RETURN QUERY VALUES
     (1, 'copying', 'coordinator', 'prepare_target',

@@ -87,10 +87,14 @@ REVOKE EXECUTE ON FUNCTION id_gen.shard_conninfo(text, boolean) FROM PUBLIC;
 CREATE OR REPLACE FUNCTION id_gen.move_parts(lower_gene integer, upper_gene integer,
                                              OUT parts text[], OUT id_columns name[], OUT lower_genes integer[],
                                              OUT upper_genes integer[], OUT ranges text)
-LANGUAGE plpgsql STABLE STRICT
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+  IF lower_gene IS NULL OR upper_gene IS NULL THEN
+    RAISE EXCEPTION 'id_gen: argument "%" must not be NULL', CASE WHEN lower_gene IS NULL THEN 'lower_gene' ELSE 'upper_gene' END
+      USING ERRCODE = '22004';
+  END IF;
   SELECT coalesce(array_agg(format('%I.%I', d.schema_name, id_gen.partition_name(d.shard_stem, r.lower_gene, r.upper_gene))
                             ORDER BY d.schema_name, d.table_name, r.lower_gene), '{}'),
          coalesce(array_agg(d.id_column ORDER BY d.schema_name, d.table_name, r.lower_gene), '{}'),
@@ -120,6 +124,9 @@ DECLARE
   tag text := 'id_gen_move_' || coalesce(m.move_id::text, 'N');
   p record;
 BEGIN
+  IF m.lower_gene IS NULL OR m.upper_gene IS NULL OR m.source_shard IS NULL OR m.target_shard IS NULL THEN
+    RAISE EXCEPTION 'id_gen: argument "m" must not be NULL (it needs genes and shards)' USING ERRCODE = '22004';
+  END IF;
   p := id_gen.move_parts(m.lower_gene, m.upper_gene);
   RETURN QUERY VALUES
     (1, 'copying', 'coordinator', 'prepare_target',

@@ -128,10 +128,11 @@ BEGIN ATOMIC
   FROM pg_class c WHERE c.oid OPERATOR(pg_catalog.=) rel;
 END;
 COMMENT ON FUNCTION id_gen.relation_kind_word(regclass) IS 'TABLE, FOREIGN TABLE or VIEW: what ALTER ... OWNER TO and COMMENT ON need for a relation.';
+GRANT EXECUTE ON FUNCTION id_gen.relation_kind_word(regclass) TO PUBLIC;
 
 -- Grants, owner, row security and comment of a parent, repeated on one of its partitions.
 CREATE OR REPLACE FUNCTION id_gen.inherit_parent_settings(parent regclass, part regclass, note text) RETURNS void
-LANGUAGE plpgsql
+LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -173,13 +174,14 @@ BEGIN
   END LOOP;
 END $$;
 COMMENT ON FUNCTION id_gen.copy_grants(regclass, regclass) IS 'Grants on target every privilege that was granted on source (distributed tables carry their grants to the relations behind them).';
-REVOKE EXECUTE ON FUNCTION id_gen.copy_grants(regclass, regclass) FROM PUBLIC;
+-- Runs as its caller (the event trigger that keeps grants in step runs as whoever GRANTs).
+GRANT EXECUTE ON FUNCTION id_gen.copy_grants(regclass, regclass) TO PUBLIC;
 
 -- Makes a shard's table hold exactly one partition per route range in gene_ranges.
 CREATE OR REPLACE FUNCTION id_gen.shard_apply_ranges(schema_name name, table_name name, id_column name, stem name,
                                                      gene_ranges int4range[], definition text,
                                                      lock_timeout_ms integer DEFAULT 10000) RETURNS text
-LANGUAGE plpgsql
+LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -199,9 +201,6 @@ DECLARE
   copied bigint := 0;
   n bigint;
 BEGIN
-  IF schema_name IS NULL OR table_name IS NULL OR id_column IS NULL OR stem IS NULL OR gene_ranges IS NULL OR definition IS NULL THEN
-    RAISE EXCEPTION 'id_gen: shard_apply_ranges needs every argument' USING ERRCODE = '22004';
-  END IF;
   -- Each statement below must see every row committed before the lock was granted.
   IF current_setting('transaction_isolation') <> 'read committed' THEN
     RAISE EXCEPTION 'id_gen: a shard re-partitions its tables only in a READ COMMITTED transaction of its own (this one is %)',
@@ -306,7 +305,7 @@ REVOKE EXECUTE ON FUNCTION id_gen.shard_apply_ranges(name, name, name, name, int
 
 -- The relations named by qualified names (as the coordinator formats them with %I.%I).
 CREATE OR REPLACE FUNCTION id_gen.shard_relations(names text[], must_exist boolean) RETURNS regclass[]
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql STABLE STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -343,7 +342,7 @@ COMMENT ON FUNCTION id_gen.refuse_moving_rows() IS 'Trigger that fences the sour
 -- parts: qualified names of the moved partitions; id_columns, lower_genes, upper_genes: per part.
 CREATE OR REPLACE FUNCTION id_gen.shard_create_publication(move_id bigint, parts text[], id_columns name[],
                                                            lower_genes integer[], upper_genes integer[]) RETURNS text
-LANGUAGE plpgsql
+LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -372,7 +371,7 @@ REVOKE EXECUTE ON FUNCTION id_gen.shard_create_publication(bigint, text[], name[
 -- The slot is created here, not by CREATE SUBSCRIPTION, so that the subscription's
 -- command never needs to run at top level with its connection string.
 CREATE OR REPLACE FUNCTION id_gen.shard_create_slot(move_id bigint) RETURNS text
-LANGUAGE plpgsql
+LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -400,7 +399,7 @@ COMMENT ON FUNCTION id_gen.shard_move_lag(bigint) IS 'On the source of a move: b
 REVOKE EXECUTE ON FUNCTION id_gen.shard_move_lag(bigint) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION id_gen.shard_fence(move_id bigint, target_shard text, parts text[]) RETURNS integer
-LANGUAGE plpgsql
+LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -422,7 +421,7 @@ REVOKE EXECUTE ON FUNCTION id_gen.shard_fence(bigint, text, text[]) FROM PUBLIC;
 -- DISABLE takes SHARE ROW EXCLUSIVE: long readers of the partition do not block it (DROP
 -- TRIGGER would need ACCESS EXCLUSIVE). Partitions already detached are skipped.
 CREATE OR REPLACE FUNCTION id_gen.shard_unfence(parts text[]) RETURNS integer
-LANGUAGE plpgsql
+LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -460,7 +459,7 @@ RETURN ('id_gen_moved_' OPERATOR(pg_catalog.||) move_id OPERATOR(pg_catalog.||) 
 COMMENT ON FUNCTION id_gen.moved_partition_name(bigint, text) IS 'Name a source partition gets when a move detaches it (kept with keep_source).';
 
 CREATE OR REPLACE FUNCTION id_gen.shard_detach_moved(move_id bigint, parts text[]) RETURNS integer
-LANGUAGE plpgsql
+LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -485,7 +484,7 @@ COMMENT ON FUNCTION id_gen.shard_detach_moved(bigint, text[]) IS 'On the source 
 REVOKE EXECUTE ON FUNCTION id_gen.shard_detach_moved(bigint, text[]) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION id_gen.shard_drop_moved(move_id bigint, parts text[], drop_tables boolean) RETURNS integer
-LANGUAGE plpgsql
+LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -529,6 +528,11 @@ AS $$
 DECLARE
   s record;
 BEGIN
+  -- (subscription_oid and subscriber_system_id are NULL for a move that never subscribed.)
+  IF move_id IS NULL OR own_slot IS NULL THEN
+    RAISE EXCEPTION 'id_gen: argument "%" must not be NULL', CASE WHEN move_id IS NULL THEN 'move_id' ELSE 'own_slot' END
+      USING ERRCODE = '22004';
+  END IF;
   FOR s IN SELECT r.slot_name, r.active, r.active_pid FROM pg_replication_slots r
            WHERE (own_slot AND r.slot_name = 'id_gen_move_' || move_id)
               OR (subscription_oid IS NOT NULL AND subscriber_system_id IS NOT NULL
@@ -561,7 +565,7 @@ REVOKE EXECUTE ON FUNCTION id_gen.shard_system_id() FROM PUBLIC;
 -- without it). Enabling and the initial copy follow (shard_enable_subscription, then
 -- ALTER SUBSCRIPTION ... REFRESH PUBLICATION at top level).
 CREATE OR REPLACE FUNCTION id_gen.shard_subscribe(move_id bigint, parts text[]) RETURNS oid
-LANGUAGE plpgsql
+LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -626,7 +630,7 @@ REVOKE EXECUTE ON FUNCTION id_gen.shard_subscription_state(bigint) FROM PUBLIC;
 
 -- Progress without counting: rows the table sync committed, plus those of a COPY running now.
 CREATE OR REPLACE FUNCTION id_gen.shard_rows_copied(parts text[]) RETURNS bigint
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql STABLE STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -667,7 +671,7 @@ COMMENT ON FUNCTION id_gen.shard_detach_subscription(bigint) IS 'On the target o
 REVOKE EXECUTE ON FUNCTION id_gen.shard_detach_subscription(bigint) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION id_gen.shard_empty_partitions(parts text[]) RETURNS integer
-LANGUAGE plpgsql
+LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE

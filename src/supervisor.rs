@@ -16,7 +16,7 @@
 //!   wait between passes is a latch wait that SIGTERM and postmaster death end.
 
 use crate::gucs;
-use crate::segments::worker::{die, in_transaction, wait_latch};
+use crate::segments::worker::{in_transaction, install_die_handler, wait_latch};
 use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime, SignalWakeFlags};
 use pgrx::prelude::*;
 use std::time::Duration;
@@ -42,8 +42,7 @@ const PASS_SQL: &str = "SELECT count(*) FROM id_gen.recover_moves(make_interval(
 #[unsafe(no_mangle)]
 pub extern "C-unwind" fn id_gen_supervisor_main(_arg: pg_sys::Datum) {
     BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP);
-    // SAFETY: installs PostgreSQL's own SIGTERM handler (sets ProcDiePending and the latch).
-    unsafe { pg_sys::pqsignal(pg_sys::SIGTERM as i32, Some(die)) };
+    install_die_handler();
     let Some(db) = gucs::MOVE_SUPERVISOR_DATABASE.get() else {
         return;
     };

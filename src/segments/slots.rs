@@ -520,11 +520,19 @@ pub fn broadcast(i: usize) {
 #[inline]
 pub fn my_stripe() -> usize {
     // SAFETY: MyProc is set for every backend and worker that has shared memory.
+    #[cfg(any(feature = "pg15", feature = "pg16"))]
     unsafe {
         if pg_sys::MyProc.is_null() {
             0
         } else {
             (*pg_sys::MyProc).pgprocno as usize
         }
+    }
+    // PostgreSQL 17 dropped PGPROC.pgprocno; MyProcNumber is the same index (-1 before
+    // the process has a PGPROC).
+    // SAFETY: reads a process-local global.
+    #[cfg(not(any(feature = "pg15", feature = "pg16")))]
+    unsafe {
+        usize::try_from(pg_sys::MyProcNumber).unwrap_or(0)
     }
 }

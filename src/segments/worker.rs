@@ -229,7 +229,22 @@ fn commits_are_durable() -> bool {
 unsafe extern "C-unwind" {
     /// PostgreSQL's SIGTERM handler (`tcop/postgres.c`), itself: pgrx's `pg_sys::die`
     /// is a guarded Rust wrapper, not fit for a signal handler.
-    pub(crate) fn die(postgres_signal_arg: std::ffi::c_int);
+    fn die(postgres_signal_arg: std::ffi::c_int);
+}
+
+/// Makes PostgreSQL's own SIGTERM handler (`die`) this worker's.
+pub(crate) fn install_die_handler() {
+    // SAFETY: installs PostgreSQL's handler for this process, as its own workers do.
+    // PostgreSQL 18 renamed the backend's pqsignal to pqsignal_be (returning nothing).
+    #[cfg(not(feature = "pg18"))]
+    unsafe {
+        pg_sys::pqsignal(pg_sys::SIGTERM as i32, Some(die));
+    }
+    // SAFETY: as above.
+    #[cfg(feature = "pg18")]
+    unsafe {
+        pg_sys::pqsignal_be(pg_sys::SIGTERM as i32, Some(die));
+    }
 }
 
 /// True once the worker was asked to terminate (SIGTERM: `die`). Nothing is published
@@ -333,9 +348,8 @@ struct SlotMemory {
 pub extern "C-unwind" fn id_gen_worker_main(arg: pg_sys::Datum) {
     let dboid = arg.value() as u32;
     BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP);
-    // SAFETY: installs PostgreSQL's own SIGTERM handler for this process: it sets
-    // ProcDiePending and the latch, which also ends a synchronous-replication wait.
-    unsafe { pg_sys::pqsignal(pg_sys::SIGTERM as i32, Some(die)) };
+    // It sets ProcDiePending and the latch, which also ends a synchronous-replication wait.
+    install_die_handler();
     BackgroundWorker::connect_worker_to_spi_by_oid(Some(pg_sys::Oid::from(dboid)), None);
     if !crate::shmem::available() || !registry::register_worker(dboid) {
         return; // another worker serves this database

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# versions: 15
 # The MariaDB plugin (crates/id_gen_mysql) against a real MariaDB 10.11 and a real
 # PostgreSQL with the extension:
 #  - genes of 10k integer and 10k string owners, computed by both servers, equal one by one;

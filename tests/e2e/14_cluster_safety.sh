@@ -4,8 +4,8 @@
 # (a) no lost rows in route changes: a coordinator writer and a direct shard writer each
 #     commit while set_route splits their range; pgbench through the coordinator while
 #     two sessions split and merge ranges at once: every committed row is there, once.
-# (b) no superuser code for table owners: look-alike operators in public on every node
-#     (what id_gen compares catalog columns with) never run; a table whose CHECK calls a
+# (b) no superuser code for table owners: look-alike operators and functions in public on
+#     every node (better matches for what id_gen compares and calls) never run; a table whose CHECK calls a
 #     function its non-superuser owner wrote is refused (42501), nobody became superuser.
 # (c) no secrets: a move and a failed move (a slot of its name exists on the source)
 #     leave the user mapping's password in no server log, no pg_stat_activity snapshot
@@ -60,6 +60,10 @@ CREATE FUNCTION public.trap_oid_regclass(a oid, b regclass) RETURNS boolean LANG
 CREATE FUNCTION public.trap_regclass_oid(a regclass, b oid) RETURNS boolean LANGUAGE sql AS 'SELECT public.trap(a::oid, b)';
 CREATE OPERATOR public.= (LEFTARG = oid, RIGHTARG = regclass, FUNCTION = public.trap_oid_regclass);
 CREATE OPERATOR public.= (LEFTARG = regclass, RIGHTARG = oid, FUNCTION = public.trap_regclass_oid);
+-- Functions that would be a better match than pg_catalog's for a name argument.
+CREATE FUNCTION public.quote_ident(n name) RETURNS text LANGUAGE sql AS 'SELECT CASE WHEN public.trap(0, 0) THEN pg_catalog.quote_ident(n::text) END';
+CREATE FUNCTION public.md5(n name) RETURNS text LANGUAGE sql AS 'SELECT CASE WHEN public.trap(0, 0) THEN pg_catalog.md5(n::text) END';
+CREATE FUNCTION public.left(n name, k integer) RETURNS text LANGUAGE sql AS 'SELECT CASE WHEN public.trap(0, 0) THEN pg_catalog.left(n::text, k) END';
 CREATE FUNCTION mal.ok(bigint) RETURNS boolean LANGUAGE plpgsql AS $$
 BEGIN
   IF (SELECT rolsuper FROM pg_roles WHERE rolname = current_user) THEN
