@@ -3,8 +3,10 @@
 # Prints absolute figures and ratios: the median of interleaved rounds with the min–max
 # spread over the rounds; a ratio whose spread contains 1.0 is reported as a tie. Never
 # used as a CI gate.
-# Usage: bench/bench.sh [--quick | --authority | --cluster]   (requires the extension to be installed:
-#        scripts/demo.sh does it, or `cargo pgrx install --release --pg-config ...`)
+# Usage: bench/bench.sh [--pg 15|16|17|18] [--quick | --authority | --cluster]
+#        (requires the extension to be installed for that version: scripts/demo.sh does it
+#        for 15, `scripts/test.sh --pg N` or `cargo pgrx install --release --pg-config ...` for others)
+if [ "${1:-}" = "--pg" ]; then export PG_VERSION=$2; shift 2; fi
 source "$(dirname "$0")/../scripts/common.sh"
 QUICK=${1:-}
 N=5000000; REPS=7; PGB_T=15; PGB_ROUNDS=3; LOAD_ROWS=2000000; LOAD_REPS=3
@@ -78,11 +80,15 @@ echo
 echo "-- 1. one backend, $N calls each (median of $REPS interleaved rounds; (min..max) over the rounds)"
 # warm the cache and the worker's rate meter
 P -c "SELECT count(id_gen.next_segment_id('s')) FROM generate_series(1, $N)" >/dev/null
-mapfile -t RUNS < <(runs_ms "SELECT count(abs(x)) FROM generate_series(1, $N) x" \
-  "SELECT count(id_gen.next_segment_id('s')) FROM generate_series(1, $N)" \
-  "SELECT count(nextval('seq_c1')) FROM generate_series(1, $N)" \
-  "SELECT count(nextval('seq_c1000')) FROM generate_series(1, $N)" \
+QUERIES1=("SELECT count(abs(x)) FROM generate_series(1, $N) x"
+  "SELECT count(id_gen.next_segment_id('s')) FROM generate_series(1, $N)"
+  "SELECT count(nextval('seq_c1')) FROM generate_series(1, $N)"
+  "SELECT count(nextval('seq_c1000')) FROM generate_series(1, $N)"
   "SELECT count(id_gen.next_segment_id_unchecked('s')) FROM generate_series(1, $N)")
+# PostgreSQL 18 has a built-in UUIDv7 generator: measured in the same rounds.
+HAS_UUIDV7=$(P -At -c "SELECT current_setting('server_version_num')::int >= 180000")
+[ "$HAS_UUIDV7" = t ] && QUERIES1+=("SELECT count(uuidv7()) FROM generate_series(1, $N)")
+mapfile -t RUNS < <(runs_ms "${QUERIES1[@]}")
 row1() { # row1 LABEL COLUMN [TEXT]: ms, M calls/s, x floor (per-round ratios)
   printf '%-40s %22s %10s   %s%s\n' "$1" "$(fmt_range $(col_stats $2))" "$(rate $N $(med $2))" \
     "$(fmt_ratio $(ratio_stats $2 0) "x floor")" "${3:-}"
@@ -95,6 +101,9 @@ row1 "count(nextval()) CACHE 1000" 3 "; id_gen is $(fmt_ratio $(ratio_stats 3 1)
 # The per-call access check (issue: per-sequence USAGE): the same hot path without the
 # comparison of the call site's access stamp, measured in the same rounds.
 row1 "  same without the per-call access check" 4 "; checked / unchecked $(fmt_ratio $(ratio_stats 1 4))"
+if [ "$HAS_UUIDV7" = t ]; then
+  row1 "count(uuidv7())  [built-in, PG 18]" 5 "; id_gen is $(fmt_ratio $(ratio_stats 5 1) "x faster")"
+fi
 # Cold start: a new sequence with a small step, called at full speed at once. The worker
 # must grow the step fast enough that callers seldom wait for a segment (target: <= 20
 # waits). One run (a cold start happens once per sequence); figures, not a gate.

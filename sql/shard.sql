@@ -382,10 +382,16 @@ BEGIN
       USING ERRCODE = '42710',
             HINT = 'id_gen neither uses nor drops a slot it did not create. Drop it (pg_drop_replication_slot) if it is a leftover, then resume the move.';
   END IF;
-  PERFORM pg_create_logical_replication_slot(slot, 'pgoutput');
+  IF current_setting('server_version_num')::integer >= 170000 THEN
+    -- PostgreSQL 17+: a failover slot, which standbys with sync_replication_slots keep in
+    -- step, so that a move survives a failover of its source.
+    EXECUTE 'SELECT pg_catalog.pg_create_logical_replication_slot($1, $2, failover => true)' USING slot, 'pgoutput';
+  ELSE
+    PERFORM pg_create_logical_replication_slot(slot, 'pgoutput');
+  END IF;
   RETURN slot;
 END $$;
-COMMENT ON FUNCTION id_gen.shard_create_slot(bigint) IS 'On the source of a move: creates its logical replication slot (42710 if one of that name exists: it is never taken over).';
+COMMENT ON FUNCTION id_gen.shard_create_slot(bigint) IS 'On the source of a move: creates its logical replication slot (42710 if one of that name exists: it is never taken over); from PostgreSQL 17 on a failover slot.';
 REVOKE EXECUTE ON FUNCTION id_gen.shard_create_slot(bigint) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION id_gen.shard_move_lag(move_id bigint) RETURNS bigint

@@ -29,6 +29,9 @@ CREATE TABLE id_gen.move_secrets (
 REVOKE ALL ON id_gen.move_secrets FROM PUBLIC;
 COMMENT ON TABLE id_gen.move_secrets IS 'On the target shard of a move: the connection string of the source (with its password) until the subscription is created from it; superusers only, never dumped.';
 
+-- (0.3.0's run_move_step, a SQL-standard function over the row type, would block the ALTER;
+-- sql/move.sql re-creates it.)
+DROP FUNCTION id_gen.run_move_step(id_gen.shard_moves, text, integer, integer);
 ALTER TABLE id_gen.shard_moves ADD COLUMN slot_created boolean NOT NULL DEFAULT false,
                                ADD COLUMN target_system_id text,
                                ADD COLUMN recovered_by text;

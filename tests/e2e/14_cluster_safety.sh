@@ -280,6 +280,19 @@ assert_eq "$(cq -c "SELECT count(*) FROM ledger WHERE note = 'after'")/$(sq 1 -c
   "the same CALL finished the move, with the row written after the fence was lifted"
 sq 1 -c "DROP TRIGGER slow_first_marker ON id_gen.move_markers" -c "DROP FUNCTION public.slow_first_marker()" >/dev/null
 
+# A shard whose coordinator is gone for good: shard_forget_moves clears what moves left.
+sq 2 >/dev/null <<'SQL'
+CREATE PUBLICATION id_gen_move_999 FOR TABLE id_gen.move_markers;
+SELECT pg_create_logical_replication_slot('id_gen_move_999', 'pgoutput');
+SELECT id_gen.shard_fence(999, 'shard_1', ARRAY[(SELECT format('%I.%I', n.nspname, c.relname)
+  FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+  WHERE i.inhparent = 'public.ledger'::regclass LIMIT 1)]);
+SQL
+assert_eq "$(sq 2 -c "SELECT string_agg(action, ', ' ORDER BY object COLLATE "C") FROM id_gen.shard_forget_moves()")" \
+  "fence lifted, dropped, dropped" "shard_forget_moves lifts a stray fence and drops a stray publication and slot"
+assert_eq "$(sq 2 -c "SELECT count(*) FROM pg_trigger WHERE tgname = 'id_gen_move_fence' AND tgenabled <> 'D'")/$(sq 2 -c "SELECT count(*) FROM pg_publication")" \
+  "0/0" "nothing of the stray move is left"
+
 # (b) after everything: nobody became superuser, no trap ran, nothing is left over --------
 for n in c 1 2; do
   if [ $n = c ]; then r=$(cq -c "SELECT (SELECT rolsuper FROM pg_roles WHERE rolname = 'mallory') || '/' || (SELECT count(*) FROM public.pwned)")
