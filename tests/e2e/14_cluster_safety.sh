@@ -29,7 +29,7 @@ shard_port() { echo $((CP + $1)); }
 SMALL=("shared_buffers = 32MB" "max_connections = 40")
 LOGICAL=("wal_level = logical" "max_wal_senders = 10" "max_replication_slots = 10")
 SECRET='S3cr3t-pw-9f1c'
-trap 'kill $(jobs -p) 2>/dev/null; cluster_stop "$C"; for i in 1 2; do cluster_stop "$(shard_dir $i)"; done' EXIT
+trap 'kill $(jobs -p) 2>/dev/null || true; cluster_stop "$C"; for i in 1 2; do cluster_stop "$(shard_dir $i)"; done' EXIT
 cq() { cpsql "$C" "$CP" -At "$@"; }
 sq() { local i=$1; shift; cpsql "$(shard_dir "$i")" "$(shard_port "$i")" -At "$@"; }
 state_of() { "$@" -v VERBOSITY=verbose 2>&1 >/dev/null | sed -n 's/^ERROR:  \([0-9A-Z]\{5\}\): .*/\1/p' | head -1; }
@@ -282,13 +282,15 @@ sq 1 -c "DROP TRIGGER slow_first_marker ON id_gen.move_markers" -c "DROP FUNCTIO
 
 # A shard whose coordinator is gone for good: shard_forget_moves clears what moves left.
 sq 2 >/dev/null <<'SQL'
+-- (A superuser's own ad hoc SQL is hijacked too with public first: the test pins its path.)
+SET search_path = pg_catalog, pg_temp;
 CREATE PUBLICATION id_gen_move_999 FOR TABLE id_gen.move_markers;
 SELECT pg_create_logical_replication_slot('id_gen_move_999', 'pgoutput');
 SELECT id_gen.shard_fence(999, 'shard_1', ARRAY[(SELECT format('%I.%I', n.nspname, c.relname)
   FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid JOIN pg_namespace n ON n.oid = c.relnamespace
   WHERE i.inhparent = 'public.ledger'::regclass LIMIT 1)]);
 SQL
-assert_eq "$(sq 2 -c "SELECT string_agg(action, ', ' ORDER BY object COLLATE "C") FROM id_gen.shard_forget_moves()")" \
+assert_eq "$(sq 2 -c "SELECT string_agg(action, ', ' ORDER BY object COLLATE \"C\") FROM id_gen.shard_forget_moves()")" \
   "fence lifted, dropped, dropped" "shard_forget_moves lifts a stray fence and drops a stray publication and slot"
 assert_eq "$(sq 2 -c "SELECT count(*) FROM pg_trigger WHERE tgname = 'id_gen_move_fence' AND tgenabled <> 'D'")/$(sq 2 -c "SELECT count(*) FROM pg_publication")" \
   "0/0" "nothing of the stray move is left"
