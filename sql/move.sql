@@ -463,9 +463,24 @@ BEGIN
       IF NOT EXISTS (SELECT FROM pg_locks l WHERE l.locktype = 'advisory' AND l.pid = pg_backend_pid()
                      AND l.classid = 757431 AND l.objid = m.move_id AND l.objsubid = 2)
          AND NOT pg_try_advisory_lock(757431, m.move_id::integer) THEN
-        RAISE EXCEPTION 'id_gen: move % is running in session %', m.move_id, m.runner_pid
-          USING ERRCODE = '55006',
-                HINT = 'Watch it in id_gen.moves. A session whose CALL was interrupted keeps the move until it disconnects or calls again.';
+        -- The move supervisor holds a move only for one short pass: wait for it (bounded).
+        IF EXISTS (SELECT FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+                   WHERE l.locktype = 'advisory' AND l.classid = 757431 AND l.objid = m.move_id
+                     AND l.objsubid = 2 AND l.granted AND a.backend_type = 'id_gen move supervisor') THEN
+          PERFORM pg_catalog.set_config('lock_timeout', '60s', true);
+          PERFORM pg_advisory_lock(757431, m.move_id::integer);
+          PERFORM pg_catalog.set_config('lock_timeout', '0', true);
+          SELECT * INTO m FROM id_gen.shard_moves sm WHERE sm.move_id = m.move_id;
+          IF m.phase IN ('done', 'aborted') THEN
+            PERFORM pg_advisory_unlock(757431, m.move_id::integer);
+            RAISE NOTICE 'id_gen: move % is % (the move supervisor finished it meanwhile)', m.move_id, m.phase;
+            RETURN;
+          END IF;
+        ELSE
+          RAISE EXCEPTION 'id_gen: move % is running in session %', m.move_id, m.runner_pid
+            USING ERRCODE = '55006',
+                  HINT = 'Watch it in id_gen.moves. A session whose CALL was interrupted keeps the move until it disconnects or calls again.';
+        END IF;
       END IF;
       UPDATE id_gen.shard_moves sm SET runner_pid = pg_backend_pid(), updated_at = clock_timestamp()
       WHERE sm.move_id = m.move_id RETURNING * INTO m;
