@@ -3,7 +3,7 @@
 # Prints absolute figures and ratios: the median of interleaved rounds with the min–max
 # spread over the rounds; a ratio whose spread contains 1.0 is reported as a tie. Never
 # used as a CI gate.
-# Usage: bench/bench.sh [--pg 15|16|17|18] [--quick | --authority | --cluster]
+# Usage: bench/bench.sh [--pg 15|16|17|18] [--quick | --hot | --authority | --cluster]
 #        (requires the extension to be installed for that version: scripts/demo.sh does it
 #        for 15, `scripts/test.sh --pg N` or `cargo pgrx install --release --pg-config ...` for others)
 if [ "${1:-}" = "--pg" ]; then export PG_VERSION=$2; shift 2; fi
@@ -116,6 +116,9 @@ read -r cold_waits cold_refills cold_step <<<"$out"
 cold_target=$(awk -v w="${cold_waits:-}" 'BEGIN { print (w == "") ? "n/a" : (w <= 20) ? "met" : "MISSED" }')
 printf '%-40s %22.0f %10s   waits %s (target <= 20: %s), refills %s, step now %s  [one run]\n' \
   "cold start: step 100, $COLD_N calls" "${cold_ms:-0}" "$(rate $COLD_N "${cold_ms:-1e99}")" "${cold_waits:-?}" "$cold_target" "${cold_refills:-?}" "${cold_step:-?}"
+
+# bench.sh --hot: section 1 only (the hot path against the executor floor and sequences).
+[ "$QUICK" = "--hot" ] && exit 0
 
 echo
 echo "-- 2. bulk: next_segment_ids (median of $REPS interleaved rounds; (min..max) over the rounds)"
