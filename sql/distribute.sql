@@ -94,27 +94,25 @@ COMMENT ON FUNCTION id_gen.owner_last_id(bigint) IS 'Largest id an owner''s rows
 COMMENT ON FUNCTION id_gen.owner_last_id(text) IS 'owner_last_id for a text owner.';
 COMMENT ON FUNCTION id_gen.owner_last_id(uuid) IS 'owner_last_id for a uuid owner.';
 
--- At most 58 bytes, so that "<name>_fdw" fits NAMEDATALEN too: parents longer than 30
--- bytes keep 8 characters and a hash of the whole name (no two parents collide by their
-
 -- Names ------------------------------------------------------------------------------------
--- base || suffix, with base cut (at a character boundary) so that the whole fits 63 bytes.
-CREATE OR REPLACE FUNCTION id_gen.fit_name(base text, suffix text) RETURNS name
+-- base || suffix, with base cut (at a character boundary) so that the whole fits max_bytes
+-- (an identifier: 63).
+CREATE OR REPLACE FUNCTION id_gen.fit_name(base text, suffix text, max_bytes integer DEFAULT 63) RETURNS name
 LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   b text := base;
 BEGIN
-  IF octet_length(suffix) > 63 THEN
-    RAISE EXCEPTION 'id_gen: name suffix "%" is longer than 63 bytes', suffix USING ERRCODE = '42622';
+  IF max_bytes NOT BETWEEN 1 AND 63 OR octet_length(suffix) > max_bytes THEN
+    RAISE EXCEPTION 'id_gen: name suffix "%" does not fit % bytes', suffix, max_bytes USING ERRCODE = '42622';
   END IF;
-  WHILE octet_length(b) + octet_length(suffix) > 63 LOOP
+  WHILE octet_length(b) + octet_length(suffix) > max_bytes LOOP
     b := left(b, -1);
   END LOOP;
   RETURN (b || suffix)::name;
 END $$;
-COMMENT ON FUNCTION id_gen.fit_name(text, text) IS 'base || suffix, base cut at a character boundary so that the result fits an identifier (63 bytes).';
+COMMENT ON FUNCTION id_gen.fit_name(text, text, integer) IS 'base || suffix, base cut at a character boundary so that the result fits max_bytes (default 63, an identifier).';
 
 -- A stem for the partitions of a table: the name itself when it is at most 30 bytes and
 -- free, else at most 32 bytes of it and a hash of the whole name (and a counter, should
@@ -128,8 +126,7 @@ DECLARE
   i integer := 0;
 BEGIN
   WHILE stem IS NULL OR stem = ANY (taken) LOOP
-    stem := id_gen.fit_name(left(table_name, 32), repeat('x', 31)) ;  -- at most 32 bytes of the name
-    stem := (left(stem, -31) || '_' || left(md5(table_name || CASE WHEN i = 0 THEN '' ELSE '#' || i END), 8))::name;
+    stem := id_gen.fit_name(table_name, '_' || left(md5(table_name || CASE WHEN i = 0 THEN '' ELSE '#' || i END), 8), 41);
     i := i + 1;
   END LOOP;
   RETURN stem;
