@@ -53,7 +53,11 @@ extension_sql_file!("../sql/bootstrap.sql", bootstrap);
 extension_sql_file!("../sql/hot_path.sql", name = "hot_path");
 // The sharded deployment: catalog tables (install only), then code that update scripts
 // re-create from the same files (scripts/gen-upgrade.sh).
-extension_sql_file!("../sql/cluster_catalog.sql", name = "cluster_catalog", requires = ["hot_path"]);
+extension_sql_file!(
+    "../sql/cluster_catalog.sql",
+    name = "cluster_catalog",
+    requires = ["hot_path"]
+);
 extension_sql_file!(
     "../sql/distribute.sql",
     name = "distribute",
@@ -65,7 +69,11 @@ extension_sql_file!(
         layout::shard_gene_uuid
     ]
 );
-extension_sql_file!("../sql/shard.sql", name = "shard", requires = ["distribute"]);
+extension_sql_file!(
+    "../sql/shard.sql",
+    name = "shard",
+    requires = ["distribute"]
+);
 extension_sql_file!("../sql/move.sql", name = "move", requires = ["shard"]);
 extension_sql_file!("../sql/finalize.sql", finalize);
 

@@ -17,7 +17,9 @@
 
 use crate::gucs;
 use crate::segments::worker::{in_transaction, install_die_handler, wait_latch};
-use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime, SignalWakeFlags};
+use pgrx::bgworkers::{
+    BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime, SignalWakeFlags,
+};
 use pgrx::prelude::*;
 use std::time::Duration;
 
@@ -33,10 +35,8 @@ pub fn register() {
         .load();
 }
 
-/// What one pass does: nothing without the extension or unfinished moves.
-const PASS_SQL: &str = "SELECT count(*) FROM id_gen.recover_moves(make_interval(secs => $1)) \
-     WHERE EXISTS (SELECT FROM pg_catalog.pg_extension e WHERE e.extname = 'id_gen' \
-                   AND e.extversion NOT IN ('0.1.0', '0.2.0', '0.3.0'))";
+/// One pass (run only where `recover_moves` exists: id_gen 0.4.0 or later).
+const PASS_SQL: &str = "SELECT count(*) FROM id_gen.recover_moves(make_interval(secs => $1))";
 
 #[pg_guard]
 #[unsafe(no_mangle)]
@@ -64,18 +64,20 @@ pub extern "C-unwind" fn id_gen_supervisor_main(_arg: pg_sys::Datum) {
         }
         let abandon = f64::from(gucs::MOVE_ABANDON_AFTER_S.get());
         let pass = in_transaction(|| -> Result<i64, pgrx::spi::SpiError> {
-            let has_moves = Spi::get_one::<bool>(
+            let has_recovery = Spi::get_one::<bool>(
                 "SELECT to_regclass('id_gen.shard_moves') IS NOT NULL \
                  AND to_regprocedure('id_gen.recover_moves(interval, interval)') IS NOT NULL",
             )?
             .unwrap_or(false);
-            if !has_moves {
+            if !has_recovery {
                 return Ok(0);
             }
             Ok(Spi::get_one_with_args::<i64>(PASS_SQL, &[abandon.into()])?.unwrap_or(0))
         });
         match pass {
-            Ok(Ok(n)) if n > 0 => log!("id_gen: move supervisor acted on {n} move(s); see id_gen.moves.recovered_by"),
+            Ok(Ok(n)) if n > 0 => {
+                log!("id_gen: move supervisor acted on {n} move(s); see id_gen.moves.recovered_by")
+            }
             Ok(Ok(_)) => {}
             Ok(Err(e)) => warning!("id_gen: move supervisor: {e}"),
             Err(e) => warning!("id_gen: move supervisor: {}", e.message),

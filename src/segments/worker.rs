@@ -128,7 +128,9 @@ impl std::fmt::Display for TxnError {
 
 /// Runs `body` in a transaction of its own; on ERROR, aborts it, clears the error state
 /// and returns what went wrong.
-pub(crate) fn in_transaction<R>(body: impl FnOnce() -> R + std::panic::UnwindSafe) -> Result<R, TxnError> {
+pub(crate) fn in_transaction<R>(
+    body: impl FnOnce() -> R + std::panic::UnwindSafe,
+) -> Result<R, TxnError> {
     // SAFETY: the worker is connected to a database and is outside any transaction.
     unsafe {
         pg_sys::SetCurrentStatementStartTimestamp();
