@@ -86,6 +86,18 @@ ensure_toolchain() {
 }
 
 # Builds and installs the extension into PostgreSQL $PG_VERSION (release build).
+# A Python environment for the tests' load generators and the client library
+# (psycopg 3 and psycopg_pool from PyPI), in target/py; prints its python.
+ensure_python_env() {
+  local py="$REPO_ROOT/target/py/bin/python"
+  if ! "$py" -c "import psycopg, psycopg_pool" 2>/dev/null; then
+    log "creating target/py (psycopg 3, psycopg_pool)"
+    python3 -m venv "$REPO_ROOT/target/py" >&2
+    "$py" -m pip install -q "psycopg[binary]>=3.1" "psycopg_pool>=3.2" >&2
+  fi
+  echo "$py"
+}
+
 install_extension() {
   log "building and installing id_gen for PostgreSQL $PG_VERSION"
   local out

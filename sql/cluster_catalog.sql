@@ -119,3 +119,66 @@ GRANT SELECT ON id_gen.shard_moves TO PUBLIC;
 COMMENT ON TABLE id_gen.shard_moves IS 'On a coordinator: every move of genes between shards (CALL id_gen.move_genes) with its phase and progress; read it through id_gen.moves.';
 COMMENT ON COLUMN id_gen.shard_moves.slot_created IS 'Whether this move created its replication slot on the source (only then does an abort drop a slot of that name).';
 COMMENT ON COLUMN id_gen.shard_moves.recovered_by IS 'What the move supervisor did to a move whose session was gone (lifted the fence, finished the cut-over, aborted it), if anything.';
+
+-- @new-in-0.5.0
+-- Online splits and merges of route ranges (sql/split.sql).
+CREATE TABLE id_gen.route_splits (
+    split_id       bigint      PRIMARY KEY DEFAULT nextval('id_gen.move_ids'),
+    kind           text        NOT NULL CHECK (kind IN ('split', 'merge')),
+    lower_gene     integer     NOT NULL,
+    at_gene        integer     NOT NULL,
+    upper_gene     integer     NOT NULL,
+    shard          text        NOT NULL,
+    phase          text        NOT NULL DEFAULT 'planned'
+                   CHECK (phase IN ('planned', 'copying', 'swapping', 'swapped', 'done', 'aborted', 'failed')),
+    rows_total     bigint,
+    rows_copied    bigint      NOT NULL DEFAULT 0,
+    fence_attempts integer     NOT NULL DEFAULT 0,
+    runner_pid     integer,
+    fence_started_at timestamptz,
+    fence_ended_at timestamptz,
+    started_at     timestamptz NOT NULL DEFAULT clock_timestamp(),
+    updated_at     timestamptz NOT NULL DEFAULT clock_timestamp(),
+    finished_at    timestamptz,
+    last_error     text,
+    recovered_by   text,
+    CHECK (lower_gene BETWEEN 0 AND at_gene AND at_gene < upper_gene AND upper_gene <= 65535)
+);
+SELECT pg_catalog.pg_extension_config_dump('id_gen.route_splits', '');
+REVOKE ALL ON id_gen.route_splits FROM PUBLIC;
+GRANT SELECT ON id_gen.route_splits TO PUBLIC;
+COMMENT ON TABLE id_gen.route_splits IS 'On a coordinator: every online split (CALL id_gen.split_route) and merge (CALL id_gen.merge_routes) of route ranges, with its phase and progress; read it through id_gen.splits. Numbered from the same sequence as moves.';
+COMMENT ON COLUMN id_gen.route_splits.at_gene IS 'The upper gene of the lower half: a split makes [lower_gene, at_gene] and [at_gene + 1, upper_gene] of one range; a merge makes one range of those two.';
+
+CREATE TABLE id_gen.shard_split_pieces (
+    split_id     bigint   NOT NULL,
+    parent       oid      NOT NULL,
+    id_column    name     NOT NULL,
+    source       oid      NOT NULL,
+    target       oid      NOT NULL,
+    source_lower integer  NOT NULL,
+    source_upper integer  NOT NULL,
+    target_lower integer  NOT NULL,
+    target_upper integer  NOT NULL,
+    first_id     bigint   NOT NULL,
+    last_id      bigint   NOT NULL,
+    copied_upto  bigint,
+    copied       boolean  NOT NULL DEFAULT false,
+    swapped      boolean  NOT NULL DEFAULT false,
+    old_name     name     NOT NULL,
+    copy_sql     text     NOT NULL,
+    resync_delete_sql text NOT NULL,
+    resync_insert_sql text NOT NULL,
+    PRIMARY KEY (split_id, source, target)
+);
+REVOKE ALL ON id_gen.shard_split_pieces FROM PUBLIC;
+COMMENT ON TABLE id_gen.shard_split_pieces IS 'On a shard, during an online split or merge: which rows of which partition (source) go to which new table (target), the statements that copy them and bring single rows up to date (built by id_gen.shard_split_prepare, superusers only) and how far the copy has come. Not dumped: it describes tables in the middle of a change.';
+
+CREATE TABLE id_gen.shard_split_log (
+    split_id bigint NOT NULL,
+    source   oid    NOT NULL,
+    id       bigint NOT NULL
+);
+CREATE INDEX ON id_gen.shard_split_log (split_id);
+REVOKE ALL ON id_gen.shard_split_log FROM PUBLIC;
+COMMENT ON TABLE id_gen.shard_split_log IS 'On a shard, during an online split or merge: the ids of rows written in the partitions being copied since the copy began (appended by a trigger in the writer''s transaction, never updated, so no writer conflicts on it at any isolation level); id_gen.shard_split_catch_up brings those rows of the new tables up to date and deletes the entries. Not dumped.';

@@ -177,8 +177,9 @@ BEGIN
       USING ERRCODE = '55006',
             HINT = 'Finish each with the same CALL id_gen.move_genes(...) or roll it back with CALL id_gen.abort_move(move_id).';
   END IF;
+  PERFORM id_gen.refuse_during_splits(what);
 END $$;
-COMMENT ON FUNCTION id_gen.refuse_during_moves(text) IS 'Raises 55006 while a move of genes is unfinished.';
+COMMENT ON FUNCTION id_gen.refuse_during_moves(text) IS 'Raises 55006 while a move of genes, or a split or merge of route ranges, is unfinished.';
 REVOKE EXECUTE ON FUNCTION id_gen.refuse_during_moves(text) FROM PUBLIC;
 
 -- Every route must lead to a postgres_fdw server and every gene must have a route before
@@ -553,6 +554,28 @@ BEGIN
   -- is in flight while the shards re-partition).
   EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', parts);
   PERFORM id_gen.quiet_ddl();
+
+  -- A range partition whose bounds are no longer a route range is split or merged; with
+  -- rows, this transaction would copy them under the lock above and the shards' table
+  -- locks. Only on request (set_route(..., copy_rows => true)).
+  IF coalesce(current_setting('id_gen_internal.copy_rows', true), '') <> 'on' THEN
+    FOR cur IN
+      SELECT c.oid::regclass AS part, pg_get_expr(c.relpartbound, c.oid) AS bound
+      FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+      WHERE i.inhparent = parts
+    LOOP
+      CONTINUE WHEN EXISTS (SELECT FROM id_gen.route_ranges rr
+                            WHERE id_gen.partition_bound_text(rr.lower_gene, rr.upper_gene) = cur.bound);
+      EXECUTE format('SELECT EXISTS (SELECT FROM %s)', cur.part) INTO msg;
+      IF msg::boolean THEN
+        RAISE EXCEPTION 'id_gen: this route change splits or merges % of %.%, which holds rows', cur.part,
+                        quote_ident(d.schema_name), quote_ident(d.table_name)
+          USING ERRCODE = '55000',
+                DETAIL = 'It would copy them while the whole table is locked, on the coordinator and on the shard.',
+                HINT = 'Use CALL id_gen.split_route(gene) or CALL id_gen.merge_routes(upper_gene), which copy online; or pass copy_rows => true to set_route/drop_route to accept the lock.';
+      END IF;
+    END LOOP;
+  END IF;
 
   BEGIN
     -- Every shard that owns genes now, or did before, hears its new set of ranges; each

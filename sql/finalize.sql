@@ -148,39 +148,7 @@ COMMENT ON FUNCTION id_gen.route_plan_split(text, text[]) IS 'Proposes routes th
 COMMENT ON FUNCTION id_gen.route_plan_merge(text[], text) IS 'Proposes routes that move the ranges of the given shards to one shard; apply each row with set_route.';
 COMMENT ON TABLE id_gen.shard_routes IS 'Route table: a gene goes to the first row whose upper_gene >= gene. Change with id_gen.set_route / id_gen.drop_route.';
 
-CREATE FUNCTION id_gen.set_route(upper_gene integer, shard text) RETURNS void
-LANGUAGE plpgsql VOLATILE STRICT
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-  PERFORM id_gen.check_route(upper_gene, shard);
-  -- One route change at a time, so that the partitions and shard CHECKs of distributed
-  -- tables are derived from one state of the table.
-  LOCK TABLE id_gen.shard_routes IN SHARE ROW EXCLUSIVE MODE;
-  INSERT INTO id_gen.shard_routes AS r (upper_gene, shard) VALUES (set_route.upper_gene, set_route.shard)
-  ON CONFLICT ON CONSTRAINT shard_routes_pkey DO UPDATE SET shard = excluded.shard, updated_at = now();
-  PERFORM id_gen.sync_distributed_tables();
-END $$;
-COMMENT ON FUNCTION id_gen.set_route(integer, text) IS 'Routes genes up to upper_gene (down to the previous bound + 1) to a shard; replaces an existing bound. Distributed tables follow in the same transaction (partitions and shard CHECKs).';
-
-CREATE FUNCTION id_gen.drop_route(upper_gene integer) RETURNS boolean
-LANGUAGE plpgsql VOLATILE STRICT
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-  LOCK TABLE id_gen.shard_routes IN SHARE ROW EXCLUSIVE MODE;
-  DELETE FROM id_gen.shard_routes r WHERE r.upper_gene = drop_route.upper_gene;
-  IF NOT FOUND THEN
-    RAISE EXCEPTION 'id_gen: there is no route with upper bound %', upper_gene
-      USING ERRCODE = '42704', HINT = 'Existing routes are listed in id_gen.route_ranges.';
-  END IF;
-  PERFORM id_gen.sync_distributed_tables();
-  RETURN true;
-END $$;
-COMMENT ON FUNCTION id_gen.drop_route(integer) IS 'Removes a route bound; its genes then go to the next higher bound. Distributed tables follow in the same transaction.';
-
-REVOKE EXECUTE ON FUNCTION id_gen.set_route(integer, text) FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION id_gen.drop_route(integer) FROM PUBLIC;
+-- set_route and drop_route are in sql/split.sql.
 
 CREATE VIEW id_gen.route_ranges AS
 SELECT coalesce(lag(upper_gene) OVER (ORDER BY upper_gene) + 1, 0) AS lower_gene,

@@ -365,6 +365,10 @@ BEGIN
       RETURN NEXT;
     END IF;
   END LOOP;
+  -- Splits and merges of route ranges (sql/split.sql) share the supervisor.
+  IF EXISTS (SELECT FROM id_gen.route_splits rs WHERE rs.phase NOT IN ('done', 'aborted', 'failed')) THEN
+    RETURN QUERY SELECT x.split_id, x.action FROM id_gen.recover_splits(abandon_after, grace) x;
+  END IF;
 END $$;
 COMMENT ON FUNCTION id_gen.recover_moves(interval, interval) IS 'Picks up moves no session runs (and none touched for grace): lifts the source''s fence of a move that has not cut over, finishes a move that has, and rolls back one left alone for abandon_after. The move supervisor runs it every few seconds; returns what it did. Superuser only.';
 REVOKE EXECUTE ON FUNCTION id_gen.recover_moves(interval, interval) FROM PUBLIC;
@@ -488,6 +492,7 @@ BEGIN
       PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
     END IF;
   ELSE
+    PERFORM id_gen.refuse_during_splits('move genes');
     SELECT count(*), count(DISTINCT rr.shard), min(rr.lower_gene), max(rr.upper_gene), min(rr.shard)
       INTO n_ranges, n_shards, first_gene, last_gene, src
     FROM id_gen.route_ranges rr
@@ -499,7 +504,7 @@ BEGIN
                                  FROM id_gen.route_ranges rr
                                  WHERE rr.upper_gene >= move_genes.lower_gene AND rr.lower_gene <= move_genes.upper_gene),
                                 'No route covers them.'),
-              HINT = 'A move takes whole route ranges (one partition each). Split a range first with id_gen.set_route(bound, its shard): that re-partitions the shard''s table, which copies its rows.';
+              HINT = 'A move takes whole route ranges (one partition each). Split a range first, online: CALL id_gen.split_route(gene).';
     ELSIF n_shards > 1 THEN
       RAISE EXCEPTION 'id_gen: genes % .. % are on % shards; a move has one source', lower_gene, upper_gene, n_shards
         USING ERRCODE = '22023', HINT = 'Move each shard''s ranges with its own move_genes call.';

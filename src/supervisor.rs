@@ -35,7 +35,7 @@ pub fn register() {
         .load();
 }
 
-/// One pass (run only where `recover_moves` exists: id_gen 0.4.0 or later).
+/// One pass (run only where `recover_moves` exists: id_gen 0.4.0 or later; it also recovers splits from 0.5.0).
 const PASS_SQL: &str = "SELECT count(*) FROM id_gen.recover_moves(make_interval(secs => $1))";
 
 #[pg_guard]

@@ -5,10 +5,10 @@
 # install of the new version (functions, privileges, comments, tables, views).
 source "$(dirname "$0")/lib.sh"
 EXT_DIR="$("$PG_CONFIG" --sharedir)/extension"
-cp "$REPO_ROOT/tests/upgrade/id_gen--0.1.0.sql" "$REPO_ROOT/tests/upgrade/id_gen--0.2.0.sql" "$REPO_ROOT/tests/upgrade/id_gen--0.3.0.sql" "$EXT_DIR/"
+cp "$REPO_ROOT/tests/upgrade/id_gen--0.1.0.sql" "$REPO_ROOT/tests/upgrade/id_gen--0.2.0.sql" "$REPO_ROOT/tests/upgrade/id_gen--0.3.0.sql" "$REPO_ROOT/tests/upgrade/id_gen--0.4.0.sql" "$EXT_DIR/"
 NEW=$(sed -n "s/^default_version = '\(.*\)'/\1/p" "$REPO_ROOT/id_gen.control")
 # The released scripts are copied in for the test (the build installs only the current one).
-trap 'rm -f "$EXT_DIR/id_gen--0.1.0.sql" "$EXT_DIR/id_gen--0.2.0.sql"; [ "$NEW" = 0.3.0 ] || rm -f "$EXT_DIR/id_gen--0.3.0.sql"; cluster_stop "$E2E_DIR"' EXIT
+trap 'rm -f "$EXT_DIR/id_gen--0.1.0.sql" "$EXT_DIR/id_gen--0.2.0.sql"; [ "$NEW" = 0.3.0 ] || rm -f "$EXT_DIR/id_gen--0.3.0.sql"; [ "$NEW" = 0.4.0 ] || rm -f "$EXT_DIR/id_gen--0.4.0.sql"; cluster_stop "$E2E_DIR"' EXIT
 E2E_DIR=/tmp/idg_e2e8 E2E_PORT=54348
 cluster_start "$E2E_DIR" "$E2E_PORT"
 
@@ -120,7 +120,7 @@ assert_eq "$(q v3 "SELECT extversion FROM pg_extension WHERE extname = 'id_gen'"
 assert_eq "$(q v3 "SELECT shard_stem || ' ' || coordinator_stem FROM id_gen.distributed_tables")" "a_table__e4a7c13c a_table__e4a7c13c" \
   "the stems of a 0.3.0 distributed table are its old partition-name prefixes"
 q v3 "CREATE EXTENSION dblink" >/dev/null
-q v3 "SELECT id_gen.set_route(30000, 's1')" >/dev/null
+q v3 "SELECT id_gen.set_route(30000, 's1', copy_rows => true)" >/dev/null
 assert_eq "$(q v3 "SELECT count(*) FROM a_table_with_a_name_longer_than_thirty")/$(q v3 "SELECT bool_and(in_step) FROM id_gen.distribution")" "50/t" \
   "after the update a route change re-partitions it and every row is still there"
 q v3 "$SCHEMA_SQL" > "$E2E_DIR/upgraded_v3.txt"

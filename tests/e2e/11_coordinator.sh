@@ -193,8 +193,8 @@ assert_eq "$(state_of cq -c "SELECT id_gen.drop_route(65535)")" "55000" "droppin
 # An empty range of 10 genes in shard_3's part moves to shard_1.
 lo=$(cq -c "SELECT g FROM generate_series(43700, 65000, 10) g WHERE NOT EXISTS (SELECT FROM orders WHERE id BETWEEN id_gen.gene_first_id(g) AND id_gen.gene_last_id(g + 9)) LIMIT 1")
 hi=$((lo + 9))
-cq -c "BEGIN" -c "SELECT id_gen.set_route($((lo - 1)), 'shard_3')" -c "SELECT id_gen.set_route($hi, 'shard_1')" -c "COMMIT" >/dev/null
-pass "genes $lo .. $hi moved from shard_3 to shard_1 (two set_route calls in one transaction)"
+cq -c "BEGIN" -c "SELECT id_gen.set_route($((lo - 1)), 'shard_3', copy_rows => true)" -c "SELECT id_gen.set_route($hi, 'shard_1', copy_rows => true)" -c "COMMIT" >/dev/null
+pass "genes $lo .. $hi moved from shard_3 to shard_1 (two set_route calls in one transaction, copy_rows => true: shard_3 re-partitions its rows under its lock)"
 assert_eq "$(cq -c "SELECT s.srvname FROM pg_foreign_table ft JOIN pg_foreign_server s ON s.oid = ft.ftserver WHERE ft.ftrelid = 'orders_shards_g${lo}_${hi}_fdw'::regclass")" \
   "shard_1" "the partition of genes $lo .. $hi points at shard_1"
 assert_eq "$(cq -c "SELECT bool_and(in_step)::text || count(*) FROM id_gen.distribution")" "true5" "every partition is in step (5 runs)"

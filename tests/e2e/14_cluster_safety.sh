@@ -133,7 +133,7 @@ o_low=$(owner_in 0 1000)
 ( cq -c "BEGIN" -c "INSERT INTO ledger (owner_id, amount, note) VALUES ($o_low, 777, 'W')" -c "SELECT pg_sleep(3)" -c "COMMIT" >/dev/null ) &
 w=$!
 sleep 1
-cq -c "SELECT id_gen.set_route(2047, 'shard_2')" >/dev/null
+cq -c "SELECT id_gen.set_route(2047, 'shard_2', copy_rows => true)" >/dev/null
 wait $w || fail "the coordinator writer failed"
 assert_eq "$(cq -c "SELECT count(*) FROM ledger WHERE note = 'W'")/$(sq 2 -c "SELECT count(*) FROM ledger WHERE note = 'W'")" "1/1" \
   "a row committed through the coordinator while set_route split its range is on its shard"
@@ -141,7 +141,7 @@ assert_eq "$(cq -c "SELECT count(*) FROM ledger WHERE note = 'W'")/$(sq 2 -c "SE
        -c "SELECT pg_sleep(3)" -c "COMMIT" >/dev/null ) &
 w=$!
 sleep 1
-cq -c "SELECT id_gen.set_route(1023, 'shard_2')" >/dev/null
+cq -c "SELECT id_gen.set_route(1023, 'shard_2', copy_rows => true)" >/dev/null
 wait $w || fail "the direct shard writer failed"
 assert_eq "$(cq -c "SELECT count(*) FROM ledger WHERE note = 'D'")/$(sq 2 -c "SELECT count(*) FROM ledger WHERE note = 'D'")" "1/1" \
   "a row committed directly on the shard while set_route split its range survives"
@@ -154,12 +154,12 @@ PGB
 "$PG_BIN/pgbench" -n -h "$C" -p "$CP" -U postgres -c 4 -j 2 -T 8 -f "$C/ins.sql" postgres > "$C/pgb.log" 2>&1 &
 pgb=$!
 sleep 1.5
-cq -c "SELECT id_gen.set_route(511, 'shard_2')" >/dev/null & r1=$!
-cq -c "SELECT id_gen.set_route(3071, 'shard_2')" >/dev/null & r2=$!
+cq -c "SELECT id_gen.set_route(511, 'shard_2', copy_rows => true)" >/dev/null & r1=$!
+cq -c "SELECT id_gen.set_route(3071, 'shard_2', copy_rows => true)" >/dev/null & r2=$!
 wait $r1 || fail "a concurrent split failed"; wait $r2 || fail "a concurrent split failed"
 sleep 1
-cq -c "SELECT id_gen.drop_route(511)" >/dev/null & r1=$!
-cq -c "SELECT id_gen.set_route(1535, 'shard_2')" >/dev/null & r2=$!
+cq -c "SELECT id_gen.drop_route(511, copy_rows => true)" >/dev/null & r1=$!
+cq -c "SELECT id_gen.set_route(1535, 'shard_2', copy_rows => true)" >/dev/null & r2=$!
 wait $r1 || fail "a concurrent merge failed"; wait $r2 || fail "a concurrent split failed"
 wait $pgb || { cat "$C/pgb.log" >&2; fail "pgbench failed"; }
 committed=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$C/pgb.log")

@@ -1,0 +1,949 @@
+-- Online splits and merges of route ranges (CALL id_gen.split_route, CALL
+-- id_gen.merge_routes), and the route changes that would copy rows under a table lock
+-- (set_route, drop_route), which now refuse unless asked to copy. Code only (CREATE OR
+-- REPLACE); the tables are in sql/cluster_catalog.sql. The first half runs on a shard,
+-- the second on the coordinator.
+--
+-- A route range is one partition on its shard and one range partition (holding one
+-- foreign table) on the coordinator (sql/distribute.sql). A split of [lo, hi] at g on
+-- shard S makes two: [lo, g] and [g + 1, hi]; a merge the inverse. Both stay on S, so the
+-- rows are copied within one server, which logical replication cannot do (it applies a
+-- change to the table of the same name). The copy is transactional instead:
+--
+--   planned   the split is recorded on the coordinator; nothing exists on the shard.
+--   copying   on S (id_gen.shard_split_prepare, one transaction): the new tables, made
+--             LIKE the parent (columns, constraints, indexes) with a CHECK of their bounds,
+--             owner and grants of the parent; an AFTER ROW trigger on each old partition
+--             (ENABLE ALWAYS, so replica-mode writers fire it too) that appends the id of
+--             every row written to id_gen.shard_split_log in the writer's transaction (an
+--             append never conflicts, so writers through postgres_fdw, which run in
+--             REPEATABLE READ, never get a serialization failure from it; TRUNCATE is
+--             refused). Then batches of id_gen.shard_split_copy (INSERT ... SELECT by id
+--             range, its own transaction each).
+--   swapping  catch-up: id_gen.shard_split_catch_up takes logged ids, deletes them in the
+--             new tables and copies them again from the old partition as it is now (READ
+--             COMMITTED: every write committed before is seen); idempotent, so order does
+--             not matter. Repeated until few ids are left. Then
+--             the fence, one coordinator transaction: ACCESS EXCLUSIVE on the
+--             coordinator's partitioned tables (lock_timeout 50 ms, retried), then on S
+--             (id_gen.shard_split_swap, its own transaction, lock_timeout 50 ms) ACCESS
+--             EXCLUSIVE on the shard's tables, the last catch-up (nobody writes now), DETACH of the old partitions (renamed, kept
+--             until cleanup), ATTACH of the new ones (their CHECK spares the scan), then
+--             the coordinator's range partitions and foreign tables, the route table and
+--             the placements; COMMIT. Writers wait for the fence only (milliseconds); rows
+--             never move under it.
+--   swapped   committed; S drops the old partitions (id_gen.shard_split_cleanup).
+--   done / aborted / failed.
+--
+-- Invariants:
+--   * Every row written after the trigger's commit is in the log; every row committed
+--     before it is seen by the copy, which starts after. A copied row that changes later is
+--     in the log, and its catch-up (which runs after the copy) reads it as it is then. So
+--     once the log is empty under the lock, the new tables hold exactly the old
+--     partitions' rows within their bounds.
+--   * Until the shard's swap commits, the old partition is authoritative; an abort drops
+--     the triggers and the new tables, and nothing else.
+--   * A swap that committed on the shard while the coordinator's transaction did not
+--     (a crash) leaves the coordinator pointing at the renamed old partition, which
+--     fails (42P01) rather than answering; the next CALL, or the move supervisor
+--     (id_gen.recover_moves calls id_gen.recover_splits), redoes the coordinator's half.
+--   * One split, merge or move at a time (advisory lock 757430, SHARE ROW EXCLUSIVE on
+--     shard_routes, and refusals in both directions).
+
+-- Shard side ------------------------------------------------------------------------------
+
+-- AFTER ROW trigger on an old partition during a split or merge: notes the ids written
+-- in id_gen.shard_split_log (the writer's transaction; an append, so it never conflicts,
+-- whatever the writer's isolation level). Runs as the extension's owner (writers cannot
+-- write that table); it executes no statement of anyone's making. TRUNCATE is refused.
+CREATE OR REPLACE FUNCTION id_gen.note_split_rows() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  old_id bigint;
+  new_id bigint;
+BEGIN
+  IF TG_OP = 'TRUNCATE' THEN
+    RAISE EXCEPTION 'id_gen: % is being copied by split %', TG_TABLE_NAME, TG_ARGV[1]
+      USING ERRCODE = '55006', HINT = 'Delete the rows instead, or wait for the split to finish (id_gen.splits on the coordinator).';
+  END IF;
+  IF TG_OP <> 'INSERT' THEN
+    old_id := (to_jsonb(OLD) ->> TG_ARGV[0])::bigint;
+    INSERT INTO id_gen.shard_split_log (split_id, source, id) VALUES (TG_ARGV[1]::bigint, TG_RELID, old_id);
+  END IF;
+  IF TG_OP <> 'DELETE' THEN
+    new_id := (to_jsonb(NEW) ->> TG_ARGV[0])::bigint;
+    IF new_id IS DISTINCT FROM old_id THEN
+      INSERT INTO id_gen.shard_split_log (split_id, source, id) VALUES (TG_ARGV[1]::bigint, TG_RELID, new_id);
+    END IF;
+  END IF;
+  RETURN NULL;
+END $$;
+COMMENT ON FUNCTION id_gen.note_split_rows() IS 'Trigger on a partition being split or merged: notes the id of every row written (id_gen.shard_split_log) for id_gen.shard_split_catch_up; refuses TRUNCATE.';
+REVOKE EXECUTE ON FUNCTION id_gen.note_split_rows() FROM PUBLIC;
+
+-- The name of the trigger a split puts on an old partition.
+CREATE OR REPLACE FUNCTION id_gen.split_trigger_name(split_id bigint) RETURNS name
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN format('id_gen_split_%s', split_id)::name;
+COMMENT ON FUNCTION id_gen.split_trigger_name(bigint) IS 'Name of the trigger an online split or merge puts on the partitions it copies from.';
+GRANT EXECUTE ON FUNCTION id_gen.split_trigger_name(bigint) TO PUBLIC;
+
+-- Prepares one table of a split or merge on this shard: new tables for the target ranges,
+-- triggers on the partitions of the source ranges. Idempotent for the same split.
+-- Returns the number of rows the copy will read.
+CREATE OR REPLACE FUNCTION id_gen.shard_split_prepare(split_id bigint, schema_name name, table_name name, id_column name,
+                                                      stem name, sources int4range[], targets int4range[],
+                                                      lock_timeout_ms integer DEFAULT 10000) RETURNS bigint
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  parent_rel regclass := to_regclass(format('%I.%I', schema_name, table_name));
+  s int4range;
+  t int4range;
+  src regclass;
+  tgt regclass;
+  tname name;
+  cols text;
+  bound_check text;
+  total bigint := 0;
+  n bigint;
+BEGIN
+  PERFORM set_config('lock_timeout', lock_timeout_ms || 'ms', true);
+  PERFORM id_gen.quiet_ddl();
+  IF parent_rel IS NULL THEN
+    RAISE EXCEPTION 'id_gen: %.% does not exist on this shard', quote_ident(schema_name), quote_ident(table_name)
+      USING ERRCODE = '42P01', HINT = 'Run SELECT id_gen.sync_distributed_tables() on the coordinator.';
+  END IF;
+  PERFORM id_gen.refuse_untrusted_table(parent_rel, 'shard table');
+  IF NOT EXISTS (SELECT FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+                 WHERE i.indrelid = parent_rel AND i.indisunique AND i.indnkeyatts = 1 AND a.attname = id_column
+                   AND i.indpred IS NULL AND i.indexprs IS NULL) THEN
+    RAISE EXCEPTION 'id_gen: % has no unique index on % alone, which an online split needs', parent_rel, quote_ident(id_column)
+      USING ERRCODE = '55000',
+            HINT = 'Make the id column the primary key (on the coordinator and the shards), or split with set_route(..., copy_rows => true), which locks the table while it copies.';
+  END IF;
+  -- Columns that an INSERT may name (no generated ones), in order.
+  SELECT string_agg(quote_ident(a.attname), ', ' ORDER BY a.attnum) INTO cols
+  FROM pg_attribute a WHERE a.attrelid = parent_rel AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = '';
+
+  FOREACH t IN ARRAY targets LOOP
+    tname := id_gen.partition_name(stem, lower(t), upper(t) - 1);
+    tgt := to_regclass(format('%I.%I', schema_name, tname));
+    IF tgt IS NULL THEN
+      EXECUTE format('CREATE TABLE %I.%I (LIKE %s INCLUDING ALL EXCLUDING IDENTITY)', schema_name, tname, parent_rel);
+      tgt := format('%I.%I', schema_name, tname)::regclass;
+      bound_check := format('%1$I OPERATOR(pg_catalog.>=) %2$L::bigint', id_column, id_gen.gene_first_id(lower(t)));
+      IF upper(t) <= 65535 THEN
+        bound_check := bound_check || format(' AND %1$I OPERATOR(pg_catalog.<) %2$L::bigint', id_column, id_gen.gene_first_id(upper(t)));
+      END IF;
+      EXECUTE format('ALTER TABLE %s ADD CONSTRAINT id_gen_split_bound CHECK (%s)', tgt, bound_check);
+      PERFORM id_gen.inherit_parent_settings(parent_rel, tgt,
+        format('id_gen: genes %s .. %s of %s on this shard, filled by split %s', lower(t), upper(t) - 1, parent_rel, split_id));
+    ELSIF NOT EXISTS (SELECT FROM id_gen.shard_split_pieces sp WHERE sp.split_id = shard_split_prepare.split_id AND sp.target = tgt) THEN
+      RAISE EXCEPTION 'id_gen: relation % already exists on this shard', tgt
+        USING ERRCODE = '42P07',
+              HINT = 'id_gen names a table''s partitions <stem>_g<lower>_<upper>; rename that relation, or drop what an aborted split left.';
+    END IF;
+    FOREACH s IN ARRAY sources LOOP
+      CONTINUE WHEN NOT s && t;
+      SELECT c.oid::regclass INTO src FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+      WHERE i.inhparent = parent_rel AND pg_get_expr(c.relpartbound, c.oid) = id_gen.partition_bound_text(lower(s), upper(s) - 1);
+      IF src IS NULL THEN
+        RAISE EXCEPTION 'id_gen: % has no partition of genes % .. % on this shard', parent_rel, lower(s), upper(s) - 1
+          USING ERRCODE = '55000', HINT = 'Run SELECT id_gen.sync_distributed_tables() on the coordinator; see id_gen.distribution.';
+      END IF;
+      CONTINUE WHEN EXISTS (SELECT FROM id_gen.shard_split_pieces sp
+                            WHERE (sp.split_id, sp.source, sp.target) = (shard_split_prepare.split_id, src, tgt));
+      INSERT INTO id_gen.shard_split_pieces (split_id, parent, id_column, source, target, source_lower, source_upper,
+                                             target_lower, target_upper, first_id, last_id, old_name,
+                                             copy_sql, resync_delete_sql, resync_insert_sql)
+      VALUES (split_id, parent_rel, id_column, src, tgt, lower(s), upper(s) - 1, lower(t), upper(t) - 1,
+              id_gen.gene_first_id(greatest(lower(s), lower(t))), id_gen.gene_last_id(least(upper(s), upper(t)) - 1),
+              id_gen.fit_name((SELECT c.relname FROM pg_class c WHERE c.oid = src), '_old' || split_id),
+              format('INSERT INTO %1$s (%2$s) SELECT %2$s FROM %3$s WHERE %4$I OPERATOR(pg_catalog.>=) $1 AND %4$I OPERATOR(pg_catalog.<=) $2 '
+                     'ON CONFLICT (%4$I) DO NOTHING', tgt, cols, src, id_column),
+              format('DELETE FROM %1$s WHERE %2$I OPERATOR(pg_catalog.=) ANY ($1)', tgt, id_column),
+              format('INSERT INTO %1$s (%2$s) SELECT %2$s FROM %3$s WHERE %4$I OPERATOR(pg_catalog.=) ANY ($1) '
+                     'AND %4$I OPERATOR(pg_catalog.>=) $2 AND %4$I OPERATOR(pg_catalog.<=) $3', tgt, cols, src, id_column));
+    END LOOP;
+  END LOOP;
+  -- The triggers last: from their commit on, every row written in the old partitions is
+  -- noted (CREATE TRIGGER waits for the partitions' writers), and the copy starts after.
+  FOR src IN SELECT DISTINCT sp.source::regclass FROM id_gen.shard_split_pieces sp
+             WHERE sp.split_id = shard_split_prepare.split_id AND sp.parent = parent_rel LOOP
+    IF NOT EXISTS (SELECT FROM pg_trigger tg WHERE tg.tgrelid = src AND tg.tgname = id_gen.split_trigger_name(split_id)) THEN
+      EXECUTE format('CREATE TRIGGER %I AFTER INSERT OR UPDATE OR DELETE ON %s FOR EACH ROW EXECUTE FUNCTION id_gen.note_split_rows(%L, %L)',
+                     id_gen.split_trigger_name(split_id), src, id_column, split_id);
+      EXECUTE format('ALTER TABLE %s ENABLE ALWAYS TRIGGER %I', src, id_gen.split_trigger_name(split_id));
+      EXECUTE format('CREATE TRIGGER %I BEFORE TRUNCATE ON %s FOR EACH STATEMENT EXECUTE FUNCTION id_gen.note_split_rows(%L, %L)',
+                     id_gen.split_trigger_name(split_id) || '_t', src, id_column, split_id);
+      EXECUTE format('ALTER TABLE %s ENABLE ALWAYS TRIGGER %I', src, id_gen.split_trigger_name(split_id) || '_t');
+    END IF;
+    EXECUTE format('SELECT count(*) FROM %s', src) INTO n;
+    total := total + n;
+  END LOOP;
+  RETURN total;
+END $$;
+COMMENT ON FUNCTION id_gen.shard_split_prepare(bigint, name, name, name, name, int4range[], int4range[], integer) IS 'On a shard (called by the coordinator): starts an online split or merge of one table: new tables for the target ranges, and triggers that note every row written in the source partitions from then on. Returns the rows to copy.';
+REVOKE EXECUTE ON FUNCTION id_gen.shard_split_prepare(bigint, name, name, name, name, int4range[], int4range[], integer) FROM PUBLIC;
+
+-- One batch of the copy (at most max_rows rows of one piece), in the caller's
+-- transaction. Rows written after the copy read them are noted in the log and brought up
+-- to date by id_gen.shard_split_catch_up. Returns {"copied": n, "done": bool}.
+CREATE OR REPLACE FUNCTION id_gen.shard_split_copy(split_id bigint, max_rows integer) RETURNS jsonb
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  p record;
+  id_column name;
+  from_id bigint;
+  to_id bigint;
+  n bigint;
+BEGIN
+  IF current_setting('transaction_isolation') <> 'read committed' THEN
+    RAISE EXCEPTION 'id_gen: a split copies rows only in READ COMMITTED' USING ERRCODE = '25000';
+  END IF;
+  SELECT sp.* INTO p FROM id_gen.shard_split_pieces sp
+  WHERE sp.split_id = shard_split_copy.split_id AND NOT sp.copied
+  ORDER BY sp.source, sp.target LIMIT 1 FOR UPDATE;
+  IF NOT FOUND THEN
+    RETURN jsonb_build_object('copied', 0, 'done', true);
+  END IF;
+  id_column := p.id_column;
+  IF NOT EXISTS (SELECT FROM pg_trigger tg WHERE tg.tgrelid = p.source AND tg.tgname = id_gen.split_trigger_name(split_id)) THEN
+    RAISE EXCEPTION 'id_gen: the trigger of split % is missing on %', split_id, p.source::regclass
+      USING ERRCODE = '55000', HINT = 'Abort the split (CALL id_gen.abort_split) and split again.';
+  END IF;
+  from_id := greatest(p.first_id, coalesce(p.copied_upto + 1, p.first_id));
+  EXECUTE format('SELECT max(i) FROM (SELECT %1$I AS i FROM %2$s WHERE %1$I OPERATOR(pg_catalog.>=) $1 AND %1$I OPERATOR(pg_catalog.<=) $2 '
+                 'ORDER BY %1$I LIMIT $3) s', id_column, p.source::regclass)
+    INTO to_id USING from_id, p.last_id, max_rows;
+  IF to_id IS NULL THEN
+    UPDATE id_gen.shard_split_pieces sp SET copied = true, copied_upto = p.last_id
+    WHERE (sp.split_id, sp.source, sp.target) = (p.split_id, p.source, p.target);
+    RETURN jsonb_build_object('copied', 0, 'done', NOT EXISTS (SELECT FROM id_gen.shard_split_pieces sp
+                                                              WHERE sp.split_id = shard_split_copy.split_id AND NOT sp.copied));
+  END IF;
+  EXECUTE p.copy_sql USING from_id, to_id;
+  GET DIAGNOSTICS n = ROW_COUNT;
+  UPDATE id_gen.shard_split_pieces sp SET copied_upto = to_id
+  WHERE (sp.split_id, sp.source, sp.target) = (p.split_id, p.source, p.target);
+  RETURN jsonb_build_object('copied', n, 'done', false);
+END $$;
+COMMENT ON FUNCTION id_gen.shard_split_copy(bigint, integer) IS 'On a shard: copies the next run of at most max_rows rows of a split or merge into its new table; returns {"copied": n, "done": bool}.';
+REVOKE EXECUTE ON FUNCTION id_gen.shard_split_copy(bigint, integer) FROM PUBLIC;
+
+-- Brings the rows noted in the log (at most max_ids entries) up to date in the new
+-- tables: each is deleted there and copied again from the old partition as it is now.
+-- Idempotent and order-free, so entries may be replayed in any grouping. In the caller's
+-- READ COMMITTED transaction (each statement sees every write committed before it).
+-- Returns {"replayed": n, "left": m}.
+CREATE OR REPLACE FUNCTION id_gen.shard_split_catch_up(split_id bigint, max_ids integer) RETURNS jsonb
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  b record;
+  p record;
+  n bigint := 0;
+BEGIN
+  IF current_setting('transaction_isolation') <> 'read committed' THEN
+    RAISE EXCEPTION 'id_gen: a split catches up only in READ COMMITTED' USING ERRCODE = '25000';
+  END IF;
+  FOR b IN
+    WITH taken AS (
+      DELETE FROM id_gen.shard_split_log l
+      WHERE l.ctid = ANY (ARRAY(SELECT x.ctid FROM id_gen.shard_split_log x
+                                WHERE x.split_id = shard_split_catch_up.split_id LIMIT max_ids))
+      RETURNING l.source, l.id
+    )
+    SELECT t.source, array_agg(DISTINCT t.id) AS ids FROM taken t GROUP BY t.source
+  LOOP
+    FOR p IN SELECT sp.* FROM id_gen.shard_split_pieces sp
+             WHERE sp.split_id = shard_split_catch_up.split_id AND sp.source = b.source AND NOT sp.swapped LOOP
+      EXECUTE p.resync_delete_sql USING ARRAY(SELECT i FROM unnest(b.ids) i WHERE i BETWEEN p.first_id AND p.last_id);
+      EXECUTE p.resync_insert_sql USING b.ids, p.first_id, p.last_id;
+    END LOOP;
+    n := n + cardinality(b.ids);
+  END LOOP;
+  RETURN jsonb_build_object('replayed', n,
+    'left', (SELECT count(*) FROM id_gen.shard_split_log l WHERE l.split_id = shard_split_catch_up.split_id));
+END $$;
+COMMENT ON FUNCTION id_gen.shard_split_catch_up(bigint, integer) IS 'On a shard: brings the rows written during a split or merge (noted in id_gen.shard_split_log) up to date in its new tables; returns {"replayed": n, "left": m}.';
+REVOKE EXECUTE ON FUNCTION id_gen.shard_split_catch_up(bigint, integer) FROM PUBLIC;
+
+-- 'none' (nothing of the split here), 'copying' or 'swapped'.
+CREATE OR REPLACE FUNCTION id_gen.shard_split_state(split_id bigint) RETURNS text
+LANGUAGE sql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+  SELECT CASE WHEN bool_or(sp.swapped) THEN 'swapped' WHEN count(*) > 0 THEN 'copying' ELSE 'none' END
+  FROM id_gen.shard_split_pieces sp WHERE sp.split_id OPERATOR(pg_catalog.=) shard_split_state.split_id;
+END;
+COMMENT ON FUNCTION id_gen.shard_split_state(bigint) IS 'On a shard: how far a split or merge has come here: none, copying or swapped.';
+REVOKE EXECUTE ON FUNCTION id_gen.shard_split_state(bigint) FROM PUBLIC;
+
+-- The shard's half of the fence: under ACCESS EXCLUSIVE on the tables, the old partitions
+-- leave (renamed, kept until cleanup) and the new ones take their place. Nothing is copied
+-- here. lock_timeout_ms bounds how long writers of other ranges of this shard queue
+-- behind the lock.
+CREATE OR REPLACE FUNCTION id_gen.shard_split_swap(split_id bigint, lock_timeout_ms integer) RETURNS text
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  p record;
+  r regclass;
+  n integer := 0;
+BEGIN
+  IF current_setting('transaction_isolation') <> 'read committed' THEN
+    RAISE EXCEPTION 'id_gen: a shard swaps partitions only in a READ COMMITTED transaction of its own' USING ERRCODE = '25000';
+  END IF;
+  IF id_gen.shard_split_state(split_id) = 'swapped' THEN
+    RETURN 'swapped already';
+  ELSIF id_gen.shard_split_state(split_id) = 'none' THEN
+    RAISE EXCEPTION 'id_gen: split % is not prepared on this shard', split_id USING ERRCODE = '55000';
+  ELSIF EXISTS (SELECT FROM id_gen.shard_split_pieces sp WHERE sp.split_id = shard_split_swap.split_id AND NOT sp.copied) THEN
+    RAISE EXCEPTION 'id_gen: the copy of split % is unfinished', split_id USING ERRCODE = '55000';
+  END IF;
+  PERFORM set_config('lock_timeout', lock_timeout_ms || 'ms', true);
+  PERFORM id_gen.quiet_ddl();
+  FOR r IN SELECT DISTINCT sp.parent::regclass FROM id_gen.shard_split_pieces sp
+           WHERE sp.split_id = shard_split_swap.split_id ORDER BY 1 LOOP
+    EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', r);
+  END LOOP;
+  -- Nobody writes now: the last rows noted make the new tables exact.
+  LOOP
+    EXIT WHEN (id_gen.shard_split_catch_up(split_id, 100000)->>'left')::bigint = 0;
+  END LOOP;
+  FOR p IN SELECT DISTINCT ON (sp.source) sp.* FROM id_gen.shard_split_pieces sp
+           WHERE sp.split_id = shard_split_swap.split_id ORDER BY sp.source LOOP
+    EXECUTE format('ALTER TABLE %s DETACH PARTITION %s', p.parent::regclass, p.source::regclass);
+    EXECUTE format('ALTER TABLE %s RENAME TO %I', p.source::regclass, p.old_name);
+    EXECUTE format('DROP TRIGGER %I ON %s', id_gen.split_trigger_name(split_id), p.source::regclass);
+    EXECUTE format('DROP TRIGGER %I ON %s', id_gen.split_trigger_name(split_id) || '_t', p.source::regclass);
+  END LOOP;
+  FOR p IN SELECT DISTINCT ON (sp.target) sp.* FROM id_gen.shard_split_pieces sp
+           WHERE sp.split_id = shard_split_swap.split_id ORDER BY sp.target LOOP
+    EXECUTE format('ALTER TABLE %s ATTACH PARTITION %s FOR VALUES %s', p.parent::regclass, p.target::regclass,
+                   id_gen.partition_bounds(p.target_lower, p.target_upper));
+    EXECUTE format('ALTER TABLE %s DROP CONSTRAINT id_gen_split_bound', p.target::regclass);
+    EXECUTE format('COMMENT ON TABLE %s IS %L', p.target::regclass,
+                   format('id_gen: genes %s .. %s of %s on this shard (kept by the coordinator)', p.target_lower, p.target_upper, p.parent::regclass));
+    n := n + 1;
+  END LOOP;
+  -- The ranges this shard owns, as shard_apply_ranges would record them.
+  UPDATE id_gen.shard_tables t
+  SET gene_ranges = (SELECT array_agg(g ORDER BY g)
+                     FROM (SELECT g FROM unnest(t.gene_ranges) g
+                           WHERE NOT EXISTS (SELECT FROM id_gen.shard_split_pieces sp
+                                             WHERE sp.split_id = shard_split_swap.split_id AND sp.parent = c.oid
+                                               AND g = int4range(sp.source_lower, sp.source_upper, '[]'))
+                           UNION
+                           SELECT int4range(sp.target_lower, sp.target_upper, '[]') FROM id_gen.shard_split_pieces sp
+                           WHERE sp.split_id = shard_split_swap.split_id AND sp.parent = c.oid) x),
+      updated_at = now()
+  FROM pg_class c JOIN pg_namespace ns ON ns.oid = c.relnamespace
+  WHERE (ns.nspname, c.relname) = (t.schema_name, t.table_name)
+    AND c.oid IN (SELECT sp.parent FROM id_gen.shard_split_pieces sp WHERE sp.split_id = shard_split_swap.split_id);
+  UPDATE id_gen.shard_split_pieces sp SET swapped = true WHERE sp.split_id = shard_split_swap.split_id;
+  RETURN format('attached %s partitions', n);
+END $$;
+COMMENT ON FUNCTION id_gen.shard_split_swap(bigint, integer) IS 'On a shard, in the fence of a split or merge: under ACCESS EXCLUSIVE on the tables, detaches the old partitions (renamed, kept until id_gen.shard_split_cleanup) and attaches the copies, which hold the same rows.';
+REVOKE EXECUTE ON FUNCTION id_gen.shard_split_swap(bigint, integer) FROM PUBLIC;
+
+-- After the coordinator committed the swap: the old partitions go. Returns how many.
+CREATE OR REPLACE FUNCTION id_gen.shard_split_cleanup(split_id bigint) RETURNS integer
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  p record;
+  n integer := 0;
+  r regclass;
+BEGIN
+  PERFORM id_gen.quiet_ddl();
+  IF EXISTS (SELECT FROM id_gen.shard_split_pieces sp WHERE sp.split_id = shard_split_cleanup.split_id AND NOT sp.swapped) THEN
+    RAISE EXCEPTION 'id_gen: split % has not swapped on this shard', split_id USING ERRCODE = '55000';
+  END IF;
+  FOR p IN SELECT DISTINCT ON (sp.source) sp.* FROM id_gen.shard_split_pieces sp
+           WHERE sp.split_id = shard_split_cleanup.split_id ORDER BY sp.source LOOP
+    r := (SELECT c.oid FROM pg_class c WHERE c.oid = p.source AND c.relname = p.old_name);
+    IF r IS NOT NULL AND NOT EXISTS (SELECT FROM pg_inherits i WHERE i.inhrelid = r) THEN
+      EXECUTE format('DROP TABLE %s', r);
+      n := n + 1;
+    END IF;
+  END LOOP;
+  DELETE FROM id_gen.shard_split_pieces sp WHERE sp.split_id = shard_split_cleanup.split_id;
+  DELETE FROM id_gen.shard_split_log l WHERE l.split_id = shard_split_cleanup.split_id;
+  RETURN n;
+END $$;
+COMMENT ON FUNCTION id_gen.shard_split_cleanup(bigint) IS 'On a shard, after a split or merge committed on the coordinator: drops the detached old partitions and forgets the split.';
+REVOKE EXECUTE ON FUNCTION id_gen.shard_split_cleanup(bigint) FROM PUBLIC;
+
+-- Undo of a split that has not swapped: triggers and new tables go; the old partitions,
+-- which stayed authoritative, are untouched. Returns what it dropped.
+CREATE OR REPLACE FUNCTION id_gen.shard_split_abort(split_id bigint) RETURNS integer
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  r regclass;
+  n integer := 0;
+BEGIN
+  PERFORM id_gen.quiet_ddl();
+  IF id_gen.shard_split_state(split_id) = 'swapped' THEN
+    RAISE EXCEPTION 'id_gen: split % has swapped on this shard; it is finished, not aborted', split_id USING ERRCODE = '55000';
+  END IF;
+  FOR r IN SELECT DISTINCT sp.source::regclass FROM id_gen.shard_split_pieces sp
+           WHERE sp.split_id = shard_split_abort.split_id AND EXISTS (SELECT FROM pg_class c WHERE c.oid = sp.source) LOOP
+    EXECUTE format('DROP TRIGGER IF EXISTS %I ON %s', id_gen.split_trigger_name(split_id), r);
+    EXECUTE format('DROP TRIGGER IF EXISTS %I ON %s', id_gen.split_trigger_name(split_id) || '_t', r);
+  END LOOP;
+  FOR r IN SELECT DISTINCT sp.target::regclass FROM id_gen.shard_split_pieces sp
+           WHERE sp.split_id = shard_split_abort.split_id AND EXISTS (SELECT FROM pg_class c WHERE c.oid = sp.target)
+             AND NOT EXISTS (SELECT FROM pg_inherits i WHERE i.inhrelid = sp.target) LOOP
+    EXECUTE format('DROP TABLE %s', r);
+    n := n + 1;
+  END LOOP;
+  DELETE FROM id_gen.shard_split_pieces sp WHERE sp.split_id = shard_split_abort.split_id;
+  DELETE FROM id_gen.shard_split_log l WHERE l.split_id = shard_split_abort.split_id;
+  RETURN n;
+END $$;
+COMMENT ON FUNCTION id_gen.shard_split_abort(bigint) IS 'On a shard: rolls back a split or merge that has not swapped (drops its triggers and new tables; the old partitions stay as they are).';
+REVOKE EXECUTE ON FUNCTION id_gen.shard_split_abort(bigint) FROM PUBLIC;
+
+-- Coordinator side ------------------------------------------------------------------------
+
+CREATE OR REPLACE VIEW id_gen.splits AS
+SELECT split_id, kind, lower_gene, at_gene, upper_gene, shard, phase,
+       rows_total, rows_copied,
+       round(100.0 * least(rows_copied, rows_total) / nullif(rows_total, 0), 1) AS percent_copied,
+       round(extract(epoch FROM fence_ended_at - fence_started_at) * 1000, 1) AS fence_ms,
+       fence_attempts, started_at, finished_at,
+       coalesce(finished_at, clock_timestamp()) - started_at AS elapsed,
+       last_error,
+       CASE WHEN phase IN ('done', 'aborted') THEN NULL
+            WHEN pg_try_advisory_lock_shared(757431, split_id::integer)
+                 AND pg_advisory_unlock_shared(757431, split_id::integer) THEN 'no session'
+            ELSE 'running' END AS runner,
+       recovered_by
+FROM id_gen.route_splits;
+COMMENT ON VIEW id_gen.splits IS 'Online splits (CALL id_gen.split_route) and merges (CALL id_gen.merge_routes) of route ranges: phase, rows copied of the total (percent_copied), how long writes of the range were fenced (fence_ms) and in how many attempts, times, the last error, whether a session runs it (runner) and what the move supervisor did (recovered_by). An unfinished one resumes with the same CALL or rolls back with CALL id_gen.abort_split(split_id).';
+GRANT SELECT ON id_gen.splits TO PUBLIC;
+
+-- Route ranges before (sources) and after (targets) a split or merge.
+CREATE OR REPLACE FUNCTION id_gen.split_sources(s id_gen.route_splits) RETURNS int4range[]
+LANGUAGE sql IMMUTABLE STRICT
+SET search_path = pg_catalog, pg_temp
+RETURN CASE s.kind WHEN 'split' THEN ARRAY[int4range(s.lower_gene, s.upper_gene, '[]')]
+                   ELSE ARRAY[int4range(s.lower_gene, s.at_gene, '[]'), int4range(s.at_gene + 1, s.upper_gene, '[]')] END;
+COMMENT ON FUNCTION id_gen.split_sources(id_gen.route_splits) IS 'The route ranges a split or merge replaces.';
+REVOKE EXECUTE ON FUNCTION id_gen.split_sources(id_gen.route_splits) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION id_gen.split_targets(s id_gen.route_splits) RETURNS int4range[]
+LANGUAGE sql IMMUTABLE STRICT
+SET search_path = pg_catalog, pg_temp
+RETURN CASE s.kind WHEN 'merge' THEN ARRAY[int4range(s.lower_gene, s.upper_gene, '[]')]
+                   ELSE ARRAY[int4range(s.lower_gene, s.at_gene, '[]'), int4range(s.at_gene + 1, s.upper_gene, '[]')] END;
+COMMENT ON FUNCTION id_gen.split_targets(id_gen.route_splits) IS 'The route ranges a split or merge makes.';
+REVOKE EXECUTE ON FUNCTION id_gen.split_targets(id_gen.route_splits) FROM PUBLIC;
+
+-- The coordinator's half of the swap, in the caller's transaction, which holds ACCESS
+-- EXCLUSIVE on the distributed tables' partitioned tables: the range partitions of the old
+-- ranges go (with their foreign tables), new ones point at the shard's new partitions,
+-- and the route table and placements follow.
+CREATE OR REPLACE FUNCTION id_gen.finish_split_here(s id_gen.route_splits) RETURNS void
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  d id_gen.distributed_tables;
+  parts regclass;
+  g int4range;
+  part regclass;
+  rr record;
+BEGIN
+  PERFORM id_gen.quiet_ddl();
+  IF s.kind = 'split' THEN
+    INSERT INTO id_gen.shard_routes (upper_gene, shard) VALUES (s.at_gene, s.shard);
+  ELSE
+    DELETE FROM id_gen.shard_routes sr WHERE sr.upper_gene = s.at_gene AND sr.shard = s.shard;
+  END IF;
+  FOR d IN SELECT * FROM id_gen.distributed_tables t ORDER BY t.schema_name, t.table_name LOOP
+    parts := format('%I.%I', d.schema_name, d.partitioned_name)::regclass;
+    FOREACH g IN ARRAY id_gen.split_sources(s) LOOP
+      SELECT c.oid::regclass INTO part FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+      WHERE i.inhparent = parts AND pg_get_expr(c.relpartbound, c.oid) = id_gen.partition_bound_text(lower(g), upper(g) - 1);
+      IF part IS NOT NULL THEN
+        EXECUTE format('ALTER TABLE %s DETACH PARTITION %s', parts, part);
+        EXECUTE format('DROP TABLE %s', part);
+      END IF;
+    END LOOP;
+    FOREACH g IN ARRAY id_gen.split_targets(s) LOOP
+      PERFORM id_gen.point_partition(d, id_gen.range_partition(d, lower(g), upper(g) - 1), lower(g), upper(g) - 1, s.shard);
+    END LOOP;
+    UPDATE id_gen.shard_placements p
+    SET gene_ranges = (SELECT array_agg(int4range(r.lower_gene, r.upper_gene, '[]') ORDER BY r.lower_gene)
+                       FROM id_gen.route_ranges r WHERE r.shard = s.shard),
+        updated_at = now()
+    WHERE (p.schema_name, p.table_name, p.shard) = (d.schema_name, d.table_name, s.shard);
+  END LOOP;
+END $$;
+COMMENT ON FUNCTION id_gen.finish_split_here(id_gen.route_splits) IS 'The coordinator''s half of a split or merge (in the fence): routes, range partitions and foreign tables, placements.';
+REVOKE EXECUTE ON FUNCTION id_gen.finish_split_here(id_gen.route_splits) FROM PUBLIC;
+
+-- Locks every distributed table's partitioned table (ACCESS EXCLUSIVE), in one order.
+CREATE OR REPLACE FUNCTION id_gen.lock_distributed_tables() RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  d record;
+BEGIN
+  FOR d IN SELECT t.schema_name, t.partitioned_name FROM id_gen.distributed_tables t ORDER BY 1, 2 LOOP
+    EXECUTE format('LOCK TABLE %I.%I IN ACCESS EXCLUSIVE MODE', d.schema_name, d.partitioned_name);
+  END LOOP;
+END $$;
+COMMENT ON FUNCTION id_gen.lock_distributed_tables() IS 'ACCESS EXCLUSIVE on the partitioned table of every distributed table, in name order.';
+REVOKE EXECUTE ON FUNCTION id_gen.lock_distributed_tables() FROM PUBLIC;
+
+-- Undo of a split or merge that has not swapped on its shard. Returns NULL, or what could
+-- not be undone.
+CREATE OR REPLACE FUNCTION id_gen.undo_split(s id_gen.route_splits) RETURNS text
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  PERFORM id_gen.shard_call(s.shard, 'shard_split_abort', ARRAY[s.split_id::text], 60000);
+  RETURN NULL;
+EXCEPTION WHEN OTHERS THEN
+  RETURN SQLERRM;
+END $$;
+COMMENT ON FUNCTION id_gen.undo_split(id_gen.route_splits) IS 'Rolls back a split or merge that has not swapped: its triggers and new tables on the shard go; returns what failed, or NULL.';
+REVOKE EXECUTE ON FUNCTION id_gen.undo_split(id_gen.route_splits) FROM PUBLIC;
+
+-- Runs (or resumes) split split_id to the end. Each phase commits before the next.
+CREATE OR REPLACE PROCEDURE id_gen.run_split(split_id bigint)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+  s id_gen.route_splits;
+  d id_gen.distributed_tables;
+  g record;
+  res text;
+  batch jsonb;
+  total bigint;
+  attempt integer := 0;
+  t0 timestamptz;
+  ok boolean;
+  err text;
+  err_state text;
+  state text;
+BEGIN
+  PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+  SELECT * INTO s FROM id_gen.route_splits rs WHERE rs.split_id = run_split.split_id;
+
+  IF s.phase = 'planned' THEN
+    total := 0;
+    BEGIN
+      FOR d IN SELECT * FROM id_gen.distributed_tables t ORDER BY t.schema_name, t.table_name LOOP
+        res := id_gen.shard_call(s.shard, 'shard_split_prepare',
+          ARRAY[s.split_id::text, d.schema_name, d.table_name, d.id_column, d.shard_stem,
+                id_gen.split_sources(s)::text, id_gen.split_targets(s)::text, '10000'], 120000);
+        total := total + res::bigint;
+      END LOOP;
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
+      GET STACKED DIAGNOSTICS err = MESSAGE_TEXT, err_state = RETURNED_SQLSTATE;
+    END;
+    IF err IS NOT NULL THEN
+      -- Whatever was prepared goes again; the old partitions never stopped serving.
+      res := id_gen.undo_split(s);
+      UPDATE id_gen.route_splits rs SET phase = CASE WHEN res IS NULL THEN 'aborted' ELSE 'failed' END,
+             last_error = err || coalesce('; undo incomplete: ' || res, ''),
+             finished_at = CASE WHEN res IS NULL THEN clock_timestamp() END, updated_at = clock_timestamp()
+      WHERE rs.split_id = s.split_id;
+      COMMIT;
+      RAISE EXCEPTION 'id_gen: % % could not start on shard "%": %', s.kind, s.split_id, s.shard, err
+        USING ERRCODE = err_state,
+              HINT = CASE WHEN res IS NULL THEN 'Nothing was changed; the routes are as they were.'
+                          ELSE format('Finish the rollback with CALL id_gen.abort_split(%s).', s.split_id) END;
+    END IF;
+    UPDATE id_gen.route_splits rs SET phase = 'copying', rows_total = total, updated_at = clock_timestamp()
+    WHERE rs.split_id = s.split_id RETURNING * INTO s;
+    COMMIT;
+    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+  END IF;
+
+  IF s.phase = 'copying' THEN
+    LOOP
+      batch := id_gen.shard_call(s.shard, 'shard_split_copy', ARRAY[s.split_id::text, '20000'], 300000)::jsonb;
+      UPDATE id_gen.route_splits rs SET rows_copied = rs.rows_copied + (batch->>'copied')::bigint,
+             phase = CASE WHEN (batch->>'done')::boolean THEN 'swapping' ELSE 'copying' END,
+             updated_at = clock_timestamp()
+      WHERE rs.split_id = s.split_id RETURNING * INTO s;
+      COMMIT;
+      PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+      EXIT WHEN (batch->>'done')::boolean;
+    END LOOP;
+  END IF;
+
+  IF s.phase = 'swapping' THEN
+    state := id_gen.shard_call(s.shard, 'shard_split_state', ARRAY[s.split_id::text], 30000);
+    -- Rows written since the copy read them, until few are left for the fence (bounded:
+    -- a write rate above the catch-up rate fences with more left).
+    FOR i IN 1 .. 50 LOOP
+      EXIT WHEN state <> 'copying';
+      batch := id_gen.shard_call(s.shard, 'shard_split_catch_up', ARRAY[s.split_id::text, '20000'], 300000)::jsonb;
+      EXIT WHEN (batch->>'left')::bigint < 500;
+    END LOOP;
+    IF state = 'none' THEN
+      UPDATE id_gen.route_splits rs SET phase = 'failed', updated_at = clock_timestamp(),
+             last_error = 'the shard holds nothing of this split'
+      WHERE rs.split_id = s.split_id;
+      COMMIT;
+      RAISE EXCEPTION 'id_gen: % % has nothing on shard "%"', s.kind, s.split_id, s.shard
+        USING ERRCODE = '55000', HINT = format('Abort it with CALL id_gen.abort_split(%s) and start again.', s.split_id);
+    END IF;
+    LOOP
+      attempt := attempt + 1;
+      ok := false;
+      err := NULL;
+      t0 := clock_timestamp();
+      BEGIN
+        -- Writers wait behind these locks only while this attempt lasts: a lock that is
+        -- not granted within 50 ms gives up, the writers go on, and the fence is retried.
+        PERFORM pg_catalog.set_config('lock_timeout', '50ms', true);
+        PERFORM id_gen.lock_distributed_tables();
+        PERFORM pg_catalog.set_config('lock_timeout', '0', true);
+        IF state <> 'swapped' THEN
+          PERFORM id_gen.shard_call(s.shard, 'shard_split_swap', ARRAY[s.split_id::text, '50'], 30000);
+          state := 'swapped';
+        END IF;
+        PERFORM id_gen.finish_split_here(s);
+        UPDATE id_gen.route_splits rs SET phase = 'swapped', fence_attempts = rs.fence_attempts + attempt,
+               fence_started_at = t0, fence_ended_at = clock_timestamp(), updated_at = clock_timestamp(), last_error = NULL
+        WHERE rs.split_id = s.split_id RETURNING * INTO s;
+        ok := true;
+      EXCEPTION WHEN lock_not_available THEN
+        GET STACKED DIAGNOSTICS err = MESSAGE_TEXT;
+      END;
+      IF ok THEN
+        COMMIT;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        EXIT;
+      END IF;
+      IF attempt >= 60 THEN
+        UPDATE id_gen.route_splits rs SET fence_attempts = rs.fence_attempts + attempt, last_error = err, updated_at = clock_timestamp()
+        WHERE rs.split_id = s.split_id;
+        COMMIT;
+        RAISE EXCEPTION 'id_gen: % % could not fence its range in % attempts of 50 ms', s.kind, s.split_id, attempt
+          USING ERRCODE = '55P03', DETAIL = err,
+                HINT = 'Long transactions hold the distributed tables. The copy is kept up to date meanwhile; CALL the same procedure again to retry the fence, or CALL id_gen.abort_split(split_id).';
+      END IF;
+      PERFORM pg_sleep(least(0.02 * attempt, 0.5));
+    END LOOP;
+  END IF;
+
+  IF s.phase = 'swapped' THEN
+    PERFORM id_gen.shard_call(s.shard, 'shard_split_cleanup', ARRAY[s.split_id::text], 120000);
+    UPDATE id_gen.route_splits rs SET phase = 'done', finished_at = clock_timestamp(), updated_at = clock_timestamp()
+    WHERE rs.split_id = s.split_id RETURNING * INTO s;
+    COMMIT;
+    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+  END IF;
+  PERFORM pg_advisory_unlock(757431, s.split_id::integer);
+  RAISE NOTICE 'id_gen: % % of genes % .. % on shard "%" is %: fence % ms in % attempt(s), % rows copied', s.kind, s.split_id,
+    s.lower_gene, s.upper_gene, s.shard, s.phase,
+    round(extract(epoch FROM s.fence_ended_at - s.fence_started_at) * 1000, 1), s.fence_attempts, s.rows_copied;
+END $$;
+COMMENT ON PROCEDURE id_gen.run_split(bigint) IS 'Runs or resumes a split or merge recorded in id_gen.route_splits (split_route and merge_routes call it).';
+REVOKE EXECUTE ON PROCEDURE id_gen.run_split(bigint) FROM PUBLIC;
+
+-- Records a split or merge (or finds the unfinished one it resumes) and runs it.
+CREATE OR REPLACE PROCEDURE id_gen.start_split(kind text, at_gene integer)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+  s id_gen.route_splits;
+  r record;
+  nxt record;
+  what text := CASE kind WHEN 'split' THEN 'split a route range' ELSE 'merge route ranges' END;
+BEGIN
+  PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+  PERFORM id_gen.require_superuser(what);
+  PERFORM pg_advisory_xact_lock(757430);
+  LOCK TABLE id_gen.shard_routes IN SHARE ROW EXCLUSIVE MODE;
+  SELECT * INTO s FROM id_gen.route_splits rs WHERE rs.phase NOT IN ('done', 'aborted') ORDER BY rs.split_id DESC LIMIT 1;
+  IF FOUND THEN
+    IF (s.kind, s.at_gene) IS DISTINCT FROM (start_split.kind, start_split.at_gene) THEN
+      RAISE EXCEPTION 'id_gen: % % at gene % is unfinished (%)', s.kind, s.split_id, s.at_gene, s.phase
+        USING ERRCODE = '55006',
+              HINT = format('Finish it with CALL id_gen.%s(%s), or roll it back with CALL id_gen.abort_split(%s).',
+                            CASE s.kind WHEN 'split' THEN 'split_route' ELSE 'merge_routes' END, s.at_gene, s.split_id);
+    ELSIF s.phase = 'failed' THEN
+      RAISE EXCEPTION 'id_gen: % % failed: %', s.kind, s.split_id, s.last_error
+        USING ERRCODE = '55000', HINT = format('CALL id_gen.abort_split(%s) rolls it back; then start again.', s.split_id);
+    ELSIF NOT pg_try_advisory_lock(757431, s.split_id::integer) THEN
+      RAISE EXCEPTION 'id_gen: % % is running in session %', s.kind, s.split_id, s.runner_pid
+        USING ERRCODE = '55006', HINT = 'Watch it in id_gen.splits.';
+    END IF;
+    UPDATE id_gen.route_splits rs SET runner_pid = pg_backend_pid(), updated_at = clock_timestamp()
+    WHERE rs.split_id = s.split_id;
+    COMMIT;
+    CALL id_gen.run_split(s.split_id);
+    RETURN;
+  END IF;
+  PERFORM id_gen.refuse_during_moves(what);
+
+  SELECT * INTO r FROM id_gen.route_ranges rr WHERE rr.lower_gene <= at_gene AND rr.upper_gene >= at_gene;
+  IF r IS NULL THEN
+    RAISE EXCEPTION 'id_gen: gene % has no route', at_gene
+      USING ERRCODE = '55000', HINT = 'Routes are listed in id_gen.route_ranges; add one with id_gen.set_route.';
+  END IF;
+  IF kind = 'split' THEN
+    IF r.upper_gene = at_gene THEN
+      RAISE EXCEPTION 'id_gen: gene % is the upper bound of route range % .. % already', at_gene, r.lower_gene, r.upper_gene
+        USING ERRCODE = '22023', HINT = 'split_route(g) splits the range that holds g into [lower, g] and [g + 1, upper].';
+    END IF;
+    s.lower_gene := r.lower_gene;
+    s.upper_gene := r.upper_gene;
+  ELSE
+    SELECT * INTO nxt FROM id_gen.route_ranges rr WHERE rr.lower_gene = at_gene + 1;
+    IF r.upper_gene <> at_gene OR nxt IS NULL THEN
+      RAISE EXCEPTION 'id_gen: gene % is not the upper bound of a route range that another one follows', at_gene
+        USING ERRCODE = '22023',
+              DETAIL = format('Its route range is %s .. %s on %s.', r.lower_gene, r.upper_gene, r.shard),
+              HINT = 'merge_routes(g) merges the range that ends at g with the next one.';
+    ELSIF nxt.shard <> r.shard THEN
+      RAISE EXCEPTION 'id_gen: route ranges % .. % and % .. % are on shards "%" and "%"', r.lower_gene, r.upper_gene,
+                      nxt.lower_gene, nxt.upper_gene, r.shard, nxt.shard
+        USING ERRCODE = '22023',
+              HINT = format('Move one of them first: CALL id_gen.move_genes(%s, %s, %L).', nxt.lower_gene, nxt.upper_gene, r.shard);
+    END IF;
+    s.lower_gene := r.lower_gene;
+    s.upper_gene := nxt.upper_gene;
+  END IF;
+  IF NOT EXISTS (SELECT FROM id_gen.distributed_tables) THEN
+    -- Nothing holds rows by these routes: a plain route change.
+    IF kind = 'split' THEN
+      INSERT INTO id_gen.shard_routes (upper_gene, shard) VALUES (at_gene, r.shard);
+    ELSE
+      DELETE FROM id_gen.shard_routes sr WHERE sr.upper_gene = at_gene;
+    END IF;
+    RAISE NOTICE 'id_gen: no distributed tables; the route table alone changed';
+    RETURN;
+  END IF;
+  PERFORM id_gen.dblink_schema();
+  INSERT INTO id_gen.route_splits (kind, lower_gene, at_gene, upper_gene, shard, runner_pid)
+  VALUES (kind, s.lower_gene, at_gene, s.upper_gene, r.shard, pg_backend_pid())
+  RETURNING * INTO s;
+  PERFORM pg_advisory_lock(757431, s.split_id::integer);
+  RAISE NOTICE 'id_gen: % % of genes % .. % at % on shard "%" (watch it in id_gen.splits)', kind, s.split_id,
+    s.lower_gene, s.upper_gene, at_gene, s.shard;
+  COMMIT;
+  CALL id_gen.run_split(s.split_id);
+END $$;
+COMMENT ON PROCEDURE id_gen.start_split(text, integer) IS 'Common start of split_route and merge_routes: checks, records and runs (or resumes) the change.';
+REVOKE EXECUTE ON PROCEDURE id_gen.start_split(text, integer) FROM PUBLIC;
+
+CREATE OR REPLACE PROCEDURE id_gen.split_route(at_gene integer)
+LANGUAGE plpgsql
+AS $$
+BEGIN
+  IF at_gene IS NULL THEN
+    RAISE EXCEPTION 'id_gen: argument "at_gene" must not be NULL' USING ERRCODE = '22004';
+  ELSIF at_gene NOT BETWEEN 0 AND 65534 THEN
+    RAISE EXCEPTION 'id_gen: a range can be split after genes 0 .. 65534, not %', at_gene USING ERRCODE = '22003';
+  END IF;
+  CALL id_gen.start_split('split', at_gene);
+END $$;
+COMMENT ON PROCEDURE id_gen.split_route(integer) IS 'Splits the route range holding at_gene into [lower, at_gene] and [at_gene + 1, upper], both on the same shard, online: rows are copied on the shard while writes go on, and writes of that range pause only for a fence of milliseconds (see id_gen.splits). Resumable (same CALL) and abortable (id_gen.abort_split). Superuser only.';
+REVOKE EXECUTE ON PROCEDURE id_gen.split_route(integer) FROM PUBLIC;
+
+CREATE OR REPLACE PROCEDURE id_gen.merge_routes(upper_gene integer)
+LANGUAGE plpgsql
+AS $$
+BEGIN
+  IF upper_gene IS NULL THEN
+    RAISE EXCEPTION 'id_gen: argument "upper_gene" must not be NULL' USING ERRCODE = '22004';
+  ELSIF upper_gene NOT BETWEEN 0 AND 65534 THEN
+    RAISE EXCEPTION 'id_gen: a range that another follows ends at a gene in 0 .. 65534, not %', upper_gene USING ERRCODE = '22003';
+  END IF;
+  CALL id_gen.start_split('merge', upper_gene);
+END $$;
+COMMENT ON PROCEDURE id_gen.merge_routes(integer) IS 'Merges the route range ending at upper_gene with the next one (both on one shard) online, the inverse of split_route: rows are copied on the shard while writes go on, then a fence of milliseconds. Resumable and abortable like a split. Superuser only.';
+REVOKE EXECUTE ON PROCEDURE id_gen.merge_routes(integer) FROM PUBLIC;
+
+CREATE OR REPLACE PROCEDURE id_gen.abort_split(split_id bigint)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+  s id_gen.route_splits;
+  state text;
+  res text;
+BEGIN
+  PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+  PERFORM id_gen.require_superuser('abort a split');
+  SELECT * INTO s FROM id_gen.route_splits rs WHERE rs.split_id = abort_split.split_id FOR UPDATE;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'id_gen: there is no split or merge %', split_id USING ERRCODE = '42704', HINT = 'See id_gen.splits.';
+  ELSIF s.phase IN ('done', 'aborted') THEN
+    RAISE NOTICE 'id_gen: % % is % already', s.kind, s.split_id, s.phase;
+    RETURN;
+  ELSIF NOT pg_try_advisory_lock(757431, s.split_id::integer) THEN
+    RAISE EXCEPTION 'id_gen: % % is running in session %', s.kind, s.split_id, s.runner_pid
+      USING ERRCODE = '55006', HINT = 'Cancel that session''s CALL first (pg_cancel_backend).';
+  END IF;
+  state := id_gen.shard_call(s.shard, 'shard_split_state', ARRAY[s.split_id::text], 30000);
+  IF s.phase = 'swapped' OR state = 'swapped' THEN
+    PERFORM pg_advisory_unlock(757431, s.split_id::integer);
+    RAISE EXCEPTION 'id_gen: % % has swapped on its shard; it can only be finished', s.kind, s.split_id
+      USING ERRCODE = '55000',
+            HINT = format('CALL id_gen.%s(%s) finishes it; then %s undoes it online.',
+                          CASE s.kind WHEN 'split' THEN 'split_route' ELSE 'merge_routes' END, s.at_gene,
+                          CASE s.kind WHEN 'split' THEN format('id_gen.merge_routes(%s)', s.at_gene) ELSE format('id_gen.split_route(%s)', s.at_gene) END);
+  END IF;
+  res := id_gen.undo_split(s);
+  UPDATE id_gen.route_splits rs SET phase = CASE WHEN res IS NULL THEN 'aborted' ELSE 'failed' END,
+         last_error = coalesce('abort incomplete: ' || res, rs.last_error),
+         finished_at = CASE WHEN res IS NULL THEN clock_timestamp() END, updated_at = clock_timestamp()
+  WHERE rs.split_id = s.split_id;
+  PERFORM pg_advisory_unlock(757431, s.split_id::integer);
+  IF res IS NOT NULL THEN
+    RAISE WARNING 'id_gen: % % is not fully rolled back: %', s.kind, s.split_id, res;
+  END IF;
+END $$;
+COMMENT ON PROCEDURE id_gen.abort_split(bigint) IS 'Rolls back a split or merge that has not swapped: the shard drops its triggers and new tables; the routes never changed. Superuser only.';
+REVOKE EXECUTE ON PROCEDURE id_gen.abort_split(bigint) FROM PUBLIC;
+
+-- Splits and merges whose session is gone (called by id_gen.recover_moves, which the move
+-- supervisor runs every few seconds): one that swapped on its shard is finished; one left
+-- alone for abandon_after before that is rolled back.
+CREATE OR REPLACE FUNCTION id_gen.recover_splits(abandon_after interval DEFAULT '10 min', grace interval DEFAULT '10 s')
+RETURNS TABLE (split_id bigint, action text)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  s id_gen.route_splits;
+  err text;
+  res text;
+  state text;
+BEGIN
+  PERFORM id_gen.require_superuser('recover splits');
+  FOR s IN SELECT * FROM id_gen.route_splits rs
+           WHERE rs.phase NOT IN ('done', 'aborted', 'failed') AND rs.updated_at < clock_timestamp() - grace
+           ORDER BY rs.split_id LOOP
+    CONTINUE WHEN NOT pg_try_advisory_lock(757431, s.split_id::integer);
+    split_id := s.split_id;
+    action := NULL;
+    err := NULL;
+    BEGIN
+      state := id_gen.shard_call(s.shard, 'shard_split_state', ARRAY[s.split_id::text], 30000);
+      IF s.phase = 'swapping' AND state = 'swapped' THEN
+        PERFORM pg_catalog.set_config('lock_timeout', '10s', true);
+        PERFORM id_gen.lock_distributed_tables();
+        PERFORM id_gen.finish_split_here(s);
+        s.phase := 'swapped';
+        action := 'finished the swap here';
+      END IF;
+      IF s.phase = 'swapped' THEN
+        PERFORM id_gen.shard_call(s.shard, 'shard_split_cleanup', ARRAY[s.split_id::text], 120000);
+        UPDATE id_gen.route_splits rs SET phase = 'done', finished_at = clock_timestamp(), updated_at = clock_timestamp()
+        WHERE rs.split_id = s.split_id;
+        action := concat_ws(', ', action, 'dropped the old partitions');
+      ELSIF s.updated_at < clock_timestamp() - abandon_after THEN
+        res := id_gen.undo_split(s);
+        UPDATE id_gen.route_splits rs SET phase = CASE WHEN res IS NULL THEN 'aborted' ELSE 'failed' END,
+               finished_at = CASE WHEN res IS NULL THEN clock_timestamp() END,
+               last_error = coalesce('abort incomplete: ' || res, rs.last_error), updated_at = clock_timestamp()
+        WHERE rs.split_id = s.split_id;
+        action := CASE WHEN res IS NULL THEN 'rolled back (left alone for ' || abandon_after || ')' ELSE 'rollback incomplete: ' || res END;
+      END IF;
+    EXCEPTION WHEN OTHERS THEN
+      GET STACKED DIAGNOSTICS err = MESSAGE_TEXT;
+    END;
+    IF err IS NOT NULL THEN
+      UPDATE id_gen.route_splits rs SET last_error = 'supervisor: ' || err, updated_at = clock_timestamp()
+      WHERE rs.split_id = s.split_id;
+      action := 'failed: ' || err;
+    ELSIF action IS NOT NULL THEN
+      UPDATE id_gen.route_splits rs SET recovered_by = action || ' at ' || clock_timestamp()::text
+      WHERE rs.split_id = s.split_id;
+    END IF;
+    PERFORM pg_advisory_unlock(757431, s.split_id::integer);
+    IF action IS NOT NULL THEN
+      RETURN NEXT;
+    END IF;
+  END LOOP;
+END $$;
+COMMENT ON FUNCTION id_gen.recover_splits(interval, interval) IS 'Picks up splits and merges no session runs: finishes one that swapped on its shard (the coordinator''s half, then the cleanup) and rolls back one left alone for abandon_after before that. id_gen.recover_moves calls it. Superuser only.';
+REVOKE EXECUTE ON FUNCTION id_gen.recover_splits(interval, interval) FROM PUBLIC;
+
+-- Splits and merges in the way of other route changes and moves.
+CREATE OR REPLACE FUNCTION id_gen.refuse_during_splits(what text) RETURNS void
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  busy text;
+BEGIN
+  SELECT string_agg(format('%s %s (genes %s .. %s at %s, %s)', s.kind, s.split_id, s.lower_gene, s.upper_gene, s.at_gene, s.phase), ', ')
+    INTO busy
+  FROM id_gen.route_splits s WHERE s.phase NOT IN ('done', 'aborted');
+  IF busy IS NOT NULL THEN
+    RAISE EXCEPTION 'id_gen: cannot % while route splits or merges are unfinished: %', what, busy
+      USING ERRCODE = '55006',
+            HINT = 'Finish each with the same CALL id_gen.split_route(...) or merge_routes(...), or roll it back with CALL id_gen.abort_split(split_id).';
+  END IF;
+END $$;
+COMMENT ON FUNCTION id_gen.refuse_during_splits(text) IS 'Raises 55006 while a split or merge of route ranges is unfinished.';
+REVOKE EXECUTE ON FUNCTION id_gen.refuse_during_splits(text) FROM PUBLIC;
+
+-- Route changes by hand. A change that moves a range boundary of a distributed table that
+-- holds rows there would copy those rows under ACCESS EXCLUSIVE on the whole table (on the
+-- coordinator and on the shards); it is refused unless copy_rows says so
+-- (id_gen.sync_distributed_table checks, reading this transaction's setting).
+CREATE OR REPLACE FUNCTION id_gen.set_route(upper_gene integer, shard text, copy_rows boolean DEFAULT false) RETURNS void
+LANGUAGE plpgsql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  PERFORM id_gen.check_route(upper_gene, shard);
+  -- One route change at a time, so that the partitions and shard CHECKs of distributed
+  -- tables are derived from one state of the table.
+  LOCK TABLE id_gen.shard_routes IN SHARE ROW EXCLUSIVE MODE;
+  INSERT INTO id_gen.shard_routes AS r (upper_gene, shard) VALUES (set_route.upper_gene, set_route.shard)
+  ON CONFLICT ON CONSTRAINT shard_routes_pkey DO UPDATE SET shard = excluded.shard, updated_at = now();
+  PERFORM set_config('id_gen_internal.copy_rows', CASE WHEN copy_rows THEN 'on' ELSE 'off' END, true);
+  PERFORM id_gen.sync_distributed_tables();
+  PERFORM set_config('id_gen_internal.copy_rows', 'off', true);
+END $$;
+COMMENT ON FUNCTION id_gen.set_route(integer, text, boolean) IS 'Routes genes up to upper_gene (down to the previous bound + 1) to a shard; replaces an existing bound. Distributed tables follow in the same transaction. A change that splits or merges a range holding rows is refused (55000; use CALL id_gen.split_route / merge_routes, which work online) unless copy_rows => true, which copies them under ACCESS EXCLUSIVE on the whole table.';
+
+CREATE OR REPLACE FUNCTION id_gen.drop_route(upper_gene integer, copy_rows boolean DEFAULT false) RETURNS boolean
+LANGUAGE plpgsql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  LOCK TABLE id_gen.shard_routes IN SHARE ROW EXCLUSIVE MODE;
+  DELETE FROM id_gen.shard_routes r WHERE r.upper_gene = drop_route.upper_gene;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'id_gen: there is no route with upper bound %', upper_gene
+      USING ERRCODE = '42704', HINT = 'Existing routes are listed in id_gen.route_ranges.';
+  END IF;
+  PERFORM set_config('id_gen_internal.copy_rows', CASE WHEN copy_rows THEN 'on' ELSE 'off' END, true);
+  PERFORM id_gen.sync_distributed_tables();
+  PERFORM set_config('id_gen_internal.copy_rows', 'off', true);
+  RETURN true;
+END $$;
+COMMENT ON FUNCTION id_gen.drop_route(integer, boolean) IS 'Removes a route bound; its genes then go to the next higher bound. Distributed tables follow in the same transaction; a merge of ranges holding rows is refused unless copy_rows => true (see set_route; CALL id_gen.merge_routes works online).';
+
+REVOKE EXECUTE ON FUNCTION id_gen.set_route(integer, text, boolean) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION id_gen.drop_route(integer, boolean) FROM PUBLIC;

@@ -1,0 +1,177 @@
+#!/usr/bin/env bash
+# Online splits and merges of route ranges (a coordinator that is also the segment
+# authority, two shards with wal_level = logical):
+# (a) set_route that would split a range holding rows is refused (55000, hint naming
+#     split_route), and changes nothing.
+# (b) split under load: 550k rows in the range; Python writers insert and update rows
+#     inside and outside it, through the coordinator and directly on the shard, while
+#     split_route runs. Every transaction commits, the rows per owner match the writers'
+#     log (count and sum), the bulk rows are all there once, each half is its own
+#     partition on the shard; latencies during the split: p50, p99 and max inside and
+#     outside the range (outside at most 100 ms, inside at most 1 s).
+# (c) the new half moves to shard_2 and back, merge_routes joins the halves: routes and
+#     data end where they started.
+# (d) a split whose session is killed while copying resumes with the same CALL; one whose
+#     coordinator is killed (kill -9) while copying resumes after the restart; one whose
+#     shard swapped while the coordinator's transaction did not commit is finished by the
+#     move supervisor, and the range answers 42P01 rather than nothing meanwhile;
+#     abort_split leaves no trigger or table behind.
+source "$(dirname "$0")/lib.sh"
+PY=$(ensure_python_env)
+C=/tmp/idg_e2e15c CP=54450
+shard_dir() { echo "/tmp/idg_e2e15s$1"; }
+shard_port() { echo $((CP + $1)); }
+SMALL=("shared_buffers = 32MB" "max_connections = 40")
+LOGICAL=("wal_level = logical" "max_wal_senders = 10" "max_replication_slots = 10")
+trap 'kill $(jobs -p) 2>/dev/null || true; cluster_stop "$C"; for i in 1 2; do cluster_stop "$(shard_dir $i)"; done' EXIT
+cq() { cpsql "$C" "$CP" -At "$@"; }
+sq() { local i=$1; shift; cpsql "$(shard_dir "$i")" "$(shard_port "$i")" -At "$@"; }
+state_of() { "$@" -v VERBOSITY=verbose 2>&1 >/dev/null | sed -n 's/^ERROR:  \([0-9A-Z]\{5\}\): .*/\1/p' | head -1; }
+routes() { cq -c "SELECT string_agg(lower_gene || '-' || upper_gene || '@' || shard, ',' ORDER BY lower_gene) FROM id_gen.route_ranges"; }
+owners_in() { cq -c "SELECT string_agg(o::text, ',') FROM (SELECT o FROM generate_series(10000001, 12000000) o WHERE id_gen.shard_gene(o::bigint) BETWEEN $1 AND $2 LIMIT $3) s"; }
+checksum() { cq -c "SELECT count(*) || '/' || count(DISTINCT id) || '/' || sum(amount) || '/' || sum(hashtextextended(id::text || ':' || owner_id || ':' || amount, 0) % 1000003) FROM orders"; }
+parts_on() { sq "$1" -c "SELECT string_agg(c.relname || ':' || (SELECT count(*) FROM pg_trigger t WHERE t.tgrelid = c.oid AND NOT t.tgisinternal), ',' ORDER BY c.relname) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = 'orders'::regclass"; }
+strays_on() { sq "$1" -c "SELECT count(*) FROM pg_class WHERE relname ~ '^orders_g' AND relkind = 'r' AND NOT relispartition"; }
+
+cluster_start "$C" "$CP" "${SMALL[@]}"
+cq >/dev/null <<SQL
+CREATE EXTENSION id_gen; CREATE EXTENSION postgres_fdw; CREATE EXTENSION dblink;
+SELECT id_gen.create_sequence('orders', step => 1000);
+CREATE ROLE id_authority LOGIN;
+GRANT UPDATE (max_id) ON id_gen.sequences TO id_authority;
+ALTER ROLE id_authority SET synchronous_commit = on;
+SELECT id_gen.set_route(16383, 'shard_1');
+SELECT id_gen.set_route(32767, 'shard_1');
+SELECT id_gen.set_route(65535, 'shard_2');
+CREATE TABLE orders (id bigint PRIMARY KEY, owner_id bigint NOT NULL, amount bigint NOT NULL, note text);
+SQL
+for i in 1 2; do
+  cluster_start "$(shard_dir $i)" "$(shard_port $i)" "${SMALL[@]}" "${LOGICAL[@]}"
+  sq $i >/dev/null <<SQL
+CREATE EXTENSION id_gen; CREATE EXTENSION postgres_fdw;
+CREATE SERVER central FOREIGN DATA WRAPPER postgres_fdw
+  OPTIONS (host '$C', port '$CP', dbname 'postgres', connect_timeout '2', options '-c synchronous_commit=on');
+CREATE USER MAPPING FOR PUBLIC SERVER central OPTIONS (user 'id_authority');
+SELECT id_gen.create_sequence('orders', step => 1000, authority => 'central');
+SQL
+  cq >/dev/null <<SQL
+CREATE SERVER shard_$i FOREIGN DATA WRAPPER postgres_fdw
+  OPTIONS (host '$(shard_dir $i)', port '$(shard_port $i)', dbname 'postgres', connect_timeout '2');
+CREATE USER MAPPING FOR postgres SERVER shard_$i OPTIONS (user 'postgres');
+SQL
+done
+cq -c "SET client_min_messages = warning" -c "SELECT id_gen.distribute_table('orders', 'id', 'owner_id', 'orders')" >/dev/null
+
+# 550k rows of genes 0 .. 16383, written on the shard (bulk), owners 1 .. 2.2M.
+sq 1 -c "INSERT INTO orders (id, owner_id, amount)
+         SELECT id_gen.compose_id(id_gen.shard_gene(o), 1000000000 + o), o, o % 7
+         FROM generate_series(1, 2200000) o WHERE id_gen.shard_gene(o) <= 16383" >/dev/null
+sq 1 -c "ANALYZE orders" >/dev/null
+bulk=$(cq -c "SELECT count(*) FROM orders WHERE owner_id <= 2200000")
+assert_gt "$bulk" 500000 "rows in genes 0 .. 16383 before the split"
+bulk_sum=$(cq -c "SELECT sum(amount) FROM orders WHERE owner_id <= 2200000")
+before=$(checksum)
+
+# (a) -------------------------------------------------------------------------------------
+out=$(cq -v VERBOSITY=verbose -c "SELECT id_gen.set_route(8191, 'shard_1')" 2>&1) && fail "set_route split a range with rows: $out"
+grep -q "55000: id_gen: this route change splits or merges" <<<"$out" && grep -q "HINT:  Use CALL id_gen.split_route" <<<"$out" \
+  || fail "not the expected refusal: $out"
+assert_eq "$(routes)" "0-16383@shard_1,16384-32767@shard_1,32768-65535@shard_2" "set_route splitting a range with rows: 55000 naming split_route; routes unchanged"
+
+# (b) -------------------------------------------------------------------------------------
+inside=$(owners_in 0 16383 40)
+shard_outside=$(owners_in 16384 32767 20)
+outside="$shard_outside,$(owners_in 32768 65535 20)"
+rm -f "$C/stop"
+"$PY" "$REPO_ROOT/tests/e2e/split_load.py" run --coord "host=$C port=$CP dbname=postgres user=postgres" \
+  --shard "host=$(shard_dir 1) port=$(shard_port 1) dbname=postgres user=postgres" \
+  --inside "$inside" --outside "$outside" --shard-outside "$shard_outside" --stop "$C/stop" --log "$C/load.log" &
+load=$!
+sleep 3
+t0=$(date +%s.%N)
+cq -c "CALL id_gen.split_route(8191)" 2>&1 | sed -n 's/^\(NOTICE\|ERROR\|DETAIL\|CONTEXT\):  /  /p' >&2
+t1=$(date +%s.%N)
+sleep 2
+touch "$C/stop"; wait $load
+split_s=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
+assert_eq "$(routes)" "0-8191@shard_1,8192-16383@shard_1,16384-32767@shard_1,32768-65535@shard_2" "split_route(8191): routes split"
+assert_eq "$(cq -c "SELECT phase || ':' || (rows_total >= $bulk) || ':' || (rows_copied > 0.9 * rows_total) || ':' || (fence_ms < 1000) FROM id_gen.splits")" "done:true:true:true" "id_gen.splits: done, the bulk rows counted and copied, fence under 1 s"
+report=$("$PY" "$REPO_ROOT/tests/e2e/split_load.py" check --coord "host=$C port=$CP dbname=postgres user=postgres" \
+  --log "$C/load.log" --window "$t0,$t1") || fail "writers' log and tables differ: $report"
+echo "$report" | grep -v '^max_' | sed 's/^/  /' >&2
+pass "every transaction committed; rows per owner match the writers' log"
+assert_eq "$(cq -c "SELECT count(*) || '/' || sum(amount) FROM orders WHERE owner_id <= 2200000")" "$bulk/$bulk_sum" "bulk rows all there, once"
+assert_eq "$(cq -c "SELECT count(*) = count(DISTINCT id) FROM orders")" "t" "no id twice"
+assert_eq "$(parts_on 1)" "orders_g0_8191:0,orders_g16384_32767:0,orders_g8192_16383:0" "shard_1: one partition per range, no trigger left"
+assert_eq "$(strays_on 1)" "0" "shard_1: no old partition left"
+assert_eq "$(sq 1 -c "SELECT count(*) FROM orders_g0_8191 WHERE id >> 47 > 8191") $(sq 1 -c "SELECT count(*) FROM orders_g8192_16383 WHERE id >> 47 < 8192")" "0 0" "no row on the wrong half"
+assert_eq "$(cq -c "SELECT bool_and(in_step) FROM id_gen.distribution")" "t" "distribution in step"
+max_in=$(sed -n 's/^max_inside_ms=//p' <<<"$report"); max_out=$(sed -n 's/^max_outside_ms=//p' <<<"$report")
+fence=$(cq -c "SELECT fence_ms || ' ms in ' || fence_attempts || ' attempt(s)' FROM id_gen.splits")
+echo "  split of $(cq -c "SELECT rows_total FROM id_gen.splits") rows: ${split_s} s, fence $fence" >&2
+assert_lt "$max_out" 101 "writes outside the split range waited at most 100 ms (max, ms)"
+assert_lt "$max_in" 1001 "writes inside the split range waited at most 1 s (max, ms)"
+
+# (c) -------------------------------------------------------------------------------------
+after_load=$(checksum)
+cq -c "SET client_min_messages = warning" -c "CALL id_gen.move_genes(8192, 16383, 'shard_2')" >/dev/null
+assert_eq "$(routes)" "0-8191@shard_1,8192-16383@shard_2,16384-32767@shard_1,32768-65535@shard_2" "the new half moved to shard_2"
+cq -c "SET client_min_messages = warning" -c "CALL id_gen.move_genes(8192, 16383, 'shard_1')" >/dev/null
+cq -c "CALL id_gen.merge_routes(8191)" 2>&1 | sed -n 's/^\(NOTICE\|ERROR\|DETAIL\|CONTEXT\):  /  /p' >&2
+assert_eq "$(routes)" "0-16383@shard_1,16384-32767@shard_1,32768-65535@shard_2" "moved back and merged: the routes are where they started"
+assert_eq "$(parts_on 1)" "orders_g0_16383:0,orders_g16384_32767:0" "shard_1: one partition for the merged range again"
+assert_eq "$(strays_on 1)/$(strays_on 2)" "0/0" "no stray tables"
+assert_eq "$(cq -c "SELECT bool_and(in_step) FROM id_gen.distribution")" "t" "distribution in step after the merge"
+assert_eq "$(cq -c "SELECT count(*) FROM orders WHERE owner_id <= 2200000")" "$bulk" "bulk rows after split, moves and merge"
+# The same data as before the round trip (the writers' rows are checked above).
+assert_eq "$(checksum)" "$after_load" "every row as it was before the moves and the merge (count/distinct ids/sum/hash)"
+
+# (d) -------------------------------------------------------------------------------------
+# Killed session while copying: the same CALL resumes.
+cq -c "CALL id_gen.split_route(4095)" >/dev/null 2>&1 & sp=$!
+for _ in $(seq 1 200); do [ "$(cq -c "SELECT count(*) FROM id_gen.splits WHERE at_gene = 4095 AND phase = 'copying' AND rows_copied > 0")" = 1 ] && break; sleep 0.05; done
+cq -c "SELECT pg_terminate_backend(runner_pid) FROM id_gen.route_splits WHERE at_gene = 4095" >/dev/null
+wait $sp || true
+assert_eq "$(cq -c "SELECT phase FROM id_gen.splits WHERE at_gene = 4095")" "copying" "split killed while copying stays in copying"
+cq -c "INSERT INTO orders (owner_id, amount) SELECT o, 1 FROM unnest(string_to_array('$inside', ',')::bigint[]) o" >/dev/null
+cq -c "CALL id_gen.split_route(4095)" >/dev/null 2>&1
+assert_eq "$(cq -c "SELECT phase FROM id_gen.splits WHERE at_gene = 4095")" "done" "the same CALL resumed it"
+sum1=$(cq -c "SELECT count(*) || '/' || sum(amount) FROM orders")
+# Coordinator killed while copying: after the restart the same CALL resumes.
+cq -c "CALL id_gen.merge_routes(4095)" >/dev/null 2>&1 & sp=$!
+for _ in $(seq 1 200); do [ "$(cq -c "SELECT count(*) FROM id_gen.splits WHERE kind = 'merge' AND at_gene = 4095 AND phase = 'copying' AND rows_copied > 0")" = 1 ] && break; sleep 0.05; done
+pm=$(head -1 "$C/data/postmaster.pid"); kids=$(pgrep -P "$pm" || true)
+kill -9 "$pm" $kids
+wait $sp || true
+for _ in $(seq 1 100); do kill -0 "$pm" $kids 2>/dev/null || break; sleep 0.1; done
+cluster_up "$C" "$CP"
+assert_eq "$(cq -c "SELECT phase FROM id_gen.splits WHERE kind = 'merge' AND at_gene = 4095")" "copying" "merge after kill -9 of the coordinator: copying"
+cq -c "CALL id_gen.merge_routes(4095)" >/dev/null 2>&1
+assert_eq "$(cq -c "SELECT phase FROM id_gen.splits WHERE kind = 'merge' AND at_gene = 4095")/$(cq -c "SELECT count(*) || '/' || sum(amount) FROM orders")" "done/$sum1" "resumed after the restart; nothing lost"
+# The shard swapped, the coordinator's transaction did not commit: a reader holds the
+# table so the fence cannot start, the swap runs on the shard by hand (as if the
+# coordinator had died after it), and the runner is killed.
+cq -c "BEGIN" -c "LOCK TABLE orders_shards IN ACCESS SHARE MODE" -c "SELECT pg_sleep(120)" >/dev/null 2>&1 & holder=$!
+sleep 0.5
+cq -c "CALL id_gen.split_route(2047)" >/dev/null 2>&1 & sp=$!
+for _ in $(seq 1 600); do [ "$(cq -c "SELECT count(*) FROM id_gen.splits WHERE at_gene = 2047 AND phase = 'swapping'")" = 1 ] && break; sleep 0.05; done
+sid=$(cq -c "SELECT split_id FROM id_gen.splits WHERE at_gene = 2047")
+sq 1 -c "SELECT id_gen.shard_split_swap($sid, 5000)" >/dev/null
+cq -c "SELECT pg_terminate_backend(runner_pid) FROM id_gen.route_splits WHERE split_id = $sid" >/dev/null
+unhold() { cq -c "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(120)'" >/dev/null; wait $holder || true; }
+wait $sp || true; unhold
+assert_eq "$(state_of cq -c "SELECT count(*) FROM orders WHERE id BETWEEN id_gen.gene_first_id(0) AND id_gen.gene_last_id(2047)")" "42P01" "meanwhile the range fails (42P01) instead of answering nothing"
+for _ in $(seq 1 150); do [ "$(cq -c "SELECT phase FROM id_gen.splits WHERE split_id = $sid")" = done ] && break; sleep 0.2; done
+assert_eq "$(cq -c "SELECT phase || ':' || (recovered_by IS NOT NULL) FROM id_gen.splits WHERE split_id = $sid")" "done:true" "the move supervisor finished the swap"
+assert_eq "$(cq -c "SELECT count(*) || '/' || sum(amount) FROM orders")/$(cq -c "SELECT bool_and(in_step) FROM id_gen.distribution")" "$sum1/t" "nothing lost, in step"
+# Abort: nothing of the split is left.
+cq -c "BEGIN" -c "LOCK TABLE orders_shards IN ACCESS SHARE MODE" -c "SELECT pg_sleep(120)" >/dev/null 2>&1 & holder=$!
+sleep 0.5
+cq -c "CALL id_gen.split_route(1023)" >/dev/null 2>&1 & sp=$!
+for _ in $(seq 1 600); do [ "$(cq -c "SELECT count(*) FROM id_gen.splits WHERE at_gene = 1023 AND phase = 'swapping'")" = 1 ] && break; sleep 0.05; done
+cq -c "SELECT pg_terminate_backend(runner_pid) FROM id_gen.route_splits WHERE at_gene = 1023" >/dev/null
+wait $sp || true; unhold
+cq -c "CALL id_gen.abort_split($(cq -c "SELECT split_id FROM id_gen.route_splits WHERE at_gene = 1023"))" >/dev/null
+assert_eq "$(cq -c "SELECT phase FROM id_gen.splits WHERE at_gene = 1023")/$(strays_on 1)/$(sq 1 -c "SELECT count(*) FROM id_gen.shard_split_pieces")" "aborted/0/0" "abort_split: no table or piece left"
+assert_eq "$(parts_on 1)" "orders_g0_2047:0,orders_g16384_32767:0,orders_g2048_16383:0" "and no trigger"
+assert_eq "$(cq -c "SELECT count(*) || '/' || sum(amount) FROM orders")" "$sum1" "nothing lost"

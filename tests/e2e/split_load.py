@@ -1,0 +1,136 @@
+"""Load for tests/e2e/15_split.sh: writers through the coordinator and directly on a shard,
+inside and outside the route range being split, each logging every transaction.
+
+  split_load.py run --coord DSN --shard DSN --inside O,.. --outside O,.. --shard-outside O,.. --stop FILE --log FILE
+      runs until FILE exists; one thread per (path, class); a transaction inserts a row
+      for an owner (60 %) or adds to the amount of a row it inserted before (40 %).
+      Each line of the log: start (epoch s), latency ms, class, path, owner, rows, amount, ok.
+  split_load.py check --coord DSN --log FILE --window T0,T1
+      compares the rows per owner (count, sum of amount) with the log, prints latency
+      p50/p99/max inside and outside the range for transactions that overlap the window,
+      and exits 1 on a failed transaction or a mismatch.
+"""
+import argparse
+import random
+import sys
+import threading
+import time
+
+import psycopg
+
+
+def writer(dsn, path, cls, owners, stop_file, out, lock, direct):
+    rng = random.Random(hash((path, cls)))
+    mine = []
+    conn = psycopg.connect(dsn, autocommit=True)
+    import os
+    while not os.path.exists(stop_file):
+        owner = rng.choice(owners)
+        t0 = time.time()
+        try:
+            if mine and rng.random() < 0.4:
+                row_id, row_owner = rng.choice(mine)
+                delta = rng.randint(1, 9)
+                conn.execute("UPDATE orders SET amount = amount + %s WHERE id = %s", (delta, row_id))
+                owner, rows, amount = row_owner, 0, delta
+            else:
+                amount = rng.randint(1, 9)
+                if direct:
+                    cur = conn.execute(
+                        "INSERT INTO orders (id, owner_id, amount) "
+                        "VALUES (id_gen.gene_order_id('orders', %s::bigint), %s, %s) RETURNING id",
+                        (owner, owner, amount))
+                else:
+                    cur = conn.execute("INSERT INTO orders (owner_id, amount) VALUES (%s, %s) RETURNING id",
+                                       (owner, amount))
+                mine.append((cur.fetchone()[0], owner))
+                rows = 1
+            ok = "ok"
+        except psycopg.Error as e:
+            rows, amount, ok = 0, 0, (e.sqlstate or "?")
+            conn.close()
+            conn = psycopg.connect(dsn, autocommit=True)
+        ms = (time.time() - t0) * 1000
+        with lock:
+            out.write(f"{t0:.6f},{ms:.3f},{cls},{path},{owner},{rows},{amount},{ok}\n")
+    conn.close()
+
+
+def run(a):
+    lock = threading.Lock()
+    inside = [int(x) for x in a.inside.split(",")]
+    outside = [int(x) for x in a.outside.split(",")]
+    shard_outside = [int(x) for x in a.shard_outside.split(",")]
+    with open(a.log, "w") as out:
+        threads = [threading.Thread(target=writer, args=(dsn, path, cls, owners, a.stop, out, lock, direct))
+                   for (dsn, path, direct, outs) in ((a.coord, "coordinator", False, outside),
+                                                     (a.shard, "shard", True, shard_outside))
+                   for (cls, owners) in (("inside", inside), ("outside", outs))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+
+def pct(xs, p):
+    if not xs:
+        return 0.0
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(p / 100.0 * (len(xs) - 1))))]
+
+
+def check(a):
+    t0, t1 = (float(x) for x in a.window.split(","))
+    want = {}
+    lat = {"inside": [], "outside": []}
+    failed = []
+    n = 0
+    for line in open(a.log):
+        start, ms, cls, path, owner, rows, amount, ok = line.strip().split(",")
+        n += 1
+        if ok != "ok":
+            failed.append(line.strip())
+            continue
+        c, s = want.get(int(owner), (0, 0))
+        want[int(owner)] = (c + int(rows), s + int(amount))
+        start, ms = float(start), float(ms)
+        if start <= t1 and start + ms / 1000 >= t0:
+            lat[cls].append(ms)
+    with psycopg.connect(a.coord, autocommit=True) as conn:
+        got = {o: (c, s) for o, c, s in conn.execute(
+            "SELECT owner_id, count(*), sum(amount) FROM orders WHERE owner_id = ANY(%s) GROUP BY 1",
+            (list(want),))}
+    bad = [(o, want[o], got.get(o)) for o in want if want[o] != got.get(o, (0, 0))]
+    for cls in ("inside", "outside"):
+        xs = lat[cls]
+        print(f"{cls}: {len(xs)} transactions during the split, latency p50 {pct(xs, 50):.1f} ms, "
+              f"p99 {pct(xs, 99):.1f} ms, max {max(xs, default=0):.1f} ms")
+        print(f"max_{cls}_ms={max(xs, default=0):.0f}")
+    print(f"transactions={n} failed={len(failed)} owners={len(want)} mismatched={len(bad)}")
+    for line in failed[:5]:
+        print("failed:", line)
+    for b in bad[:5]:
+        print("mismatch (owner, log, table):", b)
+    return 1 if failed or bad else 0
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("mode", choices=["run", "check"])
+    p.add_argument("--coord", required=True)
+    p.add_argument("--shard")
+    p.add_argument("--inside")
+    p.add_argument("--outside")
+    p.add_argument("--shard-outside", help="owners outside the range that the shard holds (direct writers)")
+    p.add_argument("--stop")
+    p.add_argument("--log", required=True)
+    p.add_argument("--window")
+    a = p.parse_args()
+    if a.mode == "run":
+        run(a)
+        return 0
+    return check(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
