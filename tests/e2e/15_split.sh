@@ -126,6 +126,15 @@ assert_eq "$(cq -c "SELECT count(*) FROM orders WHERE owner_id <= 2200000")" "$b
 # The same data as before the round trip (the writers' rows are checked above).
 assert_eq "$(checksum)" "$after_load" "every row as it was before the moves and the merge (count/distinct ids/sum/hash)"
 
+# For comparison: the same split as 0.4.0's set_route did it (copy_rows => true), which
+# holds ACCESS EXCLUSIVE on the whole table, coordinator and shard, while it copies.
+t2=$(date +%s.%N)
+cq -c "SELECT id_gen.set_route(8191, 'shard_1', copy_rows => true)" >/dev/null
+t3=$(date +%s.%N)
+cq -c "SELECT id_gen.drop_route(8191, copy_rows => true)" >/dev/null
+echo "  the same split with set_route(8191, 'shard_1', copy_rows => true): the whole table locked for $(awk -v a="$t2" -v b="$t3" 'BEGIN { printf "%.1f", b - a }') s" >&2
+assert_eq "$(checksum)" "$after_load" "set_route with copy_rows and drop_route back: every row as it was"
+
 # (d) -------------------------------------------------------------------------------------
 # Killed session while copying: the same CALL resumes.
 cq -c "CALL id_gen.split_route(4095)" >/dev/null 2>&1 & sp=$!

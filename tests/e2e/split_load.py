@@ -84,6 +84,7 @@ def check(a):
     want = {}
     lat = {"inside": [], "outside": []}
     failed = []
+    starts = []
     n = 0
     for line in open(a.log):
         start, ms, cls, path, owner, rows, amount, ok = line.strip().split(",")
@@ -94,6 +95,7 @@ def check(a):
         c, s = want.get(int(owner), (0, 0))
         want[int(owner)] = (c + int(rows), s + int(amount))
         start, ms = float(start), float(ms)
+        starts.append(start)
         if start <= t1 and start + ms / 1000 >= t0:
             lat[cls].append(ms)
     with psycopg.connect(a.coord, autocommit=True) as conn:
@@ -101,6 +103,10 @@ def check(a):
             "SELECT owner_id, count(*), sum(amount) FROM orders WHERE owner_id = ANY(%s) GROUP BY 1",
             (list(want),))}
     bad = [(o, want[o], got.get(o)) for o in want if want[o] != got.get(o, (0, 0))]
+    before = sum(1 for st in starts if t0 - 2.5 <= st < t0) / 2.5
+    during = sum(1 for st in starts if t0 <= st < t1) / max(t1 - t0, 1e-9)
+    print(f"committed transactions per second: {before:.0f} in the 2.5 s before the split, {during:.0f} during it "
+          f"({during / before if before else 0:.2f} x)")
     for cls in ("inside", "outside"):
         xs = lat[cls]
         print(f"{cls}: {len(xs)} transactions during the split, latency p50 {pct(xs, 50):.1f} ms, "
