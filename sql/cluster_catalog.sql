@@ -121,6 +121,21 @@ COMMENT ON COLUMN id_gen.shard_moves.slot_created IS 'Whether this move created 
 COMMENT ON COLUMN id_gen.shard_moves.recovered_by IS 'What the move supervisor did to a move whose session was gone (lifted the fence, finished the cut-over, aborted it), if anything.';
 
 -- @new-in-0.5.0
+-- Reversible moves (sql/revert.sql): after the cut-over the target's changes replicate back
+-- to the source until revert_move or complete_move.
+ALTER TABLE id_gen.shard_moves DROP CONSTRAINT shard_moves_phase_check;
+ALTER TABLE id_gen.shard_moves ADD CONSTRAINT shard_moves_phase_check
+    CHECK (phase IN ('planned', 'copying', 'catching_up', 'cut_over', 'done', 'aborted', 'failed',
+                     'reversible', 'reverting', 'reverted'));
+ALTER TABLE id_gen.shard_moves ADD COLUMN reversible boolean NOT NULL DEFAULT false,
+                               ADD COLUMN back_lsn pg_lsn,
+                               ADD COLUMN back_lag_bytes bigint,
+                               ADD COLUMN back_retained_bytes bigint,
+                               ADD COLUMN back_checked_at timestamptz;
+COMMENT ON COLUMN id_gen.shard_moves.reversible IS 'move_genes(..., reversible => true): after the cut-over the target''s changes of the moved genes replicate back to the source''s kept partitions (phase reversible) until CALL id_gen.revert_move or CALL id_gen.complete_move.';
+COMMENT ON COLUMN id_gen.shard_moves.back_lsn IS 'The target''s WAL position inside the fence, after the last change from the source was applied: the reverse replication starts there.';
+COMMENT ON COLUMN id_gen.shard_moves.back_lag_bytes IS 'A reversible move: WAL of the target not yet confirmed by the source (reverse replication lag), as of back_checked_at.';
+COMMENT ON COLUMN id_gen.shard_moves.back_retained_bytes IS 'A reversible move: WAL the target keeps for the reverse replication slot (grows while the source does not confirm), as of back_checked_at.';
 -- Online splits and merges of route ranges (sql/split.sql).
 CREATE TABLE id_gen.route_splits (
     split_id       bigint      PRIMARY KEY DEFAULT nextval('id_gen.move_ids'),

@@ -171,7 +171,7 @@ DECLARE
 BEGIN
   SELECT string_agg(format('%s (genes %s .. %s to %s, %s)', m.move_id, m.lower_gene, m.upper_gene, m.target_shard, m.phase), ', ')
     INTO busy
-  FROM id_gen.shard_moves m WHERE m.phase NOT IN ('done', 'aborted');
+  FROM id_gen.shard_moves m WHERE m.phase NOT IN ('done', 'aborted', 'reverted');
   IF busy IS NOT NULL THEN
     RAISE EXCEPTION 'id_gen: cannot % while moves are unfinished: %', what, busy
       USING ERRCODE = '55006',
@@ -1071,7 +1071,7 @@ BEGIN
     RETURN;
   END IF;
   SELECT string_agg(format('%s (%s)', m.move_id, m.phase), ', ') INTO busy
-  FROM id_gen.shard_moves m WHERE m.phase NOT IN ('done', 'aborted');
+  FROM id_gen.shard_moves m WHERE m.phase NOT IN ('done', 'aborted', 'reverted');
   IF busy IS NOT NULL THEN
     RAISE EXCEPTION 'id_gen: cannot drop the extension while moves are unfinished: %', busy
       USING ERRCODE = '55006',

@@ -51,13 +51,17 @@ SELECT move_id, lower_gene, upper_gene, source_shard, target_shard, phase,
        fence_attempts, source_fenced, started_at, finished_at,
        coalesce(finished_at, clock_timestamp()) - started_at AS elapsed,
        last_error,
-       CASE WHEN phase IN ('done', 'aborted') THEN NULL
+       CASE WHEN phase IN ('done', 'aborted', 'reverted') THEN NULL
             WHEN pg_try_advisory_lock_shared(757431, move_id::integer)
                  AND pg_advisory_unlock_shared(757431, move_id::integer) THEN 'no session'
             ELSE 'running' END AS runner,
-       recovered_by
+       recovered_by,
+       reversible,
+       back_lag_bytes,
+       back_retained_bytes,
+       back_checked_at
 FROM id_gen.shard_moves;
-COMMENT ON VIEW id_gen.moves IS 'Moves of genes between shards: phase, rows copied, replication lag, how long writes of the moved genes were fenced (fence_ms), times, the last error, whether a session runs it (runner) and what the move supervisor did (recovered_by). Unfinished moves resume with the same CALL id_gen.move_genes(...) or roll back with CALL id_gen.abort_move(move_id); the supervisor finishes or rolls back those left alone.';
+COMMENT ON VIEW id_gen.moves IS 'Moves of genes between shards: phase, rows copied, replication lag, how long writes of the moved genes were fenced (fence_ms), times, the last error, whether a session runs it (runner), what the move supervisor did (recovered_by), and for a reversible move (phase reversible after its cut-over) the reverse replication''s lag and the WAL its slot keeps on the target (back_lag_bytes, back_retained_bytes, refreshed every 10 s by the supervisor). Unfinished moves resume with the same CALL id_gen.move_genes(...) or roll back with CALL id_gen.abort_move(move_id); the supervisor finishes or rolls back those left alone.';
 GRANT SELECT ON id_gen.moves TO PUBLIC;
 
 -- libpq connection string of a shard for CREATE SUBSCRIPTION on another shard: the
@@ -284,6 +288,14 @@ BEGIN
     GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT;
     errors := concat_ws('; ', errors, 'source markers: ' || msg);
   END;
+  IF m.reversible THEN
+    BEGIN
+      PERFORM id_gen.shard_call(m.target_shard, 'shard_drop_way_back', ARRAY[m.move_id::text], 30000);
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
+      GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT;
+      errors := concat_ws('; ', errors, 'the way back on the target: ' || msg);
+    END;
+  END IF;
   RETURN errors;
 END $$;
 COMMENT ON FUNCTION id_gen.undo_move(id_gen.shard_moves) IS 'Removes what an unfinished move left on its shards (fence triggers, subscription, the slots it created, publication, the target''s copies); returns the errors, NULL when clean.';
@@ -295,6 +307,9 @@ LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+  IF m.reversible THEN
+    RETURN id_gen.open_way_back(m);
+  END IF;
   PERFORM id_gen.run_move_step(m, 'detach_source', 0, 30000);
   PERFORM id_gen.place_ranges(m.source_shard, m.lower_gene, m.upper_gene, false);
   PERFORM id_gen.run_move_step(m, 'drop_subscription', 0, 30000);
@@ -323,9 +338,12 @@ DECLARE
   cleanup text;
 BEGIN
   PERFORM id_gen.require_superuser('recover moves');
+  -- Reversible moves: their reverse replication lag and retained WAL, for id_gen.moves.
+  PERFORM id_gen.check_way_back(sm) FROM id_gen.shard_moves sm
+  WHERE sm.phase = 'reversible' AND (sm.back_checked_at IS NULL OR sm.back_checked_at < clock_timestamp() - interval '10 s');
   -- (grace: a CALL that just failed is usually called again by its operator at once.)
   FOR m IN SELECT * FROM id_gen.shard_moves sm
-           WHERE sm.phase NOT IN ('done', 'aborted') AND sm.updated_at < clock_timestamp() - grace
+           WHERE sm.phase NOT IN ('done', 'aborted', 'reverted') AND sm.updated_at < clock_timestamp() - grace
            ORDER BY sm.move_id LOOP
     CONTINUE WHEN NOT pg_try_advisory_lock(757431, m.move_id::integer);
     move_id := m.move_id;
@@ -335,6 +353,16 @@ BEGIN
       IF m.phase = 'cut_over' THEN
         m := id_gen.finish_cut_over(m);
         action := 'finished the cut-over';
+      ELSIF m.phase = 'reverting' THEN
+        m := id_gen.finish_revert(m);
+        action := 'finished the revert';
+      ELSIF m.phase = 'reversible' THEN
+        -- Left open on purpose: only a fence of an interrupted revert is lifted.
+        IF m.source_fenced THEN
+          PERFORM id_gen.run_move_step(id_gen.reversed(m), 'unfence_source', 0, 10000);
+          UPDATE id_gen.shard_moves sm SET source_fenced = false WHERE sm.move_id = m.move_id;
+          action := 'lifted the fence of an interrupted revert';
+        END IF;
       ELSIF m.source_fenced THEN
         PERFORM id_gen.run_move_step(m, 'unfence_source', 0, 10000);
         UPDATE id_gen.shard_moves sm SET source_fenced = false WHERE sm.move_id = m.move_id;
@@ -395,7 +423,8 @@ COMMENT ON FUNCTION id_gen.move_raise_sequences(id_gen.shard_moves) IS 'Raises t
 REVOKE EXECUTE ON FUNCTION id_gen.move_raise_sequences(id_gen.shard_moves) FROM PUBLIC;
 
 CREATE OR REPLACE PROCEDURE id_gen.move_genes(lower_gene integer, upper_gene integer, target_shard text,
-                                   dry_run boolean DEFAULT false, keep_source boolean DEFAULT false)
+                                   dry_run boolean DEFAULT false, keep_source boolean DEFAULT false,
+                                   reversible boolean DEFAULT false)
 LANGUAGE plpgsql
 AS $$
 DECLARE
@@ -424,10 +453,11 @@ DECLARE
   sub oid;
 BEGIN
   PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-  IF lower_gene IS NULL OR upper_gene IS NULL OR target_shard IS NULL OR dry_run IS NULL OR keep_source IS NULL THEN
+  IF lower_gene IS NULL OR upper_gene IS NULL OR target_shard IS NULL OR dry_run IS NULL OR keep_source IS NULL OR reversible IS NULL THEN
     RAISE EXCEPTION 'id_gen: argument "%" must not be NULL',
       CASE WHEN lower_gene IS NULL THEN 'lower_gene' WHEN upper_gene IS NULL THEN 'upper_gene'
-           WHEN target_shard IS NULL THEN 'target_shard' WHEN dry_run IS NULL THEN 'dry_run' ELSE 'keep_source' END
+           WHEN target_shard IS NULL THEN 'target_shard' WHEN dry_run IS NULL THEN 'dry_run'
+           WHEN keep_source IS NULL THEN 'keep_source' ELSE 'reversible' END
       USING ERRCODE = '22004';
   END IF;
   IF lower_gene NOT BETWEEN 0 AND 65535 OR upper_gene NOT BETWEEN 0 AND 65535 THEN
@@ -448,10 +478,16 @@ BEGIN
   -- One move at a time: an unfinished move of these genes is resumed (whatever the routes
   -- say now); any other unfinished move is in the way.
   SELECT * INTO m FROM id_gen.shard_moves sm
-  WHERE sm.phase NOT IN ('done', 'aborted')
+  WHERE sm.phase NOT IN ('done', 'aborted', 'reverted')
   ORDER BY sm.move_id DESC LIMIT 1;
   IF FOUND THEN
-    IF (m.lower_gene, m.upper_gene, m.target_shard) IS DISTINCT FROM (move_genes.lower_gene, move_genes.upper_gene, move_genes.target_shard) THEN
+    IF m.phase IN ('reversible', 'reverting') THEN
+      RAISE EXCEPTION 'id_gen: move % of genes % .. % to shard "%" is %: its source still follows the target', m.move_id,
+                      m.lower_gene, m.upper_gene, m.target_shard, m.phase
+        USING ERRCODE = '55006',
+              HINT = format('End it first: CALL id_gen.complete_move(%s) keeps the genes on %s, CALL id_gen.revert_move(%s) brings them back to %s.',
+                            m.move_id, m.target_shard, m.move_id, m.source_shard);
+    ELSIF (m.lower_gene, m.upper_gene, m.target_shard) IS DISTINCT FROM (move_genes.lower_gene, move_genes.upper_gene, move_genes.target_shard) THEN
       RAISE EXCEPTION 'id_gen: move % of genes % .. % to shard "%" is unfinished (%)', m.move_id, m.lower_gene, m.upper_gene, m.target_shard, m.phase
         USING ERRCODE = '55006',
               HINT = format('Finish it with CALL id_gen.move_genes(%s, %s, %L), or roll it back with CALL id_gen.abort_move(%s).',
@@ -475,7 +511,7 @@ BEGIN
           PERFORM pg_advisory_lock(757431, m.move_id::integer);
           PERFORM pg_catalog.set_config('lock_timeout', '0', true);
           SELECT * INTO m FROM id_gen.shard_moves sm WHERE sm.move_id = m.move_id;
-          IF m.phase IN ('done', 'aborted') THEN
+          IF m.phase IN ('done', 'aborted', 'reverted') THEN
             PERFORM pg_advisory_unlock(757431, m.move_id::integer);
             RAISE NOTICE 'id_gen: move % is % (the move supervisor finished it meanwhile)', m.move_id, m.phase;
             RETURN;
@@ -529,6 +565,7 @@ BEGIN
     m.source_shard := src;
     m.target_shard := move_genes.target_shard;
     m.keep_source := move_genes.keep_source;
+    m.reversible := move_genes.reversible;
   END IF;
 
   IF dry_run THEN
@@ -551,8 +588,9 @@ BEGIN
               HINT = format('On %s: ALTER SYSTEM SET wal_level = logical; then restart it. Nothing was changed.', src);
     END IF;
     PERFORM id_gen.shard_call(move_genes.target_shard, 'shard_system_id', '{}', 10000);
-    INSERT INTO id_gen.shard_moves (lower_gene, upper_gene, source_shard, target_shard, keep_source, runner_pid)
-    VALUES (move_genes.lower_gene, move_genes.upper_gene, src, move_genes.target_shard, move_genes.keep_source, pg_backend_pid())
+    INSERT INTO id_gen.shard_moves (lower_gene, upper_gene, source_shard, target_shard, keep_source, reversible, runner_pid)
+    VALUES (move_genes.lower_gene, move_genes.upper_gene, src, move_genes.target_shard, move_genes.keep_source,
+            move_genes.reversible, pg_backend_pid())
     RETURNING * INTO m;
     PERFORM pg_advisory_lock(757431, m.move_id::integer);
     RAISE NOTICE 'id_gen: move % of genes % .. % from % to % (watch it in id_gen.moves)', m.move_id, m.lower_gene, m.upper_gene, src, m.target_shard;
@@ -720,6 +758,12 @@ BEGIN
       END IF;
       PERFORM pg_sleep(0.1);
     END LOOP;
+    IF m.reversible THEN
+      -- The way back exists before the fence: the target's publication and slot (sql/revert.sql).
+      PERFORM id_gen.prepare_way_back(m);
+      COMMIT;
+      PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+    END IF;
     FOR attempt IN m.fence_attempts + 1 .. m.fence_attempts + 5 LOOP
       -- source_fenced: the source's fence may be up from here until it is lifted or cut over.
       UPDATE id_gen.shard_moves SET fence_attempts = attempt, source_fenced = true WHERE move_id = m.move_id;
@@ -741,30 +785,48 @@ BEGIN
                  ORDER BY t.schema_name, t.table_name, rr.lower_gene LOOP
           EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', id_gen.range_partition(d.dt, d.lower_gene, d.upper_gene));
         END LOOP;
-        PERFORM id_gen.run_move_step(m, 'fence_source', attempt, 5000);
-        PERFORM id_gen.run_move_step(m, 'marker', attempt, 5000);
-        LOOP
-          EXIT WHEN id_gen.run_move_step(m, 'await_marker', attempt, 5000) = 't';
-          IF clock_timestamp() - t0 > interval '3 s' THEN
-            RAISE EXCEPTION 'the target did not catch up within 3 s of the fence' USING ERRCODE = '55000';
+        BEGIN
+          PERFORM id_gen.run_move_step(m, 'fence_source', attempt, 5000);
+          PERFORM id_gen.run_move_step(m, 'marker', attempt, 5000);
+          LOOP
+            EXIT WHEN id_gen.run_move_step(m, 'await_marker', attempt, 5000) = 't';
+            IF clock_timestamp() - t0 > interval '3 s' THEN
+              RAISE EXCEPTION 'the target did not catch up within 3 s of the fence' USING ERRCODE = '55000';
+            END IF;
+            PERFORM pg_sleep(0.002);
+          END LOOP;
+          PERFORM id_gen.move_raise_sequences(m);
+          IF m.reversible THEN
+            -- Every change from the source is applied on the target; what the target writes from
+            -- here on goes back (the reverse replication starts at this position).
+            UPDATE id_gen.shard_moves sm SET back_lsn = id_gen.shard_call(m.target_shard, 'shard_current_lsn', '{}', 5000)::pg_lsn
+            WHERE sm.move_id = m.move_id;
           END IF;
-          PERFORM pg_sleep(0.002);
-        END LOOP;
-        PERFORM id_gen.move_raise_sequences(m);
-        LOCK TABLE id_gen.shard_routes IN SHARE ROW EXCLUSIVE MODE;
-        UPDATE id_gen.shard_routes sr SET shard = m.target_shard, updated_at = now()
-        WHERE sr.upper_gene IN (SELECT rr.upper_gene FROM id_gen.route_ranges rr
-                                WHERE rr.lower_gene >= m.lower_gene AND rr.upper_gene <= m.upper_gene);
-        FOR d IN SELECT t AS dt, rr.lower_gene, rr.upper_gene
-                 FROM id_gen.distributed_tables t CROSS JOIN id_gen.route_ranges rr
-                 WHERE rr.lower_gene >= m.lower_gene AND rr.upper_gene <= m.upper_gene LOOP
-          PERFORM id_gen.point_partition(d.dt, id_gen.range_partition(d.dt, d.lower_gene, d.upper_gene),
-                                         d.lower_gene, d.upper_gene, m.target_shard);
-        END LOOP;
-        UPDATE id_gen.shard_moves
-        SET phase = 'cut_over', lag_bytes = 0, fence_started_at = t0, fence_ended_at = clock_timestamp(),
-            updated_at = clock_timestamp(), last_error = NULL
-        WHERE move_id = m.move_id AND phase = 'catching_up' RETURNING * INTO m;
+          LOCK TABLE id_gen.shard_routes IN SHARE ROW EXCLUSIVE MODE;
+          UPDATE id_gen.shard_routes sr SET shard = m.target_shard, updated_at = now()
+          WHERE sr.upper_gene IN (SELECT rr.upper_gene FROM id_gen.route_ranges rr
+                                  WHERE rr.lower_gene >= m.lower_gene AND rr.upper_gene <= m.upper_gene);
+          FOR d IN SELECT t AS dt, rr.lower_gene, rr.upper_gene
+                   FROM id_gen.distributed_tables t CROSS JOIN id_gen.route_ranges rr
+                   WHERE rr.lower_gene >= m.lower_gene AND rr.upper_gene <= m.upper_gene LOOP
+            PERFORM id_gen.point_partition(d.dt, id_gen.range_partition(d.dt, d.lower_gene, d.upper_gene),
+                                           d.lower_gene, d.upper_gene, m.target_shard);
+          END LOOP;
+          UPDATE id_gen.shard_moves
+          SET phase = 'cut_over', lag_bytes = 0, fence_started_at = t0, fence_ended_at = clock_timestamp(),
+              updated_at = clock_timestamp(), last_error = NULL
+          WHERE move_id = m.move_id AND phase = 'catching_up' RETURNING * INTO m;
+        EXCEPTION WHEN OTHERS OR query_canceled THEN
+          -- Lift the source's fence while the coordinator's locks still hold its writers:
+          -- once they go, those writers reach the source again, which must take them.
+          GET STACKED DIAGNOSTICS err = MESSAGE_TEXT, err_state = RETURNED_SQLSTATE;
+          BEGIN
+            PERFORM id_gen.run_move_step(m, 'unfence_source', 0, 10000);
+          EXCEPTION WHEN OTHERS OR query_canceled THEN
+            err := err || ' (lifting the source''s fence failed: ' || SQLERRM || ')';
+          END;
+          RAISE EXCEPTION '%', err USING ERRCODE = err_state;
+        END;
       EXCEPTION WHEN OTHERS OR query_canceled THEN
         GET STACKED DIAGNOSTICS err = MESSAGE_TEXT, err_state = RETURNED_SQLSTATE;
       END;
@@ -838,13 +900,17 @@ BEGIN
     END IF;
     COMMIT;
     PERFORM pg_advisory_unlock(757431, m.move_id::integer);
-    RAISE NOTICE 'id_gen: move % done: genes % .. % are on %; writes were fenced for % ms',
-      m.move_id, m.lower_gene, m.upper_gene, m.target_shard,
-      round(extract(epoch FROM m.fence_ended_at - m.fence_started_at) * 1000, 1);
+    RAISE NOTICE 'id_gen: move % %: genes % .. % are on %; writes were fenced for % ms%', m.move_id,
+      CASE WHEN m.phase = 'reversible' THEN 'is reversible' ELSE 'done' END,
+      m.lower_gene, m.upper_gene, m.target_shard,
+      round(extract(epoch FROM m.fence_ended_at - m.fence_started_at) * 1000, 1),
+      CASE WHEN m.phase = 'reversible'
+           THEN format('; %s follows it (CALL id_gen.revert_move(%s) to go back, CALL id_gen.complete_move(%s) to end)',
+                       m.source_shard, m.move_id, m.move_id) ELSE '' END;
   END IF;
 END $$;
-COMMENT ON PROCEDURE id_gen.move_genes(integer, integer, text, boolean, boolean) IS 'Moves the rows of every distributed table in genes lower_gene .. upper_gene (whole route ranges of one shard) to target_shard over logical replication, fencing only those genes for the cut-over; commits between phases (run it outside a transaction block). dry_run prints the steps and their SQL; keep_source keeps the source''s detached partitions (renamed *_moved_<id>). Re-running it resumes an unfinished move. Superuser only.';
-REVOKE EXECUTE ON PROCEDURE id_gen.move_genes(integer, integer, text, boolean, boolean) FROM PUBLIC;
+COMMENT ON PROCEDURE id_gen.move_genes(integer, integer, text, boolean, boolean, boolean) IS 'Moves the rows of every distributed table in genes lower_gene .. upper_gene (whole route ranges of one shard) to target_shard over logical replication, fencing only those genes for the cut-over; commits between phases (run it outside a transaction block). dry_run prints the steps and their SQL; keep_source keeps the source''s detached partitions (renamed *_moved_<id>); reversible keeps them in step with the target after the cut-over (reverse replication) until CALL id_gen.revert_move or CALL id_gen.complete_move. Re-running it resumes an unfinished move. Superuser only.';
+REVOKE EXECUTE ON PROCEDURE id_gen.move_genes(integer, integer, text, boolean, boolean, boolean) FROM PUBLIC;
 
 CREATE OR REPLACE PROCEDURE id_gen.abort_move(move_id bigint, force boolean DEFAULT false)
 LANGUAGE plpgsql
@@ -865,7 +931,7 @@ BEGIN
   SELECT * INTO m FROM id_gen.shard_moves sm WHERE sm.move_id = abort_move.move_id FOR UPDATE;
   IF NOT FOUND THEN
     RAISE EXCEPTION 'id_gen: there is no move %', move_id USING ERRCODE = '42704', HINT = 'Moves are listed in id_gen.moves.';
-  ELSIF m.phase IN ('done', 'aborted') THEN
+  ELSIF m.phase IN ('done', 'aborted', 'reverted') THEN
     RAISE EXCEPTION 'id_gen: move % is % already', move_id, m.phase USING ERRCODE = '55000';
   ELSIF m.phase = 'cut_over' THEN
     RAISE EXCEPTION 'id_gen: move % has cut over: the target is authoritative', move_id

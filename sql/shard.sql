@@ -570,22 +570,23 @@ REVOKE EXECUTE ON FUNCTION id_gen.shard_system_id() FROM PUBLIC;
 -- command with the password is never a top-level statement, and an error is re-raised
 -- without it). Enabling and the initial copy follow (shard_enable_subscription, then
 -- ALTER SUBSCRIPTION ... REFRESH PUBLICATION at top level).
-CREATE OR REPLACE FUNCTION id_gen.shard_subscribe(move_id bigint, parts text[]) RETURNS oid
+-- Creates subscription `tag` (publication and slot of the same name, which exists; not
+-- enabled) from the connection string the coordinator left in id_gen.move_secrets, then
+-- forgets that string. The password never appears in a statement text, log line or error.
+-- A move's subscription does not connect (its tables come with REFRESH ... copy_data);
+-- the way back of a reversible move (tables_now) connects to read its tables, which are
+-- ready at once (copy_data = false), so no change streamed later is skipped.
+CREATE OR REPLACE FUNCTION id_gen.subscribe_with_secret(move_id bigint, tag name, tables_now boolean) RETURNS void
 LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-  tag name := 'id_gen_move_' || move_id;
   conn text;
-  rel regclass;
   msg text;
   code text;
 BEGIN
-  FOREACH rel IN ARRAY id_gen.shard_relations(parts, true) LOOP
-    PERFORM id_gen.refuse_untrusted_table(rel, 'shard table');
-  END LOOP;
   IF NOT EXISTS (SELECT FROM pg_subscription s WHERE s.subname = tag) THEN
-    SELECT s.conninfo INTO conn FROM id_gen.move_secrets s WHERE s.move_id = shard_subscribe.move_id;
+    SELECT s.conninfo INTO conn FROM id_gen.move_secrets s WHERE s.move_id = subscribe_with_secret.move_id;
     IF conn IS NULL THEN
       RAISE EXCEPTION 'id_gen: move %: no connection string for its subscription was left on this shard', move_id
         USING ERRCODE = '55000', HINT = 'Resume the move from the coordinator (it writes it again).';
@@ -596,15 +597,36 @@ BEGIN
       -- (Both settings end with this transaction, which is this call.)
       PERFORM set_config('client_min_messages', 'error', true);
       PERFORM set_config('log_min_messages', 'error', true);
-      EXECUTE format('CREATE SUBSCRIPTION %I CONNECTION %L PUBLICATION %I WITH (connect = false, slot_name = %L)',
-                     tag, conn, tag, tag);
+      IF tables_now THEN
+        EXECUTE format('CREATE SUBSCRIPTION %I CONNECTION %L PUBLICATION %I WITH (create_slot = false, slot_name = %L, '
+                       'copy_data = false, enabled = false)', tag, conn, tag, tag);
+      ELSE
+        EXECUTE format('CREATE SUBSCRIPTION %I CONNECTION %L PUBLICATION %I WITH (connect = false, slot_name = %L)',
+                       tag, conn, tag, tag);
+      END IF;
     EXCEPTION WHEN OTHERS THEN
       -- The statement carried the password: re-raise without it (no CONTEXT of that statement).
       GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT, code = RETURNED_SQLSTATE;
       RAISE EXCEPTION 'id_gen: move %: could not create subscription %: %', move_id, tag, msg USING ERRCODE = code;
     END;
   END IF;
-  DELETE FROM id_gen.move_secrets s WHERE s.move_id = shard_subscribe.move_id;
+  DELETE FROM id_gen.move_secrets s WHERE s.move_id = subscribe_with_secret.move_id;
+END $$;
+COMMENT ON FUNCTION id_gen.subscribe_with_secret(bigint, name, boolean) IS 'Creates a move''s subscription (publication and slot of the same name; not enabled) from the connection string in id_gen.move_secrets, which it then deletes; tables_now: connect and take the tables as ready (the way back of a reversible move).';
+REVOKE EXECUTE ON FUNCTION id_gen.subscribe_with_secret(bigint, name, boolean) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION id_gen.shard_subscribe(move_id bigint, parts text[]) RETURNS oid
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  tag name := 'id_gen_move_' || move_id;
+  rel regclass;
+BEGIN
+  FOREACH rel IN ARRAY id_gen.shard_relations(parts, true) LOOP
+    PERFORM id_gen.refuse_untrusted_table(rel, 'shard table');
+  END LOOP;
+  PERFORM id_gen.subscribe_with_secret(move_id, tag, false);
   RETURN (SELECT s.oid FROM pg_subscription s WHERE s.subname = tag);
 END $$;
 COMMENT ON FUNCTION id_gen.shard_subscribe(bigint, text[]) IS 'On the target of a move: creates its subscription (not yet connected) from the connection string in id_gen.move_secrets, then forgets that string.';

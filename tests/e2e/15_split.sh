@@ -16,6 +16,10 @@
 #     shard swapped while the coordinator's transaction did not commit is finished by the
 #     move supervisor, and the range answers 42P01 rather than nothing meanwhile;
 #     abort_split leaves no trigger or table behind.
+# (e) reversible moves under load through the coordinator: after the cut-over the target's
+#     writes reach the source; revert_move switches back and every committed write is
+#     there; a second reversible move ended with complete_move leaves no slot,
+#     publication, subscription or kept table.
 source "$(dirname "$0")/lib.sh"
 PY=$(ensure_python_env)
 C=/tmp/idg_e2e15c CP=54450
@@ -28,7 +32,8 @@ cq() { cpsql "$C" "$CP" -At "$@"; }
 sq() { local i=$1; shift; cpsql "$(shard_dir "$i")" "$(shard_port "$i")" -At "$@"; }
 state_of() { "$@" -v VERBOSITY=verbose 2>&1 >/dev/null | sed -n 's/^ERROR:  \([0-9A-Z]\{5\}\): .*/\1/p' | head -1; }
 routes() { cq -c "SELECT string_agg(lower_gene || '-' || upper_gene || '@' || shard, ',' ORDER BY lower_gene) FROM id_gen.route_ranges"; }
-owners_in() { cq -c "SELECT string_agg(o::text, ',') FROM (SELECT o FROM generate_series(10000001, 12000000) o WHERE id_gen.shard_gene(o::bigint) BETWEEN $1 AND $2 LIMIT $3) s"; }
+owners_in() { # owners_in LOWER_GENE UPPER_GENE N [FIRST_OWNER]
+  cq -c "SELECT string_agg(o::text, ',') FROM (SELECT o FROM generate_series(${4:-10000001}, ${4:-10000001} + 2000000) o WHERE id_gen.shard_gene(o::bigint) BETWEEN $1 AND $2 LIMIT $3) s"; }
 checksum() { cq -c "SELECT count(*) || '/' || count(DISTINCT id) || '/' || sum(amount) || '/' || sum(hashtextextended(id::text || ':' || owner_id || ':' || amount, 0) % 1000003) FROM orders"; }
 parts_on() { sq "$1" -c "SELECT string_agg(c.relname || ':' || (SELECT count(*) FROM pg_trigger t WHERE t.tgrelid = c.oid AND NOT t.tgisinternal), ',' ORDER BY c.relname) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = 'orders'::regclass"; }
 strays_on() { sq "$1" -c "SELECT count(*) FROM pg_class WHERE relname ~ '^orders_g' AND relkind = 'r' AND NOT relispartition"; }
@@ -184,3 +189,42 @@ cq -c "CALL id_gen.abort_split($(cq -c "SELECT split_id FROM id_gen.route_splits
 assert_eq "$(cq -c "SELECT phase FROM id_gen.splits WHERE at_gene = 1023")/$(strays_on 1)/$(sq 1 -c "SELECT count(*) FROM id_gen.shard_split_pieces")" "aborted/0/0" "abort_split: no table or piece left"
 assert_eq "$(parts_on 1)" "orders_g0_2047:0,orders_g16384_32767:0,orders_g2048_16383:0" "and no trigger"
 assert_eq "$(cq -c "SELECT count(*) || '/' || sum(amount) FROM orders")" "$sum1" "nothing lost"
+
+# (e) -------------------------------------------------------------------------------------
+nothing_left() { for i in 1 2; do sq $i -c "SELECT (SELECT count(*) FROM pg_replication_slots) + (SELECT count(*) FROM pg_publication) + (SELECT count(*) FROM pg_subscription) + (SELECT count(*) FROM pg_class WHERE relname ~ '^(orders_g|id_gen_moved)' AND relkind = 'r' AND NOT relispartition)"; done | paste -sd/; }
+rev_inside=$(owners_in 0 2047 30 20000001)
+rev_outside="$(owners_in 16384 32767 10 20000001),$(owners_in 32768 65535 10 20000001)"
+rm -f "$C/stop"
+"$PY" "$REPO_ROOT/tests/e2e/split_load.py" run --coord "host=$C port=$CP dbname=postgres user=postgres" \
+  --inside "$rev_inside" --outside "$rev_outside" --stop "$C/stop" --log "$C/load2.log" &
+load=$!
+sleep 2
+cq -c "CALL id_gen.move_genes(0, 2047, 'shard_2', reversible => true)" 2>&1 | sed -n 's/^\(NOTICE\|ERROR\):  /  /p' >&2
+mid=$(cq -c "SELECT move_id FROM id_gen.moves WHERE reversible ORDER BY move_id DESC LIMIT 1")
+assert_eq "$(cq -c "SELECT phase || '/' || (back_retained_bytes IS NOT NULL) FROM id_gen.moves WHERE move_id = $mid")/$(routes | cut -d, -f1)" \
+  "reversible/true/0-2047@shard_2" "a reversible move cut over: shard_2 serves genes 0 .. 2047, the view shows the way back's WAL"
+sleep 3
+on_target=$(sq 2 -c "SELECT count(*) FROM orders_g0_2047 WHERE owner_id > 10000000")
+assert_gt "$on_target" 0 "writers wrote on the target after the cut-over"
+cq -c "CALL id_gen.revert_move($mid)" 2>&1 | sed -n 's/^\(NOTICE\|ERROR\):  /  /p' >&2
+cq -c "SELECT 'revert: fence ' || fence_ms || ' ms, attempts ' || fence_attempts || coalesce(', last error: ' || last_error, '') FROM id_gen.moves WHERE move_id = $mid" | sed 's/^/  /' >&2
+t1=$(date +%s.%N)
+sleep 1
+touch "$C/stop"; wait $load
+assert_eq "$(cq -c "SELECT phase FROM id_gen.moves WHERE move_id = $mid")/$(routes | cut -d, -f1)" "reverted/0-2047@shard_1" "revert_move: genes 0 .. 2047 are on shard_1 again"
+report=$("$PY" "$REPO_ROOT/tests/e2e/split_load.py" check --coord "host=$C port=$CP dbname=postgres user=postgres" \
+  --log "$C/load2.log" --window "$t1,$t1") || fail "after the revert the writers' log and the tables differ: $report"
+echo "$report" | grep "^transactions" | sed 's/^/  /' >&2
+pass "every write committed on the target after the cut-over is on the source after the revert"
+assert_eq "$(nothing_left)" "0/0" "no slot, publication, subscription or copy left on either shard"
+assert_eq "$(cq -c "SELECT bool_and(in_step) FROM id_gen.distribution")" "t" "distribution in step after the revert"
+before_complete=$(checksum)
+cq -c "SET client_min_messages = warning" -c "CALL id_gen.move_genes(0, 2047, 'shard_2', reversible => true)" >/dev/null
+mid=$(cq -c "SELECT max(move_id) FROM id_gen.moves")
+cq -c "INSERT INTO orders (owner_id, amount) SELECT o, 777777 FROM unnest(string_to_array('$rev_inside', ',')::bigint[]) o" >/dev/null
+for _ in $(seq 1 100); do [ "$(sq 1 -c "SELECT count(*) FROM orders_g0_2047 WHERE amount = 777777")" = 30 ] && break; sleep 0.1; done
+assert_eq "$(sq 1 -c "SELECT count(*) FROM orders_g0_2047 WHERE amount = 777777")" "30" "the source's kept (detached) partition follows the target: 30 rows written after the cut-over"
+cq -c "CALL id_gen.complete_move($mid)" >/dev/null 2>&1
+assert_eq "$(cq -c "SELECT phase FROM id_gen.moves WHERE move_id = $mid")/$(routes | cut -d, -f1)/$(nothing_left)" "done/0-2047@shard_2/0/0" \
+  "complete_move: the genes stay on shard_2, nothing of the way back is left"
+assert_eq "$(cq -c "SELECT count(*) - 30 || '/' || sum(amount) - 30 * 777777 FROM orders")" "$(cut -d/ -f1 <<<"$before_complete")/$(cut -d/ -f3 <<<"$before_complete")" "every row there once"

@@ -60,11 +60,12 @@ def run(a):
     lock = threading.Lock()
     inside = [int(x) for x in a.inside.split(",")]
     outside = [int(x) for x in a.outside.split(",")]
-    shard_outside = [int(x) for x in a.shard_outside.split(",")]
+    paths = [(a.coord, "coordinator", False, outside)]
+    if a.shard:
+        paths.append((a.shard, "shard", True, [int(x) for x in a.shard_outside.split(",")]))
     with open(a.log, "w") as out:
         threads = [threading.Thread(target=writer, args=(dsn, path, cls, owners, a.stop, out, lock, direct))
-                   for (dsn, path, direct, outs) in ((a.coord, "coordinator", False, outside),
-                                                     (a.shard, "shard", True, shard_outside))
+                   for (dsn, path, direct, outs) in paths
                    for (cls, owners) in (("inside", inside), ("outside", outs))]
         for t in threads:
             t.start()
@@ -124,7 +125,7 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("mode", choices=["run", "check"])
     p.add_argument("--coord", required=True)
-    p.add_argument("--shard")
+    p.add_argument("--shard", help="also write directly on this shard (omit: through the coordinator only)")
     p.add_argument("--inside")
     p.add_argument("--outside")
     p.add_argument("--shard-outside", help="owners outside the range that the shard holds (direct writers)")
