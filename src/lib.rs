@@ -77,6 +77,11 @@ extension_sql_file!(
 extension_sql_file!("../sql/move.sql", name = "move", requires = ["shard"]);
 extension_sql_file!("../sql/split.sql", name = "split", requires = ["move"]);
 extension_sql_file!("../sql/revert.sql", name = "revert", requires = ["split"]);
+extension_sql_file!(
+    "../sql/rebalance.sql",
+    name = "rebalance",
+    requires = ["revert"]
+);
 extension_sql_file!("../sql/finalize.sql", finalize);
 
 /// Every subsystem's shared memory, in the order it is attached.

@@ -20,6 +20,9 @@
 #     writes reach the source; revert_move switches back and every committed write is
 #     there; a second reversible move ended with complete_move leaves no slot,
 #     publication, subscription or kept table.
+# (f) plan_rebalance proposes moves and splits for skewed shards; rebalance() is a dry run;
+#     rebalance(dry_run => false) brings the busiest shard within 1.15 x the mean, and
+#     every row is as it was.
 source "$(dirname "$0")/lib.sh"
 PY=$(ensure_python_env)
 C=/tmp/idg_e2e15c CP=54450
@@ -228,3 +231,19 @@ cq -c "CALL id_gen.complete_move($mid)" >/dev/null 2>&1
 assert_eq "$(cq -c "SELECT phase FROM id_gen.moves WHERE move_id = $mid")/$(routes | cut -d, -f1)/$(nothing_left)" "done/0-2047@shard_2/0/0" \
   "complete_move: the genes stay on shard_2, nothing of the way back is left"
 assert_eq "$(cq -c "SELECT count(*) - 30 || '/' || sum(amount) - 30 * 777777 FROM orders")" "$(cut -d/ -f1 <<<"$before_complete")/$(cut -d/ -f3 <<<"$before_complete")" "every row there once"
+
+# (f) the rebalancer ------------------------------------------------------------------------
+balance() { cq -c "SELECT round(max(t) / avg(t), 2) FROM (SELECT shard, sum(row_count) AS t FROM id_gen.route_range_rows() GROUP BY shard) s"; }
+before_rebalance=$(checksum)
+skew=$(balance)
+cq -c "SELECT step || ' ' || action || ' ' || command || ' (' || row_count || ' rows)' FROM id_gen.plan_rebalance()" | sed 's/^/  plan: /' >&2
+steps=$(cq -c "SELECT count(*) FROM id_gen.plan_rebalance()")
+assert_gt "$steps" 0 "plan_rebalance proposes steps for shards at $skew x the mean"
+cq -c "CALL id_gen.rebalance()" >/dev/null 2>&1
+assert_eq "$(balance)" "$skew" "rebalance() is a dry run by default: nothing moved"
+cq -c "SET client_min_messages = warning" -c "CALL id_gen.rebalance(dry_run => false)" >/dev/null
+after=$(balance)
+assert_eq "$(awk -v a="$after" 'BEGIN { print (a <= 1.15) ? "balanced" : "skewed " a }')" "balanced" "after rebalance(dry_run => false) the busiest shard holds $after x the mean (was $skew)"
+assert_eq "$(checksum)" "$before_rebalance" "every row as it was"
+assert_eq "$(cq -c "SELECT count(*) FROM id_gen.plan_rebalance()")" "0" "nothing left to do"
+assert_eq "$(cq -c "SELECT bool_and(in_step) FROM id_gen.distribution")" "t" "distribution in step"

@@ -59,6 +59,7 @@ SELECT CASE
   WHEN typ = 'name[]'::regtype THEN 'ARRAY[''max_id'']::name[]'
   WHEN typ = 'interval'::regtype THEN '''1 hour'''
   WHEN typ = 'jsonb'::regtype THEN '''[]'''
+  WHEN typ = 'pg_lsn'::regtype THEN '''0/0'''
   WHEN typ = 'id_gen.distributed_tables'::regtype THEN
     'jsonb_populate_record(NULL::id_gen.distributed_tables, ''{"schema_name": "id_gen", "table_name": "null_probe", "partitioned_name": "null_probe", "id_column": "max_id", "shard_definition": "-", "shard_stem": "null_probe", "coordinator_stem": "null_probe"}'')'
   WHEN typ = 'id_gen.shard_moves'::regtype THEN
