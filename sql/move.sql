@@ -357,9 +357,17 @@ BEGIN
         m := id_gen.finish_revert(m);
         action := 'finished the revert';
       ELSIF m.phase = 'reversible' THEN
-        -- Left open on purpose: only a fence of an interrupted revert is lifted.
-        IF m.source_fenced THEN
+        -- Left open on purpose: only a fence of an interrupted revert is lifted, and a way
+        -- back that keeps too much WAL on the target is ended (the genes stay there).
+        IF m.back_retained_bytes > pg_size_bytes(coalesce(current_setting('id_gen.reversible_max_wal', true), '1GB')) THEN
+          PERFORM id_gen.end_way_back(m);
+          action := format('completed: the way back kept %s of WAL on %s (id_gen.reversible_max_wal = %s)',
+                           pg_size_pretty(m.back_retained_bytes), m.target_shard,
+                           coalesce(current_setting('id_gen.reversible_max_wal', true), '1GB'));
+        ELSIF m.source_fenced THEN
           PERFORM id_gen.run_move_step(id_gen.reversed(m), 'unfence_source', 0, 10000);
+          PERFORM id_gen.shard_call(m.source_shard, 'shard_open_kept',
+                                    ARRAY[m.move_id::text, (id_gen.move_parts(m.lower_gene, m.upper_gene)).parts::text, 'false'], 10000);
           UPDATE id_gen.shard_moves sm SET source_fenced = false WHERE sm.move_id = m.move_id;
           action := 'lifted the fence of an interrupted revert';
         END IF;

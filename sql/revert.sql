@@ -36,8 +36,8 @@
 -- Invariants: until revert_move's flip commits, the target is authoritative and the source
 -- only follows; after it, the source holds every write the target committed (the marker
 -- arrived after all of them). The move supervisor finishes a revert whose flip committed
--- (reverting) and lifts the target's fence of one that did not; it never ends a reversible
--- move by itself.
+-- (reverting) and lifts the target's fence of one that did not; it ends a reversible move
+-- (as complete_move does) only when its slot keeps more WAL than id_gen.reversible_max_wal.
 
 -- Shard side ------------------------------------------------------------------------------
 
@@ -555,12 +555,33 @@ END $$;
 COMMENT ON PROCEDURE id_gen.revert_move(bigint) IS 'Switches the genes of a reversible move back to its source with the same short fence as the move (writes of those genes wait, others do not); every write the target committed is on the source afterwards. Then the target''s copies and the way back go. Resumes a revert that was interrupted after its flip. Superuser only.';
 REVOKE EXECUTE ON PROCEDURE id_gen.revert_move(bigint) FROM PUBLIC;
 
+-- Ends a reversible move where it is (complete_move, or the supervisor when the way back
+-- keeps more WAL than id_gen.reversible_max_wal): the way back and the source's kept
+-- partitions go.
+CREATE OR REPLACE FUNCTION id_gen.end_way_back(m id_gen.shard_moves) RETURNS id_gen.shard_moves
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  p record := id_gen.move_parts(m.lower_gene, m.upper_gene);
+BEGIN
+  PERFORM id_gen.shard_exec(m.source_shard, format('DROP SUBSCRIPTION IF EXISTS %I', 'id_gen_back_' || m.move_id), 60000);
+  PERFORM id_gen.shard_call(m.target_shard, 'shard_drop_way_back', ARRAY[m.move_id::text], 30000);
+  PERFORM id_gen.shard_call(m.source_shard, 'shard_drop_kept', ARRAY[m.move_id::text, p.parts::text], 60000);
+  PERFORM id_gen.run_move_step(m, 'forget_markers', 0, 10000);
+  UPDATE id_gen.shard_moves sm SET phase = 'done', finished_at = clock_timestamp(), updated_at = clock_timestamp(),
+                                   back_lag_bytes = NULL, back_retained_bytes = NULL, last_error = NULL
+  WHERE sm.move_id = m.move_id RETURNING * INTO m;
+  RETURN m;
+END $$;
+COMMENT ON FUNCTION id_gen.end_way_back(id_gen.shard_moves) IS 'Ends a reversible move on its target: drops the way back (subscription, publication, slot) and the source''s kept partitions; the move is done.';
+REVOKE EXECUTE ON FUNCTION id_gen.end_way_back(id_gen.shard_moves) FROM PUBLIC;
+
 CREATE OR REPLACE PROCEDURE id_gen.complete_move(move_id bigint)
 LANGUAGE plpgsql
 AS $$
 DECLARE
   m id_gen.shard_moves;
-  p record;
 BEGIN
   PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
   IF move_id IS NULL THEN
@@ -572,14 +593,7 @@ BEGIN
     RAISE EXCEPTION 'id_gen: move % is being reverted', move_id
       USING ERRCODE = '55006', HINT = format('CALL id_gen.revert_move(%s) finishes the revert.', move_id);
   END IF;
-  p := id_gen.move_parts(m.lower_gene, m.upper_gene);
-  PERFORM id_gen.shard_exec(m.source_shard, format('DROP SUBSCRIPTION IF EXISTS %I', 'id_gen_back_' || m.move_id), 60000);
-  PERFORM id_gen.shard_call(m.target_shard, 'shard_drop_way_back', ARRAY[m.move_id::text], 30000);
-  PERFORM id_gen.shard_call(m.source_shard, 'shard_drop_kept', ARRAY[m.move_id::text, p.parts::text], 60000);
-  PERFORM id_gen.run_move_step(m, 'forget_markers', 0, 10000);
-  UPDATE id_gen.shard_moves sm SET phase = 'done', finished_at = clock_timestamp(), updated_at = clock_timestamp(),
-                                   back_lag_bytes = NULL, back_retained_bytes = NULL, last_error = NULL
-  WHERE sm.move_id = m.move_id;
+  m := id_gen.end_way_back(m);
   COMMIT;
   PERFORM pg_advisory_unlock(757431, m.move_id::integer);
   RAISE NOTICE 'id_gen: move % complete: genes % .. % stay on %; the source''s copies and the way back are gone',

@@ -367,6 +367,9 @@ DECLARE
   n integer := 0;
   r regclass;
 BEGIN
+  -- (A reader of an old partition, by its new name, makes this fail and be retried: the
+  -- same CALL or the move supervisor.)
+  PERFORM set_config('lock_timeout', '5s', true);
   PERFORM id_gen.quiet_ddl();
   IF EXISTS (SELECT FROM id_gen.shard_split_pieces sp WHERE sp.split_id = shard_split_cleanup.split_id AND NOT sp.swapped) THEN
     RAISE EXCEPTION 'id_gen: split % has not swapped on this shard', split_id USING ERRCODE = '55000';

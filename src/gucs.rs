@@ -22,6 +22,9 @@ pub static MOVE_SUPERVISOR_DATABASE: GucSetting<Option<CString>> =
 /// Seconds an unfinished move that no session runs is left alone before the supervisor
 /// rolls it back.
 pub static MOVE_ABANDON_AFTER_S: GucSetting<i32> = GucSetting::<i32>::new(600);
+/// WAL (MB) a reversible move's way back may keep on its target before the supervisor
+/// completes the move.
+pub static REVERSIBLE_MAX_WAL_MB: GucSetting<i32> = GucSetting::<i32>::new(1024);
 /// Default `buffer_seconds` for new sequences.
 pub static DEFAULT_BUFFER_SECONDS: GucSetting<i32> = GucSetting::<i32>::new(30);
 
@@ -86,6 +89,16 @@ fn define_runtime() {
         86_400 * 7,
         GucContext::Sighup,
         GucFlags::UNIT_S,
+    );
+    GucRegistry::define_int_guc(
+        c"id_gen.reversible_max_wal",
+        c"WAL a reversible move's way back may keep on its target before the move supervisor completes the move.",
+        c"While a move made with reversible => true is neither reverted nor completed, its slot on the target keeps the WAL the source has not confirmed. Past this size the supervisor ends the way back as complete_move does (the genes stay on the target), so a source that is down cannot fill the target's disk.",
+        &REVERSIBLE_MAX_WAL_MB,
+        1,
+        i32::MAX,
+        GucContext::Sighup,
+        GucFlags::UNIT_MB,
     );
     // SIGHUP, not SUSET: the refill worker applies it, and a worker never sees a
     // session's settings; it belongs in postgresql.conf of every standby, before failover.

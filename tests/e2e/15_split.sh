@@ -18,8 +18,9 @@
 #     abort_split leaves no trigger or table behind.
 # (e) reversible moves under load through the coordinator: after the cut-over the target's
 #     writes reach the source; revert_move switches back and every committed write is
-#     there; a second reversible move ended with complete_move leaves no slot,
-#     publication, subscription or kept table.
+#     there; a revert whose clean-up fails after its flip, then a kill -9 of the
+#     coordinator: the move supervisor finishes it; a reversible move ended with
+#     complete_move leaves no slot, publication, subscription or kept table.
 # (f) plan_rebalance proposes moves and splits for skewed shards; rebalance() is a dry run;
 #     rebalance(dry_run => false) brings the busiest shard within 1.15 x the mean, and
 #     every row is as it was.
@@ -115,10 +116,13 @@ assert_eq "$(strays_on 1)" "0" "shard_1: no old partition left"
 assert_eq "$(sq 1 -c "SELECT count(*) FROM orders_g0_8191 WHERE id >> 47 > 8191") $(sq 1 -c "SELECT count(*) FROM orders_g8192_16383 WHERE id >> 47 < 8192")" "0 0" "no row on the wrong half"
 assert_eq "$(cq -c "SELECT bool_and(in_step) FROM id_gen.distribution")" "t" "distribution in step"
 max_in=$(sed -n 's/^max_inside_ms=//p' <<<"$report"); max_out=$(sed -n 's/^max_outside_ms=//p' <<<"$report")
+max_in_read=$(sed -n 's/^max_inside_read_ms=//p' <<<"$report"); max_out_read=$(sed -n 's/^max_outside_read_ms=//p' <<<"$report")
 fence=$(cq -c "SELECT fence_ms || ' ms in ' || fence_attempts || ' attempt(s)' FROM id_gen.splits")
 echo "  split of $(cq -c "SELECT rows_total FROM id_gen.splits") rows: ${split_s} s, fence $fence" >&2
 assert_lt "$max_out" 101 "writes outside the split range waited at most 100 ms (max, ms)"
 assert_lt "$max_in" 1001 "writes inside the split range waited at most 1 s (max, ms)"
+assert_lt "$max_out_read" 101 "reads outside the split range waited at most 100 ms (max, ms)"
+assert_lt "$max_in_read" 1001 "reads inside the split range waited at most 1 s (max, ms)"
 
 # (c) -------------------------------------------------------------------------------------
 after_load=$(checksum)
@@ -221,6 +225,57 @@ echo "$report" | grep "^transactions" | sed 's/^/  /' >&2
 pass "every write committed on the target after the cut-over is on the source after the revert"
 assert_eq "$(nothing_left)" "0/0" "no slot, publication, subscription or copy left on either shard"
 assert_eq "$(cq -c "SELECT bool_and(in_step) FROM id_gen.distribution")" "t" "distribution in step after the revert"
+# The coordinator killed while a revert's fence is up (the source's subscription is
+# disabled, so the marker never arrives and the fence waits): after the restart the move
+# supervisor lifts the target's fence, direct writes there work again, and a second
+# revert_move, with the subscription enabled, succeeds.
+cq -c "SET client_min_messages = warning" -c "CALL id_gen.move_genes(0, 2047, 'shard_2', reversible => true)" >/dev/null
+mid=$(cq -c "SELECT max(move_id) FROM id_gen.moves")
+sq 1 -c "ALTER SUBSCRIPTION id_gen_back_$mid DISABLE" >/dev/null
+cq -c "CALL id_gen.revert_move($mid)" >/dev/null 2>&1 & sp=$!
+for _ in $(seq 1 200); do [ "$(sq 2 -c "SELECT count(*) FROM pg_trigger WHERE tgname = 'id_gen_move_fence' AND tgenabled <> 'D'")" -gt 0 ] && break; sleep 0.05; done
+direct_owner=$(cut -d, -f1 <<<"$rev_inside")
+assert_eq "$(state_of sq 2 -c "INSERT INTO orders (id, owner_id, amount) VALUES (id_gen.gene_order_id('orders', $direct_owner::bigint), $direct_owner, 1)")" "55006" \
+  "during the revert's fence a direct write on the target is refused (55006)"
+pm=$(head -1 "$C/data/postmaster.pid"); kids=$(pgrep -P "$pm" || true)
+kill -9 "$pm" $kids
+wait $sp || true
+for _ in $(seq 1 100); do kill -0 "$pm" $kids 2>/dev/null || break; sleep 0.1; done
+cluster_up "$C" "$CP"
+for _ in $(seq 1 150); do [ "$(sq 2 -c "SELECT count(*) FROM pg_trigger WHERE tgname = 'id_gen_move_fence' AND tgenabled <> 'D'")" = 0 ] && break; sleep 0.2; done
+assert_eq "$(cq -c "SELECT phase || ':' || source_fenced || ':' || (recovered_by LIKE 'lifted the fence of an interrupted revert%') FROM id_gen.moves WHERE move_id = $mid")/$(routes | cut -d, -f1)" \
+  "reversible:false:true/0-2047@shard_2" "after kill -9 of the coordinator mid-revert the supervisor lifted the target's fence; the target still serves"
+assert_eq "$(state_of sq 2 -c "INSERT INTO orders (id, owner_id, amount) VALUES (id_gen.gene_order_id('orders', $direct_owner::bigint), $direct_owner, 424242)")" "" \
+  "direct writes on the target work again"
+sq 1 -c "ALTER SUBSCRIPTION id_gen_back_$mid ENABLE" >/dev/null
+cq -c "CALL id_gen.revert_move($mid)" >/dev/null 2>&1
+assert_eq "$(cq -c "SELECT phase FROM id_gen.moves WHERE move_id = $mid")/$(routes | cut -d, -f1)/$(nothing_left)" "reverted/0-2047@shard_1/0/0" \
+  "the second revert_move succeeded; nothing of the way back is left"
+assert_eq "$(sq 1 -c "SELECT count(*) FROM orders WHERE amount = 424242")" "1" "the direct write made on the target after the fence was lifted is on the source after the revert"
+
+# A revert interrupted after its flip committed (a reader on the source's kept partition
+# makes re-attaching it time out), then the coordinator killed: the move supervisor
+# finishes the revert after the restart.
+cq -c "SET client_min_messages = warning" -c "CALL id_gen.move_genes(0, 2047, 'shard_2', reversible => true)" >/dev/null
+mid=$(cq -c "SELECT max(move_id) FROM id_gen.moves")
+cq -c "INSERT INTO orders (owner_id, amount) SELECT o, 555555 FROM unnest((string_to_array('$rev_inside', ',')::bigint[])[1:20]) o" >/dev/null
+sq 1 -c "BEGIN" -c "LOCK TABLE orders_g0_2047 IN ACCESS SHARE MODE" -c "SELECT pg_sleep(120)" >/dev/null 2>&1 & holder=$!
+sleep 0.5
+out=$(cq -c "CALL id_gen.revert_move($mid)" 2>&1) && fail "the revert finished although the source's partition was held: $out"
+assert_eq "$(cq -c "SELECT phase FROM id_gen.moves WHERE move_id = $mid")/$(routes | cut -d, -f1)" "reverting/0-2047@shard_1" \
+  "a revert whose clean-up failed after the flip: phase reverting, the routes point at the source"
+assert_eq "$(cq -c "SELECT count(*) FROM orders WHERE amount = 555555")" "20" "the rows written on the target are read from the source meanwhile"
+pm=$(head -1 "$C/data/postmaster.pid"); kids=$(pgrep -P "$pm" || true)
+kill -9 "$pm" $kids
+for _ in $(seq 1 100); do kill -0 "$pm" $kids 2>/dev/null || break; sleep 0.1; done
+sq 1 -c "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(120)'" >/dev/null; wait $holder || true
+cluster_up "$C" "$CP"
+for _ in $(seq 1 150); do [ "$(cq -c "SELECT phase FROM id_gen.moves WHERE move_id = $mid")" = reverted ] && break; sleep 0.2; done
+assert_eq "$(cq -c "SELECT phase || ':' || (recovered_by LIKE 'finished the revert%') FROM id_gen.moves WHERE move_id = $mid")" "reverted:true" \
+  "after kill -9 of the coordinator the move supervisor finished the revert"
+assert_eq "$(sq 1 -c "SELECT count(*) FROM orders WHERE amount = 555555")/$(nothing_left)" "20/0/0" "the rows are in the source's table, nothing of the way back is left"
+assert_eq "$(cq -c "SELECT bool_and(in_step) FROM id_gen.distribution")" "t" "distribution in step"
+
 before_complete=$(checksum)
 cq -c "SET client_min_messages = warning" -c "CALL id_gen.move_genes(0, 2047, 'shard_2', reversible => true)" >/dev/null
 mid=$(cq -c "SELECT max(move_id) FROM id_gen.moves")
@@ -231,6 +286,18 @@ cq -c "CALL id_gen.complete_move($mid)" >/dev/null 2>&1
 assert_eq "$(cq -c "SELECT phase FROM id_gen.moves WHERE move_id = $mid")/$(routes | cut -d, -f1)/$(nothing_left)" "done/0-2047@shard_2/0/0" \
   "complete_move: the genes stay on shard_2, nothing of the way back is left"
 assert_eq "$(cq -c "SELECT count(*) - 30 || '/' || sum(amount) - 30 * 777777 FROM orders")" "$(cut -d/ -f1 <<<"$before_complete")/$(cut -d/ -f3 <<<"$before_complete")" "every row there once"
+# A way back that keeps more WAL than id_gen.reversible_max_wal (the source stopped
+# following) is ended by the move supervisor: the genes stay on the target.
+cq -c "ALTER SYSTEM SET id_gen.reversible_max_wal = '2MB'" -c "SELECT pg_reload_conf()" >/dev/null
+cq -c "SET client_min_messages = warning" -c "CALL id_gen.move_genes(2048, 16383, 'shard_2', reversible => true)" >/dev/null
+mid=$(cq -c "SELECT max(move_id) FROM id_gen.moves")
+sq 1 -c "ALTER SUBSCRIPTION id_gen_back_$mid DISABLE" >/dev/null
+sq 2 -c "INSERT INTO orders (id, owner_id, amount) SELECT id_gen.compose_id(id_gen.shard_gene(o), 3000000000 + o), o, 1
+         FROM generate_series(30000001, 31000000) o WHERE id_gen.shard_gene(o) BETWEEN 2048 AND 16383" >/dev/null
+for _ in $(seq 1 200); do [ "$(cq -c "SELECT phase FROM id_gen.moves WHERE move_id = $mid")" = done ] && break; sleep 0.2; done
+assert_eq "$(cq -c "SELECT phase || ':' || (recovered_by LIKE 'completed: the way back kept%') FROM id_gen.moves WHERE move_id = $mid")/$(nothing_left)" "done:true/0/0" \
+  "a way back holding more than id_gen.reversible_max_wal (2MB) of WAL: the supervisor completed the move, nothing left"
+cq -c "ALTER SYSTEM RESET id_gen.reversible_max_wal" -c "SELECT pg_reload_conf()" >/dev/null
 
 # (f) the rebalancer ------------------------------------------------------------------------
 balance() { cq -c "SELECT round(max(t) / avg(t), 2) FROM (SELECT shard, sum(row_count) AS t FROM id_gen.route_range_rows() GROUP BY shard) s"; }

@@ -4,10 +4,13 @@ inside and outside the route range being split, each logging every transaction.
   split_load.py run --coord DSN --shard DSN --inside O,.. --outside O,.. --shard-outside O,.. --stop FILE --log FILE
       runs until FILE exists; one thread per (path, class); a transaction inserts a row
       for an owner (60 %) or adds to the amount of a row it inserted before (40 %).
-      Each line of the log: start (epoch s), latency ms, class, path, owner, rows, amount, ok.
+      (A fifth of the transactions after the first read back a row the client wrote, by id,
+      which must be found.) Each line of the log: start (epoch s), latency ms, class, path
+      (with /read for reads), owner, rows, amount, ok.
   split_load.py check --coord DSN --log FILE --window T0,T1
       compares the rows per owner (count, sum of amount) with the log, prints latency
-      p50/p99/max inside and outside the range for transactions that overlap the window,
+      p50/p99/max of writes and reads inside and outside the range for transactions that
+      overlap the window,
       and exits 1 on a failed transaction or a mismatch.
 """
 import argparse
@@ -19,6 +22,10 @@ import time
 import psycopg
 
 
+class LostRow(Exception):
+    """A point read did not find a row its client had committed."""
+
+
 def writer(dsn, path, cls, owners, stop_file, out, lock, direct):
     rng = random.Random(hash((path, cls)))
     mine = []
@@ -27,8 +34,17 @@ def writer(dsn, path, cls, owners, stop_file, out, lock, direct):
     while not os.path.exists(stop_file):
         owner = rng.choice(owners)
         t0 = time.time()
+        read = False
         try:
-            if mine and rng.random() < 0.4:
+            if mine and rng.random() < 0.2:
+                # A point read by id of a row this client wrote: it must be found.
+                row_id, row_owner = rng.choice(mine)
+                read = True
+                found = conn.execute("SELECT count(*) FROM orders WHERE id = %s", (row_id,)).fetchone()[0]
+                owner, rows, amount = row_owner, 0, 0
+                if found != 1:
+                    raise LostRow(f"row {row_id} not found")
+            elif mine and rng.random() < 0.5:
                 row_id, row_owner = rng.choice(mine)
                 delta = rng.randint(1, 9)
                 conn.execute("UPDATE orders SET amount = amount + %s WHERE id = %s", (delta, row_id))
@@ -46,13 +62,15 @@ def writer(dsn, path, cls, owners, stop_file, out, lock, direct):
                 mine.append((cur.fetchone()[0], owner))
                 rows = 1
             ok = "ok"
+        except LostRow:
+            rows, amount, ok = 0, 0, "lost"
         except psycopg.Error as e:
             rows, amount, ok = 0, 0, (e.sqlstate or "?")
             conn.close()
             conn = psycopg.connect(dsn, autocommit=True)
         ms = (time.time() - t0) * 1000
         with lock:
-            out.write(f"{t0:.6f},{ms:.3f},{cls},{path},{owner},{rows},{amount},{ok}\n")
+            out.write(f"{t0:.6f},{ms:.3f},{cls},{path}{'/read' if read else ''},{owner},{rows},{amount},{ok}\n")
     conn.close()
 
 
@@ -83,7 +101,7 @@ def pct(xs, p):
 def check(a):
     t0, t1 = (float(x) for x in a.window.split(","))
     want = {}
-    lat = {"inside": [], "outside": []}
+    lat = {"inside": [], "outside": [], "inside/read": [], "outside/read": []}
     failed = []
     starts = []
     n = 0
@@ -98,7 +116,7 @@ def check(a):
         start, ms = float(start), float(ms)
         starts.append(start)
         if start <= t1 and start + ms / 1000 >= t0:
-            lat[cls].append(ms)
+            lat[cls + ("/read" if path.endswith("/read") else "")].append(ms)
     with psycopg.connect(a.coord, autocommit=True) as conn:
         got = {o: (c, s) for o, c, s in conn.execute(
             "SELECT owner_id, count(*), sum(amount) FROM orders WHERE owner_id = ANY(%s) GROUP BY 1",
@@ -108,11 +126,12 @@ def check(a):
     during = sum(1 for st in starts if t0 <= st < t1) / max(t1 - t0, 1e-9)
     print(f"committed transactions per second: {before:.0f} in the 2.5 s before the split, {during:.0f} during it "
           f"({during / before if before else 0:.2f} x)")
-    for cls in ("inside", "outside"):
+    for cls in ("inside", "outside", "inside/read", "outside/read"):
         xs = lat[cls]
-        print(f"{cls}: {len(xs)} transactions during the split, latency p50 {pct(xs, 50):.1f} ms, "
+        what = "reads" if cls.endswith("/read") else "writes"
+        print(f"{cls.split('/')[0]} {what}: {len(xs)} during the split, latency p50 {pct(xs, 50):.1f} ms, "
               f"p99 {pct(xs, 99):.1f} ms, max {max(xs, default=0):.1f} ms")
-        print(f"max_{cls}_ms={max(xs, default=0):.0f}")
+        print(f"max_{cls.replace('/', '_')}_ms={max(xs, default=0):.0f}")
     print(f"transactions={n} failed={len(failed)} owners={len(want)} mismatched={len(bad)}")
     for line in failed[:5]:
         print("failed:", line)
