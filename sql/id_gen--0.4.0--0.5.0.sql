@@ -2413,6 +2413,48 @@ END $$;
 COMMENT ON FUNCTION id_gen.recover_moves(interval, interval) IS 'Picks up moves no session runs (and none touched for grace): lifts the source''s fence of a move that has not cut over, finishes a move that has, and rolls back one left alone for abandon_after. The move supervisor runs it every few seconds; returns what it did. Superuser only.';
 REVOKE EXECUTE ON FUNCTION id_gen.recover_moves(interval, interval) FROM PUBLIC;
 
+-- The fence of a move or a revert, on the coordinator: ACCESS EXCLUSIVE on the range
+-- partitions of the genes (every distributed table; other ranges are not locked), in one
+-- order. The caller's lock_timeout bounds the wait.
+CREATE OR REPLACE FUNCTION id_gen.lock_range_partitions(lower_gene integer, upper_gene integer) RETURNS void
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  d record;
+BEGIN
+  FOR d IN SELECT t AS dt, rr.lower_gene AS lo, rr.upper_gene AS hi
+           FROM id_gen.distributed_tables t CROSS JOIN id_gen.route_ranges rr
+           WHERE rr.lower_gene >= lock_range_partitions.lower_gene AND rr.upper_gene <= lock_range_partitions.upper_gene
+           ORDER BY t.schema_name, t.table_name, rr.lower_gene LOOP
+    EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', id_gen.range_partition(d.dt, d.lo, d.hi));
+  END LOOP;
+END $$;
+COMMENT ON FUNCTION id_gen.lock_range_partitions(integer, integer) IS 'ACCESS EXCLUSIVE on the coordinator''s range partitions of the route ranges within lower_gene .. upper_gene (the fence of a move or a revert).';
+REVOKE EXECUTE ON FUNCTION id_gen.lock_range_partitions(integer, integer) FROM PUBLIC;
+
+-- The flip of a move or a revert: the route ranges within the genes go to `shard`, and
+-- each range partition's foreign table is swapped to it (under the fence's locks).
+CREATE OR REPLACE FUNCTION id_gen.flip_routes(lower_gene integer, upper_gene integer, shard text) RETURNS void
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  d record;
+BEGIN
+  LOCK TABLE id_gen.shard_routes IN SHARE ROW EXCLUSIVE MODE;
+  UPDATE id_gen.shard_routes sr SET shard = flip_routes.shard, updated_at = now()
+  WHERE sr.upper_gene IN (SELECT rr.upper_gene FROM id_gen.route_ranges rr
+                          WHERE rr.lower_gene >= flip_routes.lower_gene AND rr.upper_gene <= flip_routes.upper_gene);
+  FOR d IN SELECT t AS dt, rr.lower_gene AS lo, rr.upper_gene AS hi
+           FROM id_gen.distributed_tables t CROSS JOIN id_gen.route_ranges rr
+           WHERE rr.lower_gene >= flip_routes.lower_gene AND rr.upper_gene <= flip_routes.upper_gene LOOP
+    PERFORM id_gen.point_partition(d.dt, id_gen.range_partition(d.dt, d.lo, d.hi), d.lo, d.hi, flip_routes.shard);
+  END LOOP;
+END $$;
+COMMENT ON FUNCTION id_gen.flip_routes(integer, integer, text) IS 'Routes the route ranges within lower_gene .. upper_gene to a shard and points their range partitions'' foreign tables at it (the flip of a move or a revert).';
+REVOKE EXECUTE ON FUNCTION id_gen.flip_routes(integer, integer, text) FROM PUBLIC;
+
 -- Id continuity for shards whose sequences are local: the target's high-water mark goes
 -- above the source's, so that ids the target issues for the moved genes from new
 -- segments do not repeat the source's. (Authority-backed sequences need nothing.)
@@ -2791,12 +2833,7 @@ BEGIN
           RAISE EXCEPTION 'the move is no longer catching up (aborted in another session?)' USING ERRCODE = '55006';
         END IF;
         PERFORM id_gen.quiet_ddl();
-        FOR d IN SELECT t AS dt, rr.lower_gene, rr.upper_gene
-                 FROM id_gen.distributed_tables t CROSS JOIN id_gen.route_ranges rr
-                 WHERE rr.lower_gene >= m.lower_gene AND rr.upper_gene <= m.upper_gene
-                 ORDER BY t.schema_name, t.table_name, rr.lower_gene LOOP
-          EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', id_gen.range_partition(d.dt, d.lower_gene, d.upper_gene));
-        END LOOP;
+        PERFORM id_gen.lock_range_partitions(m.lower_gene, m.upper_gene);
         BEGIN
           PERFORM id_gen.run_move_step(m, 'fence_source', attempt, 5000);
           PERFORM id_gen.run_move_step(m, 'marker', attempt, 5000);
@@ -2814,16 +2851,7 @@ BEGIN
             UPDATE id_gen.shard_moves sm SET back_lsn = id_gen.shard_call(m.target_shard, 'shard_current_lsn', '{}', 5000)::pg_lsn
             WHERE sm.move_id = m.move_id;
           END IF;
-          LOCK TABLE id_gen.shard_routes IN SHARE ROW EXCLUSIVE MODE;
-          UPDATE id_gen.shard_routes sr SET shard = m.target_shard, updated_at = now()
-          WHERE sr.upper_gene IN (SELECT rr.upper_gene FROM id_gen.route_ranges rr
-                                  WHERE rr.lower_gene >= m.lower_gene AND rr.upper_gene <= m.upper_gene);
-          FOR d IN SELECT t AS dt, rr.lower_gene, rr.upper_gene
-                   FROM id_gen.distributed_tables t CROSS JOIN id_gen.route_ranges rr
-                   WHERE rr.lower_gene >= m.lower_gene AND rr.upper_gene <= m.upper_gene LOOP
-            PERFORM id_gen.point_partition(d.dt, id_gen.range_partition(d.dt, d.lower_gene, d.upper_gene),
-                                           d.lower_gene, d.upper_gene, m.target_shard);
-          END LOOP;
+          PERFORM id_gen.flip_routes(m.lower_gene, m.upper_gene, m.target_shard);
           UPDATE id_gen.shard_moves
           SET phase = 'cut_over', lag_bytes = 0, fence_started_at = t0, fence_ended_at = clock_timestamp(),
               updated_at = clock_timestamp(), last_error = NULL
@@ -4406,12 +4434,7 @@ BEGIN
         t0 := clock_timestamp();
         PERFORM pg_catalog.set_config('lock_timeout', '500ms', true);
         PERFORM id_gen.quiet_ddl();
-        FOR d IN SELECT t AS dt, rr.lower_gene, rr.upper_gene
-                 FROM id_gen.distributed_tables t CROSS JOIN id_gen.route_ranges rr
-                 WHERE rr.lower_gene >= m.lower_gene AND rr.upper_gene <= m.upper_gene
-                 ORDER BY t.schema_name, t.table_name, rr.lower_gene LOOP
-          EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', id_gen.range_partition(d.dt, d.lower_gene, d.upper_gene));
-        END LOOP;
+        PERFORM id_gen.lock_range_partitions(m.lower_gene, m.upper_gene);
         BEGIN
           -- The target refuses direct writes; its last writes reach the source before the marker.
           PERFORM id_gen.run_move_step(r, 'fence_source', 1000 + attempt, 5000);
@@ -4426,16 +4449,7 @@ BEGIN
           PERFORM id_gen.shard_call(m.source_shard, 'shard_open_kept',
                                     ARRAY[m.move_id::text, (id_gen.move_parts(m.lower_gene, m.upper_gene)).parts::text, 'true'], 5000);
           PERFORM id_gen.move_raise_sequences(r);
-          LOCK TABLE id_gen.shard_routes IN SHARE ROW EXCLUSIVE MODE;
-          UPDATE id_gen.shard_routes sr SET shard = m.source_shard, updated_at = now()
-          WHERE sr.upper_gene IN (SELECT rr.upper_gene FROM id_gen.route_ranges rr
-                                  WHERE rr.lower_gene >= m.lower_gene AND rr.upper_gene <= m.upper_gene);
-          FOR d IN SELECT t AS dt, rr.lower_gene, rr.upper_gene
-                   FROM id_gen.distributed_tables t CROSS JOIN id_gen.route_ranges rr
-                   WHERE rr.lower_gene >= m.lower_gene AND rr.upper_gene <= m.upper_gene LOOP
-            PERFORM id_gen.point_partition(d.dt, id_gen.range_partition(d.dt, d.lower_gene, d.upper_gene),
-                                           d.lower_gene, d.upper_gene, m.source_shard);
-          END LOOP;
+          PERFORM id_gen.flip_routes(m.lower_gene, m.upper_gene, m.source_shard);
           UPDATE id_gen.shard_moves sm
           SET phase = 'reverting', fence_attempts = sm.fence_attempts + 1, fence_started_at = t0, fence_ended_at = clock_timestamp(),
               updated_at = clock_timestamp(), last_error = NULL

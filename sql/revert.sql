@@ -470,12 +470,7 @@ BEGIN
         t0 := clock_timestamp();
         PERFORM pg_catalog.set_config('lock_timeout', '500ms', true);
         PERFORM id_gen.quiet_ddl();
-        FOR d IN SELECT t AS dt, rr.lower_gene, rr.upper_gene
-                 FROM id_gen.distributed_tables t CROSS JOIN id_gen.route_ranges rr
-                 WHERE rr.lower_gene >= m.lower_gene AND rr.upper_gene <= m.upper_gene
-                 ORDER BY t.schema_name, t.table_name, rr.lower_gene LOOP
-          EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', id_gen.range_partition(d.dt, d.lower_gene, d.upper_gene));
-        END LOOP;
+        PERFORM id_gen.lock_range_partitions(m.lower_gene, m.upper_gene);
         BEGIN
           -- The target refuses direct writes; its last writes reach the source before the marker.
           PERFORM id_gen.run_move_step(r, 'fence_source', 1000 + attempt, 5000);
@@ -490,16 +485,7 @@ BEGIN
           PERFORM id_gen.shard_call(m.source_shard, 'shard_open_kept',
                                     ARRAY[m.move_id::text, (id_gen.move_parts(m.lower_gene, m.upper_gene)).parts::text, 'true'], 5000);
           PERFORM id_gen.move_raise_sequences(r);
-          LOCK TABLE id_gen.shard_routes IN SHARE ROW EXCLUSIVE MODE;
-          UPDATE id_gen.shard_routes sr SET shard = m.source_shard, updated_at = now()
-          WHERE sr.upper_gene IN (SELECT rr.upper_gene FROM id_gen.route_ranges rr
-                                  WHERE rr.lower_gene >= m.lower_gene AND rr.upper_gene <= m.upper_gene);
-          FOR d IN SELECT t AS dt, rr.lower_gene, rr.upper_gene
-                   FROM id_gen.distributed_tables t CROSS JOIN id_gen.route_ranges rr
-                   WHERE rr.lower_gene >= m.lower_gene AND rr.upper_gene <= m.upper_gene LOOP
-            PERFORM id_gen.point_partition(d.dt, id_gen.range_partition(d.dt, d.lower_gene, d.upper_gene),
-                                           d.lower_gene, d.upper_gene, m.source_shard);
-          END LOOP;
+          PERFORM id_gen.flip_routes(m.lower_gene, m.upper_gene, m.source_shard);
           UPDATE id_gen.shard_moves sm
           SET phase = 'reverting', fence_attempts = sm.fence_attempts + 1, fence_started_at = t0, fence_ended_at = clock_timestamp(),
               updated_at = clock_timestamp(), last_error = NULL
