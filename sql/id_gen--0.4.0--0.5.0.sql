@@ -1975,18 +1975,18 @@ BEGIN
   END LOOP;
   FOR r IN SELECT s.subname FROM pg_subscription s
            WHERE s.subdbid = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database())
-             AND s.subname ~ '^id_gen_move_[0-9]+$' LOOP
+             AND s.subname ~ '^id_gen_(move|back)_[0-9]+$' LOOP
     -- Disabled and detached from its slot here; the DROP itself needs a top-level statement.
     EXECUTE format('ALTER SUBSCRIPTION %I DISABLE', r.subname);
     EXECUTE format('ALTER SUBSCRIPTION %I SET (slot_name = NONE)', r.subname);
     object := 'subscription ' || r.subname; action := format('disabled; now run: DROP SUBSCRIPTION %I', r.subname); RETURN NEXT;
   END LOOP;
-  FOR r IN SELECT p.pubname FROM pg_publication p WHERE p.pubname ~ '^id_gen_move_[0-9]+$' LOOP
+  FOR r IN SELECT p.pubname FROM pg_publication p WHERE p.pubname ~ '^id_gen_(move|back)_[0-9]+$' LOOP
     EXECUTE format('DROP PUBLICATION %I', r.pubname);
     object := 'publication ' || r.pubname; action := 'dropped'; RETURN NEXT;
   END LOOP;
   FOR r IN SELECT s.slot_name, s.active, s.active_pid FROM pg_replication_slots s
-           WHERE s.database = current_database() AND s.slot_name ~ '^id_gen_move_[0-9]+$' LOOP
+           WHERE s.database = current_database() AND s.slot_name ~ '^id_gen_(move|back)_[0-9]+$' LOOP
     IF r.active THEN
       PERFORM pg_terminate_backend(r.active_pid);
       object := 'replication slot ' || r.slot_name; action := 'its walsender terminated; call again to drop it'; RETURN NEXT;
@@ -1998,7 +1998,7 @@ BEGIN
   DELETE FROM id_gen.move_markers;
   DELETE FROM id_gen.move_secrets;
 END $$;
-COMMENT ON FUNCTION id_gen.shard_forget_moves() IS 'On a shard whose coordinator is gone for good: lifts every move fence, drops the publications and slots moves created (id_gen_move_<n>), disables their subscriptions (drop them afterwards as it says), and forgets markers and connection strings. Superuser only. Detached copies (id_gen_moved_*) are left for you to check and drop.';
+COMMENT ON FUNCTION id_gen.shard_forget_moves() IS 'On a shard whose coordinator is gone for good: lifts every move fence, drops the publications and slots moves created (id_gen_move_<n>, and id_gen_back_<n> of reversible moves), disables their subscriptions (drop them afterwards as it says), and forgets markers and connection strings. Superuser only. Detached copies (id_gen_moved_*) are left for you to check and drop.';
 REVOKE EXECUTE ON FUNCTION id_gen.shard_forget_moves() FROM PUBLIC;
 
 -- ===== sql/move.sql =====
@@ -2978,6 +2978,11 @@ BEGIN
       USING ERRCODE = '55000',
             HINT = format('CALL id_gen.move_genes(%s, %s, %L) finishes it; to undo it, move the genes back afterwards.',
                           m.lower_gene, m.upper_gene, m.target_shard);
+  ELSIF m.phase IN ('reversible', 'reverting') THEN
+    RAISE EXCEPTION 'id_gen: move % has cut over and is %: the target is authoritative', move_id, m.phase
+      USING ERRCODE = '55000',
+            HINT = format('CALL id_gen.revert_move(%s) brings the genes back to %s with every write; CALL id_gen.complete_move(%s) keeps them on %s.',
+                          m.move_id, m.source_shard, m.move_id, m.target_shard);
   END IF;
   cleanup := id_gen.undo_move(m);
   -- force: give up on what only the target still holds (a target that is gone for good);

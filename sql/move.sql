@@ -974,6 +974,11 @@ BEGIN
       USING ERRCODE = '55000',
             HINT = format('CALL id_gen.move_genes(%s, %s, %L) finishes it; to undo it, move the genes back afterwards.',
                           m.lower_gene, m.upper_gene, m.target_shard);
+  ELSIF m.phase IN ('reversible', 'reverting') THEN
+    RAISE EXCEPTION 'id_gen: move % has cut over and is %: the target is authoritative', move_id, m.phase
+      USING ERRCODE = '55000',
+            HINT = format('CALL id_gen.revert_move(%s) brings the genes back to %s with every write; CALL id_gen.complete_move(%s) keeps them on %s.',
+                          m.move_id, m.source_shard, m.move_id, m.target_shard);
   END IF;
   cleanup := id_gen.undo_move(m);
   -- force: give up on what only the target still holds (a target that is gone for good);

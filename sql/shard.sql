@@ -762,18 +762,18 @@ BEGIN
   END LOOP;
   FOR r IN SELECT s.subname FROM pg_subscription s
            WHERE s.subdbid = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database())
-             AND s.subname ~ '^id_gen_move_[0-9]+$' LOOP
+             AND s.subname ~ '^id_gen_(move|back)_[0-9]+$' LOOP
     -- Disabled and detached from its slot here; the DROP itself needs a top-level statement.
     EXECUTE format('ALTER SUBSCRIPTION %I DISABLE', r.subname);
     EXECUTE format('ALTER SUBSCRIPTION %I SET (slot_name = NONE)', r.subname);
     object := 'subscription ' || r.subname; action := format('disabled; now run: DROP SUBSCRIPTION %I', r.subname); RETURN NEXT;
   END LOOP;
-  FOR r IN SELECT p.pubname FROM pg_publication p WHERE p.pubname ~ '^id_gen_move_[0-9]+$' LOOP
+  FOR r IN SELECT p.pubname FROM pg_publication p WHERE p.pubname ~ '^id_gen_(move|back)_[0-9]+$' LOOP
     EXECUTE format('DROP PUBLICATION %I', r.pubname);
     object := 'publication ' || r.pubname; action := 'dropped'; RETURN NEXT;
   END LOOP;
   FOR r IN SELECT s.slot_name, s.active, s.active_pid FROM pg_replication_slots s
-           WHERE s.database = current_database() AND s.slot_name ~ '^id_gen_move_[0-9]+$' LOOP
+           WHERE s.database = current_database() AND s.slot_name ~ '^id_gen_(move|back)_[0-9]+$' LOOP
     IF r.active THEN
       PERFORM pg_terminate_backend(r.active_pid);
       object := 'replication slot ' || r.slot_name; action := 'its walsender terminated; call again to drop it'; RETURN NEXT;
@@ -785,5 +785,5 @@ BEGIN
   DELETE FROM id_gen.move_markers;
   DELETE FROM id_gen.move_secrets;
 END $$;
-COMMENT ON FUNCTION id_gen.shard_forget_moves() IS 'On a shard whose coordinator is gone for good: lifts every move fence, drops the publications and slots moves created (id_gen_move_<n>), disables their subscriptions (drop them afterwards as it says), and forgets markers and connection strings. Superuser only. Detached copies (id_gen_moved_*) are left for you to check and drop.';
+COMMENT ON FUNCTION id_gen.shard_forget_moves() IS 'On a shard whose coordinator is gone for good: lifts every move fence, drops the publications and slots moves created (id_gen_move_<n>, and id_gen_back_<n> of reversible moves), disables their subscriptions (drop them afterwards as it says), and forgets markers and connection strings. Superuser only. Detached copies (id_gen_moved_*) are left for you to check and drop.';
 REVOKE EXECUTE ON FUNCTION id_gen.shard_forget_moves() FROM PUBLIC;

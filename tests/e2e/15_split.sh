@@ -231,6 +231,8 @@ assert_eq "$(cq -c "SELECT bool_and(in_step) FROM id_gen.distribution")" "t" "di
 # revert_move, with the subscription enabled, succeeds.
 cq -c "SET client_min_messages = warning" -c "CALL id_gen.move_genes(0, 2047, 'shard_2', reversible => true)" >/dev/null
 mid=$(cq -c "SELECT max(move_id) FROM id_gen.moves")
+assert_eq "$(state_of cq -c "CALL id_gen.abort_move($mid)")/$(cq -c "SELECT phase FROM id_gen.moves WHERE move_id = $mid")" "55000/reversible" \
+  "abort_move of a reversible move is refused (55000): the target is authoritative"
 sq 1 -c "ALTER SUBSCRIPTION id_gen_back_$mid DISABLE" >/dev/null
 cq -c "CALL id_gen.revert_move($mid)" >/dev/null 2>&1 & sp=$!
 for _ in $(seq 1 200); do [ "$(sq 2 -c "SELECT count(*) FROM pg_trigger WHERE tgname = 'id_gen_move_fence' AND tgenabled <> 'D'")" -gt 0 ] && break; sleep 0.05; done
