@@ -481,8 +481,23 @@ BEGIN
   SELECT * INTO d FROM id_gen.distributed_tables t
   WHERE (t.schema_name, t.table_name) = (push_shard_table.schema_name, push_shard_table.table_name);
   BEGIN
-    result := id_gen.shard_call(shard, 'shard_apply_ranges',
-      ARRAY[d.schema_name::text, d.table_name::text, d.id_column::text, d.shard_stem::text, gene_ranges::text, d.shard_definition], 120000);
+    -- shard_apply_ranges locks the table and then each partition; a writer that holds a
+    -- partition (the coordinator writes to partitions by name) and then needs the table
+    -- (its partition constraint is recomputed after an ATTACH or DETACH) makes a deadlock.
+    -- shard_apply_ranges detects it first (deadlock_timeout 100 ms there), so the writer
+    -- goes on and this change, rolled back on the shard, is tried again.
+    FOR attempt IN 1 .. 5 LOOP
+      BEGIN
+        result := id_gen.shard_call(shard, 'shard_apply_ranges',
+          ARRAY[d.schema_name::text, d.table_name::text, d.id_column::text, d.shard_stem::text, gene_ranges::text, d.shard_definition], 120000);
+        EXIT;
+      EXCEPTION WHEN deadlock_detected THEN
+        IF attempt = 5 THEN
+          RAISE;
+        END IF;
+        PERFORM pg_sleep(0.05 * attempt);
+      END;
+    END LOOP;
   EXCEPTION
     WHEN check_violation THEN
       GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT;
@@ -1422,6 +1437,8 @@ BEGIN
             HINT = 'The coordinator calls it over dblink (id_gen.shard_exec); a snapshot taken before the table lock would miss rows committed while it waited.';
   END IF;
   PERFORM set_config('lock_timeout', lock_timeout_ms || 'ms', true);
+  -- In a deadlock with a writer, this is the one that gives up (the coordinator retries).
+  PERFORM set_config('deadlock_timeout', '100ms', true);
   PERFORM id_gen.quiet_ddl();
   parent := to_regclass(format('%I.%I', schema_name, table_name));
   IF parent IS NULL THEN

@@ -209,6 +209,8 @@ BEGIN
             HINT = 'The coordinator calls it over dblink (id_gen.shard_exec); a snapshot taken before the table lock would miss rows committed while it waited.';
   END IF;
   PERFORM set_config('lock_timeout', lock_timeout_ms || 'ms', true);
+  -- In a deadlock with a writer, this is the one that gives up (the coordinator retries).
+  PERFORM set_config('deadlock_timeout', '100ms', true);
   PERFORM id_gen.quiet_ddl();
   parent := to_regclass(format('%I.%I', schema_name, table_name));
   IF parent IS NULL THEN
