@@ -2357,6 +2357,7 @@ DECLARE
   m id_gen.shard_moves;
   err text;
   cleanup text;
+  max_wal text := coalesce(current_setting('id_gen.reversible_max_wal', true), '1GB');
 BEGIN
   PERFORM id_gen.require_superuser('recover moves');
   -- Reversible moves: their reverse replication lag and retained WAL, for id_gen.moves.
@@ -2380,15 +2381,12 @@ BEGIN
       ELSIF m.phase = 'reversible' THEN
         -- Left open on purpose: only a fence of an interrupted revert is lifted, and a way
         -- back that keeps too much WAL on the target is ended (the genes stay there).
-        IF m.back_retained_bytes > pg_size_bytes(coalesce(current_setting('id_gen.reversible_max_wal', true), '1GB')) THEN
+        IF m.back_retained_bytes > pg_size_bytes(max_wal) THEN
           PERFORM id_gen.end_way_back(m);
           action := format('completed: the way back kept %s of WAL on %s (id_gen.reversible_max_wal = %s)',
-                           pg_size_pretty(m.back_retained_bytes), m.target_shard,
-                           coalesce(current_setting('id_gen.reversible_max_wal', true), '1GB'));
+                           pg_size_pretty(m.back_retained_bytes), m.target_shard, max_wal);
         ELSIF m.source_fenced THEN
-          PERFORM id_gen.run_move_step(id_gen.reversed(m), 'unfence_source', 0, 10000);
-          PERFORM id_gen.shard_call(m.source_shard, 'shard_open_kept',
-                                    ARRAY[m.move_id::text, (id_gen.move_parts(m.lower_gene, m.upper_gene)).parts::text, 'false'], 10000);
+          PERFORM id_gen.lift_revert_fence(m, 10000);
           UPDATE id_gen.shard_moves sm SET source_fenced = false WHERE sm.move_id = m.move_id;
           action := 'lifted the fence of an interrupted revert';
         END IF;
@@ -2429,6 +2427,28 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION id_gen.recover_moves(interval, interval) IS 'Picks up moves no session runs (and none touched for grace): lifts the source''s fence of a move that has not cut over, finishes a move that has, and rolls back one left alone for abandon_after. The move supervisor runs it every few seconds; returns what it did. Superuser only.';
 REVOKE EXECUTE ON FUNCTION id_gen.recover_moves(interval, interval) FROM PUBLIC;
+
+-- Inside a fence: a marker written on m's source and awaited on m's target (apply is in
+-- commit order, so when it arrives every earlier change has been applied); 55000 after 3 s
+-- from `since`. `receiver` names m's target in the error: the move's target, or the
+-- revert's source.
+CREATE OR REPLACE FUNCTION id_gen.pass_marker(m id_gen.shard_moves, marker integer, since timestamptz, receiver text)
+RETURNS void
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  PERFORM id_gen.run_move_step(m, 'marker', marker, 5000);
+  LOOP
+    EXIT WHEN id_gen.run_move_step(m, 'await_marker', marker, 5000) = 't';
+    IF clock_timestamp() - since > interval '3 s' THEN
+      RAISE EXCEPTION 'the % did not catch up within 3 s of the fence', receiver USING ERRCODE = '55000';
+    END IF;
+    PERFORM pg_sleep(0.002);
+  END LOOP;
+END $$;
+COMMENT ON FUNCTION id_gen.pass_marker(id_gen.shard_moves, integer, timestamptz, text) IS 'In a fence: writes a marker on the move''s source and waits (at most 3 s from since) until it has been applied on its target.';
+REVOKE EXECUTE ON FUNCTION id_gen.pass_marker(id_gen.shard_moves, integer, timestamptz, text) FROM PUBLIC;
 
 -- The fence of a move or a revert, on the coordinator: ACCESS EXCLUSIVE on the range
 -- partitions of the genes (every distributed table; other ranges are not locked), in one
@@ -2506,7 +2526,6 @@ DECLARE
   first_gene integer;
   last_gene integer;
   r record;
-  d record;
   res text;
   err text;
   err_state text;
@@ -2853,14 +2872,7 @@ BEGIN
         PERFORM id_gen.lock_range_partitions(m.lower_gene, m.upper_gene);
         BEGIN
           PERFORM id_gen.run_move_step(m, 'fence_source', attempt, 5000);
-          PERFORM id_gen.run_move_step(m, 'marker', attempt, 5000);
-          LOOP
-            EXIT WHEN id_gen.run_move_step(m, 'await_marker', attempt, 5000) = 't';
-            IF clock_timestamp() - t0 > interval '3 s' THEN
-              RAISE EXCEPTION 'the target did not catch up within 3 s of the fence' USING ERRCODE = '55000';
-            END IF;
-            PERFORM pg_sleep(0.002);
-          END LOOP;
+          PERFORM id_gen.pass_marker(m, attempt, t0, 'target');
           PERFORM id_gen.move_raise_sequences(m);
           IF m.reversible THEN
             -- Every change from the source is applied on the target; what the target writes from
@@ -3502,7 +3514,6 @@ DECLARE
   parts regclass;
   g int4range;
   part regclass;
-  rr record;
 BEGIN
   PERFORM id_gen.quiet_ddl();
   IF s.kind = 'split' THEN
@@ -4347,6 +4358,33 @@ END $$;
 COMMENT ON FUNCTION id_gen.check_way_back(id_gen.shard_moves) IS 'Reads a reversible move''s reverse replication lag and retained WAL on the target into id_gen.shard_moves.';
 REVOKE EXECUTE ON FUNCTION id_gen.check_way_back(id_gen.shard_moves) FROM PUBLIC;
 
+-- A revert's fence, lifted: the target takes direct writes again and the source's kept
+-- partitions refuse them again (a failed fence attempt, or the supervisor after a crash).
+CREATE OR REPLACE FUNCTION id_gen.lift_revert_fence(m id_gen.shard_moves, timeout_ms integer) RETURNS void
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  PERFORM id_gen.run_move_step(id_gen.reversed(m), 'unfence_source', 0, 10000);
+  PERFORM id_gen.shard_call(m.source_shard, 'shard_open_kept',
+                            ARRAY[m.move_id::text, (id_gen.move_parts(m.lower_gene, m.upper_gene)).parts::text, 'false'], timeout_ms);
+END $$;
+COMMENT ON FUNCTION id_gen.lift_revert_fence(id_gen.shard_moves, integer) IS 'Lifts a revert''s fence: the target''s fence triggers are disabled and the source''s kept partitions refuse direct writes again.';
+REVOKE EXECUTE ON FUNCTION id_gen.lift_revert_fence(id_gen.shard_moves, integer) FROM PUBLIC;
+
+-- The way back goes: the source's subscription (which drops the slot on the target), then
+-- the target's publication (and the slot, should it be left).
+CREATE OR REPLACE FUNCTION id_gen.drop_way_back(m id_gen.shard_moves) RETURNS void
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  PERFORM id_gen.shard_exec(m.source_shard, format('DROP SUBSCRIPTION IF EXISTS %I', 'id_gen_back_' || m.move_id), 60000);
+  PERFORM id_gen.shard_call(m.target_shard, 'shard_drop_way_back', ARRAY[m.move_id::text], 30000);
+END $$;
+COMMENT ON FUNCTION id_gen.drop_way_back(id_gen.shard_moves) IS 'Drops a reversible move''s way back: the subscription on the source, the publication and slot on the target.';
+REVOKE EXECUTE ON FUNCTION id_gen.drop_way_back(id_gen.shard_moves) FROM PUBLIC;
+
 -- After a revert's flip committed: the way back goes, the source takes its partitions back,
 -- the target lets go. Idempotent; raises on the first failing step.
 CREATE OR REPLACE FUNCTION id_gen.finish_revert(m id_gen.shard_moves) RETURNS id_gen.shard_moves
@@ -4357,8 +4395,7 @@ DECLARE
   p record := id_gen.move_parts(m.lower_gene, m.upper_gene);
   r id_gen.shard_moves := id_gen.reversed(m);
 BEGIN
-  PERFORM id_gen.shard_exec(m.source_shard, format('DROP SUBSCRIPTION IF EXISTS %I', 'id_gen_back_' || m.move_id), 60000);
-  PERFORM id_gen.shard_call(m.target_shard, 'shard_drop_way_back', ARRAY[m.move_id::text], 30000);
+  PERFORM id_gen.drop_way_back(m);
   PERFORM id_gen.shard_call(m.source_shard, 'shard_reattach_kept',
                             ARRAY[m.move_id::text, p.parts::text, p.lower_genes::text, p.upper_genes::text], 60000);
   PERFORM id_gen.place_ranges(m.source_shard, m.lower_gene, m.upper_gene, true);
@@ -4413,7 +4450,6 @@ AS $$
 DECLARE
   m id_gen.shard_moves;
   r id_gen.shard_moves;
-  d record;
   lag bigint;
   deadline timestamptz;
   t0 timestamptz;
@@ -4460,14 +4496,7 @@ BEGIN
         BEGIN
           -- The target refuses direct writes; its last writes reach the source before the marker.
           PERFORM id_gen.run_move_step(r, 'fence_source', 1000 + attempt, 5000);
-          PERFORM id_gen.run_move_step(r, 'marker', 1000 + attempt, 5000);
-          LOOP
-            EXIT WHEN id_gen.run_move_step(r, 'await_marker', 1000 + attempt, 5000) = 't';
-            IF clock_timestamp() - t0 > interval '3 s' THEN
-              RAISE EXCEPTION 'the source did not catch up within 3 s of the fence' USING ERRCODE = '55000';
-            END IF;
-            PERFORM pg_sleep(0.002);
-          END LOOP;
+          PERFORM id_gen.pass_marker(r, 1000 + attempt, t0, 'source');
           PERFORM id_gen.shard_call(m.source_shard, 'shard_open_kept',
                                     ARRAY[m.move_id::text, (id_gen.move_parts(m.lower_gene, m.upper_gene)).parts::text, 'true'], 5000);
           PERFORM id_gen.move_raise_sequences(r);
@@ -4484,9 +4513,7 @@ BEGIN
           -- once they go, those writers reach the target, which must take them.
           GET STACKED DIAGNOSTICS err = MESSAGE_TEXT, err_state = RETURNED_SQLSTATE;
           BEGIN
-            PERFORM id_gen.run_move_step(r, 'unfence_source', 0, 10000);
-            PERFORM id_gen.shard_call(m.source_shard, 'shard_open_kept',
-                                      ARRAY[m.move_id::text, (id_gen.move_parts(m.lower_gene, m.upper_gene)).parts::text, 'false'], 5000);
+            PERFORM id_gen.lift_revert_fence(m, 5000);
           EXCEPTION WHEN OTHERS OR query_canceled THEN
             err := err || ' (lifting the target''s fence failed: ' || SQLERRM || ')';
           END;
@@ -4502,7 +4529,7 @@ BEGIN
       END IF;
       ROLLBACK;
       PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-      PERFORM id_gen.run_move_step(r, 'unfence_source', 0, 10000);
+      PERFORM id_gen.lift_revert_fence(m, 5000);
       UPDATE id_gen.shard_moves sm SET source_fenced = false, last_error = format('revert fence attempt %s: %s', attempt, err),
                                        updated_at = clock_timestamp()
       WHERE sm.move_id = m.move_id;
@@ -4537,8 +4564,7 @@ AS $$
 DECLARE
   p record := id_gen.move_parts(m.lower_gene, m.upper_gene);
 BEGIN
-  PERFORM id_gen.shard_exec(m.source_shard, format('DROP SUBSCRIPTION IF EXISTS %I', 'id_gen_back_' || m.move_id), 60000);
-  PERFORM id_gen.shard_call(m.target_shard, 'shard_drop_way_back', ARRAY[m.move_id::text], 30000);
+  PERFORM id_gen.drop_way_back(m);
   PERFORM id_gen.shard_call(m.source_shard, 'shard_drop_kept', ARRAY[m.move_id::text, p.parts::text], 60000);
   PERFORM id_gen.run_move_step(m, 'forget_markers', 0, 10000);
   UPDATE id_gen.shard_moves sm SET phase = 'done', finished_at = clock_timestamp(), updated_at = clock_timestamp(),
@@ -4654,8 +4680,8 @@ REVOKE EXECUTE ON FUNCTION id_gen.split_gene_for(integer, integer, bigint) FROM 
 
 CREATE OR REPLACE FUNCTION id_gen.plan_rebalance(tolerance numeric DEFAULT 0.1, max_steps integer DEFAULT 8,
                                                  shards text[] DEFAULT NULL)
-RETURNS TABLE (step integer, action text, lower_gene integer, upper_gene integer, source_shard text, target_shard text,
-               row_count bigint, command text)
+RETURNS TABLE (step integer, action text, lower_gene integer, upper_gene integer, at_gene integer,
+               source_shard text, target_shard text, row_count bigint, command text)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -4704,7 +4730,7 @@ BEGIN
       SELECT sg.at_gene, sg.rows_above INTO at, part FROM id_gen.split_gene_for(pick.lower_gene, pick.upper_gene, want) sg;
       EXIT WHEN at IS NULL;
       n := n + 1;
-      step := n; action := 'split'; lower_gene := pick.lower_gene; upper_gene := pick.upper_gene;
+      step := n; action := 'split'; lower_gene := pick.lower_gene; upper_gene := pick.upper_gene; at_gene := at;
       source_shard := hot.shard; target_shard := hot.shard; row_count := pick.row_count;
       command := format('CALL id_gen.split_route(%s)', at);
       RETURN NEXT;
@@ -4715,7 +4741,7 @@ BEGIN
       EXIT WHEN n >= max_steps;
     END IF;
     n := n + 1;
-    step := n; action := 'move'; lower_gene := pick.lower_gene; upper_gene := pick.upper_gene;
+    step := n; action := 'move'; lower_gene := pick.lower_gene; upper_gene := pick.upper_gene; at_gene := NULL;
     source_shard := hot.shard; target_shard := cold.shard; row_count := pick.row_count;
     command := format('CALL id_gen.move_genes(%s, %s, %L)', pick.lower_gene, pick.upper_gene, cold.shard);
     RETURN NEXT;
@@ -4723,7 +4749,7 @@ BEGIN
     DELETE FROM id_gen_rebalance_ranges x WHERE x.lower_gene IS NULL AND x.shard = cold.shard;
   END LOOP;
 END $$;
-COMMENT ON FUNCTION id_gen.plan_rebalance(numeric, integer, text[]) IS 'Proposes splits and moves that bring every shard within (1 + tolerance) x the mean rows (every distributed table, counted per route range through the coordinator): the hot shard''s best-fitting range moves to the coldest shard, after a split where every range is too big. shards adds servers that hold no range yet. At most max_steps steps; each row has the CALL that runs it. Superuser only.';
+COMMENT ON FUNCTION id_gen.plan_rebalance(numeric, integer, text[]) IS 'Proposes splits and moves that bring every shard within (1 + tolerance) x the mean rows (every distributed table, counted per route range through the coordinator): the hot shard''s best-fitting range moves to the coldest shard, after a split where every range is too big. shards adds servers that hold no range yet. At most max_steps steps; each row has the CALL that runs it (a split''s gene in at_gene). Superuser only.';
 REVOKE EXECUTE ON FUNCTION id_gen.plan_rebalance(numeric, integer, text[]) FROM PUBLIC;
 
 CREATE OR REPLACE PROCEDURE id_gen.rebalance(dry_run boolean DEFAULT true, tolerance numeric DEFAULT 0.1,
@@ -4751,7 +4777,7 @@ BEGIN
       p->>'row_count', CASE WHEN dry_run THEN ' [dry run]' ELSE '' END;
     CONTINUE WHEN dry_run;
     IF p->>'action' = 'split' THEN
-      CALL id_gen.split_route((substring(p->>'command' FROM '\((\d+)\)'))::integer);
+      CALL id_gen.split_route((p->>'at_gene')::integer);
     ELSE
       CALL id_gen.move_genes((p->>'lower_gene')::integer, (p->>'upper_gene')::integer, p->>'target_shard');
     END IF;

@@ -336,6 +336,7 @@ DECLARE
   m id_gen.shard_moves;
   err text;
   cleanup text;
+  max_wal text := coalesce(current_setting('id_gen.reversible_max_wal', true), '1GB');
 BEGIN
   PERFORM id_gen.require_superuser('recover moves');
   -- Reversible moves: their reverse replication lag and retained WAL, for id_gen.moves.
@@ -359,15 +360,12 @@ BEGIN
       ELSIF m.phase = 'reversible' THEN
         -- Left open on purpose: only a fence of an interrupted revert is lifted, and a way
         -- back that keeps too much WAL on the target is ended (the genes stay there).
-        IF m.back_retained_bytes > pg_size_bytes(coalesce(current_setting('id_gen.reversible_max_wal', true), '1GB')) THEN
+        IF m.back_retained_bytes > pg_size_bytes(max_wal) THEN
           PERFORM id_gen.end_way_back(m);
           action := format('completed: the way back kept %s of WAL on %s (id_gen.reversible_max_wal = %s)',
-                           pg_size_pretty(m.back_retained_bytes), m.target_shard,
-                           coalesce(current_setting('id_gen.reversible_max_wal', true), '1GB'));
+                           pg_size_pretty(m.back_retained_bytes), m.target_shard, max_wal);
         ELSIF m.source_fenced THEN
-          PERFORM id_gen.run_move_step(id_gen.reversed(m), 'unfence_source', 0, 10000);
-          PERFORM id_gen.shard_call(m.source_shard, 'shard_open_kept',
-                                    ARRAY[m.move_id::text, (id_gen.move_parts(m.lower_gene, m.upper_gene)).parts::text, 'false'], 10000);
+          PERFORM id_gen.lift_revert_fence(m, 10000);
           UPDATE id_gen.shard_moves sm SET source_fenced = false WHERE sm.move_id = m.move_id;
           action := 'lifted the fence of an interrupted revert';
         END IF;
@@ -408,6 +406,28 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION id_gen.recover_moves(interval, interval) IS 'Picks up moves no session runs (and none touched for grace): lifts the source''s fence of a move that has not cut over, finishes a move that has, and rolls back one left alone for abandon_after. The move supervisor runs it every few seconds; returns what it did. Superuser only.';
 REVOKE EXECUTE ON FUNCTION id_gen.recover_moves(interval, interval) FROM PUBLIC;
+
+-- Inside a fence: a marker written on m's source and awaited on m's target (apply is in
+-- commit order, so when it arrives every earlier change has been applied); 55000 after 3 s
+-- from `since`. `receiver` names m's target in the error: the move's target, or the
+-- revert's source.
+CREATE OR REPLACE FUNCTION id_gen.pass_marker(m id_gen.shard_moves, marker integer, since timestamptz, receiver text)
+RETURNS void
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  PERFORM id_gen.run_move_step(m, 'marker', marker, 5000);
+  LOOP
+    EXIT WHEN id_gen.run_move_step(m, 'await_marker', marker, 5000) = 't';
+    IF clock_timestamp() - since > interval '3 s' THEN
+      RAISE EXCEPTION 'the % did not catch up within 3 s of the fence', receiver USING ERRCODE = '55000';
+    END IF;
+    PERFORM pg_sleep(0.002);
+  END LOOP;
+END $$;
+COMMENT ON FUNCTION id_gen.pass_marker(id_gen.shard_moves, integer, timestamptz, text) IS 'In a fence: writes a marker on the move''s source and waits (at most 3 s from since) until it has been applied on its target.';
+REVOKE EXECUTE ON FUNCTION id_gen.pass_marker(id_gen.shard_moves, integer, timestamptz, text) FROM PUBLIC;
 
 -- The fence of a move or a revert, on the coordinator: ACCESS EXCLUSIVE on the range
 -- partitions of the genes (every distributed table; other ranges are not locked), in one
@@ -485,7 +505,6 @@ DECLARE
   first_gene integer;
   last_gene integer;
   r record;
-  d record;
   res text;
   err text;
   err_state text;
@@ -832,14 +851,7 @@ BEGIN
         PERFORM id_gen.lock_range_partitions(m.lower_gene, m.upper_gene);
         BEGIN
           PERFORM id_gen.run_move_step(m, 'fence_source', attempt, 5000);
-          PERFORM id_gen.run_move_step(m, 'marker', attempt, 5000);
-          LOOP
-            EXIT WHEN id_gen.run_move_step(m, 'await_marker', attempt, 5000) = 't';
-            IF clock_timestamp() - t0 > interval '3 s' THEN
-              RAISE EXCEPTION 'the target did not catch up within 3 s of the fence' USING ERRCODE = '55000';
-            END IF;
-            PERFORM pg_sleep(0.002);
-          END LOOP;
+          PERFORM id_gen.pass_marker(m, attempt, t0, 'target');
           PERFORM id_gen.move_raise_sequences(m);
           IF m.reversible THEN
             -- Every change from the source is applied on the target; what the target writes from

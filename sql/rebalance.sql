@@ -77,8 +77,8 @@ REVOKE EXECUTE ON FUNCTION id_gen.split_gene_for(integer, integer, bigint) FROM 
 
 CREATE OR REPLACE FUNCTION id_gen.plan_rebalance(tolerance numeric DEFAULT 0.1, max_steps integer DEFAULT 8,
                                                  shards text[] DEFAULT NULL)
-RETURNS TABLE (step integer, action text, lower_gene integer, upper_gene integer, source_shard text, target_shard text,
-               row_count bigint, command text)
+RETURNS TABLE (step integer, action text, lower_gene integer, upper_gene integer, at_gene integer,
+               source_shard text, target_shard text, row_count bigint, command text)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -127,7 +127,7 @@ BEGIN
       SELECT sg.at_gene, sg.rows_above INTO at, part FROM id_gen.split_gene_for(pick.lower_gene, pick.upper_gene, want) sg;
       EXIT WHEN at IS NULL;
       n := n + 1;
-      step := n; action := 'split'; lower_gene := pick.lower_gene; upper_gene := pick.upper_gene;
+      step := n; action := 'split'; lower_gene := pick.lower_gene; upper_gene := pick.upper_gene; at_gene := at;
       source_shard := hot.shard; target_shard := hot.shard; row_count := pick.row_count;
       command := format('CALL id_gen.split_route(%s)', at);
       RETURN NEXT;
@@ -138,7 +138,7 @@ BEGIN
       EXIT WHEN n >= max_steps;
     END IF;
     n := n + 1;
-    step := n; action := 'move'; lower_gene := pick.lower_gene; upper_gene := pick.upper_gene;
+    step := n; action := 'move'; lower_gene := pick.lower_gene; upper_gene := pick.upper_gene; at_gene := NULL;
     source_shard := hot.shard; target_shard := cold.shard; row_count := pick.row_count;
     command := format('CALL id_gen.move_genes(%s, %s, %L)', pick.lower_gene, pick.upper_gene, cold.shard);
     RETURN NEXT;
@@ -146,7 +146,7 @@ BEGIN
     DELETE FROM id_gen_rebalance_ranges x WHERE x.lower_gene IS NULL AND x.shard = cold.shard;
   END LOOP;
 END $$;
-COMMENT ON FUNCTION id_gen.plan_rebalance(numeric, integer, text[]) IS 'Proposes splits and moves that bring every shard within (1 + tolerance) x the mean rows (every distributed table, counted per route range through the coordinator): the hot shard''s best-fitting range moves to the coldest shard, after a split where every range is too big. shards adds servers that hold no range yet. At most max_steps steps; each row has the CALL that runs it. Superuser only.';
+COMMENT ON FUNCTION id_gen.plan_rebalance(numeric, integer, text[]) IS 'Proposes splits and moves that bring every shard within (1 + tolerance) x the mean rows (every distributed table, counted per route range through the coordinator): the hot shard''s best-fitting range moves to the coldest shard, after a split where every range is too big. shards adds servers that hold no range yet. At most max_steps steps; each row has the CALL that runs it (a split''s gene in at_gene). Superuser only.';
 REVOKE EXECUTE ON FUNCTION id_gen.plan_rebalance(numeric, integer, text[]) FROM PUBLIC;
 
 CREATE OR REPLACE PROCEDURE id_gen.rebalance(dry_run boolean DEFAULT true, tolerance numeric DEFAULT 0.1,
@@ -174,7 +174,7 @@ BEGIN
       p->>'row_count', CASE WHEN dry_run THEN ' [dry run]' ELSE '' END;
     CONTINUE WHEN dry_run;
     IF p->>'action' = 'split' THEN
-      CALL id_gen.split_route((substring(p->>'command' FROM '\((\d+)\)'))::integer);
+      CALL id_gen.split_route((p->>'at_gene')::integer);
     ELSE
       CALL id_gen.move_genes((p->>'lower_gene')::integer, (p->>'upper_gene')::integer, p->>'target_shard');
     END IF;

@@ -361,6 +361,33 @@ END $$;
 COMMENT ON FUNCTION id_gen.check_way_back(id_gen.shard_moves) IS 'Reads a reversible move''s reverse replication lag and retained WAL on the target into id_gen.shard_moves.';
 REVOKE EXECUTE ON FUNCTION id_gen.check_way_back(id_gen.shard_moves) FROM PUBLIC;
 
+-- A revert's fence, lifted: the target takes direct writes again and the source's kept
+-- partitions refuse them again (a failed fence attempt, or the supervisor after a crash).
+CREATE OR REPLACE FUNCTION id_gen.lift_revert_fence(m id_gen.shard_moves, timeout_ms integer) RETURNS void
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  PERFORM id_gen.run_move_step(id_gen.reversed(m), 'unfence_source', 0, 10000);
+  PERFORM id_gen.shard_call(m.source_shard, 'shard_open_kept',
+                            ARRAY[m.move_id::text, (id_gen.move_parts(m.lower_gene, m.upper_gene)).parts::text, 'false'], timeout_ms);
+END $$;
+COMMENT ON FUNCTION id_gen.lift_revert_fence(id_gen.shard_moves, integer) IS 'Lifts a revert''s fence: the target''s fence triggers are disabled and the source''s kept partitions refuse direct writes again.';
+REVOKE EXECUTE ON FUNCTION id_gen.lift_revert_fence(id_gen.shard_moves, integer) FROM PUBLIC;
+
+-- The way back goes: the source's subscription (which drops the slot on the target), then
+-- the target's publication (and the slot, should it be left).
+CREATE OR REPLACE FUNCTION id_gen.drop_way_back(m id_gen.shard_moves) RETURNS void
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  PERFORM id_gen.shard_exec(m.source_shard, format('DROP SUBSCRIPTION IF EXISTS %I', 'id_gen_back_' || m.move_id), 60000);
+  PERFORM id_gen.shard_call(m.target_shard, 'shard_drop_way_back', ARRAY[m.move_id::text], 30000);
+END $$;
+COMMENT ON FUNCTION id_gen.drop_way_back(id_gen.shard_moves) IS 'Drops a reversible move''s way back: the subscription on the source, the publication and slot on the target.';
+REVOKE EXECUTE ON FUNCTION id_gen.drop_way_back(id_gen.shard_moves) FROM PUBLIC;
+
 -- After a revert's flip committed: the way back goes, the source takes its partitions back,
 -- the target lets go. Idempotent; raises on the first failing step.
 CREATE OR REPLACE FUNCTION id_gen.finish_revert(m id_gen.shard_moves) RETURNS id_gen.shard_moves
@@ -371,8 +398,7 @@ DECLARE
   p record := id_gen.move_parts(m.lower_gene, m.upper_gene);
   r id_gen.shard_moves := id_gen.reversed(m);
 BEGIN
-  PERFORM id_gen.shard_exec(m.source_shard, format('DROP SUBSCRIPTION IF EXISTS %I', 'id_gen_back_' || m.move_id), 60000);
-  PERFORM id_gen.shard_call(m.target_shard, 'shard_drop_way_back', ARRAY[m.move_id::text], 30000);
+  PERFORM id_gen.drop_way_back(m);
   PERFORM id_gen.shard_call(m.source_shard, 'shard_reattach_kept',
                             ARRAY[m.move_id::text, p.parts::text, p.lower_genes::text, p.upper_genes::text], 60000);
   PERFORM id_gen.place_ranges(m.source_shard, m.lower_gene, m.upper_gene, true);
@@ -427,7 +453,6 @@ AS $$
 DECLARE
   m id_gen.shard_moves;
   r id_gen.shard_moves;
-  d record;
   lag bigint;
   deadline timestamptz;
   t0 timestamptz;
@@ -474,14 +499,7 @@ BEGIN
         BEGIN
           -- The target refuses direct writes; its last writes reach the source before the marker.
           PERFORM id_gen.run_move_step(r, 'fence_source', 1000 + attempt, 5000);
-          PERFORM id_gen.run_move_step(r, 'marker', 1000 + attempt, 5000);
-          LOOP
-            EXIT WHEN id_gen.run_move_step(r, 'await_marker', 1000 + attempt, 5000) = 't';
-            IF clock_timestamp() - t0 > interval '3 s' THEN
-              RAISE EXCEPTION 'the source did not catch up within 3 s of the fence' USING ERRCODE = '55000';
-            END IF;
-            PERFORM pg_sleep(0.002);
-          END LOOP;
+          PERFORM id_gen.pass_marker(r, 1000 + attempt, t0, 'source');
           PERFORM id_gen.shard_call(m.source_shard, 'shard_open_kept',
                                     ARRAY[m.move_id::text, (id_gen.move_parts(m.lower_gene, m.upper_gene)).parts::text, 'true'], 5000);
           PERFORM id_gen.move_raise_sequences(r);
@@ -498,9 +516,7 @@ BEGIN
           -- once they go, those writers reach the target, which must take them.
           GET STACKED DIAGNOSTICS err = MESSAGE_TEXT, err_state = RETURNED_SQLSTATE;
           BEGIN
-            PERFORM id_gen.run_move_step(r, 'unfence_source', 0, 10000);
-            PERFORM id_gen.shard_call(m.source_shard, 'shard_open_kept',
-                                      ARRAY[m.move_id::text, (id_gen.move_parts(m.lower_gene, m.upper_gene)).parts::text, 'false'], 5000);
+            PERFORM id_gen.lift_revert_fence(m, 5000);
           EXCEPTION WHEN OTHERS OR query_canceled THEN
             err := err || ' (lifting the target''s fence failed: ' || SQLERRM || ')';
           END;
@@ -516,7 +532,7 @@ BEGIN
       END IF;
       ROLLBACK;
       PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-      PERFORM id_gen.run_move_step(r, 'unfence_source', 0, 10000);
+      PERFORM id_gen.lift_revert_fence(m, 5000);
       UPDATE id_gen.shard_moves sm SET source_fenced = false, last_error = format('revert fence attempt %s: %s', attempt, err),
                                        updated_at = clock_timestamp()
       WHERE sm.move_id = m.move_id;
@@ -551,8 +567,7 @@ AS $$
 DECLARE
   p record := id_gen.move_parts(m.lower_gene, m.upper_gene);
 BEGIN
-  PERFORM id_gen.shard_exec(m.source_shard, format('DROP SUBSCRIPTION IF EXISTS %I', 'id_gen_back_' || m.move_id), 60000);
-  PERFORM id_gen.shard_call(m.target_shard, 'shard_drop_way_back', ARRAY[m.move_id::text], 30000);
+  PERFORM id_gen.drop_way_back(m);
   PERFORM id_gen.shard_call(m.source_shard, 'shard_drop_kept', ARRAY[m.move_id::text, p.parts::text], 60000);
   PERFORM id_gen.run_move_step(m, 'forget_markers', 0, 10000);
   UPDATE id_gen.shard_moves sm SET phase = 'done', finished_at = clock_timestamp(), updated_at = clock_timestamp(),

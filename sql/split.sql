@@ -470,7 +470,6 @@ DECLARE
   parts regclass;
   g int4range;
   part regclass;
-  rr record;
 BEGIN
   PERFORM id_gen.quiet_ddl();
   IF s.kind = 'split' THEN
