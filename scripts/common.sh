@@ -87,13 +87,31 @@ ensure_toolchain() {
 
 # Builds and installs the extension into PostgreSQL $PG_VERSION (release build).
 # A Python environment for the tests' load generators and the client library
-# (psycopg 3 and psycopg_pool from PyPI), in target/py; prints its python.
+# (psycopg 3 and psycopg_pool from PyPI, and clients/python with its xxhash and mmh3), in
+# target/py; prints its python. The client is reinstalled when a file of clients/python
+# changed (checksum in target/py/id_gen_client.sha256); otherwise pip is not run.
 ensure_python_env() {
-  local py="$REPO_ROOT/target/py/bin/python"
+  local py="$REPO_ROOT/target/py/bin/python" src="$REPO_ROOT/clients/python"
+  local stamp="$REPO_ROOT/target/py/id_gen_client.sha256" sum
   if ! "$py" -c "import psycopg, psycopg_pool" 2>/dev/null; then
     log "creating target/py (psycopg 3, psycopg_pool)"
     python3 -m venv "$REPO_ROOT/target/py" >&2
     "$py" -m pip install -q "psycopg[binary]>=3.1" "psycopg_pool>=3.2" >&2
+  fi
+  sum=$(cd "$src" && find . -type f ! -path '*/__pycache__/*' ! -path './build/*' ! -path '*.egg-info/*' \
+          -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1)
+  if [ "$(cat "$stamp" 2>/dev/null)" != "$sum" ] || ! "$py" -I -c "import id_gen_client" 2>/dev/null; then
+    log "installing the Python client (clients/python) into target/py"
+    # From a copy, so the build leaves no build/ or egg-info in the source tree.
+    local tmp
+    tmp=$(mktemp -d)
+    cp -r "$src" "$tmp/client"
+    rm -rf "$tmp/client/build" "$tmp"/client/*.egg-info
+    if ! "$py" -m pip install -q "$tmp/client" >&2; then  # a local directory is always reinstalled
+      rm -rf "$tmp"; echo "pip install of clients/python failed" >&2; return 1
+    fi
+    rm -rf "$tmp"
+    echo "$sum" > "$stamp"
   fi
   echo "$py"
 }

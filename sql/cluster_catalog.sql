@@ -197,3 +197,40 @@ CREATE TABLE id_gen.shard_split_log (
 CREATE INDEX ON id_gen.shard_split_log (split_id);
 REVOKE ALL ON id_gen.shard_split_log FROM PUBLIC;
 COMMENT ON TABLE id_gen.shard_split_log IS 'On a shard, during an online split or merge: the ids of rows written in the partitions being copied since the copy began (appended by a trigger in the writer''s transaction, never updated, so no writer conflicts on it at any isolation level); id_gen.shard_split_catch_up brings those rows of the new tables up to date and deletes the entries. Not dumped.';
+
+-- @new-in-0.6.0
+-- Zero-hop routing (sql/routing.sql, docs/routing-protocol.md) ------------------------------
+CREATE TABLE id_gen.route_state (
+    singleton  boolean     PRIMARY KEY DEFAULT true CHECK (singleton),
+    version    bigint      NOT NULL CHECK (version > 0),
+    changed_at timestamptz NOT NULL DEFAULT now()
+);
+SELECT pg_catalog.pg_extension_config_dump('id_gen.route_state', '');
+REVOKE ALL ON id_gen.route_state FROM PUBLIC;
+GRANT SELECT ON id_gen.route_state TO PUBLIC;
+COMMENT ON TABLE id_gen.route_state IS 'On the coordinator: the route version, one row, raised by a statement trigger on id_gen.shard_routes with every route change (which also sends NOTIFY id_gen_routes with the new version). Read it with id_gen.route_version() or id_gen.route_map.';
+
+CREATE TABLE id_gen.route_pushes (
+    shard      text        PRIMARY KEY,
+    version    bigint,
+    pushed_at  timestamptz,
+    tried_at   timestamptz,
+    last_error text
+);
+SELECT pg_catalog.pg_extension_config_dump('id_gen.route_pushes', '');
+REVOKE ALL ON id_gen.route_pushes FROM PUBLIC;
+COMMENT ON TABLE id_gen.route_pushes IS 'On the coordinator: the route version each shard was last told (id_gen.push_route_state, run after moves, reverts and splits and by the move supervisor every 2 s), and the last error doing so.';
+
+CREATE TABLE id_gen.shard_route_state (
+    singleton   boolean     PRIMARY KEY DEFAULT true CHECK (singleton),
+    version     bigint      NOT NULL,
+    shard       text        NOT NULL,
+    lower_genes integer[]   NOT NULL,
+    upper_genes integer[]   NOT NULL,
+    shards      text[]      NOT NULL,
+    pushed_at   timestamptz NOT NULL DEFAULT now()
+);
+SELECT pg_catalog.pg_extension_config_dump('id_gen.shard_route_state', '');
+REVOKE ALL ON id_gen.shard_route_state FROM PUBLIC;
+GRANT SELECT ON id_gen.shard_route_state TO PUBLIC;
+COMMENT ON TABLE id_gen.shard_route_state IS 'On a shard: the route version and route table the coordinator last pushed (id_gen.shard_set_route_state). A transaction that declared an older version (id_gen.route_claim or SET id_gen.route_version) fails with IG001; the routes name the owner in the DETAIL of IG001.';

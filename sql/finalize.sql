@@ -143,6 +143,8 @@ COMMENT ON FUNCTION id_gen.gene_order_id_bytes(text, bigint) IS 'gene_order_id a
 COMMENT ON FUNCTION id_gen.gene_order_id_bytes(text, text) IS 'gene_order_id_bytes for a text owner.';
 COMMENT ON FUNCTION id_gen.gene_order_id_bytes(text, uuid) IS 'gene_order_id_bytes for a uuid owner.';
 COMMENT ON FUNCTION id_gen.fill_gene_id() IS 'BEFORE INSERT OR UPDATE row trigger: fill_gene_id(''id_col'', ''owner_col'', ''sequence'') fills a NULL bigint/bytea id from the owner column; an UPDATE that moves the owner to another gene while keeping the id is refused (23514).';
+COMMENT ON FUNCTION id_gen.shard_routing_changed() IS 'On a shard: every backend reloads its routing view (route version, partitions of distributed tables) once this transaction commits. Called by the shard functions that change them.';
+REVOKE EXECUTE ON FUNCTION id_gen.shard_routing_changed() FROM PUBLIC;
 COMMENT ON FUNCTION id_gen.check_route(integer, text) IS 'Validates a route (gene 0..65535, shard name 1..63 bytes).';
 COMMENT ON FUNCTION id_gen.route_plan_split(text, text[]) IS 'Proposes routes that split every gene range of a shard into nearly equal parts; apply each row with set_route.';
 COMMENT ON FUNCTION id_gen.route_plan_merge(text[], text) IS 'Proposes routes that move the ranges of the given shards to one shard; apply each row with set_route.';

@@ -403,6 +403,9 @@ BEGIN
   IF EXISTS (SELECT FROM id_gen.route_splits rs WHERE rs.phase NOT IN ('done', 'aborted', 'failed')) THEN
     RETURN QUERY SELECT x.split_id, x.action FROM id_gen.recover_splits(abandon_after, grace) x;
   END IF;
+  -- Shards that have not been told the current route version (set_route, drop_route, or a
+  -- push that failed) are told now (sql/routing.sql).
+  PERFORM id_gen.push_route_state();
 END $$;
 COMMENT ON FUNCTION id_gen.recover_moves(interval, interval) IS 'Picks up moves no session runs (and none touched for grace): lifts the source''s fence of a move that has not cut over, finishes a move that has, and rolls back one left alone for abandon_after. The move supervisor runs it every few seconds; returns what it did. Superuser only.';
 REVOKE EXECUTE ON FUNCTION id_gen.recover_moves(interval, interval) FROM PUBLIC;
@@ -881,6 +884,7 @@ BEGIN
       IF err IS NULL THEN
         COMMIT;  -- lifts the fence: waiting writers continue on the target
         PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        PERFORM id_gen.push_route_state_quietly();  -- the shards learn the new route version
         EXIT;
       END IF;
       ROLLBACK;  -- routes and foreign tables as they were; the coordinator's locks go

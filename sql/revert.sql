@@ -169,6 +169,7 @@ BEGIN
                    format('id_gen: genes %s .. %s, kept in step with the target of reversible move %s (revert_move or complete_move ends it)',
                           lower_genes[i], upper_genes[i], move_id));
   END LOOP;
+  PERFORM id_gen.shard_routing_changed();
   RETURN n;
 END $$;
 COMMENT ON FUNCTION id_gen.shard_detach_kept(bigint, text[], name[], integer[], integer[]) IS 'On the source of a reversible move at its cut-over: detaches the moved partitions, keeping their names (the way back applies to them) and adding a CHECK of their bounds (so re-attaching needs no scan).';
@@ -227,6 +228,7 @@ BEGIN
                    format('id_gen: genes %s .. %s of %s on this shard (kept by the coordinator)', lower_genes[i], upper_genes[i], parent));
     n := n + 1;
   END LOOP;
+  PERFORM id_gen.shard_routing_changed();
   RETURN n;
 END $$;
 COMMENT ON FUNCTION id_gen.shard_reattach_kept(bigint, text[], integer[], integer[]) IS 'On the source of a reverted move: attaches the kept partitions to their tables again (no scan: their CHECK implies the bounds) and removes the move''s fence trigger from them.';
@@ -528,6 +530,7 @@ BEGIN
       IF err IS NULL THEN
         COMMIT;  -- lifts the fence: waiting writers continue on the source
         PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        PERFORM id_gen.push_route_state_quietly();  -- the shards learn the new route version
         EXIT;
       END IF;
       ROLLBACK;

@@ -233,6 +233,8 @@ BEGIN
   FOR part IN SELECT c.oid::regclass AS rel, c.relname, pg_get_expr(c.relpartbound, c.oid) AS bound
               FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
               WHERE i.inhparent = parent ORDER BY c.relname LOOP
+    -- The tombstone and the partition of negative ids (sql/routing.sql) stay.
+    CONTINUE WHEN part.bound IN ('DEFAULT', id_gen.negative_bound_text());
     wanted := (SELECT g FROM unnest(gene_ranges) g
                WHERE id_gen.partition_bound_text(lower(g), upper(g) - 1) = part.bound LIMIT 1);
     IF wanted IS NOT NULL THEN
@@ -286,13 +288,17 @@ BEGIN
       format('id_gen: genes %s .. %s of %s on this shard (kept by the coordinator)', lower(wanted), upper(wanted) - 1, parent));
   END LOOP;
   -- ... and the rows of the rest go back through the parent: a row outside every range
-  -- is refused (23514), and with it the whole change.
+  -- is refused (IG001 by the tombstone, or 23514 before it exists), and with it the
+  -- whole change.
   FOREACH candidate IN ARRAY detached LOOP
     EXECUTE format('INSERT INTO %s SELECT * FROM %s', parent, candidate);
     GET DIAGNOSTICS n = ROW_COUNT;
     copied := copied + n;
     EXECUTE format('DROP TABLE %s', candidate);
   END LOOP;
+
+  PERFORM id_gen.shard_ensure_tombstone(parent, stem, id_column);
+  PERFORM id_gen.shard_routing_changed();
 
   INSERT INTO id_gen.shard_tables AS t (schema_name, table_name, id_column, gene_ranges, definition, stem)
   VALUES (shard_apply_ranges.schema_name, shard_apply_ranges.table_name, shard_apply_ranges.id_column,
@@ -336,10 +342,11 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
   RAISE EXCEPTION 'id_gen: the rows of % are moving to shard "%" (move %)', TG_TABLE_NAME, TG_ARGV[1], TG_ARGV[0]
-    USING ERRCODE = '55006',
-          HINT = 'Through the coordinator these writes wait (milliseconds); an application that routes by itself retries shortly, after re-reading id_gen.shard_routes. The fence is lifted or the genes change shard within seconds.';
+    USING ERRCODE = 'IG002',
+          DETAIL = 'The genes are fenced for a cut-over; it takes milliseconds.',
+          HINT = 'Through the coordinator these writes wait (milliseconds); an application that routes by itself retries after a short wait (5 to 50 ms, growing), re-reading the routes (id_gen.route_map) if it persists. The fence is lifted or the genes change shard within seconds.';
 END $$;
-COMMENT ON FUNCTION id_gen.refuse_moving_rows() IS 'Trigger that fences the source partition of a move: direct writes fail with 55006 until the partition is detached or the fence lifted.';
+COMMENT ON FUNCTION id_gen.refuse_moving_rows() IS 'Trigger that fences the source partition of a move (or the target of a revert): direct writes fail with IG002 (retry shortly) until the partition is detached or the fence lifted; reads that select it by id fail the same way (the routing guard).';
 
 -- parts: qualified names of the moved partitions; id_columns, lower_genes, upper_genes: per part.
 CREATE OR REPLACE FUNCTION id_gen.shard_create_publication(move_id bigint, parts text[], id_columns name[],
@@ -417,13 +424,14 @@ BEGIN
   PERFORM set_config('lock_timeout', '2s', true);
   FOREACH rel IN ARRAY id_gen.shard_relations(parts, true) LOOP
     EXECUTE format('CREATE OR REPLACE TRIGGER id_gen_move_fence BEFORE INSERT OR UPDATE OR DELETE ON %s '
-                   'FOR EACH ROW EXECUTE FUNCTION id_gen.refuse_moving_rows(%L, %L)', rel, move_id, target_shard);
+                   'FOR EACH ROW EXECUTE FUNCTION id_gen.refuse_moving_rows(%L, %L, %L)', rel, move_id, target_shard,
+                   coalesce(id_gen.partition_key_attnum(rel), 0));
     EXECUTE format('ALTER TABLE %s ENABLE TRIGGER id_gen_move_fence', rel);
     n := n + 1;
   END LOOP;
   RETURN n;
 END $$;
-COMMENT ON FUNCTION id_gen.shard_fence(bigint, text, text[]) IS 'On the source of a move: a trigger on each moved partition refuses direct writes (55006); creating it waits for writers in flight (at most 2 s).';
+COMMENT ON FUNCTION id_gen.shard_fence(bigint, text, text[]) IS 'On the source of a move: a trigger on each moved partition refuses direct writes, and the routing guard reads that select it by id (IG002); creating it waits for writers and route claims in flight (at most 2 s).';
 REVOKE EXECUTE ON FUNCTION id_gen.shard_fence(bigint, text, text[]) FROM PUBLIC;
 
 -- DISABLE takes SHARE ROW EXCLUSIVE: long readers of the partition do not block it (DROP
@@ -486,9 +494,10 @@ BEGIN
     EXECUTE format('ALTER TABLE %s RENAME TO %I', rel, id_gen.moved_partition_name(move_id, p));
     n := n + 1;
   END LOOP;
+  PERFORM id_gen.shard_routing_changed();
   RETURN n;
 END $$;
-COMMENT ON FUNCTION id_gen.shard_detach_moved(bigint, text[]) IS 'On the source of a move after its cut-over: detaches the moved partitions (direct writes of those genes then get 23514) and renames them id_gen_moved_<move>_<hash>.';
+COMMENT ON FUNCTION id_gen.shard_detach_moved(bigint, text[]) IS 'On the source of a move after its cut-over: detaches the moved partitions (direct writes and id reads of those genes then get IG001 there, from the tombstone) and renames them id_gen_moved_<move>_<hash>.';
 REVOKE EXECUTE ON FUNCTION id_gen.shard_detach_moved(bigint, text[]) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION id_gen.shard_drop_moved(move_id bigint, parts text[], drop_tables boolean) RETURNS integer

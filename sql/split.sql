@@ -352,6 +352,7 @@ BEGIN
   WHERE (ns.nspname, c.relname) = (t.schema_name, t.table_name)
     AND c.oid IN (SELECT sp.parent FROM id_gen.shard_split_pieces sp WHERE sp.split_id = shard_split_swap.split_id);
   UPDATE id_gen.shard_split_pieces sp SET swapped = true WHERE sp.split_id = shard_split_swap.split_id;
+  PERFORM id_gen.shard_routing_changed();
   RETURN format('attached %s partitions', n);
 END $$;
 COMMENT ON FUNCTION id_gen.shard_split_swap(bigint, integer) IS 'On a shard, in the fence of a split or merge: under ACCESS EXCLUSIVE on the tables, detaches the old partitions (renamed, kept until id_gen.shard_split_cleanup) and attaches the copies, which hold the same rows.';
@@ -638,6 +639,7 @@ BEGIN
       IF ok THEN
         COMMIT;
         PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        PERFORM id_gen.push_route_state_quietly();  -- the shard learns the new route version
         EXIT;
       END IF;
       IF attempt >= 60 THEN

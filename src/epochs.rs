@@ -21,9 +21,12 @@ pub enum Epoch {
     SerialDefinitions = 1,
     /// Owners, grants and sequence settings cached with access decisions (`access.rs`).
     AccessControl = 2,
+    /// A shard's route version and the partitions of its distributed tables
+    /// (`routing_guard/shard_state.rs`).
+    ShardRouting = 3,
 }
 
-const COUNT: usize = 3;
+const COUNT: usize = 4;
 
 static COUNTERS: AtomicPtr<AtomicU64> = AtomicPtr::new(std::ptr::null_mut());
 

@@ -25,6 +25,10 @@ pub static MOVE_ABANDON_AFTER_S: GucSetting<i32> = GucSetting::<i32>::new(600);
 /// WAL (MB) a reversible move's way back may keep on its target before the supervisor
 /// completes the move.
 pub static REVERSIBLE_MAX_WAL_MB: GucSetting<i32> = GucSetting::<i32>::new(1024);
+/// The route version a client routed with (0: none declared); see `routing_guard/`.
+pub static ROUTE_VERSION: GucSetting<i32> = GucSetting::<i32>::new(0);
+/// Whether a shard refuses id-predicate reads of genes it does not own or that are fenced.
+pub static ROUTING_GUARD: GucSetting<bool> = GucSetting::<bool>::new(true);
 /// Default `buffer_seconds` for new sequences.
 pub static DEFAULT_BUFFER_SECONDS: GucSetting<i32> = GucSetting::<i32>::new(30);
 
@@ -60,6 +64,24 @@ pub fn init(preloading: bool) {
 }
 
 fn define_runtime() {
+    GucRegistry::define_bool_guc(
+        c"id_gen.routing_guard",
+        c"On a shard, refuse reads that select by id genes the shard does not own (IG001) or that are fenced (IG002).",
+        c"Off: such reads see what this shard holds (nothing, for genes it does not own), for a DBA inspecting a shard; the version check of id_gen.route_version is off too. Writes of genes not owned are refused either way.",
+        &ROUTING_GUARD,
+        GucContext::Userset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"id_gen.route_version",
+        c"The route version this session or transaction routed with (0: none declared).",
+        c"On a shard, the first statement of a transaction that touches a distributed table fails with SQLSTATE IG001 when the shard's route version (pushed by the coordinator) is newer than this. Set it from id_gen.route_version() on the coordinator, per session or with SET LOCAL.",
+        &ROUTE_VERSION,
+        0,
+        i32::MAX,
+        GucContext::Userset,
+        GucFlags::default(),
+    );
     GucRegistry::define_int_guc(
         c"id_gen.refill_timeout",
         c"How long a caller waits for a new segment when the cache is empty.",

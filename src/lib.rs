@@ -18,6 +18,7 @@
 //! | `sequences.rs` | SQL surface of named sequences, the `next_segment_id` hot path, status |
 //! | `gene_order.rs` | `gene_order_id`, the `fill_gene_id` trigger, `gene_mod_id` |
 //! | `routing.rs` | route validation and split/merge planning |
+//! | `routing_guard/` | the shard side of zero-hop routing: the executor-start check, `route_claim`, IG-class errors |
 //! | `serial.rs` | dated business serial numbers |
 //! | `layout.rs` | pure functions over the ID layout and shard genes |
 //! | `supervisor.rs` | the move supervisor: a background worker that recovers moves whose session is gone |
@@ -40,6 +41,7 @@ mod gucs;
 mod layout;
 mod order_no;
 mod routing;
+mod routing_guard;
 mod segments;
 mod sequences;
 mod serial;
@@ -82,6 +84,11 @@ extension_sql_file!(
     name = "rebalance",
     requires = ["revert"]
 );
+extension_sql_file!(
+    "../sql/routing.sql",
+    name = "routing",
+    requires = ["rebalance"]
+);
 extension_sql_file!("../sql/finalize.sql", finalize);
 
 /// Every subsystem's shared memory, in the order it is attached.
@@ -102,6 +109,7 @@ pub extern "C-unwind" fn _PG_init() {
         order_no::keys::load_kek_at_startup();
         supervisor::register();
     }
+    routing_guard::install();
     // SAFETY: reserves the "id_gen." GUC prefix; called once per process at load time.
     unsafe { pg_sys::MarkGUCPrefixReserved(c"id_gen".as_ptr()) };
 }

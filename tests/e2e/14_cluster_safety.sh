@@ -261,8 +261,8 @@ done
 assert_eq "$fenced" "1" "the move's fence is up on the source"
 E2E_DIR=$C kill9_cluster
 wait $mv 2>/dev/null || true
-assert_eq "$(state_of sq 2 -c "INSERT INTO ledger (id, owner_id, amount) VALUES (id_gen.gene_order_id('orders', $o_fenced::bigint), $o_fenced, 1)")" "55006" \
-  "with the coordinator gone, the fence refuses direct writes (55006)"
+assert_eq "$(state_of sq 2 -c "INSERT INTO ledger (id, owner_id, amount) VALUES (id_gen.gene_order_id('orders', $o_fenced::bigint), $o_fenced, 1)")" "IG002" \
+  "with the coordinator gone, the fence refuses direct writes (IG002)"
 cluster_up "$C" 2>/dev/null
 lifted=0
 for _ in $(seq 60); do

@@ -1,0 +1,47 @@
+"""Genes: the 16-bit hash that places an owner (and every id of it) on a shard.
+
+Invariants (docs/routing-protocol.md §1), equal to the extension's id_gen.shard_gene:
+gene(owner) = (xxh64(b, 0) XOR murmur3_x64_128(b, 0).h1) & 0xFFFF over the owner's
+canonical bytes b: an int is its 8 bytes two's-complement little-endian (int64 only),
+a str its UTF-8, a uuid.UUID its 16 raw bytes, bytes-like objects themselves (no type tag).
+gene_of_id(id) = id >> 47, since ids are gene << 47 | sequence.
+"""
+import struct
+import uuid
+
+import mmh3
+import xxhash
+
+GENE_MASK = 0xFFFF
+ID_GENE_SHIFT = 47
+
+
+def owner_bytes(owner):
+    """The canonical bytes of an owner, as the extension hashes them."""
+    if isinstance(owner, bool):
+        raise TypeError("a bool is not an owner (use an int, str, uuid.UUID or bytes)")
+    if isinstance(owner, int):
+        try:
+            return struct.pack("<q", owner)
+        except struct.error:
+            raise ValueError(f"owner {owner} is outside bigint (int64)") from None
+    if isinstance(owner, str):
+        return owner.encode("utf-8")
+    if isinstance(owner, uuid.UUID):
+        return owner.bytes
+    if isinstance(owner, (bytes, bytearray, memoryview)):
+        return bytes(owner)
+    raise TypeError(f"cannot compute the gene of a {type(owner).__name__} owner "
+                    "(use an int, str, uuid.UUID or bytes)")
+
+
+def gene(owner):
+    """The gene 0..65535 of an owner (int, str, uuid.UUID, bytes)."""
+    data = owner_bytes(owner)
+    h1 = mmh3.hash64(data, seed=0, signed=False)[0]
+    return (xxhash.xxh64_intdigest(data, seed=0) ^ h1) & GENE_MASK
+
+
+def gene_of_id(id):
+    """The gene of an id (a non-negative bigint made by gene_order_id)."""
+    return (id >> ID_GENE_SHIFT) & GENE_MASK

@@ -1,0 +1,367 @@
+"""Router logic without a server: psycopg.connect and ConnectionPool are replaced by fakes
+of a coordinator (routes, version, NOTIFY) and of shards (route_claim's IG001/IG002)."""
+import os
+import re
+import threading
+import time
+import unittest
+import uuid
+from unittest import mock
+
+import psycopg
+
+import id_gen_client.router as router_module
+from id_gen_client import (ROUTE_CHANGED, ROUTE_FENCED, NoRouteError, RouteRetryExhausted,
+                           Router, RoutingError, gene)
+
+
+def sql_error(code):
+    e = psycopg.DatabaseError(f"fake {code}")
+    e.sqlstate = code
+    return e
+
+
+class Result:
+    def __init__(self, rows=()):
+        self.rows = list(rows)
+        self.rowcount = len(self.rows)
+
+    def fetchall(self):
+        return self.rows
+
+    def fetchone(self):
+        return self.rows[0] if self.rows else None
+
+
+class Coordinator:
+    """Routes (upper, shard) and a version; changes notify the listeners."""
+
+    def __init__(self, uppers, version=1):
+        self.uppers, self.version = list(uppers), version
+        self.cond = threading.Condition()
+        self.queues = []
+        self.route_reads = 0
+        self.connects = 0
+
+    def change(self, uppers):
+        with self.cond:
+            self.uppers, self.version = list(uppers), self.version + 1
+            for q, wake in self.queues:
+                q.append(str(self.version))
+                os.write(wake, b"x")
+            self.cond.notify_all()
+
+    def owner_of(self, g):
+        return next((s for up, s in self.uppers if g <= up), None)
+
+
+class CoordinatorConn:
+    def __init__(self, coord):
+        self.coord, self.closed, self.broken, self.queue = coord, False, False, None
+        self.handlers, self.pipe = [], os.pipe()  # the pipe stands in for the socket
+
+    def execute(self, sql, params=None):
+        c = self.coord
+        if sql.startswith("LISTEN"):
+            with c.cond:
+                self.queue = []
+                c.queues.append((self.queue, self.pipe[1]))
+            return Result()
+        if sql == "SELECT 1":  # psycopg < 3.2: a query delivers notifications to handlers
+            os.read(self.pipe[0], 1024)
+            with c.cond:
+                payloads, self.queue[:] = list(self.queue), []
+            for p in payloads:
+                for h in self.handlers:
+                    h(mock.Mock(payload=p))
+            return Result([(1,)])
+        if "ORDER BY lower_gene" in sql:
+            c.route_reads += 1
+            rows, lower = [], 0
+            for up, shard in c.uppers:
+                rows.append((lower, up, shard, c.version))
+                lower = up + 1
+            return Result(rows)
+        if "NOT EXISTS" in sql:
+            return Result([] if c.uppers else [(c.version,)])
+        raise AssertionError(sql)
+
+    def notifies(self, timeout=None):
+        with self.coord.cond:
+            if not self.queue:
+                self.coord.cond.wait(timeout)
+            payloads, self.queue[:] = list(self.queue), []
+        return [mock.Mock(payload=p) for p in payloads]
+
+    def add_notify_handler(self, h):
+        self.handlers.append(h)
+
+    def remove_notify_handler(self, h):
+        self.handlers.remove(h)
+
+    def fileno(self):
+        return self.pipe[0]
+
+    def close(self):
+        self.closed = True
+
+
+class ShardConn:
+    def __init__(self, shard, cluster):
+        self.shard, self.cluster = shard, cluster
+        self.closed = self.broken = False
+        self.log = []
+
+    def execute(self, sql, params=None, prepare=None):
+        self.log.append(sql)
+        m = re.fullmatch(r"BEGIN; SELECT id_gen\.route_claim\((\d+), (\d+)\)", sql)
+        if m:
+            g, v = int(m[1]), int(m[2])
+            if self.cluster.fences:
+                self.cluster.fences -= 1
+                raise sql_error(ROUTE_FENCED)
+            if self.cluster.claim_error:
+                raise self.cluster.claim_error
+            if self.cluster.coord.owner_of(g) != self.shard or v < self.cluster.coord.version:
+                raise sql_error(ROUTE_CHANGED)
+            return Result([(self.cluster.coord.version,)])
+        if "gene_order_id" in sql:
+            self.cluster.params.append((sql, params))
+            return Result([(12345,)])
+        return Result()
+
+
+class Cluster:
+    def __init__(self, uppers):
+        self.coord = Coordinator(uppers)
+        self.fences, self.claim_error, self.params = 0, None, []
+        self.pools = {}
+
+    def connect(self, dsn, autocommit=False):
+        assert dsn == "coord" and autocommit
+        self.coord.connects += 1
+        return CoordinatorConn(self.coord)
+
+    def pool(self, conninfo, **kwargs):
+        cluster = self
+        assert kwargs["kwargs"]["autocommit"] is True
+
+        class Pool:
+            def __init__(self):
+                self.out, self.conns, self.closed = 0, [], False
+
+            def getconn(self):
+                self.out += 1
+                conn = ShardConn(conninfo, cluster)
+                self.conns.append(conn)
+                return conn
+
+            def putconn(self, conn):
+                self.out -= 1
+
+            def close(self):
+                self.closed = True
+
+        p = self.pools[conninfo] = Pool()
+        return p
+
+
+SHARDS = {"a": "a", "b": "b"}
+
+
+class RouterTest(unittest.TestCase):
+    def setUp(self):
+        self.cluster = Cluster([(32767, "a"), (65535, "b")])
+        for target, fake in [("psycopg.connect", self.cluster.connect),
+                             ("ConnectionPool", self.cluster.pool)]:
+            p = mock.patch.object(router_module.psycopg if "." in target else router_module,
+                                  target.split(".")[-1], fake)
+            p.start()
+            self.addCleanup(p.stop)
+
+    def router(self, **kw):
+        kw.setdefault("listen", False)
+        r = Router("coord", SHARDS, backoff_base=0.0001, backoff_max=0.001, **kw)
+        self.addCleanup(r.close)
+        return r
+
+    def owner_on(self, shard):
+        return next(o for o in range(1000) if self.cluster.coord.owner_of(gene(o)) == shard)
+
+    def test_lookups(self):
+        r = self.router()
+        self.assertEqual(r.version, 1)
+        self.assertEqual(r.routes, [(0, 32767, "a"), (32768, 65535, "b")])
+        self.assertEqual([r.shard_for_gene(g) for g in (0, 32767, 32768, 65535)], ["a", "a", "b", "b"])
+        self.assertEqual(r.shard_for_id((40000 << 47) | 5), "b")
+        self.assertEqual(r.shard_for_owner("alice"), "a" if gene("alice") <= 32767 else "b")
+        self.assertEqual(r.gene(42), 16043)
+
+    def test_no_route(self):
+        self.cluster.coord.uppers = [(100, "a"), (200, "elsewhere")]
+        r = self.router()
+        for g in (150, 300):
+            with self.assertRaises(NoRouteError):
+                r.shard_for_gene(g)
+        self.assertTrue(issubclass(NoRouteError, RoutingError))
+
+    def test_empty_routes(self):
+        self.cluster.coord.uppers = []
+        r = self.router()
+        self.assertEqual((r.routes, r.version), ([], 1))
+        with self.assertRaises(NoRouteError):
+            with r.transaction(gene=5):
+                pass
+
+    def test_transaction_commits(self):
+        r = self.router()
+        owner = self.owner_on("b")
+        with r.transaction(owner=owner) as conn:
+            conn.execute("INSERT")
+        self.assertEqual(conn.log, [f"BEGIN; SELECT id_gen.route_claim({gene(owner)}, 1)", "INSERT", "COMMIT"])
+        self.assertEqual(self.cluster.pools["b"].out, 0)
+        self.assertEqual(r.stats["transactions"], 1)
+
+    def test_exactly_one_target(self):
+        r = self.router()
+        for kw in [{}, {"owner": 1, "id": 2}, {"gene": 1, "id": 2}]:
+            with self.assertRaises(TypeError):
+                with r.transaction(**kw):
+                    pass
+
+    def test_stale_routes_refresh_and_retry(self):
+        r = self.router()
+        owner = self.owner_on("a")
+        self.cluster.coord.change([(65535, "b")])  # unseen: listen=False
+        with r.transaction(owner=owner) as conn:
+            pass
+        self.assertEqual(conn.shard, "b")
+        self.assertEqual(self.cluster.pools["a"].conns[0].log[-1], "ROLLBACK")
+        self.assertEqual((r.stats["retries_moved"], r.stats["refreshes"], r.version), (1, 2, 2))
+        self.assertEqual(self.cluster.pools["a"].out + self.cluster.pools["b"].out, 0)
+
+    def test_fenced_waits_and_refreshes_every_third(self):
+        r = self.router()
+        self.cluster.fences = 4
+        with r.transaction(gene=1):
+            pass
+        self.assertEqual((r.stats["retries_fenced"], r.stats["refreshes"]), (4, 2))
+
+    def test_retry_exhausted(self):
+        r = self.router(retry_limit=3)
+        self.cluster.fences = 10
+        with self.assertRaises(RouteRetryExhausted) as cm:
+            with r.transaction(gene=1):
+                pass
+        self.assertEqual(cm.exception.__cause__.sqlstate, ROUTE_FENCED)
+        self.assertEqual(self.cluster.pools["a"].out, 0)
+
+    def test_other_claim_error_is_raised(self):
+        r = self.router()
+        self.cluster.claim_error = sql_error("57P01")
+        with self.assertRaises(psycopg.DatabaseError):
+            with r.transaction(gene=1):
+                pass
+        self.assertEqual(self.cluster.pools["a"].conns[0].log[-1], "ROLLBACK")
+        self.assertEqual(len(self.cluster.pools["a"].conns), 1)
+
+    def test_body_error_rolls_back_not_retried(self):
+        r = self.router()
+        with self.assertRaises(ZeroDivisionError):
+            with r.transaction(gene=1) as conn:
+                1 / 0
+        self.assertEqual(conn.log[-1], "ROLLBACK")
+        self.assertEqual(len(self.cluster.pools["a"].conns), 1)
+        with self.assertRaises(psycopg.Error):
+            with r.transaction(gene=1):
+                raise sql_error(ROUTE_CHANGED)
+        self.assertEqual(len(self.cluster.pools["a"].conns), 2)
+
+    def test_run_retries_body_route_errors(self):
+        r = self.router()
+        calls = []
+
+        def body(conn):
+            calls.append(conn)
+            if len(calls) < 3:
+                raise sql_error(ROUTE_FENCED if len(calls) == 1 else ROUTE_CHANGED)
+            return "done"
+
+        self.assertEqual(r.run(body, gene=1), "done")
+        self.assertEqual([c.log[-1] for c in calls], ["ROLLBACK", "ROLLBACK", "COMMIT"])
+        self.assertEqual((r.stats["retries_fenced"], r.stats["retries_moved"]), (1, 1))
+
+    def test_next_id_casts(self):
+        r = self.router()
+        u = uuid.uuid4()
+        for owner, cast in [(42, "bigint"), ("alice", "text"), (u, "uuid")]:
+            self.assertEqual(r.next_id("orders", owner), 12345)
+            sql, params = self.cluster.params[-1]
+            self.assertIn(f"%s::{cast})", sql)
+            self.assertEqual(params, ("orders", owner))
+        with self.assertRaises(TypeError):
+            r.next_id("orders", b"raw")
+
+    def test_listener_reloads_on_notify_and_close_ends_it(self):
+        for notifies_takes_timeout in (True, False):  # psycopg >= 3.2, and the fallback
+            with self.subTest(notifies_takes_timeout=notifies_takes_timeout), \
+                    mock.patch.object(router_module, "NOTIFIES_TAKES_TIMEOUT", notifies_takes_timeout):
+                self.cluster.coord.connects = 0
+                with Router("coord", SHARDS) as r:
+                    self.assertTrue(r._listener_thread.is_alive())
+                    v = r.version
+                    self.cluster.coord.change([(100, "b"), (65535, "a")])
+                    deadline = time.time() + 5
+                    while r.version != v + 1 and time.time() < deadline:
+                        time.sleep(0.01)
+                    self.assertEqual(r.routes, [(0, 100, "b"), (101, 65535, "a")])
+                    self.assertEqual(self.cluster.coord.connects, 2, "the listener never reconnected")
+                self.assertFalse(r._listener_thread.is_alive())
+
+    def test_listener_reconnects_and_rereads(self):
+        lost = threading.Event()
+        real_notifies = CoordinatorConn.notifies
+
+        def notifies_losing_the_first(conn, timeout=None):
+            if not lost.is_set():
+                lost.set()
+                self.cluster.coord.change([(65535, "a")])  # its NOTIFY dies with the connection
+                raise psycopg.OperationalError("connection lost")
+            return real_notifies(conn, timeout)
+
+        with mock.patch.object(CoordinatorConn, "notifies", notifies_losing_the_first), \
+                mock.patch.object(router_module, "NOTIFIES_TAKES_TIMEOUT", True):
+            with Router("coord", SHARDS) as r:
+                deadline = time.time() + 5
+                while r.version != 2 and time.time() < deadline:
+                    time.sleep(0.01)
+                self.assertEqual((r.version, r.routes), (2, [(0, 65535, "a")]))
+                self.assertEqual(self.cluster.coord.connects, 3)  # routes, listener, listener again
+
+    def test_threads_share_a_router(self):
+        r = self.router()
+        errors = []
+
+        def work(seed):
+            try:
+                for i in range(200):
+                    with r.transaction(owner=seed * 1000 + i) as conn:
+                        conn.execute("X")
+                    if i == 100 and seed == 0:
+                        self.cluster.coord.change([(20000, "b"), (65535, "a")])
+            except Exception as e:  # pragma: no cover
+                errors.append(e)
+
+        threads = [threading.Thread(target=work, args=(s,)) for s in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(errors, [])
+        self.assertEqual(r.stats["transactions"], 1200)
+        self.assertEqual(r.version, 2)
+        self.assertEqual(sum(p.out for p in self.cluster.pools.values()), 0)
+
+
+if __name__ == "__main__":
+    unittest.main()

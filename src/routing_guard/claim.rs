@@ -1,0 +1,152 @@
+//! `id_gen.route_claim(gene, version)`: the first statement of a client-routed
+//! transaction (docs/routing-protocol.md §3). It refuses a stale version or a gene this
+//! shard does not own (IG001) and a fenced gene (IG002); otherwise it takes ROW EXCLUSIVE
+//! on the partitions holding the gene in every distributed table of the shard, so that a
+//! fence, a flip or a detach of that gene waits until the transaction ends.
+//!
+//! Invariants: locks are taken in parent-oid order, each parent before its partition; after locking, each partition is
+//! checked in the relcache (still a partition, not fenced), and the whole claim is redone
+//! from a fresh view when the routing epoch moved while it waited; a refusal is always
+//! decided on a fresh view. The SQL-callable symbol is an unguarded shim so that it can
+//! raise IG-class errors (see `raise.rs`).
+
+use super::plan_check::{guard_of, Guarded};
+use super::raise::Verdict;
+use super::shard_state;
+use crate::errors::{raise as raise_pg, Code};
+use pgrx::pg_sys;
+
+/// SQL: `id_gen.route_claim(gene integer, version bigint) RETURNS bigint` (STRICT).
+///
+/// # Safety
+/// Called by the function manager with two non-NULL arguments.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn id_gen_route_claim(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
+    let mut shard_version: i64 = 0;
+    // SAFETY: fcinfo comes from the function manager; the guarded part reports its own
+    // PostgreSQL errors.
+    let mut verdict: Option<Verdict> = None;
+    unsafe { claim_guarded(fcinfo, &mut shard_version, &mut verdict) };
+    if let Some(v) = verdict {
+        // SAFETY: nothing in this frame needs dropping.
+        unsafe { super::raise::raise(v) }
+    }
+    pg_sys::Datum::from(shard_version)
+}
+
+/// Version-1 calling convention marker for [`id_gen_route_claim`].
+#[no_mangle]
+pub extern "C" fn pg_finfo_id_gen_route_claim() -> &'static pg_sys::Pg_finfo_record {
+    const V1: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
+    &V1
+}
+
+/// The claim, with PostgreSQL errors and panics reported; a refusal goes to `*verdict`.
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn claim_guarded(
+    fcinfo: pg_sys::FunctionCallInfo,
+    shard_version: *mut i64,
+    verdict: *mut Option<Verdict>,
+) {
+    // SAFETY: both out-pointers are the caller's locals.
+    unsafe { *verdict = claim(fcinfo, &mut *shard_version) };
+}
+
+unsafe fn claim(fcinfo: pg_sys::FunctionCallInfo, shard_version: &mut i64) -> Option<Verdict> {
+    // SAFETY: a STRICT function of two arguments: both are present and not NULL.
+    let (gene, declared) = unsafe {
+        let args = (*fcinfo).args.as_slice(2);
+        (args[0].value.value() as i32, args[1].value.value() as i64)
+    };
+    if !(0..=65535).contains(&gene) {
+        raise_pg(
+            Code::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("id_gen: gene {gene} is out of range (allowed: 0 .. 65535)"),
+            Some("The gene of an owner is id_gen.shard_gene(owner); of an id, id_gen.shard_of(id)."),
+        );
+    }
+    if declared < 0 {
+        raise_pg(
+            Code::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("id_gen: route version {declared} is negative"),
+            Some("Pass the version read with the routes (id_gen.route_map.version)."),
+        );
+    }
+    let gene = gene as u16;
+    for attempt in 0..4 {
+        let state = shard_state::current(attempt > 0);
+        if declared < state.version {
+            if attempt == 0 {
+                continue;
+            }
+            return Some(Verdict::stale(state.version, declared));
+        }
+        let mut partitions = Vec::with_capacity(state.tables.len());
+        for t in &state.tables {
+            match t.partition_of(gene) {
+                Some(p) => partitions.push((t.parent, p.relid)),
+                None => {
+                    if attempt == 0 {
+                        break;
+                    }
+                    return Some(Verdict::gene_not_owned(gene, state.version, known_owner(gene)));
+                }
+            }
+        }
+        if partitions.len() < state.tables.len() {
+            continue;
+        }
+        // Parent before partition, as every statement on the table locks them: a
+        // re-partition (ACCESS EXCLUSIVE on the parent, then its partitions) waits for this
+        // transaction instead of deadlocking with it.
+        for &(parent, relid) in &partitions {
+            // SAFETY: heavyweight locks on relation oids, released at transaction end.
+            unsafe {
+                pg_sys::LockRelationOid(parent, pg_sys::RowExclusiveLock as i32);
+                pg_sys::LockRelationOid(relid, pg_sys::RowExclusiveLock as i32);
+            }
+        }
+        let epoch = state.loaded_at_epoch();
+        if epoch != 0 && shard_state::epoch_now() != epoch {
+            continue; // partitions changed while we waited: look again
+        }
+        let mut moved = false;
+        for &(_, relid) in &partitions {
+            // SAFETY: the relation is locked by us; the relcache entry is current.
+            unsafe {
+                let rel = pg_sys::RelationIdGetRelation(relid);
+                if rel.is_null() {
+                    moved = true;
+                    continue;
+                }
+                let still_partition = (*(*rel).rd_rel).relispartition;
+                let fenced = matches!(guard_of(rel), Some(Guarded::Fenced));
+                pg_sys::RelationClose(rel);
+                if fenced {
+                    return Some(Verdict::fenced(relid));
+                }
+                moved |= !still_partition;
+            }
+        }
+        if moved {
+            continue;
+        }
+        super::mark_checked();
+        *shard_version = state.version;
+        return None;
+    }
+    let state = shard_state::current(true);
+    Some(Verdict::gene_not_owned(gene, state.version, known_owner(gene)))
+}
+
+/// The shard that owns `gene` according to the routes the coordinator last pushed here.
+fn known_owner(gene: u16) -> Option<String> {
+    super::quietly(|| {
+        pgrx::Spi::get_one_with_args::<String>(
+            "SELECT id_gen.shard_known_owner($1)",
+            &[(gene as i32).into()],
+        )
+    })
+    .ok()
+    .flatten()
+}

@@ -1,0 +1,201 @@
+//! The shard side of zero-hop routing (docs/routing-protocol.md): what a shard does so
+//! that a client which routes by itself never gets an answer from a shard that does not
+//! own the genes it asked for.
+//!
+//! | file | holds |
+//! |---|---|
+//! | `shard_state.rs` | the backend's cached view of the shard: route version, partitions per distributed table |
+//! | `plan_check.rs` | the executor-start check: scans of a table's tombstone or of a fenced partition |
+//! | `claim.rs` | `id_gen.route_claim(gene, version)`: check, then lock the gene's partitions |
+//! | `raise.rs` | errors with the IG-class SQLSTATEs, which pgrx's error type cannot carry |
+//!
+//! Every shard table has a DEFAULT partition, its *tombstone* (`<stem>_not_owned`,
+//! created by `id_gen.shard_ensure_tombstone`), for every gene the shard does not own.
+//! Writes into it are refused by its `id_gen_not_owned` trigger (IG001); scans of it that
+//! select by id are refused here. A partition with an enabled `id_gen_move_fence` trigger
+//! is fenced (IG002).
+//!
+//! Invariants:
+//!   * The checks never read the catalog under a lock of ours, and never raise while a
+//!     Rust value that needs dropping is alive in the raising frame (`raise.rs`).
+//!   * Ownership is decided by the partitions themselves (tuple routing and partition
+//!     pruning); the cache only speeds up finding them, and a negative answer is
+//!     re-checked against a fresh load before it becomes an error.
+//!   * The version check runs once per transaction (the first statement that touches a
+//!     distributed table, or `route_claim`), so a route change elsewhere never fails a
+//!     transaction half-way.
+
+pub mod claim;
+mod plan_check;
+mod raise;
+pub mod shard_state;
+
+use pgrx::pg_sys;
+use std::cell::Cell;
+
+thread_local! {
+    /// The local transaction id whose route version is already checked.
+    static CHECKED_IN: Cell<pg_sys::LocalTransactionId> = const { Cell::new(0) };
+    /// Set while the guard itself runs SQL (its queries must not be checked again).
+    static BUSY: Cell<bool> = const { Cell::new(false) };
+}
+
+static PREV_EXECUTOR_START: std::sync::OnceLock<pg_sys::ExecutorStart_hook_type> =
+    std::sync::OnceLock::new();
+
+/// Installs the executor-start check (from `_PG_init`, in every process that loads us).
+pub fn install() {
+    // SAFETY: _PG_init runs once per process, single-threaded, before any query; chaining
+    // to the previous hook keeps other extensions working.
+    unsafe {
+        if PREV_EXECUTOR_START.set(pg_sys::ExecutorStart_hook).is_ok() {
+            pg_sys::ExecutorStart_hook = Some(executor_start);
+        }
+    }
+}
+
+fn local_transaction_id() -> pg_sys::LocalTransactionId {
+    // SAFETY: MyProc is set for every backend that runs queries.
+    unsafe {
+        let proc_ = pg_sys::MyProc;
+        if proc_.is_null() {
+            return 0;
+        }
+        #[cfg(any(feature = "pg15", feature = "pg16"))]
+        {
+            (*proc_).lxid
+        }
+        #[cfg(any(feature = "pg17", feature = "pg18"))]
+        {
+            (*proc_).vxid.lxid
+        }
+    }
+}
+
+/// Whether this transaction's route version was already checked.
+fn checked_this_transaction() -> bool {
+    let lxid = local_transaction_id();
+    lxid != 0 && CHECKED_IN.with(|c| c.get()) == lxid
+}
+
+/// Records that this transaction's route version is checked.
+fn mark_checked() {
+    let lxid = local_transaction_id();
+    CHECKED_IN.with(|c| c.set(lxid));
+}
+
+/// Runs `f` with the guard switched off for the queries it makes.
+fn quietly<R>(f: impl FnOnce() -> R) -> R {
+    struct Reset(bool);
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            BUSY.with(|b| b.set(self.0));
+        }
+    }
+    let _reset = Reset(BUSY.with(|b| b.replace(true)));
+    f()
+}
+
+/// The hook itself: no `#[pg_guard]` here, so that it can raise an IG-class error once
+/// the guarded part has returned (nothing of Rust is alive in this frame by then).
+unsafe extern "C-unwind" fn executor_start(query_desc: *mut pg_sys::QueryDesc, eflags: i32) {
+    // SAFETY: called by the executor with a valid QueryDesc; the guarded function turns
+    // PostgreSQL errors and Rust panics into PostgreSQL errors.
+    let mut verdict: Option<raise::Verdict> = None;
+    unsafe { executor_start_guarded(query_desc, eflags, &mut verdict) };
+    if let Some(v) = verdict {
+        // SAFETY: `v` holds only palloc'd C strings and plain values.
+        unsafe { raise::raise(v) }
+    }
+}
+
+/// Starts the executor, then leaves a refusal (if any) in `*verdict`.
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn executor_start_guarded(
+    query_desc: *mut pg_sys::QueryDesc,
+    eflags: i32,
+    verdict: *mut Option<raise::Verdict>,
+) {
+    // SAFETY: `verdict` is the caller's local.
+    unsafe { *verdict = executor_start_checked(query_desc, eflags) };
+}
+
+unsafe fn executor_start_checked(query_desc: *mut pg_sys::QueryDesc, eflags: i32) -> Option<raise::Verdict> {
+    // SAFETY: the previous hook or the standard executor start, with the caller's arguments.
+    unsafe {
+        match PREV_EXECUTOR_START.get().copied().flatten() {
+            Some(prev) => prev(query_desc, eflags),
+            None => pg_sys::standard_ExecutorStart(query_desc, eflags),
+        }
+    }
+    if eflags & pg_sys::EXEC_FLAG_EXPLAIN_ONLY as i32 != 0
+        || BUSY.with(|b| b.get())
+        || !crate::gucs::ROUTING_GUARD.get()
+    {
+        return None;
+    }
+    // SAFETY: reading a backend global; parallel workers repeat their leader's plan, which
+    // the leader has checked.
+    if unsafe { pg_sys::ParallelWorkerNumber } >= 0 {
+        return None;
+    }
+    // SAFETY: standard_ExecutorStart has built the plan-state tree of this QueryDesc.
+    let verdict = unsafe { plan_check::check_scans((*query_desc).planstate) };
+    if verdict.is_some() {
+        return verdict;
+    }
+    let declared = crate::gucs::ROUTE_VERSION.get() as i64;
+    if declared > 0 && !checked_this_transaction() {
+        // SAFETY: the plannedstmt of a started QueryDesc is valid.
+        return unsafe { check_declared_version((*query_desc).plannedstmt, declared) };
+    }
+    None
+}
+
+/// The pointers of a List of pointers (NIL: none).
+///
+/// # Safety
+/// `list` must be NIL or a valid pointer List.
+unsafe fn list_pointers(list: *mut pg_sys::List) -> Vec<*mut std::ffi::c_void> {
+    if list.is_null() {
+        return vec![];
+    }
+    // SAFETY: a valid List holds `length` cells of pointers.
+    unsafe {
+        (0..(*list).length as usize)
+            .map(|i| (*(*list).elements.add(i)).ptr_value)
+            .collect()
+    }
+}
+
+/// The version check of `SET id_gen.route_version`: only for statements that touch a
+/// distributed table of this shard (or one of its partitions).
+unsafe fn check_declared_version(
+    stmt: *mut pg_sys::PlannedStmt,
+    declared: i64,
+) -> Option<raise::Verdict> {
+    let state = shard_state::current(false);
+    if state.tables.is_empty() {
+        return None;
+    }
+    // SAFETY: the range table of a planned statement is a List of RangeTblEntry.
+    let touched = unsafe {
+        list_pointers((*stmt).rtable).into_iter().any(|p| {
+            let rte = p as *mut pg_sys::RangeTblEntry;
+            (*rte).rtekind == pg_sys::RTEKind::RTE_RELATION && state.relids.contains(&(*rte).relid)
+        })
+    };
+    if !touched {
+        return None;
+    }
+    if declared < state.version {
+        // Re-read before refusing: the coordinator may have pushed another version since
+        // (after a restore, even a lower one).
+        let fresh = shard_state::current(true);
+        if declared < fresh.version {
+            return Some(raise::Verdict::stale(fresh.version, declared));
+        }
+    }
+    mark_checked();
+    None
+}

@@ -1,0 +1,232 @@
+//! The executor-start check: a scan that the partition pruning left on a table's
+//! tombstone (genes this shard does not own) or on a fenced partition, with a predicate on
+//! the id column, is refused before it runs (IG001 / IG002). Pruning has already run
+//! (at plan time, and the initial pruning of generic plans in ExecInitNode), so a scan
+//! that remains would be answered by a shard that does not own those genes.
+//!
+//! Invariants: only plan-state nodes that exist are looked at (pruned subplans are never
+//! initialised); a scan with no predicate on the id column (a shard-local
+//! `SELECT count(*)`) is let through: it sees this shard's rows only. Reads the
+//! relcache of relations the executor has already opened and locked; runs no SQL.
+
+use super::raise::Verdict;
+use pgrx::pg_sys;
+use std::ffi::CStr;
+
+/// What the triggers on a relation say about it.
+pub enum Guarded {
+    /// A tombstone: genes not owned; the id column's attribute number.
+    NotOwned(i16),
+    /// A partition fenced for a cut-over.
+    Fenced,
+}
+
+/// Looks for id_gen's guard triggers on an open relation.
+///
+/// # Safety
+/// `rel` must be a valid, open relation.
+pub unsafe fn guard_of(rel: pg_sys::Relation) -> Option<Guarded> {
+    // SAFETY: a valid relation's trigdesc is NULL or points at numtriggers triggers.
+    unsafe {
+        if rel.is_null() || !(*(*rel).rd_rel).relispartition || (*rel).trigdesc.is_null() {
+            return None;
+        }
+        let td = (*rel).trigdesc;
+        for i in 0..(*td).numtriggers as usize {
+            let t = (*td).triggers.add(i);
+            if (*t).tgenabled == b'D' as std::ffi::c_char || (*t).tgisinternal {
+                continue;
+            }
+            match CStr::from_ptr((*t).tgname).to_bytes() {
+                b"id_gen_move_fence" => return Some(Guarded::Fenced),
+                b"id_gen_not_owned" => {
+                    let attnum = if (*t).tgnargs >= 1 {
+                        CStr::from_ptr(*(*t).tgargs)
+                            .to_str()
+                            .ok()
+                            .and_then(|s| s.parse::<i16>().ok())
+                            .unwrap_or(0)
+                    } else {
+                        0
+                    };
+                    return Some(Guarded::NotOwned(attnum));
+                }
+                _ => {}
+            }
+        }
+        None
+    }
+}
+
+/// Walks a plan-state tree; returns the refusal for the first guarded scan that selects
+/// by id.
+///
+/// # Safety
+/// `ps` must be NULL or a plan-state tree built by ExecInitNode.
+pub unsafe fn check_scans(ps: *mut pg_sys::PlanState) -> Option<Verdict> {
+    if ps.is_null() {
+        return None;
+    }
+    // SAFETY: every node of an initialised tree is a valid PlanState of its tag.
+    unsafe {
+        use pg_sys::NodeTag::*;
+        let tag = (*ps).type_;
+        if matches!(
+            tag,
+            T_SeqScanState
+                | T_IndexScanState
+                | T_IndexOnlyScanState
+                | T_BitmapHeapScanState
+                | T_SampleScanState
+        ) {
+            let ss = ps as *mut pg_sys::ScanState;
+            let rel = (*ss).ss_currentRelation;
+            if let Some(g) = guard_of(rel) {
+                let id_attnum = match g {
+                    Guarded::NotOwned(a) => a,
+                    Guarded::Fenced => id_attnum_of_fenced(rel),
+                };
+                if selects_by_column((*ps).plan, rel, id_attnum) {
+                    return Some(match g {
+                        Guarded::NotOwned(_) => Verdict::not_owned((*rel).rd_id),
+                        Guarded::Fenced => Verdict::fenced((*rel).rd_id),
+                    });
+                }
+            }
+        }
+        let children: Vec<*mut pg_sys::PlanState> = match tag {
+            T_AppendState => {
+                let a = ps as *mut pg_sys::AppendState;
+                (0..(*a).as_nplans as usize)
+                    .map(|i| *(*a).appendplans.add(i))
+                    .collect()
+            }
+            T_MergeAppendState => {
+                let m = ps as *mut pg_sys::MergeAppendState;
+                (0..(*m).ms_nplans as usize)
+                    .map(|i| *(*m).mergeplans.add(i))
+                    .collect()
+            }
+            T_SubqueryScanState => vec![(*(ps as *mut pg_sys::SubqueryScanState)).subplan],
+            _ => vec![],
+        };
+        for c in children
+            .into_iter()
+            .chain([(*ps).lefttree, (*ps).righttree])
+            .chain(sub_plan_states((*ps).initPlan))
+            .chain(sub_plan_states((*ps).subPlan))
+        {
+            if let Some(v) = check_scans(c) {
+                return Some(v);
+            }
+        }
+        None
+    }
+}
+
+/// The plan states of a List of SubPlanState.
+unsafe fn sub_plan_states(list: *mut pg_sys::List) -> Vec<*mut pg_sys::PlanState> {
+    // SAFETY: initPlan/subPlan are Lists of SubPlanState (or NIL).
+    unsafe {
+        super::list_pointers(list)
+            .into_iter()
+            .map(|p| (*(p as *mut pg_sys::SubPlanState)).planstate)
+            .collect()
+    }
+}
+
+/// A fenced partition's id column: the fence trigger's third argument (shard_fence
+/// records it); 0 (any predicate counts) for a fence without it.
+unsafe fn id_attnum_of_fenced(rel: pg_sys::Relation) -> i16 {
+    // SAFETY: the same trigger walk as guard_of, on the same open relation.
+    unsafe {
+        let td = (*rel).trigdesc;
+        for i in 0..(*td).numtriggers as usize {
+            let t = (*td).triggers.add(i);
+            if CStr::from_ptr((*t).tgname).to_bytes() == b"id_gen_move_fence" && (*t).tgnargs >= 3 {
+                if let Some(a) = CStr::from_ptr(*(*t).tgargs.add(2))
+                    .to_str()
+                    .ok()
+                    .and_then(|s| s.parse::<i16>().ok())
+                {
+                    return a;
+                }
+            }
+        }
+        0
+    }
+}
+
+/// Whether a scan's predicates (filter, index conditions) mention column `attnum` of its
+/// relation; with `attnum` 0 (unknown), whether it has any predicate at all.
+unsafe fn selects_by_column(plan: *mut pg_sys::Plan, rel: pg_sys::Relation, attnum: i16) -> bool {
+    // SAFETY: `plan` is the Plan node of a scan state of the tag checked below.
+    unsafe {
+        let scanrelid = (*(plan as *mut pg_sys::Scan)).scanrelid;
+        let mut heap_quals: Vec<*mut pg_sys::List> = vec![(*plan).qual];
+        let mut index_quals: Option<(pg_sys::Oid, *mut pg_sys::List)> = None;
+        match (*plan).type_ {
+            pg_sys::NodeTag::T_IndexScan => {
+                heap_quals.push((*(plan as *mut pg_sys::IndexScan)).indexqualorig)
+            }
+            pg_sys::NodeTag::T_BitmapHeapScan => {
+                heap_quals.push((*(plan as *mut pg_sys::BitmapHeapScan)).bitmapqualorig)
+            }
+            pg_sys::NodeTag::T_IndexOnlyScan => {
+                let s = plan as *mut pg_sys::IndexOnlyScan;
+                index_quals = Some(((*s).indexid, (*s).indexqual));
+            }
+            _ => {}
+        }
+        for q in heap_quals {
+            if q.is_null() {
+                continue;
+            }
+            if attnum == 0 {
+                return true;
+            }
+            let mut attrs: *mut pg_sys::Bitmapset = std::ptr::null_mut();
+            pg_sys::pull_varattnos(q as *mut pg_sys::Node, scanrelid, &mut attrs);
+            if pg_sys::bms_is_member(
+                attnum as i32 - pg_sys::FirstLowInvalidHeapAttributeNumber,
+                attrs,
+            ) {
+                return true;
+            }
+        }
+        if let Some((index, q)) = index_quals {
+            if q.is_null() {
+                return false;
+            }
+            if attnum == 0 {
+                return true;
+            }
+            // Index-only scans state their conditions on index columns (INDEX_VAR).
+            let mut attrs: *mut pg_sys::Bitmapset = std::ptr::null_mut();
+            pg_sys::pull_varattnos(q as *mut pg_sys::Node, pg_sys::INDEX_VAR as u32, &mut attrs);
+            let irel = pg_sys::RelationIdGetRelation(index);
+            if irel.is_null() {
+                return true;
+            }
+            let ind = (*irel).rd_index;
+            let mut hit = false;
+            if !ind.is_null() {
+                let keys = (*ind).indkey.values.as_slice((*ind).indnatts as usize);
+                for (i, &heap_att) in keys.iter().enumerate() {
+                    if heap_att == attnum
+                        && pg_sys::bms_is_member(
+                            (i as i32 + 1) - pg_sys::FirstLowInvalidHeapAttributeNumber,
+                            attrs,
+                        )
+                    {
+                        hit = true;
+                    }
+                }
+            }
+            pg_sys::RelationClose(irel);
+            let _ = rel;
+            return hit;
+        }
+        false
+    }
+}

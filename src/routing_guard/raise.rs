@@ -1,0 +1,140 @@
+//! Errors with id_gen's own SQLSTATEs (class IG): `IG001` route changed (the shard does
+//! not own the genes, or the declared route version is older than the shard's) and
+//! `IG002` route fenced (retry after a short wait). pgrx's error type knows only
+//! PostgreSQL's codes (an unknown one would become XX000), so these are raised with
+//! `errstart`/`errfinish` directly.
+//!
+//! Invariant: [`raise`] is called only from a frame that holds no Rust value needing a
+//! drop (the unguarded shims of the executor hook and of `route_claim`): `errfinish`
+//! jumps straight back to PostgreSQL's error handler. Everything a [`Verdict`] carries is
+//! plain data or palloc'd in the current memory context, which the error cleans up.
+
+use pgrx::pg_sys;
+use std::ffi::{c_char, c_int, CString};
+
+pub const ROUTE_CHANGED: [u8; 5] = *b"IG001";
+pub const ROUTE_FENCED: [u8; 5] = *b"IG002";
+
+/// A refusal, ready to raise: message, detail and hint as palloc'd C strings.
+#[derive(Clone, Copy)]
+pub struct Verdict {
+    sqlstate: [u8; 5],
+    message: *mut c_char,
+    detail: *mut c_char,
+    hint: *mut c_char,
+}
+
+const HINT_CHANGED: &str = "Re-read the routes on the coordinator (SELECT * FROM id_gen.route_map; LISTEN id_gen_routes) and retry the transaction on the shard that owns the genes.";
+const HINT_FENCED: &str = "The genes are changing shard or partition (a cut-over of milliseconds): retry after a short wait (5 to 50 ms, growing), re-reading the routes if it persists.";
+
+fn pstr(s: &str) -> *mut c_char {
+    let c = CString::new(s.replace('\0', " ")).expect("NULs replaced");
+    // SAFETY: pstrdup copies the string into the current memory context.
+    unsafe { pg_sys::pstrdup(c.as_ptr()) }
+}
+
+/// "parent (partition name)" for a partition, else the relation's name.
+fn relation_name(rel: pg_sys::Oid) -> String {
+    let rel_text = rel.to_u32().to_string();
+    let named = super::quietly(|| {
+        pgrx::Spi::get_one_with_args::<String>(
+            "SELECT coalesce((SELECT i.inhparent::pg_catalog.regclass::pg_catalog.text || ' (partition ' || c.relname || ')' \
+                                FROM pg_catalog.pg_inherits i WHERE i.inhrelid = c.oid), c.oid::pg_catalog.regclass::pg_catalog.text) \
+             FROM pg_catalog.pg_class c WHERE c.oid = $1",
+            &[rel.into()],
+        )
+    });
+    named.ok().flatten().unwrap_or(format!("relation {rel_text}"))
+}
+
+impl Verdict {
+    fn new(sqlstate: [u8; 5], message: String, detail: String, hint: &str) -> Verdict {
+        Verdict {
+            sqlstate,
+            message: pstr(&message),
+            detail: pstr(&detail),
+            hint: pstr(hint),
+        }
+    }
+
+    /// The statement reads genes this shard does not own (a scan of the tombstone).
+    pub fn not_owned(tombstone: pg_sys::Oid) -> Verdict {
+        let version = super::shard_state::current(false).version;
+        Verdict::new(
+            ROUTE_CHANGED,
+            format!("id_gen: this shard does not own every gene the statement selects from {}", relation_name(tombstone)),
+            format!("The shard is at route version {version}; the genes the id predicate reaches beyond its own partitions are on other shards."),
+            HINT_CHANGED,
+        )
+    }
+
+    /// A claim of a gene that this shard does not own.
+    pub fn gene_not_owned(gene: u16, version: i64, owner: Option<String>) -> Verdict {
+        Verdict::new(
+            ROUTE_CHANGED,
+            format!("id_gen: this shard does not own gene {gene}"),
+            match owner {
+                Some(o) => format!("The shard is at route version {version}; gene {gene} is on shard \"{o}\"."),
+                None => format!("The shard is at route version {version}."),
+            },
+            HINT_CHANGED,
+        )
+    }
+
+    /// The genes are fenced for a cut-over.
+    pub fn fenced(partition: pg_sys::Oid) -> Verdict {
+        Verdict::new(
+            ROUTE_FENCED,
+            format!("id_gen: the genes of {} are fenced for a cut-over", relation_name(partition)),
+            "A move, revert or split of these genes is switching shards or partitions; it takes milliseconds.".into(),
+            HINT_FENCED,
+        )
+    }
+
+    /// The declared route version is older than the shard's.
+    pub fn stale(shard_version: i64, declared: i64) -> Verdict {
+        Verdict::new(
+            ROUTE_CHANGED,
+            format!("id_gen: route version {declared} is stale: this shard is at route version {shard_version}"),
+            format!("Routes changed after version {declared} (id_gen.route_version() on the coordinator)."),
+            HINT_CHANGED,
+        )
+    }
+}
+
+#[cfg_attr(target_os = "windows", link(name = "postgres"))]
+unsafe extern "C-unwind" {
+    fn errstart(elevel: c_int, domain: *const c_char) -> bool;
+    fn errcode(sqlerrcode: c_int) -> c_int;
+    fn errmsg(fmt: *const c_char, ...) -> c_int;
+    fn errdetail(fmt: *const c_char, ...) -> c_int;
+    fn errhint(fmt: *const c_char, ...) -> c_int;
+    fn errfinish(filename: *const c_char, lineno: c_int, funcname: *const c_char);
+}
+
+/// PostgreSQL's MAKE_SQLSTATE.
+fn make_sqlstate(s: [u8; 5]) -> c_int {
+    s.iter()
+        .enumerate()
+        .map(|(i, &ch)| (((ch - b'0') & 0x3F) as c_int) << (6 * i))
+        .sum()
+}
+
+/// Raises the verdict as an ERROR; does not return.
+///
+/// # Safety
+/// Call only from a frame with nothing to drop (see the module invariant).
+pub unsafe fn raise(v: Verdict) -> ! {
+    const PERCENT_S: &std::ffi::CStr = c"%s";
+    // SAFETY: the usual ereport sequence; the strings are palloc'd and NUL-terminated.
+    unsafe {
+        if errstart(pgrx::PgLogLevel::ERROR as c_int, c"id_gen".as_ptr()) {
+            errcode(make_sqlstate(v.sqlstate));
+            errmsg(PERCENT_S.as_ptr(), v.message);
+            errdetail(PERCENT_S.as_ptr(), v.detail);
+            errhint(PERCENT_S.as_ptr(), v.hint);
+            errfinish(c"routing_guard/raise.rs".as_ptr(), line!() as c_int, c"id_gen_route_guard".as_ptr());
+        }
+    }
+    unreachable!("an ERROR does not return")
+}
