@@ -18,7 +18,7 @@ import time
 
 import psycopg
 from psycopg_pool import ConnectionPool
-from id_gen_client import Router, gene_of_id
+from id_gen_client import Router
 
 routes_dsn, shards_json, ids_file, owners, seconds, rounds = sys.argv[1:7]
 shards = json.loads(shards_json)
@@ -46,8 +46,9 @@ def op_args(op, rng):
 def run_router(op, key, args):
     kw = {"owner": key} if op == "insert" else {"id": key}
     with router.transaction(**kw) as conn:
-        conn.execute(INSERT_SHARD if op == "insert" else LOOKUP, args).fetchall() if op == "lookup" else \
-            conn.execute(INSERT_SHARD, args)
+        cur = conn.execute(INSERT_SHARD if op == "insert" else LOOKUP, args)
+        if op == "lookup":
+            cur.fetchall()
 
 
 def run_direct(op, key, args):

@@ -4969,20 +4969,22 @@ RETURNS TABLE (version bigint, parent oid, part oid, lower_gene integer, upper_g
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
-  SELECT coalesce((SELECT s.version FROM id_gen.shard_route_state s), 0), NULL::oid, NULL::oid, NULL::integer, NULL::integer
-  UNION ALL
-  SELECT coalesce((SELECT s.version FROM id_gen.shard_route_state s), 0), t.parent, c.oid,
+  SELECT v.version, t.parent, c.oid,
          CASE WHEN m.m IS NOT NULL THEN (m.m[1]::bigint OPERATOR(pg_catalog.>>) 47)::integer END,
          CASE WHEN m.m IS NULL THEN NULL
               WHEN m.m[3] IS NOT NULL THEN 65535
               ELSE ((m.m[2]::bigint OPERATOR(pg_catalog.>>) 47) OPERATOR(pg_catalog.-) 1)::integer END
-  FROM (SELECT to_regclass(format('%I.%I', st.schema_name, st.table_name))::oid AS parent FROM id_gen.shard_tables st) t
-  JOIN pg_inherits i ON i.inhparent OPERATOR(pg_catalog.=) t.parent
-  JOIN pg_class c ON c.oid OPERATOR(pg_catalog.=) i.inhrelid
-  CROSS JOIN LATERAL (SELECT regexp_match(pg_get_expr(c.relpartbound, c.oid),
-                                          '^FOR VALUES FROM \(''(-?\d+)''\) TO \((?:''(-?\d+)''|(MAXVALUE))\)$') AS m) m;
+  FROM (SELECT coalesce((SELECT s.version FROM id_gen.shard_route_state s), 0) AS version) v
+  LEFT JOIN (SELECT st.schema_name, st.table_name, to_regclass(format('%I.%I', st.schema_name, st.table_name))::oid AS parent
+             FROM id_gen.shard_tables st) t ON t.parent IS NOT NULL
+  LEFT JOIN pg_inherits i ON i.inhparent OPERATOR(pg_catalog.=) t.parent
+  LEFT JOIN pg_class c ON c.oid OPERATOR(pg_catalog.=) i.inhrelid
+  LEFT JOIN LATERAL (SELECT regexp_match(pg_get_expr(c.relpartbound, c.oid),
+                                         '^FOR VALUES FROM \(''(-?\d+)''\) TO \((?:''(-?\d+)''|(MAXVALUE))\)$') AS m) m ON true
+  -- The order in which route_claim locks: a move's fence locks in the same order.
+  ORDER BY t.schema_name, t.table_name, c.oid;
 END;
-COMMENT ON FUNCTION id_gen.shard_routing_snapshot() IS 'On a shard: its route version and, per distributed table, each partition with its gene range (NULL for the tombstone). Loaded by the routing guard of every backend after a change.';
+COMMENT ON FUNCTION id_gen.shard_routing_snapshot() IS 'On a shard: its route version and, per distributed table (by schema and name), each partition with its gene range (NULL for the tombstone and the partition of negative ids). Loaded by the routing guard of every backend after a change.';
 GRANT EXECUTE ON FUNCTION id_gen.shard_routing_snapshot() TO PUBLIC;
 
 -- Shard: tombstones --------------------------------------------------------------------------

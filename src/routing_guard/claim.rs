@@ -4,7 +4,9 @@
 //! on the partitions holding the gene in every distributed table of the shard, so that a
 //! fence, a flip or a detach of that gene waits until the transaction ends.
 //!
-//! Invariants: locks are taken in parent-oid order, each parent before its partition; after locking, each partition is
+//! Invariants: locks are taken table by table in the order of schema and name (a move's
+//! fence locks its partitions in that order too), each parent before its partition, and
+//! only on tables the caller holds a privilege on; after locking, each partition is
 //! checked in the relcache (still a partition, not fenced), and the whole claim is redone
 //! from a fresh view when the routing epoch moved while it waited; a refusal is always
 //! decided on a fresh view. The SQL-callable symbol is an unguarded shim so that it can
@@ -99,6 +101,9 @@ unsafe fn claim(fcinfo: pg_sys::FunctionCallInfo, shard_version: &mut i64) -> Op
         // Parent before partition, as every statement on the table locks them: a
         // re-partition (ACCESS EXCLUSIVE on the parent, then its partitions) waits for this
         // transaction instead of deadlocking with it.
+        // Only tables the caller may use: a role without rights on a table must not be able
+        // to hold up that table's fences and re-partitions.
+        partitions.retain(|&(parent, _)| may_use(parent));
         for &(parent, relid) in &partitions {
             // SAFETY: heavyweight locks on relation oids, released at transaction end.
             unsafe {
@@ -137,6 +142,13 @@ unsafe fn claim(fcinfo: pg_sys::FunctionCallInfo, shard_version: &mut i64) -> Op
     }
     let state = shard_state::current(true);
     Some(Verdict::gene_not_owned(gene, state.version, known_owner(gene)))
+}
+
+/// Whether the current user holds any of SELECT, INSERT, UPDATE, DELETE on a table.
+fn may_use(table: pg_sys::Oid) -> bool {
+    let mode = pg_sys::ACL_SELECT | pg_sys::ACL_INSERT | pg_sys::ACL_UPDATE | pg_sys::ACL_DELETE;
+    // SAFETY: a catalog privilege check by oid (a dropped table reads as no privilege).
+    unsafe { pg_sys::pg_class_aclcheck(table, pg_sys::GetUserId(), mode as pg_sys::AclMode) == pg_sys::AclResult::ACLCHECK_OK }
 }
 
 /// The shard that owns `gene` according to the routes the coordinator last pushed here.

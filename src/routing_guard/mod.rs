@@ -5,7 +5,7 @@
 //! | file | holds |
 //! |---|---|
 //! | `shard_state.rs` | the backend's cached view of the shard: route version, partitions per distributed table |
-//! | `plan_check.rs` | the executor-start check: scans of a table's tombstone or of a fenced partition |
+//! | `plan_check.rs` | the executor-start check: arms scans of a table's tombstone or of a fenced partition to refuse when they run |
 //! | `claim.rs` | `id_gen.route_claim(gene, version)`: check, then lock the gene's partitions |
 //! | `raise.rs` | errors with the IG-class SQLSTATEs, which pgrx's error type cannot carry |
 //!
@@ -134,15 +134,12 @@ unsafe fn executor_start_checked(query_desc: *mut pg_sys::QueryDesc, eflags: i32
     {
         return None;
     }
-    // SAFETY: reading a backend global; parallel workers repeat their leader's plan, which
-    // the leader has checked.
+    // SAFETY: standard_ExecutorStart has built the plan-state tree of this QueryDesc.
+    unsafe { plan_check::check_scans((*query_desc).planstate) };
+    // SAFETY: reading a backend global; a parallel worker's transaction is its leader's,
+    // which checks the version.
     if unsafe { pg_sys::ParallelWorkerNumber } >= 0 {
         return None;
-    }
-    // SAFETY: standard_ExecutorStart has built the plan-state tree of this QueryDesc.
-    let verdict = unsafe { plan_check::check_scans((*query_desc).planstate) };
-    if verdict.is_some() {
-        return verdict;
     }
     let declared = crate::gucs::ROUTE_VERSION.get() as i64;
     if declared > 0 && !checked_this_transaction() {

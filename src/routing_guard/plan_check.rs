@@ -1,13 +1,15 @@
 //! The executor-start check: a scan that the partition pruning left on a table's
 //! tombstone (genes this shard does not own) or on a fenced partition, with a predicate on
-//! the id column, is refused before it runs (IG001 / IG002). Pruning has already run
-//! (at plan time, and the initial pruning of generic plans in ExecInitNode), so a scan
-//! that remains would be answered by a shard that does not own those genes.
+//! the id column, gets an ExecProcNode that refuses it (IG001 / IG002) when it first runs.
+//! Pruning at plan time and the initial pruning of generic plans have already removed the
+//! scans they could; a scan that execution-time pruning (a parameter from a subquery or a
+//! join) skips never runs, so it never fails; a scan that runs would be answered by a
+//! shard that does not own those genes.
 //!
-//! Invariants: only plan-state nodes that exist are looked at (pruned subplans are never
-//! initialised); a scan with no predicate on the id column (a shard-local
-//! `SELECT count(*)`) is let through: it sees this shard's rows only. Reads the
-//! relcache of relations the executor has already opened and locked; runs no SQL.
+//! Invariants: only plan-state nodes that exist are looked at; a scan with no predicate on
+//! the id column (a shard-local `SELECT count(*)`) is left alone: it sees this shard's
+//! rows only. Reads the relcache of relations the executor has already opened and
+//! locked; runs no SQL here (the refusal may, in the backend that raises it).
 
 use super::raise::Verdict;
 use pgrx::pg_sys;
@@ -58,14 +60,14 @@ pub unsafe fn guard_of(rel: pg_sys::Relation) -> Option<Guarded> {
     }
 }
 
-/// Walks a plan-state tree; returns the refusal for the first guarded scan that selects
-/// by id.
+/// Walks a plan-state tree and arms every guarded scan that selects by id: its
+/// ExecProcNode becomes [`refuse_scan`].
 ///
 /// # Safety
 /// `ps` must be NULL or a plan-state tree built by ExecInitNode.
-pub unsafe fn check_scans(ps: *mut pg_sys::PlanState) -> Option<Verdict> {
+pub unsafe fn check_scans(ps: *mut pg_sys::PlanState) {
     if ps.is_null() {
-        return None;
+        return;
     }
     // SAFETY: every node of an initialised tree is a valid PlanState of its tag.
     unsafe {
@@ -87,10 +89,8 @@ pub unsafe fn check_scans(ps: *mut pg_sys::PlanState) -> Option<Verdict> {
                     Guarded::Fenced => id_attnum_of_fenced(rel),
                 };
                 if selects_by_column((*ps).plan, rel, id_attnum) {
-                    return Some(match g {
-                        Guarded::NotOwned(_) => Verdict::not_owned((*rel).rd_id),
-                        Guarded::Fenced => Verdict::fenced((*rel).rd_id),
-                    });
+                    (*ps).ExecProcNode = Some(refuse_scan);
+                    (*ps).ExecProcNodeReal = Some(refuse_scan);
                 }
             }
         }
@@ -116,11 +116,34 @@ pub unsafe fn check_scans(ps: *mut pg_sys::PlanState) -> Option<Verdict> {
             .chain(sub_plan_states((*ps).initPlan))
             .chain(sub_plan_states((*ps).subPlan))
         {
-            if let Some(v) = check_scans(c) {
-                return Some(v);
-            }
+            check_scans(c);
         }
-        None
+    }
+}
+
+/// The ExecProcNode of an armed scan: raises the refusal the first time the scan runs.
+/// Unguarded, so that it can raise an IG-class error (see `raise.rs`).
+unsafe extern "C-unwind" fn refuse_scan(ps: *mut pg_sys::PlanState) -> *mut pg_sys::TupleTableSlot {
+    let mut verdict: Option<Verdict> = None;
+    // SAFETY: `ps` is the scan state armed by check_scans.
+    unsafe { scan_verdict(ps, &mut verdict) };
+    match verdict {
+        // SAFETY: nothing in this frame needs dropping.
+        Some(v) => unsafe { super::raise::raise(v) },
+        None => std::ptr::null_mut(), // the tombstone is empty: end of scan
+    }
+}
+
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn scan_verdict(ps: *mut pg_sys::PlanState, verdict: *mut Option<Verdict>) {
+    // SAFETY: an armed scan state has an open relation; `verdict` is the caller's local.
+    unsafe {
+        let rel = (*(ps as *mut pg_sys::ScanState)).ss_currentRelation;
+        *verdict = match guard_of(rel) {
+            Some(Guarded::NotOwned(_)) => Some(Verdict::not_owned((*rel).rd_id)),
+            Some(Guarded::Fenced) => Some(Verdict::fenced((*rel).rd_id)),
+            None => None,
+        };
     }
 }
 

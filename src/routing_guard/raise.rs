@@ -33,18 +33,26 @@ fn pstr(s: &str) -> *mut c_char {
     unsafe { pg_sys::pstrdup(c.as_ptr()) }
 }
 
-/// "parent (partition name)" for a partition, else the relation's name.
+/// A relation's name from the syscache (no SQL: this may run in a parallel worker).
 fn relation_name(rel: pg_sys::Oid) -> String {
-    let rel_text = rel.to_u32().to_string();
-    let named = super::quietly(|| {
-        pgrx::Spi::get_one_with_args::<String>(
-            "SELECT coalesce((SELECT i.inhparent::pg_catalog.regclass::pg_catalog.text || ' (partition ' || c.relname || ')' \
-                                FROM pg_catalog.pg_inherits i WHERE i.inhrelid = c.oid), c.oid::pg_catalog.regclass::pg_catalog.text) \
-             FROM pg_catalog.pg_class c WHERE c.oid = $1",
-            &[rel.into()],
-        )
-    });
-    named.ok().flatten().unwrap_or(format!("relation {rel_text}"))
+    // SAFETY: a syscache lookup by oid; NULL when the relation is gone.
+    unsafe {
+        let name = pg_sys::get_rel_name(rel);
+        if name.is_null() {
+            format!("relation {}", rel.to_u32())
+        } else {
+            std::ffi::CStr::from_ptr(name).to_string_lossy().into_owned()
+        }
+    }
+}
+
+/// The shard's route version as this backend knows it, where it may run SQL to learn it.
+fn known_version() -> String {
+    // SAFETY: reading a backend global.
+    if unsafe { pg_sys::ParallelWorkerNumber } >= 0 {
+        return "(see id_gen.shard_route_state)".into();
+    }
+    super::shard_state::current(false).version.to_string()
 }
 
 impl Verdict {
@@ -59,10 +67,10 @@ impl Verdict {
 
     /// The statement reads genes this shard does not own (a scan of the tombstone).
     pub fn not_owned(tombstone: pg_sys::Oid) -> Verdict {
-        let version = super::shard_state::current(false).version;
+        let version = known_version();
         Verdict::new(
             ROUTE_CHANGED,
-            format!("id_gen: this shard does not own every gene the statement selects from {}", relation_name(tombstone)),
+            format!("id_gen: this shard does not own every gene the statement selects by id (its partition {} holds the genes of other shards)", relation_name(tombstone)),
             format!("The shard is at route version {version}; the genes the id predicate reaches beyond its own partitions are on other shards."),
             HINT_CHANGED,
         )

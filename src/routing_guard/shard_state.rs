@@ -40,7 +40,7 @@ impl DistributedTable {
 pub struct ShardState {
     epoch: u64,
     pub version: i64,
-    /// Sorted by parent oid: claims lock in this order.
+    /// By schema and table name: claims lock in this order, as a move's fence does.
     pub tables: Vec<DistributedTable>,
     /// Parents, partitions and tombstones: the relations whose statements are checked.
     pub relids: HashSet<pg_sys::Oid>,
@@ -139,7 +139,6 @@ fn load(epoch: u64) -> ShardState {
             });
         }
     }
-    state.tables.sort_by_key(|t| t.parent.to_u32());
     state
 }
 

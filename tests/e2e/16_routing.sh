@@ -15,7 +15,7 @@
 #     owner (count and sum), a reader of a fixed set of owners never gets an empty
 #     answer; a Rust client (clients/rust) writes at the same time.
 # (c) a client with stale routes (no LISTEN) gets IG001 from the old shard, not an empty
-#     result, and succeeds after refreshing.
+#     result, and succeeds after refreshing; Router.next_id gives an id of the owner's gene.
 # (d) both clients compute the extension's genes: the check values and 10 000 random
 #     bigint and text owners.
 source "$(dirname "$0")/lib.sh"
@@ -108,6 +108,12 @@ assert_eq "$(state_of sq 2 -c "SET plan_cache_mode = force_generic_plan" -c "PRE
   "a generic-plan lookup of a gene not owned: IG001"
 assert_eq "$(sq 2 -c "SET plan_cache_mode = force_generic_plan" -c "PREPARE p(bigint) AS SELECT amount FROM orders WHERE id = \$1" -c "EXECUTE p($id2)")" "20" \
   "the same generic plan for an owned gene answers"
+assert_eq "$(sq 2 -c "EXPLAIN (COSTS OFF) SELECT * FROM orders WHERE id = $id1" | head -1 | sed 's/ on .*//')" "Index Scan using orders_not_owned_pkey" \
+  "EXPLAIN of such a lookup still works (nothing runs)"
+assert_eq "$(sq 2 -c "SELECT amount FROM orders WHERE id = (SELECT $id2)")" "20" \
+  "a lookup by an id from a subquery (pruned when it runs) of an owned gene answers"
+assert_eq "$(state_of sq 2 -c "SELECT amount FROM orders WHERE id = (SELECT $id1)")" "IG001" \
+  "the same for a gene not owned: IG001 when the scan runs"
 assert_eq "$(state_of sq 2 -c "SELECT count(*) FROM orders WHERE id BETWEEN id_gen.gene_first_id($G1) AND id_gen.gene_last_id($G1)")" "IG001" \
   "an owner's id-range read of a gene not owned: IG001"
 assert_eq "$(state_of sq 2 -c "SELECT count(*) FROM orders WHERE id >= id_gen.gene_first_id($G1) AND id <= id_gen.gene_last_id($G1) AND owner_id = $o1")" "IG001" \
@@ -219,10 +225,11 @@ with Router(cdsn, shards, listen=False) as r:
     with r.transaction(owner=owner) as conn:
         n = conn.execute("SELECT count(*) FROM orders WHERE owner_id = %s AND id BETWEEN %s AND %s",
                          (owner, g << 47, (g << 47) | ((1 << 47) - 1))).fetchone()[0]
-    print(before, old, r.shard_for_owner(owner), n > 0, r.stats["retries_moved"] > 0)
+    nid = r.next_id("orders", owner)
+    print(before, old, r.shard_for_owner(owner), n > 0, r.stats["retries_moved"] > 0, r.shard_for_id(nid) == r.shard_for_owner(owner) and (nid >> 47) == g)
 PYEOF
 )
-assert_eq "$stale" "shard_2 IG001 shard_1 True True" "stale routes: IG001 from the old shard, a refresh, then the rows from the new one"
+assert_eq "$stale" "shard_2 IG001 shard_1 True True True" "stale routes: IG001 from the old shard, a refresh, then the rows from the new one; next_id gives an id of the owner's gene"
 
 log "(d) the clients compute the extension's genes"
 "$PY" - "$W/genes.in" <<'PYEOF'

@@ -1,0 +1,128 @@
+# Sourced by bench/bench.sh (`bench/bench.sh --routing` runs only this; its helpers:
+# RUNS, ratio_stats, col_stats, fmt_ratio, fmt_range): zero-hop routing (README "Zero-hop
+# routing"). A coordinator and 2 shards, small instances on this machine, one table
+# distributed with id_gen.distribute_table, 20 000 rows per shard; measured side by side
+# in one run, in interleaved rounds:
+#   (a) INSERT and point lookup by id, one client, BEGIN + statement + COMMIT: through
+#       id_gen_client.Router (Python; the claim rides with BEGIN), through the coordinator
+#       (postgres_fdw), directly on the owning shard (psycopg pool); the same through the
+#       Rust client (clients/rust) against Rust directly on the shard;
+#   (b) the shard-side cost of the version check: pgbench point lookups on shard_1 with
+#       no declared version, with SET id_gen.route_version (checked by the executor-start
+#       guard in every transaction), and BEGIN + route_claim + lookup + COMMIT against
+#       BEGIN + lookup + COMMIT.
+# Figures, never a gate.
+
+RB_C=/tmp/idg_bench_rt_coord RB_CP=54480
+rb_shard_dir() { echo "/tmp/idg_bench_rt_shard$1"; }
+rb_shard_port() { echo $((RB_CP + $1)); }
+RB_ROUNDS=5 RB_T=3 RB_PGB_T=5
+[ "${QUICK:-}" = "--quick" ] && RB_ROUNDS=3 RB_T=2 RB_PGB_T=3
+RB_SMALL=("shared_buffers = 32MB" "max_connections = 40")
+trap 'cluster_stop "$RB_C"; cluster_stop "$(rb_shard_dir 1)"; cluster_stop "$(rb_shard_dir 2)"; [ -z "${CDIR:-}" ] || cluster_stop "$CDIR"; [ -z "${CL_COO:-}" ] || { cluster_stop "$CL_COO"; cluster_stop "$(cl_shard_dir 1)"; cluster_stop "$(cl_shard_dir 2)"; }; cluster_stop "$DIR"' EXIT
+rbq() { cpsql "$RB_C" "$RB_CP" -At "$@"; }
+rbsq() { local i=$1; shift; cpsql "$(rb_shard_dir "$i")" "$(rb_shard_port "$i")" -At "$@"; }
+rb_dsn() { echo "host=$(rb_shard_dir "$1") port=$(rb_shard_port "$1") dbname=postgres user=postgres"; }
+
+echo
+echo "-- 9. zero-hop routing: Router vs coordinator vs directly on the shard, one client, BEGIN + statement + COMMIT, ${RB_T} s per run (median of $RB_ROUNDS interleaved rounds; ratio to direct (min..max) over the rounds)"
+RB_PY=$(ensure_python_env)
+cluster_start "$RB_C" "$RB_CP" "${RB_SMALL[@]}"
+rbq >/dev/null <<'SQL'
+CREATE EXTENSION id_gen; CREATE EXTENSION postgres_fdw; CREATE EXTENSION dblink;
+SELECT id_gen.create_sequence('orders', step => 10000);
+CREATE ROLE id_authority LOGIN;
+GRANT UPDATE (max_id) ON id_gen.sequences TO id_authority;
+SELECT id_gen.set_route(32767, 'shard_1');
+SELECT id_gen.set_route(65535, 'shard_2');
+CREATE TABLE orders (id bigint PRIMARY KEY, owner_id bigint NOT NULL, amount bigint NOT NULL, note text);
+SQL
+for i in 1 2; do
+  cluster_start "$(rb_shard_dir $i)" "$(rb_shard_port $i)" "${RB_SMALL[@]}"
+  rbsq $i >/dev/null <<SQL
+CREATE EXTENSION id_gen; CREATE EXTENSION postgres_fdw;
+CREATE SERVER central FOREIGN DATA WRAPPER postgres_fdw OPTIONS (host '$RB_C', port '$RB_CP', dbname 'postgres');
+CREATE USER MAPPING FOR PUBLIC SERVER central OPTIONS (user 'id_authority');
+SELECT id_gen.create_sequence('orders', step => 10000, authority => 'central');
+SQL
+  rbq >/dev/null <<SQL
+CREATE SERVER shard_$i FOREIGN DATA WRAPPER postgres_fdw OPTIONS (host '$(rb_shard_dir $i)', port '$(rb_shard_port $i)', dbname 'postgres');
+CREATE USER MAPPING FOR postgres SERVER shard_$i OPTIONS (user 'postgres');
+SQL
+done
+rbq -c "SET client_min_messages = warning" -c "SELECT id_gen.distribute_table('orders', 'id', 'owner_id', 'orders')" \
+    -c "SELECT id_gen.push_route_state(true)" >/dev/null
+for i in 1 2; do
+  rbsq $i -c "INSERT INTO orders (id, owner_id, amount)
+              SELECT id_gen.gene_order_id('orders', o), o, 1 FROM generate_series(1, 40000) o
+              WHERE (id_gen.shard_gene(o) <= 32767) = ($i = 1)" -c "VACUUM ANALYZE orders" >/dev/null
+done
+RB_W=$RB_C/work; mkdir -p "$RB_W"
+rbq -c "SELECT id FROM orders ORDER BY random() LIMIT 2000" > "$RB_W/ids"
+RB_SHARDS="{\"shard_1\": \"$(rb_dsn 1)\", \"shard_2\": \"$(rb_dsn 2)\"}"
+RB_CDSN="host=$RB_C port=$RB_CP dbname=postgres user=postgres"
+"$RB_PY" "$REPO_ROOT/bench/routing_bench.py" "$RB_CDSN" "$RB_SHARDS" "$RB_W/ids" 40000 "$RB_T" "$RB_ROUNDS" > "$RB_W/py.json"
+"$RB_PY" - "$RB_W/py.json" <<'PYEOF'
+import json, sys
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    if r.get("summary"):
+        tie = lambda s: ", tie (within noise)" if s[0] <= 1 <= s[1] else ""
+        print(f"  Python {r['op']:6} {r['path']:11}: {r['tps']:8.1f} tps, p50 {r['p50_ms']:.3f} ms, p99 {r['p99_ms']:.3f} ms;"
+              f" tps {r['tps_vs_direct']:.2f} ({r['tps_vs_direct_spread'][0]:.2f}..{r['tps_vs_direct_spread'][1]:.2f}) x direct{tie(r['tps_vs_direct_spread'])},"
+              f" p50 latency {r['p50_vs_direct']:.2f} ({r['p50_vs_direct_spread'][0]:.2f}..{r['p50_vs_direct_spread'][1]:.2f}) x")
+    elif "router_stats" in r:
+        print(f"  Router: {r['router_stats']}")
+PYEOF
+
+RB_TOOL="$REPO_ROOT/target/clients/release/id_gen_client_tool"
+if [ ! -x "$RB_TOOL" ]; then
+  (cd "$REPO_ROOT" && CARGO_TARGET_DIR="$REPO_ROOT/target/clients" cargo build --release -q -p id_gen_client --bin id_gen_client_tool)
+fi
+RUNS=()
+for r in $(seq "$RB_ROUNDS"); do
+  line=""
+  for op in insert lookup; do
+    for mode in router direct; do
+      out=$("$RB_TOOL" bench --routes-dsn "$RB_CDSN" --shard "shard_1=$(rb_dsn 1)" --shard "shard_2=$(rb_dsn 2)" --table orders \
+              --owners 40000 --seconds "$RB_T" --mode "$op" --ids-file "$RB_W/ids" $([ "$mode" = direct ] && echo --direct))
+      line+=" $(printf '%s' "$out" | "$RB_PY" -c 'import json,sys; r=json.load(sys.stdin); print(r["tps"], r["p50_ms"])')"
+    done
+  done
+  RUNS+=("${line# }")
+done
+# columns: insert router tps p50, insert direct tps p50, lookup router tps p50, lookup direct tps p50
+read -r m lo hi <<< "$(col_stats 0)"; read -r rm rlo rhi <<< "$(ratio_stats 0 2)"
+echo "  Rust   insert router     : $(fmt_range "$m" "$lo" "$hi") tps; $(fmt_ratio "$rm" "$rlo" "$rhi" "x direct") (direct $(col_stats 2 | awk '{printf "%.0f", $1}') tps)"
+read -r m lo hi <<< "$(col_stats 4)"; read -r rm rlo rhi <<< "$(ratio_stats 4 6)"
+echo "  Rust   lookup router     : $(fmt_range "$m" "$lo" "$hi") tps; $(fmt_ratio "$rm" "$rlo" "$rhi" "x direct") (direct $(col_stats 6 | awk '{printf "%.0f", $1}') tps)"
+
+echo
+echo "-- 10. the version check on a shard: pgbench -c 2 -j 2 -T ${RB_PGB_T}, point lookups by id on shard_1 (median of $RB_ROUNDS interleaved rounds; ratio (min..max))"
+V=$(rbq -c "SELECT id_gen.route_version()")
+{ echo "\\set i random(1, 1000)"; echo "SELECT amount FROM orders WHERE id = (SELECT id FROM rb_ids WHERE n = :i);"; } > "$RB_W/plain.sql"
+{ echo "\\set i random(1, 1000)"; echo "BEGIN;"; echo "SELECT amount FROM orders WHERE id = (SELECT id FROM rb_ids WHERE n = :i);"; echo "COMMIT;"; } > "$RB_W/txn.sql"
+{ echo "\\set i random(1, 1000)"; echo "BEGIN;"; echo "SELECT id_gen.route_claim((SELECT id_gen.shard_of(id) FROM rb_ids WHERE n = :i), $V);"
+  echo "SELECT amount FROM orders WHERE id = (SELECT id FROM rb_ids WHERE n = :i);"; echo "COMMIT;"; } > "$RB_W/claim.sql"
+rbsq 1 -c "CREATE TABLE rb_ids (n int PRIMARY KEY, id bigint)" -c "INSERT INTO rb_ids SELECT row_number() OVER (), id FROM (SELECT id FROM orders ORDER BY random() LIMIT 1000) s" -c "ANALYZE rb_ids" >/dev/null
+chmod 644 "$RB_W"/*.sql
+rb_pgb() { # rb_pgb SCRIPT [PGOPTIONS]: tps
+  PGOPTIONS="${2:-}" "$PG_BIN/pgbench" -n -h "$(rb_shard_dir 1)" -p "$(rb_shard_port 1)" -U postgres -c 2 -j 2 -T "$RB_PGB_T" -f "$1" postgres 2>/dev/null |
+    sed -n 's/^tps = \([0-9.]*\).*/\1/p'
+}
+RUNS=()
+for r in $(seq "$RB_ROUNDS"); do
+  a=$(rb_pgb "$RB_W/plain.sql"); b=$(rb_pgb "$RB_W/plain.sql" "-c id_gen.route_version=$V")
+  c=$(rb_pgb "$RB_W/txn.sql"); d=$(rb_pgb "$RB_W/claim.sql")
+  if [ $((r % 2)) = 0 ]; then RUNS+=("$a $b $c $d"); else
+    b2=$(rb_pgb "$RB_W/plain.sql" "-c id_gen.route_version=$V"); a2=$(rb_pgb "$RB_W/plain.sql")
+    RUNS+=("$(awk -v a="$a" -v a2="$a2" 'BEGIN{print (a+a2)/2}') $(awk -v b="$b" -v b2="$b2" 'BEGIN{print (b+b2)/2}') $c $d"); fi
+done
+read -r m lo hi <<< "$(col_stats 0)"
+echo "  lookup, no version declared              : $(fmt_range "$m" "$lo" "$hi") tps"
+read -r rm rlo rhi <<< "$(ratio_stats 1 0)"
+echo "  lookup, SET id_gen.route_version = $V      : $(fmt_ratio "$rm" "$rlo" "$rhi" "x no version")"
+read -r m lo hi <<< "$(col_stats 2)"
+echo "  BEGIN + lookup + COMMIT                  : $(fmt_range "$m" "$lo" "$hi") tps"
+read -r rm rlo rhi <<< "$(ratio_stats 3 2)"
+echo "  BEGIN + route_claim + lookup + COMMIT    : $(fmt_ratio "$rm" "$rlo" "$rhi" "x without the claim (one more statement, as pgbench sends it)")"
