@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # README command 2: every test tier, from a fresh machine (as root).
-#   1. core unit tests          cargo test -p id_gen_core
+#   1. core unit tests          cargo test -p id_gen_core; the clients' unit tests
 #   2. in-server unit tests     cargo pgrx test pg15 (#[pg_test])
 #   3. SQL golden tests         pg_regress on tests/pg_regress, then pg_isolation_regress on
 #                               tests/isolation (concurrent sessions), against a throwaway cluster
@@ -22,6 +22,11 @@ if has core; then
   log "tier 1: core unit tests"
   cargo test -p id_gen_core --release
   bash scripts/gen-upgrade.sh --check
+  log "tier 1: client libraries (clients/rust against a fake server, clients/python)"
+  # Its own target directory: tokio and the pool are not the extension's dependencies.
+  CARGO_TARGET_DIR="$REPO_ROOT/target/clients" cargo test -p id_gen_client --release
+  PY=$(ensure_python_env)
+  "$PY" -m unittest discover -s clients/python/tests
 fi
 
 if has pgrx; then

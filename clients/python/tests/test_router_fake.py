@@ -2,6 +2,7 @@
 of a coordinator (routes, version, NOTIFY) and of shards (route_claim's IG001/IG002)."""
 import os
 import re
+import types
 import threading
 import time
 import unittest
@@ -9,6 +10,7 @@ import uuid
 from unittest import mock
 
 import psycopg
+from psycopg import pq
 
 import id_gen_client.router as router_module
 from id_gen_client import (ROUTE_CHANGED, ROUTE_FENCED, NoRouteError, RouteRetryExhausted,
@@ -106,11 +108,24 @@ class CoordinatorConn:
         self.closed = True
 
 
+class FakeLibpq:
+    """conn.pgconn of a fake shard connection: exec_ goes through the fake's execute (its
+    errors are raised as psycopg errors, as the Router's own check would raise them)."""
+    def __init__(self, conn):
+        self.conn = conn
+
+    def exec_(self, sql):
+        self.conn.execute(sql.decode())
+        return types.SimpleNamespace(status=pq.ExecStatus.COMMAND_OK)
+
+
 class ShardConn:
     def __init__(self, shard, cluster):
         self.shard, self.cluster = shard, cluster
         self.closed = self.broken = False
         self.log = []
+        self.pgconn = FakeLibpq(self)
+        self.info = types.SimpleNamespace(encoding="utf-8")
 
     def execute(self, sql, params=None, prepare=None):
         self.log.append(sql)

@@ -1,0 +1,128 @@
+//! The client's error type and the SQLSTATEs of the route-change protocol (§3).
+//!
+//! Invariant: database errors reach the caller unchanged inside [`Error::Db`] (their
+//! SQLSTATE readable through [`Error::code`]); errors about routing itself have their own
+//! variants; [`Error::RetryExhausted`] always wraps the last route error (IG001/IG002) or
+//! the last error of the attempt that ran out the retries.
+
+use std::fmt;
+
+/// SQLSTATE of "route changed": the shard does not own the gene, or the declared route
+/// version is older than the shard's. Re-read the routes and retry on the owning shard.
+pub const ROUTE_CHANGED: &str = "IG001";
+/// SQLSTATE of "route fenced": the gene is fenced for a cut-over. Retry after a short wait.
+pub const ROUTE_FENCED: &str = "IG002";
+
+/// Everything `id_gen_client` can fail with.
+#[derive(Debug)]
+pub enum Error {
+    /// A database error (connection, SQL, or an IG001/IG002 that was not retried).
+    Db(tokio_postgres::Error),
+    /// The connection pool of a shard could not hand out a connection.
+    Pool(deadpool_postgres::PoolError),
+    /// The configuration is unusable (a DSN that does not parse, a pool that cannot be built).
+    Config(String),
+    /// No route covers this gene.
+    NoRoute { gene: u16 },
+    /// The routes name a shard that has no DSN in [`crate::RouterConfig::shards`].
+    UnknownShard(String),
+    /// The key cannot be routed (a negative id), or does not fit the call (`next_id` by id).
+    InvalidKey(String),
+    /// The coordinator answered something the protocol does not allow (a bad route row).
+    Protocol(String),
+    /// Reading the routes from the coordinator took longer than allowed.
+    Timeout(&'static str),
+    /// [`crate::Router::close`] was called.
+    Closed,
+    /// IG001/IG002 kept coming back for `retry_limit` retries; holds the last error.
+    RetryExhausted(Box<Error>),
+}
+
+impl Error {
+    /// The SQLSTATE of a database error (also of the last error inside `RetryExhausted`).
+    pub fn code(&self) -> Option<&str> {
+        match self {
+            Error::Db(e) => e.code().map(|c| c.code()),
+            Error::RetryExhausted(last) => last.code(),
+            _ => None,
+        }
+    }
+
+    /// `Some(ROUTE_CHANGED)` or `Some(ROUTE_FENCED)` for a route error, else `None`.
+    /// (Not through `RetryExhausted`: an exhausted error is final.)
+    pub fn route_code(&self) -> Option<&'static str> {
+        match self {
+            Error::Db(e) => route_code_of(e),
+            _ => None,
+        }
+    }
+
+    /// True for a route error (IG001 or IG002) that a retry may cure.
+    pub fn is_route_error(&self) -> bool {
+        self.route_code().is_some()
+    }
+}
+
+/// `Some(ROUTE_CHANGED)` / `Some(ROUTE_FENCED)` when a database error is one of them.
+pub fn route_code_of(e: &tokio_postgres::Error) -> Option<&'static str> {
+    match e.code().map(|c| c.code()) {
+        Some(ROUTE_CHANGED) => Some(ROUTE_CHANGED),
+        Some(ROUTE_FENCED) => Some(ROUTE_FENCED),
+        _ => None,
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Db(e) => match e.as_db_error() {
+                // tokio_postgres' Display of a server error is just "db error": show the
+                // server's message, detail and SQLSTATE instead.
+                Some(db) => write!(f, "{db} (SQLSTATE {})", db.code().code())?,
+                None => match std::error::Error::source(e) {
+                    Some(cause) => write!(f, "{e}: {cause}")?,
+                    None => write!(f, "{e}")?,
+                },
+            },
+            Error::Pool(e) => write!(f, "connection pool: {e}")?,
+            Error::Config(m) => write!(f, "configuration: {m}")?,
+            Error::NoRoute { gene } => write!(f, "no route for gene {gene}")?,
+            Error::UnknownShard(s) => write!(
+                f,
+                "the routes name shard {s:?}, which has no DSN in this Router"
+            )?,
+            Error::InvalidKey(m) => write!(f, "invalid key: {m}")?,
+            Error::Protocol(m) => write!(f, "routing protocol: {m}")?,
+            Error::Timeout(what) => write!(f, "timed out: {what}")?,
+            Error::Closed => write!(f, "the Router is closed")?,
+            Error::RetryExhausted(last) => write!(
+                f,
+                "the route kept changing; retries exhausted; last error: {last}"
+            )?,
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Db(e) => Some(e),
+            Error::Pool(e) => Some(e),
+            Error::RetryExhausted(last) => Some(last.as_ref()),
+            _ => None,
+        }
+    }
+}
+
+impl From<tokio_postgres::Error> for Error {
+    fn from(e: tokio_postgres::Error) -> Self {
+        Error::Db(e)
+    }
+}
+
+impl From<deadpool_postgres::PoolError> for Error {
+    fn from(e: deadpool_postgres::PoolError) -> Self {
+        Error::Pool(e)
+    }
+}

@@ -1,0 +1,803 @@
+//! The [`Router`]: zero-hop routing of transactions to the shard that owns a gene, the
+//! client side of docs/routing-protocol.md.
+//!
+//! Invariants it keeps:
+//!
+//! * The routes are one immutable [`RouteTable`] behind `RwLock<Arc<_>>`, replaced whole;
+//!   a lookup clones the `Arc` once, so a shard always goes with the version it was routed
+//!   by. No lock is ever held across an `.await`.
+//! * The listener connection runs `LISTEN id_gen_routes` before any route read; after it
+//!   reconnects it LISTENs again and re-reads the routes (notifications may have been missed).
+//!   A payload greater than the version held triggers a re-read.
+//! * Route reloads are serialised (one at a time); a `refresh` that waited for another
+//!   reload takes that reload's result when it began after the call and succeeded.
+//! * Every transaction starts with `BEGIN; SELECT id_gen.route_claim(g, v)` in one
+//!   simple-protocol message; IG001 re-reads the routes and retries, IG002 waits and retries
+//!   (re-reading every third time); the same holds for IG001/IG002 from the body or COMMIT.
+//!   Retries are bounded by `retry_limit`, then [`Error::RetryExhausted`].
+//! * A pooled connection goes back to the pool only idle (after COMMIT or a successful
+//!   ROLLBACK); if a transaction future is dropped midway, or the ROLLBACK fails, the
+//!   connection is detached from the pool and closed (the server rolls back).
+
+use crate::backoff::Jitter;
+use crate::error::{Error, ROUTE_CHANGED};
+use crate::key::{uuid_text, Key};
+use crate::routes::RouteTable;
+use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
+use futures_util::StreamExt;
+use std::borrow::Borrow;
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::pin::Pin;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
+use tokio_postgres::types::Type;
+use tokio_postgres::{AsyncMessage, Client, NoTls};
+
+/// The channel the coordinator notifies route changes on.
+pub const ROUTES_CHANNEL: &str = "id_gen_routes";
+/// Reads the route ranges and their version in one statement (one snapshot).
+pub const ROUTES_SQL: &str =
+    "SELECT lower_gene, upper_gene, shard, version FROM id_gen.route_map ORDER BY lower_gene";
+/// The version when there are no routes, only if there are still none (else read again).
+const EMPTY_ROUTES_VERSION_SQL: &str =
+    "SELECT id_gen.route_version() WHERE NOT EXISTS (SELECT 1 FROM id_gen.route_map)";
+/// Listener reconnect backoff: min(100 ms * 2^n, 5 s), jittered.
+const RECONNECT_BASE: Duration = Duration::from_millis(100);
+const RECONNECT_MAX: Duration = Duration::from_secs(5);
+/// Longest a route read may take (a half-open coordinator connection must not hold the
+/// reload lock, and every transaction waiting to retry, forever).
+const ROUTE_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The future a transaction body returns: `Box::pin(async move { ... })` of a future that
+/// borrows the client for `'c` and may borrow the caller's environment for `'env`.
+///
+/// It is `Pin<Box<dyn Future<Output = Result<T, tokio_postgres::Error>> + Send + 'c>>` in
+/// all but name: the extra trait [`ScopedFuture`] carries the bound `'env: 'c`, which lets a
+/// body borrow local variables of the caller (`&str`, `&Vec<_>`, ...) and not only the client.
+/// (A plain `for<'c> FnMut(&'c Client) -> Pin<Box<dyn Future + 'c>>` cannot: every captured
+/// borrow would have to be `'static`.) Build it with `Box::pin`; `FutureExt::boxed` gives
+/// another type and does not fit.
+pub type TxFuture<'env, 'c, T> =
+    Pin<Box<dyn ScopedFuture<'env, 'c, Output = Result<T, tokio_postgres::Error>> + Send + 'c>>;
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for std::marker::PhantomData<&&()> {}
+}
+
+/// A future that lives for `'c` inside an environment that lives for `'env` (`'env: 'c`).
+/// Implemented for every `Future + 'c`; callers never name it (see [`TxFuture`]).
+/// The defaulted `Bound` parameter is what makes the compiler assume `'env: 'c`.
+pub trait ScopedFuture<'env, 'c, Bound = std::marker::PhantomData<&'c &'env ()>>: Future
+where
+    Bound: sealed::Sealed,
+{
+}
+
+impl<'env: 'c, 'c, F: Future + 'c> ScopedFuture<'env, 'c> for F {}
+
+/// How a [`Router`] connects and retries.
+#[derive(Debug, Clone)]
+pub struct RouterConfig {
+    /// DSN of the coordinator (key=value or URL form), where the routes are read and LISTENed.
+    pub routes_dsn: String,
+    /// Shard name (as `id_gen.route_map.shard` names it) to DSN (key=value or URL form).
+    pub shards: BTreeMap<String, String>,
+    /// Connections per shard pool (default 8).
+    pub pool_size: usize,
+    /// Retries after IG001/IG002 before [`Error::RetryExhausted`] (default 20).
+    pub retry_limit: u32,
+    /// First retry delay (default 5 ms); doubles per retry.
+    pub backoff_base: Duration,
+    /// Largest retry delay (default 200 ms).
+    pub backoff_max: Duration,
+}
+
+impl RouterConfig {
+    /// A configuration with the default pool size, retry limit and backoff.
+    pub fn new(routes_dsn: impl Into<String>, shards: BTreeMap<String, String>) -> Self {
+        RouterConfig {
+            routes_dsn: routes_dsn.into(),
+            shards,
+            pool_size: 8,
+            retry_limit: 20,
+            backoff_base: Duration::from_millis(5),
+            backoff_max: Duration::from_millis(200),
+        }
+    }
+}
+
+/// Counters since the router was connected.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Transactions committed through [`Router::transaction`] (and `next_id`).
+    pub transactions: u64,
+    /// Retries after IG001 (route changed).
+    pub retries_moved: u64,
+    /// Retries after IG002 (route fenced).
+    pub retries_fenced: u64,
+    /// Route reads that succeeded (the first one in `connect` included).
+    pub refreshes: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    transactions: AtomicU64,
+    retries_moved: AtomicU64,
+    retries_fenced: AtomicU64,
+    refreshes: AtomicU64,
+}
+
+/// Routes transactions by [`Key`] to the owning shard. Cheap to clone (an `Arc` inside);
+/// `Send + Sync`. Needs a tokio runtime: it spawns the listener and connection tasks.
+/// The listener stops once every clone is dropped.
+#[derive(Clone)]
+pub struct Router {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: RouterConfig,
+    pools: HashMap<String, Pool>,
+    table: RwLock<Arc<RouteTable>>,
+    /// The listener's client, also used for route reads while its connection is up.
+    listener: Mutex<Option<Arc<Client>>>,
+    reload_lock: tokio::sync::Mutex<()>,
+    reloads_begun: AtomicU64,
+    last_good_reload: AtomicU64,
+    counters: Counters,
+    jitter: Jitter,
+    closed: AtomicBool,
+    /// Dropped by `close` or with the last `Router` clone: tells the listener task to stop.
+    shutdown: Mutex<Option<oneshot::Sender<()>>>,
+}
+
+impl std::fmt::Debug for Router {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Router")
+            .field("routes_dsn_set", &!self.inner.config.routes_dsn.is_empty())
+            .field(
+                "shards",
+                &self.inner.config.shards.keys().collect::<Vec<_>>(),
+            )
+            .field("version", &self.version())
+            .finish()
+    }
+}
+
+/// A listener connection: its client, and the notification payloads its driver forwards.
+/// The payload channel closes when the connection ends.
+struct Listener {
+    client: Arc<Client>,
+    payloads: mpsc::UnboundedReceiver<String>,
+}
+
+impl Router {
+    /// Connects: builds one pool per shard, opens the listener connection to `routes_dsn`,
+    /// runs `LISTEN id_gen_routes`, then reads the routes. Must run inside a tokio runtime.
+    pub async fn connect(config: RouterConfig) -> Result<Router, Error> {
+        if config.pool_size == 0 {
+            return Err(Error::Config("pool_size must be at least 1".into()));
+        }
+        tokio_postgres::Config::from_str(&config.routes_dsn)
+            .map_err(|e| Error::Config(format!("routes_dsn: {e}")))?;
+        let mut pools = HashMap::new();
+        for (name, dsn) in &config.shards {
+            let pg = tokio_postgres::Config::from_str(dsn)
+                .map_err(|e| Error::Config(format!("shard {name}: {e}")))?;
+            let manager = Manager::from_config(
+                pg,
+                NoTls,
+                ManagerConfig {
+                    recycling_method: RecyclingMethod::Fast,
+                },
+            );
+            let pool = Pool::builder(manager)
+                .max_size(config.pool_size)
+                .build()
+                .map_err(|e| Error::Config(format!("shard {name}: {e}")))?;
+            pools.insert(name.clone(), pool);
+        }
+        let listener = open_listener(&config.routes_dsn).await?;
+        let (shutdown_tx, shutdown_rx) = oneshot::channel();
+        let inner = Arc::new(Inner {
+            config,
+            pools,
+            table: RwLock::new(Arc::new(RouteTable::empty(0))),
+            listener: Mutex::new(Some(listener.client.clone())),
+            reload_lock: tokio::sync::Mutex::new(()),
+            reloads_begun: AtomicU64::new(0),
+            last_good_reload: AtomicU64::new(0),
+            counters: Counters::default(),
+            jitter: Jitter::new(),
+            closed: AtomicBool::new(false),
+            shutdown: Mutex::new(Some(shutdown_tx)),
+        });
+        inner.refresh().await?;
+        tokio::spawn(listen_loop(
+            Arc::downgrade(&inner),
+            Some(listener),
+            shutdown_rx,
+        ));
+        Ok(Router { inner })
+    }
+
+    /// The configuration this router was connected with.
+    pub fn config(&self) -> &RouterConfig {
+        &self.inner.config
+    }
+
+    /// The route version the current routes belong to.
+    pub fn version(&self) -> i64 {
+        self.inner.table().version()
+    }
+
+    /// The current routes as `(lower_gene, upper_gene, shard)`, inclusive, ordered by gene.
+    pub fn routes(&self) -> Vec<(u16, u16, String)> {
+        self.inner.table().ranges()
+    }
+
+    /// Re-reads the routes from the coordinator now; returns their version.
+    pub async fn refresh(&self) -> Result<i64, Error> {
+        self.inner.refresh().await
+    }
+
+    /// The shard that owns the key's gene by the current routes.
+    /// Accepts `Key` or `&Key`.
+    pub fn shard_for(&self, key: impl Borrow<Key>) -> Result<String, Error> {
+        let gene = key.borrow().try_gene()?;
+        let table = self.inner.table();
+        let shard = table.lookup(gene)?;
+        if !self.inner.pools.contains_key(shard) {
+            return Err(Error::UnknownShard(shard.to_owned()));
+        }
+        Ok(shard.to_owned())
+    }
+
+    /// Stops the listener and closes every pool (idle connections at once, busy ones when
+    /// they come back); later calls fail with [`Error::Closed`]. Safe to call twice.
+    /// Dropping the last clone does the same, a little later.
+    pub fn close(&self) {
+        let inner = &self.inner;
+        inner.closed.store(true, Ordering::SeqCst);
+        drop(
+            inner
+                .shutdown
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take(),
+        );
+        inner.set_listener(None);
+        for pool in inner.pools.values() {
+            pool.close();
+        }
+    }
+
+    /// True once [`Router::close`] was called.
+    pub fn is_closed(&self) -> bool {
+        self.inner.closed.load(Ordering::SeqCst)
+    }
+
+    /// Counters since `connect`.
+    pub fn stats(&self) -> Stats {
+        let c = &self.inner.counters;
+        Stats {
+            transactions: c.transactions.load(Ordering::Relaxed),
+            retries_moved: c.retries_moved.load(Ordering::Relaxed),
+            retries_fenced: c.retries_fenced.load(Ordering::Relaxed),
+            refreshes: c.refreshes.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Runs `body` in a transaction on the shard that owns the key's gene, with the route
+    /// version claimed (`BEGIN; SELECT id_gen.route_claim(gene, version)`), and commits.
+    ///
+    /// `body` is called with a borrowed client once per attempt and returns a boxed future
+    /// (see [`TxFuture`]):
+    ///
+    /// ```no_run
+    /// # async fn f(router: id_gen_client::Router) -> Result<(), id_gen_client::Error> {
+    /// use id_gen_client::Key;
+    /// use tokio_postgres::types::Type;
+    /// let owner = 42i64;
+    /// let id: i64 = router
+    ///     .transaction(Key::Owner(owner), |client| {
+    ///         Box::pin(async move {
+    ///             let row = client
+    ///                 .query_typed_one(
+    ///                     "INSERT INTO items (owner, note) VALUES ($1, 'x') RETURNING id",
+    ///                     &[(&owner, Type::INT8)],
+    ///                 )
+    ///                 .await?;
+    ///             row.try_get(0)
+    ///         })
+    ///     })
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// On IG001/IG002 (from the claim, the body or COMMIT) the transaction is rolled back
+    /// and the whole of it, `body` included, is retried; so `body` is `FnMut` and may run
+    /// more than once. Any other error rolls back and is returned as [`Error::Db`]. After
+    /// `retry_limit` retries: [`Error::RetryExhausted`] with the last error. If re-reading
+    /// the routes fails meanwhile, that error is returned.
+    ///
+    /// The `async move` block may use the client, `Copy` values and borrows of the caller's
+    /// environment (`&str`, `&Vec<_>`: write `let v = &v;` before the closure). It may not
+    /// move an owned value out of the closure (the closure runs again on a retry): borrow
+    /// it, or clone it inside the closure before `async move`. See [`TxFuture`].
+    /// Accepts `Key` or `&Key`.
+    pub async fn transaction<'env, T, F>(
+        &self,
+        key: impl Borrow<Key>,
+        mut body: F,
+    ) -> Result<T, Error>
+    where
+        F: for<'c> FnMut(&'c Client) -> TxFuture<'env, 'c, T>,
+    {
+        let gene = key.borrow().try_gene()?;
+        let inner = &self.inner;
+        if inner.closed.load(Ordering::SeqCst) {
+            return Err(Error::Closed);
+        }
+        let limit = inner.config.retry_limit;
+        let mut attempt: u32 = 0;
+        loop {
+            let table = inner.table();
+            let (shard, version) = match table.lookup(gene) {
+                Ok(shard) => (shard.to_owned(), table.version()),
+                Err(e) => {
+                    // The routes may have changed since they were read: look again once.
+                    if attempt == 0 && inner.refresh().await? != table.version() {
+                        attempt += 1;
+                        continue;
+                    }
+                    return Err(e);
+                }
+            };
+            let pool = inner
+                .pools
+                .get(&shard)
+                .ok_or_else(|| Error::UnknownShard(shard.clone()))?
+                .clone();
+            drop(table);
+            let error = match run_once(&pool, gene, version, &mut body).await {
+                Ok(value) => {
+                    inner.counters.transactions.fetch_add(1, Ordering::Relaxed);
+                    return Ok(value);
+                }
+                Err(e) => e,
+            };
+            let code = match error.route_code() {
+                Some(code) => code,
+                None => return Err(error),
+            };
+            if attempt >= limit {
+                return Err(Error::RetryExhausted(Box::new(error)));
+            }
+            if code == ROUTE_CHANGED {
+                inner.counters.retries_moved.fetch_add(1, Ordering::Relaxed);
+                inner.refresh().await?;
+            } else {
+                inner
+                    .counters
+                    .retries_fenced
+                    .fetch_add(1, Ordering::Relaxed);
+                if attempt % 3 == 2 {
+                    inner.refresh().await?;
+                }
+            }
+            let delay =
+                inner
+                    .jitter
+                    .delay(attempt, inner.config.backoff_base, inner.config.backoff_max);
+            tokio::time::sleep(delay).await;
+            attempt += 1;
+        }
+    }
+
+    /// An owner-affine id from the owning shard: `SELECT id_gen.gene_order_id($1::text, $2)`
+    /// in a transaction routed by the owner (bigint, text, or uuid passed as text and cast).
+    /// `owner` must be an owner key (`Owner`, `OwnerText`, `OwnerUuid`); accepts `Key` or `&Key`.
+    pub async fn next_id(&self, sequence: &str, owner: impl Borrow<Key>) -> Result<i64, Error> {
+        let owner = owner.borrow();
+        // The owner as the function's argument: bigint, or text (cast to uuid for a uuid).
+        let (sql, int_owner, text_owner) = match owner {
+            Key::Owner(o) => (
+                "SELECT id_gen.gene_order_id($1::text, $2::bigint)",
+                *o,
+                String::new(),
+            ),
+            Key::OwnerText(t) => (
+                "SELECT id_gen.gene_order_id($1::text, $2::text)",
+                0,
+                t.clone(),
+            ),
+            Key::OwnerUuid(u) => (
+                "SELECT id_gen.gene_order_id($1::text, $2::text::uuid)",
+                0,
+                uuid_text(u),
+            ),
+            Key::Id(_) | Key::Gene(_) => {
+                return Err(Error::InvalidKey(
+                    "next_id needs an owner key (Owner, OwnerText or OwnerUuid)".into(),
+                ))
+            }
+        };
+        let is_int = matches!(owner, Key::Owner(_));
+        let text_owner = text_owner.as_str();
+        self.transaction(owner, |c| {
+            Box::pin(async move {
+                let row = if is_int {
+                    c.query_typed_one(sql, &[(&sequence, Type::TEXT), (&int_owner, Type::INT8)])
+                        .await?
+                } else {
+                    c.query_typed_one(sql, &[(&sequence, Type::TEXT), (&text_owner, Type::TEXT)])
+                        .await?
+                };
+                row.try_get(0)
+            })
+        })
+        .await
+    }
+}
+
+/// One attempt: a pooled connection, the claim, the body, COMMIT. Rolls back on any error.
+async fn run_once<'env, T, F>(
+    pool: &Pool,
+    gene: u16,
+    version: i64,
+    body: &mut F,
+) -> Result<T, Error>
+where
+    F: for<'c> FnMut(&'c Client) -> TxFuture<'env, 'c, T>,
+{
+    let mut conn = Pooled {
+        object: Some(pool.get().await?),
+        idle: false,
+    };
+    let client: &Client = conn.client();
+    let claim = format!("BEGIN; SELECT id_gen.route_claim({gene}, {version})");
+    let result = match client.batch_execute(&claim).await {
+        Err(e) => Err(e),
+        Ok(()) => match body(client).await {
+            Err(e) => Err(e),
+            Ok(value) => client.batch_execute("COMMIT").await.map(|()| value),
+        },
+    };
+    match result {
+        Ok(value) => {
+            conn.idle = true;
+            Ok(value)
+        }
+        Err(e) => {
+            // After a failed COMMIT the transaction is already over; ROLLBACK only warns.
+            let rolled_back = client.batch_execute("ROLLBACK").await.is_ok();
+            conn.idle = rolled_back;
+            Err(Error::Db(e))
+        }
+    }
+}
+
+/// A pooled connection that goes back to the pool only when `idle` (no open transaction);
+/// otherwise it is detached from the pool and closed when dropped.
+struct Pooled {
+    object: Option<Object>,
+    idle: bool,
+}
+
+impl Pooled {
+    fn client(&self) -> &Client {
+        self.object.as_ref().expect("present until drop")
+    }
+}
+
+impl Drop for Pooled {
+    fn drop(&mut self) {
+        if !self.idle {
+            if let Some(object) = self.object.take() {
+                // Detach: dropping the wrapper aborts its connection task, closing it.
+                drop(Object::take(object));
+            }
+        }
+    }
+}
+
+impl Inner {
+    fn table(&self) -> Arc<RouteTable> {
+        self.table.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn set_table(&self, table: RouteTable) {
+        *self.table.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(table);
+    }
+
+    fn set_listener(&self, client: Option<Arc<Client>>) {
+        *self.listener.lock().unwrap_or_else(|p| p.into_inner()) = client;
+    }
+
+    fn listener_client(&self) -> Option<Arc<Client>> {
+        let guard = self.listener.lock().unwrap_or_else(|p| p.into_inner());
+        guard.as_ref().filter(|c| !c.is_closed()).cloned()
+    }
+
+    async fn refresh(&self) -> Result<i64, Error> {
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(Error::Closed);
+        }
+        let requested_after = self.reloads_begun.load(Ordering::SeqCst);
+        let _serial = self.reload_lock.lock().await;
+        if self.last_good_reload.load(Ordering::SeqCst) > requested_after {
+            return Ok(self.table().version());
+        }
+        let number = self.reloads_begun.fetch_add(1, Ordering::SeqCst) + 1;
+        let read = async {
+            if let Some(client) = self.listener_client() {
+                match read_routes(&client).await {
+                    // A lost connection (no SQLSTATE): once more on a connection of our own.
+                    Err(Error::Db(e)) if e.code().is_none() => {}
+                    done => return done,
+                }
+            }
+            // The listener is down or reconnecting: read on a connection of our own.
+            let client = connect_plain(&self.config.routes_dsn).await?;
+            read_routes(&client).await
+        };
+        let table = tokio::time::timeout(ROUTE_READ_TIMEOUT, read)
+            .await
+            .map_err(|_| Error::Timeout("reading the routes from the coordinator"))??;
+        let version = table.version();
+        self.set_table(table);
+        self.last_good_reload.store(number, Ordering::SeqCst);
+        self.counters.refreshes.fetch_add(1, Ordering::Relaxed);
+        Ok(version)
+    }
+}
+
+/// Reads the routes and their version as one snapshot.
+async fn read_routes(client: &Client) -> Result<RouteTable, Error> {
+    for _ in 0..100 {
+        let rows = client.query_typed(ROUTES_SQL, &[]).await?;
+        if let Some(first) = rows.first() {
+            let version: i64 = first.try_get(3)?;
+            let mut ranges = Vec::with_capacity(rows.len());
+            for row in &rows {
+                let lower: i32 = row.try_get(0)?;
+                let upper: i32 = row.try_get(1)?;
+                let shard: String = row.try_get(2)?;
+                ranges.push((lower as i64, upper as i64, shard));
+            }
+            return RouteTable::from_rows(ranges, version);
+        }
+        if let Some(row) = client
+            .query_typed_opt(EMPTY_ROUTES_VERSION_SQL, &[])
+            .await?
+        {
+            return Ok(RouteTable::empty(row.try_get(0)?));
+        }
+        // Routes appeared between the two statements: read them again.
+    }
+    Err(Error::Protocol(
+        "the routes kept appearing and vanishing".into(),
+    ))
+}
+
+/// A connection whose driver task only logs nothing and ends with the connection.
+async fn connect_plain(dsn: &str) -> Result<Client, Error> {
+    let (client, connection) = tokio_postgres::connect(dsn, NoTls).await?;
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    Ok(client)
+}
+
+/// Opens a listener connection: a driver task forwarding notification payloads, then LISTEN.
+async fn open_listener(dsn: &str) -> Result<Listener, Error> {
+    let (client, mut connection) = tokio_postgres::connect(dsn, NoTls).await?;
+    let (tx, payloads) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+        while let Some(message) = messages.next().await {
+            match message {
+                Ok(AsyncMessage::Notification(n)) => {
+                    if n.channel() == ROUTES_CHANNEL && tx.send(n.payload().to_owned()).is_err() {
+                        break; // nobody listens any more
+                    }
+                }
+                Ok(_) => {} // notices
+                Err(_) => break,
+            }
+        }
+        // Dropping `tx` tells the listener loop that the connection ended.
+    });
+    client
+        .batch_execute(&format!("LISTEN {ROUTES_CHANNEL}"))
+        .await?;
+    Ok(Listener {
+        client: Arc::new(client),
+        payloads,
+    })
+}
+
+/// Follows route changes until the router is dropped: reloads on a newer payload, and
+/// reconnects (LISTEN, then reload) with backoff when the connection ends or a reload fails.
+async fn listen_loop(
+    weak: Weak<Inner>,
+    mut current: Option<Listener>,
+    mut shutdown: oneshot::Receiver<()>,
+) {
+    let jitter = Jitter::new();
+    let mut failures: u32 = 0;
+    loop {
+        let mut listener = match current.take() {
+            Some(l) => l,
+            None => {
+                let dsn = match weak.upgrade() {
+                    Some(inner) => inner.config.routes_dsn.clone(),
+                    None => return,
+                };
+                let opened = tokio::select! {
+                    _ = &mut shutdown => return,
+                    opened = open_listener(&dsn) => opened,
+                };
+                let reloaded = match opened {
+                    Ok(l) => {
+                        let inner = match weak.upgrade() {
+                            Some(inner) => inner,
+                            None => return,
+                        };
+                        inner.set_listener(Some(l.client.clone()));
+                        // Notifications may have been missed while disconnected.
+                        let reloaded = tokio::select! {
+                            _ = &mut shutdown => return,
+                            r = inner.refresh() => r,
+                        };
+                        reloaded.map(|_| l)
+                    }
+                    Err(e) => Err(e),
+                };
+                match reloaded {
+                    Ok(l) => {
+                        failures = 0;
+                        l
+                    }
+                    Err(_) => {
+                        if let Some(inner) = weak.upgrade() {
+                            inner.set_listener(None);
+                        }
+                        failures = failures.saturating_add(1);
+                        let pause = jitter.delay(failures, RECONNECT_BASE, RECONNECT_MAX);
+                        tokio::select! {
+                            _ = &mut shutdown => return,
+                            _ = tokio::time::sleep(pause) => {}
+                        }
+                        continue;
+                    }
+                }
+            }
+        };
+        // Connected and up to date: follow the notifications.
+        loop {
+            let payload = tokio::select! {
+                _ = &mut shutdown => return,
+                p = listener.payloads.recv() => p,
+            };
+            let Some(payload) = payload else { break }; // the connection ended
+            let inner = match weak.upgrade() {
+                Some(inner) => inner,
+                None => return,
+            };
+            let newer = match payload.trim().parse::<i64>() {
+                Ok(v) => v > inner.table().version(),
+                Err(_) => true, // not a version: re-read to be safe
+            };
+            if newer {
+                let reloaded = tokio::select! {
+                    _ = &mut shutdown => return,
+                    r = inner.refresh() => r,
+                };
+                if reloaded.is_err() {
+                    break; // reconnect, then re-read
+                }
+            }
+        }
+        if let Some(inner) = weak.upgrade() {
+            inner.set_listener(None);
+        }
+        drop(listener);
+        // A short pause before reconnecting, so a server that accepts and drops
+        // connections is not hammered; later failures back off further.
+        let pause = jitter.delay(0, RECONNECT_BASE, RECONNECT_MAX);
+        tokio::select! {
+            _ = &mut shutdown => return,
+            _ = tokio::time::sleep(pause) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send_sync<T: Send + Sync + Clone>() {}
+
+    #[test]
+    fn router_is_send_sync_and_clone() {
+        assert_send_sync::<Router>();
+    }
+
+    #[test]
+    fn config_defaults() {
+        let c = RouterConfig::new("host=/tmp dbname=x", BTreeMap::new());
+        assert_eq!(c.pool_size, 8);
+        assert_eq!(c.retry_limit, 20);
+        assert_eq!(c.backoff_base, Duration::from_millis(5));
+        assert_eq!(c.backoff_max, Duration::from_millis(200));
+    }
+
+    /// Compile-time check of the closure forms callers use; never run against a server.
+    #[allow(dead_code)]
+    async fn closure_forms(router: Router) -> Result<(), Error> {
+        let owner = 42i64;
+        let name = String::from("alice");
+        let _: u64 = router
+            .transaction(Key::Owner(owner), |c| {
+                Box::pin(async move {
+                    c.execute("UPDATE t SET n = n + 1 WHERE owner = $1", &[&owner])
+                        .await
+                })
+            })
+            .await?;
+        let key = Key::OwnerText(name.clone());
+        let _: Vec<tokio_postgres::Row> = router
+            .transaction(&key, |c| {
+                let name = name.clone();
+                Box::pin(async move { c.query("SELECT * FROM t WHERE name = $1", &[&name]).await })
+            })
+            .await?;
+        // Borrowing the caller's environment.
+        let sql = format!("SELECT {}", 1);
+        let sql = &sql;
+        let ids = vec![1i64, 2];
+        let ids = &ids;
+        let _: u64 = router
+            .transaction(Key::Gene(3), |c: &Client| {
+                Box::pin(async move {
+                    c.execute(sql.as_str(), &[]).await?;
+                    c.execute("SELECT $1::int8", &[&ids[0]]).await
+                })
+            })
+            .await?;
+        // A spawned transaction: the future must be Send.
+        let r = router.clone();
+        let handle = tokio::spawn(async move {
+            r.transaction(Key::Id(5), |c| {
+                Box::pin(async move { c.batch_execute("SELECT 1").await })
+            })
+            .await
+        });
+        let _ = handle.await;
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn connect_rejects_bad_configuration_without_a_server() {
+        let mut shards = BTreeMap::new();
+        shards.insert("s1".to_string(), "host=/nonexistent port=1".to_string());
+        let mut c = RouterConfig::new("host=/nonexistent port=1", shards.clone());
+        c.pool_size = 0;
+        assert!(matches!(Router::connect(c).await, Err(Error::Config(_))));
+        shards.insert("s2".to_string(), "postgres://[bad".to_string());
+        let c = RouterConfig::new("host=/nonexistent port=1", shards);
+        assert!(matches!(Router::connect(c).await, Err(Error::Config(_))));
+        let c = RouterConfig::new(
+            "host=/nonexistent/dir port=1 connect_timeout=1",
+            BTreeMap::new(),
+        );
+        assert!(matches!(Router::connect(c).await, Err(Error::Db(_))));
+    }
+}

@@ -1,0 +1,708 @@
+//! A fake of the id_gen coordinator and shards that speaks just enough of the PostgreSQL
+//! wire protocol (v3, no TLS, no authentication) for `id_gen_client`'s router tests; no
+//! PostgreSQL server is started.
+//!
+//! What it understands: simple queries (`Q`, several statements split on `;`) and the
+//! unnamed-statement extended flow of `Client::query_typed` (Parse, Bind, Describe S,
+//! Execute, Sync). Statements are matched by text: the coordinator answers `LISTEN`, the
+//! route reads and `id_gen.route_version()`; a shard answers BEGIN/COMMIT/ROLLBACK,
+//! `id_gen.route_claim(g, v)` (IG001/IG002 as in protocol §3, by the coordinator's current
+//! routes), `id_gen.gene_order_id` and a few `fake.*` functions for bodies.
+//!
+//! Invariants: every server-side event a test checks is appended to `State::log` as
+//! `"<server>: <sql>"`; shards own exactly the genes the coordinator's current routes give
+//! them, at the coordinator's current version (an instant, perfect push).
+
+#![allow(dead_code)]
+
+use id_gen_core::gene::{gene_of_bytes, gene_of_i64, gene_of_str};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch};
+
+const INT4: i32 = 23;
+const INT8: i32 = 20;
+const TEXT: i32 = 25;
+
+#[derive(Debug, Clone)]
+pub enum Value {
+    I4(i32),
+    I8(i64),
+    Text(String),
+}
+
+impl Value {
+    fn oid(&self) -> i32 {
+        match self {
+            Value::I4(_) => INT4,
+            Value::I8(_) => INT8,
+            Value::Text(_) => TEXT,
+        }
+    }
+    fn text(&self) -> Vec<u8> {
+        match self {
+            Value::I4(v) => v.to_string().into_bytes(),
+            Value::I8(v) => v.to_string().into_bytes(),
+            Value::Text(s) => s.clone().into_bytes(),
+        }
+    }
+    fn binary(&self) -> Vec<u8> {
+        match self {
+            Value::I4(v) => v.to_be_bytes().to_vec(),
+            Value::I8(v) => v.to_be_bytes().to_vec(),
+            Value::Text(s) => s.clone().into_bytes(),
+        }
+    }
+}
+
+/// What a statement produced.
+#[derive(Debug, Clone)]
+pub enum Reply {
+    Tag(String),
+    Rows {
+        names: Vec<String>,
+        rows: Vec<Vec<Value>>,
+        tag: String,
+    },
+}
+
+/// A statement error: SQLSTATE and message.
+#[derive(Debug, Clone)]
+pub struct SqlError {
+    pub code: String,
+    pub message: String,
+}
+
+fn err(code: &str, message: impl Into<String>) -> SqlError {
+    SqlError {
+        code: code.into(),
+        message: message.into(),
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct State {
+    /// (lower, upper, shard), ordered.
+    pub routes: Vec<(i32, i32, String)>,
+    pub version: i64,
+    /// Genes fenced for the next N claims each (a count of u32::MAX: for ever).
+    pub fenced: HashMap<u16, u32>,
+    /// Every statement any server ran, as "<server>: <sql>".
+    pub log: Vec<String>,
+    /// Connections accepted and ended, by server name.
+    pub opened: HashMap<String, u32>,
+    pub closed: HashMap<String, u32>,
+    /// Route reads served by the coordinator.
+    pub route_reads: u32,
+    /// Notification senders of the coordinator connections that LISTEN.
+    listeners: Vec<mpsc::UnboundedSender<String>>,
+    seq: i64,
+}
+
+impl State {
+    pub fn owner_of(&self, gene: u16) -> Option<&str> {
+        let g = gene as i32;
+        self.routes
+            .iter()
+            .find(|(lo, up, _)| *lo <= g && g <= *up)
+            .map(|(_, _, s)| s.as_str())
+    }
+    pub fn count(&self, needle: &str) -> usize {
+        self.log.iter().filter(|l| l.contains(needle)).count()
+    }
+}
+
+/// A coordinator and shards on 127.0.0.1 ports.
+pub struct Fake {
+    pub state: Arc<Mutex<State>>,
+    pub coordinator_dsn: String,
+    pub shard_dsns: std::collections::BTreeMap<String, String>,
+    /// Bumping it closes every open coordinator connection.
+    kill_coordinator: watch::Sender<u64>,
+    /// Never bumped: shard connections end only when the client closes them.
+    _keep_shards: Vec<watch::Sender<u64>>,
+}
+
+impl Fake {
+    /// Starts the servers; `routes` are (lower, upper, shard) at `version`.
+    pub async fn start(shards: &[&str], routes: Vec<(i32, i32, &str)>, version: i64) -> Fake {
+        let state = Arc::new(Mutex::new(State {
+            routes: routes
+                .into_iter()
+                .map(|(l, u, s)| (l, u, s.to_string()))
+                .collect(),
+            version,
+            ..State::default()
+        }));
+        let (kill_tx, kill_rx) = watch::channel(0u64);
+        let coordinator_dsn = serve("coordinator".into(), state.clone(), kill_rx.clone()).await;
+        let mut shard_dsns = std::collections::BTreeMap::new();
+        let mut keep = Vec::new();
+        for name in shards {
+            // Shard connections are never killed by kill_coordinator: a channel of their own.
+            let (tx, rx) = watch::channel(0u64);
+            keep.push(tx);
+            shard_dsns.insert(
+                name.to_string(),
+                serve(name.to_string(), state.clone(), rx).await,
+            );
+        }
+        Fake {
+            state,
+            coordinator_dsn,
+            shard_dsns,
+            kill_coordinator: kill_tx,
+            _keep_shards: keep,
+        }
+    }
+
+    pub fn with<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
+        f(&mut self.state.lock().unwrap())
+    }
+
+    /// Replaces the routes and bumps the version; notifies the listeners when `notify`.
+    pub fn set_routes(&self, routes: Vec<(i32, i32, &str)>, notify: bool) -> i64 {
+        let mut st = self.state.lock().unwrap();
+        st.routes = routes
+            .into_iter()
+            .map(|(l, u, s)| (l, u, s.to_string()))
+            .collect();
+        st.version += 1;
+        let v = st.version;
+        if notify {
+            st.listeners.retain(|tx| tx.send(v.to_string()).is_ok());
+        }
+        v
+    }
+
+    /// Sends a raw payload to every listener.
+    pub fn notify(&self, payload: &str) {
+        let mut st = self.state.lock().unwrap();
+        st.listeners
+            .retain(|tx| tx.send(payload.to_string()).is_ok());
+    }
+
+    /// Closes every open coordinator connection (the listener's included).
+    pub fn kill_coordinator_connections(&self) {
+        self.kill_coordinator.send_modify(|n| *n += 1);
+    }
+
+    pub fn log(&self) -> Vec<String> {
+        self.state.lock().unwrap().log.clone()
+    }
+}
+
+async fn serve(name: String, state: Arc<Mutex<State>>, kill: watch::Receiver<u64>) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
+            let _ = stream.set_nodelay(true);
+            let (name, state, kill) = (name.clone(), state.clone(), kill.clone());
+            tokio::spawn(async move {
+                *state
+                    .lock()
+                    .unwrap()
+                    .opened
+                    .entry(name.clone())
+                    .or_default() += 1;
+                let _ = connection(stream, &name, &state, kill).await;
+                *state
+                    .lock()
+                    .unwrap()
+                    .closed
+                    .entry(name.clone())
+                    .or_default() += 1;
+            });
+        }
+    });
+    format!("host=127.0.0.1 port={port} user=fake dbname=fake sslmode=disable")
+}
+
+/// A frontend message: its type byte and body.
+type Frontend = (u8, Vec<u8>);
+
+async fn read_startup(stream: &mut TcpStream) -> std::io::Result<()> {
+    loop {
+        let len = stream.read_i32().await? as usize;
+        let mut body = vec![0u8; len - 4];
+        stream.read_exact(&mut body).await?;
+        let code = i32::from_be_bytes(body[..4].try_into().unwrap());
+        if code == 80877103 {
+            stream.write_all(b"N").await?; // SSLRequest: no
+            continue;
+        }
+        return Ok(());
+    }
+}
+
+struct Conn<'a> {
+    name: &'a str,
+    state: &'a Arc<Mutex<State>>,
+    out: Vec<u8>,
+    in_tx: bool,
+    failed: bool,
+    notify_tx: mpsc::UnboundedSender<String>,
+}
+
+fn msg(out: &mut Vec<u8>, kind: u8, body: &[u8]) {
+    out.push(kind);
+    out.extend_from_slice(&((body.len() + 4) as i32).to_be_bytes());
+    out.extend_from_slice(body);
+}
+
+fn cstr(buf: &mut Vec<u8>, s: &str) {
+    buf.extend_from_slice(s.as_bytes());
+    buf.push(0);
+}
+
+fn read_cstr(body: &[u8], pos: &mut usize) -> String {
+    let end = body[*pos..].iter().position(|&b| b == 0).unwrap() + *pos;
+    let s = String::from_utf8_lossy(&body[*pos..end]).into_owned();
+    *pos = end + 1;
+    s
+}
+
+fn read_i16(body: &[u8], pos: &mut usize) -> i16 {
+    let v = i16::from_be_bytes(body[*pos..*pos + 2].try_into().unwrap());
+    *pos += 2;
+    v
+}
+
+fn read_i32(body: &[u8], pos: &mut usize) -> i32 {
+    let v = i32::from_be_bytes(body[*pos..*pos + 4].try_into().unwrap());
+    *pos += 4;
+    v
+}
+
+impl Conn<'_> {
+    fn ready(&mut self) {
+        let status = if self.failed {
+            b'E'
+        } else if self.in_tx {
+            b'T'
+        } else {
+            b'I'
+        };
+        msg(&mut self.out, b'Z', &[status]);
+    }
+
+    fn error(&mut self, e: &SqlError) {
+        let mut b = Vec::new();
+        for (k, v) in [
+            (b'S', "ERROR"),
+            (b'V', "ERROR"),
+            (b'C', e.code.as_str()),
+            (b'M', e.message.as_str()),
+        ] {
+            b.push(k);
+            cstr(&mut b, v);
+        }
+        b.push(0);
+        msg(&mut self.out, b'E', &b);
+        if self.in_tx {
+            self.failed = true;
+        }
+    }
+
+    fn row_description(&mut self, names: &[String], rows: &[Vec<Value>], binary: bool) {
+        let mut b = Vec::new();
+        b.extend_from_slice(&(names.len() as i16).to_be_bytes());
+        for (i, n) in names.iter().enumerate() {
+            cstr(&mut b, n);
+            b.extend_from_slice(&0i32.to_be_bytes());
+            b.extend_from_slice(&0i16.to_be_bytes());
+            let oid = rows.first().map(|r| r[i].oid()).unwrap_or(TEXT);
+            b.extend_from_slice(&oid.to_be_bytes());
+            b.extend_from_slice(&(-1i16).to_be_bytes());
+            b.extend_from_slice(&(-1i32).to_be_bytes());
+            b.extend_from_slice(&(binary as i16).to_be_bytes());
+        }
+        msg(&mut self.out, b'T', &b);
+    }
+
+    fn data_rows(&mut self, rows: &[Vec<Value>], binary: bool) {
+        for row in rows {
+            let mut b = Vec::new();
+            b.extend_from_slice(&(row.len() as i16).to_be_bytes());
+            for v in row {
+                let bytes = if binary { v.binary() } else { v.text() };
+                b.extend_from_slice(&(bytes.len() as i32).to_be_bytes());
+                b.extend_from_slice(&bytes);
+            }
+            msg(&mut self.out, b'D', &b);
+        }
+    }
+
+    fn complete(&mut self, tag: &str) {
+        let mut b = Vec::new();
+        cstr(&mut b, tag);
+        msg(&mut self.out, b'C', &b);
+    }
+
+    /// Runs one statement.
+    async fn exec(&mut self, sql: &str, params: &[Value]) -> Result<Reply, SqlError> {
+        let sql = sql.trim();
+        self.state
+            .lock()
+            .unwrap()
+            .log
+            .push(format!("{}: {sql}", self.name));
+        if self.failed && !matches!(sql, "ROLLBACK" | "COMMIT") {
+            return Err(err("25P02", "current transaction is aborted"));
+        }
+        if let Some(ms) = sql
+            .strip_prefix("SELECT fake.sleep_ms(")
+            .and_then(|r| r.strip_suffix(')'))
+        {
+            tokio::time::sleep(Duration::from_millis(ms.parse().unwrap())).await;
+            return Ok(Reply::Tag("SELECT 1".into()));
+        }
+        let mut st = self.state.lock().unwrap();
+        if self.name == "coordinator" {
+            return match sql {
+                "LISTEN id_gen_routes" => {
+                    st.listeners.push(self.notify_tx.clone());
+                    Ok(Reply::Tag("LISTEN".into()))
+                }
+                s if s.starts_with(
+                    "SELECT lower_gene, upper_gene, shard, version FROM id_gen.route_map",
+                ) =>
+                {
+                    st.route_reads += 1;
+                    let v = st.version;
+                    let rows = st
+                        .routes
+                        .iter()
+                        .map(|(l, u, s)| {
+                            vec![
+                                Value::I4(*l),
+                                Value::I4(*u),
+                                Value::Text(s.clone()),
+                                Value::I8(v),
+                            ]
+                        })
+                        .collect();
+                    Ok(Reply::Rows {
+                        names: ["lower_gene", "upper_gene", "shard", "version"]
+                            .map(String::from)
+                            .to_vec(),
+                        rows,
+                        tag: "SELECT".into(),
+                    })
+                }
+                s if s.starts_with("SELECT id_gen.route_version() WHERE NOT EXISTS") => {
+                    let rows = if st.routes.is_empty() {
+                        vec![vec![Value::I8(st.version)]]
+                    } else {
+                        vec![]
+                    };
+                    Ok(Reply::Rows {
+                        names: vec!["route_version".into()],
+                        rows,
+                        tag: "SELECT".into(),
+                    })
+                }
+                other => Err(err(
+                    "42883",
+                    format!("coordinator: unknown statement {other:?}"),
+                )),
+            };
+        }
+        match sql {
+            "BEGIN" => {
+                self.in_tx = true;
+                Ok(Reply::Tag("BEGIN".into()))
+            }
+            "COMMIT" | "ROLLBACK" => {
+                let tag = if self.failed { "ROLLBACK" } else { sql };
+                self.in_tx = false;
+                self.failed = false;
+                Ok(Reply::Tag(tag.into()))
+            }
+            s if s.starts_with("SELECT id_gen.route_claim(") => {
+                let args = s
+                    .trim_start_matches("SELECT id_gen.route_claim(")
+                    .trim_end_matches(')');
+                let (g, v) = args.split_once(',').unwrap();
+                let (gene, version): (u16, i64) =
+                    (g.trim().parse().unwrap(), v.trim().parse().unwrap());
+                if let Some(n) = st.fenced.get_mut(&gene) {
+                    if *n > 0 {
+                        if *n != u32::MAX {
+                            *n -= 1;
+                        }
+                        return Err(err("IG002", format!("gene {gene} is fenced")));
+                    }
+                }
+                if st.owner_of(gene) != Some(self.name) || version < st.version {
+                    return Err(err("IG001", format!("route changed for gene {gene}")));
+                }
+                Ok(Reply::Rows {
+                    names: vec!["route_claim".into()],
+                    rows: vec![vec![Value::I8(st.version)]],
+                    tag: "SELECT 1".into(),
+                })
+            }
+            s if s.starts_with("SELECT id_gen.gene_order_id(") => {
+                let gene = match (s.contains("::bigint"), s.contains("::uuid"), &params[1]) {
+                    (true, _, Value::I8(o)) => gene_of_i64(*o),
+                    (_, true, Value::Text(u)) => {
+                        let hex: String = u.chars().filter(|c| *c != '-').collect();
+                        let bytes: Vec<u8> = (0..16)
+                            .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap())
+                            .collect();
+                        gene_of_bytes(&bytes)
+                    }
+                    (_, _, Value::Text(t)) => gene_of_str(t),
+                    other => panic!("gene_order_id params {other:?}"),
+                };
+                st.seq += 1;
+                let id = ((gene as i64) << 47) | st.seq;
+                Ok(Reply::Rows {
+                    names: vec!["gene_order_id".into()],
+                    rows: vec![vec![Value::I8(id)]],
+                    tag: "SELECT 1".into(),
+                })
+            }
+            s if s.starts_with("INSERT INTO \"")
+                && s.ends_with("(id, owner_id, amount, note) VALUES (id_gen.gene_order_id('orders', $1::bigint), $1, 1, 'rust') RETURNING id") =>
+            {
+                let Value::I8(owner) = params[0] else {
+                    panic!("owner must be int8")
+                };
+                let gene = gene_of_i64(owner);
+                if st.owner_of(gene) != Some(self.name) {
+                    return Err(err("IG001", "not this shard's gene"));
+                }
+                st.seq += 1;
+                let id = ((gene as i64) << 47) | st.seq;
+                Ok(Reply::Rows {
+                    names: vec!["id".into()],
+                    rows: vec![vec![Value::I8(id)]],
+                    tag: "INSERT 0 1".into(),
+                })
+            }
+            s if s.starts_with("SELECT * FROM \"") && s.ends_with(" WHERE id = $1") => {
+                let Value::I8(id) = params[0] else {
+                    panic!("id must be int8")
+                };
+                Ok(Reply::Rows {
+                    names: vec!["id".into()],
+                    rows: vec![vec![Value::I8(id)]],
+                    tag: "SELECT 1".into(),
+                })
+            }
+            "SELECT fake.echo($1)" => Ok(Reply::Rows {
+                names: vec!["echo".into()],
+                rows: vec![params.to_vec()],
+                tag: "SELECT 1".into(),
+            }),
+            "SELECT fake.fail($1)" => match &params[0] {
+                Value::Text(code) => Err(err(code, "fake failure")),
+                _ => panic!("fake.fail takes text"),
+            },
+            "SELECT fake.fail_once($1)" => {
+                // Fails with the SQLSTATE while the "fail_once" counter is positive.
+                let n = st.fenced.entry(u16::MAX).or_insert(0);
+                match &params[0] {
+                    Value::Text(code) if *n > 0 => {
+                        *n -= 1;
+                        Err(err(code, "fake failure"))
+                    }
+                    _ => Ok(Reply::Tag("SELECT 0".into())),
+                }
+            }
+            "SELECT 1" => Ok(Reply::Rows {
+                names: vec!["x".into()],
+                rows: vec![vec![Value::I4(1)]],
+                tag: "SELECT 1".into(),
+            }),
+            other => Err(err(
+                "42883",
+                format!("{}: unknown statement {other:?}", self.name),
+            )),
+        }
+    }
+}
+
+fn decode_param(oid: i32, binary: bool, bytes: &[u8]) -> Value {
+    match (oid, binary) {
+        (INT8, true) => Value::I8(i64::from_be_bytes(bytes.try_into().unwrap())),
+        (INT4, true) => Value::I4(i32::from_be_bytes(bytes.try_into().unwrap())),
+        (INT8, false) => Value::I8(std::str::from_utf8(bytes).unwrap().parse().unwrap()),
+        _ => Value::Text(String::from_utf8(bytes.to_vec()).unwrap()),
+    }
+}
+
+async fn connection(
+    mut stream: TcpStream,
+    name: &str,
+    state: &Arc<Mutex<State>>,
+    mut kill: watch::Receiver<u64>,
+) -> std::io::Result<()> {
+    kill.borrow_and_update();
+    read_startup(&mut stream).await?;
+    let mut hello = Vec::new();
+    msg(&mut hello, b'R', &0i32.to_be_bytes());
+    let mut kd = Vec::new();
+    kd.extend_from_slice(&7i32.to_be_bytes());
+    kd.extend_from_slice(&9i32.to_be_bytes());
+    msg(&mut hello, b'K', &kd);
+    msg(&mut hello, b'Z', b"I");
+    stream.write_all(&hello).await?;
+
+    let (mut rd, mut wr) = stream.into_split();
+    let (in_tx, mut incoming) = mpsc::unbounded_channel::<Frontend>();
+    tokio::spawn(async move {
+        loop {
+            let Ok(kind) = rd.read_u8().await else { return };
+            let Ok(len) = rd.read_i32().await else { return };
+            let mut body = vec![0u8; len as usize - 4];
+            if rd.read_exact(&mut body).await.is_err() || in_tx.send((kind, body)).is_err() {
+                return;
+            }
+        }
+    });
+    let (notify_tx, mut notifications) = mpsc::unbounded_channel::<String>();
+    let mut c = Conn {
+        name,
+        state,
+        out: Vec::new(),
+        in_tx: false,
+        failed: false,
+        notify_tx,
+    };
+    // Extended-protocol state of the current batch.
+    let mut parsed: Option<(String, Vec<i32>)> = None;
+    let mut result: Option<Result<Reply, SqlError>> = None;
+    let mut skipping = false;
+    loop {
+        let (kind, body) = tokio::select! {
+            m = incoming.recv() => match m { Some(m) => m, None => return Ok(()) },
+            n = notifications.recv() => {
+                let payload = n.unwrap_or_default();
+                let mut b = Vec::new();
+                b.extend_from_slice(&7i32.to_be_bytes());
+                cstr(&mut b, "id_gen_routes");
+                cstr(&mut b, &payload);
+                let mut out = Vec::new();
+                msg(&mut out, b'A', &b);
+                wr.write_all(&out).await?;
+                continue;
+            }
+            _ = kill.changed() => return Ok(()),
+        };
+        let mut pos = 0usize;
+        match kind {
+            b'X' => return Ok(()),
+            b'Q' => {
+                let sql = read_cstr(&body, &mut pos);
+                for stmt in sql.split(';').map(str::trim).filter(|s| !s.is_empty()) {
+                    match c.exec(stmt, &[]).await {
+                        Ok(Reply::Tag(t)) => c.complete(&t),
+                        Ok(Reply::Rows { names, rows, tag }) => {
+                            c.row_description(&names, &rows, false);
+                            c.data_rows(&rows, false);
+                            c.complete(&tag);
+                        }
+                        Err(e) => {
+                            c.error(&e);
+                            break;
+                        }
+                    }
+                }
+                c.ready();
+            }
+            _ if skipping && kind != b'S' => {}
+            b'P' => {
+                let _name = read_cstr(&body, &mut pos);
+                let sql = read_cstr(&body, &mut pos);
+                let n = read_i16(&body, &mut pos);
+                let oids = (0..n).map(|_| read_i32(&body, &mut pos)).collect();
+                parsed = Some((sql, oids));
+                msg(&mut c.out, b'1', &[]);
+            }
+            b'B' => {
+                let _portal = read_cstr(&body, &mut pos);
+                let _stmt = read_cstr(&body, &mut pos);
+                let nf = read_i16(&body, &mut pos);
+                let formats: Vec<i16> = (0..nf).map(|_| read_i16(&body, &mut pos)).collect();
+                let np = read_i16(&body, &mut pos) as usize;
+                let (sql, oids) = parsed.clone().expect("Bind after Parse");
+                let mut params = Vec::new();
+                for i in 0..np {
+                    let len = read_i32(&body, &mut pos);
+                    let bytes = body[pos..pos + len as usize].to_vec();
+                    pos += len as usize;
+                    let binary = match formats.len() {
+                        0 => false,
+                        1 => formats[0] == 1,
+                        _ => formats[i] == 1,
+                    };
+                    params.push(decode_param(
+                        oids.get(i).copied().unwrap_or(TEXT),
+                        binary,
+                        &bytes,
+                    ));
+                }
+                msg(&mut c.out, b'2', &[]);
+                result = Some(c.exec(&sql, &params).await);
+            }
+            b'D' => {
+                // Describe of the statement: its parameters, then its row shape.
+                let n = parsed.as_ref().map(|(_, o)| o.clone()).unwrap_or_default();
+                let mut b = Vec::new();
+                b.extend_from_slice(&(n.len() as i16).to_be_bytes());
+                for o in &n {
+                    b.extend_from_slice(&o.to_be_bytes());
+                }
+                match result.clone() {
+                    Some(Ok(Reply::Rows { names, rows, .. })) => {
+                        msg(&mut c.out, b't', &b);
+                        c.row_description(&names, &rows, false);
+                    }
+                    Some(Ok(Reply::Tag(_))) => {
+                        msg(&mut c.out, b't', &b);
+                        msg(&mut c.out, b'n', &[]);
+                    }
+                    Some(Err(e)) => {
+                        c.error(&e);
+                        skipping = true;
+                    }
+                    None => panic!("Describe without Bind is not supported by the fake"),
+                }
+            }
+            b'E' => match result.take() {
+                Some(Ok(Reply::Rows { rows, tag, .. })) => {
+                    c.data_rows(&rows, true);
+                    c.complete(&tag);
+                }
+                Some(Ok(Reply::Tag(t))) => c.complete(&t),
+                Some(Err(e)) => {
+                    c.error(&e);
+                    skipping = true;
+                }
+                None => {}
+            },
+            b'S' => {
+                skipping = false;
+                parsed = None;
+                result = None;
+                c.ready();
+            }
+            b'H' | b'C' => {}
+            other => panic!("fake: unsupported frontend message {:?}", other as char),
+        }
+        if !c.out.is_empty() {
+            let out = std::mem::take(&mut c.out);
+            wr.write_all(&out).await?;
+        }
+    }
+}

@@ -1,0 +1,555 @@
+//! Router behaviour against a fake coordinator and fake shards (tests/fake_pg): routing,
+//! the claim, IG001/IG002 retries, rollbacks, LISTEN/NOTIFY reloads, listener reconnects,
+//! cancellation and `next_id` — all without a PostgreSQL server.
+//!
+//! Invariant checked throughout: every transaction the router opens on a shard ends with
+//! exactly one COMMIT or ROLLBACK there, or with the connection closed.
+
+mod fake_pg;
+
+use fake_pg::Fake;
+use id_gen_client::tokio_postgres::types::Type;
+use id_gen_client::tokio_postgres::Client;
+use id_gen_client::{Error, Key, Router, RouterConfig, ROUTE_CHANGED, ROUTE_FENCED};
+use std::time::Duration;
+
+const G42: u16 = 16043; // gene of bigint owner 42
+
+fn config(fake: &Fake) -> RouterConfig {
+    let mut c = RouterConfig::new(fake.coordinator_dsn.clone(), fake.shard_dsns.clone());
+    c.backoff_base = Duration::from_millis(1);
+    c.backoff_max = Duration::from_millis(4);
+    c.pool_size = 2;
+    c
+}
+
+async fn two_shards() -> Fake {
+    Fake::start(
+        &["s1", "s2"],
+        vec![(0, 32767, "s1"), (32768, 65535, "s2")],
+        5,
+    )
+    .await
+}
+
+async fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    for _ in 0..500 {
+        if cond() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+async fn echo(router: &Router, key: Key, v: i64) -> Result<i64, Error> {
+    router
+        .transaction(key, |c: &Client| {
+            Box::pin(async move {
+                c.query_typed_one("SELECT fake.echo($1)", &[(&v, Type::INT8)])
+                    .await?
+                    .try_get(0)
+            })
+        })
+        .await
+}
+
+#[tokio::test]
+async fn connects_reads_routes_and_routes_keys() {
+    let fake = two_shards().await;
+    let router = Router::connect(config(&fake)).await.unwrap();
+    assert_eq!(router.version(), 5);
+    assert_eq!(
+        router.routes(),
+        vec![
+            (0, 32767, "s1".to_string()),
+            (32768, 65535, "s2".to_string())
+        ]
+    );
+    assert_eq!(router.shard_for(Key::Owner(42)).unwrap(), "s1"); // gene 16043
+    let zero = Key::Owner(0);
+    assert_eq!(router.shard_for(&zero).unwrap(), "s2"); // gene 55408
+    assert_eq!(router.shard_for(Key::Id((55408 << 47) | 1)).unwrap(), "s2");
+    assert!(matches!(
+        router.shard_for(Key::Id(-3)),
+        Err(Error::InvalidKey(_))
+    ));
+    // LISTEN came before the first route read.
+    let log = fake.log();
+    let listen = log
+        .iter()
+        .position(|l| l == "coordinator: LISTEN id_gen_routes")
+        .unwrap();
+    let read = log
+        .iter()
+        .position(|l| l.contains("FROM id_gen.route_map"))
+        .unwrap();
+    assert!(listen < read, "{log:?}");
+    assert_eq!(router.stats().refreshes, 1);
+}
+
+#[tokio::test]
+async fn a_transaction_claims_runs_the_body_and_commits() {
+    let fake = two_shards().await;
+    let router = Router::connect(config(&fake)).await.unwrap();
+    assert_eq!(echo(&router, Key::Owner(42), 7).await.unwrap(), 7);
+    let s1: Vec<String> = fake
+        .log()
+        .into_iter()
+        .filter(|l| l.starts_with("s1:"))
+        .collect();
+    assert_eq!(
+        s1,
+        vec![
+            "s1: BEGIN".to_string(),
+            format!("s1: SELECT id_gen.route_claim({G42}, 5)"),
+            "s1: SELECT fake.echo($1)".to_string(),
+            "s1: COMMIT".to_string()
+        ]
+    );
+    assert_eq!(router.stats().transactions, 1);
+    // The connection went back to the pool and is reused.
+    echo(&router, Key::Owner(42), 8).await.unwrap();
+    assert_eq!(fake.with(|s| s.opened["s1"]), 1);
+}
+
+#[tokio::test]
+async fn the_body_may_borrow_the_callers_environment() {
+    let fake = two_shards().await;
+    let router = Router::connect(config(&fake)).await.unwrap();
+    let values = vec![11i64, 12];
+    let values = &values;
+    let sql = String::from("SELECT fake.echo($1)");
+    let sql = sql.as_str();
+    let got: Vec<i64> = router
+        .transaction(Key::Gene(1), |c| {
+            Box::pin(async move {
+                let mut out = Vec::new();
+                for v in values {
+                    out.push(
+                        c.query_typed_one(sql, &[(v, Type::INT8)])
+                            .await?
+                            .try_get(0)?,
+                    );
+                }
+                Ok(out)
+            })
+        })
+        .await
+        .unwrap();
+    assert_eq!(got, vec![11, 12]);
+}
+
+#[tokio::test]
+async fn a_moved_route_is_reread_and_the_transaction_retried_on_the_new_owner() {
+    let fake = two_shards().await;
+    let router = Router::connect(config(&fake)).await.unwrap();
+    // The genes of owner 42 move to s2; the router is not told (no NOTIFY).
+    fake.set_routes(vec![(0, 16000, "s1"), (16001, 65535, "s2")], false);
+    assert_eq!(router.version(), 5);
+    assert_eq!(echo(&router, Key::Owner(42), 1).await.unwrap(), 1);
+    assert_eq!(router.version(), 6);
+    let stats = router.stats();
+    assert_eq!(
+        (
+            stats.retries_moved,
+            stats.retries_fenced,
+            stats.transactions
+        ),
+        (1, 0, 1)
+    );
+    fake.with(|s| {
+        assert_eq!(
+            s.count(&format!("s1: SELECT id_gen.route_claim({G42}, 5)")),
+            1
+        );
+        assert_eq!(s.count("s1: ROLLBACK"), 1);
+        assert_eq!(
+            s.count(&format!("s2: SELECT id_gen.route_claim({G42}, 6)")),
+            1
+        );
+        assert_eq!(s.count("s2: COMMIT"), 1);
+        assert_eq!(s.count("s1: SELECT fake.echo"), 0); // the body never ran on s1
+    });
+}
+
+#[tokio::test]
+async fn a_stale_version_on_the_right_shard_is_ig001_too() {
+    let fake = two_shards().await;
+    let router = Router::connect(config(&fake)).await.unwrap();
+    fake.set_routes(vec![(0, 32767, "s1"), (32768, 65535, "s2")], false); // same routes, v6
+    echo(&router, Key::Owner(42), 1).await.unwrap();
+    assert_eq!(router.stats().retries_moved, 1);
+    assert_eq!(
+        fake.with(|s| s.count(&format!("s1: SELECT id_gen.route_claim({G42}, 6)"))),
+        1
+    );
+}
+
+#[tokio::test]
+async fn fenced_genes_are_retried_after_a_wait() {
+    let fake = two_shards().await;
+    let router = Router::connect(config(&fake)).await.unwrap();
+    fake.with(|s| s.fenced.insert(G42, 4));
+    echo(&router, Key::Owner(42), 3).await.unwrap();
+    let stats = router.stats();
+    assert_eq!((stats.retries_fenced, stats.retries_moved), (4, 0));
+    // Re-read on the third fenced retry (attempt index 2) only.
+    assert_eq!(stats.refreshes, 2);
+    assert_eq!(fake.with(|s| s.count("s1: ROLLBACK")), 4);
+}
+
+#[tokio::test]
+async fn retries_are_bounded() {
+    let fake = two_shards().await;
+    let mut c = config(&fake);
+    c.retry_limit = 3;
+    let router = Router::connect(c).await.unwrap();
+    fake.with(|s| s.fenced.insert(G42, u32::MAX));
+    let e = echo(&router, Key::Owner(42), 3).await.unwrap_err();
+    match &e {
+        Error::RetryExhausted(last) => assert_eq!(last.route_code(), Some(ROUTE_FENCED)),
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(e, Error::RetryExhausted { .. }));
+    assert_eq!(e.code(), Some(ROUTE_FENCED));
+    assert_eq!(router.stats().retries_fenced, 3);
+    // 1 try + 3 retries, each rolled back.
+    assert_eq!(fake.with(|s| s.count("s1: SELECT id_gen.route_claim")), 4);
+    assert_eq!(fake.with(|s| s.count("s1: ROLLBACK")), 4);
+}
+
+#[tokio::test]
+async fn a_body_error_rolls_back_and_is_returned() {
+    let fake = two_shards().await;
+    let router = Router::connect(config(&fake)).await.unwrap();
+    let e = router
+        .transaction(Key::Owner(42), |c| {
+            Box::pin(async move {
+                c.query_typed("SELECT fake.fail($1)", &[(&"23505", Type::TEXT)])
+                    .await?;
+                Ok(())
+            })
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Some("23505"));
+    assert!(matches!(e, Error::Db(_)));
+    assert!(e.to_string().contains("fake failure"), "{e}");
+    fake.with(|s| {
+        assert_eq!(s.count("s1: ROLLBACK"), 1);
+        assert_eq!(s.count("s1: COMMIT"), 0);
+    });
+    assert_eq!(router.stats().transactions, 0);
+    // The connection was rolled back, so it is reused.
+    echo(&router, Key::Owner(42), 1).await.unwrap();
+    assert_eq!(fake.with(|s| s.opened["s1"]), 1);
+}
+
+#[tokio::test]
+async fn a_route_error_from_the_body_retries_the_whole_transaction() {
+    let fake = two_shards().await;
+    let router = Router::connect(config(&fake)).await.unwrap();
+    fake.with(|s| s.fenced.insert(u16::MAX, 2)); // fail_once fails twice
+    let mut runs = 0;
+    let runs_ref = &mut runs;
+    router
+        .transaction(Key::Owner(42), |c| {
+            *runs_ref += 1;
+            Box::pin(async move {
+                c.query_typed("SELECT fake.fail_once($1)", &[(&ROUTE_CHANGED, Type::TEXT)])
+                    .await?;
+                Ok(())
+            })
+        })
+        .await
+        .unwrap();
+    assert_eq!(runs, 3);
+    assert_eq!(router.stats().retries_moved, 2);
+    fake.with(|s| {
+        assert_eq!(s.count("s1: BEGIN"), 3);
+        assert_eq!(s.count("s1: ROLLBACK"), 2);
+        assert_eq!(s.count("s1: COMMIT"), 1);
+    });
+}
+
+#[tokio::test]
+async fn a_notification_with_a_newer_version_reloads_the_routes() {
+    let fake = two_shards().await;
+    let router = Router::connect(config(&fake)).await.unwrap();
+    let v = fake.set_routes(vec![(0, 65535, "s2")], true);
+    wait_for("the reload", || router.version() == v).await;
+    assert_eq!(router.routes(), vec![(0, 65535, "s2".to_string())]);
+    assert_eq!(router.shard_for(Key::Owner(42)).unwrap(), "s2");
+    // An old or equal payload does not reload.
+    let reads = fake.with(|s| s.route_reads);
+    fake.notify(&v.to_string());
+    fake.notify("3");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(fake.with(|s| s.route_reads), reads);
+}
+
+#[tokio::test]
+async fn a_lost_listener_reconnects_listens_again_and_rereads() {
+    let fake = two_shards().await;
+    let router = Router::connect(config(&fake)).await.unwrap();
+    fake.kill_coordinator_connections();
+    // A change while the listener is down: its notification is lost.
+    let v = fake.set_routes(vec![(0, 100, "s1"), (101, 65535, "s2")], true);
+    wait_for("the re-read after reconnecting", || router.version() == v).await;
+    wait_for("the second LISTEN", || {
+        fake.with(|s| s.count("coordinator: LISTEN")) == 2
+    })
+    .await;
+    // And notifications arrive on the new connection.
+    let v2 = fake.set_routes(vec![(0, 65535, "s1")], true);
+    wait_for("the reload after reconnecting", || router.version() == v2).await;
+}
+
+#[tokio::test]
+async fn refresh_without_a_listener_uses_its_own_connection() {
+    let fake = two_shards().await;
+    let router = Router::connect(config(&fake)).await.unwrap();
+    fake.kill_coordinator_connections();
+    fake.set_routes(vec![(0, 65535, "s2")], false);
+    let v = router.refresh().await.unwrap();
+    assert_eq!(v, 6);
+    assert_eq!(router.version(), 6);
+}
+
+#[tokio::test]
+async fn a_dropped_transaction_closes_its_connection_instead_of_pooling_it() {
+    let fake = two_shards().await;
+    let router = Router::connect(config(&fake)).await.unwrap();
+    let slow = router.transaction(Key::Owner(42), |c| {
+        Box::pin(async move { c.batch_execute("SELECT fake.sleep_ms(700)").await })
+    });
+    assert!(tokio::time::timeout(Duration::from_millis(200), slow)
+        .await
+        .is_err());
+    wait_for("the abandoned connection to close", || {
+        fake.with(|s| s.closed.get("s1").copied().unwrap_or(0)) == 1
+    })
+    .await;
+    // A new transaction opens a new connection, with no transaction open on it.
+    echo(&router, Key::Owner(42), 2).await.unwrap();
+    assert_eq!(fake.with(|s| s.opened["s1"]), 2);
+}
+
+#[tokio::test]
+async fn no_route_and_unknown_shards() {
+    let fake = Fake::start(&["s1"], vec![(0, 20000, "s1"), (20001, 30000, "ghost")], 1).await;
+    let router = Router::connect(config(&fake)).await.unwrap();
+    assert!(matches!(
+        echo(&router, Key::Gene(40000), 1).await,
+        Err(Error::NoRoute { gene: 40000 })
+    ));
+    assert!(matches!(
+        router.shard_for(Key::Gene(65535)),
+        Err(Error::NoRoute { gene: 65535 })
+    ));
+    assert!(
+        matches!(router.shard_for(Key::Gene(25000)), Err(Error::UnknownShard(s)) if s == "ghost")
+    );
+    assert!(matches!(
+        echo(&router, Key::Gene(25000), 1).await,
+        Err(Error::UnknownShard(_))
+    ));
+    assert_eq!(echo(&router, Key::Gene(20000), 9).await.unwrap(), 9);
+}
+
+#[tokio::test]
+async fn no_route_looks_again_once_when_the_routes_changed() {
+    let fake = Fake::start(&["s1"], vec![(0, 100, "s1")], 1).await;
+    let router = Router::connect(config(&fake)).await.unwrap();
+    fake.set_routes(vec![(0, 65535, "s1")], false);
+    assert_eq!(echo(&router, Key::Gene(5000), 4).await.unwrap(), 4);
+}
+
+#[tokio::test]
+async fn empty_routes_take_the_version_from_route_version() {
+    let fake = Fake::start(&["s1"], vec![], 9).await;
+    let router = Router::connect(config(&fake)).await.unwrap();
+    assert_eq!(router.version(), 9);
+    assert!(router.routes().is_empty());
+    assert!(matches!(
+        router.shard_for(Key::Gene(1)),
+        Err(Error::NoRoute { gene: 1 })
+    ));
+}
+
+#[tokio::test]
+async fn next_id_comes_from_the_owning_shard_with_the_owners_gene() {
+    let fake = two_shards().await;
+    let router = Router::connect(config(&fake)).await.unwrap();
+    let id = router.next_id("orders", Key::Owner(42)).await.unwrap();
+    assert_eq!(id >> 47, G42 as i64);
+    let id = router
+        .next_id("orders", &Key::OwnerText("alice".into()))
+        .await
+        .unwrap();
+    assert_eq!(id >> 47, 13795);
+    let u = [0x11u8; 16];
+    let id = router.next_id("orders", Key::OwnerUuid(u)).await.unwrap();
+    assert_eq!((id >> 47) as u16, Key::OwnerUuid(u).gene());
+    assert!(matches!(
+        router.next_id("orders", Key::Id(5)).await,
+        Err(Error::InvalidKey(_))
+    ));
+    fake.with(|s| {
+        assert_eq!(
+            s.count("SELECT id_gen.gene_order_id($1::text, $2::bigint)"),
+            1
+        );
+        assert_eq!(
+            s.count("SELECT id_gen.gene_order_id($1::text, $2::text)"),
+            1
+        );
+        assert_eq!(
+            s.count("SELECT id_gen.gene_order_id($1::text, $2::text::uuid)"),
+            1
+        );
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_transactions_on_a_shared_router() {
+    let fake = two_shards().await;
+    let router = Router::connect(config(&fake)).await.unwrap();
+    let mut handles = Vec::new();
+    for t in 0..8i64 {
+        let r = router.clone();
+        handles.push(tokio::spawn(async move {
+            for i in 0..20 {
+                assert_eq!(echo(&r, Key::Owner(t * 100 + i), i).await.unwrap(), i);
+            }
+        }));
+    }
+    // A route change in the middle, notified.
+    fake.set_routes(vec![(0, 40000, "s1"), (40001, 65535, "s2")], true);
+    for h in handles {
+        h.await.unwrap();
+    }
+    assert_eq!(router.stats().transactions, 160);
+    // pool_size 2 per shard.
+    fake.with(|s| assert!(s.opened["s1"] <= 2 && s.opened["s2"] <= 2, "{:?}", s.opened));
+}
+
+#[tokio::test]
+async fn close_stops_everything() {
+    let fake = two_shards().await;
+    let router = Router::connect(config(&fake)).await.unwrap();
+    echo(&router, Key::Owner(42), 1).await.unwrap();
+    router.close();
+    assert!(router.is_closed());
+    assert!(matches!(
+        echo(&router, Key::Owner(42), 1).await,
+        Err(Error::Closed)
+    ));
+    assert!(matches!(router.refresh().await, Err(Error::Closed)));
+    wait_for("every connection to close", || {
+        fake.with(|s| {
+            s.closed.get("coordinator").copied().unwrap_or(0) == s.opened["coordinator"]
+                && s.closed.get("s1").copied().unwrap_or(0) == s.opened["s1"]
+        })
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn dropping_the_last_clone_stops_the_listener() {
+    let fake = two_shards().await;
+    let router = Router::connect(config(&fake)).await.unwrap();
+    let clone = router.clone();
+    drop(router);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(
+        fake.with(|s| s.closed.get("coordinator").copied().unwrap_or(0)),
+        0
+    );
+    drop(clone);
+    wait_for("the listener connection to close", || {
+        fake.with(|s| s.closed.get("coordinator").copied().unwrap_or(0) == 1)
+    })
+    .await;
+}
+
+/// Runs the tool's bench against the fake for a short while; returns its JSON line.
+async fn run_bench(fake: &Fake, extra: &[&str]) -> String {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_id_gen_client_tool"));
+    cmd.arg("bench")
+        .arg("--routes-dsn")
+        .arg(&fake.coordinator_dsn);
+    for (name, dsn) in &fake.shard_dsns {
+        cmd.arg("--shard").arg(format!("{name}={dsn}"));
+    }
+    cmd.args(["--table", "app.items", "--owners", "50", "--seconds", "0.3"]);
+    cmd.args(extra);
+    // Blocking, off the runtime's workers, which serve the fake meanwhile.
+    let out = tokio::task::spawn_blocking(move || cmd.output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(stdout.lines().count(), 1, "{stdout}");
+    stdout
+}
+
+fn json_u64(line: &str, field: &str) -> u64 {
+    let start = line.find(&format!("\"{field}\":")).unwrap() + field.len() + 3;
+    let rest = &line[start..];
+    rest[..rest.find([',', '}']).unwrap()].parse().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tool_benchmarks_inserts_and_lookups() {
+    let fake = two_shards().await;
+    let line = run_bench(&fake, &["--mode", "insert"]).await;
+    assert!(line.starts_with("{\"mode\":\"insert\",\"tx\":"), "{line}");
+    for field in [
+        "\"seconds\":",
+        "\"tps\":",
+        "\"p50_ms\":",
+        "\"p99_ms\":",
+        "\"retries\":",
+    ] {
+        assert!(line.contains(field), "{line}");
+    }
+    let tx = json_u64(&line, "tx");
+    assert!(tx > 0, "{line}");
+    assert_eq!(json_u64(&line, "errors"), 0, "{line}");
+    assert_eq!(
+        fake.with(|s| s.count("INSERT INTO \"app\".\"items\"")) as u64,
+        tx
+    );
+    let ids = std::env::temp_dir().join(format!("id_gen_client_ids_{}", std::process::id()));
+    std::fs::write(
+        &ids,
+        format!("{}\n{}\n", (16043i64 << 47) | 1, (55408i64 << 47) | 2),
+    )
+    .unwrap();
+    let line = run_bench(
+        &fake,
+        &[
+            "--mode",
+            "lookup",
+            "--ids-file",
+            ids.to_str().unwrap(),
+            "--tasks",
+            "2",
+        ],
+    )
+    .await;
+    std::fs::remove_file(&ids).unwrap();
+    assert!(line.starts_with("{\"mode\":\"lookup\""), "{line}");
+    assert!(json_u64(&line, "tx") > 0, "{line}");
+    fake.with(|s| {
+        assert!(s.count("s1: SELECT * FROM \"app\".\"items\" WHERE id = $1") > 0);
+        assert!(s.count("s2: SELECT * FROM \"app\".\"items\" WHERE id = $1") > 0);
+    });
+}
