@@ -5,8 +5,10 @@
 # in one run, in interleaved rounds:
 #   (a) INSERT and point lookup by id, one client, BEGIN + statement + COMMIT: through
 #       id_gen_client.Router (Python; the claim rides with BEGIN), through the coordinator
-#       (postgres_fdw), directly on the owning shard (psycopg pool); the same through the
-#       Rust client (clients/rust) against Rust directly on the shard;
+#       (postgres_fdw), directly on the owning shard (psycopg pool); single statements in
+#       autocommit through Router.execute (SET id_gen.route_version once per connection)
+#       against direct autocommit; the same transactions through the Rust client
+#       (clients/rust) against Rust directly on the shard;
 #   (b) the shard-side cost of the version check: pgbench point lookups on shard_1 with
 #       no declared version, with SET id_gen.route_version (checked by the executor-start
 #       guard in every transaction), and BEGIN + route_claim + lookup + COMMIT against
@@ -68,8 +70,11 @@ for line in open(sys.argv[1]):
     r = json.loads(line)
     if r.get("summary"):
         tie = lambda s: ", tie (within noise)" if s[0] <= 1 <= s[1] else ""
-        print(f"  Python {r['op']:6} {r['path']:11}: {r['tps']:8.1f} tps, p50 {r['p50_ms']:.3f} ms, p99 {r['p99_ms']:.3f} ms;"
-              f" tps {r['tps_vs_direct']:.2f} ({r['tps_vs_direct_spread'][0]:.2f}..{r['tps_vs_direct_spread'][1]:.2f}) x direct{tie(r['tps_vs_direct_spread'])},"
+        if r["path"] == r["baseline"]:
+            print(f"  Python {r['op']:6} {r['path']:17}: {r['tps']:8.1f} tps, p50 {r['p50_ms']:.3f} ms, p99 {r['p99_ms']:.3f} ms")
+            continue
+        print(f"  Python {r['op']:6} {r['path']:17}: {r['tps']:8.1f} tps, p50 {r['p50_ms']:.3f} ms, p99 {r['p99_ms']:.3f} ms;"
+              f" tps {r['tps_vs_direct']:.2f} ({r['tps_vs_direct_spread'][0]:.2f}..{r['tps_vs_direct_spread'][1]:.2f}) x {r['baseline']}{tie(r['tps_vs_direct_spread'])},"
               f" p50 latency {r['p50_vs_direct']:.2f} ({r['p50_vs_direct_spread'][0]:.2f}..{r['p50_vs_direct_spread'][1]:.2f}) x")
     elif "router_stats" in r:
         print(f"  Router: {r['router_stats']}")

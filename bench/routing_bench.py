@@ -1,8 +1,10 @@
 """Side-by-side benchmark of zero-hop routing (bench/routing.sh runs it).
 
-One client thread per run, the same transaction shape for every path (BEGIN, one
-statement, COMMIT): through id_gen_client.Router (the claim rides with BEGIN), through the
-coordinator (postgres_fdw), and directly on the owning shard with a plain psycopg pool.
+One client thread per run. Transactions of BEGIN, one statement, COMMIT: through
+id_gen_client.Router.transaction (the claim rides with BEGIN), through the coordinator
+(postgres_fdw), and directly on the owning shard with a plain psycopg pool. Single
+statements in autocommit: Router.execute (the version declared once per connection with
+SET id_gen.route_version) against a direct autocommit pool.
 Rounds are interleaved (every path once per round, in a rotating order); the summary is
 the median over rounds of each path's tps and latency, and of its per-round ratio to
 direct, with the min-max spread of that ratio.
@@ -66,7 +68,29 @@ def run_coordinator(op, key, args):
             cur.fetchall()
 
 
-PATHS = {"router": run_router, "coordinator": run_coordinator, "direct": run_direct}
+def run_router_execute(op, key, args):
+    kw = {"owner": key} if op == "insert" else {"id": key}
+    router.execute(INSERT_SHARD if op == "insert" else LOOKUP, args, **kw)
+
+
+def run_direct_autocommit(op, key, args):
+    shard = router.shard_for_owner(key) if op == "insert" else router.shard_for_id(key)
+    conn = auto_pools[shard].getconn()
+    try:
+        cur = conn.execute(INSERT_SHARD if op == "insert" else LOOKUP, args)
+        if op == "lookup":
+            cur.fetchall()
+    finally:
+        auto_pools[shard].putconn(conn)
+
+
+auto_pools = {name: ConnectionPool(dsn, min_size=1, max_size=2, open=True, kwargs={"autocommit": True})
+              for name, dsn in shards.items()}
+# Each path and the direct path with the same shape that it is compared with.
+PATHS = {"router": run_router, "coordinator": run_coordinator, "direct": run_direct,
+         "router.execute": run_router_execute, "direct autocommit": run_direct_autocommit}
+BASELINE = {"router": "direct", "coordinator": "direct", "direct": "direct",
+            "router.execute": "direct autocommit", "direct autocommit": "direct autocommit"}
 results = {}  # (op, path) -> list of (tps, p50, p99)
 for r in range(rounds):
     for op in ("insert", "lookup"):
@@ -92,13 +116,13 @@ for r in range(rounds):
                               "p50_ms": round(rec[1], 3), "p99_ms": round(rec[2], 3)}), flush=True)
 
 for op in ("insert", "lookup"):
-    base = results[(op, "direct")]
     for path in PATHS:
+        base = results[(op, BASELINE[path])]
         runs = results[(op, path)]
         tps_ratio = [a[0] / b[0] for a, b in zip(runs, base)]
         lat_ratio = [a[1] / b[1] for a, b in zip(runs, base)]
         print(json.dumps({
-            "summary": True, "op": op, "path": path,
+            "summary": True, "op": op, "path": path, "baseline": BASELINE[path],
             "tps": round(statistics.median(x[0] for x in runs), 1),
             "p50_ms": round(statistics.median(x[1] for x in runs), 3),
             "p99_ms": round(statistics.median(x[2] for x in runs), 3),

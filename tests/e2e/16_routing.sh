@@ -15,7 +15,8 @@
 #     owner (count and sum), a reader of a fixed set of owners never gets an empty
 #     answer; a Rust client (clients/rust) writes at the same time.
 # (c) a client with stale routes (no LISTEN) gets IG001 from the old shard, not an empty
-#     result, and succeeds after refreshing; Router.next_id gives an id of the owner's gene.
+#     result, and succeeds after refreshing, with a claim (transaction()) and with SET
+#     id_gen.route_version (execute()); Router.next_id gives an id of the owner's gene.
 # (d) both clients compute the extension's genes: the check values and 10 000 random
 #     bigint and text owners.
 source "$(dirname "$0")/lib.sh"
@@ -212,8 +213,9 @@ stale=$("$PY" - "$CDSN" "$SHARDS_JSON" "$reader_owner" <<'PYEOF'
 import json, sys, psycopg
 from id_gen_client import Router
 cdsn, shards, owner = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
-with Router(cdsn, shards, listen=False) as r:
+with Router(cdsn, shards, listen=False) as r, Router(cdsn, shards, listen=False) as r2:
     before = r.shard_for_owner(owner)
+    r2.execute("SELECT 1 FROM orders WHERE id = 0", owner=owner)  # declares its version on a connection of the old shard
     with psycopg.connect(cdsn, autocommit=True) as c:
         c.execute("CALL id_gen.move_genes(0, 16383, 'shard_1')")
     g = r.gene(owner)
@@ -228,10 +230,15 @@ with Router(cdsn, shards, listen=False) as r:
         n = conn.execute("SELECT count(*) FROM orders WHERE owner_id = %s AND id BETWEEN %s AND %s",
                          (owner, g << 47, (g << 47) | ((1 << 47) - 1))).fetchone()[0]
     nid = r.next_id("orders", owner)
-    print(before, old, r.shard_for_owner(owner), n > 0, r.stats["retries_moved"] > 0, r.shard_for_id(nid) == r.shard_for_owner(owner) and (nid >> 47) == g)
+    # One statement with the version declared by SET id_gen.route_version: retried the same way.
+    m = r2.execute("SELECT count(*) FROM orders WHERE owner_id = %s AND id BETWEEN %s AND %s",
+                   (owner, g << 47, (g << 47) | ((1 << 47) - 1)), owner=owner)[0][0]
+    print(before, old, r.shard_for_owner(owner), n > 0, r.stats["retries_moved"] > 0,
+          r.shard_for_id(nid) == r.shard_for_owner(owner) and (nid >> 47) == g, m == n and r2.stats["retries_moved"] > 0)
 PYEOF
 )
-assert_eq "$stale" "shard_2 IG001 shard_1 True True True" "stale routes: IG001 from the old shard, a refresh, then the rows from the new one; next_id gives an id of the owner's gene"
+assert_eq "$stale" "shard_2 IG001 shard_1 True True True True" \
+  "stale routes: IG001 from the old shard, a refresh, then the rows from the new one (transaction() and execute()); next_id gives an id of the owner's gene"
 
 log "(d) the clients compute the extension's genes"
 "$PY" - "$W/genes.in" <<'PYEOF'

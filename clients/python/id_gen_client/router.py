@@ -11,6 +11,9 @@ Implements the client side of docs/routing-protocol.md. Invariants it keeps:
   simple-protocol message; IG001 re-reads the routes and retries, IG002 waits and retries.
   A body's error is never retried by `transaction` (the claim's locks kept it valid);
   `run` retries the whole call.
+* `execute` runs one statement in autocommit after `SET id_gen.route_version = v` on that
+  connection (sent only when v changed; remembered per connection), and retries it on
+  IG001/IG002: a statement that failed had no effect.
 * Every connection taken from a pool goes back to it, idle (rolled back) or broken.
 """
 import bisect
@@ -21,6 +24,7 @@ import select
 import threading
 import time
 import uuid
+import weakref
 
 import psycopg
 from psycopg import pq
@@ -72,6 +76,8 @@ class Router:
         self._stats_lock = threading.Lock()
         self._pools = {}
         self._pools_lock = threading.Lock()
+        # The route version each pooled connection declared (SET id_gen.route_version).
+        self._declared = weakref.WeakKeyDictionary()
         self._table = _RouteTable((), 0)
         self._reload_lock = threading.Lock()  # guards _routes_conn and reloads
         self._reloads_begun = 0  # reloads numbered in the order they began
@@ -266,6 +272,43 @@ class Router:
                     raise
                 last_error = e
                 self._after_route_error(code, attempt)
+        raise RouteRetryExhausted(
+            f"gene {g}: the route kept changing for {self.retry_limit} attempts") from last_error
+
+    def execute(self, query, params=None, *, owner=None, id=None, gene=None):
+        """One statement on the owning shard, in a transaction of its own, with the route
+        version declared on the connection (SET id_gen.route_version, sent only when the
+        version changed): one round trip, as on a direct connection. Retried on
+        IG001/IG002, which a statement that failed leaves without effect. Returns its rows
+        (a list of tuples), or None for a statement that returns none."""
+        g = self._target_gene(owner, id, gene)
+        last_error = None
+        for attempt in range(self.retry_limit):
+            table = self._table
+            try:
+                shard = self._route(g, table)
+            except NoRouteError:
+                if attempt > 0 or self.refresh() == table.version:
+                    raise
+                continue
+            pool = self._pool(shard)
+            conn = pool.getconn()
+            try:
+                if self._declared.get(conn) != table.version:
+                    _simple(conn, f"SET id_gen.route_version = {int(table.version)}")
+                    self._declared[conn] = table.version
+                cur = conn.execute(query, params)
+                rows = cur.fetchall() if cur.description is not None else None
+                self._count("transactions")
+                return rows
+            except psycopg.Error as e:
+                code = route_error_code(e)
+                if code is None:
+                    raise
+                last_error = e
+                self._after_route_error(code, attempt)
+            finally:
+                pool.putconn(conn)
         raise RouteRetryExhausted(
             f"gene {g}: the route kept changing for {self.retry_limit} attempts") from last_error
 
