@@ -284,15 +284,10 @@ class Router:
         g = self._target_gene(owner, id, gene)
         last_error = None
         for attempt in range(self.retry_limit):
-            table = self._table
-            try:
-                shard = self._route(g, table)
-            except NoRouteError:
-                if attempt > 0 or self.refresh() == table.version:
-                    raise
-                continue
-            pool = self._pool(shard)
-            conn = pool.getconn()
+            checkout = self._checkout(g, attempt)
+            if checkout is None:
+                continue  # the routes changed: look again
+            table, pool, conn = checkout
             try:
                 if self._declared.get(conn) != table.version:
                     _simple(conn, f"SET id_gen.route_version = {int(table.version)}")
@@ -332,19 +327,27 @@ class Router:
             raise ValueError(f"gene {gene} is outside 0..65535")
         return int(gene)
 
+    def _checkout(self, g, attempt):
+        """(routes, pool, connection) for gene g by the current routes; None when g had no
+        route on the first attempt and a re-read found other routes (look again)."""
+        table = self._table
+        try:
+            shard = self._route(g, table)
+        except NoRouteError:
+            if attempt > 0 or self.refresh() == table.version:
+                raise
+            return None
+        pool = self._pool(shard)
+        return table, pool, pool.getconn()
+
     def _claim(self, g):
         """A connection of the owning shard's pool, in a transaction that claimed gene g."""
         last_error = None
         for attempt in range(self.retry_limit):
-            table = self._table
-            try:
-                shard = self._route(g, table)
-            except NoRouteError:
-                if attempt > 0 or self.refresh() == table.version:
-                    raise
+            checkout = self._checkout(g, attempt)
+            if checkout is None:
                 continue  # the routes changed: look again
-            pool = self._pool(shard)
-            conn = pool.getconn()
+            table, pool, conn = checkout
             try:
                 # Both statements in one simple-protocol message: one round trip, as a BEGIN.
                 _simple(conn, f"BEGIN; SELECT id_gen.route_claim({int(g)}, {int(table.version)})")
