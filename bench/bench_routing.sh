@@ -9,10 +9,10 @@
 #       autocommit through Router.execute (SET id_gen.route_version once per connection)
 #       against direct autocommit; the same transactions through the Rust client
 #       (clients/rust) against Rust directly on the shard;
-#   (b) the shard-side cost of the version check: pgbench point lookups on shard_1 with
-#       no declared version, with SET id_gen.route_version (checked by the executor-start
-#       guard in every transaction), and BEGIN + route_claim + lookup + COMMIT against
-#       BEGIN + lookup + COMMIT.
+#   (b) the shard-side cost of the checks: pgbench point lookups on shard_1 with no declared
+#       version, with SET id_gen.route_version (checked by the executor-start guard in every
+#       transaction), with the guard off (id_gen.routing_guard = off: no plan walk), and
+#       BEGIN + route_claim + lookup + COMMIT against BEGIN + lookup + COMMIT.
 # Figures, never a gate.
 
 RB_C=/tmp/idg_bench_rt_coord RB_CP=54480
@@ -117,16 +117,21 @@ rb_pgb() { # rb_pgb SCRIPT [PGOPTIONS]: tps
 }
 RUNS=()
 for r in $(seq "$RB_ROUNDS"); do
-  a=$(rb_pgb "$RB_W/plain.sql"); b=$(rb_pgb "$RB_W/plain.sql" "-c id_gen.route_version=$V")
-  c=$(rb_pgb "$RB_W/txn.sql"); d=$(rb_pgb "$RB_W/claim.sql")
-  if [ $((r % 2)) = 0 ]; then RUNS+=("$a $b $c $d"); else
-    b2=$(rb_pgb "$RB_W/plain.sql" "-c id_gen.route_version=$V"); a2=$(rb_pgb "$RB_W/plain.sql")
-    RUNS+=("$(awk -v a="$a" -v a2="$a2" 'BEGIN{print (a+a2)/2}') $(awk -v b="$b" -v b2="$b2" 'BEGIN{print (b+b2)/2}') $c $d"); fi
+  if [ $((r % 2)) = 0 ]; then
+    a=$(rb_pgb "$RB_W/plain.sql"); b=$(rb_pgb "$RB_W/plain.sql" "-c id_gen.route_version=$V"); e=$(rb_pgb "$RB_W/plain.sql" "-c id_gen.routing_guard=off")
+    c=$(rb_pgb "$RB_W/txn.sql"); d=$(rb_pgb "$RB_W/claim.sql")
+  else  # the other order
+    d=$(rb_pgb "$RB_W/claim.sql"); c=$(rb_pgb "$RB_W/txn.sql")
+    e=$(rb_pgb "$RB_W/plain.sql" "-c id_gen.routing_guard=off"); b=$(rb_pgb "$RB_W/plain.sql" "-c id_gen.route_version=$V"); a=$(rb_pgb "$RB_W/plain.sql")
+  fi
+  RUNS+=("$a $b $c $d $e")
 done
 read -r m lo hi <<< "$(col_stats 0)"
 echo "  lookup, no version declared              : $(fmt_range "$m" "$lo" "$hi") tps"
 read -r rm rlo rhi <<< "$(ratio_stats 1 0)"
 echo "  lookup, SET id_gen.route_version = $V      : $(fmt_ratio "$rm" "$rlo" "$rhi" "x no version")"
+read -r rm rlo rhi <<< "$(ratio_stats 0 4)"
+echo "  lookup, guard on vs id_gen.routing_guard = off (the plan walk of every statement): $(fmt_ratio "$rm" "$rlo" "$rhi" "x")"
 read -r m lo hi <<< "$(col_stats 2)"
 echo "  BEGIN + lookup + COMMIT                  : $(fmt_range "$m" "$lo" "$hi") tps"
 read -r rm rlo rhi <<< "$(ratio_stats 3 2)"

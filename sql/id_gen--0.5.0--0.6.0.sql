@@ -4866,7 +4866,9 @@ DECLARE
   n integer := 0;
 BEGIN
   PERFORM id_gen.require_superuser('push the route version to shards');
-  IF v = 0 THEN
+  -- Never a version this transaction raised: it is not committed (the supervisor's pass
+  -- that finished a split, say); the next pass pushes it.
+  IF v = 0 OR coalesce(current_setting('id_gen_internal.route_version_raised', true), '') <> '' THEN
     RETURN 0;
   END IF;
   SELECT coalesce(array_agg(m.lower_gene ORDER BY m.upper_gene), '{}'), coalesce(array_agg(m.upper_gene ORDER BY m.upper_gene), '{}'),
@@ -4931,6 +4933,7 @@ AS $$
 DECLARE
   t record;
   made integer := 0;
+  busy integer := 0;
 BEGIN
   INSERT INTO id_gen.shard_route_state AS s (version, shard, lower_genes, upper_genes, shards, pushed_at)
   VALUES (shard_set_route_state.version, shard_set_route_state.shard, shard_set_route_state.lower_genes,
@@ -4942,12 +4945,17 @@ BEGIN
   PERFORM set_config('lock_timeout', '2s', true);
   FOR t IN SELECT st.schema_name, st.table_name, st.stem, st.id_column FROM id_gen.shard_tables st
            WHERE to_regclass(format('%I.%I', st.schema_name, st.table_name)) IS NOT NULL LOOP
-    IF id_gen.shard_ensure_tombstone(format('%I.%I', t.schema_name, t.table_name)::regclass, t.stem, t.id_column) THEN
-      made := made + 1;
-    END IF;
+    BEGIN  -- a table busy beyond the lock timeout gets its tombstone with a later push
+      IF id_gen.shard_ensure_tombstone(format('%I.%I', t.schema_name, t.table_name)::regclass, t.stem, t.id_column) THEN
+        made := made + 1;
+      END IF;
+    EXCEPTION WHEN lock_not_available THEN
+      busy := busy + 1;
+    END;
   END LOOP;
   PERFORM id_gen.shard_routing_changed();
-  RETURN format('route version %s; %s tombstone(s) created', version, made);
+  RETURN format('route version %s; %s tombstone(s) created%s', version, made,
+                CASE WHEN busy > 0 THEN format(', %s table(s) too busy (next push)', busy) ELSE '' END);
 END $$;
 COMMENT ON FUNCTION id_gen.shard_set_route_state(bigint, text, integer[], integer[], text[]) IS 'On a shard (called by the coordinator''s id_gen.push_route_state): stores the route version and route table, gives every distributed table its tombstone partition if it has none, and makes every backend reload its routing view at commit.';
 REVOKE EXECUTE ON FUNCTION id_gen.shard_set_route_state(bigint, text, integer[], integer[], text[]) FROM PUBLIC;

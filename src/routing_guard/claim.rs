@@ -144,11 +144,16 @@ unsafe fn claim(fcinfo: pg_sys::FunctionCallInfo, shard_version: &mut i64) -> Op
     Some(Verdict::gene_not_owned(gene, state.version, known_owner(gene)))
 }
 
-/// Whether the current user holds any of SELECT, INSERT, UPDATE, DELETE on a table.
+/// Whether the current user holds any of SELECT, INSERT, UPDATE, DELETE on a table (a
+/// table dropped since the view was loaded: no).
 fn may_use(table: pg_sys::Oid) -> bool {
     let mode = pg_sys::ACL_SELECT | pg_sys::ACL_INSERT | pg_sys::ACL_UPDATE | pg_sys::ACL_DELETE;
-    // SAFETY: a catalog privilege check by oid (a dropped table reads as no privilege).
-    unsafe { pg_sys::pg_class_aclcheck(table, pg_sys::GetUserId(), mode as pg_sys::AclMode) == pg_sys::AclResult::ACLCHECK_OK }
+    let mut missing = false;
+    // SAFETY: a catalog privilege check by oid that reports a missing table instead of raising.
+    let result = unsafe {
+        pg_sys::pg_class_aclcheck_ext(table, pg_sys::GetUserId(), mode as pg_sys::AclMode, &mut missing)
+    };
+    !missing && result == pg_sys::AclResult::ACLCHECK_OK
 }
 
 /// The shard that owns `gene` according to the routes the coordinator last pushed here.

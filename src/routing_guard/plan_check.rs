@@ -42,16 +42,14 @@ pub unsafe fn guard_of(rel: pg_sys::Relation) -> Option<Guarded> {
             match CStr::from_ptr((*t).tgname).to_bytes() {
                 b"id_gen_move_fence" => return Some(Guarded::Fenced),
                 b"id_gen_not_owned" => {
-                    let attnum = if (*t).tgnargs >= 1 {
-                        CStr::from_ptr(*(*t).tgargs)
-                            .to_str()
-                            .ok()
-                            .and_then(|s| s.parse::<i16>().ok())
-                            .unwrap_or(0)
+                    // The id column by name (its second argument): attribute numbers change
+                    // when a dump restores a table that had dropped columns.
+                    let attnum = if (*t).tgnargs >= 2 {
+                        pg_sys::get_attnum((*rel).rd_id, *(*t).tgargs.add(1))
                     } else {
                         0
                     };
-                    return Some(Guarded::NotOwned(attnum));
+                    return Some(Guarded::NotOwned(attnum.max(0)));
                 }
                 _ => {}
             }
@@ -89,8 +87,9 @@ pub unsafe fn check_scans(ps: *mut pg_sys::PlanState) {
                     Guarded::Fenced => id_attnum_of_fenced(rel),
                 };
                 if selects_by_column((*ps).plan, rel, id_attnum) {
+                    // ExecProcNodeReal stays: refuse_scan runs the scan itself when the guard
+                    // is gone by then (a fence lifted before a cursor's first FETCH).
                     (*ps).ExecProcNode = Some(refuse_scan);
-                    (*ps).ExecProcNodeReal = Some(refuse_scan);
                 }
             }
         }
@@ -130,7 +129,14 @@ unsafe extern "C-unwind" fn refuse_scan(ps: *mut pg_sys::PlanState) -> *mut pg_s
     match verdict {
         // SAFETY: nothing in this frame needs dropping.
         Some(v) => unsafe { super::raise::raise(v) },
-        None => std::ptr::null_mut(), // the tombstone is empty: end of scan
+        // SAFETY: the node's own function, which ExecInitNode set and arming left alone.
+        None => unsafe {
+            (*ps).ExecProcNode = (*ps).ExecProcNodeReal;
+            match (*ps).ExecProcNodeReal {
+                Some(real) => real(ps),
+                None => std::ptr::null_mut(),
+            }
+        },
     }
 }
 
@@ -196,8 +202,10 @@ unsafe fn selects_by_column(plan: *mut pg_sys::Plan, rel: pg_sys::Relation, attn
                 heap_quals.push((*(plan as *mut pg_sys::BitmapHeapScan)).bitmapqualorig)
             }
             pg_sys::NodeTag::T_IndexOnlyScan => {
+                // Its index conditions and its filter both name index columns (INDEX_VAR).
                 let s = plan as *mut pg_sys::IndexOnlyScan;
-                index_quals = Some(((*s).indexid, (*s).indexqual));
+                heap_quals.clear();
+                index_quals = Some(((*s).indexid, pg_sys::list_concat_copy((*s).indexqual, (*plan).qual)));
             }
             _ => {}
         }

@@ -5,8 +5,9 @@
 //! Invariants: the view is a hint. It is reloaded when the `ShardRouting` epoch moves
 //! (every function that attaches or detaches a shard partition, or stores a pushed
 //! version, bumps it at commit), on every use without shared memory, and whenever a
-//! caller asks for a fresh copy before refusing something. Loading runs SQL with the
-//! guard switched off (`super::quietly`), never under a lock of ours.
+//! caller asks for a fresh copy before refusing something. Loading runs SQL under the
+//! latest snapshot (not the statement's: what committed while a claim waited must be
+//! seen) with the guard switched off (`super::quietly`), never under a lock of ours.
 
 use crate::epochs::{self, Epoch};
 use pgrx::prelude::*;
@@ -60,7 +61,7 @@ pub fn current(fresh: bool) -> Rc<ShardState> {
             }
         }
     }
-    let loaded = Rc::new(super::quietly(|| load(epoch)));
+    let loaded = Rc::new(super::quietly(|| with_latest_snapshot(|| load(epoch))));
     CACHE.with(|c| *c.borrow_mut() = Some(loaded.clone()));
     loaded
 }
@@ -74,6 +75,23 @@ impl ShardState {
     pub fn loaded_at_epoch(&self) -> u64 {
         self.epoch
     }
+}
+
+/// Runs `f` with the latest snapshot active: the view must include what committed after
+/// this statement's snapshot was taken (a claim that waited for a re-partition reloads
+/// after it, and must see it).
+fn with_latest_snapshot<R>(f: impl FnOnce() -> R) -> R {
+    struct Pop;
+    impl Drop for Pop {
+        fn drop(&mut self) {
+            // SAFETY: pops the snapshot pushed below, at the same nesting level.
+            unsafe { pg_sys::PopActiveSnapshot() };
+        }
+    }
+    // SAFETY: inside a transaction; PushActiveSnapshot copies the static latest snapshot.
+    unsafe { pg_sys::PushActiveSnapshot(pg_sys::GetLatestSnapshot()) };
+    let _pop = Pop;
+    f()
 }
 
 fn load(epoch: u64) -> ShardState {

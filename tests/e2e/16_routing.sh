@@ -233,12 +233,23 @@ with Router(cdsn, shards, listen=False) as r, Router(cdsn, shards, listen=False)
     # One statement with the version declared by SET id_gen.route_version: retried the same way.
     m = r2.execute("SELECT count(*) FROM orders WHERE owner_id = %s AND id BETWEEN %s AND %s",
                    (owner, g << 47, (g << 47) | ((1 << 47) - 1)), owner=owner)[0][0]
+    # A body that swallows a statement's error does not get a COMMIT reported as done.
+    try:
+        with r.transaction(owner=owner) as conn:
+            try:
+                conn.execute("SELECT 1 / 0")
+            except psycopg.errors.DivisionByZero:
+                pass
+        swallowed = "committed"
+    except psycopg.errors.InFailedSqlTransaction:
+        swallowed = "refused"
     print(before, old, r.shard_for_owner(owner), n > 0, r.stats["retries_moved"] > 0,
-          r.shard_for_id(nid) == r.shard_for_owner(owner) and (nid >> 47) == g, m == n and r2.stats["retries_moved"] > 0)
+          r.shard_for_id(nid) == r.shard_for_owner(owner) and (nid >> 47) == g, m == n and r2.stats["retries_moved"] > 0,
+          swallowed)
 PYEOF
 )
-assert_eq "$stale" "shard_2 IG001 shard_1 True True True True" \
-  "stale routes: IG001 from the old shard, a refresh, then the rows from the new one (transaction() and execute()); next_id gives an id of the owner's gene"
+assert_eq "$stale" "shard_2 IG001 shard_1 True True True True refused" \
+  "stale routes: IG001 from the old shard, a refresh, then the rows from the new one (transaction() and execute()); next_id gives an id of the owner's gene; a failed body is not reported committed"
 
 log "(d) the clients compute the extension's genes"
 "$PY" - "$W/genes.in" <<'PYEOF'

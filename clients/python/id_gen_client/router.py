@@ -136,7 +136,7 @@ class Router:
 
     def _read_routes(self):
         if self._routes_conn is None or self._routes_conn.closed:
-            self._routes_conn = psycopg.connect(self._routes_dsn, autocommit=True)
+            self._routes_conn = psycopg.connect(self._routes_dsn, autocommit=True, **COORDINATOR_CONNECT)
         while True:
             rows = self._routes_conn.execute(ROUTES_SQL).fetchall()
             if rows:
@@ -153,7 +153,7 @@ class Router:
     # --- listening to route changes -------------------------------------------------------
 
     def _connect_listener(self):
-        conn = psycopg.connect(self._routes_dsn, autocommit=True)
+        conn = psycopg.connect(self._routes_dsn, autocommit=True, **COORDINATOR_CONNECT)
         try:
             conn.execute(f"LISTEN {ROUTES_CHANNEL}")
         except BaseException:
@@ -250,6 +250,10 @@ class Router:
                 _rollback_quietly(conn)
                 raise
             try:
+                if conn.pgconn.transaction_status == pq.TransactionStatus.INERROR:
+                    # The body swallowed an error: COMMIT would roll back and report success.
+                    raise psycopg.errors.InFailedSqlTransaction(
+                        "id_gen_client: the transaction failed inside the body; it was rolled back")
                 _simple(conn, "COMMIT")
             except BaseException:
                 _rollback_quietly(conn)
@@ -404,6 +408,13 @@ class Router:
 
     def __exit__(self, *exc_info):
         self.close()
+
+
+# Route reads must not hang the threads that wait for them (a coordinator that stopped
+# answering): bounded connect, bounded statements, TCP keepalives.
+COORDINATOR_CONNECT = {"connect_timeout": 10, "options": "-c statement_timeout=10000",
+                       "keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5,
+                       "keepalives_count": 3}
 
 
 def _simple(conn, sql):

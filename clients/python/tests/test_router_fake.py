@@ -111,6 +111,8 @@ class CoordinatorConn:
 class FakeLibpq:
     """conn.pgconn of a fake shard connection: exec_ goes through the fake's execute (its
     errors are raised as psycopg errors, as the Router's own check would raise them)."""
+    transaction_status = pq.TransactionStatus.INTRANS
+
     def __init__(self, conn):
         self.conn = conn
 
@@ -152,7 +154,7 @@ class Cluster:
         self.fences, self.claim_error, self.params = 0, None, []
         self.pools = {}
 
-    def connect(self, dsn, autocommit=False):
+    def connect(self, dsn, autocommit=False, **connect_options):
         assert dsn == "coord" and autocommit
         self.coord.connects += 1
         return CoordinatorConn(self.coord)
