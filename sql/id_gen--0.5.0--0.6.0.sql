@@ -4875,9 +4875,11 @@ BEGIN
          coalesce(array_agg(m.shard ORDER BY m.upper_gene), '{}')
     INTO lowers, uppers, names
   FROM id_gen.route_map m;
-  FOR s IN SELECT ps.shard FROM id_gen.route_push_status ps
-           WHERE NOT ps.up_to_date
-             AND (force OR ps.last_error IS NULL OR ps.tried_at < clock_timestamp() - interval '10 s')
+  FOR s IN SELECT x.shard FROM (SELECT r.shard FROM id_gen.shard_routes r
+                                UNION SELECT p.shard FROM id_gen.shard_placements p) x
+           LEFT JOIN id_gen.route_pushes rp ON rp.shard = x.shard
+           WHERE rp.version IS DISTINCT FROM v
+             AND (force OR rp.last_error IS NULL OR rp.tried_at < clock_timestamp() - interval '10 s')
            ORDER BY 1 LOOP
     BEGIN
       PERFORM id_gen.shard_call(s, 'shard_set_route_state', ARRAY[v::text, s, lowers::text, uppers::text, names::text], 5000);

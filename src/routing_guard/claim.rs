@@ -125,7 +125,7 @@ unsafe fn claim(fcinfo: pg_sys::FunctionCallInfo, shard_version: &mut i64) -> Op
                     continue;
                 }
                 let still_partition = (*(*rel).rd_rel).relispartition;
-                let fenced = matches!(guard_of(rel), Some(Guarded::Fenced(_)));
+                let fenced = matches!(guard_of(rel), Some(Guarded::Fenced));
                 pg_sys::RelationClose(rel);
                 if fenced {
                     return Some(Verdict::fenced(relid));

@@ -19,9 +19,8 @@ use std::ffi::CStr;
 pub enum Guarded {
     /// A tombstone: genes not owned; the id column's attribute number.
     NotOwned(i16),
-    /// A partition fenced for a cut-over; the id column's attribute number (0: unknown,
-    /// any predicate counts).
-    Fenced(i16),
+    /// A partition fenced for a cut-over.
+    Fenced,
 }
 
 /// Looks for id_gen's guard triggers on an open relation.
@@ -41,20 +40,7 @@ pub unsafe fn guard_of(rel: pg_sys::Relation) -> Option<Guarded> {
                 continue;
             }
             match CStr::from_ptr((*t).tgname).to_bytes() {
-                b"id_gen_move_fence" => {
-                    // shard_fence records the id column's attribute number as the third
-                    // argument (a fence lives only for a cut-over: no dump renumbers it).
-                    let attnum = if (*t).tgnargs >= 3 {
-                        CStr::from_ptr(*(*t).tgargs.add(2))
-                            .to_str()
-                            .ok()
-                            .and_then(|s| s.parse::<i16>().ok())
-                            .unwrap_or(0)
-                    } else {
-                        0
-                    };
-                    return Some(Guarded::Fenced(attnum));
-                }
+                b"id_gen_move_fence" => return Some(Guarded::Fenced),
                 b"id_gen_not_owned" => {
                     // The id column by name (its second argument): attribute numbers change
                     // when a dump restores a table that had dropped columns.
@@ -95,7 +81,11 @@ pub unsafe fn check_scans(ps: *mut pg_sys::PlanState) {
         ) {
             let ss = ps as *mut pg_sys::ScanState;
             let rel = (*ss).ss_currentRelation;
-            if let Some(Guarded::NotOwned(id_attnum) | Guarded::Fenced(id_attnum)) = guard_of(rel) {
+            if let Some(g) = guard_of(rel) {
+                let id_attnum = match g {
+                    Guarded::NotOwned(a) => a,
+                    Guarded::Fenced => id_attnum_of_fenced(rel),
+                };
                 if selects_by_column((*ps).plan, rel, id_attnum) {
                     // ExecProcNodeReal stays: refuse_scan runs the scan itself when the guard
                     // is gone by then (a fence lifted before a cursor's first FETCH).
@@ -157,7 +147,7 @@ unsafe extern "C-unwind" fn scan_verdict(ps: *mut pg_sys::PlanState, verdict: *m
         let rel = (*(ps as *mut pg_sys::ScanState)).ss_currentRelation;
         *verdict = match guard_of(rel) {
             Some(Guarded::NotOwned(_)) => Some(Verdict::not_owned((*rel).rd_id)),
-            Some(Guarded::Fenced(_)) => Some(Verdict::fenced((*rel).rd_id)),
+            Some(Guarded::Fenced) => Some(Verdict::fenced((*rel).rd_id)),
             None => None,
         };
     }
@@ -171,6 +161,28 @@ unsafe fn sub_plan_states(list: *mut pg_sys::List) -> Vec<*mut pg_sys::PlanState
             .into_iter()
             .map(|p| (*(p as *mut pg_sys::SubPlanState)).planstate)
             .collect()
+    }
+}
+
+/// A fenced partition's id column: the fence trigger's third argument (shard_fence
+/// records it); 0 (any predicate counts) for a fence without it.
+unsafe fn id_attnum_of_fenced(rel: pg_sys::Relation) -> i16 {
+    // SAFETY: the same trigger walk as guard_of, on the same open relation.
+    unsafe {
+        let td = (*rel).trigdesc;
+        for i in 0..(*td).numtriggers as usize {
+            let t = (*td).triggers.add(i);
+            if CStr::from_ptr((*t).tgname).to_bytes() == b"id_gen_move_fence" && (*t).tgnargs >= 3 {
+                if let Some(a) = CStr::from_ptr(*(*t).tgargs.add(2))
+                    .to_str()
+                    .ok()
+                    .and_then(|s| s.parse::<i16>().ok())
+                {
+                    return a;
+                }
+            }
+        }
+        0
     }
 }
 

@@ -271,7 +271,11 @@ class Router:
                 with self.transaction(gene=g) as conn:
                     return fn(conn)
             except psycopg.Error as e:
-                last_error = self._after_route_error(e, attempt)
+                code = route_error_code(e)
+                if code is None:
+                    raise
+                last_error = e
+                self._after_route_error(code, attempt)
         raise RouteRetryExhausted(
             f"gene {g}: the route kept changing for {self.retry_limit} attempts") from last_error
 
@@ -297,7 +301,11 @@ class Router:
                 self._count("transactions")
                 return rows
             except psycopg.Error as e:
-                last_error = self._after_route_error(e, attempt)
+                code = route_error_code(e)
+                if code is None:
+                    raise
+                last_error = e
+                self._after_route_error(code, attempt)
             finally:
                 pool.putconn(conn)
         raise RouteRetryExhausted(
@@ -350,7 +358,11 @@ class Router:
             except psycopg.Error as e:
                 _rollback_quietly(conn)
                 pool.putconn(conn)
-                last_error = self._after_route_error(e, attempt)
+                code = route_error_code(e)
+                if code is None:
+                    raise
+                last_error = e
+                self._after_route_error(code, attempt)
                 continue
             except BaseException:
                 _rollback_quietly(conn)
@@ -361,12 +373,7 @@ class Router:
         raise RouteRetryExhausted(
             f"gene {g}: no shard accepted the claim in {self.retry_limit} attempts") from last_error
 
-    def _after_route_error(self, error, attempt):
-        """Re-raises an error that is neither IG001 nor IG002. For one that is: re-reads the
-        routes (IG001, and every third IG002), waits the backoff and returns it."""
-        code = route_error_code(error)
-        if code is None:
-            raise error
+    def _after_route_error(self, code, attempt):
         if code == ROUTE_CHANGED:
             self._count("retries_moved")
             self.refresh()
@@ -376,7 +383,6 @@ class Router:
                 self.refresh()
         delay = min(self.backoff_base * 2 ** attempt, self.backoff_max)
         time.sleep(delay * random.uniform(0.5, 1.0))
-        return error
 
     def _count(self, key):
         with self._stats_lock:

@@ -176,24 +176,6 @@ struct Listener {
     payloads: mpsc::UnboundedReceiver<String>,
 }
 
-/// A connection pool for one shard (NoTls, fast recycling): what the Router keeps per
-/// shard, and what a caller comparing with direct access should use too.
-pub fn shard_pool(name: &str, dsn: &str, size: usize) -> Result<Pool, Error> {
-    let pg = tokio_postgres::Config::from_str(dsn)
-        .map_err(|e| Error::Config(format!("shard {name}: {e}")))?;
-    let manager = Manager::from_config(
-        pg,
-        NoTls,
-        ManagerConfig {
-            recycling_method: RecyclingMethod::Fast,
-        },
-    );
-    Pool::builder(manager)
-        .max_size(size)
-        .build()
-        .map_err(|e| Error::Config(format!("shard {name}: {e}")))
-}
-
 impl Router {
     /// Connects: builds one pool per shard, opens the listener connection to `routes_dsn`,
     /// runs `LISTEN id_gen_routes`, then reads the routes. Must run inside a tokio runtime.
@@ -205,7 +187,20 @@ impl Router {
             .map_err(|e| Error::Config(format!("routes_dsn: {e}")))?;
         let mut pools = HashMap::new();
         for (name, dsn) in &config.shards {
-            pools.insert(name.clone(), shard_pool(name, dsn, config.pool_size)?);
+            let pg = tokio_postgres::Config::from_str(dsn)
+                .map_err(|e| Error::Config(format!("shard {name}: {e}")))?;
+            let manager = Manager::from_config(
+                pg,
+                NoTls,
+                ManagerConfig {
+                    recycling_method: RecyclingMethod::Fast,
+                },
+            );
+            let pool = Pool::builder(manager)
+                .max_size(config.pool_size)
+                .build()
+                .map_err(|e| Error::Config(format!("shard {name}: {e}")))?;
+            pools.insert(name.clone(), pool);
         }
         let listener = open_listener(&config.routes_dsn).await?;
         let (shutdown_tx, shutdown_rx) = oneshot::channel();

@@ -23,7 +23,6 @@
 
 use id_gen_client::key::parse_uuid;
 use id_gen_client::tokio_postgres::types::Type;
-use id_gen_client::router::shard_pool;
 use id_gen_client::{Key, Router, RouterConfig};
 use std::collections::BTreeMap;
 use std::io::{BufRead, Write};
@@ -388,13 +387,26 @@ async fn bench(opts: BenchOpts) -> Result<(), String> {
     Ok(())
 }
 
-/// One pool per shard, built as the Router builds its own (the `--direct` baseline).
+/// One pool per shard, straight from its DSN (the `--direct` baseline).
 fn direct_pools(opts: &BenchOpts) -> Result<BTreeMap<String, deadpool_postgres::Pool>, String> {
-    let size = opts.pool_size.unwrap_or(opts.tasks.max(8));
-    opts.shards
-        .iter()
-        .map(|(name, dsn)| Ok((name.clone(), shard_pool(name, dsn, size).map_err(|e| e.to_string())?)))
-        .collect()
+    let mut pools = BTreeMap::new();
+    for (name, dsn) in &opts.shards {
+        let pg: id_gen_client::tokio_postgres::Config =
+            dsn.parse().map_err(|e| format!("shard {name}: {e}"))?;
+        let manager = deadpool_postgres::Manager::from_config(
+            pg,
+            id_gen_client::tokio_postgres::NoTls,
+            deadpool_postgres::ManagerConfig {
+                recycling_method: deadpool_postgres::RecyclingMethod::Fast,
+            },
+        );
+        let pool = deadpool_postgres::Pool::builder(manager)
+            .max_size(opts.pool_size.unwrap_or(opts.tasks.max(8)))
+            .build()
+            .map_err(|e| format!("shard {name}: {e}"))?;
+        pools.insert(name.clone(), pool);
+    }
+    Ok(pools)
 }
 
 /// BEGIN, one statement with one bigint parameter, COMMIT on the owning shard, no claim.
