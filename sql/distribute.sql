@@ -263,9 +263,10 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION id_gen.dblink_schema() IS 'Schema of the dblink extension (55000 with a hint when it is not installed).';
 
--- Sends one statement on the connection and waits for it (cancellable, bounded).
-CREATE OR REPLACE FUNCTION id_gen.dblink_run(dbl name, conn text, shard text, command text, deadline timestamptz,
-                                            timeout_ms integer) RETURNS text
+-- Waits for the statement sent on the connection (cancellable, bounded by deadline: 57014
+-- after it) and returns the first column of its first row, or the command tag.
+CREATE OR REPLACE FUNCTION id_gen.dblink_wait(dbl name, conn text, shard text, deadline timestamptz,
+                                             timeout_ms integer) RETURNS text
 LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -273,10 +274,6 @@ DECLARE
   busy integer;
   result text;
 BEGIN
-  EXECUTE format('SELECT %I.dblink_send_query($1, $2)', dbl) INTO busy USING conn, command;
-  IF busy IS DISTINCT FROM 1 THEN
-    RAISE EXCEPTION 'id_gen: could not send a command to shard "%"', shard USING ERRCODE = '08006';
-  END IF;
   LOOP
     EXECUTE format('SELECT %I.dblink_is_busy($1)', dbl) INTO busy USING conn;
     EXIT WHEN busy = 0;
@@ -291,13 +288,113 @@ BEGIN
   EXECUTE format('SELECT count(*) FROM %I.dblink_get_result($1) AS t(r text)', dbl) USING conn;
   RETURN result;
 END $$;
+COMMENT ON FUNCTION id_gen.dblink_wait(name, text, text, timestamptz, integer) IS 'Polls an open dblink connection for the result of the statement sent on it until deadline (57014 after it); returns the first column of the first row.';
+REVOKE EXECUTE ON FUNCTION id_gen.dblink_wait(name, text, text, timestamptz, integer) FROM PUBLIC;
+
+-- Sends one statement on the connection without waiting for it (08006 if it cannot).
+CREATE OR REPLACE FUNCTION id_gen.dblink_send(dbl name, conn text, shard text, command text) RETURNS void
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  sent integer;
+BEGIN
+  EXECUTE format('SELECT %I.dblink_send_query($1, $2)', dbl) INTO sent USING conn, command;
+  IF sent IS DISTINCT FROM 1 THEN
+    RAISE EXCEPTION 'id_gen: could not send a command to shard "%"', shard USING ERRCODE = '08006';
+  END IF;
+END $$;
+COMMENT ON FUNCTION id_gen.dblink_send(name, text, text, text) IS 'Sends one statement on an open dblink connection without waiting for its result (08006 if it cannot be sent).';
+REVOKE EXECUTE ON FUNCTION id_gen.dblink_send(name, text, text, text) FROM PUBLIC;
+
+-- Sends one statement on the connection and waits for it (cancellable, bounded).
+CREATE OR REPLACE FUNCTION id_gen.dblink_run(dbl name, conn text, shard text, command text, deadline timestamptz,
+                                            timeout_ms integer) RETURNS text
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  PERFORM id_gen.dblink_send(dbl, conn, shard, command);
+  RETURN id_gen.dblink_wait(dbl, conn, shard, deadline, timeout_ms);
+END $$;
 COMMENT ON FUNCTION id_gen.dblink_run(name, text, text, text, timestamptz, integer) IS 'Sends one statement on an open dblink connection and polls for its result until deadline (57014 after it); returns the first column of the first row.';
 REVOKE EXECUTE ON FUNCTION id_gen.dblink_run(name, text, text, text, timestamptz, integer) FROM PUBLIC;
 
--- Runs one statement on a shard and returns the first column of its first row (or the
--- command tag). A new connection first pins search_path and READ COMMITTED for the whole
--- session. A remote error keeps its SQLSTATE; an unreachable shard is 08006.
-CREATE OR REPLACE FUNCTION id_gen.shard_exec(shard text, command text, timeout_ms integer DEFAULT 60000) RETURNS text
+-- The libpq connection string of id_gen's own connections to a shard: bounds for the
+-- connect and for a peer that stops answering (connect_timeout, TCP keepalives,
+-- tcp_user_timeout) first, then the libpq options of the shard's foreign server and of
+-- the current user's mapping, which override them (libpq keeps the last of a keyword).
+-- Passed to dblink_connect as a parameter: it is never part of a statement's text.
+CREATE OR REPLACE FUNCTION id_gen.shard_link_conninfo(shard text) RETURNS text
+LANGUAGE sql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+  SELECT 'connect_timeout=5 keepalives=1 keepalives_idle=5 keepalives_interval=2 keepalives_count=3 tcp_user_timeout=10000 '
+         || coalesce(string_agg(format('%s=''%s''', o.key, replace(replace(o.value, '\', '\\'), '''', '\''')), ' ' ORDER BY o.ord), '')
+  FROM (SELECT split_part(opts.opt, '=', 1) AS key, substr(opts.opt, strpos(opts.opt, '=') + 1) AS value, opts.ord
+        FROM (SELECT x.opt, x.ord FROM pg_foreign_server s, unnest(s.srvoptions) WITH ORDINALITY AS x(opt, ord)
+              WHERE s.srvname = shard_link_conninfo.shard
+              UNION ALL
+              SELECT x.opt, 1000 + x.ord FROM pg_user_mappings um, unnest(um.umoptions) WITH ORDINALITY AS x(opt, ord)
+              WHERE um.srvname = shard_link_conninfo.shard
+                AND um.umuser = (SELECT coalesce((SELECT u.umuser FROM pg_user_mappings u
+                                                  WHERE u.srvname = shard_link_conninfo.shard AND u.usename = current_user), 0))
+             ) opts) o
+  WHERE o.key IN ('host', 'hostaddr', 'port', 'dbname', 'user', 'password', 'passfile', 'service', 'sslmode', 'sslrootcert',
+                  'sslcert', 'sslkey', 'sslcrl', 'sslcrldir', 'sslsni', 'sslpassword', 'ssl_min_protocol_version',
+                  'ssl_max_protocol_version', 'gssencmode', 'krbsrvname', 'gsslib', 'requirepeer', 'require_auth',
+                  'channel_binding', 'connect_timeout', 'options', 'target_session_attrs', 'load_balance_hosts',
+                  'keepalives', 'keepalives_idle', 'keepalives_interval', 'keepalives_count', 'tcp_user_timeout');
+END;
+COMMENT ON FUNCTION id_gen.shard_link_conninfo(text) IS 'The libpq connection string of id_gen''s dblink connections to a shard: connect_timeout 5 s, TCP keepalives and tcp_user_timeout 10 s (so that a shard that stops answering is noticed), then the options of its foreign server and the current user''s mapping, which take precedence. Holds the password: superuser only, never shown.';
+REVOKE EXECUTE ON FUNCTION id_gen.shard_link_conninfo(text) FROM PUBLIC;
+
+-- The one remote path, in two halves so that one statement can go to several shards at
+-- once (id_gen.push_route_state): shard_send opens the connection if needed and sends,
+-- shard_receive waits for the result; id_gen.shard_exec is both. A new connection first
+-- pins search_path and READ COMMITTED for the whole session, and the shard's own bounds
+-- for an orphaned statement (statement_timeout 65 s, or timeout_ms + 5 s for a longer call;
+-- client_connection_check_interval 2 s). A remote error keeps its SQLSTATE; an
+-- unreachable shard is 08006. Every wait is bounded: the connect by connect_timeout (5 s
+-- unless the server says otherwise), the statement by timeout_ms. On any failure the
+-- connection is closed without a cancel request (id_gen.shard_link_failed): libpq's
+-- PQcancel opens a new connection and waits for the shard without a bound, which a shard
+-- that accepts connections but does not answer (a paused VM, a host swapping to death)
+-- turns into a hang; the shard ends the orphan by itself.
+CREATE OR REPLACE FUNCTION id_gen.shard_link_failed(shard text, msg text, code text, detail text, hint text) RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  IF shard IS NULL OR code IS NULL THEN
+    RAISE EXCEPTION 'id_gen: argument "%" must not be NULL', CASE WHEN shard IS NULL THEN 'shard' ELSE 'code' END
+      USING ERRCODE = '22004';
+  ELSIF code !~ '^[0-9A-Z]{5}$' THEN
+    RAISE EXCEPTION 'id_gen: "%" is not a SQLSTATE', code USING ERRCODE = '22023';
+  END IF;
+  -- A command still running, a half-read result, a broken link or a cancel: drop the
+  -- connection (no cancel request, see above), so that the next call starts clean.
+  BEGIN
+    EXECUTE format('SELECT %I.dblink_disconnect($1)', id_gen.dblink_schema()) USING 'id_gen_' || md5(shard);
+  EXCEPTION WHEN OTHERS THEN NULL;
+  END;
+  IF code LIKE '08%' OR (code = 'XX000' AND msg ~* 'connection|server closed') THEN
+    -- (Never the command text: it can name a subscription's connection.)
+    RAISE EXCEPTION 'id_gen: shard "%" is unreachable: %', shard, msg
+      USING ERRCODE = '08006', HINT = 'Nothing was changed on it by this command; retry when it answers.';
+  END IF;
+  IF code = '57014' AND msg LIKE 'id_gen: shard % did not finish a command within %' THEN
+    RAISE EXCEPTION '%', msg
+      USING ERRCODE = '57014',
+            DETAIL = 'The connection was closed; the shard ends the statement by itself (statement_timeout, or when it notices the closed connection). What the statement did there is committed whole or not at all.',
+            HINT = 'The shard may be hung or overloaded: call the operation again when it answers.';
+  END IF;
+  PERFORM id_gen.reraise(msg, code, detail, hint);
+END $$;
+COMMENT ON FUNCTION id_gen.shard_link_failed(text, text, text, text, text) IS 'The failure path of a remote call: closes the shard''s connection without a cancel request and raises the error (08006 for an unreachable shard, 57014 with a hint for a statement past its bound, else the remote error as it was).';
+REVOKE EXECUTE ON FUNCTION id_gen.shard_link_failed(text, text, text, text, text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION id_gen.shard_send(shard text, command text, timeout_ms integer DEFAULT 60000) RETURNS void
 LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -305,7 +402,6 @@ DECLARE
   dbl name := id_gen.dblink_schema();
   conn text := 'id_gen_' || md5(shard);
   connected boolean;
-  result text;
   deadline timestamptz := clock_timestamp() + timeout_ms * interval '1 ms';
   msg text;
   code text;
@@ -315,35 +411,70 @@ BEGIN
   EXECUTE format('SELECT $1 = ANY (coalesce(%I.dblink_get_connections(), ''{}''))', dbl) INTO connected USING conn;
   BEGIN
     IF NOT connected THEN
-      EXECUTE format('SELECT %I.dblink_connect($1, $2)', dbl) USING conn, shard;
+      IF NOT EXISTS (SELECT FROM pg_foreign_server s WHERE s.srvname = shard) THEN
+        RAISE EXCEPTION 'id_gen: shard "%" is not a foreign server here', shard USING ERRCODE = '42704';
+      END IF;
+      EXECUTE format('SELECT %I.dblink_connect($1, $2)', dbl) USING conn, id_gen.shard_link_conninfo(shard);
       PERFORM id_gen.dblink_run(dbl, conn, shard,
         'SELECT pg_catalog.concat(pg_catalog.set_config(''search_path'', ''pg_catalog, pg_temp'', false), '
         'pg_catalog.set_config(''default_transaction_isolation'', ''read committed'', false), '
+        'pg_catalog.set_config(''statement_timeout'', ''65s'', false), '
+        'pg_catalog.set_config(''client_connection_check_interval'', ''2s'', false), '
         'pg_catalog.set_config(''application_name'', ''id_gen coordinator'', false))', deadline, timeout_ms);
     END IF;
-    result := id_gen.dblink_run(dbl, conn, shard, command, deadline, timeout_ms);
+    IF timeout_ms > 60000 THEN
+      -- The shard's bound follows a longer one for this statement (back to 65 s after it).
+      PERFORM id_gen.dblink_run(dbl, conn, shard,
+        format('SELECT pg_catalog.set_config(''statement_timeout'', %L, false)', (timeout_ms + 5000) || 'ms'), deadline, timeout_ms);
+    END IF;
+    PERFORM id_gen.dblink_send(dbl, conn, shard, command);
   EXCEPTION WHEN OTHERS OR query_canceled THEN
     GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT, code = RETURNED_SQLSTATE, detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
-    -- A command still running, a half-read result, a broken link or a cancel: cancel and
-    -- drop the connection, so that the next call starts clean.
-    BEGIN
-      EXECUTE format('SELECT %I.dblink_cancel_query($1)', dbl) USING conn;
-    EXCEPTION WHEN OTHERS THEN NULL;
-    END;
-    BEGIN
-      EXECUTE format('SELECT %I.dblink_disconnect($1)', dbl) USING conn;
-    EXCEPTION WHEN OTHERS THEN NULL;
-    END;
-    IF code LIKE '08%' OR (code = 'XX000' AND msg ~* 'connection|server closed') THEN
-      -- (Never the command text: it can name a subscription's connection.)
-      RAISE EXCEPTION 'id_gen: shard "%" is unreachable: %', shard, msg
-        USING ERRCODE = '08006', HINT = 'Nothing was changed on it by this command; retry when it answers.';
+    PERFORM id_gen.shard_link_failed(shard, msg, code, detail, hint);
+  END;
+END $$;
+COMMENT ON FUNCTION id_gen.shard_send(text, text, integer) IS 'First half of id_gen.shard_exec: opens the shard''s connection if needed (bounded by connect_timeout and timeout_ms) and sends one statement without waiting for it; id_gen.shard_receive takes the result.';
+REVOKE EXECUTE ON FUNCTION id_gen.shard_send(text, text, integer) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION id_gen.shard_receive(shard text, timeout_ms integer, started timestamptz) RETURNS text
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  dbl name := id_gen.dblink_schema();
+  conn text := 'id_gen_' || md5(shard);
+  result text;
+  msg text;
+  code text;
+  detail text;
+  hint text;
+BEGIN
+  BEGIN
+    result := id_gen.dblink_wait(dbl, conn, shard, started + timeout_ms * interval '1 ms', timeout_ms);
+    IF timeout_ms > 60000 THEN
+      PERFORM id_gen.dblink_run(dbl, conn, shard, 'SELECT pg_catalog.set_config(''statement_timeout'', ''65s'', false)',
+                                clock_timestamp() + interval '5 s', 5000);
     END IF;
-    PERFORM id_gen.reraise(msg, code, detail, hint);
+  EXCEPTION WHEN OTHERS OR query_canceled THEN
+    GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT, code = RETURNED_SQLSTATE, detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
+    PERFORM id_gen.shard_link_failed(shard, msg, code, detail, hint);
   END;
   RETURN result;
 END $$;
-COMMENT ON FUNCTION id_gen.shard_exec(text, text, integer) IS 'The one path for statements id_gen runs on shards: one statement over dblink (the shard''s foreign server and the caller''s user mapping), search_path pinned to pg_catalog, pg_temp, READ COMMITTED, asynchronous and cancellable, bounded by timeout_ms; returns the first column of the first row or the command tag.';
+COMMENT ON FUNCTION id_gen.shard_receive(text, integer, timestamptz) IS 'Second half of id_gen.shard_exec: waits for the statement id_gen.shard_send sent (until started + timeout_ms, then 57014 and the connection closed) and returns the first column of its first row or the command tag.';
+REVOKE EXECUTE ON FUNCTION id_gen.shard_receive(text, integer, timestamptz) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION id_gen.shard_exec(shard text, command text, timeout_ms integer DEFAULT 60000) RETURNS text
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  started timestamptz := clock_timestamp();
+BEGIN
+  PERFORM id_gen.shard_send(shard, command, timeout_ms);
+  RETURN id_gen.shard_receive(shard, timeout_ms, started);
+END $$;
+COMMENT ON FUNCTION id_gen.shard_exec(text, text, integer) IS 'The one path for statements id_gen runs on shards: one statement over dblink (the shard''s foreign server and the caller''s user mapping, with connect_timeout, TCP keepalives and tcp_user_timeout), search_path pinned to pg_catalog, pg_temp, READ COMMITTED, asynchronous and cancellable, bounded by timeout_ms (after a failure the connection is closed, never left waiting for a cancel request); returns the first column of the first row or the command tag.';
 REVOKE EXECUTE ON FUNCTION id_gen.shard_exec(text, text, integer) FROM PUBLIC;
 
 -- Calls id_gen.<fn>(args...) on a shard: each argument is a literal (quote_nullable), so
@@ -362,7 +493,7 @@ COMMENT ON FUNCTION id_gen.shard_call(text, text, text[], integer) IS 'Runs SELE
 REVOKE EXECUTE ON FUNCTION id_gen.shard_call(text, text, text[], integer) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION id_gen.shard_call_text(fn text, args text[]) RETURNS text
-LANGUAGE sql IMMUTABLE STRICT
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 RETURN format('SELECT id_gen.%I(%s)', fn,
               coalesce((SELECT string_agg(quote_nullable(a), ', ' ORDER BY i) FROM unnest(args) WITH ORDINALITY AS x(a, i)), ''));
@@ -536,7 +667,7 @@ REVOKE EXECUTE ON FUNCTION id_gen.restore_shard_ranges(name, name, jsonb) FROM P
 -- route table. Idempotent: partitions and shards already in step are left alone. Returns
 -- the shards it changed with their old ranges (for the caller's undo); on an error it
 -- undoes its own shard changes before raising.
-CREATE OR REPLACE FUNCTION id_gen.sync_distributed_table(schema_name name, table_name name) RETURNS jsonb
+CREATE OR REPLACE FUNCTION id_gen.sync_distributed_table(schema_name name, table_name name, copy_rows boolean DEFAULT false) RETURNS jsonb
 LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -574,7 +705,7 @@ BEGIN
   -- A range partition whose bounds are no longer a route range is split or merged; with
   -- rows, this transaction would copy them under the lock above and the shards' table
   -- locks. Only on request (set_route(..., copy_rows => true)).
-  IF coalesce(current_setting('id_gen_internal.copy_rows', true), '') <> 'on' THEN
+  IF NOT coalesce(copy_rows, false) THEN
     FOR cur IN
       SELECT c.oid::regclass AS part, pg_get_expr(c.relpartbound, c.oid) AS bound
       FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
@@ -662,10 +793,10 @@ BEGIN
   END;
   RETURN jsonb_build_object('schema_name', d.schema_name, 'table_name', d.table_name, 'pushed', pushed);
 END $$;
-COMMENT ON FUNCTION id_gen.sync_distributed_table(name, name) IS 'Re-derives the partitions of one distributed table on its shards (each in a transaction of its own that locks the table first; undone on failure) and its foreign partitions here, from id_gen.shard_routes. Returns what it changed on the shards.';
-REVOKE EXECUTE ON FUNCTION id_gen.sync_distributed_table(name, name) FROM PUBLIC;
+COMMENT ON FUNCTION id_gen.sync_distributed_table(name, name, boolean) IS 'Re-derives the partitions of one distributed table on its shards (each in a transaction of its own that locks the table first; undone on failure) and its foreign partitions here, from id_gen.shard_routes; a range partition that splits or merges with rows is refused unless copy_rows. Returns what it changed on the shards.';
+REVOKE EXECUTE ON FUNCTION id_gen.sync_distributed_table(name, name, boolean) FROM PUBLIC;
 
-CREATE OR REPLACE FUNCTION id_gen.sync_distributed_tables() RETURNS integer
+CREATE OR REPLACE FUNCTION id_gen.sync_distributed_tables(copy_rows boolean DEFAULT false) RETURNS integer
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -688,7 +819,7 @@ BEGIN
   PERFORM id_gen.check_routes_for_distribution();
   BEGIN
     FOR d IN SELECT t.schema_name, t.table_name FROM id_gen.distributed_tables t ORDER BY 1, 2 LOOP
-      done := done || id_gen.sync_distributed_table(d.schema_name, d.table_name);
+      done := done || id_gen.sync_distributed_table(d.schema_name, d.table_name, copy_rows);
       n := n + 1;
     END LOOP;
   EXCEPTION WHEN OTHERS OR query_canceled THEN
@@ -704,8 +835,8 @@ BEGIN
   END;
   RETURN n;
 END $$;
-COMMENT ON FUNCTION id_gen.sync_distributed_tables() IS 'Brings the partitions of every distributed table, on the coordinator and on the shards, in step with id_gen.shard_routes (set_route and drop_route call it; run it by hand after a failure). Returns the number of tables.';
-REVOKE EXECUTE ON FUNCTION id_gen.sync_distributed_tables() FROM PUBLIC;
+COMMENT ON FUNCTION id_gen.sync_distributed_tables(boolean) IS 'Brings the partitions of every distributed table, on the coordinator and on the shards, in step with id_gen.shard_routes (set_route and drop_route call it; run it by hand after a failure). A range partition that splits or merges with rows is refused unless copy_rows (then copied under ACCESS EXCLUSIVE). Returns the number of tables.';
+REVOKE EXECUTE ON FUNCTION id_gen.sync_distributed_tables(boolean) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION id_gen.insert_distributed_row() RETURNS trigger
 LANGUAGE plpgsql
@@ -972,15 +1103,8 @@ REVOKE EXECUTE ON FUNCTION id_gen.distribute_table(regclass, name, name, text) F
 
 -- Grants, owners and names of distributed tables ------------------------------------------------
 -- id_gen's own DDL on distributed tables (partitions, foreign tables, owners) does not
--- need following; it says so for the rest of its transaction.
-CREATE OR REPLACE FUNCTION id_gen.quiet_ddl() RETURNS void
-LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-  PERFORM set_config('id_gen_internal.own_ddl', 'on', true);
-END $$;
-COMMENT ON FUNCTION id_gen.quiet_ddl() IS 'Marks the rest of the transaction as id_gen''s own DDL on distributed tables (id_gen.follow_distributed_ddl then does nothing).';
+-- need following; it says so for the rest of its transaction with id_gen.quiet_ddl()
+-- (src/transaction_marks.rs: superuser only, not a setting any session could SET).
 
 -- Makes rel's owner and grants those of source (revoking what source does not grant).
 CREATE OR REPLACE FUNCTION id_gen.match_owner_and_grants(source regclass, rel regclass) RETURNS boolean
@@ -1035,12 +1159,18 @@ DECLARE
   parts regclass;
   r record;
   renamed boolean;
+  stack text;
 BEGIN
   -- Runs as whoever ran the command, with their rights.
-  IF current_setting('id_gen_internal.own_ddl', true) = 'on' OR to_regclass('id_gen.distributed_tables') IS NULL THEN
+  IF to_regclass('id_gen.distributed_tables') IS NULL OR id_gen.ddl_is_quiet() THEN
     RETURN;
   END IF;
-  PERFORM id_gen.quiet_ddl();
+  -- Its own grants below fire it again: that run returns here. The call stack says so (no
+  -- setting or function an ordinary session could use to skip this trigger).
+  GET DIAGNOSTICS stack = PG_CONTEXT;
+  IF (SELECT count(*) FROM regexp_matches(stack, '^PL/pgSQL function id_gen\.follow_distributed_ddl\(\) line', 'gn')) > 1 THEN
+    RETURN;
+  END IF;
   FOR d IN SELECT * FROM id_gen.distributed_tables ORDER BY schema_name, table_name LOOP
     front := to_regclass(format('%I.%I', d.schema_name, d.table_name));
     parts := to_regclass(format('%I.%I', d.schema_name, d.partitioned_name));
@@ -1083,7 +1213,6 @@ BEGIN
       NULL;  -- not the caller's to change (and not changed by this command)
     END;
   END LOOP;
-  PERFORM set_config('id_gen_internal.own_ddl', 'off', true);
 END $$;
 COMMENT ON FUNCTION id_gen.follow_distributed_ddl() IS 'Event trigger: grants, revokes and owner changes on a distributed table reach every relation behind it; renaming a distributed table or its schema is refused (0A000).';
 DROP EVENT TRIGGER IF EXISTS id_gen_follow_distributed_ddl;

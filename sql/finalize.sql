@@ -145,6 +145,11 @@ COMMENT ON FUNCTION id_gen.gene_order_id_bytes(text, uuid) IS 'gene_order_id_byt
 COMMENT ON FUNCTION id_gen.fill_gene_id() IS 'BEFORE INSERT OR UPDATE row trigger: fill_gene_id(''id_col'', ''owner_col'', ''sequence'') fills a NULL bigint/bytea id from the owner column; an UPDATE that moves the owner to another gene while keeping the id is refused (23514).';
 COMMENT ON FUNCTION id_gen.shard_routing_changed() IS 'On a shard: every backend reloads its routing view (route version, partitions of distributed tables) once this transaction commits. Called by the shard functions that change them.';
 REVOKE EXECUTE ON FUNCTION id_gen.shard_routing_changed() FROM PUBLIC;
+-- src/transaction_marks.rs
+COMMENT ON FUNCTION id_gen.quiet_ddl() IS 'Marks the rest of the transaction as id_gen''s own DDL on distributed tables (id_gen.follow_distributed_ddl then does nothing). Superuser only: not a setting any session could SET.';
+REVOKE EXECUTE ON FUNCTION id_gen.quiet_ddl() FROM PUBLIC;
+COMMENT ON FUNCTION id_gen.ddl_is_quiet() IS 'Whether id_gen.quiet_ddl() ran in this transaction (the DDL follower asks).';
+COMMENT ON FUNCTION id_gen.written_by_this_transaction(bigint) IS 'Whether a transaction id (a row''s xmin, as bigint) is the current transaction or one of its subtransactions that has not rolled back.';
 COMMENT ON FUNCTION id_gen.check_route(integer, text) IS 'Validates a route (gene 0..65535, shard name 1..63 bytes).';
 COMMENT ON FUNCTION id_gen.route_plan_split(text, text[]) IS 'Proposes routes that split every gene range of a shard into nearly equal parts; apply each row with set_route.';
 COMMENT ON FUNCTION id_gen.route_plan_merge(text[], text) IS 'Proposes routes that move the ranges of the given shards to one shard; apply each row with set_route.';

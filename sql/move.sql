@@ -134,40 +134,42 @@ BEGIN
   p := id_gen.move_parts(m.lower_gene, m.upper_gene);
   RETURN QUERY VALUES
     (1, 'copying', 'coordinator', 'prepare_target',
-     format('-- %s learns that it owns route ranges %s too (id_gen.shard_apply_ranges): it creates the tables and empty partitions from the coordinator''s definitions', m.target_shard, p.ranges)),
-    (2, 'copying', 'source', 'create_publication',
+     format('-- %s gets the partitions of route ranges %s (id_gen.shard_apply_ranges): it creates the tables and empty partitions from the coordinator''s definitions', m.target_shard, p.ranges)),
+    (2, 'copying', 'target', 'fence_target', id_gen.shard_call_text('shard_fence_incoming', ARRAY[id, m.source_shard, p.parts::text])),
+    (3, 'copying', 'source', 'create_publication',
      id_gen.shard_call_text('shard_create_publication', ARRAY[id, p.parts::text, p.id_columns::text, p.lower_genes::text, p.upper_genes::text])),
-    (3, 'copying', 'coordinator', 'send_connection',
+    (4, 'copying', 'coordinator', 'send_connection',
      format('-- through postgres_fdw: INSERT INTO id_gen.move_secrets (move_id, conninfo) VALUES ($1, $2) on %s, with $2 = %s', m.target_shard, id_gen.shard_conninfo(m.source_shard, true))),
-    (4, 'copying', 'target', 'create_subscription', id_gen.shard_call_text('shard_subscribe', ARRAY[id, p.parts::text])),
-    (5, 'copying', 'source', 'create_slot', id_gen.shard_call_text('shard_create_slot', ARRAY[id])),
-    (6, 'copying', 'target', 'enable_subscription', id_gen.shard_call_text('shard_enable_subscription', ARRAY[id])),
-    (7, 'copying', 'target', 'refresh_subscription', format('ALTER SUBSCRIPTION %I REFRESH PUBLICATION WITH (copy_data = true)', tag)),
-    (8, 'copying', 'target', 'sync_state', id_gen.shard_call_text('shard_subscription_state', ARRAY[id])),
-    (9, 'copying', 'target', 'count_target', id_gen.shard_call_text('shard_rows_copied', ARRAY[p.parts::text])),
-    (10, 'catching_up', 'source', 'lag', id_gen.shard_call_text('shard_move_lag', ARRAY[id])),
-    (11, 'catching_up', 'coordinator', 'fence_coordinator',
+    (5, 'copying', 'target', 'create_subscription', id_gen.shard_call_text('shard_subscribe', ARRAY[id, p.parts::text])),
+    (6, 'copying', 'source', 'create_slot', id_gen.shard_call_text('shard_create_slot', ARRAY[id])),
+    (7, 'copying', 'target', 'enable_subscription', id_gen.shard_call_text('shard_enable_subscription', ARRAY[id])),
+    (8, 'copying', 'target', 'refresh_subscription', format('ALTER SUBSCRIPTION %I REFRESH PUBLICATION WITH (copy_data = true)', tag)),
+    (9, 'copying', 'target', 'sync_state', id_gen.shard_call_text('shard_subscription_state', ARRAY[id])),
+    (10, 'copying', 'target', 'count_target', id_gen.shard_call_text('shard_rows_copied', ARRAY[p.parts::text])),
+    (11, 'catching_up', 'source', 'lag', id_gen.shard_call_text('shard_move_lag', ARRAY[id])),
+    (12, 'catching_up', 'coordinator', 'fence_coordinator',
      '-- LOCK TABLE <range partitions of the moved genes> IN ACCESS EXCLUSIVE MODE  (writers of these genes wait; others do not)'),
-    (12, 'catching_up', 'source', 'fence_source', id_gen.shard_call_text('shard_fence', ARRAY[id, m.target_shard, p.parts::text])),
-    (13, 'catching_up', 'source', 'marker', id_gen.shard_call_text('shard_write_marker', ARRAY[id, '<attempt>'])),
-    (14, 'catching_up', 'target', 'await_marker', id_gen.shard_call_text('shard_has_marker', ARRAY[id, '<attempt>'])),
-    (15, 'catching_up', 'coordinator', 'flip',
-     format('-- UPDATE id_gen.shard_routes SET shard = %L for %s; swap each range partition''s foreign table to %s; COMMIT (lifts the fence)', m.target_shard, p.ranges, m.target_shard)),
-    (16, 'cut_over', 'source', 'detach_source', id_gen.shard_call_text('shard_detach_moved', ARRAY[id, p.parts::text])),
-    (17, 'cut_over', 'coordinator', 'forget_source',
+    (13, 'catching_up', 'source', 'fence_source', id_gen.shard_call_text('shard_fence', ARRAY[id, m.target_shard, p.parts::text])),
+    (14, 'catching_up', 'source', 'marker', id_gen.shard_call_text('shard_write_marker', ARRAY[id, '<attempt>'])),
+    (15, 'catching_up', 'target', 'await_marker', id_gen.shard_call_text('shard_has_marker', ARRAY[id, '<attempt>'])),
+    (16, 'catching_up', 'coordinator', 'flip',
+     format('-- UPDATE id_gen.shard_routes SET shard = %L for %s; swap each range partition''s foreign table to %s; then (next step) the target''s fence is lifted, and COMMIT lifts the coordinator''s', m.target_shard, p.ranges, m.target_shard)),
+    (17, 'catching_up', 'target', 'unfence_target', id_gen.shard_call_text('shard_unfence', ARRAY[p.parts::text])),
+    (18, 'cut_over', 'source', 'detach_source', id_gen.shard_call_text('shard_detach_moved', ARRAY[id, p.parts::text])),
+    (19, 'cut_over', 'coordinator', 'forget_source',
      format('-- %s no longer owns route ranges %s (id_gen.shard_apply_ranges)', m.source_shard, p.ranges)),
-    (18, 'cut_over', 'target', 'drop_subscription', format('DROP SUBSCRIPTION IF EXISTS %I', tag)),
-    (19, 'cut_over', 'source', 'drop_publication', id_gen.shard_call_text('shard_drop_publication', ARRAY[id])),
-    (20, 'cut_over', 'source', 'drop_source',
+    (20, 'cut_over', 'target', 'drop_subscription', format('DROP SUBSCRIPTION IF EXISTS %I', tag)),
+    (21, 'cut_over', 'source', 'drop_publication', id_gen.shard_call_text('shard_drop_publication', ARRAY[id])),
+    (22, 'cut_over', 'source', 'drop_source',
      id_gen.shard_call_text('shard_drop_moved', ARRAY[id, p.parts::text, (NOT coalesce(m.keep_source, false))::text])),
-    (21, 'cut_over', 'target', 'forget_markers', id_gen.shard_call_text('shard_forget_markers', ARRAY[id])),
-    (22, 'abort', 'source', 'unfence_source', id_gen.shard_call_text('shard_unfence', ARRAY[p.parts::text])),
-    (23, 'abort', 'source', 'drop_slot',
+    (23, 'cut_over', 'target', 'forget_markers', id_gen.shard_call_text('shard_forget_markers', ARRAY[id])),
+    (24, 'abort', 'source', 'unfence_source', id_gen.shard_call_text('shard_unfence', ARRAY[p.parts::text])),
+    (25, 'abort', 'source', 'drop_slot',
      id_gen.shard_call_text('shard_drop_move_slots', ARRAY[id, coalesce(m.slot_created, false)::text,
                                                            m.target_subscription::text, m.target_system_id])),
-    (24, 'abort', 'target', 'detach_subscription', id_gen.shard_call_text('shard_detach_subscription', ARRAY[id])),
-    (25, 'abort', 'target', 'empty_target', id_gen.shard_call_text('shard_empty_partitions', ARRAY[p.parts::text])),
-    (26, 'abort', 'source', 'forget_source_markers', id_gen.shard_call_text('shard_forget_markers', ARRAY[id]));
+    (26, 'abort', 'target', 'detach_subscription', id_gen.shard_call_text('shard_detach_subscription', ARRAY[id])),
+    (27, 'abort', 'target', 'empty_target', id_gen.shard_call_text('shard_empty_partitions', ARRAY[p.parts::text])),
+    (28, 'abort', 'source', 'forget_source_markers', id_gen.shard_call_text('shard_forget_markers', ARRAY[id]));
 END $$;
 COMMENT ON FUNCTION id_gen.move_commands(id_gen.shard_moves) IS 'The steps of a move with the statement each server runs (what move_genes executes and dry_run prints); no statement carries a password.';
 REVOKE EXECUTE ON FUNCTION id_gen.move_commands(id_gen.shard_moves) FROM PUBLIC;
@@ -307,6 +309,7 @@ LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+  PERFORM id_gen.run_move_step(m, 'unfence_target', 0, 10000);
   IF m.reversible THEN
     RETURN id_gen.open_way_back(m);
   END IF;
@@ -324,6 +327,18 @@ END $$;
 COMMENT ON FUNCTION id_gen.finish_cut_over(id_gen.shard_moves) IS 'Finishes a move that has cut over: the source detaches its partitions, forgets the ranges, the subscription (and its slot) and the publication go, the source''s copies are dropped unless keep_source.';
 REVOKE EXECUTE ON FUNCTION id_gen.finish_cut_over(id_gen.shard_moves) FROM PUBLIC;
 
+-- Shards whose last route push failed within 30 s: the supervisor leaves them out of its
+-- pass (each call to a shard that hangs would wait for its bound and hold up the others).
+CREATE OR REPLACE FUNCTION id_gen.shards_not_answering() RETURNS text[]
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+  SELECT coalesce(array_agg(rp.shard ORDER BY rp.shard), '{}') FROM id_gen.route_pushes rp
+  WHERE rp.last_error IS NOT NULL AND rp.tried_at > clock_timestamp() - interval '30 s';
+END;
+COMMENT ON FUNCTION id_gen.shards_not_answering() IS 'Shards whose last route push failed within the last 30 s (id_gen.route_pushes): the move supervisor skips their moves and splits in its pass and tries them again once a push succeeds.';
+REVOKE EXECUTE ON FUNCTION id_gen.shards_not_answering() FROM PUBLIC;
+
 -- Moves whose session is gone: run by the move supervisor (a background worker) every
 -- few seconds, or by hand. A move another session runs is left alone (its session
 -- advisory lock is held).
@@ -337,15 +352,27 @@ DECLARE
   err text;
   cleanup text;
   max_wal text := coalesce(current_setting('id_gen.reversible_max_wal', true), '1GB');
+  err_state text;
+  down text[];
 BEGIN
   PERFORM id_gen.require_superuser('recover moves');
+  -- Shards that have not been told the current route version (set_route, drop_route, or a
+  -- push that failed) are told first (sql/routing.sql; shards that answer first), so that a
+  -- shard that hangs delays no other shard's push.
+  PERFORM id_gen.push_route_state();
+  -- Shards that did not answer lately (a failed push, or a call of this pass) are left out
+  -- of this pass: every call to them would wait for its bound.
+  down := id_gen.shards_not_answering();
   -- Reversible moves: their reverse replication lag and retained WAL, for id_gen.moves.
   PERFORM id_gen.check_way_back(sm) FROM id_gen.shard_moves sm
-  WHERE sm.phase = 'reversible' AND (sm.back_checked_at IS NULL OR sm.back_checked_at < clock_timestamp() - interval '10 s');
+  WHERE sm.phase = 'reversible' AND (sm.back_checked_at IS NULL OR sm.back_checked_at < clock_timestamp() - interval '10 s')
+    AND sm.target_shard <> ALL (down);
   -- (grace: a CALL that just failed is usually called again by its operator at once.)
   FOR m IN SELECT * FROM id_gen.shard_moves sm
            WHERE sm.phase NOT IN ('done', 'aborted', 'reverted') AND sm.updated_at < clock_timestamp() - grace
            ORDER BY sm.move_id LOOP
+    -- A reversible move's WAL bound needs only its target (the source may be down).
+    CONTINUE WHEN m.target_shard = ANY (down) OR (m.phase <> 'reversible' AND m.source_shard = ANY (down));
     CONTINUE WHEN NOT pg_try_advisory_lock(757431, m.move_id::integer);
     move_id := m.move_id;
     action := NULL;
@@ -360,16 +387,25 @@ BEGIN
       ELSIF m.phase = 'reversible' THEN
         -- Left open on purpose: only a fence of an interrupted revert is lifted, and a way
         -- back that keeps too much WAL on the target is ended (the genes stay there).
-        IF m.back_retained_bytes > pg_size_bytes(max_wal) THEN
+        IF m.back_retained_bytes > pg_size_bytes(max_wal)
+           OR (m.back_checked_at IS NOT NULL AND m.back_retained_bytes IS NULL) THEN
+          -- Over the bound, or the slot is gone already (dropped by an earlier pass whose
+          -- clean-up on the source failed): no way back is left; the genes stay on the target.
           PERFORM id_gen.end_way_back(m);
-          action := format('completed: the way back kept %s of WAL on %s (id_gen.reversible_max_wal = %s)',
-                           pg_size_pretty(m.back_retained_bytes), m.target_shard, max_wal);
-        ELSIF m.source_fenced THEN
+          action := CASE WHEN m.back_retained_bytes IS NULL
+                         THEN format('completed: the way back''s slot on %s was gone', m.target_shard)
+                         ELSE format('completed: the way back kept %s of WAL on %s (id_gen.reversible_max_wal = %s)',
+                                     pg_size_pretty(m.back_retained_bytes), m.target_shard, max_wal) END;
+        ELSIF m.source_fenced AND m.source_shard <> ALL (down) THEN
           PERFORM id_gen.lift_revert_fence(m, 10000);
           UPDATE id_gen.shard_moves sm SET source_fenced = false WHERE sm.move_id = m.move_id;
           action := 'lifted the fence of an interrupted revert';
         END IF;
       ELSIF m.source_fenced THEN
+        -- (The target's fence first: its session may have died after lifting it.)
+        IF m.phase = 'catching_up' THEN
+          PERFORM id_gen.run_move_step(m, 'fence_target', 0, 10000);
+        END IF;
         PERFORM id_gen.run_move_step(m, 'unfence_source', 0, 10000);
         UPDATE id_gen.shard_moves sm SET source_fenced = false WHERE sm.move_id = m.move_id;
         action := 'lifted the fence';
@@ -384,9 +420,12 @@ BEGIN
                        ELSE 'rollback incomplete: ' || cleanup END;
       END IF;
     EXCEPTION WHEN OTHERS THEN
-      GET STACKED DIAGNOSTICS err = MESSAGE_TEXT;
+      GET STACKED DIAGNOSTICS err = MESSAGE_TEXT, err_state = RETURNED_SQLSTATE;
     END;
     IF err IS NOT NULL THEN
+      IF err_state IN ('08006', '57014') AND substring(err FROM '^id_gen: shard "([^"]+)"') IS NOT NULL THEN
+        down := down || substring(err FROM '^id_gen: shard "([^"]+)"');
+      END IF;
       UPDATE id_gen.shard_moves sm SET last_error = 'supervisor: ' || err, updated_at = clock_timestamp()
       WHERE sm.move_id = m.move_id;
       action := 'failed: ' || err;
@@ -400,12 +439,9 @@ BEGIN
     END IF;
   END LOOP;
   -- Splits and merges of route ranges (sql/split.sql) share the supervisor.
-  IF EXISTS (SELECT FROM id_gen.route_splits rs WHERE rs.phase NOT IN ('done', 'aborted', 'failed')) THEN
+  IF EXISTS (SELECT FROM id_gen.route_splits rs WHERE rs.phase NOT IN ('done', 'aborted', 'failed') AND rs.shard <> ALL (down)) THEN
     RETURN QUERY SELECT x.split_id, x.action FROM id_gen.recover_splits(abandon_after, grace) x;
   END IF;
-  -- Shards that have not been told the current route version (set_route, drop_route, or a
-  -- push that failed) are told now (sql/routing.sql).
-  PERFORM id_gen.push_route_state();
 END $$;
 COMMENT ON FUNCTION id_gen.recover_moves(interval, interval) IS 'Picks up moves no session runs (and none touched for grace): lifts the source''s fence of a move that has not cut over, finishes a move that has, and rolls back one left alone for abandon_after. The move supervisor runs it every few seconds; returns what it did. Superuser only.';
 REVOKE EXECUTE ON FUNCTION id_gen.recover_moves(interval, interval) FROM PUBLIC;
@@ -420,9 +456,11 @@ LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-  PERFORM id_gen.run_move_step(m, 'marker', marker, 5000);
+  PERFORM id_gen.run_move_step(m, 'marker', marker, 3000);
   LOOP
-    EXIT WHEN id_gen.run_move_step(m, 'await_marker', marker, 5000) = 't';
+    -- Each look bounded by what is left of the 3 s (a receiver that hangs ends it then).
+    EXIT WHEN id_gen.run_move_step(m, 'await_marker', marker,
+                                   greatest(200, 3000 - (extract(epoch FROM clock_timestamp() - since) * 1000)::integer)) = 't';
     IF clock_timestamp() - since > interval '3 s' THEN
       RAISE EXCEPTION 'the % did not catch up within 3 s of the fence', receiver USING ERRCODE = '55000';
     END IF;
@@ -518,6 +556,7 @@ DECLARE
   cleanup text;
   progress_at timestamptz;
   unfenced boolean;
+  target_unfenced boolean;
   i integer;
   last_state text;
   copied bigint;
@@ -677,6 +716,8 @@ BEGIN
     BEGIN
       -- The target's partitions (committed there before the subscription looks for them).
       PERFORM id_gen.place_ranges(m.target_shard, m.lower_gene, m.upper_gene, true);
+      -- ... which it does not own until the cut-over.
+      PERFORM id_gen.run_move_step(m, 'fence_target', 0, 10000);
       PERFORM id_gen.run_move_step(m, 'create_publication');
       IF m.target_subscription IS NULL THEN
         PERFORM id_gen.send_move_secret(m);
@@ -809,6 +850,9 @@ BEGIN
 
   -- catching up, fence, flip -----------------------------------------------------------------
   IF m.phase = 'catching_up' THEN
+    -- (Again, for a move resumed after its session died between lifting the target's fence
+    -- and the flip's commit.)
+    PERFORM id_gen.run_move_step(m, 'fence_target', 0, 10000);
     deadline := clock_timestamp() + interval '10 min';
     LOOP
       lag := id_gen.run_move_step(m, 'lag', 0, 10000)::bigint;
@@ -842,6 +886,7 @@ BEGIN
       COMMIT;
       PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
       err := NULL;
+      target_unfenced := false;
       BEGIN
         t0 := clock_timestamp();
         PERFORM pg_catalog.set_config('lock_timeout', '500ms', true);
@@ -863,6 +908,10 @@ BEGIN
             WHERE sm.move_id = m.move_id;
           END IF;
           PERFORM id_gen.flip_routes(m.lower_gene, m.upper_gene, m.target_shard);
+          -- The target owns the genes from here on: its fence goes while the coordinator
+          -- still holds their writers (which then reach the target, which must take them).
+          target_unfenced := true;
+          PERFORM id_gen.run_move_step(m, 'unfence_target', 0, 5000);
           UPDATE id_gen.shard_moves
           SET phase = 'cut_over', lag_bytes = 0, fence_started_at = t0, fence_ended_at = clock_timestamp(),
               updated_at = clock_timestamp(), last_error = NULL
@@ -870,7 +919,15 @@ BEGIN
         EXCEPTION WHEN OTHERS OR query_canceled THEN
           -- Lift the source's fence while the coordinator's locks still hold its writers:
           -- once they go, those writers reach the source again, which must take them.
+          -- The target does not own the genes: its fence stays or goes up again.
           GET STACKED DIAGNOSTICS err = MESSAGE_TEXT, err_state = RETURNED_SQLSTATE;
+          IF target_unfenced THEN
+            BEGIN
+              PERFORM id_gen.run_move_step(m, 'fence_target', 0, 5000);
+            EXCEPTION WHEN OTHERS OR query_canceled THEN
+              err := err || ' (fencing the target again failed: ' || SQLERRM || ')';
+            END;
+          END IF;
           BEGIN
             PERFORM id_gen.run_move_step(m, 'unfence_source', 0, 10000);
           EXCEPTION WHEN OTHERS OR query_canceled THEN
@@ -908,8 +965,9 @@ BEGIN
       WHERE move_id = m.move_id;
       COMMIT;
       PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-      IF NOT unfenced OR err_state IN ('57014', '55006') THEN
-        -- Cancelled, aborted elsewhere, or the source keeps refusing to lift: no retry.
+      IF NOT unfenced OR err_state IN ('57014', '55006', '08006') THEN
+        -- Cancelled, aborted elsewhere, a shard that does not answer, or the source keeps
+        -- refusing to lift: no retry.
         PERFORM pg_advisory_unlock(757431, m.move_id::integer);
         RAISE EXCEPTION 'id_gen: move %: %', m.move_id, err
           USING ERRCODE = coalesce(err_state, '55000'),

@@ -98,6 +98,17 @@ BEGIN
       USING ERRCODE = '22004';
   ELSIF tolerance < 0 OR max_steps < 1 THEN
     RAISE EXCEPTION 'id_gen: tolerance must be >= 0 and max_steps >= 1 (got % and %)', tolerance, max_steps USING ERRCODE = '22023';
+  ELSIF array_position(shards, NULL) IS NOT NULL THEN
+    RAISE EXCEPTION 'id_gen: argument "shards" must not contain NULL' USING ERRCODE = '22004';
+  ELSIF EXISTS (SELECT FROM unnest(shards) x(name)
+                WHERE NOT EXISTS (SELECT FROM pg_foreign_server fs JOIN pg_foreign_data_wrapper w ON w.oid = fs.srvfdw
+                                  WHERE fs.srvname = x.name AND w.fdwname = 'postgres_fdw')) THEN
+    RAISE EXCEPTION 'id_gen: % is not a postgres_fdw foreign server', (SELECT string_agg(format('"%s"', x.name), ', ')
+                                                                          FROM unnest(shards) x(name)
+                                                                          WHERE NOT EXISTS (SELECT FROM pg_foreign_server fs JOIN pg_foreign_data_wrapper w ON w.oid = fs.srvfdw
+                                                                                            WHERE fs.srvname = x.name AND w.fdwname = 'postgres_fdw'))
+      USING ERRCODE = '42704',
+            HINT = 'shards names servers that hold no range yet: CREATE SERVER ... FOREIGN DATA WRAPPER postgres_fdw and a user mapping first. Nothing was planned.';
   ELSIF NOT EXISTS (SELECT FROM id_gen.distributed_tables) THEN
     RETURN;  -- nothing to balance
   END IF;

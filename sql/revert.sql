@@ -139,6 +139,21 @@ END $$;
 COMMENT ON FUNCTION id_gen.shard_drop_way_back(bigint) IS 'On the target of a reversible move: drops the way back''s publication and slot.';
 REVOKE EXECUTE ON FUNCTION id_gen.shard_drop_way_back(bigint) FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION id_gen.shard_detach_way_back(move_id bigint) RETURNS void
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  tag name := 'id_gen_back_' || move_id;
+BEGIN
+  IF EXISTS (SELECT FROM pg_subscription s WHERE s.subname = tag) THEN
+    EXECUTE format('ALTER SUBSCRIPTION %I DISABLE', tag);
+    EXECUTE format('ALTER SUBSCRIPTION %I SET (slot_name = NONE)', tag);
+  END IF;
+END $$;
+COMMENT ON FUNCTION id_gen.shard_detach_way_back(bigint) IS 'On the source of a reversible move: disables the way back''s subscription and lets go of its slot (dropped on the target first), so that DROP SUBSCRIPTION does not need the target.';
+REVOKE EXECUTE ON FUNCTION id_gen.shard_detach_way_back(bigint) FROM PUBLIC;
+
 -- On the source at the cut-over of a reversible move: the partitions leave the table but
 -- keep their names (the way back applies to them by name) and get a CHECK of their bounds.
 CREATE OR REPLACE FUNCTION id_gen.shard_detach_kept(move_id bigint, parts text[], id_columns name[],
@@ -286,7 +301,7 @@ REVOKE EXECUTE ON FUNCTION id_gen.shard_drop_kept(bigint, text[]) FROM PUBLIC;
 -- The move turned around: source and target swapped, so that the steps of move_commands
 -- run the other way (fence and marker on the target, marker awaited on the source, ...).
 CREATE OR REPLACE FUNCTION id_gen.reversed(m id_gen.shard_moves) RETURNS id_gen.shard_moves
-LANGUAGE plpgsql IMMUTABLE STRICT
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -377,17 +392,25 @@ END $$;
 COMMENT ON FUNCTION id_gen.lift_revert_fence(id_gen.shard_moves, integer) IS 'Lifts a revert''s fence: the target''s fence triggers are disabled and the source''s kept partitions refuse direct writes again.';
 REVOKE EXECUTE ON FUNCTION id_gen.lift_revert_fence(id_gen.shard_moves, integer) FROM PUBLIC;
 
--- The way back goes: the source's subscription (which drops the slot on the target), then
--- the target's publication (and the slot, should it be left).
+-- The way back goes: first the target's publication and slot (the slot is what keeps WAL
+-- on the target, and the target is reachable when the source is not), then the source's
+-- subscription, detached from the slot that is gone. Raises when a step fails; each step
+-- is idempotent, so calling it again finishes the rest.
 CREATE OR REPLACE FUNCTION id_gen.drop_way_back(m id_gen.shard_moves) RETURNS void
 LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+  res text;
 BEGIN
+  res := id_gen.shard_call(m.target_shard, 'shard_drop_way_back', ARRAY[m.move_id::text], 30000);
+  IF res IS DISTINCT FROM 'dropped' THEN
+    RAISE EXCEPTION 'id_gen: the way back of move % on "%": %', m.move_id, m.target_shard, res USING ERRCODE = '55006';
+  END IF;
+  PERFORM id_gen.shard_call(m.source_shard, 'shard_detach_way_back', ARRAY[m.move_id::text], 30000);
   PERFORM id_gen.shard_exec(m.source_shard, format('DROP SUBSCRIPTION IF EXISTS %I', 'id_gen_back_' || m.move_id), 60000);
-  PERFORM id_gen.shard_call(m.target_shard, 'shard_drop_way_back', ARRAY[m.move_id::text], 30000);
 END $$;
-COMMENT ON FUNCTION id_gen.drop_way_back(id_gen.shard_moves) IS 'Drops a reversible move''s way back: the subscription on the source, the publication and slot on the target.';
+COMMENT ON FUNCTION id_gen.drop_way_back(id_gen.shard_moves) IS 'Drops a reversible move''s way back: the publication and slot on the target first (so that a source that is down cannot keep WAL there), then the subscription on the source.';
 REVOKE EXECUTE ON FUNCTION id_gen.drop_way_back(id_gen.shard_moves) FROM PUBLIC;
 
 -- After a revert's flip committed: the way back goes, the source takes its partitions back,

@@ -19,6 +19,18 @@
 --     refused by the executor-start check.
 
 -- Coordinator: the version ---------------------------------------------------------------
+-- Whether this transaction raised the route version (it wrote id_gen.route_state): such a
+-- version is not committed yet, so it is neither raised again nor pushed.
+CREATE OR REPLACE FUNCTION id_gen.route_version_raised_here() RETURNS boolean
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  RETURN coalesce((SELECT id_gen.written_by_this_transaction(s.xmin::text::bigint) FROM id_gen.route_state s), false);
+END $$;
+COMMENT ON FUNCTION id_gen.route_version_raised_here() IS 'Whether the current transaction raised the route version (its row of id_gen.route_state was written here): then it is not committed yet.';
+REVOKE EXECUTE ON FUNCTION id_gen.route_version_raised_here() FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION id_gen.bump_route_version() RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -27,14 +39,13 @@ DECLARE
   v bigint;
 BEGIN
   -- One new version per transaction, however many statements it runs on the routes.
-  IF coalesce(current_setting('id_gen_internal.route_version_raised', true), '') <> '' THEN
+  IF id_gen.route_version_raised_here() THEN
     RETURN NULL;
   END IF;
   INSERT INTO id_gen.route_state AS s (version) VALUES (1)
   ON CONFLICT (singleton) DO UPDATE SET version = s.version + 1, changed_at = now()
   RETURNING s.version INTO v;
   PERFORM pg_notify('id_gen_routes', v::text);
-  PERFORM set_config('id_gen_internal.route_version_raised', v::text, true);
   RETURN NULL;
 END $$;
 COMMENT ON FUNCTION id_gen.bump_route_version() IS 'Statement trigger on id_gen.shard_routes: raises the route version (id_gen.route_state) once per transaction and sends NOTIFY id_gen_routes with it; both take effect at commit.';
@@ -61,9 +72,36 @@ COMMENT ON VIEW id_gen.route_map IS 'The route ranges (genes lower_gene .. upper
 GRANT SELECT ON id_gen.route_map TO PUBLIC;
 
 -- Coordinator: telling the shards ---------------------------------------------------------
+-- Records a push: version (NULL: it failed, with error).
+CREATE OR REPLACE FUNCTION id_gen.note_route_push(to_shard text, taken bigint, failure text) RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  IF to_shard IS NULL THEN
+    RAISE EXCEPTION 'id_gen: argument "to_shard" must not be NULL' USING ERRCODE = '22004';
+  ELSIF failure IS NULL THEN
+    INSERT INTO id_gen.route_pushes AS rp (shard, version, pushed_at, tried_at, last_error)
+    VALUES (to_shard, taken, clock_timestamp(), clock_timestamp(), NULL)
+    ON CONFLICT (shard) DO UPDATE SET version = excluded.version, pushed_at = excluded.pushed_at,
+                                      tried_at = excluded.tried_at, last_error = NULL;
+  ELSE
+    INSERT INTO id_gen.route_pushes AS rp (shard, tried_at, last_error)
+    VALUES (to_shard, clock_timestamp(), failure)
+    ON CONFLICT (shard) DO UPDATE SET tried_at = excluded.tried_at, last_error = excluded.last_error;
+  END IF;
+END $$;
+COMMENT ON FUNCTION id_gen.note_route_push(text, bigint, text) IS 'Records in id_gen.route_pushes that a shard took a route version (taken), or why a push to it failed (failure).';
+REVOKE EXECUTE ON FUNCTION id_gen.note_route_push(text, bigint, text) FROM PUBLIC;
+
 -- Pushes the committed version and route table to every shard that routes or placements
--- name and that has not got it; a shard that failed is tried again after 10 s (force: at
--- once). Returns how many shards took it. Never raises for a shard: errors go to
+-- name and that has not got it; a shard that failed is tried again after 10 s. force
+-- pushes to every shard at once, also those recorded as up to date (a shard ahead of a
+-- coordinator restored from an older dump is set back). The statement goes to every shard
+-- before any answer is awaited (5 s in all), so a shard that hangs delays the others by
+-- nothing; shards that answered last time go first (a new connection to one that hangs
+-- waits for connect_timeout).
+-- Returns how many shards took it. Never raises for a shard: errors go to
 -- id_gen.route_pushes.last_error.
 CREATE OR REPLACE FUNCTION id_gen.push_route_state(force boolean DEFAULT false) RETURNS integer
 LANGUAGE plpgsql
@@ -76,39 +114,46 @@ DECLARE
   names text[];
   s text;
   n integer := 0;
+  sent text[] := '{}';
+  started timestamptz := clock_timestamp();
 BEGIN
   PERFORM id_gen.require_superuser('push the route version to shards');
   -- Never a version this transaction raised: it is not committed (the supervisor's pass
   -- that finished a split, say); the next pass pushes it.
-  IF v = 0 OR coalesce(current_setting('id_gen_internal.route_version_raised', true), '') <> '' THEN
+  IF v = 0 OR id_gen.route_version_raised_here() THEN
     RETURN 0;
   END IF;
   SELECT coalesce(array_agg(m.lower_gene ORDER BY m.upper_gene), '{}'), coalesce(array_agg(m.upper_gene ORDER BY m.upper_gene), '{}'),
          coalesce(array_agg(m.shard ORDER BY m.upper_gene), '{}')
     INTO lowers, uppers, names
   FROM id_gen.route_map m;
+  -- Sent to every shard first, then collected (one shared bound of 5 s): each shard takes
+  -- it as soon as its statement arrives, so one that hangs delays no other.
   FOR s IN SELECT x.shard FROM (SELECT r.shard FROM id_gen.shard_routes r
                                 UNION SELECT p.shard FROM id_gen.shard_placements p) x
            LEFT JOIN id_gen.route_pushes rp ON rp.shard = x.shard
-           WHERE rp.version IS DISTINCT FROM v
+           WHERE (force OR rp.version IS DISTINCT FROM v)
              AND (force OR rp.last_error IS NULL OR rp.tried_at < clock_timestamp() - interval '10 s')
-           ORDER BY 1 LOOP
+           ORDER BY rp.last_error IS NOT NULL, 1 LOOP
     BEGIN
-      PERFORM id_gen.shard_call(s, 'shard_set_route_state', ARRAY[v::text, s, lowers::text, uppers::text, names::text], 5000);
-      INSERT INTO id_gen.route_pushes AS rp (shard, version, pushed_at, tried_at, last_error)
-      VALUES (s, v, clock_timestamp(), clock_timestamp(), NULL)
-      ON CONFLICT (shard) DO UPDATE SET version = excluded.version, pushed_at = excluded.pushed_at,
-                                        tried_at = excluded.tried_at, last_error = NULL;
+      PERFORM id_gen.shard_send(s, id_gen.shard_call_text('shard_set_route_state', ARRAY[v::text, s, lowers::text, uppers::text, names::text]), 5000);
+      sent := sent || s;
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
+      PERFORM id_gen.note_route_push(s, NULL, SQLERRM);
+    END;
+  END LOOP;
+  FOREACH s IN ARRAY sent LOOP
+    BEGIN
+      PERFORM id_gen.shard_receive(s, 5000, started);
+      PERFORM id_gen.note_route_push(s, v, NULL);
       n := n + 1;
     EXCEPTION WHEN OTHERS OR query_canceled THEN
-      INSERT INTO id_gen.route_pushes AS rp (shard, tried_at, last_error)
-      VALUES (s, clock_timestamp(), SQLERRM)
-      ON CONFLICT (shard) DO UPDATE SET tried_at = excluded.tried_at, last_error = excluded.last_error;
+      PERFORM id_gen.note_route_push(s, NULL, SQLERRM);
     END;
   END LOOP;
   RETURN n;
 END $$;
-COMMENT ON FUNCTION id_gen.push_route_state(boolean) IS 'Tells every shard the committed route version and route table (id_gen.shard_set_route_state there), skipping shards that have it; run after moves, reverts and splits and by the move supervisor every 2 s. Errors are recorded in id_gen.route_pushes (retried after 10 s, or at once with force). Superuser only.';
+COMMENT ON FUNCTION id_gen.push_route_state(boolean) IS 'Tells every shard the committed route version and route table (id_gen.shard_set_route_state there), skipping shards that have it; run after moves, reverts and splits and by the move supervisor every 2 s. Errors are recorded in id_gen.route_pushes (retried after 10 s); force pushes to every shard at once, also those recorded as up to date (a shard ahead of a coordinator restored from an older dump). Superuser only.';
 REVOKE EXECUTE ON FUNCTION id_gen.push_route_state(boolean) FROM PUBLIC;
 
 -- The push after a procedure's commit: never fails the caller.
@@ -117,11 +162,11 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-  PERFORM id_gen.push_route_state(true);
+  PERFORM id_gen.push_route_state(false);
 EXCEPTION WHEN OTHERS THEN
   RAISE WARNING 'id_gen: could not tell the shards the new route version: % (the move supervisor retries)', SQLERRM;
 END $$;
-COMMENT ON FUNCTION id_gen.push_route_state_quietly() IS 'id_gen.push_route_state(true) that warns instead of failing (after a move, revert or split has committed).';
+COMMENT ON FUNCTION id_gen.push_route_state_quietly() IS 'id_gen.push_route_state() that warns instead of failing (after a move, revert or split has committed).';
 REVOKE EXECUTE ON FUNCTION id_gen.push_route_state_quietly() FROM PUBLIC;
 
 CREATE OR REPLACE VIEW id_gen.route_push_status AS

@@ -341,12 +341,19 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+  IF TG_NARGS >= 4 AND TG_ARGV[3] = 'incoming' THEN
+    RAISE EXCEPTION 'id_gen: the genes of % are not owned by this shard yet: they are being moved here from shard "%" (move %)',
+                    TG_TABLE_NAME, TG_ARGV[1], TG_ARGV[0]
+      USING ERRCODE = 'IG002',
+            DETAIL = 'Until the move cuts over, shard "' || TG_ARGV[1] || '" owns them; this copy takes no writes of its own.',
+            HINT = 'Write through the coordinator, or re-read the routes (id_gen.route_map) and retry on the owner.';
+  END IF;
   RAISE EXCEPTION 'id_gen: the rows of % are moving to shard "%" (move %)', TG_TABLE_NAME, TG_ARGV[1], TG_ARGV[0]
     USING ERRCODE = 'IG002',
           DETAIL = 'The genes are fenced for a cut-over; it takes milliseconds.',
           HINT = 'Through the coordinator these writes wait (milliseconds); an application that routes by itself retries after a short wait (5 to 50 ms, growing), re-reading the routes (id_gen.route_map) if it persists. The fence is lifted or the genes change shard within seconds.';
 END $$;
-COMMENT ON FUNCTION id_gen.refuse_moving_rows() IS 'Trigger that fences the source partition of a move (or the target of a revert): direct writes fail with IG002 (retry shortly) until the partition is detached or the fence lifted; reads that select it by id fail the same way (the routing guard).';
+COMMENT ON FUNCTION id_gen.refuse_moving_rows() IS 'Trigger that fences the source partition of a move (or the target of a revert), and the target''s incoming partitions from the copy until the cut-over: direct writes fail with IG002 (retry shortly) until the partition is detached or the fence lifted; reads that select it by id fail the same way (the routing guard). Replication (the copy and the apply) does not fire it.';
 
 -- parts: qualified names of the moved partitions; id_columns, lower_genes, upper_genes: per part.
 CREATE OR REPLACE FUNCTION id_gen.shard_create_publication(move_id bigint, parts text[], id_columns name[],
@@ -413,7 +420,11 @@ END;
 COMMENT ON FUNCTION id_gen.shard_move_lag(bigint) IS 'On the source of a move: bytes of WAL its slot has not confirmed (NULL without the slot).';
 REVOKE EXECUTE ON FUNCTION id_gen.shard_move_lag(bigint) FROM PUBLIC;
 
-CREATE OR REPLACE FUNCTION id_gen.shard_fence(move_id bigint, target_shard text, parts text[]) RETURNS integer
+-- The fence trigger on each partition of parts (waiting at most 2 s for writers and route
+-- claims in flight). Its arguments: the move, the other shard (where the rows go, or come
+-- from when incoming), the id column's number (for the routing guard) and, on a move's
+-- target, 'incoming'.
+CREATE OR REPLACE FUNCTION id_gen.put_fence(move_id bigint, other_shard text, parts text[], incoming boolean) RETURNS integer
 LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -424,15 +435,33 @@ BEGIN
   PERFORM set_config('lock_timeout', '2s', true);
   FOREACH rel IN ARRAY id_gen.shard_relations(parts, true) LOOP
     EXECUTE format('CREATE OR REPLACE TRIGGER id_gen_move_fence BEFORE INSERT OR UPDATE OR DELETE ON %s '
-                   'FOR EACH ROW EXECUTE FUNCTION id_gen.refuse_moving_rows(%L, %L, %L)', rel, move_id, target_shard,
-                   coalesce(id_gen.partition_key_attnum(rel), 0));
+                   'FOR EACH ROW EXECUTE FUNCTION id_gen.refuse_moving_rows(%L, %L, %L%s)', rel, move_id, other_shard,
+                   coalesce(id_gen.partition_key_attnum(rel), 0), CASE WHEN incoming THEN ', ''incoming''' ELSE '' END);
     EXECUTE format('ALTER TABLE %s ENABLE TRIGGER id_gen_move_fence', rel);
     n := n + 1;
   END LOOP;
   RETURN n;
 END $$;
+COMMENT ON FUNCTION id_gen.put_fence(bigint, text, text[], boolean) IS 'On a shard: puts the fence trigger (id_gen.refuse_moving_rows) on each partition of parts; incoming marks a move''s target, which does not own the genes yet.';
+REVOKE EXECUTE ON FUNCTION id_gen.put_fence(bigint, text, text[], boolean) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION id_gen.shard_fence(move_id bigint, target_shard text, parts text[]) RETURNS integer
+LANGUAGE sql STRICT
+SET search_path = pg_catalog, pg_temp
+RETURN id_gen.put_fence(move_id, target_shard, parts, false);
 COMMENT ON FUNCTION id_gen.shard_fence(bigint, text, text[]) IS 'On the source of a move: a trigger on each moved partition refuses direct writes, and the routing guard reads that select it by id (IG002); creating it waits for writers and route claims in flight (at most 2 s).';
 REVOKE EXECUTE ON FUNCTION id_gen.shard_fence(bigint, text, text[]) FROM PUBLIC;
+
+-- On the target of a move, right after its partitions are created: the genes are not its
+-- own until the cut-over (the source holds them and the coordinator routes there), so its
+-- copies refuse direct writes, route claims and reads by id (IG002) like a fenced source.
+-- The subscription's copy and apply do not fire the trigger (ENABLE, not ALWAYS).
+CREATE OR REPLACE FUNCTION id_gen.shard_fence_incoming(move_id bigint, source_shard text, parts text[]) RETURNS integer
+LANGUAGE sql STRICT
+SET search_path = pg_catalog, pg_temp
+RETURN id_gen.put_fence(move_id, source_shard, parts, true);
+COMMENT ON FUNCTION id_gen.shard_fence_incoming(bigint, text, text[]) IS 'On the target of a move: its partitions of the moved genes refuse direct writes, route claims and reads by id (IG002) until the cut-over lifts the fence; replication still fills them.';
+REVOKE EXECUTE ON FUNCTION id_gen.shard_fence_incoming(bigint, text, text[]) FROM PUBLIC;
 
 -- DISABLE takes SHARE ROW EXCLUSIVE: long readers of the partition do not block it (DROP
 -- TRIGGER would need ACCESS EXCLUSIVE). Partitions already detached are skipped.
@@ -453,7 +482,7 @@ BEGIN
   END LOOP;
   RETURN n;
 END $$;
-COMMENT ON FUNCTION id_gen.shard_unfence(text[]) IS 'On the source of a move: lifts its fence (disables the fence triggers).';
+COMMENT ON FUNCTION id_gen.shard_unfence(text[]) IS 'On the source of a move, or on its target at the cut-over: lifts the fence (disables the fence triggers).';
 REVOKE EXECUTE ON FUNCTION id_gen.shard_unfence(text[]) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION id_gen.shard_write_marker(move_id bigint, marker bigint) RETURNS void
@@ -583,7 +612,8 @@ REVOKE EXECUTE ON FUNCTION id_gen.shard_system_id() FROM PUBLIC;
 -- ALTER SUBSCRIPTION ... REFRESH PUBLICATION at top level).
 -- Creates subscription `tag` (publication and slot of the same name, which exists; not
 -- enabled) from the connection string the coordinator left in id_gen.move_secrets, then
--- forgets that string. The password never appears in a statement text, log line or error.
+-- forgets that string. The password never appears in a statement text, log line, error or
+-- pg_stat_statements (whatever its track setting).
 -- A move's subscription does not connect (its tables come with REFRESH ... copy_data);
 -- the way back of a reversible move (tables_now) connects to read its tables, which are
 -- ready at once (copy_data = false), so no change streamed later is skipped.
@@ -608,6 +638,10 @@ BEGIN
       -- (Both settings end with this transaction, which is this call.)
       PERFORM set_config('client_min_messages', 'error', true);
       PERFORM set_config('log_min_messages', 'error', true);
+      -- pg_stat_statements with track = all keeps nested statements with their text,
+      -- readable by pg_read_all_stats: this one is not tracked (a placeholder setting
+      -- where the module is not loaded).
+      PERFORM set_config('pg_stat_statements.track', 'none', true);
       IF tables_now THEN
         EXECUTE format('CREATE SUBSCRIPTION %I CONNECTION %L PUBLICATION %I WITH (create_slot = false, slot_name = %L, '
                        'copy_data = false, enabled = false)', tag, conn, tag, tag);

@@ -26,12 +26,13 @@
 --             not matter. Repeated until few ids are left. Then
 --             the fence, one coordinator transaction: ACCESS EXCLUSIVE on the
 --             coordinator's partitioned tables (lock_timeout 50 ms, retried), then on S
---             (id_gen.shard_split_swap, its own transaction, lock_timeout 50 ms) ACCESS
---             EXCLUSIVE on the shard's tables, the last catch-up (nobody writes now), DETACH of the old partitions (renamed, kept
---             until cleanup), ATTACH of the new ones (their CHECK spares the scan), then
---             the coordinator's range partitions and foreign tables, the route table and
---             the placements; COMMIT. Writers wait for the fence only (milliseconds); rows
---             never move under it.
+--             (id_gen.shard_split_swap, its own transaction, lock_timeout 50 ms, the call
+--             bounded by 5 s) ACCESS EXCLUSIVE on the shard's tables, the last catch-up
+--             (nobody writes now), DETACH of the old partitions (renamed, kept until
+--             cleanup), ATTACH of the new ones (their CHECK spares the scan), then the
+--             coordinator's range partitions and foreign tables, the route table and the
+--             placements; COMMIT. Writers wait for the fence only (milliseconds); rows
+--             never move under it. A shard that hangs in the swap holds them up to 5 s.
 --   swapped   committed; S drops the old partitions (id_gen.shard_split_cleanup).
 --   done / aborted / failed.
 --
@@ -443,7 +444,7 @@ GRANT SELECT ON id_gen.splits TO PUBLIC;
 
 -- Route ranges before (sources) and after (targets) a split or merge.
 CREATE OR REPLACE FUNCTION id_gen.split_sources(s id_gen.route_splits) RETURNS int4range[]
-LANGUAGE sql IMMUTABLE STRICT
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 RETURN CASE s.kind WHEN 'split' THEN ARRAY[int4range(s.lower_gene, s.upper_gene, '[]')]
                    ELSE ARRAY[int4range(s.lower_gene, s.at_gene, '[]'), int4range(s.at_gene + 1, s.upper_gene, '[]')] END;
@@ -451,7 +452,7 @@ COMMENT ON FUNCTION id_gen.split_sources(id_gen.route_splits) IS 'The route rang
 REVOKE EXECUTE ON FUNCTION id_gen.split_sources(id_gen.route_splits) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION id_gen.split_targets(s id_gen.route_splits) RETURNS int4range[]
-LANGUAGE sql IMMUTABLE STRICT
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 RETURN CASE s.kind WHEN 'merge' THEN ARRAY[int4range(s.lower_gene, s.upper_gene, '[]')]
                    ELSE ARRAY[int4range(s.lower_gene, s.at_gene, '[]'), int4range(s.at_gene + 1, s.upper_gene, '[]')] END;
@@ -515,6 +516,7 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION id_gen.lock_distributed_tables() IS 'ACCESS EXCLUSIVE on the partitioned table of every distributed table, in name order.';
 REVOKE EXECUTE ON FUNCTION id_gen.lock_distributed_tables() FROM PUBLIC;
+
 
 -- Undo of a split or merge that has not swapped on its shard. Returns NULL, or what could
 -- not be undone.
@@ -621,11 +623,17 @@ BEGIN
       BEGIN
         -- Writers wait behind these locks only while this attempt lasts: a lock that is
         -- not granted within 50 ms gives up, the writers go on, and the fence is retried.
+        -- The shard's swap is bounded by 5 s (shard-local DDL under 50 ms lock timeouts,
+        -- normally milliseconds): a shard that hangs here holds up the coordinator's
+        -- writers of every distributed table for at most that long, then the CALL fails
+        -- (57014) and the same CALL resumes. (The whole tables must be locked before the
+        -- swap: a writer holding a table while it waits for one of the split's partitions
+        -- would otherwise deadlock with the coordinator's DETACH after it.)
         PERFORM pg_catalog.set_config('lock_timeout', '50ms', true);
         PERFORM id_gen.lock_distributed_tables();
         PERFORM pg_catalog.set_config('lock_timeout', '0', true);
         IF state <> 'swapped' THEN
-          PERFORM id_gen.shard_call(s.shard, 'shard_split_swap', ARRAY[s.split_id::text, '50'], 30000);
+          PERFORM id_gen.shard_call(s.shard, 'shard_split_swap', ARRAY[s.split_id::text, '50'], 5000);
           state := 'swapped';
         END IF;
         PERFORM id_gen.finish_split_here(s);
@@ -843,13 +851,14 @@ BEGIN
   PERFORM id_gen.require_superuser('recover splits');
   FOR s IN SELECT * FROM id_gen.route_splits rs
            WHERE rs.phase NOT IN ('done', 'aborted', 'failed') AND rs.updated_at < clock_timestamp() - grace
+             AND rs.shard <> ALL (id_gen.shards_not_answering())
            ORDER BY rs.split_id LOOP
     CONTINUE WHEN NOT pg_try_advisory_lock(757431, s.split_id::integer);
     split_id := s.split_id;
     action := NULL;
     err := NULL;
     BEGIN
-      state := id_gen.shard_call(s.shard, 'shard_split_state', ARRAY[s.split_id::text], 30000);
+      state := id_gen.shard_call(s.shard, 'shard_split_state', ARRAY[s.split_id::text], 10000);
       IF s.phase = 'swapping' AND state = 'swapped' THEN
         PERFORM pg_catalog.set_config('lock_timeout', '10s', true);
         PERFORM id_gen.lock_distributed_tables();
@@ -925,9 +934,7 @@ BEGIN
   LOCK TABLE id_gen.shard_routes IN SHARE ROW EXCLUSIVE MODE;
   INSERT INTO id_gen.shard_routes AS r (upper_gene, shard) VALUES (set_route.upper_gene, set_route.shard)
   ON CONFLICT ON CONSTRAINT shard_routes_pkey DO UPDATE SET shard = excluded.shard, updated_at = now();
-  PERFORM set_config('id_gen_internal.copy_rows', CASE WHEN copy_rows THEN 'on' ELSE 'off' END, true);
-  PERFORM id_gen.sync_distributed_tables();
-  PERFORM set_config('id_gen_internal.copy_rows', 'off', true);
+  PERFORM id_gen.sync_distributed_tables(copy_rows);
 END $$;
 COMMENT ON FUNCTION id_gen.set_route(integer, text, boolean) IS 'Routes genes up to upper_gene (down to the previous bound + 1) to a shard; replaces an existing bound. Distributed tables follow in the same transaction. A change that splits or merges a range holding rows is refused (55000; use CALL id_gen.split_route / merge_routes, which work online) unless copy_rows => true, which copies them under ACCESS EXCLUSIVE on the whole table.';
 
@@ -942,9 +949,7 @@ BEGIN
     RAISE EXCEPTION 'id_gen: there is no route with upper bound %', upper_gene
       USING ERRCODE = '42704', HINT = 'Existing routes are listed in id_gen.route_ranges.';
   END IF;
-  PERFORM set_config('id_gen_internal.copy_rows', CASE WHEN copy_rows THEN 'on' ELSE 'off' END, true);
-  PERFORM id_gen.sync_distributed_tables();
-  PERFORM set_config('id_gen_internal.copy_rows', 'off', true);
+  PERFORM id_gen.sync_distributed_tables(copy_rows);
   RETURN true;
 END $$;
 COMMENT ON FUNCTION id_gen.drop_route(integer, boolean) IS 'Removes a route bound; its genes then go to the next higher bound. Distributed tables follow in the same transaction; a merge of ranges holding rows is refused unless copy_rows => true (see set_route; CALL id_gen.merge_routes works online).';

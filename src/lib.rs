@@ -22,6 +22,7 @@
 //! | `serial.rs` | dated business serial numbers |
 //! | `layout.rs` | pure functions over the ID layout and shard genes |
 //! | `supervisor.rs` | the move supervisor: a background worker that recovers moves whose session is gone |
+//! | `transaction_marks.rs` | marks that last until the end of the transaction (id_gen's own DDL; rows this transaction wrote) |
 //! | `snowflake/` | snowflake ids: SQL surface; `state.rs` the shared state and high-water file |
 //! | `order_no/` | external order numbers; `keys.rs` the KEK and the backend's key cache |
 //!
@@ -48,6 +49,7 @@ mod serial;
 mod shmem;
 mod snowflake;
 mod supervisor;
+mod transaction_marks;
 
 pg_module_magic!();
 

@@ -1,12 +1,14 @@
 //! `id_gen.route_claim(gene, version)`: the first statement of a client-routed
 //! transaction (docs/routing-protocol.md §3). It refuses a stale version or a gene this
 //! shard does not own (IG001) and a fenced gene (IG002); otherwise it takes ROW EXCLUSIVE
-//! on the partitions holding the gene in every distributed table of the shard, so that a
-//! fence, a flip or a detach of that gene waits until the transaction ends.
+//! on the partitions holding the gene in every distributed table of the shard that the
+//! caller may write (ACCESS SHARE where it may only read), so that a fence, a flip or a
+//! detach of that gene waits until the transaction ends (a reader holds off only detaches).
 //!
 //! Invariants: locks are taken table by table in the order of schema and name (a move's
 //! fence locks its partitions in that order too), each parent before its partition, and
-//! only on tables the caller holds a privilege on; after locking, each partition is
+//! only on tables the caller holds a privilege on, never stronger than LOCK TABLE would
+//! grant it; after locking, each partition is
 //! checked in the relcache (still a partition, not fenced), and the whole claim is redone
 //! from a fresh view when the routing epoch moved while it waited; a refusal is always
 //! decided on a fresh view. The SQL-callable symbol is an unguarded shim so that it can
@@ -101,14 +103,19 @@ unsafe fn claim(fcinfo: pg_sys::FunctionCallInfo, shard_version: &mut i64) -> Op
         // Parent before partition, as every statement on the table locks them: a
         // re-partition (ACCESS EXCLUSIVE on the parent, then its partitions) waits for this
         // transaction instead of deadlocking with it.
-        // Only tables the caller may use: a role without rights on a table must not be able
-        // to hold up that table's fences and re-partitions.
-        partitions.retain(|&(parent, _)| may_use(parent));
-        for &(parent, relid) in &partitions {
+        // Only tables the caller may use, each in the mode its rights allow (as LOCK TABLE
+        // would): ROW EXCLUSIVE where it may write, which fences wait for; ACCESS SHARE where
+        // it may only read, which only a detach waits for. A role without rights on a
+        // table, or with SELECT only, cannot hold up that table's fences.
+        let partitions: Vec<(pg_sys::Oid, pg_sys::Oid, pg_sys::LOCKMODE)> = partitions
+            .into_iter()
+            .filter_map(|(parent, relid)| lock_mode_for(parent).map(|mode| (parent, relid, mode)))
+            .collect();
+        for &(parent, relid, mode) in &partitions {
             // SAFETY: heavyweight locks on relation oids, released at transaction end.
             unsafe {
-                pg_sys::LockRelationOid(parent, pg_sys::RowExclusiveLock as i32);
-                pg_sys::LockRelationOid(relid, pg_sys::RowExclusiveLock as i32);
+                pg_sys::LockRelationOid(parent, mode);
+                pg_sys::LockRelationOid(relid, mode);
             }
         }
         let epoch = state.loaded_at_epoch();
@@ -116,7 +123,7 @@ unsafe fn claim(fcinfo: pg_sys::FunctionCallInfo, shard_version: &mut i64) -> Op
             continue; // partitions changed while we waited: look again
         }
         let mut moved = false;
-        for &(_, relid) in &partitions {
+        for &(_, relid, _) in &partitions {
             // SAFETY: the relation is locked by us; the relcache entry is current.
             unsafe {
                 let rel = pg_sys::RelationIdGetRelation(relid);
@@ -144,16 +151,26 @@ unsafe fn claim(fcinfo: pg_sys::FunctionCallInfo, shard_version: &mut i64) -> Op
     Some(Verdict::gene_not_owned(gene, state.version, known_owner(gene)))
 }
 
-/// Whether the current user holds any of SELECT, INSERT, UPDATE, DELETE on a table (a
-/// table dropped since the view was loaded: no).
-fn may_use(table: pg_sys::Oid) -> bool {
-    let mode = pg_sys::ACL_SELECT | pg_sys::ACL_INSERT | pg_sys::ACL_UPDATE | pg_sys::ACL_DELETE;
-    let mut missing = false;
-    // SAFETY: a catalog privilege check by oid that reports a missing table instead of raising.
-    let result = unsafe {
-        pg_sys::pg_class_aclcheck_ext(table, pg_sys::GetUserId(), mode as pg_sys::AclMode, &mut missing)
+/// The lock a claim takes on a table for the current user: ROW EXCLUSIVE if it may write
+/// it (INSERT, UPDATE or DELETE), ACCESS SHARE if it may only SELECT, none without rights
+/// (or for a table dropped since the view was loaded).
+fn lock_mode_for(table: pg_sys::Oid) -> Option<pg_sys::LOCKMODE> {
+    let holds = |mode: u32| {
+        let mut missing = false;
+        // SAFETY: a catalog privilege check by oid that reports a missing table instead of
+        // raising; any of the bits in `mode` suffices.
+        let result = unsafe {
+            pg_sys::pg_class_aclcheck_ext(table, pg_sys::GetUserId(), mode as pg_sys::AclMode, &mut missing)
+        };
+        !missing && result == pg_sys::AclResult::ACLCHECK_OK
     };
-    !missing && result == pg_sys::AclResult::ACLCHECK_OK
+    if holds(pg_sys::ACL_INSERT | pg_sys::ACL_UPDATE | pg_sys::ACL_DELETE) {
+        Some(pg_sys::RowExclusiveLock as pg_sys::LOCKMODE)
+    } else if holds(pg_sys::ACL_SELECT) {
+        Some(pg_sys::AccessShareLock as pg_sys::LOCKMODE)
+    } else {
+        None
+    }
 }
 
 /// The shard that owns `gene` according to the routes the coordinator last pushed here.

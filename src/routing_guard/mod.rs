@@ -6,6 +6,7 @@
 //! |---|---|
 //! | `shard_state.rs` | the backend's cached view of the shard: route version, partitions per distributed table |
 //! | `plan_check.rs` | the executor-start check: arms scans of a table's tombstone or of a fenced partition to refuse when they run |
+//! | `join_check.rs` | joins by id: watches the ids a join compares with a guarded table's id column and refuses genes not owned or fenced |
 //! | `claim.rs` | `id_gen.route_claim(gene, version)`: check, then lock the gene's partitions |
 //! | `raise.rs` | errors with the IG-class SQLSTATEs, which pgrx's error type cannot carry |
 //!
@@ -26,6 +27,7 @@
 //!     transaction half-way.
 
 pub mod claim;
+mod join_check;
 mod plan_check;
 mod raise;
 pub mod shard_state;
@@ -54,23 +56,7 @@ pub fn install() {
     }
 }
 
-fn local_transaction_id() -> pg_sys::LocalTransactionId {
-    // SAFETY: MyProc is set for every backend that runs queries.
-    unsafe {
-        let proc_ = pg_sys::MyProc;
-        if proc_.is_null() {
-            return 0;
-        }
-        #[cfg(any(feature = "pg15", feature = "pg16"))]
-        {
-            (*proc_).lxid
-        }
-        #[cfg(any(feature = "pg17", feature = "pg18"))]
-        {
-            (*proc_).vxid.lxid
-        }
-    }
-}
+use crate::transaction_marks::local_transaction_id;
 
 /// Whether this transaction's route version was already checked.
 fn checked_this_transaction() -> bool {
@@ -135,10 +121,16 @@ unsafe fn executor_start_checked(query_desc: *mut pg_sys::QueryDesc, eflags: i32
         return None;
     }
     // SAFETY: standard_ExecutorStart has built the plan-state tree of this QueryDesc.
-    unsafe { plan_check::check_scans((*query_desc).planstate) };
-    // SAFETY: reading a backend global; a parallel worker's transaction is its leader's,
-    // which checks the version.
-    if unsafe { pg_sys::ParallelWorkerNumber } >= 0 {
+    unsafe {
+        plan_check::check_scans((*query_desc).planstate);
+        join_check::watch_joins((*query_desc).planstate);
+    }
+    // SAFETY: reading backend globals. A parallel worker's transaction is its leader's,
+    // which checked the version at its own executor start, before any worker began (and
+    // the workers' scans are armed above, so they refuse genes not owned themselves); a
+    // statement nested in a parallel plan (a function it calls) runs in parallel mode,
+    // where no snapshot may be taken to load the view, after its outer statement checked.
+    if unsafe { pg_sys::ParallelWorkerNumber >= 0 || pg_sys::IsInParallelMode() } {
         return None;
     }
     let declared = crate::gucs::ROUTE_VERSION.get() as i64;

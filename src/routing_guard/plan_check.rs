@@ -1,15 +1,30 @@
 //! The executor-start check: a scan that the partition pruning left on a table's
-//! tombstone (genes this shard does not own) or on a fenced partition, with a predicate on
-//! the id column, gets an ExecProcNode that refuses it (IG001 / IG002) when it first runs.
+//! tombstone (genes this shard does not own) or on a fenced partition, whose rows are
+//! selected by id, gets an ExecProcNode that refuses it (IG001 / IG002) when it first runs.
 //! Pruning at plan time and the initial pruning of generic plans have already removed the
 //! scans they could; a scan that execution-time pruning (a parameter from a subquery or a
 //! join) skips never runs, so it never fails; a scan that runs would be answered by a
 //! shard that does not own those genes.
 //!
+//! "Selected by id", whatever the plan:
+//!   * the scan's own predicates (filter, index, bitmap, TID conditions) bound the id
+//!     column on both sides: `id = x`, `id = ANY (...)`, `IN (subquery)`, `BETWEEN`,
+//!     `id >= a AND id < b`, `IS NOT DISTINCT FROM`; a one-sided bound (`id > last`, an
+//!     owner's pagination), `id IS NOT NULL` (`min(id)`) or an expression of the id
+//!     (`id % 2`) does not select ids, so the shard answers with its own rows;
+//!   * a nested-loop join by id reaches the scan as an index condition on a parameter,
+//!     so it counts as the scan's own. A hash or merge join by id (`JOIN unnest(ids)`,
+//!     `IN (SELECT ...)` as a hash semi-join, `UPDATE ... FROM`, `MERGE`) is NOT refused
+//!     yet: its scan of the tombstone carries no id predicate, and arming it whenever
+//!     the join runs would refuse the same join on the shard that owns every id too
+//!     (the tombstone is scanned there as well); refusing it needs a check of the
+//!     joined values' genes (docs/design.md §11.6).
+//!
 //! Invariants: only plan-state nodes that exist are looked at; a scan with no predicate on
 //! the id column (a shard-local `SELECT count(*)`) is left alone: it sees this shard's
 //! rows only. Reads the relcache of relations the executor has already opened and
-//! locked; runs no SQL here (the refusal may, in the backend that raises it).
+//! locked; runs no SQL here (the refusal may, in the backend that raises it, but never in
+//! parallel mode).
 
 use super::raise::Verdict;
 use pgrx::pg_sys;
@@ -69,54 +84,111 @@ pub unsafe fn check_scans(ps: *mut pg_sys::PlanState) {
     }
     // SAFETY: every node of an initialised tree is a valid PlanState of its tag.
     unsafe {
-        use pg_sys::NodeTag::*;
         let tag = (*ps).type_;
-        if matches!(
-            tag,
-            T_SeqScanState
-                | T_IndexScanState
-                | T_IndexOnlyScanState
-                | T_BitmapHeapScanState
-                | T_SampleScanState
-        ) {
-            let ss = ps as *mut pg_sys::ScanState;
-            let rel = (*ss).ss_currentRelation;
-            if let Some(g) = guard_of(rel) {
-                let id_attnum = match g {
-                    Guarded::NotOwned(a) => a,
-                    Guarded::Fenced => id_attnum_of_fenced(rel),
-                };
-                if selects_by_column((*ps).plan, rel, id_attnum) {
-                    // ExecProcNodeReal stays: refuse_scan runs the scan itself when the guard
-                    // is gone by then (a fence lifted before a cursor's first FETCH).
-                    (*ps).ExecProcNode = Some(refuse_scan);
+        if is_relation_scan(tag) {
+            let rel = (*(ps as *mut pg_sys::ScanState)).ss_currentRelation;
+            if let Some(id_attnum) = guarded_id_column(rel) {
+                if selects_by_column((*ps).plan, id_attnum) {
+                    arm(ps);
                 }
             }
         }
-        let children: Vec<*mut pg_sys::PlanState> = match tag {
+        for c in children(ps) {
+            check_scans(c);
+        }
+    }
+}
+
+/// Scan states whose relation is a table (ss_currentRelation set).
+pub(super) fn is_relation_scan(tag: pg_sys::NodeTag) -> bool {
+    use pg_sys::NodeTag::*;
+    matches!(
+        tag,
+        T_SeqScanState
+            | T_IndexScanState
+            | T_IndexOnlyScanState
+            | T_BitmapHeapScanState
+            | T_SampleScanState
+            | T_TidScanState
+            | T_TidRangeScanState
+    )
+}
+
+/// For a guarded relation (tombstone or fenced partition), its id column (0: unknown, any
+/// predicate counts); None for any other relation.
+pub(super) unsafe fn guarded_id_column(rel: pg_sys::Relation) -> Option<i16> {
+    // SAFETY: `rel` is an open relation of a scan state (or NULL).
+    unsafe {
+        Some(match guard_of(rel)? {
+            Guarded::NotOwned(a) => a,
+            Guarded::Fenced => id_attnum_of_fenced(rel),
+        })
+    }
+}
+
+/// Replaces a scan's ExecProcNode with its refusal (ExecProcNodeReal stays: the refusal
+/// runs the scan itself when the guard is gone by then, a fence lifted before a cursor's
+/// first FETCH).
+unsafe fn arm(ps: *mut pg_sys::PlanState) {
+    // SAFETY: `ps` is a valid scan state.
+    unsafe { (*ps).ExecProcNode = Some(refuse_scan) };
+}
+
+/// The child plan states of a node.
+pub(super) unsafe fn children(ps: *mut pg_sys::PlanState) -> Vec<*mut pg_sys::PlanState> {
+    // SAFETY: `ps` is a valid plan state of its tag.
+    unsafe {
+        use pg_sys::NodeTag::*;
+        let mut out: Vec<*mut pg_sys::PlanState> = match (*ps).type_ {
             T_AppendState => {
                 let a = ps as *mut pg_sys::AppendState;
-                (0..(*a).as_nplans as usize)
-                    .map(|i| *(*a).appendplans.add(i))
-                    .collect()
+                (0..(*a).as_nplans as usize).map(|i| *(*a).appendplans.add(i)).collect()
             }
             T_MergeAppendState => {
                 let m = ps as *mut pg_sys::MergeAppendState;
-                (0..(*m).ms_nplans as usize)
-                    .map(|i| *(*m).mergeplans.add(i))
-                    .collect()
+                (0..(*m).ms_nplans as usize).map(|i| *(*m).mergeplans.add(i)).collect()
             }
             T_SubqueryScanState => vec![(*(ps as *mut pg_sys::SubqueryScanState)).subplan],
             _ => vec![],
         };
-        for c in children
-            .into_iter()
-            .chain([(*ps).lefttree, (*ps).righttree])
-            .chain(sub_plan_states((*ps).initPlan))
-            .chain(sub_plan_states((*ps).subPlan))
-        {
-            check_scans(c);
+        out.extend([(*ps).lefttree, (*ps).righttree]);
+        out.extend(sub_plan_states((*ps).initPlan));
+        out.extend(sub_plan_states((*ps).subPlan));
+        out.retain(|c| !c.is_null());
+        out
+    }
+}
+
+/// A node under RelabelType (a binary-compatible cast).
+pub(super) unsafe fn strip_relabel(mut n: *mut pg_sys::Node) -> *mut pg_sys::Node {
+    // SAFETY: `n` is NULL or a valid expression node.
+    unsafe {
+        while !n.is_null() && (*n).type_ == pg_sys::NodeTag::T_RelabelType {
+            n = (*(n as *mut pg_sys::RelabelType)).arg as *mut pg_sys::Node;
         }
+        n
+    }
+}
+
+/// The operator's name ("=", "<", ...).
+pub(super) unsafe fn operator_name(opno: pg_sys::Oid) -> Vec<u8> {
+    // SAFETY: a syscache lookup; NULL for an unknown operator.
+    unsafe {
+        let n = pg_sys::get_opname(opno);
+        if n.is_null() {
+            vec![]
+        } else {
+            CStr::from_ptr(n).to_bytes().to_vec()
+        }
+    }
+}
+
+/// The two arguments of a binary OpExpr.
+pub(super) unsafe fn binary_args(e: *mut pg_sys::OpExpr) -> Option<(*mut pg_sys::Node, *mut pg_sys::Node)> {
+    // SAFETY: an OpExpr's args is a List of expressions.
+    unsafe {
+        let args = super::list_pointers((*e).args);
+        (args.len() == 2).then(|| (strip_relabel(args[0] as *mut pg_sys::Node), strip_relabel(args[1] as *mut pg_sys::Node)))
     }
 }
 
@@ -130,13 +202,19 @@ unsafe extern "C-unwind" fn refuse_scan(ps: *mut pg_sys::PlanState) -> *mut pg_s
         // SAFETY: nothing in this frame needs dropping.
         Some(v) => unsafe { super::raise::raise(v) },
         // SAFETY: the node's own function, which ExecInitNode set and arming left alone.
-        None => unsafe {
-            (*ps).ExecProcNode = (*ps).ExecProcNodeReal;
-            match (*ps).ExecProcNodeReal {
-                Some(real) => real(ps),
-                None => std::ptr::null_mut(),
-            }
-        },
+        None => unsafe { run_real(ps) },
+    }
+}
+
+/// Disarms a node and runs it.
+unsafe fn run_real(ps: *mut pg_sys::PlanState) -> *mut pg_sys::TupleTableSlot {
+    // SAFETY: the node's own function, which ExecInitNode set and arming left alone.
+    unsafe {
+        (*ps).ExecProcNode = (*ps).ExecProcNodeReal;
+        match (*ps).ExecProcNodeReal {
+            Some(real) => real(ps),
+            None => std::ptr::null_mut(),
+        }
     }
 }
 
@@ -186,78 +264,177 @@ unsafe fn id_attnum_of_fenced(rel: pg_sys::Relation) -> i16 {
     }
 }
 
-/// Whether a scan's predicates (filter, index conditions) mention column `attnum` of its
-/// relation; with `attnum` 0 (unknown), whether it has any predicate at all.
-unsafe fn selects_by_column(plan: *mut pg_sys::Plan, rel: pg_sys::Relation, attnum: i16) -> bool {
-    // SAFETY: `plan` is the Plan node of a scan state of the tag checked below.
+/// Whether a scan's predicates (filter, index, bitmap and TID conditions) select rows by
+/// column `attnum` of its relation: bound it on both sides (see the module header); with
+/// `attnum` 0 (unknown), whether it has any predicate at all.
+unsafe fn selects_by_column(plan: *mut pg_sys::Plan, attnum: i16) -> bool {
+    // SAFETY: `plan` is the Plan node of a relation scan state.
     unsafe {
-        let scanrelid = (*(plan as *mut pg_sys::Scan)).scanrelid;
-        let mut heap_quals: Vec<*mut pg_sys::List> = vec![(*plan).qual];
-        let mut index_quals: Option<(pg_sys::Oid, *mut pg_sys::List)> = None;
+        let scanrelid = (*(plan as *mut pg_sys::Scan)).scanrelid as i32;
+        let mut quals = super::list_pointers((*plan).qual);
+        let mut index_columns: Vec<i16> = vec![];
         match (*plan).type_ {
-            pg_sys::NodeTag::T_IndexScan => {
-                heap_quals.push((*(plan as *mut pg_sys::IndexScan)).indexqualorig)
-            }
+            pg_sys::NodeTag::T_IndexScan => quals.extend(super::list_pointers((*(plan as *mut pg_sys::IndexScan)).indexqualorig)),
             pg_sys::NodeTag::T_BitmapHeapScan => {
-                heap_quals.push((*(plan as *mut pg_sys::BitmapHeapScan)).bitmapqualorig)
+                quals.extend(super::list_pointers((*(plan as *mut pg_sys::BitmapHeapScan)).bitmapqualorig))
+            }
+            pg_sys::NodeTag::T_TidScan => quals.extend(super::list_pointers((*(plan as *mut pg_sys::TidScan)).tidquals)),
+            pg_sys::NodeTag::T_TidRangeScan => {
+                quals.extend(super::list_pointers((*(plan as *mut pg_sys::TidRangeScan)).tidrangequals))
             }
             pg_sys::NodeTag::T_IndexOnlyScan => {
-                // Its index conditions and its filter both name index columns (INDEX_VAR).
+                // Its index conditions and its filter name index columns (INDEX_VAR), which
+                // the index's target list maps to the table's.
                 let s = plan as *mut pg_sys::IndexOnlyScan;
-                heap_quals.clear();
-                index_quals = Some(((*s).indexid, pg_sys::list_concat_copy((*s).indexqual, (*plan).qual)));
+                quals.extend(super::list_pointers((*s).indexqual));
+                for te in super::list_pointers((*s).indextlist) {
+                    let e = strip_relabel((*(te as *mut pg_sys::TargetEntry)).expr as *mut pg_sys::Node);
+                    index_columns.push(if !e.is_null() && (*e).type_ == pg_sys::NodeTag::T_Var {
+                        (*(e as *mut pg_sys::Var)).varattno
+                    } else {
+                        0
+                    });
+                }
             }
             _ => {}
         }
-        for q in heap_quals {
-            if q.is_null() {
-                continue;
-            }
-            if attnum == 0 {
-                return true;
-            }
-            let mut attrs: *mut pg_sys::Bitmapset = std::ptr::null_mut();
-            pg_sys::pull_varattnos(q as *mut pg_sys::Node, scanrelid, &mut attrs);
-            if pg_sys::bms_is_member(
-                attnum as i32 - pg_sys::FirstLowInvalidHeapAttributeNumber,
-                attrs,
-            ) {
-                return true;
-            }
+        if attnum == 0 {
+            return !quals.is_empty();
         }
-        if let Some((index, q)) = index_quals {
-            if q.is_null() {
+        let is_id = |n: *mut pg_sys::Node| -> bool {
+            let n = strip_relabel(n);
+            if n.is_null() || (*n).type_ != pg_sys::NodeTag::T_Var {
                 return false;
             }
-            if attnum == 0 {
-                return true;
+            let v = n as *mut pg_sys::Var;
+            if (*v).varlevelsup != 0 {
+                return false;
             }
-            // Index-only scans state their conditions on index columns (INDEX_VAR).
-            let mut attrs: *mut pg_sys::Bitmapset = std::ptr::null_mut();
-            pg_sys::pull_varattnos(q as *mut pg_sys::Node, pg_sys::INDEX_VAR as u32, &mut attrs);
-            let irel = pg_sys::RelationIdGetRelation(index);
-            if irel.is_null() {
-                return true;
+            if (*v).varno == pg_sys::INDEX_VAR {
+                let i = (*v).varattno;
+                i >= 1 && index_columns.get(i as usize - 1) == Some(&attnum)
+            } else {
+                (*v).varno == scanrelid && (*v).varattno == attnum
             }
-            let ind = (*irel).rd_index;
-            let mut hit = false;
-            if !ind.is_null() {
-                let keys = (*ind).indkey.values.as_slice((*ind).indnatts as usize);
-                for (i, &heap_att) in keys.iter().enumerate() {
-                    if heap_att == attnum
-                        && pg_sys::bms_is_member(
-                            (i as i32 + 1) - pg_sys::FirstLowInvalidHeapAttributeNumber,
-                            attrs,
-                        )
-                    {
-                        hit = true;
+        };
+        let mut bounds = Bounds::default();
+        for q in quals {
+            bounds.add(clause_bounds(q as *mut pg_sys::Node, &is_id));
+        }
+        bounds.lower && bounds.upper
+    }
+}
+
+/// Which sides of the id column a predicate bounds.
+#[derive(Default, Clone, Copy)]
+struct Bounds {
+    lower: bool,
+    upper: bool,
+}
+
+impl Bounds {
+    const BOTH: Bounds = Bounds { lower: true, upper: true };
+    const NONE: Bounds = Bounds { lower: false, upper: false };
+    fn add(&mut self, other: Bounds) {
+        self.lower |= other.lower;
+        self.upper |= other.upper;
+    }
+}
+
+/// The bounds one predicate (an AND-ed clause) puts on the id column.
+unsafe fn clause_bounds(n: *mut pg_sys::Node, is_id: &dyn Fn(*mut pg_sys::Node) -> bool) -> Bounds {
+    use pg_sys::NodeTag::*;
+    // SAFETY: `n` is a valid expression node of a plan's qualifier list.
+    unsafe {
+        if n.is_null() {
+            return Bounds::NONE;
+        }
+        match (*n).type_ {
+            T_OpExpr => {
+                let e = n as *mut pg_sys::OpExpr;
+                let Some((l, r)) = binary_args(e) else { return Bounds::NONE };
+                let (id_left, id_right) = (is_id(l), is_id(r));
+                if id_left == id_right {
+                    return Bounds::NONE;
+                }
+                match (operator_name((*e).opno).as_slice(), id_left) {
+                    (b"=", _) => Bounds::BOTH,
+                    (b"<" | b"<=", true) | (b">" | b">=", false) => Bounds { lower: false, upper: true },
+                    (b">" | b">=", true) | (b"<" | b"<=", false) => Bounds { lower: true, upper: false },
+                    _ => Bounds::NONE,
+                }
+            }
+            T_ScalarArrayOpExpr => {
+                // id = ANY (array), id IN (list)
+                let e = n as *mut pg_sys::ScalarArrayOpExpr;
+                let args = super::list_pointers((*e).args);
+                if (*e).useOr && args.len() == 2 && is_id(args[0] as *mut pg_sys::Node) && operator_name((*e).opno) == b"=" {
+                    Bounds::BOTH
+                } else {
+                    Bounds::NONE
+                }
+            }
+            T_BoolExpr => {
+                let b = n as *mut pg_sys::BoolExpr;
+                let args = super::list_pointers((*b).args);
+                match (*b).boolop {
+                    pg_sys::BoolExprType::AND_EXPR => {
+                        let mut all = Bounds::NONE;
+                        for a in args {
+                            all.add(clause_bounds(a as *mut pg_sys::Node, is_id));
+                        }
+                        all
+                    }
+                    pg_sys::BoolExprType::OR_EXPR => {
+                        // Every arm must bound the id (id = 1 OR id = 2).
+                        let mut lower = !args.is_empty();
+                        let mut upper = !args.is_empty();
+                        for a in args {
+                            let b = clause_bounds(a as *mut pg_sys::Node, is_id);
+                            lower &= b.lower;
+                            upper &= b.upper;
+                        }
+                        Bounds { lower, upper }
+                    }
+                    _ => {
+                        // NOT (id IS DISTINCT FROM x): id IS NOT DISTINCT FROM x
+                        let inner = args.first().map(|a| *a as *mut pg_sys::Node).unwrap_or(std::ptr::null_mut());
+                        if !inner.is_null() && (*inner).type_ == T_DistinctExpr {
+                            // (A DistinctExpr is laid out as an OpExpr.)
+                            match binary_args(inner as *mut pg_sys::OpExpr) {
+                                Some((l, r)) if is_id(l) != is_id(r) => Bounds::BOTH,
+                                _ => Bounds::NONE,
+                            }
+                        } else {
+                            Bounds::NONE
+                        }
                     }
                 }
             }
-            pg_sys::RelationClose(irel);
-            let _ = rel;
-            return hit;
+            T_SubPlan => {
+                // id IN (SELECT ...) as a (hashed) subplan: its test compares the id with the
+                // subquery's column; a correlated subplan gets the id as an argument.
+                let sp = n as *mut pg_sys::SubPlan;
+                let by_argument = super::list_pointers((*sp).args).into_iter().any(|a| is_id(a as *mut pg_sys::Node));
+                let by_test = {
+                    let b = clause_bounds((*sp).testexpr, is_id);
+                    b.lower && b.upper
+                };
+                if by_argument || by_test {
+                    Bounds::BOTH
+                } else {
+                    Bounds::NONE
+                }
+            }
+            T_AlternativeSubPlan => {
+                let alt = n as *mut pg_sys::AlternativeSubPlan;
+                let mut all = Bounds::NONE;
+                for p in super::list_pointers((*alt).subplans) {
+                    all.add(clause_bounds(p as *mut pg_sys::Node, is_id));
+                }
+                all
+            }
+            _ => Bounds::NONE,
         }
-        false
     }
 }

@@ -46,10 +46,12 @@ fn relation_name(rel: pg_sys::Oid) -> String {
     }
 }
 
-/// The shard's route version as this backend knows it, where it may run SQL to learn it.
+/// The shard's route version as this backend knows it, where it may run SQL to learn it:
+/// not in a parallel worker, nor in a leader running a parallel plan (PostgreSQL forbids
+/// taking a new snapshot in parallel mode).
 fn known_version() -> String {
-    // SAFETY: reading a backend global.
-    if unsafe { pg_sys::ParallelWorkerNumber } >= 0 {
+    // SAFETY: reading backend globals.
+    if unsafe { pg_sys::ParallelWorkerNumber >= 0 || pg_sys::IsInParallelMode() } {
         return "(see id_gen.shard_route_state)".into();
     }
     super::shard_state::current(false).version.to_string()

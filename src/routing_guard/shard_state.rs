@@ -26,6 +26,8 @@ pub struct Partition {
 pub struct DistributedTable {
     pub parent: pg_sys::Oid,
     pub partitions: Vec<Partition>,
+    /// Its partitions without a gene range: the tombstone (and the partition of negative ids).
+    pub unranged: Vec<pg_sys::Oid>,
 }
 
 impl DistributedTable {
@@ -144,6 +146,7 @@ fn load(epoch: u64) -> ShardState {
                 state.tables.push(DistributedTable {
                     parent,
                     partitions: vec![],
+                    unranged: vec![],
                 });
                 state.tables.last_mut().expect("just pushed")
             }
@@ -155,6 +158,8 @@ fn load(epoch: u64) -> ShardState {
                 upper: upper as u16,
                 relid: pg_sys::Oid::from(part),
             });
+        } else if part != 0 {
+            table.unranged.push(pg_sys::Oid::from(part));
         }
     }
     state

@@ -53,3 +53,16 @@ kill9_under_load() {
   HANDED_MAX=$(sort -n "$E2E_DIR/handed.txt" | tail -1)
   [ -n "$HANDED_MAX" ] || fail "the recording client saw no values"
 }
+
+# poll_until WHAT EXPECTED SECONDS COMMAND...: runs COMMAND every 0.2 s until it prints
+# EXPECTED; fails with the last value seen after SECONDS.
+poll_until() {
+  local what=$1 expected=$2 secs=$3; shift 3
+  local last="" end=$((SECONDS + secs))
+  while [ "$SECONDS" -lt "$end" ]; do
+    last=$("$@" 2>&1) || true
+    [ "$last" = "$expected" ] && { pass "$what ($last)"; return 0; }
+    sleep 0.2
+  done
+  fail "$what: expected '$expected' within $secs s, last value '$last'"
+}

@@ -4,8 +4,10 @@ Invariants (docs/routing-protocol.md §1), equal to the extension's id_gen.shard
 gene(owner) = (xxh64(b, 0) XOR murmur3_x64_128(b, 0).h1) & 0xFFFF over the owner's
 canonical bytes b: an int is its 8 bytes two's-complement little-endian (int64 only),
 a str its UTF-8, a uuid.UUID its 16 raw bytes, bytes-like objects themselves (no type tag).
-gene_of_id(id) = id >> 47, since ids are gene << 47 | sequence.
+gene_of_id(id) = id >> 47, since ids are gene << 47 | sequence; only for ids 0 .. 2**63-1
+(a bigint that is not negative): anything else is refused, never masked into some gene.
 """
+import operator
 import struct
 import uuid
 
@@ -14,6 +16,7 @@ import xxhash
 
 GENE_MASK = 0xFFFF
 ID_GENE_SHIFT = 47
+ID_MAX = (1 << 63) - 1  # the largest bigint; ids are never negative
 
 
 def owner_bytes(owner):
@@ -43,5 +46,25 @@ def gene(owner):
 
 
 def gene_of_id(id):
-    """The gene of an id (a non-negative bigint made by gene_order_id)."""
-    return (id >> ID_GENE_SHIFT) & GENE_MASK
+    """The gene of an id (a non-negative bigint made by gene_order_id): id >> 47.
+    TypeError for what is not an int, ValueError for an int outside 0 .. 2**63-1."""
+    return _checked_int(id, "id", ID_MAX) >> ID_GENE_SHIFT
+
+
+def as_gene(g):
+    """g as an int when it is a gene (0..65535); TypeError or ValueError otherwise."""
+    return _checked_int(g, "gene", GENE_MASK)
+
+
+def _checked_int(value, what, largest):
+    """value as an int 0..largest (anything with __index__ but a bool)."""
+    if not isinstance(value, bool):
+        try:
+            n = operator.index(value)
+        except TypeError:
+            pass
+        else:
+            if not 0 <= n <= largest:
+                raise ValueError(f"{what} {n} is outside 0..{largest}")
+            return n
+    raise TypeError(f"{what} must be an int 0..{largest}, not {type(value).__name__} {value!r}")

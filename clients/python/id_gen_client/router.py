@@ -8,11 +8,14 @@ Implements the client side of docs/routing-protocol.md. Invariants it keeps:
 * The listener connection LISTENs on id_gen_routes before any route read, so no committed
   route change after a read goes unnoticed; after it reconnects it re-reads the routes.
 * Every transaction on a shard starts with `BEGIN; SELECT id_gen.route_claim(g, v)` in one
-  simple-protocol message; IG001 re-reads the routes and retries, IG002 waits and retries.
-  A body's error is never retried by `transaction` (the claim's locks kept it valid);
-  `run` retries the whole call.
-* `execute` runs one statement in autocommit after `SET id_gen.route_version = v` on that
-  connection (sent only when v changed; remembered per connection), and retries it on
+  simple-protocol message; IG001 re-reads the routes and retries, IG002 waits and retries
+  (re-reading every third time). A re-read that fails (the coordinator down) does not end
+  the retries; only retry_limit does. A body's error is never retried by `transaction`
+  (the claim's locks kept it valid); `run` retries the whole call.
+* `execute` sends the version with its statement, in one transaction and one round trip:
+  `set_config('id_gen.route_version', v, true)` and the statement in one pipeline (one
+  implicit transaction up to its Sync), so a transaction-mode pooler (PgBouncer) runs both
+  on the same server connection. Nothing is declared per connection. Retried on
   IG001/IG002: a statement that failed had no effect.
 * Every connection taken from a pool goes back to it, idle (rolled back) or broken.
 """
@@ -24,7 +27,6 @@ import select
 import threading
 import time
 import uuid
-import weakref
 
 import psycopg
 from psycopg import pq
@@ -32,7 +34,7 @@ from psycopg_pool import ConnectionPool
 
 from .errors import (ROUTE_CHANGED, NoRouteError, RouteRetryExhausted, route_error_code)
 from .genes import gene as gene_of_owner
-from .genes import gene_of_id
+from .genes import as_gene, gene_of_id
 
 ROUTES_CHANNEL = "id_gen_routes"
 ROUTES_SQL = "SELECT lower_gene, upper_gene, shard, version FROM id_gen.route_map ORDER BY lower_gene"
@@ -41,6 +43,9 @@ EMPTY_ROUTES_VERSION_SQL = ("SELECT id_gen.route_version() "
                             "WHERE NOT EXISTS (SELECT 1 FROM id_gen.route_map)")
 LISTEN_POLL_SECONDS = 0.5
 NOTIFIES_TAKES_TIMEOUT = "timeout" in inspect.signature(psycopg.Connection.notifies).parameters
+PIPELINE_SUPPORTED = psycopg.Pipeline.is_supported()  # libpq >= 14
+# Declares the route version for the rest of the transaction (SET LOCAL semantics).
+DECLARE_VERSION_SQL = "SELECT pg_catalog.set_config('id_gen.route_version', '{}', true)"
 OWNER_CASTS = ((bool, None), (int, "bigint"), (str, "text"), (uuid.UUID, "uuid"))
 
 
@@ -76,8 +81,6 @@ class Router:
         self._stats_lock = threading.Lock()
         self._pools = {}
         self._pools_lock = threading.Lock()
-        # The route version each pooled connection declared (SET id_gen.route_version).
-        self._declared = weakref.WeakKeyDictionary()
         self._table = _RouteTable((), 0)
         self._reload_lock = threading.Lock()  # guards _routes_conn and reloads
         self._reloads_begun = 0  # reloads numbered in the order they began
@@ -208,7 +211,7 @@ class Router:
 
     def shard_for_gene(self, g):
         """The shard that owns gene g, by the current routes."""
-        return self._route(g, self._table)
+        return self._route(as_gene(g), self._table)
 
     def shard_for_owner(self, owner):
         return self.shard_for_gene(gene_of_owner(owner))
@@ -265,7 +268,7 @@ class Router:
         """fn(conn) inside transaction(...); retries the whole call on IG001/IG002, also
         when the body raises them. Returns fn's result."""
         g = self._target_gene(owner, id, gene)
-        last_error = None
+        last_error = refresh_error = None
         for attempt in range(self.retry_limit):
             try:
                 with self.transaction(gene=g) as conn:
@@ -275,29 +278,25 @@ class Router:
                 if code is None:
                     raise
                 last_error = e
-                self._after_route_error(code, attempt)
-        raise RouteRetryExhausted(
-            f"gene {g}: the route kept changing for {self.retry_limit} attempts") from last_error
+                refresh_error = self._after_route_error(code, attempt, refresh_error)
+        raise self._exhausted(g, "the route kept changing for", refresh_error) from last_error
 
     def execute(self, query, params=None, *, owner=None, id=None, gene=None):
-        """One statement on the owning shard, in a transaction of its own, with the route
-        version declared on the connection (SET id_gen.route_version, sent only when the
-        version changed): one round trip, as on a direct connection. Retried on
-        IG001/IG002, which a statement that failed leaves without effect. Returns its rows
-        (a list of tuples), or None for a statement that returns none."""
+        """One statement on the owning shard, in a transaction of its own that declares the
+        route version in the same round trip (see _execute_declared): one round trip, as on
+        a direct connection, also behind a transaction-mode pooler. `query` is one
+        statement (it goes by the extended protocol). Retried on IG001/IG002, which a
+        statement that failed leaves without effect. Returns its rows (a list of tuples),
+        or None for a statement that returns none."""
         g = self._target_gene(owner, id, gene)
-        last_error = None
+        last_error = refresh_error = None
         for attempt in range(self.retry_limit):
             checkout = self._checkout(g, attempt)
             if checkout is None:
                 continue  # the routes changed: look again
             table, pool, conn = checkout
             try:
-                if self._declared.get(conn) != table.version:
-                    _simple(conn, f"SET id_gen.route_version = {int(table.version)}")
-                    self._declared[conn] = table.version
-                cur = conn.execute(query, params)
-                rows = cur.fetchall() if cur.description is not None else None
+                rows = _execute_declared(conn, table.version, query, params)
                 self._count("transactions")
                 return rows
             except psycopg.Error as e:
@@ -305,11 +304,10 @@ class Router:
                 if code is None:
                     raise
                 last_error = e
-                self._after_route_error(code, attempt)
             finally:
                 pool.putconn(conn)
-        raise RouteRetryExhausted(
-            f"gene {g}: the route kept changing for {self.retry_limit} attempts") from last_error
+            refresh_error = self._after_route_error(code, attempt, refresh_error)
+        raise self._exhausted(g, "the route kept changing for", refresh_error) from last_error
 
     def next_id(self, sequence, owner):
         """An owner-affine id from the owning shard: id_gen.gene_order_id(sequence, owner)."""
@@ -327,9 +325,7 @@ class Router:
             return gene_of_owner(owner)
         if id is not None:
             return gene_of_id(id)
-        if not 0 <= gene <= 0xFFFF:
-            raise ValueError(f"gene {gene} is outside 0..65535")
-        return int(gene)
+        return as_gene(gene)
 
     def _checkout(self, g, attempt):
         """(routes, pool, connection) for gene g by the current routes; None when g had no
@@ -346,7 +342,7 @@ class Router:
 
     def _claim(self, g):
         """A connection of the owning shard's pool, in a transaction that claimed gene g."""
-        last_error = None
+        last_error = refresh_error = None
         for attempt in range(self.retry_limit):
             checkout = self._checkout(g, attempt)
             if checkout is None:
@@ -362,7 +358,7 @@ class Router:
                 if code is None:
                     raise
                 last_error = e
-                self._after_route_error(code, attempt)
+                refresh_error = self._after_route_error(code, attempt, refresh_error)
                 continue
             except BaseException:
                 _rollback_quietly(conn)
@@ -370,19 +366,38 @@ class Router:
                 raise
             self._count("transactions")
             return pool, conn
-        raise RouteRetryExhausted(
-            f"gene {g}: no shard accepted the claim in {self.retry_limit} attempts") from last_error
+        raise self._exhausted(g, "no shard accepted the claim in", refresh_error) from last_error
 
-    def _after_route_error(self, code, attempt):
+    def _after_route_error(self, code, attempt, refresh_error):
+        """After attempt number `attempt` met IG001/IG002: re-reads the routes (after IG001,
+        and after every third IG002), then waits the backoff; nothing after the last
+        attempt. A failed re-read (the coordinator down) does not end the retries: the next
+        attempt runs on the routes held, and the listener re-reads them when it can.
+        Returns the error of the last re-read when it failed, else None (refresh_error:
+        what the previous call returned)."""
+        if attempt + 1 >= self.retry_limit:
+            return refresh_error
         if code == ROUTE_CHANGED:
             self._count("retries_moved")
-            self.refresh()
+            reread = True
         else:
             self._count("retries_fenced")
-            if attempt % 3 == 2:
+            reread = attempt % 3 == 2
+        if reread:
+            try:
                 self.refresh()
+                refresh_error = None
+            except psycopg.Error as e:
+                refresh_error = e
         delay = min(self.backoff_base * 2 ** attempt, self.backoff_max)
         time.sleep(delay * random.uniform(0.5, 1.0))
+        return refresh_error
+
+    def _exhausted(self, g, what, refresh_error):
+        message = f"gene {g}: {what} {self.retry_limit} attempts"
+        if refresh_error is not None:
+            message += f"; the last re-read of the routes failed: {refresh_error}"
+        return RouteRetryExhausted(message)
 
     def _count(self, key):
         with self._stats_lock:
@@ -425,6 +440,31 @@ def _simple(conn, sql):
     res = conn.pgconn.exec_(sql.encode())
     if res.status not in (pq.ExecStatus.COMMAND_OK, pq.ExecStatus.TUPLES_OK):
         raise psycopg.errors.error_from_result(res, encoding=conn.info.encoding)
+
+
+def _execute_declared(conn, version, query, params):
+    """Runs one statement in a transaction of its own that declares the route version
+    before it (set_config(..., true): for this transaction only); returns its rows, or None.
+    A pipeline of both statements and one Sync: one round trip, and one implicit
+    transaction, which a transaction-mode pooler keeps on one server connection. Without
+    pipeline mode (libpq < 14), three round trips: `BEGIN; set_config` as one
+    simple-protocol message (as the claim), the statement, COMMIT. The declaration is never
+    prepared (prepare=False), so it adds no prepared statement for a pooler to lose."""
+    declare = DECLARE_VERSION_SQL.format(int(version))
+    if PIPELINE_SUPPORTED:
+        with conn.pipeline():
+            conn.execute(declare, prepare=False)
+            cur = conn.execute(query, params)
+        return cur.fetchall() if cur.description is not None else None
+    _simple(conn, f"BEGIN; {declare}")
+    try:
+        cur = conn.execute(query, params)
+        rows = cur.fetchall() if cur.description is not None else None
+        _simple(conn, "COMMIT")
+    except BaseException:
+        _rollback_quietly(conn)
+        raise
+    return rows
 
 
 def _rollback_quietly(conn):

@@ -83,6 +83,16 @@ class GeneOfId(unittest.TestCase):
     def test_is_id_shifted_by_47(self):
         self.assertEqual(gene_of_id(12345678901234567), 12345678901234567 >> 47)
 
+    def test_refuses_ints_outside_bigint_ids(self):
+        for bad in [-1, -(1 << 47), -(1 << 63), 1 << 63, 1 << 64]:
+            with self.assertRaisesRegex(ValueError, f"id {bad} is outside 0..{(1 << 63) - 1}"):
+                gene_of_id(bad)
+
+    def test_refuses_what_is_not_an_int(self):
+        for bad in ["5", 5.0, True, None, b"\x05"]:
+            with self.assertRaisesRegex(TypeError, "id must be an int"):
+                gene_of_id(bad)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -1,5 +1,7 @@
 """Router logic without a server: psycopg.connect and ConnectionPool are replaced by fakes
-of a coordinator (routes, version, NOTIFY) and of shards (route_claim's IG001/IG002)."""
+of a coordinator (routes, version, NOTIFY; it can be down) and of shards (route_claim's
+IG001/IG002, the declared route version, optionally behind a transaction-mode pooler)."""
+import contextlib
 import os
 import re
 import types
@@ -24,9 +26,10 @@ def sql_error(code):
 
 
 class Result:
-    def __init__(self, rows=()):
+    def __init__(self, rows=(), description=None):
         self.rows = list(rows)
         self.rowcount = len(self.rows)
+        self.description = description
 
     def fetchall(self):
         return self.rows
@@ -44,6 +47,7 @@ class Coordinator:
         self.queues = []
         self.route_reads = 0
         self.connects = 0
+        self.down = False  # connections and route reads fail, as with a stopped coordinator
 
     def change(self, uppers):
         with self.cond:
@@ -64,6 +68,9 @@ class CoordinatorConn:
 
     def execute(self, sql, params=None):
         c = self.coord
+        if c.down:
+            self.closed = True
+            raise psycopg.OperationalError("fake: the coordinator is down")
         if sql.startswith("LISTEN"):
             with c.cond:
                 self.queue = []
@@ -121,29 +128,105 @@ class FakeLibpq:
         return types.SimpleNamespace(status=pq.ExecStatus.COMMAND_OK)
 
 
+class ServerSession:
+    """A server connection of a shard: what SET declared there lasts as long as it does."""
+
+    def __init__(self):
+        self.declared = 0
+
+
 class ShardConn:
+    """A client connection of a shard. Each transaction (a statement in autocommit, BEGIN ..
+    COMMIT/ROLLBACK, or a pipeline up to its Sync) runs on one server session: the
+    connection's own, or behind a transaction-mode pooler (cluster.transaction_pooling)
+    the pooler's next one, so a SET and the statement after it may meet different ones."""
+
+    READ = "SELECT amount FROM orders WHERE owner_id = %s"  # by owner: no id predicate
+
     def __init__(self, shard, cluster):
         self.shard, self.cluster = shard, cluster
         self.closed = self.broken = False
         self.log = []
+        self.round_trips = 0
         self.pgconn = FakeLibpq(self)
         self.info = types.SimpleNamespace(encoding="utf-8")
+        self.own_session = ServerSession()
+        self.session = None  # the server session of the transaction under way
+        self.local_version = None  # set_config(..., true) in that transaction
+        self.in_block = self.in_pipeline = False
+
+    @contextlib.contextmanager
+    def pipeline(self):
+        self.round_trips += 1  # statements and one Sync, sent together
+        self.in_pipeline = True
+        try:
+            yield
+        finally:
+            self.in_pipeline = False
+            self._end_of_statement()
 
     def execute(self, sql, params=None, prepare=None):
         self.log.append(sql)
-        m = re.fullmatch(r"BEGIN; SELECT id_gen\.route_claim\((\d+), (\d+)\)", sql)
+        if not self.in_pipeline:
+            self.round_trips += 1
+        try:
+            result = Result()
+            for statement in sql.split("; "):  # a simple-protocol message of several
+                result = self._statement(statement, params)
+            return result
+        finally:
+            self._end_of_statement()
+
+    def _server(self):
+        if self.session is None:
+            self.session = (self.cluster.pooler_session(self.shard)
+                            if self.cluster.transaction_pooling else self.own_session)
+        return self.session
+
+    def _end_of_statement(self):
+        if not (self.in_block or self.in_pipeline):  # the transaction ended
+            self.session, self.local_version = None, None
+
+    def _statement(self, sql, params):
+        cluster, coord, server = self.cluster, self.cluster.coord, self._server()
+        if sql == "BEGIN":
+            self.in_block = True
+            return Result()
+        if sql in ("COMMIT", "ROLLBACK"):
+            self.in_block = False
+            return Result()
+        m = re.fullmatch(r"SELECT id_gen\.route_claim\((\d+), (\d+)\)", sql)
         if m:
             g, v = int(m[1]), int(m[2])
-            if self.cluster.fences:
-                self.cluster.fences -= 1
+            if cluster.fences:
+                cluster.fences -= 1
                 raise sql_error(ROUTE_FENCED)
-            if self.cluster.claim_error:
-                raise self.cluster.claim_error
-            if self.cluster.coord.owner_of(g) != self.shard or v < self.cluster.coord.version:
+            if cluster.claim_error:
+                raise cluster.claim_error
+            if coord.owner_of(g) != self.shard or v < coord.version:
                 raise sql_error(ROUTE_CHANGED)
-            return Result([(self.cluster.coord.version,)])
+            return Result([(coord.version,)])
+        m = re.fullmatch(r"SET id_gen\.route_version = (\d+)", sql)
+        if m:
+            server.declared = int(m[1])
+            return Result()
+        m = re.fullmatch(r"SELECT pg_catalog\.set_config\('id_gen\.route_version', '(\d+)', true\)", sql)
+        if m:
+            self.local_version = int(m[1])
+            return Result([(m[1],)], description=[("set_config",)])
+        if sql == self.READ:
+            # The first statement of the transaction touching a distributed table checks
+            # the declared version; a read by owner of genes the shard lost finds nothing.
+            declared = self.local_version if self.local_version is not None else server.declared
+            if cluster.fences:
+                cluster.fences -= 1
+                raise sql_error(ROUTE_FENCED)
+            if declared and declared < coord.version:
+                raise sql_error(ROUTE_CHANGED)
+            owns = coord.owner_of(gene(params[0])) == self.shard
+            return Result([(7,)] if owns else [], description=[("amount",)])
         if "gene_order_id" in sql:
-            self.cluster.params.append((sql, params))
+            cluster.params.append((sql, params))
             return Result([(12345,)])
         return Result()
 
@@ -153,11 +236,20 @@ class Cluster:
         self.coord = Coordinator(uppers)
         self.fences, self.claim_error, self.params = 0, None, []
         self.pools = {}
+        self.transaction_pooling = False
+        self.sessions = {}  # shard -> the pooler's server sessions, used round robin
 
     def connect(self, dsn, autocommit=False, **connect_options):
         assert dsn == "coord" and autocommit
+        if self.coord.down:
+            raise psycopg.OperationalError("fake: connection refused")
         self.coord.connects += 1
         return CoordinatorConn(self.coord)
+
+    def pooler_session(self, shard):
+        sessions = self.sessions.setdefault(shard, [ServerSession(), ServerSession()])
+        sessions.append(sessions.pop(0))
+        return sessions[0]
 
     def pool(self, conninfo, **kwargs):
         cluster = self
@@ -264,6 +356,53 @@ class RouterTest(unittest.TestCase):
             pass
         self.assertEqual((r.stats["retries_fenced"], r.stats["refreshes"]), (4, 2))
 
+    def test_fenced_retries_go_on_while_the_coordinator_is_down(self):
+        r = self.router()
+        self.cluster.coord.down = True
+        self.cluster.fences = 7  # the re-reads after the 3rd and the 6th attempt fail
+        with r.transaction(gene=1) as conn:
+            pass
+        self.assertEqual(conn.log[-1], "COMMIT")
+        self.assertEqual((r.stats["retries_fenced"], r.stats["refreshes"]), (7, 1))
+        self.cluster.fences = 4
+        owner = self.owner_on("a")
+        self.assertEqual(r.execute(ShardConn.READ, (owner,), owner=owner), [(7,)])
+        self.assertEqual((r.stats["retries_fenced"], r.stats["refreshes"]), (11, 1))
+
+    def test_moved_with_the_coordinator_down_retries_until_the_limit(self):
+        r = self.router(retry_limit=4)
+        owner = self.owner_on("a")
+        self.cluster.coord.change([(65535, "b")])  # unseen: listen=False
+        self.cluster.coord.down = True
+        with self.assertRaises(RouteRetryExhausted) as cm:
+            with r.transaction(owner=owner):
+                pass
+        self.assertEqual(cm.exception.__cause__.sqlstate, ROUTE_CHANGED)
+        self.assertIn("the last re-read of the routes failed", str(cm.exception))
+        self.assertEqual(len(self.cluster.pools["a"].conns), 4)
+        self.assertEqual(r.stats["retries_moved"], 3)
+        with self.assertRaises(RouteRetryExhausted):
+            r.execute(ShardConn.READ, (owner,), owner=owner)
+        self.assertEqual(self.cluster.pools["a"].out, 0)
+
+    def test_moved_while_the_coordinator_restarts(self):
+        r = self.router()
+        owner = self.owner_on("a")
+        coord = self.cluster.coord
+        coord.change([(65535, "b")])  # unseen: listen=False
+        coord.down = True
+        waits = []
+
+        def sleep(seconds):
+            waits.append(seconds)
+            coord.down = len(waits) < 2  # up again after the second wait
+
+        with mock.patch.object(router_module.time, "sleep", sleep):
+            with r.transaction(owner=owner) as conn:
+                pass
+        self.assertEqual(conn.shard, "b")
+        self.assertEqual((r.stats["retries_moved"], r.version, len(waits)), (3, 2, 3))
+
     def test_retry_exhausted(self):
         r = self.router(retry_limit=3)
         self.cluster.fences = 10
@@ -307,6 +446,52 @@ class RouterTest(unittest.TestCase):
         self.assertEqual(r.run(body, gene=1), "done")
         self.assertEqual([c.log[-1] for c in calls], ["ROLLBACK", "ROLLBACK", "COMMIT"])
         self.assertEqual((r.stats["retries_fenced"], r.stats["retries_moved"]), (1, 1))
+
+    def test_execute_sends_the_version_with_its_statement(self):
+        for pooling, pipeline in [(True, True), (True, False), (False, True)]:
+            with self.subTest(transaction_pooling=pooling, pipeline=pipeline), \
+                    mock.patch.object(router_module, "PIPELINE_SUPPORTED", pipeline, create=True):
+                self.setUp()
+                self.cluster.transaction_pooling = pooling
+                r = self.router()
+                owner = self.owner_on("a")
+                self.assertEqual(r.execute(ShardConn.READ, (owner,), owner=owner), [(7,)])
+                self.cluster.coord.change([(65535, "b")])  # unseen: listen=False
+                # On a, the stale version meets IG001, never 0 rows; then b answers.
+                self.assertEqual(r.execute(ShardConn.READ, (owner,), owner=owner), [(7,)])
+                self.assertEqual((r.stats["retries_moved"], r.version), (1, 2))
+                stale, fresh = self.cluster.pools["a"].conns[1], self.cluster.pools["b"].conns[0]
+                declare = "SELECT pg_catalog.set_config('id_gen.route_version', '{}', true)"
+                if pipeline:
+                    self.assertEqual(stale.log, [declare.format(1), ShardConn.READ])
+                    self.assertEqual(fresh.log, [declare.format(2), ShardConn.READ])
+                    self.assertEqual((stale.round_trips, fresh.round_trips), (1, 1))
+                else:
+                    self.assertEqual(stale.log, ["BEGIN; " + declare.format(1), ShardConn.READ, "ROLLBACK"])
+                    self.assertEqual(fresh.log, ["BEGIN; " + declare.format(2), ShardConn.READ, "COMMIT"])
+                self.assertEqual(self.cluster.pools["a"].out + self.cluster.pools["b"].out, 0)
+                self.assertIsNone(r.execute("UPDATE", owner=owner))
+
+    def test_ids_and_genes_are_checked(self):
+        r = self.router()
+        for bad in [-1, -(1 << 47), 1 << 63]:
+            with self.assertRaisesRegex(ValueError, "id .* is outside"):
+                r.shard_for_id(bad)
+            with self.assertRaisesRegex(ValueError, "id .* is outside"):
+                r.execute("X", id=bad)
+        for bad in ["5", 5.0, True]:
+            with self.assertRaisesRegex(TypeError, "gene must be an int"):
+                r.execute("X", gene=bad)
+            with self.assertRaisesRegex(TypeError, "gene must be an int"):
+                r.shard_for_gene(bad)
+            with self.assertRaisesRegex(TypeError, "id must be an int"):
+                r.shard_for_id(bad)
+        for bad in [-1, 65536]:
+            with self.assertRaisesRegex(ValueError, "gene .* is outside"):
+                with r.transaction(gene=bad):
+                    pass
+        self.assertEqual(self.cluster.pools, {})  # nothing was routed
+        self.assertEqual(r.shard_for_id((1 << 63) - 1), "b")
 
     def test_next_id_casts(self):
         r = self.router()

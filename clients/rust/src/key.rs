@@ -29,12 +29,15 @@ pub enum Key {
 impl Key {
     /// The gene this key routes by.
     ///
-    /// For a negative [`Key::Id`] (never an id_gen id) this returns `(id >> 47) & 0xFFFF`;
-    /// [`Key::try_gene`] rejects it instead, and the router uses `try_gene`.
+    /// # Panics
+    ///
+    /// For a negative [`Key::Id`] (never an id_gen id): it has no gene, and masking it into
+    /// one would route it to some shard. [`Key::try_gene`] returns [`Error::InvalidKey`]
+    /// instead; the router uses `try_gene`.
     pub fn gene(&self) -> u16 {
-        match self {
-            Key::Id(id) => layout::gene_of(*id).unwrap_or(((*id >> 47) & 0xFFFF) as u16),
-            _ => self.try_gene().expect("only Key::Id can fail"),
+        match self.try_gene() {
+            Ok(gene) => gene,
+            Err(e) => panic!("Key::gene: {e} (use Key::try_gene for ids that may be negative)"),
         }
     }
 
@@ -123,8 +126,15 @@ mod tests {
 
     #[test]
     fn negative_ids_are_rejected_by_try_gene() {
-        assert!(matches!(Key::Id(-1).try_gene(), Err(Error::InvalidKey(_))));
-        assert_eq!(Key::Id(-1).gene(), 0xFFFF);
+        for id in [-1, -(1 << 47), i64::MIN] {
+            assert!(matches!(Key::Id(id).try_gene(), Err(Error::InvalidKey(_))));
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "Key::gene: invalid key")]
+    fn a_negative_id_has_no_gene() {
+        Key::Id(-1).gene();
     }
 
     #[test]

@@ -14,7 +14,8 @@
 //! * Every transaction starts with `BEGIN; SELECT id_gen.route_claim(g, v)` in one
 //!   simple-protocol message; IG001 re-reads the routes and retries, IG002 waits and retries
 //!   (re-reading every third time); the same holds for IG001/IG002 from the body or COMMIT.
-//!   Retries are bounded by `retry_limit`, then [`Error::RetryExhausted`].
+//!   Retries are bounded by `retry_limit`, then [`Error::RetryExhausted`]; a re-read that
+//!   fails (the coordinator down) does not end them.
 //! * A pooled connection goes back to the pool only idle (after COMMIT or a successful
 //!   ROLLBACK); if a transaction future is dropped midway, or the ROLLBACK fails, the
 //!   connection is detached from the pool and closed (the server rolls back).
@@ -323,8 +324,9 @@ impl Router {
     /// On IG001/IG002 (from the claim, the body or COMMIT) the transaction is rolled back
     /// and the whole of it, `body` included, is retried; so `body` is `FnMut` and may run
     /// more than once. Any other error rolls back and is returned as [`Error::Db`]. After
-    /// `retry_limit` retries: [`Error::RetryExhausted`] with the last error. If re-reading
-    /// the routes fails meanwhile, that error is returned.
+    /// `retry_limit` retries: [`Error::RetryExhausted`] with the last error. A re-read of the
+    /// routes that fails meanwhile (the coordinator down) does not end the retries: the next
+    /// attempt runs on the routes held (the listener re-reads them when it can).
     ///
     /// The `async move` block may use the client, `Copy` values and borrows of the caller's
     /// environment (`&str`, `&Vec<_>`: write `let v = &v;` before the closure). It may not
@@ -379,16 +381,20 @@ impl Router {
             if attempt >= limit {
                 return Err(Error::RetryExhausted(Box::new(error)));
             }
-            if code == ROUTE_CHANGED {
+            let reread = if code == ROUTE_CHANGED {
                 inner.counters.retries_moved.fetch_add(1, Ordering::Relaxed);
-                inner.refresh().await?;
+                true
             } else {
                 inner
                     .counters
                     .retries_fenced
                     .fetch_add(1, Ordering::Relaxed);
-                if attempt % 3 == 2 {
-                    inner.refresh().await?;
+                attempt % 3 == 2
+            };
+            if reread {
+                // A failed re-read is not the end: only a closed router is.
+                if let Err(Error::Closed) = inner.refresh().await {
+                    return Err(Error::Closed);
                 }
             }
             let delay =

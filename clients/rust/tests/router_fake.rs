@@ -220,6 +220,49 @@ async fn retries_are_bounded() {
 }
 
 #[tokio::test]
+async fn fenced_retries_go_on_while_the_coordinator_is_down() {
+    let fake = two_shards().await;
+    let router = Router::connect(config(&fake)).await.unwrap();
+    fake.stop_coordinator();
+    // The re-reads on the third and the sixth fenced retry fail.
+    fake.with(|s| s.fenced.insert(G42, 7));
+    assert_eq!(echo(&router, Key::Owner(42), 3).await.unwrap(), 3);
+    let stats = router.stats();
+    assert_eq!((stats.retries_fenced, stats.refreshes), (7, 1));
+    assert_eq!(fake.with(|s| s.count("s1: COMMIT")), 1);
+}
+
+#[tokio::test]
+async fn a_moved_route_with_the_coordinator_down_is_retried_until_the_limit() {
+    let fake = two_shards().await;
+    let mut c = config(&fake);
+    c.retry_limit = 3;
+    let router = Router::connect(c).await.unwrap();
+    fake.set_routes(vec![(0, 16000, "s1"), (16001, 65535, "s2")], false);
+    fake.stop_coordinator();
+    let e = echo(&router, Key::Owner(42), 1).await.unwrap_err();
+    assert!(matches!(e, Error::RetryExhausted(_)), "{e:?}");
+    assert_eq!(e.code(), Some(ROUTE_CHANGED));
+    assert_eq!(router.stats().retries_moved, 3);
+    assert_eq!(fake.with(|s| s.count("s1: SELECT id_gen.route_claim")), 4);
+    // Back up: the next re-read finds the owner.
+    fake.start_coordinator();
+    assert_eq!(echo(&router, Key::Owner(42), 2).await.unwrap(), 2);
+    assert_eq!(fake.with(|s| s.count("s2: COMMIT")), 1);
+}
+
+#[tokio::test]
+async fn a_negative_id_is_refused_not_routed() {
+    let fake = two_shards().await;
+    let router = Router::connect(config(&fake)).await.unwrap();
+    for id in [-1i64, i64::MIN] {
+        let e = echo(&router, Key::Id(id), 1).await.unwrap_err();
+        assert!(matches!(e, Error::InvalidKey(_)), "{e:?}");
+    }
+    assert!(fake.with(|s| s.log.iter().all(|l| l.starts_with("coordinator:"))));
+}
+
+#[tokio::test]
 async fn a_body_error_rolls_back_and_is_returned() {
     let fake = two_shards().await;
     let router = Router::connect(config(&fake)).await.unwrap();

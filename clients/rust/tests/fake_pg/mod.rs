@@ -9,6 +9,8 @@
 //! `id_gen.route_claim(g, v)` (IG001/IG002 as in protocol §3, by the coordinator's current
 //! routes), `id_gen.gene_order_id` and a few `fake.*` functions for bodies.
 //!
+//! The coordinator can be stopped and started again (`stop_coordinator`).
+//!
 //! Invariants: every server-side event a test checks is appended to `State::log` as
 //! `"<server>: <sql>"`; shards own exactly the genes the coordinator's current routes give
 //! them, at the coordinator's current version (an instant, perfect push).
@@ -97,6 +99,8 @@ pub struct State {
     pub closed: HashMap<String, u32>,
     /// Route reads served by the coordinator.
     pub route_reads: u32,
+    /// While set, the coordinator closes every connection it accepts at once (it is down).
+    pub coordinator_down: bool,
     /// Notification senders of the coordinator connections that LISTEN.
     listeners: Vec<mpsc::UnboundedSender<String>>,
     seq: i64,
@@ -190,6 +194,17 @@ impl Fake {
         self.kill_coordinator.send_modify(|n| *n += 1);
     }
 
+    /// The coordinator goes down: its connections close, new ones are closed at once.
+    pub fn stop_coordinator(&self) {
+        self.with(|s| s.coordinator_down = true);
+        self.kill_coordinator_connections();
+    }
+
+    /// The coordinator accepts connections again.
+    pub fn start_coordinator(&self) {
+        self.with(|s| s.coordinator_down = false);
+    }
+
     pub fn log(&self) -> Vec<String> {
         self.state.lock().unwrap().log.clone()
     }
@@ -205,6 +220,10 @@ async fn serve(name: String, state: Arc<Mutex<State>>, kill: watch::Receiver<u64
             };
             let _ = stream.set_nodelay(true);
             let (name, state, kill) = (name.clone(), state.clone(), kill.clone());
+            if name == "coordinator" && state.lock().unwrap().coordinator_down {
+                drop(stream);
+                continue;
+            }
             tokio::spawn(async move {
                 *state
                     .lock()

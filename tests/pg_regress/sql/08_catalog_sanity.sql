@@ -1,0 +1,28 @@
+-- Catalog sanity of schema id_gen, as PostgreSQL's own opr_sanity checks its catalog:
+-- every IMMUTABLE function is PARALLEL SAFE (four were not in 0.6.0); no function reads
+-- or sets an internal switch as a placeholder setting that any session could SET (in
+-- 0.6.0, SET id_gen_internal.own_ddl = on skipped the DDL follower); and the marks that
+-- replace them cannot be set by an ordinary role.
+SELECT p.oid::regprocedure AS immutable_not_parallel_safe
+FROM pg_proc p
+WHERE p.pronamespace = 'id_gen'::regnamespace AND p.provolatile = 'i' AND p.proparallel <> 's'
+ORDER BY 1;
+
+SELECT p.oid::regprocedure AS uses_a_placeholder_switch
+FROM pg_proc p
+WHERE p.pronamespace = 'id_gen'::regnamespace AND p.prosrc ~ 'id_gen_internal'
+ORDER BY 1;
+
+CREATE ROLE idg_sanity_user;
+SET ROLE idg_sanity_user;
+SET id_gen_internal.own_ddl = on;          -- a placeholder, read by nothing
+SELECT id_gen.ddl_is_quiet() AS quiet_after_placeholder;
+SELECT id_gen.quiet_ddl();                 -- superuser only
+RESET ROLE;
+SELECT id_gen.ddl_is_quiet() AS quiet_before;
+BEGIN;
+SELECT id_gen.quiet_ddl();
+SELECT id_gen.ddl_is_quiet() AS quiet_in_the_transaction;
+COMMIT;
+SELECT id_gen.ddl_is_quiet() AS quiet_in_the_next;
+DROP ROLE idg_sanity_user;
