@@ -325,11 +325,11 @@ REVOKE EXECUTE ON FUNCTION id_gen.dblink_run(name, text, text, text, timestamptz
 -- tcp_user_timeout) first, then the libpq options of the shard's foreign server and of
 -- the current user's mapping, which override them (libpq keeps the last of a keyword).
 -- Passed to dblink_connect as a parameter: it is never part of a statement's text.
-CREATE OR REPLACE FUNCTION id_gen.shard_link_conninfo(shard text) RETURNS text
+CREATE OR REPLACE FUNCTION id_gen.shard_link_conninfo(shard text, connect_seconds integer) RETURNS text
 LANGUAGE sql STABLE STRICT
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
-  SELECT 'connect_timeout=5 keepalives=1 keepalives_idle=5 keepalives_interval=2 keepalives_count=3 tcp_user_timeout=10000 '
+  SELECT 'connect_timeout=' || connect_seconds || ' keepalives=1 keepalives_idle=5 keepalives_interval=2 keepalives_count=3 tcp_user_timeout=10000 '
          || coalesce(string_agg(format('%s=''%s''', o.key, replace(replace(o.value, '\', '\\'), '''', '\''')), ' ' ORDER BY o.ord), '')
   FROM (SELECT split_part(opts.opt, '=', 1) AS key, substr(opts.opt, strpos(opts.opt, '=') + 1) AS value, opts.ord
         FROM (SELECT x.opt, x.ord FROM pg_foreign_server s, unnest(s.srvoptions) WITH ORDINALITY AS x(opt, ord)
@@ -346,8 +346,8 @@ BEGIN ATOMIC
                   'channel_binding', 'connect_timeout', 'options', 'target_session_attrs', 'load_balance_hosts',
                   'keepalives', 'keepalives_idle', 'keepalives_interval', 'keepalives_count', 'tcp_user_timeout');
 END;
-COMMENT ON FUNCTION id_gen.shard_link_conninfo(text) IS 'The libpq connection string of id_gen''s dblink connections to a shard: connect_timeout 5 s, TCP keepalives and tcp_user_timeout 10 s (so that a shard that stops answering is noticed), then the options of its foreign server and the current user''s mapping, which take precedence. Holds the password: superuser only, never shown.';
-REVOKE EXECUTE ON FUNCTION id_gen.shard_link_conninfo(text) FROM PUBLIC;
+COMMENT ON FUNCTION id_gen.shard_link_conninfo(text, integer) IS 'The libpq connection string of id_gen''s dblink connections to a shard: connect_timeout connect_seconds (id_gen.shard_send: the call''s bound, 2 to 5 s), TCP keepalives and tcp_user_timeout 10 s (so that a shard that stops answering is noticed), then the options of its foreign server and the current user''s mapping, which take precedence. Holds the password: superuser only, never shown.';
+REVOKE EXECUTE ON FUNCTION id_gen.shard_link_conninfo(text, integer) FROM PUBLIC;
 
 -- The one remote path, in two halves so that one statement can go to several shards at
 -- once (id_gen.push_route_state): shard_send opens the connection if needed and sends,
@@ -402,6 +402,8 @@ DECLARE
   dbl name := id_gen.dblink_schema();
   conn text := 'id_gen_' || md5(shard);
   connected boolean;
+  logged text;
+  connect_seconds integer;
   deadline timestamptz := clock_timestamp() + timeout_ms * interval '1 ms';
   msg text;
   code text;
@@ -414,7 +416,28 @@ BEGIN
       IF NOT EXISTS (SELECT FROM pg_foreign_server s WHERE s.srvname = shard) THEN
         RAISE EXCEPTION 'id_gen: shard "%" is not a foreign server here', shard USING ERRCODE = '42704';
       END IF;
-      EXECUTE format('SELECT %I.dblink_connect($1, $2)', dbl) USING conn, id_gen.shard_link_conninfo(shard);
+      -- The connection string (with the password) is a parameter: auto_explain (16+, when
+      -- loaded), which logs a nested statement's parameters, is told not to for this one.
+      logged := current_setting('auto_explain.log_parameter_max_length', true);
+      IF logged IS NOT NULL THEN
+        PERFORM set_config('auto_explain.log_parameter_max_length', '0', true);
+      END IF;
+      -- The connect's bound: libpq's connect_timeout where dblink connects blocking (15), a
+      -- timer that interrupts the wait where it connects on the latch (16+, src/connect_bound.rs).
+      connect_seconds := greatest(2, least(5, ceil(timeout_ms / 1000.0)::integer));
+      PERFORM id_gen.arm_connect_bound(connect_seconds * 1000 + 500);
+      BEGIN
+        EXECUTE format('SELECT %I.dblink_connect($1, $2)', dbl) USING conn, id_gen.shard_link_conninfo(shard, connect_seconds);
+      EXCEPTION WHEN OTHERS OR query_canceled THEN
+        IF id_gen.disarm_connect_bound() AND SQLSTATE = '57014' THEN
+          RAISE EXCEPTION 'id_gen: could not connect to shard "%" within % s', shard, connect_seconds USING ERRCODE = '08001';
+        END IF;
+        RAISE;
+      END;
+      PERFORM id_gen.disarm_connect_bound();
+      IF logged IS NOT NULL THEN
+        PERFORM set_config('auto_explain.log_parameter_max_length', logged, true);
+      END IF;
       PERFORM id_gen.dblink_run(dbl, conn, shard,
         'SELECT pg_catalog.concat(pg_catalog.set_config(''search_path'', ''pg_catalog, pg_temp'', false), '
         'pg_catalog.set_config(''default_transaction_isolation'', ''read committed'', false), '
@@ -819,7 +842,7 @@ BEGIN
   PERFORM id_gen.check_routes_for_distribution();
   BEGIN
     FOR d IN SELECT t.schema_name, t.table_name FROM id_gen.distributed_tables t ORDER BY 1, 2 LOOP
-      done := done || id_gen.sync_distributed_table(d.schema_name, d.table_name, copy_rows);
+      done := done || id_gen.sync_distributed_table(d.schema_name, d.table_name, coalesce(copy_rows, false));
       n := n + 1;
     END LOOP;
   EXCEPTION WHEN OTHERS OR query_canceled THEN
@@ -1163,6 +1186,16 @@ DECLARE
 BEGIN
   -- Runs as whoever ran the command, with their rights.
   IF to_regclass('id_gen.distributed_tables') IS NULL OR id_gen.ddl_is_quiet() THEN
+    RETURN;
+  END IF;
+  -- An ALTER of relations none of which can be part of a distributed table (a plain table
+  -- that is no partition, an index, a sequence, ...) is none of its business: return
+  -- before reading id_gen's catalog, whose lock would last until the caller's transaction
+  -- ends. (GRANT, REVOKE and ALTER SCHEMA do not say which objects they touch.)
+  IF tg_tag IN ('ALTER TABLE', 'ALTER VIEW', 'ALTER FOREIGN TABLE')
+     AND NOT EXISTS (SELECT FROM pg_event_trigger_ddl_commands() c
+                     LEFT JOIN pg_class pc ON c.classid = 'pg_class'::regclass AND pc.oid = c.objid
+                     WHERE pc.oid IS NULL OR pc.relkind IN ('p', 'v', 'f') OR pc.relispartition) THEN
     RETURN;
   END IF;
   -- Its own grants below fire it again: that run returns here. The call stack says so (no

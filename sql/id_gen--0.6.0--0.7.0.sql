@@ -36,6 +36,21 @@ COMMENT ON FUNCTION id_gen.written_by_this_transaction(bigint) IS 'Whether a tra
 DROP FUNCTION id_gen.sync_distributed_tables();
 DROP FUNCTION id_gen.sync_distributed_table(name, name);
 
+-- src/connect_bound.rs: the bound of a connect to a shard on PostgreSQL 16+ (dblink waits
+-- on the latch there, and libpq's connect_timeout does not apply).
+CREATE FUNCTION id_gen."arm_connect_bound"("ms" INT) RETURNS void
+STRICT VOLATILE PARALLEL UNSAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'arm_connect_bound_wrapper';
+COMMENT ON FUNCTION id_gen.arm_connect_bound(integer) IS 'Arms a timer that interrupts a wait (a connect to another server) after ms, like a cancel; id_gen.shard_send bounds its connects with it. Superuser only.';
+REVOKE EXECUTE ON FUNCTION id_gen.arm_connect_bound(integer) FROM PUBLIC;
+CREATE FUNCTION id_gen."disarm_connect_bound"() RETURNS bool
+STRICT VOLATILE PARALLEL UNSAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'disarm_connect_bound_wrapper';
+COMMENT ON FUNCTION id_gen.disarm_connect_bound() IS 'Stops the timer of id_gen.arm_connect_bound; whether it fired (its cancel is then withdrawn if nothing took it). Superuser only.';
+REVOKE EXECUTE ON FUNCTION id_gen.disarm_connect_bound() FROM PUBLIC;
+
 -- ===== sql/cluster_catalog.sql (the tables after -- @new-in-0.7.0) =====
 
 -- ===== sql/distribute.sql =====
@@ -366,11 +381,11 @@ REVOKE EXECUTE ON FUNCTION id_gen.dblink_run(name, text, text, text, timestamptz
 -- tcp_user_timeout) first, then the libpq options of the shard's foreign server and of
 -- the current user's mapping, which override them (libpq keeps the last of a keyword).
 -- Passed to dblink_connect as a parameter: it is never part of a statement's text.
-CREATE OR REPLACE FUNCTION id_gen.shard_link_conninfo(shard text) RETURNS text
+CREATE OR REPLACE FUNCTION id_gen.shard_link_conninfo(shard text, connect_seconds integer) RETURNS text
 LANGUAGE sql STABLE STRICT
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
-  SELECT 'connect_timeout=5 keepalives=1 keepalives_idle=5 keepalives_interval=2 keepalives_count=3 tcp_user_timeout=10000 '
+  SELECT 'connect_timeout=' || connect_seconds || ' keepalives=1 keepalives_idle=5 keepalives_interval=2 keepalives_count=3 tcp_user_timeout=10000 '
          || coalesce(string_agg(format('%s=''%s''', o.key, replace(replace(o.value, '\', '\\'), '''', '\''')), ' ' ORDER BY o.ord), '')
   FROM (SELECT split_part(opts.opt, '=', 1) AS key, substr(opts.opt, strpos(opts.opt, '=') + 1) AS value, opts.ord
         FROM (SELECT x.opt, x.ord FROM pg_foreign_server s, unnest(s.srvoptions) WITH ORDINALITY AS x(opt, ord)
@@ -387,8 +402,8 @@ BEGIN ATOMIC
                   'channel_binding', 'connect_timeout', 'options', 'target_session_attrs', 'load_balance_hosts',
                   'keepalives', 'keepalives_idle', 'keepalives_interval', 'keepalives_count', 'tcp_user_timeout');
 END;
-COMMENT ON FUNCTION id_gen.shard_link_conninfo(text) IS 'The libpq connection string of id_gen''s dblink connections to a shard: connect_timeout 5 s, TCP keepalives and tcp_user_timeout 10 s (so that a shard that stops answering is noticed), then the options of its foreign server and the current user''s mapping, which take precedence. Holds the password: superuser only, never shown.';
-REVOKE EXECUTE ON FUNCTION id_gen.shard_link_conninfo(text) FROM PUBLIC;
+COMMENT ON FUNCTION id_gen.shard_link_conninfo(text, integer) IS 'The libpq connection string of id_gen''s dblink connections to a shard: connect_timeout connect_seconds (id_gen.shard_send: the call''s bound, 2 to 5 s), TCP keepalives and tcp_user_timeout 10 s (so that a shard that stops answering is noticed), then the options of its foreign server and the current user''s mapping, which take precedence. Holds the password: superuser only, never shown.';
+REVOKE EXECUTE ON FUNCTION id_gen.shard_link_conninfo(text, integer) FROM PUBLIC;
 
 -- The one remote path, in two halves so that one statement can go to several shards at
 -- once (id_gen.push_route_state): shard_send opens the connection if needed and sends,
@@ -443,6 +458,8 @@ DECLARE
   dbl name := id_gen.dblink_schema();
   conn text := 'id_gen_' || md5(shard);
   connected boolean;
+  logged text;
+  connect_seconds integer;
   deadline timestamptz := clock_timestamp() + timeout_ms * interval '1 ms';
   msg text;
   code text;
@@ -455,7 +472,28 @@ BEGIN
       IF NOT EXISTS (SELECT FROM pg_foreign_server s WHERE s.srvname = shard) THEN
         RAISE EXCEPTION 'id_gen: shard "%" is not a foreign server here', shard USING ERRCODE = '42704';
       END IF;
-      EXECUTE format('SELECT %I.dblink_connect($1, $2)', dbl) USING conn, id_gen.shard_link_conninfo(shard);
+      -- The connection string (with the password) is a parameter: auto_explain (16+, when
+      -- loaded), which logs a nested statement's parameters, is told not to for this one.
+      logged := current_setting('auto_explain.log_parameter_max_length', true);
+      IF logged IS NOT NULL THEN
+        PERFORM set_config('auto_explain.log_parameter_max_length', '0', true);
+      END IF;
+      -- The connect's bound: libpq's connect_timeout where dblink connects blocking (15), a
+      -- timer that interrupts the wait where it connects on the latch (16+, src/connect_bound.rs).
+      connect_seconds := greatest(2, least(5, ceil(timeout_ms / 1000.0)::integer));
+      PERFORM id_gen.arm_connect_bound(connect_seconds * 1000 + 500);
+      BEGIN
+        EXECUTE format('SELECT %I.dblink_connect($1, $2)', dbl) USING conn, id_gen.shard_link_conninfo(shard, connect_seconds);
+      EXCEPTION WHEN OTHERS OR query_canceled THEN
+        IF id_gen.disarm_connect_bound() AND SQLSTATE = '57014' THEN
+          RAISE EXCEPTION 'id_gen: could not connect to shard "%" within % s', shard, connect_seconds USING ERRCODE = '08001';
+        END IF;
+        RAISE;
+      END;
+      PERFORM id_gen.disarm_connect_bound();
+      IF logged IS NOT NULL THEN
+        PERFORM set_config('auto_explain.log_parameter_max_length', logged, true);
+      END IF;
       PERFORM id_gen.dblink_run(dbl, conn, shard,
         'SELECT pg_catalog.concat(pg_catalog.set_config(''search_path'', ''pg_catalog, pg_temp'', false), '
         'pg_catalog.set_config(''default_transaction_isolation'', ''read committed'', false), '
@@ -860,7 +898,7 @@ BEGIN
   PERFORM id_gen.check_routes_for_distribution();
   BEGIN
     FOR d IN SELECT t.schema_name, t.table_name FROM id_gen.distributed_tables t ORDER BY 1, 2 LOOP
-      done := done || id_gen.sync_distributed_table(d.schema_name, d.table_name, copy_rows);
+      done := done || id_gen.sync_distributed_table(d.schema_name, d.table_name, coalesce(copy_rows, false));
       n := n + 1;
     END LOOP;
   EXCEPTION WHEN OTHERS OR query_canceled THEN
@@ -1204,6 +1242,16 @@ DECLARE
 BEGIN
   -- Runs as whoever ran the command, with their rights.
   IF to_regclass('id_gen.distributed_tables') IS NULL OR id_gen.ddl_is_quiet() THEN
+    RETURN;
+  END IF;
+  -- An ALTER of relations none of which can be part of a distributed table (a plain table
+  -- that is no partition, an index, a sequence, ...) is none of its business: return
+  -- before reading id_gen's catalog, whose lock would last until the caller's transaction
+  -- ends. (GRANT, REVOKE and ALTER SCHEMA do not say which objects they touch.)
+  IF tg_tag IN ('ALTER TABLE', 'ALTER VIEW', 'ALTER FOREIGN TABLE')
+     AND NOT EXISTS (SELECT FROM pg_event_trigger_ddl_commands() c
+                     LEFT JOIN pg_class pc ON c.classid = 'pg_class'::regclass AND pc.oid = c.objid
+                     WHERE pc.oid IS NULL OR pc.relkind IN ('p', 'v', 'f') OR pc.relispartition) THEN
     RETURN;
   END IF;
   -- Its own grants below fire it again: that run returns here. The call stack says so (no
@@ -2525,14 +2573,21 @@ BEGIN
   FOR m IN SELECT * FROM id_gen.shard_moves sm
            WHERE sm.phase NOT IN ('done', 'aborted', 'reverted') AND sm.updated_at < clock_timestamp() - grace
            ORDER BY sm.move_id LOOP
-    -- A reversible move's WAL bound needs only its target (the source may be down).
-    CONTINUE WHEN m.target_shard = ANY (down) OR (m.phase <> 'reversible' AND m.source_shard = ANY (down));
+    -- Its target fenced again, and a reversible move's WAL bound, need only the target.
+    CONTINUE WHEN m.target_shard = ANY (down);
     CONTINUE WHEN NOT pg_try_advisory_lock(757431, m.move_id::integer);
     move_id := m.move_id;
     action := NULL;
     err := NULL;
     BEGIN
-      IF m.phase = 'cut_over' THEN
+      -- The target does not own the genes before the cut-over: its fence is put up again
+      -- (idempotent), whatever happened to the session that lifted it in a fence.
+      IF m.phase IN ('copying', 'catching_up') THEN
+        PERFORM id_gen.run_move_step(m, 'fence_target', 0, 5000);
+      END IF;
+      IF m.phase <> 'reversible' AND m.source_shard = ANY (down) THEN
+        NULL;  -- the rest needs the source
+      ELSIF m.phase = 'cut_over' THEN
         m := id_gen.finish_cut_over(m);
         action := 'finished the cut-over';
       ELSIF m.phase = 'reverting' THEN
@@ -2542,7 +2597,7 @@ BEGIN
         -- Left open on purpose: only a fence of an interrupted revert is lifted, and a way
         -- back that keeps too much WAL on the target is ended (the genes stay there).
         IF m.back_retained_bytes > pg_size_bytes(max_wal)
-           OR (m.back_checked_at IS NOT NULL AND m.back_retained_bytes IS NULL) THEN
+           OR (m.back_retained_bytes IS NULL AND m.last_error LIKE 'the way back''s slot is missing%') THEN
           -- Over the bound, or the slot is gone already (dropped by an earlier pass whose
           -- clean-up on the source failed): no way back is left; the genes stay on the target.
           PERFORM id_gen.end_way_back(m);
@@ -2556,10 +2611,6 @@ BEGIN
           action := 'lifted the fence of an interrupted revert';
         END IF;
       ELSIF m.source_fenced THEN
-        -- (The target's fence first: its session may have died after lifting it.)
-        IF m.phase = 'catching_up' THEN
-          PERFORM id_gen.run_move_step(m, 'fence_target', 0, 10000);
-        END IF;
         PERFORM id_gen.run_move_step(m, 'unfence_source', 0, 10000);
         UPDATE id_gen.shard_moves sm SET source_fenced = false WHERE sm.move_id = m.move_id;
         action := 'lifted the fence';
@@ -2573,12 +2624,14 @@ BEGIN
         action := CASE WHEN cleanup IS NULL THEN 'rolled back (left alone for ' || abandon_after || ')'
                        ELSE 'rollback incomplete: ' || cleanup END;
       END IF;
-    EXCEPTION WHEN OTHERS THEN
+    EXCEPTION WHEN OTHERS OR query_canceled THEN  -- (a shard past its bound is 57014)
       GET STACKED DIAGNOSTICS err = MESSAGE_TEXT, err_state = RETURNED_SQLSTATE;
     END;
     IF err IS NOT NULL THEN
       IF err_state IN ('08006', '57014') AND substring(err FROM '^id_gen: shard "([^"]+)"') IS NOT NULL THEN
+        -- Left out for the rest of this pass, and of the next ones until it answers a push.
         down := down || substring(err FROM '^id_gen: shard "([^"]+)"');
+        PERFORM id_gen.note_route_push(substring(err FROM '^id_gen: shard "([^"]+)"'), NULL, err);
       END IF;
       UPDATE id_gen.shard_moves sm SET last_error = 'supervisor: ' || err, updated_at = clock_timestamp()
       WHERE sm.move_id = m.move_id;
@@ -2614,7 +2667,7 @@ BEGIN
   LOOP
     -- Each look bounded by what is left of the 3 s (a receiver that hangs ends it then).
     EXIT WHEN id_gen.run_move_step(m, 'await_marker', marker,
-                                   greatest(200, 3000 - (extract(epoch FROM clock_timestamp() - since) * 1000)::integer)) = 't';
+                                   greatest(1000, 3000 - (extract(epoch FROM clock_timestamp() - since) * 1000)::integer)) = 't';
     IF clock_timestamp() - since > interval '3 s' THEN
       RAISE EXCEPTION 'the % did not catch up within 3 s of the fence', receiver USING ERRCODE = '55000';
     END IF;
@@ -3788,6 +3841,8 @@ DECLARE
   ok boolean;
   err text;
   err_state text;
+  fail_detail text;
+  fail_hint text;
   state text;
 BEGIN
   PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
@@ -3882,6 +3937,14 @@ BEGIN
         ok := true;
       EXCEPTION WHEN lock_not_available THEN
         GET STACKED DIAGNOSTICS err = MESSAGE_TEXT;
+      WHEN OTHERS OR query_canceled THEN
+        -- A shard past its bound (57014), unreachable, or a cancel: the split stays in
+        -- swapping (the shard's swap may still commit there: the same CALL, or the move
+        -- supervisor, finishes it), and this session lets go of it.
+        GET STACKED DIAGNOSTICS err = MESSAGE_TEXT, err_state = RETURNED_SQLSTATE,
+                                fail_detail = PG_EXCEPTION_DETAIL, fail_hint = PG_EXCEPTION_HINT;
+        PERFORM pg_advisory_unlock(757431, s.split_id::integer);
+        PERFORM id_gen.reraise(err, err_state, fail_detail, fail_hint);
       END;
       IF ok THEN
         COMMIT;
@@ -4118,7 +4181,7 @@ BEGIN
         WHERE rs.split_id = s.split_id;
         action := CASE WHEN res IS NULL THEN 'rolled back (left alone for ' || abandon_after || ')' ELSE 'rollback incomplete: ' || res END;
       END IF;
-    EXCEPTION WHEN OTHERS THEN
+    EXCEPTION WHEN OTHERS OR query_canceled THEN  -- (a shard past its bound is 57014)
       GET STACKED DIAGNOSTICS err = MESSAGE_TEXT;
     END;
     IF err IS NOT NULL THEN
@@ -4570,7 +4633,7 @@ BEGIN
       back_checked_at = clock_timestamp(),
       last_error = CASE WHEN res IS NULL THEN 'the way back''s slot is missing on ' || m.target_shard END
   WHERE sm.move_id = m.move_id;
-EXCEPTION WHEN OTHERS THEN
+EXCEPTION WHEN OTHERS OR query_canceled THEN  -- (a target past its bound is 57014)
   UPDATE id_gen.shard_moves sm SET last_error = 'checking the way back: ' || SQLERRM, back_checked_at = clock_timestamp()
   WHERE sm.move_id = m.move_id;
 END $$;

@@ -371,14 +371,21 @@ BEGIN
   FOR m IN SELECT * FROM id_gen.shard_moves sm
            WHERE sm.phase NOT IN ('done', 'aborted', 'reverted') AND sm.updated_at < clock_timestamp() - grace
            ORDER BY sm.move_id LOOP
-    -- A reversible move's WAL bound needs only its target (the source may be down).
-    CONTINUE WHEN m.target_shard = ANY (down) OR (m.phase <> 'reversible' AND m.source_shard = ANY (down));
+    -- Its target fenced again, and a reversible move's WAL bound, need only the target.
+    CONTINUE WHEN m.target_shard = ANY (down);
     CONTINUE WHEN NOT pg_try_advisory_lock(757431, m.move_id::integer);
     move_id := m.move_id;
     action := NULL;
     err := NULL;
     BEGIN
-      IF m.phase = 'cut_over' THEN
+      -- The target does not own the genes before the cut-over: its fence is put up again
+      -- (idempotent), whatever happened to the session that lifted it in a fence.
+      IF m.phase IN ('copying', 'catching_up') THEN
+        PERFORM id_gen.run_move_step(m, 'fence_target', 0, 5000);
+      END IF;
+      IF m.phase <> 'reversible' AND m.source_shard = ANY (down) THEN
+        NULL;  -- the rest needs the source
+      ELSIF m.phase = 'cut_over' THEN
         m := id_gen.finish_cut_over(m);
         action := 'finished the cut-over';
       ELSIF m.phase = 'reverting' THEN
@@ -388,7 +395,7 @@ BEGIN
         -- Left open on purpose: only a fence of an interrupted revert is lifted, and a way
         -- back that keeps too much WAL on the target is ended (the genes stay there).
         IF m.back_retained_bytes > pg_size_bytes(max_wal)
-           OR (m.back_checked_at IS NOT NULL AND m.back_retained_bytes IS NULL) THEN
+           OR (m.back_retained_bytes IS NULL AND m.last_error LIKE 'the way back''s slot is missing%') THEN
           -- Over the bound, or the slot is gone already (dropped by an earlier pass whose
           -- clean-up on the source failed): no way back is left; the genes stay on the target.
           PERFORM id_gen.end_way_back(m);
@@ -402,10 +409,6 @@ BEGIN
           action := 'lifted the fence of an interrupted revert';
         END IF;
       ELSIF m.source_fenced THEN
-        -- (The target's fence first: its session may have died after lifting it.)
-        IF m.phase = 'catching_up' THEN
-          PERFORM id_gen.run_move_step(m, 'fence_target', 0, 10000);
-        END IF;
         PERFORM id_gen.run_move_step(m, 'unfence_source', 0, 10000);
         UPDATE id_gen.shard_moves sm SET source_fenced = false WHERE sm.move_id = m.move_id;
         action := 'lifted the fence';
@@ -419,12 +422,14 @@ BEGIN
         action := CASE WHEN cleanup IS NULL THEN 'rolled back (left alone for ' || abandon_after || ')'
                        ELSE 'rollback incomplete: ' || cleanup END;
       END IF;
-    EXCEPTION WHEN OTHERS THEN
+    EXCEPTION WHEN OTHERS OR query_canceled THEN  -- (a shard past its bound is 57014)
       GET STACKED DIAGNOSTICS err = MESSAGE_TEXT, err_state = RETURNED_SQLSTATE;
     END;
     IF err IS NOT NULL THEN
       IF err_state IN ('08006', '57014') AND substring(err FROM '^id_gen: shard "([^"]+)"') IS NOT NULL THEN
+        -- Left out for the rest of this pass, and of the next ones until it answers a push.
         down := down || substring(err FROM '^id_gen: shard "([^"]+)"');
+        PERFORM id_gen.note_route_push(substring(err FROM '^id_gen: shard "([^"]+)"'), NULL, err);
       END IF;
       UPDATE id_gen.shard_moves sm SET last_error = 'supervisor: ' || err, updated_at = clock_timestamp()
       WHERE sm.move_id = m.move_id;
@@ -460,7 +465,7 @@ BEGIN
   LOOP
     -- Each look bounded by what is left of the 3 s (a receiver that hangs ends it then).
     EXIT WHEN id_gen.run_move_step(m, 'await_marker', marker,
-                                   greatest(200, 3000 - (extract(epoch FROM clock_timestamp() - since) * 1000)::integer)) = 't';
+                                   greatest(1000, 3000 - (extract(epoch FROM clock_timestamp() - since) * 1000)::integer)) = 't';
     IF clock_timestamp() - since > interval '3 s' THEN
       RAISE EXCEPTION 'the % did not catch up within 3 s of the fence', receiver USING ERRCODE = '55000';
     END IF;

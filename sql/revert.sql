@@ -371,7 +371,7 @@ BEGIN
       back_checked_at = clock_timestamp(),
       last_error = CASE WHEN res IS NULL THEN 'the way back''s slot is missing on ' || m.target_shard END
   WHERE sm.move_id = m.move_id;
-EXCEPTION WHEN OTHERS THEN
+EXCEPTION WHEN OTHERS OR query_canceled THEN  -- (a target past its bound is 57014)
   UPDATE id_gen.shard_moves sm SET last_error = 'checking the way back: ' || SQLERRM, back_checked_at = clock_timestamp()
   WHERE sm.move_id = m.move_id;
 END $$;

@@ -549,6 +549,8 @@ DECLARE
   ok boolean;
   err text;
   err_state text;
+  fail_detail text;
+  fail_hint text;
   state text;
 BEGIN
   PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
@@ -643,6 +645,14 @@ BEGIN
         ok := true;
       EXCEPTION WHEN lock_not_available THEN
         GET STACKED DIAGNOSTICS err = MESSAGE_TEXT;
+      WHEN OTHERS OR query_canceled THEN
+        -- A shard past its bound (57014), unreachable, or a cancel: the split stays in
+        -- swapping (the shard's swap may still commit there: the same CALL, or the move
+        -- supervisor, finishes it), and this session lets go of it.
+        GET STACKED DIAGNOSTICS err = MESSAGE_TEXT, err_state = RETURNED_SQLSTATE,
+                                fail_detail = PG_EXCEPTION_DETAIL, fail_hint = PG_EXCEPTION_HINT;
+        PERFORM pg_advisory_unlock(757431, s.split_id::integer);
+        PERFORM id_gen.reraise(err, err_state, fail_detail, fail_hint);
       END;
       IF ok THEN
         COMMIT;
@@ -879,7 +889,7 @@ BEGIN
         WHERE rs.split_id = s.split_id;
         action := CASE WHEN res IS NULL THEN 'rolled back (left alone for ' || abandon_after || ')' ELSE 'rollback incomplete: ' || res END;
       END IF;
-    EXCEPTION WHEN OTHERS THEN
+    EXCEPTION WHEN OTHERS OR query_canceled THEN  -- (a shard past its bound is 57014)
       GET STACKED DIAGNOSTICS err = MESSAGE_TEXT;
     END;
     IF err IS NOT NULL THEN

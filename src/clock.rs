@@ -7,8 +7,20 @@
 //! * [`nap`]: an interruptible sleep on the process latch (`WaitLatch` +
 //!   `CHECK_FOR_INTERRUPTS`), so query cancel and `statement_timeout` work in every
 //!   wait; callers bound the total with a [`Deadline`].
+//! * [`timeouts`]: PostgreSQL's timeout machinery (utils/timeout.h), which pgrx does not
+//!   bind: the backend's exported functions.
 
 use pgrx::pg_sys;
+
+/// PostgreSQL's timeouts (utils/timeout.h): ids are `TimeoutId` values.
+pub mod timeouts {
+    unsafe extern "C-unwind" {
+        pub fn RegisterTimeout(id: u32, handler: Option<unsafe extern "C-unwind" fn()>) -> u32;
+        pub fn enable_timeout_after(id: u32, delay_ms: i32);
+        pub fn disable_timeout(id: u32, keep_indicator: bool);
+        pub fn get_timeout_indicator(id: u32, reset_indicator: bool) -> bool;
+    }
+}
 
 /// Unix time in milliseconds from the system clock.
 pub fn wall_ms() -> i64 {

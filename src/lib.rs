@@ -10,6 +10,7 @@
 //! | `gucs.rs` | the `id_gen.*` settings |
 //! | `errors.rs` | SQLSTATE mapping, hints, NULL arguments, SPI failures |
 //! | `clock.rs` | the wall clock, the id clock (test-shifted), interruptible naps |
+//! | `connect_bound.rs` | a timer that bounds a connect to another server (dblink waits on the latch from PostgreSQL 16 on) |
 //! | `shmem.rs` | shared-memory hooks and the lock guard; knows no feature |
 //! | `epochs.rs` | invalidation epochs for backend-local caches |
 //! | `access.rs` | owners, USAGE grants and their per-backend cache; privileged catalog writes |
@@ -34,6 +35,7 @@ use pgrx::prelude::*;
 
 mod access;
 mod clock;
+mod connect_bound;
 mod epochs;
 mod errors;
 mod gene_order;

@@ -26,3 +26,18 @@ AS 'MODULE_PATHNAME', 'written_by_this_transaction_wrapper';
 COMMENT ON FUNCTION id_gen.written_by_this_transaction(bigint) IS 'Whether a transaction id (a row''s xmin, as bigint) is the current transaction or one of its subtransactions that has not rolled back.';
 DROP FUNCTION id_gen.sync_distributed_tables();
 DROP FUNCTION id_gen.sync_distributed_table(name, name);
+
+-- src/connect_bound.rs: the bound of a connect to a shard on PostgreSQL 16+ (dblink waits
+-- on the latch there, and libpq's connect_timeout does not apply).
+CREATE FUNCTION id_gen."arm_connect_bound"("ms" INT) RETURNS void
+STRICT VOLATILE PARALLEL UNSAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'arm_connect_bound_wrapper';
+COMMENT ON FUNCTION id_gen.arm_connect_bound(integer) IS 'Arms a timer that interrupts a wait (a connect to another server) after ms, like a cancel; id_gen.shard_send bounds its connects with it. Superuser only.';
+REVOKE EXECUTE ON FUNCTION id_gen.arm_connect_bound(integer) FROM PUBLIC;
+CREATE FUNCTION id_gen."disarm_connect_bound"() RETURNS bool
+STRICT VOLATILE PARALLEL UNSAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'disarm_connect_bound_wrapper';
+COMMENT ON FUNCTION id_gen.disarm_connect_bound() IS 'Stops the timer of id_gen.arm_connect_bound; whether it fired (its cancel is then withdrawn if nothing took it). Superuser only.';
+REVOKE EXECUTE ON FUNCTION id_gen.disarm_connect_bound() FROM PUBLIC;

@@ -9,7 +9,8 @@
 //!
 //! Invariants: the watch wraps the node's ExecProcNode and keeps calling what the executor
 //! set (ExecProcNodeFirst, then the instrumented or real function), so EXPLAIN ANALYZE and
-//! the stack-depth check stay; the genes owned come from the backend's routing view taken
+//! the stack-depth check stay; a watch is forgotten when its query's memory is reset; the
+//! genes owned come from the backend's routing view taken
 //! at executor start, outside parallel mode (a join inside a parallel worker is not
 //! watched); nothing is read but the one column of the slot the node returned. Values a
 //! join never reads (a merge join that ends when the table's side runs out; a hash join
@@ -73,10 +74,18 @@ impl Watch {
 }
 
 thread_local! {
-    /// Watched plan-state nodes by address. An entry outlives its query; a later node at
-    /// the same address is watched only if this module watches it again (which replaces
-    /// the entry), since the executor gives every new node its own ExecProcNode.
+    /// Watched plan-state nodes by address, each removed when its query's memory goes
+    /// (a reset callback on the executor's query context, which frees the node itself).
     static WATCHES: RefCell<HashMap<usize, Watch>> = RefCell::new(HashMap::new());
+}
+
+/// The reset callback of a watched node's query context: the node is about to be freed.
+unsafe extern "C-unwind" fn forget_watch(node: *mut std::ffi::c_void) {
+    WATCHES.with(|w| {
+        if let Ok(mut m) = w.try_borrow_mut() {
+            m.remove(&(node as usize));
+        }
+    });
 }
 
 /// Walks a plan-state tree and watches the value side of every join by a guarded id.
@@ -88,11 +97,6 @@ pub unsafe fn watch_joins(ps: *mut pg_sys::PlanState) {
     if unsafe { pg_sys::ParallelWorkerNumber >= 0 || pg_sys::IsInParallelMode() } {
         return;
     }
-    WATCHES.with(|w| {
-        if w.borrow().len() > 10_000 {
-            w.borrow_mut().clear(); // stale entries of earlier queries only
-        }
-    });
     // SAFETY: as the caller promises.
     unsafe { walk(ps) };
 }
@@ -303,7 +307,8 @@ unsafe fn watch_side(ps: *mut pg_sys::PlanState, id_side: *mut pg_sys::Var, valu
         if node.is_null() {
             return;
         }
-        let next = if (*node).ExecProcNode.map(|f| f as usize) == Some(check_values as *const () as usize) {
+        let watched = (*node).ExecProcNode.map(|f| f as usize) == Some(check_values as *const () as usize);
+        let next = if watched {
             WATCHES.with(|w| w.borrow().get(&(node as usize)).map(|x| x.next)).flatten()
         } else {
             (*node).ExecProcNode
@@ -311,6 +316,15 @@ unsafe fn watch_side(ps: *mut pg_sys::PlanState, id_side: *mut pg_sys::Var, valu
         WATCHES.with(|w| {
             w.borrow_mut().insert(node as usize, Watch { attno: col, typ, next, owned, fenced });
         });
+        if !watched {
+            // The entry goes with the node: at the reset of the query context it lives in.
+            let cxt = (*(*node).state).es_query_cxt;
+            let cb = pg_sys::MemoryContextAllocZero(cxt, std::mem::size_of::<pg_sys::MemoryContextCallback>())
+                as *mut pg_sys::MemoryContextCallback;
+            (*cb).func = Some(forget_watch);
+            (*cb).arg = node as *mut std::ffi::c_void;
+            pg_sys::MemoryContextRegisterResetCallback(cxt, cb);
+        }
         (*node).ExecProcNode = Some(check_values);
     }
 }

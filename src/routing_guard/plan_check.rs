@@ -13,12 +13,9 @@
 //!     owner's pagination), `id IS NOT NULL` (`min(id)`) or an expression of the id
 //!     (`id % 2`) does not select ids, so the shard answers with its own rows;
 //!   * a nested-loop join by id reaches the scan as an index condition on a parameter,
-//!     so it counts as the scan's own. A hash or merge join by id (`JOIN unnest(ids)`,
-//!     `IN (SELECT ...)` as a hash semi-join, `UPDATE ... FROM`, `MERGE`) is NOT refused
-//!     yet: its scan of the tombstone carries no id predicate, and arming it whenever
-//!     the join runs would refuse the same join on the shard that owns every id too
-//!     (the tombstone is scanned there as well); refusing it needs a check of the
-//!     joined values' genes (docs/design.md §11.6).
+//!     so it counts as the scan's own. Hash and merge joins by id are `join_check.rs`'s:
+//!     the tombstone's scan carries no id predicate there, and it is scanned on the owner
+//!     too, where the join must answer.
 //!
 //! Invariants: only plan-state nodes that exist are looked at; a scan with no predicate on
 //! the id column (a shard-local `SELECT count(*)`) is left alone: it sees this shard's

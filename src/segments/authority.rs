@@ -44,11 +44,7 @@ pub const RESERVE_TIMEOUT_MS: i32 = 5000;
 /// connection, the refill worker included.
 const STATEMENT_TIMEOUT: u32 = 3;
 
-unsafe extern "C-unwind" {
-    fn enable_timeout_after(id: u32, delay_ms: i32);
-    fn disable_timeout(id: u32, keep_indicator: bool);
-    fn get_timeout_indicator(id: u32, reset_indicator: bool) -> bool;
-}
+use crate::clock::timeouts::{disable_timeout, enable_timeout_after, get_timeout_indicator};
 
 thread_local! {
     /// The authority the current reservation attempt contacted (worker only).

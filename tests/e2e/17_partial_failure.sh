@@ -96,6 +96,7 @@ guard_case "TID scan with an id" "" "SELECT * FROM orders WHERE ctid = '(0,1)' A
 guard_case "TID range scan with an id" "SET enable_indexscan = off; SET enable_bitmapscan = off; SET enable_seqscan = off;" \
   "SELECT * FROM orders WHERE ctid < '(100,1)' AND id = $ID1"
 PAR="SET parallel_setup_cost = 0; SET parallel_tuple_cost = 0; SET min_parallel_table_scan_size = 0; SET max_parallel_workers_per_gather = 2; SET enable_indexscan = off; SET enable_bitmapscan = off;"
+assert_eq "$(sq 2 -c "$PAR EXPLAIN (COSTS OFF) SELECT * FROM orders WHERE id = $ID1" | grep -c Gather)" "1" "the plan of the next case is parallel"
 sq 2 -c "SELECT id_gen.shard_routing_changed()" >/dev/null   # every backend's routing view is cold
 guard_case "a parallel scan, cold routing cache (the leader raises): IG001, not XX000" "$PAR" "SELECT * FROM orders WHERE id = $ID1"
 FORCE=$(sq 2 -c "SELECT CASE WHEN current_setting('server_version_num')::int >= 160000 THEN 'debug_parallel_query' ELSE 'force_parallel_mode' END")
@@ -173,7 +174,7 @@ assert_eq "$(sed -n 's/^ERROR:  \([0-9A-Z]\{5\}\): .*/\1/p' "$C/frozen_call.log"
   "a statement on an open connection to a frozen shard ends at its bound with 57014 (no cancel request that waits for it)"
 t0=$(date +%s%N)
 err=$(state_of cq -c "SELECT id_gen.shard_exec('shard_1', 'SELECT 1', 2000)" || true)
-echo "  a new connection to the frozen shard gave up after $(( ($(date +%s%N) - t0) / 1000000 )) ms (connect_timeout 2 s)" >&2
+echo "  a new connection to the frozen shard gave up after $(( ($(date +%s%N) - t0) / 1000000 )) ms (bound 2 s: connect_timeout on 15, a timer on 16+)" >&2
 assert_eq "$err" "08006" "a new connection to a frozen shard ends at connect_timeout with 08006"
 # A route change of shard_2's genes only: the supervisor tells shard_2 though shard_1 hangs.
 cq -c "SELECT id_gen.set_route(65535, 'shard_2')" >/dev/null   # (same shard: only the version rises)

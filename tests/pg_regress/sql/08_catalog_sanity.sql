@@ -1,8 +1,9 @@
 -- Catalog sanity of schema id_gen, as PostgreSQL's own opr_sanity checks its catalog:
 -- every IMMUTABLE function is PARALLEL SAFE (four were not in 0.6.0); no function reads
 -- or sets an internal switch as a placeholder setting that any session could SET (in
--- 0.6.0, SET id_gen_internal.own_ddl = on skipped the DDL follower); and the marks that
--- replace them cannot be set by an ordinary role.
+-- 0.6.0, SET id_gen_internal.own_ddl = on skipped the DDL follower); the marks that
+-- replace them cannot be set by an ordinary role; and an ALTER TABLE of a plain table does
+-- not leave a lock on id_gen's catalog for the rest of its transaction.
 SELECT p.oid::regprocedure AS immutable_not_parallel_safe
 FROM pg_proc p
 WHERE p.pronamespace = 'id_gen'::regnamespace AND p.provolatile = 'i' AND p.proparallel <> 's'
@@ -26,3 +27,11 @@ SELECT id_gen.ddl_is_quiet() AS quiet_in_the_transaction;
 COMMIT;
 SELECT id_gen.ddl_is_quiet() AS quiet_in_the_next;
 DROP ROLE idg_sanity_user;
+
+CREATE TABLE sanity_plain (a int);
+BEGIN;
+ALTER TABLE sanity_plain ADD COLUMN b int;
+SELECT count(*) AS locks_on_id_gen_catalog FROM pg_locks
+WHERE pid = pg_backend_pid() AND relation = 'id_gen.distributed_tables'::regclass;
+COMMIT;
+DROP TABLE sanity_plain;
