@@ -2556,6 +2556,7 @@ DECLARE
   max_wal text := coalesce(current_setting('id_gen.reversible_max_wal', true), '1GB');
   err_state text;
   down text[];
+  silent text;
 BEGIN
   PERFORM id_gen.require_superuser('recover moves');
   -- Shards that have not been told the current route version (set_route, drop_route, or a
@@ -2628,10 +2629,11 @@ BEGIN
       GET STACKED DIAGNOSTICS err = MESSAGE_TEXT, err_state = RETURNED_SQLSTATE;
     END;
     IF err IS NOT NULL THEN
-      IF err_state IN ('08006', '57014') AND substring(err FROM '^id_gen: shard "([^"]+)"') IS NOT NULL THEN
+      silent := CASE WHEN err_state IN ('08006', '57014') THEN substring(err FROM '^id_gen: shard "([^"]+)"') END;
+      IF silent IS NOT NULL THEN
         -- Left out for the rest of this pass, and of the next ones until it answers a push.
-        down := down || substring(err FROM '^id_gen: shard "([^"]+)"');
-        PERFORM id_gen.note_route_push(substring(err FROM '^id_gen: shard "([^"]+)"'), NULL, err);
+        down := down || silent;
+        PERFORM id_gen.note_route_push(silent, NULL, err);
       END IF;
       UPDATE id_gen.shard_moves sm SET last_error = 'supervisor: ' || err, updated_at = clock_timestamp()
       WHERE sm.move_id = m.move_id;
