@@ -595,7 +595,6 @@ DECLARE
   fdw_name name := id_gen.fit_name(id_gen.partition_name(d.coordinator_stem, lower_gene, upper_gene), '_fdw');
   shard_part name := id_gen.partition_name(d.shard_stem, lower_gene, upper_gene);
   kept boolean := false;
-  other regclass;
 BEGIN
   FOR child IN SELECT c.oid::regclass AS rel, c.relname, s.srvname, ft.ftoptions
                FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
@@ -613,7 +612,26 @@ BEGIN
   IF kept THEN
     RETURN false;
   END IF;
-  other := to_regclass(format('%I.%I', d.schema_name, fdw_name));
+  PERFORM id_gen.add_foreign_partition(d, part, lower_gene, upper_gene, shard);
+  RETURN true;
+END $$;
+COMMENT ON FUNCTION id_gen.point_partition(id_gen.distributed_tables, regclass, integer, integer, text) IS 'Points the range partition of a distributed table at a shard: one foreign table "<partition>_fdw" over the shard''s partition of the same genes, with the partition''s owner and grants. Returns whether it changed anything.';
+REVOKE EXECUTE ON FUNCTION id_gen.point_partition(id_gen.distributed_tables, regclass, integer, integer, text) FROM PUBLIC;
+
+-- Adds to the range partition `part` the foreign table "<stem>_g<lower>_<upper>_fdw" of
+-- genes lower_gene .. upper_gene over the shard's partition of those genes, with part's
+-- owner and grants. Usually the genes are part's own; inside a split's fence they are
+-- one of the new ranges within it (id_gen.nest_split_here).
+CREATE OR REPLACE FUNCTION id_gen.add_foreign_partition(d id_gen.distributed_tables, part regclass,
+                                                        lower_gene integer, upper_gene integer, shard text) RETURNS regclass
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  fdw_name name := id_gen.fit_name(id_gen.partition_name(d.coordinator_stem, lower_gene, upper_gene), '_fdw');
+  shard_part name := id_gen.partition_name(d.shard_stem, lower_gene, upper_gene);
+  other regclass := to_regclass(format('%I.%I', d.schema_name, fdw_name));
+BEGIN
   IF other IS NOT NULL THEN
     RAISE EXCEPTION 'id_gen: relation % already exists, and it is not a partition of %', other, part
       USING ERRCODE = '42P07', HINT = 'id_gen names the foreign tables of distributed tables <stem>_g<lower>_<upper>_fdw; rename that relation.';
@@ -624,10 +642,10 @@ BEGIN
                  shard, d.schema_name, shard_part);
   PERFORM id_gen.inherit_parent_settings(part, format('%I.%I', d.schema_name, fdw_name)::regclass,
     format('id_gen: genes %s .. %s on shard %s (its table %I.%I)', lower_gene, upper_gene, shard, d.schema_name, shard_part));
-  RETURN true;
+  RETURN format('%I.%I', d.schema_name, fdw_name)::regclass;
 END $$;
-COMMENT ON FUNCTION id_gen.point_partition(id_gen.distributed_tables, regclass, integer, integer, text) IS 'Points the range partition of a distributed table at a shard: one foreign table "<partition>_fdw" over the shard''s partition of the same genes, with the partition''s owner and grants. Returns whether it changed anything.';
-REVOKE EXECUTE ON FUNCTION id_gen.point_partition(id_gen.distributed_tables, regclass, integer, integer, text) FROM PUBLIC;
+COMMENT ON FUNCTION id_gen.add_foreign_partition(id_gen.distributed_tables, regclass, integer, integer, text) IS 'Adds to a coordinator range partition the foreign table of genes lower_gene .. upper_gene on a shard (its partition of those genes there), with the range partition''s owner and grants.';
+REVOKE EXECUTE ON FUNCTION id_gen.add_foreign_partition(id_gen.distributed_tables, regclass, integer, integer, text) FROM PUBLIC;
 
 -- The coordinator's range partition of genes lo .. hi (created when missing).
 CREATE OR REPLACE FUNCTION id_gen.range_partition(d id_gen.distributed_tables, lower_gene integer, upper_gene integer) RETURNS regclass

@@ -24,16 +24,27 @@
 --             new tables and copies them again from the old partition as it is now (READ
 --             COMMITTED: every write committed before is seen); idempotent, so order does
 --             not matter. Repeated until few ids are left. Then
---             the fence, one coordinator transaction: ACCESS EXCLUSIVE on the
---             coordinator's partitioned tables (lock_timeout 50 ms, retried), then on S
---             (id_gen.shard_split_swap, its own transaction, lock_timeout 50 ms, the call
---             bounded by 5 s) ACCESS EXCLUSIVE on the shard's tables, the last catch-up
---             (nobody writes now), DETACH of the old partitions (renamed, kept until
---             cleanup), ATTACH of the new ones (their CHECK spares the scan), then the
---             coordinator's range partitions and foreign tables, the route table and the
---             placements; COMMIT. Writers wait for the fence only (milliseconds); rows
---             never move under it. A shard that hangs in the swap holds them up to 5 s.
---   swapped   committed; S drops the old partitions (id_gen.shard_split_cleanup).
+--             the fence. On S (id_gen.shard_split_swap, one transaction there,
+--             lock_timeout 50 ms, retried; the call bounded by 5 s): ACCESS EXCLUSIVE on
+--             the shard's tables, the last catch-up (nobody writes now), DETACH of the old
+--             partitions, which keep their names and are retired (every write and scan of
+--             them gets IG002), ATTACH of the new ones (their CHECK spares the scan). The
+--             coordinator locks nothing outside the old ranges meanwhile, so a shard that
+--             hangs here holds up its own genes only.
+--             A split: one coordinator transaction per attempt holds ACCESS EXCLUSIVE on
+--             the old range's partitions only (id_gen.lock_split_ranges; coordinator
+--             statements of the range wait), calls the shard's swap, and puts one foreign
+--             table per new range inside the old range partition (id_gen.nest_split_here),
+--             with the route table and placements; COMMIT. The new ranges get range
+--             partitions of their own afterwards (id_gen.relayout_split_here: the table
+--             locked within 50 ms, retried; nothing fenced).
+--             A merge: the shard's swap first; then the coordinator's half, local catalog
+--             work only, with the partitioned tables locked within 50 ms, retried
+--             (id_gen.try_finish_split_here). Between the two, coordinator statements of
+--             the merged genes reach the retired partitions and get IG002 (retry).
+--             Rows never move under a lock of the coordinator.
+--   swapped   committed; S drops the old partitions (id_gen.shard_split_cleanup), and a
+--             split's new ranges get range partitions of their own on the coordinator.
 --   done / aborted / failed.
 --
 -- Invariants:
@@ -44,10 +55,11 @@
 --     partitions' rows within their bounds.
 --   * Until the shard's swap commits, the old partition is authoritative; an abort drops
 --     the triggers and the new tables, and nothing else.
---   * A swap that committed on the shard while the coordinator's transaction did not
---     (a crash) leaves the coordinator pointing at the renamed old partition, which
---     fails (42P01) rather than answering; the next CALL, or the move supervisor
---     (id_gen.recover_moves calls id_gen.recover_splits), redoes the coordinator's half.
+--   * A swap that committed on the shard before the coordinator's half (always so for a
+--     moment; for longer after a crash or while the coordinator's tables are busy)
+--     leaves the coordinator pointing at the retired old partitions, which refuse
+--     (IG002) rather than answer; the next CALL, or the move supervisor
+--     (id_gen.recover_moves calls id_gen.recover_splits), does the coordinator's half.
 --   * One split, merge or move at a time (advisory lock 757430, SHARE ROW EXCLUSIVE on
 --     shard_routes, and refusals in both directions).
 
@@ -83,6 +95,24 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION id_gen.note_split_rows() IS 'Trigger on a partition being split or merged: notes the id of every row written (id_gen.shard_split_log) for id_gen.shard_split_catch_up; refuses TRUNCATE.';
 REVOKE EXECUTE ON FUNCTION id_gen.note_split_rows() FROM PUBLIC;
+
+-- Trigger on an old partition that a split or merge swapped out on this shard, until the
+-- coordinator's half commits and the cleanup drops it: the coordinator's foreign tables
+-- of the old ranges still name it, so their writes (and TRUNCATE) get IG002, the routing
+-- guard refuses their reads the same way (plan_check.rs, Guarded::Retired), and the retry
+-- finds the new ranges.
+CREATE OR REPLACE FUNCTION id_gen.refuse_retired_rows() RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  RAISE EXCEPTION 'id_gen: % was split or merged away on this shard (split %)', TG_TABLE_NAME, TG_ARGV[0]
+    USING ERRCODE = 'IG002',
+          DETAIL = 'Its rows are in the new partitions; the coordinator switches to them within milliseconds.',
+          HINT = 'Retry after a short wait; through the coordinator the retry reaches the new partitions.';
+END $$;
+COMMENT ON FUNCTION id_gen.refuse_retired_rows() IS 'Trigger on a partition that a split or merge swapped out on a shard, until the coordinator''s half of the swap commits: every write and TRUNCATE gets IG002 (retry shortly); the routing guard refuses its scans the same way.';
+REVOKE EXECUTE ON FUNCTION id_gen.refuse_retired_rows() FROM PUBLIC;
 
 -- The name of the trigger a split puts on an old partition.
 CREATE OR REPLACE FUNCTION id_gen.split_trigger_name(split_id bigint) RETURNS name
@@ -290,9 +320,9 @@ COMMENT ON FUNCTION id_gen.shard_split_state(bigint) IS 'On a shard: how far a s
 REVOKE EXECUTE ON FUNCTION id_gen.shard_split_state(bigint) FROM PUBLIC;
 
 -- The shard's half of the fence: under ACCESS EXCLUSIVE on the tables, the old partitions
--- leave (renamed, kept until cleanup) and the new ones take their place. Nothing is copied
--- here. lock_timeout_ms bounds how long writers of other ranges of this shard queue
--- behind the lock.
+-- leave (detached under their names, retired: every access gets IG002, until cleanup) and
+-- the new ones take their place. Nothing is copied here. lock_timeout_ms bounds how long
+-- writers of other ranges of this shard queue behind the lock.
 CREATE OR REPLACE FUNCTION id_gen.shard_split_swap(split_id bigint, lock_timeout_ms integer) RETURNS text
 LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
@@ -325,9 +355,19 @@ BEGIN
   FOR p IN SELECT DISTINCT ON (sp.source) sp.* FROM id_gen.shard_split_pieces sp
            WHERE sp.split_id = shard_split_swap.split_id ORDER BY sp.source LOOP
     EXECUTE format('ALTER TABLE %s DETACH PARTITION %s', p.parent::regclass, p.source::regclass);
-    EXECUTE format('ALTER TABLE %s RENAME TO %I', p.source::regclass, p.old_name);
     EXECUTE format('DROP TRIGGER %I ON %s', id_gen.split_trigger_name(split_id), p.source::regclass);
     EXECUTE format('DROP TRIGGER %I ON %s', id_gen.split_trigger_name(split_id) || '_t', p.source::regclass);
+    -- Retired under its own name: the coordinator's foreign tables still point here until
+    -- its half of the swap commits, and meanwhile get IG002 (retry shortly), never a stale
+    -- row nor a write that would be lost (the routing guard refuses every scan of it).
+    EXECUTE format('CREATE TRIGGER id_gen_retired BEFORE INSERT OR UPDATE OR DELETE ON %s '
+                   'FOR EACH ROW EXECUTE FUNCTION id_gen.refuse_retired_rows(%L)', p.source::regclass, split_id);
+    EXECUTE format('CREATE TRIGGER id_gen_retired_t BEFORE TRUNCATE ON %s '
+                   'FOR EACH STATEMENT EXECUTE FUNCTION id_gen.refuse_retired_rows(%L)', p.source::regclass, split_id);
+    EXECUTE format('ALTER TABLE %s ENABLE ALWAYS TRIGGER id_gen_retired', p.source::regclass);
+    EXECUTE format('ALTER TABLE %s ENABLE ALWAYS TRIGGER id_gen_retired_t', p.source::regclass);
+    EXECUTE format('COMMENT ON TABLE %s IS %L', p.source::regclass,
+                   format('id_gen: retired by split %s (its rows are in the new partitions); dropped when the split is done', split_id));
   END LOOP;
   FOR p IN SELECT DISTINCT ON (sp.target) sp.* FROM id_gen.shard_split_pieces sp
            WHERE sp.split_id = shard_split_swap.split_id ORDER BY sp.target LOOP
@@ -356,7 +396,7 @@ BEGIN
   PERFORM id_gen.shard_routing_changed();
   RETURN format('attached %s partitions', n);
 END $$;
-COMMENT ON FUNCTION id_gen.shard_split_swap(bigint, integer) IS 'On a shard, in the fence of a split or merge: under ACCESS EXCLUSIVE on the tables, detaches the old partitions (renamed, kept until id_gen.shard_split_cleanup) and attaches the copies, which hold the same rows.';
+COMMENT ON FUNCTION id_gen.shard_split_swap(bigint, integer) IS 'On a shard, in the fence of a split or merge: under ACCESS EXCLUSIVE on the tables, detaches the old partitions (kept under their names until id_gen.shard_split_cleanup, retired: every access gets IG002) and attaches the copies, which hold the same rows.';
 REVOKE EXECUTE ON FUNCTION id_gen.shard_split_swap(bigint, integer) FROM PUBLIC;
 
 -- After the coordinator committed the swap: the old partitions go. Returns how many.
@@ -369,8 +409,8 @@ DECLARE
   n integer := 0;
   r regclass;
 BEGIN
-  -- (A reader of an old partition, by its new name, makes this fail and be retried: the
-  -- same CALL or the move supervisor.)
+  -- (A reader of an old partition makes this fail and be retried: the same CALL or the
+  -- move supervisor.)
   PERFORM set_config('lock_timeout', '5s', true);
   PERFORM id_gen.quiet_ddl();
   IF EXISTS (SELECT FROM id_gen.shard_split_pieces sp WHERE sp.split_id = shard_split_cleanup.split_id AND NOT sp.swapped) THEN
@@ -378,7 +418,7 @@ BEGIN
   END IF;
   FOR p IN SELECT DISTINCT ON (sp.source) sp.* FROM id_gen.shard_split_pieces sp
            WHERE sp.split_id = shard_split_cleanup.split_id ORDER BY sp.source LOOP
-    r := (SELECT c.oid FROM pg_class c WHERE c.oid = p.source AND c.relname = p.old_name);
+    r := (SELECT c.oid FROM pg_class c WHERE c.oid = p.source);
     IF r IS NOT NULL AND NOT EXISTS (SELECT FROM pg_inherits i WHERE i.inhrelid = r) THEN
       EXECUTE format('DROP TABLE %s', r);
       n := n + 1;
@@ -459,39 +499,34 @@ RETURN CASE s.kind WHEN 'merge' THEN ARRAY[int4range(s.lower_gene, s.upper_gene,
 COMMENT ON FUNCTION id_gen.split_targets(id_gen.route_splits) IS 'The route ranges a split or merge makes.';
 REVOKE EXECUTE ON FUNCTION id_gen.split_targets(id_gen.route_splits) FROM PUBLIC;
 
--- The coordinator's half of the swap, in the caller's transaction, which holds ACCESS
--- EXCLUSIVE on the distributed tables' partitioned tables: the range partitions of the old
--- ranges go (with their foreign tables), new ones point at the shard's new partitions,
--- and the route table and placements follow.
-CREATE OR REPLACE FUNCTION id_gen.finish_split_here(s id_gen.route_splits) RETURNS void
+-- The coordinator's range partition of a distributed table for genes lower_gene ..
+-- upper_gene exactly (NULL if none; id_gen.range_partition creates it).
+CREATE OR REPLACE FUNCTION id_gen.find_range_partition(d id_gen.distributed_tables, lower_gene integer, upper_gene integer)
+RETURNS regclass
+LANGUAGE sql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+  SELECT c.oid::regclass FROM pg_catalog.pg_inherits i JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) i.inhrelid
+  WHERE i.inhparent OPERATOR(pg_catalog.=) pg_catalog.format('%I.%I', d.schema_name, d.partitioned_name)::regclass
+    AND pg_catalog.pg_get_expr(c.relpartbound, c.oid) OPERATOR(pg_catalog.=) id_gen.partition_bound_text(lower_gene, upper_gene);
+END;
+COMMENT ON FUNCTION id_gen.find_range_partition(id_gen.distributed_tables, integer, integer) IS 'The coordinator''s range partition of a distributed table whose bound is exactly genes lower_gene .. upper_gene, or NULL.';
+REVOKE EXECUTE ON FUNCTION id_gen.find_range_partition(id_gen.distributed_tables, integer, integer) FROM PUBLIC;
+
+-- The route table and the placements after a split or merge (the coordinator's catalog).
+CREATE OR REPLACE FUNCTION id_gen.split_routes_here(s id_gen.route_splits) RETURNS void
 LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   d id_gen.distributed_tables;
-  parts regclass;
-  g int4range;
-  part regclass;
 BEGIN
-  PERFORM id_gen.quiet_ddl();
   IF s.kind = 'split' THEN
     INSERT INTO id_gen.shard_routes (upper_gene, shard) VALUES (s.at_gene, s.shard);
   ELSE
     DELETE FROM id_gen.shard_routes sr WHERE sr.upper_gene = s.at_gene AND sr.shard = s.shard;
   END IF;
   FOR d IN SELECT * FROM id_gen.distributed_tables t ORDER BY t.schema_name, t.table_name LOOP
-    parts := format('%I.%I', d.schema_name, d.partitioned_name)::regclass;
-    FOREACH g IN ARRAY id_gen.split_sources(s) LOOP
-      SELECT c.oid::regclass INTO part FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-      WHERE i.inhparent = parts AND pg_get_expr(c.relpartbound, c.oid) = id_gen.partition_bound_text(lower(g), upper(g) - 1);
-      IF part IS NOT NULL THEN
-        EXECUTE format('ALTER TABLE %s DETACH PARTITION %s', parts, part);
-        EXECUTE format('DROP TABLE %s', part);
-      END IF;
-    END LOOP;
-    FOREACH g IN ARRAY id_gen.split_targets(s) LOOP
-      PERFORM id_gen.point_partition(d, id_gen.range_partition(d, lower(g), upper(g) - 1), lower(g), upper(g) - 1, s.shard);
-    END LOOP;
     UPDATE id_gen.shard_placements p
     SET gene_ranges = (SELECT array_agg(int4range(r.lower_gene, r.upper_gene, '[]') ORDER BY r.lower_gene)
                        FROM id_gen.route_ranges r WHERE r.shard = s.shard),
@@ -499,8 +534,111 @@ BEGIN
     WHERE (p.schema_name, p.table_name, p.shard) = (d.schema_name, d.table_name, s.shard);
   END LOOP;
 END $$;
-COMMENT ON FUNCTION id_gen.finish_split_here(id_gen.route_splits) IS 'The coordinator''s half of a split or merge (in the fence): routes, range partitions and foreign tables, placements.';
-REVOKE EXECUTE ON FUNCTION id_gen.finish_split_here(id_gen.route_splits) FROM PUBLIC;
+COMMENT ON FUNCTION id_gen.split_routes_here(id_gen.route_splits) IS 'The coordinator''s route table and placements after a split or merge.';
+REVOKE EXECUTE ON FUNCTION id_gen.split_routes_here(id_gen.route_splits) FROM PUBLIC;
+
+-- One range partition per new range on the coordinator, each holding the foreign table of
+-- the shard's new partition; the old range partitions are detached and dropped. Needs
+-- ACCESS EXCLUSIVE on the partitioned tables (DETACH). Idempotent.
+CREATE OR REPLACE FUNCTION id_gen.relayout_split_here(s id_gen.route_splits) RETURNS void
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  d id_gen.distributed_tables;
+  g int4range;
+  part regclass;
+BEGIN
+  PERFORM id_gen.quiet_ddl();
+  FOR d IN SELECT * FROM id_gen.distributed_tables t ORDER BY t.schema_name, t.table_name LOOP
+    FOREACH g IN ARRAY id_gen.split_sources(s) LOOP
+      part := id_gen.find_range_partition(d, lower(g), upper(g) - 1);
+      IF part IS NOT NULL THEN
+        EXECUTE format('ALTER TABLE %I.%I DETACH PARTITION %s', d.schema_name, d.partitioned_name, part);
+        EXECUTE format('DROP TABLE %s', part);
+      END IF;
+    END LOOP;
+    FOREACH g IN ARRAY id_gen.split_targets(s) LOOP
+      PERFORM id_gen.point_partition(d, id_gen.range_partition(d, lower(g), upper(g) - 1), lower(g), upper(g) - 1, s.shard);
+    END LOOP;
+  END LOOP;
+END $$;
+COMMENT ON FUNCTION id_gen.relayout_split_here(id_gen.route_splits) IS 'One coordinator range partition per range a split or merge made (the old ones dropped), each over the shard''s new partition; needs the partitioned tables locked. Idempotent.';
+REVOKE EXECUTE ON FUNCTION id_gen.relayout_split_here(id_gen.route_splits) FROM PUBLIC;
+
+-- Whether the coordinator still has a range partition of a range the split or merge replaced.
+CREATE OR REPLACE FUNCTION id_gen.split_needs_relayout(s id_gen.route_splits) RETURNS boolean
+LANGUAGE sql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+  SELECT EXISTS (SELECT FROM id_gen.distributed_tables d, pg_catalog.unnest(id_gen.split_sources(s)) g
+                 WHERE id_gen.find_range_partition(d, pg_catalog.lower(g), pg_catalog.upper(g) OPERATOR(pg_catalog.-) 1) IS NOT NULL);
+END;
+COMMENT ON FUNCTION id_gen.split_needs_relayout(id_gen.route_splits) IS 'Whether a coordinator range partition of a range that a split or merge replaced is still there.';
+REVOKE EXECUTE ON FUNCTION id_gen.split_needs_relayout(id_gen.route_splits) FROM PUBLIC;
+
+-- ACCESS EXCLUSIVE on the coordinator's range partitions of the ranges a split or merge
+-- replaces (and, LOCK TABLE recursing, their foreign tables), in one order: the fence of
+-- a split on the coordinator. Other ranges are not locked.
+CREATE OR REPLACE FUNCTION id_gen.lock_split_ranges(s id_gen.route_splits) RETURNS integer
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  part regclass;
+  n integer := 0;
+BEGIN
+  FOR part IN SELECT id_gen.find_range_partition(d, lower(g), upper(g) - 1)
+              FROM id_gen.distributed_tables d, unnest(id_gen.split_sources(s)) g
+              ORDER BY d.schema_name, d.table_name, g LOOP
+    CONTINUE WHEN part IS NULL;
+    EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', part);
+    n := n + 1;
+  END LOOP;
+  RETURN n;
+END $$;
+COMMENT ON FUNCTION id_gen.lock_split_ranges(id_gen.route_splits) IS 'ACCESS EXCLUSIVE on the coordinator''s range partitions (and their foreign tables) of the ranges a split or merge replaces; no other range is locked.';
+REVOKE EXECUTE ON FUNCTION id_gen.lock_split_ranges(id_gen.route_splits) FROM PUBLIC;
+
+-- A split's coordinator half in its fence, under ACCESS EXCLUSIVE on the old range's
+-- partitions only (id_gen.lock_split_ranges): inside each, the foreign table of the old
+-- range gives way to one per new range, over the shard's new partitions; the route table
+-- and placements follow. The range partition keeps its bound until
+-- id_gen.relayout_split_here replaces it by one per new range (which needs the whole
+-- table, and so runs after the fence, within 50 ms lock attempts).
+CREATE OR REPLACE FUNCTION id_gen.nest_split_here(s id_gen.route_splits) RETURNS void
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  d id_gen.distributed_tables;
+  part regclass;
+  child regclass;
+  g int4range;
+BEGIN
+  IF s.kind <> 'split' THEN
+    RAISE EXCEPTION 'id_gen: only a split nests its new ranges in the old range partition' USING ERRCODE = '55000';
+  END IF;
+  PERFORM id_gen.quiet_ddl();
+  FOR d IN SELECT * FROM id_gen.distributed_tables t ORDER BY t.schema_name, t.table_name LOOP
+    part := id_gen.find_range_partition(d, s.lower_gene, s.upper_gene);
+    IF part IS NULL THEN
+      RAISE EXCEPTION 'id_gen: %.% has no range partition of genes % .. %', quote_ident(d.schema_name), quote_ident(d.table_name),
+                      s.lower_gene, s.upper_gene
+        USING ERRCODE = '55000', HINT = 'See id_gen.distribution; run SELECT id_gen.sync_distributed_tables() once no split is unfinished.';
+    END IF;
+    FOR child IN SELECT i.inhrelid::regclass FROM pg_inherits i WHERE i.inhparent = part LOOP
+      EXECUTE format('ALTER TABLE %s DETACH PARTITION %s', part, child);
+      EXECUTE format('DROP FOREIGN TABLE %s', child);
+    END LOOP;
+    FOREACH g IN ARRAY id_gen.split_targets(s) LOOP
+      PERFORM id_gen.add_foreign_partition(d, part, lower(g), upper(g) - 1, s.shard);
+    END LOOP;
+  END LOOP;
+  PERFORM id_gen.split_routes_here(s);
+END $$;
+COMMENT ON FUNCTION id_gen.nest_split_here(id_gen.route_splits) IS 'A split''s coordinator half in its fence, under locks of the old range only: one foreign table per new range inside the old range partition, the route table and placements.';
+REVOKE EXECUTE ON FUNCTION id_gen.nest_split_here(id_gen.route_splits) FROM PUBLIC;
 
 -- Locks every distributed table's partitioned table (ACCESS EXCLUSIVE), in one order.
 CREATE OR REPLACE FUNCTION id_gen.lock_distributed_tables() RETURNS void
@@ -517,6 +655,78 @@ END $$;
 COMMENT ON FUNCTION id_gen.lock_distributed_tables() IS 'ACCESS EXCLUSIVE on the partitioned table of every distributed table, in name order.';
 REVOKE EXECUTE ON FUNCTION id_gen.lock_distributed_tables() FROM PUBLIC;
 
+-- The coordinator's half of a split or merge that swapped on its shard, tried once, with
+-- locks granted within 50 ms or not at all (a subtransaction: a lock not granted leaves
+-- nothing) and no remote call under them. A split: the old range's partitions only
+-- (id_gen.nest_split_here); a merge: the partitioned tables, for milliseconds
+-- (id_gen.split_routes_here and id_gen.relayout_split_here). Returns NULL (the caller
+-- commits) or the lock error; fence_started and attempts are recorded.
+CREATE OR REPLACE FUNCTION id_gen.try_finish_split_here(split_id bigint, fence_started timestamptz, attempts integer)
+RETURNS text
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  s id_gen.route_splits;
+  err text;
+BEGIN
+  SELECT * INTO s FROM id_gen.route_splits rs WHERE rs.split_id = try_finish_split_here.split_id AND rs.phase = 'swapping';
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'id_gen: no split or merge % is swapping', split_id USING ERRCODE = '55000';
+  END IF;
+  BEGIN
+    PERFORM pg_catalog.set_config('lock_timeout', '50ms', true);
+    IF s.kind = 'split' THEN
+      PERFORM id_gen.lock_split_ranges(s);
+      PERFORM pg_catalog.set_config('lock_timeout', '0', true);
+      PERFORM id_gen.nest_split_here(s);
+    ELSE
+      PERFORM id_gen.lock_distributed_tables();
+      PERFORM pg_catalog.set_config('lock_timeout', '0', true);
+      PERFORM id_gen.split_routes_here(s);
+      PERFORM id_gen.relayout_split_here(s);
+    END IF;
+    UPDATE id_gen.route_splits rs SET phase = 'swapped', fence_attempts = rs.fence_attempts + attempts,
+           fence_started_at = fence_started, fence_ended_at = clock_timestamp(), updated_at = clock_timestamp(), last_error = NULL
+    WHERE rs.split_id = s.split_id;
+  EXCEPTION WHEN lock_not_available THEN
+    GET STACKED DIAGNOSTICS err = MESSAGE_TEXT;
+    PERFORM pg_catalog.set_config('lock_timeout', '0', true);
+  END;
+  RETURN err;
+END $$;
+COMMENT ON FUNCTION id_gen.try_finish_split_here(bigint, timestamptz, integer) IS 'Tries once (locks within 50 ms) the coordinator''s half of a split or merge that swapped on its shard: a split''s under locks of its old range only, a merge''s under locks of the partitioned tables; returns NULL when done (the caller commits) or why not.';
+REVOKE EXECUTE ON FUNCTION id_gen.try_finish_split_here(bigint, timestamptz, integer) FROM PUBLIC;
+
+-- After a split's fence: its coordinator range partition replaced by one per new range
+-- (id_gen.relayout_split_here), tried once with the partitioned tables locked within 50 ms
+-- (a subtransaction). No remote call, nothing fenced: the rows are where the routes say
+-- whichever layout the coordinator has. Returns NULL (the caller commits) or why not.
+CREATE OR REPLACE FUNCTION id_gen.try_relayout_split_here(split_id bigint) RETURNS text
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  s id_gen.route_splits;
+  err text;
+BEGIN
+  SELECT * INTO s FROM id_gen.route_splits rs WHERE rs.split_id = try_relayout_split_here.split_id AND rs.phase = 'swapped';
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'id_gen: no split or merge % has swapped', split_id USING ERRCODE = '55000';
+  END IF;
+  BEGIN
+    PERFORM pg_catalog.set_config('lock_timeout', '50ms', true);
+    PERFORM id_gen.lock_distributed_tables();
+    PERFORM pg_catalog.set_config('lock_timeout', '0', true);
+    PERFORM id_gen.relayout_split_here(s);
+  EXCEPTION WHEN lock_not_available THEN
+    GET STACKED DIAGNOSTICS err = MESSAGE_TEXT;
+    PERFORM pg_catalog.set_config('lock_timeout', '0', true);
+  END;
+  RETURN err;
+END $$;
+COMMENT ON FUNCTION id_gen.try_relayout_split_here(bigint) IS 'After a split''s fence, tries once (locks within 50 ms) to give each new range its own coordinator range partition; returns NULL when done (the caller commits) or why not.';
+REVOKE EXECUTE ON FUNCTION id_gen.try_relayout_split_here(bigint) FROM PUBLIC;
 
 -- Undo of a split or merge that has not swapped on its shard. Returns NULL, or what could
 -- not be undone.
@@ -547,6 +757,7 @@ DECLARE
   attempt integer := 0;
   t0 timestamptz;
   ok boolean;
+  tries integer := 0;
   err text;
   err_state text;
   fail_detail text;
@@ -617,63 +828,140 @@ BEGIN
       RAISE EXCEPTION 'id_gen: % % has nothing on shard "%"', s.kind, s.split_id, s.shard
         USING ERRCODE = '55000', HINT = format('Abort it with CALL id_gen.abort_split(%s) and start again.', s.split_id);
     END IF;
-    LOOP
-      attempt := attempt + 1;
-      ok := false;
-      err := NULL;
-      t0 := clock_timestamp();
-      BEGIN
-        -- Writers wait behind these locks only while this attempt lasts: a lock that is
-        -- not granted within 50 ms gives up, the writers go on, and the fence is retried.
-        -- The shard's swap is bounded by 5 s (shard-local DDL under 50 ms lock timeouts,
-        -- normally milliseconds): a shard that hangs here holds up the coordinator's
-        -- writers of every distributed table for at most that long, then the CALL fails
-        -- (57014) and the same CALL resumes. (The whole tables must be locked before the
-        -- swap: a writer holding a table while it waits for one of the split's partitions
-        -- would otherwise deadlock with the coordinator's DETACH after it.)
-        PERFORM pg_catalog.set_config('lock_timeout', '50ms', true);
-        PERFORM id_gen.lock_distributed_tables();
-        PERFORM pg_catalog.set_config('lock_timeout', '0', true);
-        IF state <> 'swapped' THEN
+    t0 := clock_timestamp();
+    IF s.kind = 'split' THEN
+      -- A split's fence, one coordinator transaction per attempt: ACCESS EXCLUSIVE on the
+      -- old range's partitions only (lock timeout 50 ms: coordinator statements of the
+      -- range wait for the fence, nothing else does), the shard's swap (its own
+      -- transaction there; its tables under ACCESS EXCLUSIVE, lock timeout 50 ms; the call
+      -- bounded by 5 s), then id_gen.nest_split_here; COMMIT. A lock not granted rolls
+      -- the attempt back and it is retried; a shard past its bound (57014) or unreachable
+      -- fails the CALL (the swap may still commit there: the same CALL, or the move
+      -- supervisor, finishes it), and this session lets go of the split.
+      LOOP
+        attempt := attempt + 1;
+        ok := false;
+        err := NULL;
+        BEGIN
+          PERFORM pg_catalog.set_config('lock_timeout', '50ms', true);
+          PERFORM id_gen.lock_split_ranges(s);
+          PERFORM pg_catalog.set_config('lock_timeout', '0', true);
+          IF state <> 'swapped' THEN
+            PERFORM id_gen.shard_call(s.shard, 'shard_split_swap', ARRAY[s.split_id::text, '50'], 5000);
+            state := 'swapped';
+          END IF;
+          PERFORM id_gen.nest_split_here(s);
+          UPDATE id_gen.route_splits rs SET phase = 'swapped', fence_attempts = rs.fence_attempts + attempt,
+                 fence_started_at = t0, fence_ended_at = clock_timestamp(), updated_at = clock_timestamp(), last_error = NULL
+          WHERE rs.split_id = s.split_id RETURNING * INTO s;
+          ok := true;
+        EXCEPTION WHEN lock_not_available THEN
+          GET STACKED DIAGNOSTICS err = MESSAGE_TEXT;
+        WHEN OTHERS OR query_canceled THEN
+          GET STACKED DIAGNOSTICS err = MESSAGE_TEXT, err_state = RETURNED_SQLSTATE,
+                                  fail_detail = PG_EXCEPTION_DETAIL, fail_hint = PG_EXCEPTION_HINT;
+          PERFORM pg_advisory_unlock(757431, s.split_id::integer);
+          PERFORM id_gen.reraise(err, err_state, fail_detail, fail_hint);
+        END;
+        IF ok THEN
+          COMMIT;
+          PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+          PERFORM id_gen.push_route_state_quietly();  -- the shard learns the new route version
+          EXIT;
+        END IF;
+        IF attempt >= 60 THEN
+          UPDATE id_gen.route_splits rs SET fence_attempts = rs.fence_attempts + attempt, last_error = err, updated_at = clock_timestamp()
+          WHERE rs.split_id = s.split_id;
+          COMMIT;
+          PERFORM pg_advisory_unlock(757431, s.split_id::integer);
+          RAISE EXCEPTION 'id_gen: split % could not fence its range in % attempts of 50 ms', s.split_id, attempt
+            USING ERRCODE = '55P03', DETAIL = err,
+                  HINT = 'Long transactions hold the range''s partitions (on the coordinator or the shard). The copy is kept up to date meanwhile; CALL the same procedure again to retry the fence, or CALL id_gen.abort_split(split_id).';
+        END IF;
+        PERFORM pg_sleep(least(0.02 * attempt, 0.5));
+      END LOOP;
+    ELSE
+      -- A merge's fence, in two steps (its two old ranges become one, which needs the
+      -- coordinator's partitioned tables, so their locks cannot wait for the shard). The
+      -- shard's swap first, in its own transaction there (lock timeout 50 ms, retried;
+      -- the call bounded by 5 s), with no lock of the coordinator: the old partitions are
+      -- retired (IG002) there. Then the coordinator's half, local catalog work only, with
+      -- its tables locked within 50 ms for milliseconds (id_gen.try_finish_split_here).
+      -- Between the two, coordinator statements of the merged genes get IG002 (retry).
+      WHILE state <> 'swapped' LOOP
+        attempt := attempt + 1;
+        err := NULL;
+        BEGIN
           PERFORM id_gen.shard_call(s.shard, 'shard_split_swap', ARRAY[s.split_id::text, '50'], 5000);
           state := 'swapped';
+        EXCEPTION WHEN lock_not_available THEN
+          GET STACKED DIAGNOSTICS err = MESSAGE_TEXT;
+        WHEN OTHERS OR query_canceled THEN
+          GET STACKED DIAGNOSTICS err = MESSAGE_TEXT, err_state = RETURNED_SQLSTATE,
+                                  fail_detail = PG_EXCEPTION_DETAIL, fail_hint = PG_EXCEPTION_HINT;
+          PERFORM pg_advisory_unlock(757431, s.split_id::integer);
+          PERFORM id_gen.reraise(err, err_state, fail_detail, fail_hint);
+        END;
+        IF err IS NOT NULL AND attempt >= 60 THEN
+          UPDATE id_gen.route_splits rs SET fence_attempts = rs.fence_attempts + attempt, last_error = err, updated_at = clock_timestamp()
+          WHERE rs.split_id = s.split_id;
+          COMMIT;
+          PERFORM pg_advisory_unlock(757431, s.split_id::integer);
+          RAISE EXCEPTION 'id_gen: merge % could not fence its ranges on shard "%" in % attempts of 50 ms', s.split_id, s.shard, attempt
+            USING ERRCODE = '55P03', DETAIL = err,
+                  HINT = 'Long transactions on the shard hold the table. The copy is kept up to date meanwhile; CALL the same procedure again to retry the fence, or CALL id_gen.abort_split(split_id).';
+        ELSIF err IS NOT NULL THEN
+          PERFORM pg_sleep(least(0.02 * attempt, 0.5));
         END IF;
-        PERFORM id_gen.finish_split_here(s);
-        UPDATE id_gen.route_splits rs SET phase = 'swapped', fence_attempts = rs.fence_attempts + attempt,
-               fence_started_at = t0, fence_ended_at = clock_timestamp(), updated_at = clock_timestamp(), last_error = NULL
-        WHERE rs.split_id = s.split_id RETURNING * INTO s;
-        ok := true;
-      EXCEPTION WHEN lock_not_available THEN
-        GET STACKED DIAGNOSTICS err = MESSAGE_TEXT;
-      WHEN OTHERS OR query_canceled THEN
-        -- A shard past its bound (57014), unreachable, or a cancel: the split stays in
-        -- swapping (the shard's swap may still commit there: the same CALL, or the move
-        -- supervisor, finishes it), and this session lets go of it.
-        GET STACKED DIAGNOSTICS err = MESSAGE_TEXT, err_state = RETURNED_SQLSTATE,
-                                fail_detail = PG_EXCEPTION_DETAIL, fail_hint = PG_EXCEPTION_HINT;
-        PERFORM pg_advisory_unlock(757431, s.split_id::integer);
-        PERFORM id_gen.reraise(err, err_state, fail_detail, fail_hint);
-      END;
-      IF ok THEN
-        COMMIT;
-        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-        PERFORM id_gen.push_route_state_quietly();  -- the shard learns the new route version
-        EXIT;
-      END IF;
-      IF attempt >= 60 THEN
-        UPDATE id_gen.route_splits rs SET fence_attempts = rs.fence_attempts + attempt, last_error = err, updated_at = clock_timestamp()
-        WHERE rs.split_id = s.split_id;
-        COMMIT;
-        RAISE EXCEPTION 'id_gen: % % could not fence its range in % attempts of 50 ms', s.kind, s.split_id, attempt
-          USING ERRCODE = '55P03', DETAIL = err,
-                HINT = 'Long transactions hold the distributed tables. The copy is kept up to date meanwhile; CALL the same procedure again to retry the fence, or CALL id_gen.abort_split(split_id).';
-      END IF;
-      PERFORM pg_sleep(least(0.02 * attempt, 0.5));
-    END LOOP;
+      END LOOP;
+      LOOP
+        tries := tries + 1;
+        err := id_gen.try_finish_split_here(s.split_id, t0, attempt + tries);
+        IF err IS NULL THEN
+          COMMIT;
+          PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+          SELECT * INTO s FROM id_gen.route_splits rs WHERE rs.split_id = run_split.split_id;
+          PERFORM id_gen.push_route_state_quietly();  -- the shard learns the new route version
+          EXIT;
+        END IF;
+        IF tries >= 200 THEN
+          UPDATE id_gen.route_splits rs SET last_error = err, updated_at = clock_timestamp()
+          WHERE rs.split_id = s.split_id;
+          COMMIT;
+          PERFORM pg_advisory_unlock(757431, s.split_id::integer);
+          RAISE EXCEPTION 'id_gen: merge % swapped on shard "%", but the coordinator''s tables stayed busy for % attempts of 50 ms', s.split_id, s.shard, tries
+            USING ERRCODE = '55P03', DETAIL = err,
+                  HINT = 'Until the coordinator''s half commits, statements of the merged genes get IG002 (retry). Long transactions hold the distributed tables; CALL the same procedure again, or let the move supervisor finish it.';
+        END IF;
+        PERFORM pg_sleep(least(0.02 * tries, 0.2));
+      END LOOP;
+    END IF;
   END IF;
 
   IF s.phase = 'swapped' THEN
     PERFORM id_gen.shard_call(s.shard, 'shard_split_cleanup', ARRAY[s.split_id::text], 120000);
+    -- A split's new ranges get range partitions of their own on the coordinator: nothing
+    -- is fenced, but the partitioned tables are locked (within 50 ms, retried) for the
+    -- milliseconds of the DETACH.
+    tries := 0;
+    WHILE id_gen.split_needs_relayout(s) LOOP
+      tries := tries + 1;
+      err := id_gen.try_relayout_split_here(s.split_id);
+      IF err IS NULL THEN
+        COMMIT;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+      ELSIF tries >= 200 THEN
+        UPDATE id_gen.route_splits rs SET last_error = err, updated_at = clock_timestamp()
+        WHERE rs.split_id = s.split_id;
+        COMMIT;
+        PERFORM pg_advisory_unlock(757431, s.split_id::integer);
+        RAISE EXCEPTION 'id_gen: split % is in effect, but the coordinator''s tables stayed busy for % attempts of 50 ms to give its ranges their own partitions', s.split_id, tries
+          USING ERRCODE = '55P03', DETAIL = err,
+                HINT = 'Nothing is fenced meanwhile. Long transactions hold the distributed tables; CALL the same procedure again, or let the move supervisor finish it.';
+      ELSE
+        PERFORM pg_sleep(least(0.02 * tries, 0.2));
+      END IF;
+    END LOOP;
     UPDATE id_gen.route_splits rs SET phase = 'done', finished_at = clock_timestamp(), updated_at = clock_timestamp()
     WHERE rs.split_id = s.split_id RETURNING * INTO s;
     COMMIT;
@@ -870,17 +1158,33 @@ BEGIN
     BEGIN
       state := id_gen.shard_call(s.shard, 'shard_split_state', ARRAY[s.split_id::text], 10000);
       IF s.phase = 'swapping' AND state = 'swapped' THEN
-        PERFORM pg_catalog.set_config('lock_timeout', '10s', true);
-        PERFORM id_gen.lock_distributed_tables();
-        PERFORM id_gen.finish_split_here(s);
-        s.phase := 'swapped';
+        -- (Locks within 50 ms, a few tries: the coordinator's writers never wait longer.)
+        FOR attempt IN 1 .. 20 LOOP
+          res := id_gen.try_finish_split_here(s.split_id, coalesce(s.fence_started_at, clock_timestamp()), 0);
+          EXIT WHEN res IS NULL;
+          PERFORM pg_sleep(0.05);
+        END LOOP;
+        IF res IS NOT NULL THEN
+          RAISE EXCEPTION 'the coordinator''s tables stayed busy: %', res USING ERRCODE = '55P03';
+        END IF;
+        -- (The cleanup, a remote call, waits for the next pass: these locks last until
+        -- this pass commits.)
         action := 'finished the swap here';
-      END IF;
-      IF s.phase = 'swapped' THEN
+      ELSIF s.phase = 'swapped' THEN
         PERFORM id_gen.shard_call(s.shard, 'shard_split_cleanup', ARRAY[s.split_id::text], 120000);
+        action := 'dropped the old partitions';
+        res := NULL;
+        FOR attempt IN 1 .. 20 LOOP
+          EXIT WHEN NOT id_gen.split_needs_relayout(s);
+          res := id_gen.try_relayout_split_here(s.split_id);
+          EXIT WHEN res IS NULL;
+          PERFORM pg_sleep(0.05);
+        END LOOP;
+        IF res IS NOT NULL THEN
+          RAISE EXCEPTION 'the coordinator''s tables stayed busy: %', res USING ERRCODE = '55P03';
+        END IF;
         UPDATE id_gen.route_splits rs SET phase = 'done', finished_at = clock_timestamp(), updated_at = clock_timestamp()
         WHERE rs.split_id = s.split_id;
-        action := concat_ws(', ', action, 'dropped the old partitions');
       ELSIF s.updated_at < clock_timestamp() - abandon_after THEN
         res := id_gen.undo_split(s);
         UPDATE id_gen.route_splits rs SET phase = CASE WHEN res IS NULL THEN 'aborted' ELSE 'failed' END,

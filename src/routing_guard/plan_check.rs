@@ -17,6 +17,11 @@
 //!     the tombstone's scan carries no id predicate there, and it is scanned on the owner
 //!     too, where the join must answer.
 //!
+//! An old partition that a split or merge swapped out (trigger `id_gen_retired`, until the
+//! coordinator's half of the swap commits and the cleanup drops it) refuses every scan
+//! (IG002), whatever its predicates: only the coordinator's foreign tables of the old
+//! ranges still name it, and their rows are in the new partitions.
+//!
 //! Invariants: only plan-state nodes that exist are looked at; a scan with no predicate on
 //! the id column (a shard-local `SELECT count(*)`) is left alone: it sees this shard's
 //! rows only. Reads the relcache of relations the executor has already opened and
@@ -33,6 +38,9 @@ pub enum Guarded {
     NotOwned(i16),
     /// A partition fenced for a cut-over.
     Fenced,
+    /// An old partition that a split or merge swapped out (detached, kept until its
+    /// cleanup): every scan of it is refused, whatever its predicates.
+    Retired,
 }
 
 /// Looks for id_gen's guard triggers on an open relation.
@@ -42,9 +50,10 @@ pub enum Guarded {
 pub unsafe fn guard_of(rel: pg_sys::Relation) -> Option<Guarded> {
     // SAFETY: a valid relation's trigdesc is NULL or points at numtriggers triggers.
     unsafe {
-        if rel.is_null() || !(*(*rel).rd_rel).relispartition || (*rel).trigdesc.is_null() {
+        if rel.is_null() || (*rel).trigdesc.is_null() {
             return None;
         }
+        let is_partition = (*(*rel).rd_rel).relispartition;
         let td = (*rel).trigdesc;
         for i in 0..(*td).numtriggers as usize {
             let t = (*td).triggers.add(i);
@@ -52,6 +61,8 @@ pub unsafe fn guard_of(rel: pg_sys::Relation) -> Option<Guarded> {
                 continue;
             }
             match CStr::from_ptr((*t).tgname).to_bytes() {
+                b"id_gen_retired" => return Some(Guarded::Retired),
+                _ if !is_partition => {}
                 b"id_gen_move_fence" => return Some(Guarded::Fenced),
                 b"id_gen_not_owned" => {
                     // The id column by name (its second argument): attribute numbers change
@@ -84,7 +95,9 @@ pub unsafe fn check_scans(ps: *mut pg_sys::PlanState) {
         let tag = (*ps).type_;
         if is_relation_scan(tag) {
             let rel = (*(ps as *mut pg_sys::ScanState)).ss_currentRelation;
-            if let Some(id_attnum) = guarded_id_column(rel) {
+            if matches!(guard_of(rel), Some(Guarded::Retired)) {
+                arm(ps);
+            } else if let Some(id_attnum) = guarded_id_column(rel) {
                 if selects_by_column((*ps).plan, id_attnum) {
                     arm(ps);
                 }
@@ -119,6 +132,7 @@ pub(super) unsafe fn guarded_id_column(rel: pg_sys::Relation) -> Option<i16> {
         Some(match guard_of(rel)? {
             Guarded::NotOwned(a) => a,
             Guarded::Fenced => id_attnum_of_fenced(rel),
+            Guarded::Retired => 0,
         })
     }
 }
@@ -222,7 +236,7 @@ unsafe extern "C-unwind" fn scan_verdict(ps: *mut pg_sys::PlanState, verdict: *m
         let rel = (*(ps as *mut pg_sys::ScanState)).ss_currentRelation;
         *verdict = match guard_of(rel) {
             Some(Guarded::NotOwned(_)) => Some(Verdict::not_owned((*rel).rd_id)),
-            Some(Guarded::Fenced) => Some(Verdict::fenced((*rel).rd_id)),
+            Some(Guarded::Fenced | Guarded::Retired) => Some(Verdict::fenced((*rel).rd_id)),
             None => None,
         };
     }

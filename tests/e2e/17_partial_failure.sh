@@ -20,7 +20,8 @@
 #     (57014 on an open connection, 08006 for a new one), and the move supervisor still
 #     tells the other shard a new route version; a split whose shard is frozen in its swap
 #     and a move whose target is frozen in its fence end with 57014 within their bounds,
-#     coordinator writes of other genes all succeed (their longest wait is reported), and
+#     coordinator writes of other genes all succeed (their longest wait is reported), the
+#     CALLs hold no lock on the coordinator's table (the split none, the move its range's), and
 #     the same CALL finishes each after the shard is back, with every row there once;
 # (g) plan_rebalance refuses unknown and NULL shard names; push_route_state(force => true)
 #     sets back a shard whose version is ahead of the coordinator's;
@@ -218,30 +219,52 @@ hold_lock() {
   poll_until "a reader holds $1" "1" 10 cq -c "SELECT count(*) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep($2)'"
   HOLDER=$(cq -c "SELECT pid FROM pg_stat_activity WHERE query = 'SELECT pg_sleep($2)'")
 }
-# fence_frozen CALL LOG WRITES BOUND: runs CALL until its fence waits for HOLDER, then
-# freezes shard_1, starts a writer of shard_2's genes (WRITES: its log), lets the fence go
-# and waits for the CALL (its output in LOG); reports how long that took.
+# fence_frozen CALL LOG WRITES BOUND WAITING RELEASE [STATES]: runs CALL until WAITING (a
+# command) prints t (its fence waits for a holder), then starts a writer of shard_2's
+# genes (WRITES: its log), freezes shard_1, runs RELEASE (a command, may be :) and waits
+# for the CALL (its output in LOG), which must fail with one of STATES (a regex, default
+# 57014); reports how long that took and which relations the CALL held in ACCESS
+# EXCLUSIVE meanwhile (LOCKED), sampled until it ended.
 fence_frozen() {
   cq -v VERBOSITY=verbose -c "$1" > "$2" 2>&1 &
-  local caller=$! writer t0
-  poll_until "the CALL waits to fence" "t" 120 \
-    cq -c "SELECT EXISTS (SELECT FROM pg_locks l JOIN pg_stat_activity a USING (pid) WHERE NOT l.granted AND a.query = \$q\$$1\$q\$)"
+  local caller=$! writer t0 pid seen
+  poll_until "the CALL waits to fence" "t" 120 $5
+  pid=$(cq -c "SELECT pid FROM pg_stat_activity WHERE query = \$q\$$1\$q\$")
   write_loop "$3" "INSERT INTO orders VALUES (id_gen.compose_id($G2, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint % 1000000000000), $O2, 1)" &
   writer=$!
   freeze 1
-  cq -c "SELECT pg_terminate_backend($HOLDER)" >/dev/null
+  $6
   t0=$(date +%s%N)
+  LOCKED=""
+  while kill -0 $caller 2>/dev/null; do
+    seen=$(cq -c "SELECT string_agg(DISTINCT l.relation::regclass::text, ',') FROM pg_locks l
+                  WHERE l.pid = $pid AND l.mode = 'AccessExclusiveLock' AND l.relation IS NOT NULL AND l.granted")
+    [ -n "$seen" ] && LOCKED=$(printf '%s\n%s' "${LOCKED//,/$'\n'}" "${seen//,/$'\n'}" | sed '/^$/d' | sort -u | paste -sd, -)
+    sleep 0.1
+  done
   wait $caller || true
-  echo "  $1 failed $(( ($(date +%s%N) - t0) / 1000000 )) ms after its fence could start ($4)" >&2
-  assert_eq "$(sed -n 's/^ERROR:  \([0-9A-Z]\{5\}\): .*/\1/p' "$2" | head -1)" "57014" "$1 ends at its bound on the frozen shard (57014)"
+  echo "  $1 failed $(( ($(date +%s%N) - t0) / 1000000 )) ms after the freeze ($4); it held in ACCESS EXCLUSIVE: ${LOCKED:-nothing}" >&2
+  local got; got=$(sed -n 's/^ERROR:  \([0-9A-Z]\{5\}\): .*/\1/p' "$2" | head -1)
+  [[ "$got" =~ ^(${7:-57014})$ ]] || fail "$1 ends at its bound on the frozen shard: expected ${7:-57014}, got '$got'"
+  pass "$1 ends at its bound on the frozen shard ($got)"
   loop_report "$3" $writer "coordinator writes of shard_2's genes meanwhile"
 }
+PARTS=$(cq -c "SELECT format('%I.%I', schema_name, partitioned_name)::regclass FROM id_gen.distributed_tables")
 
 log "(e2) a shard frozen in a split's swap"
 before2=$(cq -c "SELECT count(*) || '/' || sum(amount) FROM orders")
-hold_lock "$(cq -c "SELECT format('%I.%I', schema_name, partitioned_name) FROM id_gen.distributed_tables")" 120
-fence_frozen "CALL id_gen.split_route(20000)" "$C/split.log" "$C/w_other" "swap bound 5 s"
+# A reader of shard_1's table: the swap there waits (50 ms attempts, retried) until the
+# freeze; the coordinator holds nothing meanwhile.
+sq 1 -c "BEGIN" -c "LOCK TABLE orders IN ACCESS SHARE MODE" -c "SELECT pg_sleep(122)" >/dev/null 2>&1 &
+poll_until "a reader holds shard_1's table" "1" 10 sq 1 -c "SELECT count(*) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(122)'"
+swap_tried() { sq 1 -c "SELECT count(*) > 0 FROM pg_stat_activity WHERE query LIKE '%shard_split_swap%' AND pid <> pg_backend_pid()"; }
+# (Each attempt the lock refused closes the connection: the freeze meets a statement in
+# flight, 57014, or the next connect, 08006.)
+fence_frozen "CALL id_gen.split_route(20000)" "$C/split.log" "$C/w_other" "swap bound 5 s" swap_tried : "57014|08006"
+assert_eq "$(tr , '\n' <<< "$LOCKED" | grep -cxF "$PARTS")" "0" \
+  "the split's CALL held no lock on the coordinator's table while the shard hung (locks only what it fences)"
 thaw
+sq 1 -c "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(122)'" >/dev/null
 for _ in $(seq 1 90); do
   cq -c "SET client_min_messages = warning" -c "CALL id_gen.split_route(20000)" > "$C/split2.log" 2>&1 && break
   grep -q "is running in session" "$C/split2.log" || { cat "$C/split2.log" >&2; fail "the same CALL after the shard is back"; }
@@ -254,7 +277,12 @@ assert_eq "$(cq -c "SELECT count(*) - $n_other || '/' || sum(amount) - $n_other 
 
 log "(e3) a target frozen in a move's fence"
 hold_lock "$(cq -c "SELECT partition FROM id_gen.distribution WHERE lower_gene = 0")" 121
-fence_frozen "CALL id_gen.move_genes(0, 16383, 'shard_1')" "$C/move.log" "$C/w_other2" "marker bound 3 s"
+fence_waits() {
+  cq -c "SELECT EXISTS (SELECT FROM pg_locks l JOIN pg_stat_activity a USING (pid) WHERE NOT l.granted AND a.query = \$q\$CALL id_gen.move_genes(0, 16383, 'shard_1')\$q\$)"
+}
+release_holder() { cq -c "SELECT pg_terminate_backend($HOLDER)" >/dev/null; }
+fence_frozen "CALL id_gen.move_genes(0, 16383, 'shard_1')" "$C/move.log" "$C/w_other2" "marker bound 3 s" fence_waits release_holder
+assert_eq "$(tr , '\n' <<< "$LOCKED" | grep -cxF "$PARTS")" "0" "the move's CALL held no lock on the coordinator's table, only its range's partitions"
 assert_eq "$(cq -c "SELECT phase || ':' || source_fenced FROM id_gen.moves ORDER BY move_id DESC LIMIT 1")" "catching_up:false" \
   "the move stays catching up, the source's fence lifted"
 thaw
