@@ -1195,7 +1195,9 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-  d record;
+  dts id_gen.distributed_tables[];
+  d id_gen.distributed_tables;
+  first_gene_bound integer;
   front regclass;
   parts regclass;
   r record;
@@ -1208,8 +1210,8 @@ BEGIN
   END IF;
   -- An ALTER of relations none of which can be part of a distributed table (a plain table
   -- that is no partition, an index, a sequence, ...) is none of its business: return
-  -- before reading id_gen's catalog, whose lock would last until the caller's transaction
-  -- ends. (GRANT, REVOKE and ALTER SCHEMA do not say which objects they touch.)
+  -- before reading id_gen's catalog. (GRANT, REVOKE and ALTER SCHEMA do not say which
+  -- objects they touch: for them the catalog is read below without keeping its lock.)
   IF tg_tag IN ('ALTER TABLE', 'ALTER VIEW', 'ALTER FOREIGN TABLE')
      AND NOT EXISTS (SELECT FROM pg_event_trigger_ddl_commands() c
                      LEFT JOIN pg_class pc ON c.classid = 'pg_class'::regclass AND pc.oid = c.objid
@@ -1222,7 +1224,17 @@ BEGIN
   IF (SELECT count(*) FROM regexp_matches(stack, '^PL/pgSQL function id_gen\.follow_distributed_ddl\(\) line', 'gn')) > 1 THEN
     RETURN;
   END IF;
-  FOR d IN SELECT * FROM id_gen.distributed_tables ORDER BY schema_name, table_name LOOP
+  -- id_gen's catalog read in a subtransaction that is rolled back on purpose: its lock goes
+  -- with it, so that unrelated DDL does not hold a lock on id_gen.distributed_tables until
+  -- the caller's transaction ends (variables keep what was read).
+  BEGIN
+    SELECT coalesce(array_agg(t ORDER BY t.schema_name, t.table_name), '{}') INTO dts FROM id_gen.distributed_tables t;
+    first_gene_bound := (SELECT min(sr.upper_gene) FROM id_gen.shard_routes sr);
+    RAISE EXCEPTION USING ERRCODE = 'P0004';  -- (assert_failure: never raised otherwise here)
+  EXCEPTION WHEN assert_failure THEN
+    NULL;
+  END;
+  FOREACH d IN ARRAY dts LOOP
     front := to_regclass(format('%I.%I', d.schema_name, d.table_name));
     parts := to_regclass(format('%I.%I', d.schema_name, d.partitioned_name));
     IF front IS NULL OR parts IS NULL THEN
@@ -1238,8 +1250,7 @@ BEGIN
             AND EXISTS (SELECT FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
                         JOIN pg_inherits i ON i.inhrelid = c.oid
                         WHERE n.nspname = d.schema_name
-                          AND c.relname = id_gen.partition_name(d.coordinator_stem, 0,
-                                            (SELECT min(sr.upper_gene) FROM id_gen.shard_routes sr))));
+                          AND c.relname = id_gen.partition_name(d.coordinator_stem, 0, first_gene_bound)));
       IF renamed THEN
         RAISE EXCEPTION 'id_gen: %.% is a distributed table; it cannot be renamed or moved to another schema',
                         quote_ident(d.schema_name), quote_ident(d.table_name)

@@ -1216,7 +1216,9 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-  d record;
+  dts id_gen.distributed_tables[];
+  d id_gen.distributed_tables;
+  first_gene_bound integer;
   front regclass;
   parts regclass;
   r record;
@@ -1229,8 +1231,8 @@ BEGIN
   END IF;
   -- An ALTER of relations none of which can be part of a distributed table (a plain table
   -- that is no partition, an index, a sequence, ...) is none of its business: return
-  -- before reading id_gen's catalog, whose lock would last until the caller's transaction
-  -- ends. (GRANT, REVOKE and ALTER SCHEMA do not say which objects they touch.)
+  -- before reading id_gen's catalog. (GRANT, REVOKE and ALTER SCHEMA do not say which
+  -- objects they touch: for them the catalog is read below without keeping its lock.)
   IF tg_tag IN ('ALTER TABLE', 'ALTER VIEW', 'ALTER FOREIGN TABLE')
      AND NOT EXISTS (SELECT FROM pg_event_trigger_ddl_commands() c
                      LEFT JOIN pg_class pc ON c.classid = 'pg_class'::regclass AND pc.oid = c.objid
@@ -1243,7 +1245,17 @@ BEGIN
   IF (SELECT count(*) FROM regexp_matches(stack, '^PL/pgSQL function id_gen\.follow_distributed_ddl\(\) line', 'gn')) > 1 THEN
     RETURN;
   END IF;
-  FOR d IN SELECT * FROM id_gen.distributed_tables ORDER BY schema_name, table_name LOOP
+  -- id_gen's catalog read in a subtransaction that is rolled back on purpose: its lock goes
+  -- with it, so that unrelated DDL does not hold a lock on id_gen.distributed_tables until
+  -- the caller's transaction ends (variables keep what was read).
+  BEGIN
+    SELECT coalesce(array_agg(t ORDER BY t.schema_name, t.table_name), '{}') INTO dts FROM id_gen.distributed_tables t;
+    first_gene_bound := (SELECT min(sr.upper_gene) FROM id_gen.shard_routes sr);
+    RAISE EXCEPTION USING ERRCODE = 'P0004';  -- (assert_failure: never raised otherwise here)
+  EXCEPTION WHEN assert_failure THEN
+    NULL;
+  END;
+  FOREACH d IN ARRAY dts LOOP
     front := to_regclass(format('%I.%I', d.schema_name, d.table_name));
     parts := to_regclass(format('%I.%I', d.schema_name, d.partitioned_name));
     IF front IS NULL OR parts IS NULL THEN
@@ -1259,8 +1271,7 @@ BEGIN
             AND EXISTS (SELECT FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
                         JOIN pg_inherits i ON i.inhrelid = c.oid
                         WHERE n.nspname = d.schema_name
-                          AND c.relname = id_gen.partition_name(d.coordinator_stem, 0,
-                                            (SELECT min(sr.upper_gene) FROM id_gen.shard_routes sr))));
+                          AND c.relname = id_gen.partition_name(d.coordinator_stem, 0, first_gene_bound)));
       IF renamed THEN
         RAISE EXCEPTION 'id_gen: %.% is a distributed table; it cannot be renamed or moved to another schema',
                         quote_ident(d.schema_name), quote_ident(d.table_name)
@@ -1782,7 +1793,9 @@ DECLARE
   n integer := 0;
 BEGIN
   PERFORM set_config('lock_timeout', '2s', true);
-  FOREACH rel IN ARRAY id_gen.shard_relations(parts, true) LOOP
+  -- (A target's partitions that do not exist yet hold nothing to fence: a move still
+  -- planned, whose session died before it created them.)
+  FOREACH rel IN ARRAY id_gen.shard_relations(parts, NOT incoming) LOOP
     EXECUTE format('CREATE OR REPLACE TRIGGER id_gen_move_fence BEFORE INSERT OR UPDATE OR DELETE ON %s '
                    'FOR EACH ROW EXECUTE FUNCTION id_gen.refuse_moving_rows(%L, %L, %L%s)', rel, move_id, other_shard,
                    coalesce(id_gen.partition_key_attnum(rel), 0), CASE WHEN incoming THEN ', ''incoming''' ELSE '' END);
@@ -2565,8 +2578,9 @@ BEGIN
     err := NULL;
     BEGIN
       -- The target does not own the genes before the cut-over: its fence is put up again
-      -- (idempotent), whatever happened to the session that lifted it in a fence.
-      IF m.phase IN ('copying', 'catching_up') THEN
+      -- (idempotent), whatever happened to the session that lifted it in a fence or died
+      -- between creating the target's partitions and fencing them (planned).
+      IF m.phase IN ('planned', 'copying', 'catching_up') THEN
         PERFORM id_gen.run_move_step(m, 'fence_target', 0, 5000);
       END IF;
       IF m.phase <> 'reversible' AND m.source_shard = ANY (down) THEN

@@ -380,8 +380,9 @@ BEGIN
     err := NULL;
     BEGIN
       -- The target does not own the genes before the cut-over: its fence is put up again
-      -- (idempotent), whatever happened to the session that lifted it in a fence.
-      IF m.phase IN ('copying', 'catching_up') THEN
+      -- (idempotent), whatever happened to the session that lifted it in a fence or died
+      -- between creating the target's partitions and fencing them (planned).
+      IF m.phase IN ('planned', 'copying', 'catching_up') THEN
         PERFORM id_gen.run_move_step(m, 'fence_target', 0, 5000);
       END IF;
       IF m.phase <> 'reversible' AND m.source_shard = ANY (down) THEN

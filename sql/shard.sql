@@ -433,7 +433,9 @@ DECLARE
   n integer := 0;
 BEGIN
   PERFORM set_config('lock_timeout', '2s', true);
-  FOREACH rel IN ARRAY id_gen.shard_relations(parts, true) LOOP
+  -- (A target's partitions that do not exist yet hold nothing to fence: a move still
+  -- planned, whose session died before it created them.)
+  FOREACH rel IN ARRAY id_gen.shard_relations(parts, NOT incoming) LOOP
     EXECUTE format('CREATE OR REPLACE TRIGGER id_gen_move_fence BEFORE INSERT OR UPDATE OR DELETE ON %s '
                    'FOR EACH ROW EXECUTE FUNCTION id_gen.refuse_moving_rows(%L, %L, %L%s)', rel, move_id, other_shard,
                    coalesce(id_gen.partition_key_attnum(rel), 0), CASE WHEN incoming THEN ', ''incoming''' ELSE '' END);

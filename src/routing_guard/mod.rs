@@ -107,6 +107,22 @@ unsafe extern "C-unwind" fn executor_start_guarded(
 }
 
 unsafe fn executor_start_checked(query_desc: *mut pg_sys::QueryDesc, eflags: i32) -> Option<raise::Verdict> {
+    let guarding = eflags & pg_sys::EXEC_FLAG_EXPLAIN_ONLY as i32 == 0
+        && !BUSY.with(|b| b.get())
+        && crate::gucs::ROUTING_GUARD.get();
+    // A parallel plan puts the leader in parallel mode as it starts, where the routing view
+    // could only be loaded under the statement's snapshot: the leader loads it now, under
+    // the latest (cached per routing epoch, so usually nothing runs).
+    // SAFETY: reading backend globals and the QueryDesc's planned statement.
+    if guarding
+        && unsafe {
+            pg_sys::ParallelWorkerNumber < 0
+                && !pg_sys::IsInParallelMode()
+                && (*(*query_desc).plannedstmt).parallelModeNeeded
+        }
+    {
+        shard_state::current(false);
+    }
     // SAFETY: the previous hook or the standard executor start, with the caller's arguments.
     unsafe {
         match PREV_EXECUTOR_START.get().copied().flatten() {
@@ -114,10 +130,7 @@ unsafe fn executor_start_checked(query_desc: *mut pg_sys::QueryDesc, eflags: i32
             None => pg_sys::standard_ExecutorStart(query_desc, eflags),
         }
     }
-    if eflags & pg_sys::EXEC_FLAG_EXPLAIN_ONLY as i32 != 0
-        || BUSY.with(|b| b.get())
-        || !crate::gucs::ROUTING_GUARD.get()
-    {
+    if !guarding {
         return None;
     }
     // SAFETY: standard_ExecutorStart has built the plan-state tree of this QueryDesc.
@@ -125,12 +138,11 @@ unsafe fn executor_start_checked(query_desc: *mut pg_sys::QueryDesc, eflags: i32
         plan_check::check_scans((*query_desc).planstate);
         join_check::watch_joins((*query_desc).planstate);
     }
-    // SAFETY: reading backend globals. A parallel worker's transaction is its leader's,
+    // SAFETY: reading a backend global. A parallel worker's transaction is its leader's,
     // which checked the version at its own executor start, before any worker began (and
-    // the workers' scans are armed above, so they refuse genes not owned themselves); a
-    // statement nested in a parallel plan (a function it calls) runs in parallel mode,
-    // where no snapshot may be taken to load the view, after its outer statement checked.
-    if unsafe { pg_sys::ParallelWorkerNumber >= 0 || pg_sys::IsInParallelMode() } {
+    // the workers' scans and joins are armed above, so they refuse genes not owned
+    // themselves).
+    if unsafe { pg_sys::ParallelWorkerNumber >= 0 } {
         return None;
     }
     let declared = crate::gucs::ROUTE_VERSION.get() as i64;

@@ -7,7 +7,9 @@
 //! version, bumps it at commit), on every use without shared memory, and whenever a
 //! caller asks for a fresh copy before refusing something. Loading runs SQL under the
 //! latest snapshot (not the statement's: what committed while a claim waited must be
-//! seen) with the guard switched off (`super::quietly`), never under a lock of ours.
+//! seen) with the guard switched off (`super::quietly`), never under a lock of ours; in
+//! parallel mode, where no new snapshot may be taken, under the statement's (a parallel
+//! worker's view; the leader loads before its plan enters parallel mode).
 
 use crate::epochs::{self, Epoch};
 use pgrx::prelude::*;
@@ -63,7 +65,19 @@ pub fn current(fresh: bool) -> Rc<ShardState> {
             }
         }
     }
-    let loaded = Rc::new(super::quietly(|| with_latest_snapshot(|| load(epoch))));
+    // SAFETY: reading a backend global.
+    let parallel = unsafe { pg_sys::IsInParallelMode() };
+    let loaded = Rc::new(super::quietly(|| {
+        if parallel {
+            // No new snapshot may be taken in parallel mode (a worker, or a leader running
+            // a parallel plan): the statement's own. The leader loads before it enters
+            // parallel mode (mod.rs), so this is a worker's view, or a leader's whose
+            // epoch moved since.
+            load(epoch)
+        } else {
+            with_latest_snapshot(|| load(epoch))
+        }
+    }));
     CACHE.with(|c| *c.borrow_mut() = Some(loaded.clone()));
     loaded
 }

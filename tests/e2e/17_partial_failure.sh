@@ -5,7 +5,9 @@
 #     shard does not own, plan by plan (forced with planner settings): nested-loop, hash
 #     and merge joins with a list of ids, hash semi- and anti-joins, UPDATE ... FROM,
 #     DELETE ... USING, MERGE, a join with a plain table of ids, TID and TID range scans,
-#     parallel plans (a cold routing cache in the leader; a scan in a worker): IG001, never
+#     parallel plans (a cold routing cache in the leader; a scan and a join in a worker; a
+#     stale declared version), a merge join that ends early, a hash join with an empty
+#     side: IG001, never
 #     XX000 and never an empty answer; and it leaves alone what can only match the shard's
 #     own rows (an owner's keyset pagination on its own shard, min(id), an expression of the
 #     id, a join of the shard's own tables, the same joins on the shard that owns the ids);
@@ -13,7 +15,8 @@
 #     role that may only read (which no fence waits for);
 # (c) a move's target does not own the genes before the cut-over: while the copy stands
 #     (no table-sync worker on the target), direct writes, claims and id reads of them
-#     there get IG002; abort_move then loses nothing; after a completed move the target
+#     there get IG002 (also when its session died before the fence: the supervisor puts it
+#     up); abort_move then loses nothing; after a completed move the target
 #     takes them and the source refuses them (IG001);
 # (d) no subscription password in pg_stat_statements (track = all) on either shard;
 # (e) a frozen shard (SIGSTOP of its processes): a remote call to it ends within its bound
@@ -102,6 +105,17 @@ sq 2 -c "SELECT id_gen.shard_routing_changed()" >/dev/null   # every backend's r
 guard_case "a parallel scan, cold routing cache (the leader raises): IG001, not XX000" "$PAR" "SELECT * FROM orders WHERE id = $ID1"
 FORCE=$(sq 2 -c "SELECT CASE WHEN current_setting('server_version_num')::int >= 160000 THEN 'debug_parallel_query' ELSE 'force_parallel_mode' END")
 guard_case "a scan in a parallel worker ($FORCE)" "SET $FORCE = on; SET enable_indexscan = off; SET enable_bitmapscan = off;" "SELECT * FROM orders WHERE id = $ID1"
+guard_case "a hash join in a parallel worker ($FORCE)" "SET $FORCE = on; $HASH" "SELECT count(*) FROM orders o JOIN unnest($IDS) u(id) USING (id)"
+guard_case "a parallel hash join (leader and workers)" "$PAR $HASH" "SELECT count(*) FROM orders o JOIN unnest($IDS) u(id) USING (id)"
+guard_case "a hash join whose table side is empty (its values are read anyway)" "$HASH" \
+  "SELECT count(*) FROM orders o JOIN unnest($IDS) u(id) USING (id) WHERE o.amount < 0"
+sq 2 -c "SELECT id_gen.shard_routing_changed()" >/dev/null
+guard_case "a stale declared route version in a parallel plan (cold cache)" "$PAR SET id_gen.route_version = 1;" "SELECT count(*) FROM orders"
+# On shard_1: one id it owns and one of shard_2's genes, which sorts after all of its rows:
+# the merge join ends when the table's side runs out, before it reads that id.
+ID2=$(cq -c "SELECT max(id) FROM orders WHERE id_gen.shard_of(id) > 32767")
+assert_eq "$(state_of sq 1 -c "$MERGE SELECT count(*) FROM orders o JOIN unnest(ARRAY[$ID1, $ID2]) u(id) USING (id)")" "IG001" \
+  "a merge join that ends before it reads an id of another shard's genes: IG001 (the rest of its values are read)"
 O1=$(cq -c "SELECT owner_id FROM orders WHERE id_gen.shard_of(id) <= 32767 ORDER BY id LIMIT 1")
 assert_eq "$(sq 1 -c "SELECT count(*) FROM (SELECT id FROM orders WHERE owner_id = $O1 AND id > 0 ORDER BY id LIMIT 2) x")" "1" \
   "an owner's keyset pagination (owner_id = o AND id > last) on its own shard answers"
@@ -146,6 +160,18 @@ wait $MOVER 2>/dev/null || true
 cq -c "CALL id_gen.abort_move($MID)" >/dev/null
 assert_eq "$(cq -c "SELECT phase FROM id_gen.moves WHERE move_id = $MID")/$(cq -c "SELECT count(*) || '/' || sum(amount) FROM orders")" "aborted/$before" \
   "abort_move: every row as before, nothing acknowledged was dropped"
+# The moment between creating the target's partitions and fencing them: a move recorded,
+# the partitions created, and its session gone (as if killed between the two steps).
+MID=$(cq -c "INSERT INTO id_gen.shard_moves (lower_gene, upper_gene, source_shard, target_shard, updated_at)
+             VALUES (0, 16383, 'shard_1', 'shard_2', clock_timestamp() - interval '1 min') RETURNING move_id" | head -1)
+cq -c "SELECT id_gen.place_ranges('shard_2', 0, 16383, true)" >/dev/null
+poll_until "the move supervisor fences the target's partitions of a move left planned" "1" 60 \
+  sq 2 -c "SELECT count(*) FROM pg_trigger WHERE tgname = 'id_gen_move_fence' AND tgenabled <> 'D'"
+assert_eq "$(state_of sq 2 -c "INSERT INTO orders VALUES (id_gen.compose_id($G, 99000003), $O0, 1)")" "IG002" \
+  "a direct write of an incoming gene on the target of a move left planned: IG002"
+cq -c "CALL id_gen.abort_move($MID)" >/dev/null
+assert_eq "$(cq -c "SELECT phase FROM id_gen.moves WHERE move_id = $MID")/$(cq -c "SELECT count(*) || '/' || sum(amount) FROM orders")" "aborted/$before" \
+  "abort_move of it: every row as before"
 sq 2 -c "ALTER SYSTEM RESET max_sync_workers_per_subscription" -c "SELECT pg_reload_conf()" >/dev/null
 cq -c "SET client_min_messages = warning" -c "CALL id_gen.move_genes(0, 16383, 'shard_2')" >/dev/null
 cq -c "SELECT id_gen.push_route_state(true)" >/dev/null

@@ -34,4 +34,17 @@ ALTER TABLE sanity_plain ADD COLUMN b int;
 SELECT count(*) AS locks_on_id_gen_catalog FROM pg_locks
 WHERE pid = pg_backend_pid() AND relation = 'id_gen.distributed_tables'::regclass;
 COMMIT;
+-- GRANT, REVOKE and ALTER SCHEMA do not say what they touch: the follower reads the catalog
+-- and lets its lock go at once.
+CREATE ROLE idg_sanity_reader;
+CREATE SCHEMA sanity_schema;
+BEGIN;
+GRANT SELECT ON sanity_plain TO idg_sanity_reader;
+REVOKE SELECT ON sanity_plain FROM idg_sanity_reader;
+ALTER SCHEMA sanity_schema OWNER TO idg_sanity_reader;
+SELECT count(*) AS locks_on_id_gen_catalog_after_grant FROM pg_locks
+WHERE pid = pg_backend_pid() AND relation IN ('id_gen.distributed_tables'::regclass, 'id_gen.shard_routes'::regclass);
+COMMIT;
+DROP SCHEMA sanity_schema;
+DROP ROLE idg_sanity_reader;
 DROP TABLE sanity_plain;
