@@ -6,7 +6,7 @@
 #   (a) INSERT and point lookup by id, one client, BEGIN + statement + COMMIT: through
 #       id_gen_client.Router (Python; the claim rides with BEGIN), through the coordinator
 #       (postgres_fdw), directly on the owning shard (psycopg pool); single statements in
-#       autocommit through Router.execute (SET id_gen.route_version once per connection)
+#       autocommit through Router.execute (set_config with each statement, one pipeline)
 #       against direct autocommit; the same transactions through the Rust client
 #       (clients/rust) against Rust directly on the shard;
 #   (b) the shard-side cost of the checks: pgbench point lookups on shard_1 with no declared

@@ -3,8 +3,8 @@
 One client thread per run. Transactions of BEGIN, one statement, COMMIT: through
 id_gen_client.Router.transaction (the claim rides with BEGIN), through the coordinator
 (postgres_fdw), and directly on the owning shard with a plain psycopg pool. Single
-statements in autocommit: Router.execute (the version declared once per connection with
-SET id_gen.route_version) against a direct autocommit pool.
+statements in autocommit: Router.execute (the version declared with each statement:
+set_config and the statement in one pipeline) against a direct autocommit pool.
 Rounds are interleaved (every path once per round, in a rotating order); the summary is
 the median over rounds of each path's tps and latency, and of its per-round ratio to
 direct, with the min-max spread of that ratio.

@@ -16,7 +16,7 @@
 # (c) a move's target does not own the genes before the cut-over: while the copy stands
 #     (no table-sync worker on the target), direct writes, claims and id reads of them
 #     there get IG002 (also when its session died before the fence: the supervisor puts it
-#     up); abort_move then loses nothing; after a completed move the target
+#     up; and during the catch-up); abort_move then loses nothing; after a completed move the target
 #     takes them and the source refuses them (IG001);
 # (d) no subscription password in pg_stat_statements (track = all) on either shard;
 # (e) a frozen shard (SIGSTOP of its processes): a remote call to it ends within its bound
@@ -173,7 +173,20 @@ cq -c "CALL id_gen.abort_move($MID)" >/dev/null
 assert_eq "$(cq -c "SELECT phase FROM id_gen.moves WHERE move_id = $MID")/$(cq -c "SELECT count(*) || '/' || sum(amount) FROM orders")" "aborted/$before" \
   "abort_move of it: every row as before"
 sq 2 -c "ALTER SYSTEM RESET max_sync_workers_per_subscription" -c "SELECT pg_reload_conf()" >/dev/null
-cq -c "SET client_min_messages = warning" -c "CALL id_gen.move_genes(0, 16383, 'shard_2')" >/dev/null
+# The completed move, held in its catch-up by a reader of the range's partition on the
+# coordinator (its fence waits): the target still refuses the genes.
+PART0=$(cq -c "SELECT partition FROM id_gen.distribution WHERE lower_gene = 0")
+cq -c "BEGIN" -c "LOCK TABLE $PART0 IN ACCESS SHARE MODE" -c "SELECT pg_sleep(119)" >/dev/null 2>&1 &
+poll_until "a reader holds $PART0" "1" 10 cq -c "SELECT count(*) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(119)'"
+cq -c "SET client_min_messages = warning" -c "CALL id_gen.move_genes(0, 16383, 'shard_2')" > "$C/move_c.log" 2>&1 &
+MOVER=$!
+poll_until "the move catches up, its fence waiting for the reader" "catching_up" 60 \
+  cq -c "SELECT phase FROM id_gen.moves ORDER BY move_id DESC LIMIT 1"
+V2=$(sq 2 -c "SELECT version FROM id_gen.shard_route_state")
+assert_eq "$(state_of sq 2 -c "INSERT INTO orders VALUES (id_gen.compose_id($G, 99000004), $O0, 1)")" "IG002" "during the catch-up a direct write on the target: IG002"
+assert_eq "$(state_of sq 2 -c "BEGIN" -c "SELECT id_gen.route_claim($G, $V2)")" "IG002" "during the catch-up a claim on the target: IG002"
+cq -c "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(119)'" >/dev/null
+wait $MOVER || { cat "$C/move_c.log" >&2; fail "the move completes once the reader is gone"; }
 cq -c "SELECT id_gen.push_route_state(true)" >/dev/null
 assert_eq "$(sq 2 -c "INSERT INTO orders VALUES (id_gen.compose_id($G, 99000002), $O0, 1) RETURNING 1")" "1" "after the cut-over the target takes the genes"
 assert_eq "$(state_of sq 1 -c "SELECT * FROM orders WHERE id = $ID0")" "IG001" "and the source refuses them (IG001)"
