@@ -585,14 +585,20 @@ LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-  part regclass;
+  x record;
   n integer := 0;
 BEGIN
-  FOR part IN SELECT id_gen.find_range_partition(d, lower(g), upper(g) - 1)
-              FROM id_gen.distributed_tables d, unnest(id_gen.split_sources(s)) g
-              ORDER BY d.schema_name, d.table_name, g LOOP
-    CONTINUE WHEN part IS NULL;
-    EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', part);
+  FOR x IN SELECT t.schema_name, t.table_name, r, id_gen.find_range_partition(t, lower(r), upper(r) - 1) AS part
+           FROM id_gen.distributed_tables t, unnest(id_gen.split_sources(s)) r
+           ORDER BY t.schema_name, t.table_name, r LOOP
+    -- (Before the shard's swap: a table without the range's partition would stop a split
+    -- after it, with the range refused.)
+    IF x.part IS NULL THEN
+      RAISE EXCEPTION 'id_gen: %.% has no range partition of genes % .. %', quote_ident(x.schema_name), quote_ident(x.table_name),
+                      lower(x.r), upper(x.r) - 1
+        USING ERRCODE = '55000', HINT = 'See id_gen.distribution; run SELECT id_gen.sync_distributed_tables() once no split is unfinished (CALL id_gen.abort_split(split_id) first).';
+    END IF;
+    EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', x.part);
     n := n + 1;
   END LOOP;
   RETURN n;

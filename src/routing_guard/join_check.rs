@@ -7,18 +7,15 @@
 //! values is watched: each value it passes up is an id whose gene must be owned (IG001)
 //! and not fenced (IG002).
 //!
-//! A join may end without reading all its values: a merge join ends when the table's side
-//! runs out, a hash join with an empty side never reads the other. So a hash or merge join
-//! node is wrapped too: when it ends, the watched node is read to its end (each value checked)
-//! unless it ended already. A join that is not read to its end (a LIMIT above it) answers
-//! with the rows it found, all of genes this shard owns.
-//!
 //! Invariants: the watch wraps the node's ExecProcNode and keeps calling what the executor
 //! set (ExecProcNodeFirst, then the instrumented or real function), so EXPLAIN ANALYZE and
 //! the stack-depth check stay; a watch is forgotten when its query's memory is reset; the
-//! genes owned come from the backend's routing view taken at executor start (in a parallel
-//! worker, under the statement's snapshot); nothing is read but the one column of the
-//! slot the node returned.
+//! genes owned come from the backend's routing view taken at executor start (in a
+//! parallel worker, under the statement's snapshot); nothing is read but the one column of
+//! the slot the node returned. Values a join never reads (a merge join that ends when the
+//! table's side runs out; a hash join whose table side is empty) are not checked, and a
+//! parallel-aware hash join loses the watch of its own output when its shared state is set
+//! up (PostgreSQL resets its ExecProcNode then).
 
 use super::plan_check::{binary_args, children, guarded_id_column, is_relation_scan, operator_name, strip_relabel};
 use super::plan_check::{guard_of, Guarded};
@@ -45,16 +42,6 @@ fn has(g: &Genes, gene: u16) -> bool {
     g[gene as usize / 64] & (1 << (gene % 64)) != 0
 }
 
-/// A join whose values are watched: it reads the watched nodes to their end when it ends.
-struct Drain {
-    /// The join's ExecProcNode to call.
-    next: pg_sys::ExecProcNodeMtd,
-    /// The watched nodes below it.
-    watched: Vec<usize>,
-    /// The join returned its end (a later call starts a new pass, after a rescan).
-    ended: bool,
-}
-
 /// What a watched node's column is checked against.
 struct Watch {
     /// The column of the node's output (1-based) and its type (int8, int4 or int2).
@@ -66,8 +53,6 @@ struct Watch {
     owned: Option<(Genes, pg_sys::Oid)>,
     /// Genes of fenced partitions joined, with one of them.
     fenced: Option<(Genes, pg_sys::Oid)>,
-    /// The node returned its end in this pass.
-    done: bool,
 }
 
 enum Judgement {
@@ -93,36 +78,15 @@ thread_local! {
     /// Watched plan-state nodes by address, each removed when its query's memory goes
     /// (a reset callback on the executor's query context, which frees the node itself).
     static WATCHES: RefCell<HashMap<usize, Watch>> = RefCell::new(HashMap::new());
-    /// Joins whose watched nodes are drained when they end, removed the same way.
-    static DRAINS: RefCell<HashMap<usize, Drain>> = RefCell::new(HashMap::new());
 }
 
-/// The reset callback of a watched node's (or a drained join's) query context: the node
-/// is about to be freed.
+/// The reset callback of a watched node's query context: the node is about to be freed.
 unsafe extern "C-unwind" fn forget_watch(node: *mut std::ffi::c_void) {
     WATCHES.with(|w| {
         if let Ok(mut m) = w.try_borrow_mut() {
             m.remove(&(node as usize));
         }
     });
-    DRAINS.with(|d| {
-        if let Ok(mut m) = d.try_borrow_mut() {
-            m.remove(&(node as usize));
-        }
-    });
-}
-
-/// Makes the entry of `node` go with the query context it lives in.
-unsafe fn forget_with_query(node: *mut pg_sys::PlanState) {
-    // SAFETY: `node` is a valid plan state of a running executor.
-    unsafe {
-        let cxt = (*(*node).state).es_query_cxt;
-        let cb = pg_sys::MemoryContextAllocZero(cxt, std::mem::size_of::<pg_sys::MemoryContextCallback>())
-            as *mut pg_sys::MemoryContextCallback;
-        (*cb).func = Some(forget_watch);
-        (*cb).arg = node as *mut std::ffi::c_void;
-        pg_sys::MemoryContextRegisterResetCallback(cxt, cb);
-    }
 }
 
 /// Walks a plan-state tree and watches the value side of every join by a guarded id (in a
@@ -349,118 +313,19 @@ unsafe fn watch_side(ps: *mut pg_sys::PlanState, id_side: *mut pg_sys::Var, valu
             (*node).ExecProcNode
         };
         WATCHES.with(|w| {
-            w.borrow_mut().insert(node as usize, Watch { attno: col, typ, next, owned, fenced, done: false });
+            w.borrow_mut().insert(node as usize, Watch { attno: col, typ, next, owned, fenced });
         });
         if !watched {
-            forget_with_query(node);
+            // The entry goes with the node: at the reset of the query context it lives in.
+            let cxt = (*(*node).state).es_query_cxt;
+            let cb = pg_sys::MemoryContextAllocZero(cxt, std::mem::size_of::<pg_sys::MemoryContextCallback>())
+                as *mut pg_sys::MemoryContextCallback;
+            (*cb).func = Some(forget_watch);
+            (*cb).arg = node as *mut std::ffi::c_void;
+            pg_sys::MemoryContextRegisterResetCallback(cxt, cb);
         }
         (*node).ExecProcNode = Some(check_values);
-        // (A nested loop reads its outer side to the end, and its inner side may take
-        // parameters from the outer row: never read apart from it.)
-        if matches!((*ps).type_, pg_sys::NodeTag::T_HashJoinState | pg_sys::NodeTag::T_MergeJoinState) {
-            drain_at_end(ps, node);
-        }
     }
-}
-
-/// Wraps the join `ps` so that, when it ends, the watched `node` below it is read to its
-/// end.
-unsafe fn drain_at_end(ps: *mut pg_sys::PlanState, node: *mut pg_sys::PlanState) {
-    // SAFETY: `ps` is a valid join state of a running executor.
-    unsafe {
-        let key = ps as usize;
-        let wrapped = (*ps).ExecProcNode.map(|f| f as usize) == Some(drain_on_end as *const () as usize);
-        DRAINS.with(|d| {
-            let mut m = d.borrow_mut();
-            match m.get_mut(&key) {
-                Some(e) if wrapped => e.watched.push(node as usize),
-                _ => {
-                    m.insert(key, Drain { next: (*ps).ExecProcNode, watched: vec![node as usize], ended: false });
-                }
-            }
-        });
-        if !wrapped {
-            forget_with_query(ps);
-            (*ps).ExecProcNode = Some(drain_on_end);
-        }
-    }
-}
-
-/// The ExecProcNode of a join whose values are watched: runs it; when it ends, reads each
-/// watched node that has not ended to its end (check_values checks every value and raises
-/// IG001/IG002 for the first one not owned or fenced). Unguarded like check_values, and
-/// like it holds nothing that needs dropping while it calls into the executor (which may
-/// raise): only integers and copied function pointers.
-unsafe extern "C-unwind" fn drain_on_end(ps: *mut pg_sys::PlanState) -> *mut pg_sys::TupleTableSlot {
-    let key = ps as usize;
-    let Some((next, ended)) = DRAINS.with(|d| d.borrow().get(&key).map(|x| (x.next, x.ended))) else {
-        // SAFETY: not ours any more (cannot happen: the entry is made before wrapping).
-        return unsafe { ((*ps).ExecProcNodeReal.expect("a node's own function"))(ps) };
-    };
-    if ended {
-        // A new pass (the join was rescanned): its watched nodes start again too.
-        DRAINS.with(|d| {
-            if let Some(x) = d.borrow_mut().get_mut(&key) {
-                x.ended = false;
-                WATCHES.with(|w| {
-                    let mut m = w.borrow_mut();
-                    for n in &x.watched {
-                        if let Some(v) = m.get_mut(n) {
-                            v.done = false;
-                        }
-                    }
-                });
-            }
-        });
-    }
-    // SAFETY: the function the executor set for this node.
-    let slot = unsafe { (next.expect("an ExecProcNode"))(ps) };
-    // SAFETY: `ps` is valid; ExecProcNodeFirst may have replaced its ExecProcNode.
-    unsafe {
-        let now = (*ps).ExecProcNode;
-        if now.map(|f| f as usize) != Some(drain_on_end as *const () as usize) {
-            DRAINS.with(|d| {
-                if let Some(x) = d.borrow_mut().get_mut(&key) {
-                    x.next = now;
-                }
-            });
-            (*ps).ExecProcNode = Some(drain_on_end);
-        }
-    }
-    // SAFETY: a slot returned by a node is NULL or valid.
-    let at_end = unsafe { slot.is_null() || (*slot).tts_flags & pg_sys::TTS_FLAG_EMPTY as u16 != 0 };
-    if !at_end {
-        return slot;
-    }
-    let count = DRAINS.with(|d| {
-        d.borrow_mut().get_mut(&key).map_or(0, |x| {
-            x.ended = true;
-            x.watched.len()
-        })
-    });
-    for i in 0..count {
-        loop {
-            let Some(n) = DRAINS.with(|d| d.borrow().get(&key).and_then(|x| x.watched.get(i).copied())) else {
-                break;
-            };
-            if WATCHES.with(|w| w.borrow().get(&n).is_none_or(|x| x.done)) {
-                break;
-            }
-            // SAFETY: a watched node of this join, alive while the join is; its
-            // ExecProcNode is check_values, which marks it done at its end. Called through
-            // the node's own pointer (as PostgreSQL's inline ExecProcNode does), so that
-            // an error raised below passes this frame as it passes the executor's.
-            unsafe {
-                let node = n as *mut pg_sys::PlanState;
-                if let Some(f) = (*node).ExecProcNode {
-                    f(node);
-                } else {
-                    break;
-                }
-            }
-        }
-    }
-    slot
 }
 
 /// The ExecProcNode of a watched node: runs it, then checks the gene of the id it passes
@@ -489,15 +354,7 @@ unsafe extern "C-unwind" fn check_values(ps: *mut pg_sys::PlanState) -> *mut pg_
     // SAFETY: a slot returned by a node is NULL or valid; its first attno columns can be
     // deformed.
     let value = unsafe {
-        if slot.is_null() || (*slot).tts_flags & pg_sys::TTS_FLAG_EMPTY as u16 != 0 {
-            WATCHES.with(|w| {
-                if let Some(x) = w.borrow_mut().get_mut(&key) {
-                    x.done = true;
-                }
-            });
-            return slot;
-        }
-        if attno < 1 {
+        if slot.is_null() || (*slot).tts_flags & pg_sys::TTS_FLAG_EMPTY as u16 != 0 || attno < 1 {
             return slot;
         }
         if (*slot).tts_nvalid < attno {

@@ -110,19 +110,6 @@ unsafe fn executor_start_checked(query_desc: *mut pg_sys::QueryDesc, eflags: i32
     let guarding = eflags & pg_sys::EXEC_FLAG_EXPLAIN_ONLY as i32 == 0
         && !BUSY.with(|b| b.get())
         && crate::gucs::ROUTING_GUARD.get();
-    // A parallel plan puts the leader in parallel mode as it starts, where the routing view
-    // could only be loaded under the statement's snapshot: the leader loads it now, under
-    // the latest (cached per routing epoch, so usually nothing runs).
-    // SAFETY: reading backend globals and the QueryDesc's planned statement.
-    if guarding
-        && unsafe {
-            pg_sys::ParallelWorkerNumber < 0
-                && !pg_sys::IsInParallelMode()
-                && (*(*query_desc).plannedstmt).parallelModeNeeded
-        }
-    {
-        shard_state::current(false);
-    }
     // SAFETY: the previous hook or the standard executor start, with the caller's arguments.
     unsafe {
         match PREV_EXECUTOR_START.get().copied().flatten() {
@@ -139,9 +126,11 @@ unsafe fn executor_start_checked(query_desc: *mut pg_sys::QueryDesc, eflags: i32
         join_check::watch_joins((*query_desc).planstate);
     }
     // SAFETY: reading a backend global. A parallel worker's transaction is its leader's,
-    // which checked the version at its own executor start, before any worker began (and
-    // the workers' scans and joins are armed above, so they refuse genes not owned
-    // themselves).
+    // which checked the version at its own executor start, before any worker began (the
+    // leader enters parallel mode only when the plan runs; and the workers' scans and
+    // joins are armed above, so they refuse genes not owned themselves). A statement
+    // nested in a parallel plan (a function it calls) runs in parallel mode: its view is
+    // loaded under its snapshot (shard_state.rs).
     if unsafe { pg_sys::ParallelWorkerNumber >= 0 } {
         return None;
     }

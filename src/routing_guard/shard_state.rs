@@ -8,8 +8,8 @@
 //! caller asks for a fresh copy before refusing something. Loading runs SQL under the
 //! latest snapshot (not the statement's: what committed while a claim waited must be
 //! seen) with the guard switched off (`super::quietly`), never under a lock of ours; in
-//! parallel mode, where no new snapshot may be taken, under the statement's (a parallel
-//! worker's view; the leader loads before its plan enters parallel mode).
+//! parallel mode (a worker, a statement nested in a parallel plan), where no new snapshot
+//! may be taken, under the statement's, for that caller only (not cached).
 
 use crate::epochs::{self, Epoch};
 use pgrx::prelude::*;
@@ -66,18 +66,13 @@ pub fn current(fresh: bool) -> Rc<ShardState> {
         }
     }
     // SAFETY: reading a backend global.
-    let parallel = unsafe { pg_sys::IsInParallelMode() };
-    let loaded = Rc::new(super::quietly(|| {
-        if parallel {
-            // No new snapshot may be taken in parallel mode (a worker, or a leader running
-            // a parallel plan): the statement's own. The leader loads before it enters
-            // parallel mode (mod.rs), so this is a worker's view, or a leader's whose
-            // epoch moved since.
-            load(epoch)
-        } else {
-            with_latest_snapshot(|| load(epoch))
-        }
-    }));
+    if unsafe { pg_sys::IsInParallelMode() } {
+        // No new snapshot may be taken in parallel mode (a worker; a statement nested in a
+        // parallel plan): the view is loaded under the statement's own, which may be old
+        // (REPEATABLE READ), so it serves this caller only and is not cached.
+        return Rc::new(super::quietly(|| load(epoch)));
+    }
+    let loaded = Rc::new(super::quietly(|| with_latest_snapshot(|| load(epoch))));
     CACHE.with(|c| *c.borrow_mut() = Some(loaded.clone()));
     loaded
 }
