@@ -1,6 +1,6 @@
 # Sourced by bench/bench.sh (its helpers: stats, col_stats, ratio_stats, fmt_range,
 # fmt_ratio; `bench/bench.sh --cluster` runs only this): what the coordinator of a
-# distributed table costs (README "Sharded deployments"). A coordinator and 2 shards,
+# distributed table costs (docs/guide/scale-out.md "Sharded deployments"). A coordinator and 2 shards,
 # small instances on this machine, one table distributed with id_gen.distribute_table;
 # measured side by side in one run, in interleaved rounds (order alternating):
 #   (a) INSERT TPS naming only the customer through the coordinator against the same

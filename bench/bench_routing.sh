@@ -1,5 +1,5 @@
 # Sourced by bench/bench.sh (`bench/bench.sh --routing` runs only this; its helpers:
-# RUNS, ratio_stats, col_stats, fmt_ratio, fmt_range): zero-hop routing (README "Zero-hop
+# RUNS, ratio_stats, col_stats, fmt_ratio, fmt_range): zero-hop routing (docs/guide/scale-out.md "Zero-hop
 # routing"). A coordinator and 2 shards, small instances on this machine, one table
 # distributed with id_gen.distribute_table, 20 000 rows per shard; measured side by side
 # in one run, in interleaved rounds:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A walk through a sharded deployment on one machine (README "Sharded deployments" and
+# A walk through a sharded deployment on one machine (docs/guide/scale-out.md "Sharded deployments" and
 # "One ID space for many servers"): a central ID authority, a coordinator and 2 shards,
 # each a throwaway PostgreSQL 15 cluster with id_gen, on loopback (unix sockets under
 # /tmp/idg_cdemo_*, ports 54460..54463). Prints every statement with why it is run and

@@ -98,7 +98,7 @@ in every database that has the extension.
 Uninstall: DROP EXTENSION id_gen; remove id_gen from shared_preload_libraries, restart,
 delete \$(pg_config --pkglibdir)/id_gen.so and \$(pg_config --sharedir)/extension/id_gen*.
 
-Documentation: README.md and docs/design.md of the source tree.
+Documentation: README.md, docs/ (guide/, reference.md, operations.md, design.md) of the source tree.
 TXT
 }
 
@@ -352,7 +352,7 @@ Functions
   id_gen_encode_order_no_bin(order_id) the same as 16 bytes
   id_gen_decode_order_no(order_no)    the order id of a number (NULL and a warning if forged)
 String owners hash their bytes as given: use utf8mb4 to match PostgreSQL's genes.
-See the "MySQL / MariaDB" section of README.md in the source tree.
+See docs/guide/mariadb.md in the source tree.
 TXT
   chmod 0644 "$t"/*
   tar -C "$stage" --owner=0 --group=0 --numeric-owner --sort=name -czf "$OUT/$name.tar.gz.tmp" "$name"

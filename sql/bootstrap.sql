@@ -27,7 +27,7 @@ CREATE TABLE id_gen.sequences (
     -- Most values one next_segment_ids*/next_segment_ranges call may take.
     max_bulk          bigint      NOT NULL DEFAULT 100000000 CHECK (max_bulk > 0),
     -- The foreign server (postgres_fdw) whose id_gen.sequences reserves the segments;
-    -- NULL: this catalog (README "One ID space for many servers").
+    -- NULL: this catalog (docs/guide/sequences.md "One ID space for many servers").
     authority         text,
     CHECK (min_step <= step AND step <= max_step),
     CHECK (max_id <= max_value)

@@ -273,6 +273,6 @@ COMMENT ON FUNCTION id_gen.snowflake_seq(bigint) IS 'Per-millisecond sequence of
 COMMENT ON FUNCTION id_gen.snowflake_gene(bigint) IS 'Owner gene (low bits) of a snowflake id of the gene layout.';
 COMMENT ON FUNCTION id_gen.snowflake_status() IS 'Snowflake generator state: node, layout, last timestamp, persisted high-water mark, clock.';
 
--- Key export for the MariaDB plugin (README "MySQL / MariaDB"): superusers only.
+-- Key export for the MariaDB plugin (docs/guide/mariadb.md "MySQL / MariaDB"): superusers only.
 REVOKE ALL ON FUNCTION id_gen.export_order_no_keys() FROM PUBLIC;
 COMMENT ON FUNCTION id_gen.export_order_no_keys() IS 'The order-number data keys in their KEK-wrapped form only (key_version, wrapped, kek_fingerprint, is_current), for the MariaDB plugin that holds the same KEK. Superusers only (42501).';

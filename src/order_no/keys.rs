@@ -1,7 +1,7 @@
 //! Order-number key management: the key-encryption key (KEK) loaded at server start and
 //! the per-backend cache of expanded data keys.
 //!
-//! Threat model (README "Order numbers"): ordinary roles can encode/decode through
+//! Threat model (docs/guide/ids.md "Order numbers"): ordinary roles can encode/decode through
 //! functions but never read key material; logical dumps, logs, replicas and backups only
 //! ever hold *wrapped* data keys. Superusers and the OS user can always get at keys.
 //!

@@ -180,7 +180,7 @@ fn set_current_order_no_key(key_version: i32) {
 }
 
 /// The data keys in their KEK-wrapped form (never unwrapped), for a second database system
-/// that holds the same KEK — the MariaDB plugin `crates/id_gen_mysql` (README "MySQL /
+/// that holds the same KEK — the MariaDB plugin `crates/id_gen_mysql` (docs/guide/mariadb.md "MySQL /
 /// MariaDB"). Superusers only: the rows are what a dump holds, but handing them out is a
 /// key-distribution step, not something an ordinary role does.
 #[pg_extern(volatile, parallel_unsafe)]

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One ID space for many servers: a central server (the ID database) and 3 nodes whose
-# sequences reserve their segments there through postgres_fdw (README "One ID space for
+# sequences reserve their segments there through postgres_fdw (docs/guide/sequences.md "One ID space for
 # many servers").
 # (a) argument checks: unknown server 42704, a server of another FDW 22023, a sequence
 #     the central lacks 42704, an unreachable central only a WARNING.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Failover that never reissues (README "Failover"). A primary with one synchronous
+# Failover that never reissues (docs/guide/sequences.md "Failover"). A primary with one synchronous
 # standby (synchronous_standby_names = '*', physical slot, pg_basebackup -R):
 # (2) the standby refuses next_segment_id with 25006 before promotion;
 # (3) a refill worker terminated while its commit waits for the (stopped) standby

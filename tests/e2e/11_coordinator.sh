@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A coordinator that routes by the route table (README "Sharded deployments"): one
+# A coordinator that routes by the route table (docs/guide/scale-out.md "Sharded deployments"): one
 # coordinator and 3 shards over postgres_fdw. The coordinator is also the shards'
 # segment authority, so that ids computed on a shard by an application that routes by
 # itself never collide with ids computed on the coordinator.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Online moves of route ranges between shards (README "Moving data"): a coordinator and
+# Online moves of route ranges between shards (docs/guide/scale-out.md "Moving data"): a coordinator and
 # two shards; the coordinator is the shards' central authority.
 # (a) refusals: a source without wal_level = logical fails at once (55000, nothing
 #     created); genes that are not whole route ranges 22023; dry_run prints the steps

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # versions: 15
-# The central authority as a pg_auto_failover formation (README "Automatic failover of the
+# The central authority as a pg_auto_failover formation (docs/guide/sequences.md "Automatic failover of the
 # central authority"): a monitor, a primary c1 and a synchronous secondary c2, all on
 # loopback, run by pg_autoctl as the postgres OS user. Two nodes reserve their segments of
 # 'k' (50-value segments: the buffer runs dry within a second) and 'roomy' (20000-value
