@@ -87,16 +87,16 @@ ensure_toolchain() {
 
 # Builds and installs the extension into PostgreSQL $PG_VERSION (release build).
 # A Python environment for the tests' load generators and the client library
-# (psycopg 3 and psycopg_pool from PyPI, and clients/python with its xxhash and mmh3), in
+# (psycopg 3, psycopg_pool and pytest from PyPI, and clients/python with its xxhash and mmh3), in
 # target/py; prints its python. The client is reinstalled when a file of clients/python
 # changed (checksum in target/py/id_gen_client.sha256); otherwise pip is not run.
 ensure_python_env() {
   local py="$REPO_ROOT/target/py/bin/python" src="$REPO_ROOT/clients/python"
   local stamp="$REPO_ROOT/target/py/id_gen_client.sha256" sum
-  if ! "$py" -c "import psycopg, psycopg_pool" 2>/dev/null; then
-    log "creating target/py (psycopg 3, psycopg_pool)"
-    python3 -m venv "$REPO_ROOT/target/py" >&2
-    "$py" -m pip install -q "psycopg[binary]>=3.1" "psycopg_pool>=3.2" >&2
+  if ! "$py" -c "import psycopg, psycopg_pool, pytest" 2>/dev/null; then
+    log "creating target/py (psycopg 3, psycopg_pool, pytest)"
+    [ -x "$py" ] || python3 -m venv "$REPO_ROOT/target/py" >&2
+    "$py" -m pip install -q "psycopg[binary]>=3.1" "psycopg_pool>=3.2" "pytest>=7" >&2
   fi
   sum=$(cd "$src" && find . -type f ! -path '*/__pycache__/*' ! -path './build/*' ! -path '*.egg-info/*' \
           -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1)

@@ -23,7 +23,7 @@ deltas=(sql/upgrade/*--"$TO".sql)
 [ ${#deltas[@]} -eq 1 ] && [ -f "${deltas[0]}" ] \
   || { echo "want exactly one sql/upgrade/<from>--$TO.sql (the hand-written delta to $TO); found: ${deltas[*]}" >&2; exit 1; }
 FROM=$(basename "${deltas[0]}" .sql); FROM=${FROM%--*}
-CODE=(sql/distribute.sql sql/shard.sql sql/move.sql sql/split.sql sql/revert.sql sql/rebalance.sql sql/routing.sql)
+CODE=(sql/operations.sql sql/distribute.sql sql/shard.sql sql/move.sql sql/split.sql sql/revert.sql sql/rebalance.sql sql/routing.sql)
 # The catalog tables new in $TO: sql/cluster_catalog.sql from the line after this marker
 # on, so that the update creates them from the same text as the install script.
 NEW_CATALOG_MARKER="-- @new-in-$TO"

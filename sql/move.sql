@@ -52,8 +52,8 @@ SELECT move_id, lower_gene, upper_gene, source_shard, target_shard, phase,
        coalesce(finished_at, clock_timestamp()) - started_at AS elapsed,
        last_error,
        CASE WHEN phase IN ('done', 'aborted', 'reverted') THEN NULL
-            WHEN pg_try_advisory_lock_shared(757431, move_id::integer)
-                 AND pg_advisory_unlock_shared(757431, move_id::integer) THEN 'no session'
+            WHEN pg_try_advisory_lock_shared(id_gen.operation_session_lock_key(), move_id::integer)
+                 AND pg_advisory_unlock_shared(id_gen.operation_session_lock_key(), move_id::integer) THEN 'no session'
             ELSE 'running' END AS runner,
        recovered_by,
        reversible,
@@ -374,7 +374,7 @@ BEGIN
            ORDER BY sm.move_id LOOP
     -- Its target fenced again, and a reversible move's WAL bound, need only the target.
     CONTINUE WHEN m.target_shard = ANY (down);
-    CONTINUE WHEN NOT pg_try_advisory_lock(757431, m.move_id::integer);
+    CONTINUE WHEN NOT pg_try_advisory_lock(id_gen.operation_session_lock_key(), m.move_id::integer);
     move_id := m.move_id;
     action := NULL;
     err := NULL;
@@ -441,7 +441,7 @@ BEGIN
       UPDATE id_gen.shard_moves sm SET recovered_by = action || ' at ' || clock_timestamp()::text
       WHERE sm.move_id = m.move_id;
     END IF;
-    PERFORM pg_advisory_unlock(757431, m.move_id::integer);
+    PERFORM pg_advisory_unlock(id_gen.operation_session_lock_key(), m.move_id::integer);
     IF action IS NOT NULL THEN
       RETURN NEXT;
     END IF;
@@ -586,12 +586,13 @@ BEGIN
     RAISE EXCEPTION 'id_gen: lower_gene % is above upper_gene %', lower_gene, upper_gene USING ERRCODE = '22023';
   END IF;
   PERFORM id_gen.require_superuser('move genes between shards');
-  -- Advisory lock keys: 757430 (transaction) decides which move runs; 757431 with the move
-  -- id (session) is held by the session that runs that move.
+  -- Advisory-lock keys (sql/operations.sql): operation_start_lock_key (transaction) decides
+  -- which move runs; operation_session_lock_key with the move id (session) is held by the
+  -- session that runs that move.
   -- One session at a time decides which move runs, and no route change or new distributed
   -- table slips in before a new move is recorded (set_route and distribute_table take this
   -- lock too, then refuse while a move is unfinished). Both are released at the first COMMIT.
-  PERFORM pg_advisory_xact_lock(757430);
+  PERFORM pg_advisory_xact_lock(id_gen.operation_start_lock_key());
   LOCK TABLE id_gen.shard_routes IN SHARE ROW EXCLUSIVE MODE;
 
   -- One move at a time: an unfinished move of these genes is resumed (whatever the routes
@@ -620,18 +621,18 @@ BEGIN
     IF NOT dry_run THEN
       -- The session that runs a move holds a session lock on it (re-entrant for itself).
       IF NOT EXISTS (SELECT FROM pg_locks l WHERE l.locktype = 'advisory' AND l.pid = pg_backend_pid()
-                     AND l.classid = 757431 AND l.objid = m.move_id AND l.objsubid = 2)
-         AND NOT pg_try_advisory_lock(757431, m.move_id::integer) THEN
+                     AND l.classid = id_gen.operation_session_lock_key()::oid AND l.objid = m.move_id AND l.objsubid = 2)
+         AND NOT pg_try_advisory_lock(id_gen.operation_session_lock_key(), m.move_id::integer) THEN
         -- The move supervisor holds a move only for one short pass: wait for it (bounded).
         IF EXISTS (SELECT FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-                   WHERE l.locktype = 'advisory' AND l.classid = 757431 AND l.objid = m.move_id
+                   WHERE l.locktype = 'advisory' AND l.classid = id_gen.operation_session_lock_key()::oid AND l.objid = m.move_id
                      AND l.objsubid = 2 AND l.granted AND a.backend_type = 'id_gen move supervisor') THEN
           PERFORM pg_catalog.set_config('lock_timeout', '60s', true);
-          PERFORM pg_advisory_lock(757431, m.move_id::integer);
+          PERFORM pg_advisory_lock(id_gen.operation_session_lock_key(), m.move_id::integer);
           PERFORM pg_catalog.set_config('lock_timeout', '0', true);
           SELECT * INTO m FROM id_gen.shard_moves sm WHERE sm.move_id = m.move_id;
           IF m.phase IN ('done', 'aborted', 'reverted') THEN
-            PERFORM pg_advisory_unlock(757431, m.move_id::integer);
+            PERFORM pg_advisory_unlock(id_gen.operation_session_lock_key(), m.move_id::integer);
             RAISE NOTICE 'id_gen: move % is % (the move supervisor finished it meanwhile)', m.move_id, m.phase;
             RETURN;
           END IF;
@@ -711,7 +712,7 @@ BEGIN
     VALUES (move_genes.lower_gene, move_genes.upper_gene, src, move_genes.target_shard, move_genes.keep_source,
             move_genes.reversible, pg_backend_pid())
     RETURNING * INTO m;
-    PERFORM pg_advisory_lock(757431, m.move_id::integer);
+    PERFORM pg_advisory_lock(id_gen.operation_session_lock_key(), m.move_id::integer);
     RAISE NOTICE 'id_gen: move % of genes % .. % from % to % (watch it in id_gen.moves)', m.move_id, m.lower_gene, m.upper_gene, src, m.target_shard;
     COMMIT;
     PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
@@ -847,7 +848,7 @@ BEGIN
         finished_at = CASE WHEN cleanup IS NULL THEN clock_timestamp() END, updated_at = clock_timestamp()
     WHERE move_id = m.move_id;
     COMMIT;
-    PERFORM pg_advisory_unlock(757431, m.move_id::integer);
+    PERFORM pg_advisory_unlock(id_gen.operation_session_lock_key(), m.move_id::integer);
     RAISE EXCEPTION 'id_gen: move % of genes % .. % to "%" failed while copying: %', m.move_id, m.lower_gene, m.upper_gene, m.target_shard, err
       USING ERRCODE = coalesce(err_state, '55000'),
             DETAIL = CASE WHEN cleanup IS NULL THEN 'The move was rolled back: routes, the source and its rows are unchanged, and no replication slot is left.'
@@ -976,7 +977,7 @@ BEGIN
       IF NOT unfenced OR err_state IN ('57014', '55006', '08006') THEN
         -- Cancelled, aborted elsewhere, a shard that does not answer, or the source keeps
         -- refusing to lift: no retry.
-        PERFORM pg_advisory_unlock(757431, m.move_id::integer);
+        PERFORM pg_advisory_unlock(id_gen.operation_session_lock_key(), m.move_id::integer);
         RAISE EXCEPTION 'id_gen: move %: %', m.move_id, err
           USING ERRCODE = coalesce(err_state, '55000'),
                 DETAIL = CASE WHEN unfenced THEN 'The fence was lifted; routes are unchanged.'
@@ -987,7 +988,7 @@ BEGIN
       PERFORM pg_sleep(0.5);
     END LOOP;
     IF m.phase <> 'cut_over' THEN
-      PERFORM pg_advisory_unlock(757431, m.move_id::integer);
+      PERFORM pg_advisory_unlock(id_gen.operation_session_lock_key(), m.move_id::integer);
       RAISE EXCEPTION 'id_gen: move %: could not cut over: %', m.move_id, err
         USING ERRCODE = coalesce(err_state, '55000'),
               DETAIL = 'Each attempt lifted its fence again; the source is still authoritative and the move stays in catching_up.',
@@ -1009,7 +1010,7 @@ BEGIN
       UPDATE id_gen.shard_moves SET last_error = 'cut over; cleaning up: ' || err, updated_at = clock_timestamp()
       WHERE move_id = m.move_id;
       COMMIT;
-      PERFORM pg_advisory_unlock(757431, m.move_id::integer);
+      PERFORM pg_advisory_unlock(id_gen.operation_session_lock_key(), m.move_id::integer);
       RAISE EXCEPTION 'id_gen: move % has cut over (the target serves genes % .. %), but cleaning up failed: %',
                       m.move_id, m.lower_gene, m.upper_gene, err
         USING ERRCODE = err_state,
@@ -1017,7 +1018,7 @@ BEGIN
               HINT = format('CALL id_gen.move_genes(%s, %s, %L) again finishes the clean-up.', m.lower_gene, m.upper_gene, m.target_shard);
     END IF;
     COMMIT;
-    PERFORM pg_advisory_unlock(757431, m.move_id::integer);
+    PERFORM pg_advisory_unlock(id_gen.operation_session_lock_key(), m.move_id::integer);
     RAISE NOTICE 'id_gen: move % %: genes % .. % are on %; writes were fenced for % ms%', m.move_id,
       CASE WHEN m.phase = 'reversible' THEN 'is reversible' ELSE 'done' END,
       m.lower_gene, m.upper_gene, m.target_shard,

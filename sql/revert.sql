@@ -462,8 +462,8 @@ BEGIN
                         ELSE 'It has ended.' END;
   END IF;
   IF NOT EXISTS (SELECT FROM pg_locks l WHERE l.locktype = 'advisory' AND l.pid = pg_backend_pid()
-                 AND l.classid = 757431 AND l.objid = m.move_id AND l.objsubid = 2)
-     AND NOT pg_try_advisory_lock(757431, m.move_id::integer) THEN
+                 AND l.classid = id_gen.operation_session_lock_key()::oid AND l.objid = m.move_id AND l.objsubid = 2)
+     AND NOT pg_try_advisory_lock(id_gen.operation_session_lock_key(), m.move_id::integer) THEN
     RAISE EXCEPTION 'id_gen: move % is busy in another session', move_id
       USING ERRCODE = '55006', HINT = 'Watch id_gen.moves.runner; the move supervisor holds a move for a few seconds at most.';
   END IF;
@@ -565,7 +565,7 @@ BEGIN
       COMMIT;
       PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
       IF err_state IN ('57014', '55006') OR attempt = 5 THEN
-        PERFORM pg_advisory_unlock(757431, m.move_id::integer);
+        PERFORM pg_advisory_unlock(id_gen.operation_session_lock_key(), m.move_id::integer);
         RAISE EXCEPTION 'id_gen: move %: could not revert: %', m.move_id, err
           USING ERRCODE = coalesce(err_state, '55000'),
                 DETAIL = 'The fence was lifted; the target still serves the genes and the source follows it.',
@@ -576,7 +576,7 @@ BEGIN
   END IF;
   m := id_gen.finish_revert(m);
   COMMIT;
-  PERFORM pg_advisory_unlock(757431, m.move_id::integer);
+  PERFORM pg_advisory_unlock(id_gen.operation_session_lock_key(), m.move_id::integer);
   RAISE NOTICE 'id_gen: move % reverted: genes % .. % are on % again; writes were fenced for % ms', m.move_id,
     m.lower_gene, m.upper_gene, m.source_shard, round(extract(epoch FROM m.fence_ended_at - m.fence_started_at) * 1000, 1);
 END $$;
@@ -616,13 +616,13 @@ BEGIN
   END IF;
   m := id_gen.take_reversible_move(move_id, 'complete');
   IF m.phase = 'reverting' THEN
-    PERFORM pg_advisory_unlock(757431, m.move_id::integer);
+    PERFORM pg_advisory_unlock(id_gen.operation_session_lock_key(), m.move_id::integer);
     RAISE EXCEPTION 'id_gen: move % is being reverted', move_id
       USING ERRCODE = '55006', HINT = format('CALL id_gen.revert_move(%s) finishes the revert.', move_id);
   END IF;
   m := id_gen.end_way_back(m);
   COMMIT;
-  PERFORM pg_advisory_unlock(757431, m.move_id::integer);
+  PERFORM pg_advisory_unlock(id_gen.operation_session_lock_key(), m.move_id::integer);
   RAISE NOTICE 'id_gen: move % complete: genes % .. % stay on %; the source''s copies and the way back are gone',
     m.move_id, m.lower_gene, m.upper_gene, m.target_shard;
 END $$;

@@ -60,8 +60,8 @@
 --     leaves the coordinator pointing at the retired old partitions, which refuse
 --     (IG002) rather than answer; the next CALL, or the move supervisor
 --     (id_gen.recover_moves calls id_gen.recover_splits), does the coordinator's half.
---   * One split, merge or move at a time (advisory lock 757430, SHARE ROW EXCLUSIVE on
---     shard_routes, and refusals in both directions).
+--   * One split, merge or move at a time (advisory lock id_gen.operation_start_lock_key(),
+--     SHARE ROW EXCLUSIVE on shard_routes, and refusals in both directions).
 
 -- Shard side ------------------------------------------------------------------------------
 
@@ -474,8 +474,8 @@ SELECT split_id, kind, lower_gene, at_gene, upper_gene, shard, phase,
        coalesce(finished_at, clock_timestamp()) - started_at AS elapsed,
        last_error,
        CASE WHEN phase IN ('done', 'aborted') THEN NULL
-            WHEN pg_try_advisory_lock_shared(757431, split_id::integer)
-                 AND pg_advisory_unlock_shared(757431, split_id::integer) THEN 'no session'
+            WHEN pg_try_advisory_lock_shared(id_gen.operation_session_lock_key(), split_id::integer)
+                 AND pg_advisory_unlock_shared(id_gen.operation_session_lock_key(), split_id::integer) THEN 'no session'
             ELSE 'running' END AS runner,
        recovered_by
 FROM id_gen.route_splits;
@@ -866,7 +866,7 @@ BEGIN
         WHEN OTHERS OR query_canceled THEN
           GET STACKED DIAGNOSTICS err = MESSAGE_TEXT, err_state = RETURNED_SQLSTATE,
                                   fail_detail = PG_EXCEPTION_DETAIL, fail_hint = PG_EXCEPTION_HINT;
-          PERFORM pg_advisory_unlock(757431, s.split_id::integer);
+          PERFORM pg_advisory_unlock(id_gen.operation_session_lock_key(), s.split_id::integer);
           PERFORM id_gen.reraise(err, err_state, fail_detail, fail_hint);
         END;
         IF ok THEN
@@ -879,7 +879,7 @@ BEGIN
           UPDATE id_gen.route_splits rs SET fence_attempts = rs.fence_attempts + attempt, last_error = err, updated_at = clock_timestamp()
           WHERE rs.split_id = s.split_id;
           COMMIT;
-          PERFORM pg_advisory_unlock(757431, s.split_id::integer);
+          PERFORM pg_advisory_unlock(id_gen.operation_session_lock_key(), s.split_id::integer);
           RAISE EXCEPTION 'id_gen: split % could not fence its range in % attempts of 50 ms', s.split_id, attempt
             USING ERRCODE = '55P03', DETAIL = err,
                   HINT = 'Long transactions hold the range''s partitions (on the coordinator or the shard). The copy is kept up to date meanwhile; CALL the same procedure again to retry the fence, or CALL id_gen.abort_split(split_id).';
@@ -905,14 +905,14 @@ BEGIN
         WHEN OTHERS OR query_canceled THEN
           GET STACKED DIAGNOSTICS err = MESSAGE_TEXT, err_state = RETURNED_SQLSTATE,
                                   fail_detail = PG_EXCEPTION_DETAIL, fail_hint = PG_EXCEPTION_HINT;
-          PERFORM pg_advisory_unlock(757431, s.split_id::integer);
+          PERFORM pg_advisory_unlock(id_gen.operation_session_lock_key(), s.split_id::integer);
           PERFORM id_gen.reraise(err, err_state, fail_detail, fail_hint);
         END;
         IF err IS NOT NULL AND attempt >= 60 THEN
           UPDATE id_gen.route_splits rs SET fence_attempts = rs.fence_attempts + attempt, last_error = err, updated_at = clock_timestamp()
           WHERE rs.split_id = s.split_id;
           COMMIT;
-          PERFORM pg_advisory_unlock(757431, s.split_id::integer);
+          PERFORM pg_advisory_unlock(id_gen.operation_session_lock_key(), s.split_id::integer);
           RAISE EXCEPTION 'id_gen: merge % could not fence its ranges on shard "%" in % attempts of 50 ms', s.split_id, s.shard, attempt
             USING ERRCODE = '55P03', DETAIL = err,
                   HINT = 'Long transactions on the shard hold the table. The copy is kept up to date meanwhile; CALL the same procedure again to retry the fence, or CALL id_gen.abort_split(split_id).';
@@ -934,7 +934,7 @@ BEGIN
           UPDATE id_gen.route_splits rs SET last_error = err, updated_at = clock_timestamp()
           WHERE rs.split_id = s.split_id;
           COMMIT;
-          PERFORM pg_advisory_unlock(757431, s.split_id::integer);
+          PERFORM pg_advisory_unlock(id_gen.operation_session_lock_key(), s.split_id::integer);
           RAISE EXCEPTION 'id_gen: merge % swapped on shard "%", but the coordinator''s tables stayed busy for % attempts of 50 ms', s.split_id, s.shard, tries
             USING ERRCODE = '55P03', DETAIL = err,
                   HINT = 'Until the coordinator''s half commits, statements of the merged genes get IG002 (retry). Long transactions hold the distributed tables; CALL the same procedure again, or let the move supervisor finish it.';
@@ -960,7 +960,7 @@ BEGIN
         UPDATE id_gen.route_splits rs SET last_error = err, updated_at = clock_timestamp()
         WHERE rs.split_id = s.split_id;
         COMMIT;
-        PERFORM pg_advisory_unlock(757431, s.split_id::integer);
+        PERFORM pg_advisory_unlock(id_gen.operation_session_lock_key(), s.split_id::integer);
         RAISE EXCEPTION 'id_gen: split % is in effect, but the coordinator''s tables stayed busy for % attempts of 50 ms to give its ranges their own partitions', s.split_id, tries
           USING ERRCODE = '55P03', DETAIL = err,
                 HINT = 'Nothing is fenced meanwhile. Long transactions hold the distributed tables; CALL the same procedure again, or let the move supervisor finish it.';
@@ -973,7 +973,7 @@ BEGIN
     COMMIT;
     PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
   END IF;
-  PERFORM pg_advisory_unlock(757431, s.split_id::integer);
+  PERFORM pg_advisory_unlock(id_gen.operation_session_lock_key(), s.split_id::integer);
   RAISE NOTICE 'id_gen: % % of genes % .. % on shard "%" is %: fence % ms in % attempt(s), % rows copied', s.kind, s.split_id,
     s.lower_gene, s.upper_gene, s.shard, s.phase,
     round(extract(epoch FROM s.fence_ended_at - s.fence_started_at) * 1000, 1), s.fence_attempts, s.rows_copied;
@@ -993,7 +993,7 @@ DECLARE
 BEGIN
   PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
   PERFORM id_gen.require_superuser(what);
-  PERFORM pg_advisory_xact_lock(757430);
+  PERFORM pg_advisory_xact_lock(id_gen.operation_start_lock_key());
   LOCK TABLE id_gen.shard_routes IN SHARE ROW EXCLUSIVE MODE;
   SELECT * INTO s FROM id_gen.route_splits rs WHERE rs.phase NOT IN ('done', 'aborted') ORDER BY rs.split_id DESC LIMIT 1;
   IF FOUND THEN
@@ -1005,7 +1005,7 @@ BEGIN
     ELSIF s.phase = 'failed' THEN
       RAISE EXCEPTION 'id_gen: % % failed: %', s.kind, s.split_id, s.last_error
         USING ERRCODE = '55000', HINT = format('CALL id_gen.abort_split(%s) rolls it back; then start again.', s.split_id);
-    ELSIF NOT pg_try_advisory_lock(757431, s.split_id::integer) THEN
+    ELSIF NOT pg_try_advisory_lock(id_gen.operation_session_lock_key(), s.split_id::integer) THEN
       RAISE EXCEPTION 'id_gen: % % is running in session %', s.kind, s.split_id, s.runner_pid
         USING ERRCODE = '55006', HINT = 'Watch it in id_gen.splits.';
     END IF;
@@ -1059,7 +1059,7 @@ BEGIN
   INSERT INTO id_gen.route_splits (kind, lower_gene, at_gene, upper_gene, shard, runner_pid)
   VALUES (kind, s.lower_gene, at_gene, s.upper_gene, r.shard, pg_backend_pid())
   RETURNING * INTO s;
-  PERFORM pg_advisory_lock(757431, s.split_id::integer);
+  PERFORM pg_advisory_lock(id_gen.operation_session_lock_key(), s.split_id::integer);
   RAISE NOTICE 'id_gen: % % of genes % .. % at % on shard "%" (watch it in id_gen.splits)', kind, s.split_id,
     s.lower_gene, s.upper_gene, at_gene, s.shard;
   COMMIT;
@@ -1112,13 +1112,13 @@ BEGIN
   ELSIF s.phase IN ('done', 'aborted') THEN
     RAISE NOTICE 'id_gen: % % is % already', s.kind, s.split_id, s.phase;
     RETURN;
-  ELSIF NOT pg_try_advisory_lock(757431, s.split_id::integer) THEN
+  ELSIF NOT pg_try_advisory_lock(id_gen.operation_session_lock_key(), s.split_id::integer) THEN
     RAISE EXCEPTION 'id_gen: % % is running in session %', s.kind, s.split_id, s.runner_pid
       USING ERRCODE = '55006', HINT = 'Cancel that session''s CALL first (pg_cancel_backend).';
   END IF;
   state := id_gen.shard_call(s.shard, 'shard_split_state', ARRAY[s.split_id::text], 30000);
   IF s.phase = 'swapped' OR state = 'swapped' THEN
-    PERFORM pg_advisory_unlock(757431, s.split_id::integer);
+    PERFORM pg_advisory_unlock(id_gen.operation_session_lock_key(), s.split_id::integer);
     RAISE EXCEPTION 'id_gen: % % has swapped on its shard; it can only be finished', s.kind, s.split_id
       USING ERRCODE = '55000',
             HINT = format('CALL id_gen.%s(%s) finishes it; then %s undoes it online.',
@@ -1130,7 +1130,7 @@ BEGIN
          last_error = coalesce('abort incomplete: ' || res, rs.last_error),
          finished_at = CASE WHEN res IS NULL THEN clock_timestamp() END, updated_at = clock_timestamp()
   WHERE rs.split_id = s.split_id;
-  PERFORM pg_advisory_unlock(757431, s.split_id::integer);
+  PERFORM pg_advisory_unlock(id_gen.operation_session_lock_key(), s.split_id::integer);
   IF res IS NOT NULL THEN
     RAISE WARNING 'id_gen: % % is not fully rolled back: %', s.kind, s.split_id, res;
   END IF;
@@ -1157,7 +1157,7 @@ BEGIN
            WHERE rs.phase NOT IN ('done', 'aborted', 'failed') AND rs.updated_at < clock_timestamp() - grace
              AND rs.shard <> ALL (id_gen.shards_not_answering())
            ORDER BY rs.split_id LOOP
-    CONTINUE WHEN NOT pg_try_advisory_lock(757431, s.split_id::integer);
+    CONTINUE WHEN NOT pg_try_advisory_lock(id_gen.operation_session_lock_key(), s.split_id::integer);
     split_id := s.split_id;
     action := NULL;
     err := NULL;
@@ -1210,7 +1210,7 @@ BEGIN
       UPDATE id_gen.route_splits rs SET recovered_by = action || ' at ' || clock_timestamp()::text
       WHERE rs.split_id = s.split_id;
     END IF;
-    PERFORM pg_advisory_unlock(757431, s.split_id::integer);
+    PERFORM pg_advisory_unlock(id_gen.operation_session_lock_key(), s.split_id::integer);
     IF action IS NOT NULL THEN
       RETURN NEXT;
     END IF;

@@ -65,10 +65,15 @@ extension_sql_file!(
     requires = ["hot_path"]
 );
 extension_sql_file!(
+    "../sql/operations.sql",
+    name = "operations",
+    requires = ["cluster_catalog"]
+);
+extension_sql_file!(
     "../sql/distribute.sql",
     name = "distribute",
     requires = [
-        "cluster_catalog",
+        "operations",
         layout::compose_id,
         layout::shard_gene_bigint,
         layout::shard_gene_text,

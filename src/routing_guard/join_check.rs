@@ -7,15 +7,25 @@
 //! values is watched: each value it passes up is an id whose gene must be owned (IG001)
 //! and not fenced (IG002).
 //!
-//! Invariants: the watch wraps the node's ExecProcNode and keeps calling what the executor
+//! A join that ends before it has read all of its value side (a merge join whose table
+//! side runs out first; a hash join with an empty hash table, which stops reading its
+//! probe side, or with an empty probe side, which never builds its table; a nested loop
+//! with an empty outer side) has that side read to its end when it ends, so that those ids
+//! are checked too.
+//!
+//! Invariants: a node gets one wrapper (`run_wrapped`), whatever roles it has (a join that
+//! is another join's value side has both), and the wrapper keeps calling what the executor
 //! set (ExecProcNodeFirst, then the instrumented or real function), so EXPLAIN ANALYZE and
-//! the stack-depth check stay; a watch is forgotten when its query's memory is reset; the
-//! genes owned come from the backend's routing view taken at executor start (in a
-//! parallel worker, under the statement's snapshot); nothing is read but the one column of
-//! the slot the node returned. Values a join never reads (a merge join that ends when the
-//! table's side runs out; a hash join whose table side is empty) are not checked, and a
-//! parallel-aware hash join loses the watch of its own output when its shared state is set
-//! up (PostgreSQL resets its ExecProcNode then).
+//! the stack-depth check stay; an entry is forgotten when its query's memory is reset; the
+//! genes owned come from the backend's routing view taken at executor start (in a parallel
+//! worker, under the statement's snapshot); nothing is read but the one column of the slot
+//! the node returned. An input is read on only when it has not returned its end slot in
+//! this pass (a flag its wrapper keeps, cleared when the join starts a pass), and is left
+//! where its join rescans it before reading it again; the input of a Hash node whose table
+//! was never built, which its join does not rescan, is rescanned here. Parallel-aware joins
+//! are not read on (PostgreSQL sets their ExecProcNode again when it sets up their shared
+//! state); when one is a value side, the input its column comes from is watched instead.
+//! Not checked: ids a join is never asked for (a LIMIT above it stops it early).
 
 use super::plan_check::{binary_args, children, guarded_id_column, is_relation_scan, operator_name, strip_relabel};
 use super::plan_check::{guard_of, Guarded};
@@ -43,16 +53,36 @@ fn has(g: &Genes, gene: u16) -> bool {
 }
 
 /// What a watched node's column is checked against.
-struct Watch {
+struct ValueCheck {
     /// The column of the node's output (1-based) and its type (int8, int4 or int2).
     attno: i16,
     typ: pg_sys::Oid,
-    /// The ExecProcNode to call (what the executor set; it changes after the first call).
-    next: pg_sys::ExecProcNodeMtd,
     /// Genes the guarded table owns here, with its tombstone (None: no tombstone joined).
     owned: Option<(Genes, pg_sys::Oid)>,
     /// Genes of fenced partitions joined, with one of them.
     fenced: Option<(Genes, pg_sys::Oid)>,
+}
+
+/// A watched input that a join reads to its end when the join ends without having read it
+/// all (its ids are checked on the way).
+#[derive(Clone, Copy)]
+struct Drain {
+    node: *mut pg_sys::PlanState,
+    /// Only when the join is a hash join whose hash table was never built (the input is
+    /// its Hash node's): the join does not rescan that input then, so it is rescanned here.
+    unbuilt_hash_input: bool,
+}
+
+/// What the guard adds to one plan-state node: the ExecProcNode it calls on, whether the
+/// node's last answer was its end, the check of the ids it passes up (a join's value
+/// side), and the inputs to read to their end when it ends (a join).
+struct Wrapped {
+    /// The ExecProcNode to call (what the executor set; it changes after the first call).
+    next: pg_sys::ExecProcNodeMtd,
+    at_end: bool,
+    check: Option<ValueCheck>,
+    /// At most one per child of a join (plain data: nothing to drop when a node raises).
+    drains: [Option<Drain>; 2],
 }
 
 enum Judgement {
@@ -60,7 +90,7 @@ enum Judgement {
     Fenced(pg_sys::Oid),
 }
 
-impl Watch {
+impl ValueCheck {
     fn judge(&self, gene: u16) -> Option<Judgement> {
         if let Some((g, rel)) = &self.fenced {
             if has(g, gene) {
@@ -75,18 +105,45 @@ impl Watch {
 }
 
 thread_local! {
-    /// Watched plan-state nodes by address, each removed when its query's memory goes
+    /// Wrapped plan-state nodes by address, each removed when its query's memory goes
     /// (a reset callback on the executor's query context, which frees the node itself).
-    static WATCHES: RefCell<HashMap<usize, Watch>> = RefCell::new(HashMap::new());
+    static WRAPPED: RefCell<HashMap<usize, Wrapped>> = RefCell::new(HashMap::new());
 }
 
-/// The reset callback of a watched node's query context: the node is about to be freed.
-unsafe extern "C-unwind" fn forget_watch(node: *mut std::ffi::c_void) {
-    WATCHES.with(|w| {
+/// The reset callback of a wrapped node's query context: the node is about to be freed.
+unsafe extern "C-unwind" fn forget_node(node: *mut std::ffi::c_void) {
+    WRAPPED.with(|w| {
         if let Ok(mut m) = w.try_borrow_mut() {
             m.remove(&(node as usize));
         }
     });
+}
+
+/// Gives `node` the guard's ExecProcNode once (a node is never wrapped twice: a join that
+/// is also another join's value side has one entry with both roles), then lets `change`
+/// set its roles.
+unsafe fn wrap(node: *mut pg_sys::PlanState, change: impl FnOnce(&mut Wrapped)) {
+    // SAFETY: `node` is a valid plan state of a tree being started.
+    unsafe {
+        let ours: pg_sys::ExecProcNodeMtd = Some(run_wrapped);
+        let wrapped = (*node).ExecProcNode.map(|f| f as usize) == ours.map(|f| f as usize);
+        let next = (*node).ExecProcNode;
+        WRAPPED.with(|w| {
+            let mut m = w.borrow_mut();
+            let entry = m.entry(node as usize).or_insert(Wrapped { next, at_end: false, check: None, drains: [None; 2] });
+            change(entry);
+        });
+        if !wrapped {
+            // The entry goes with the node: at the reset of the query context it lives in.
+            let cxt = (*(*node).state).es_query_cxt;
+            let cb = pg_sys::MemoryContextAllocZero(cxt, std::mem::size_of::<pg_sys::MemoryContextCallback>())
+                as *mut pg_sys::MemoryContextCallback;
+            (*cb).func = Some(forget_node);
+            (*cb).arg = node as *mut std::ffi::c_void;
+            pg_sys::MemoryContextRegisterResetCallback(cxt, cb);
+            (*node).ExecProcNode = ours;
+        }
+    }
 }
 
 /// Walks a plan-state tree and watches the value side of every join by a guarded id (in a
@@ -227,6 +284,7 @@ unsafe fn watch_join(ps: *mut pg_sys::PlanState) {
 /// Watches the input of `value_side` when `id_side` reaches a guarded id column and the
 /// values do not come from this shard's partitioned tables.
 unsafe fn watch_side(ps: *mut pg_sys::PlanState, id_side: *mut pg_sys::Var, value_side: *mut pg_sys::Var) {
+    use pg_sys::NodeTag::*;
     // SAFETY: both Vars belong to the join `ps`; the sources are scan states of its tree.
     unsafe {
         let typ = (*value_side).vartype;
@@ -291,70 +349,168 @@ unsafe fn watch_side(ps: *mut pg_sys::PlanState, id_side: *mut pg_sys::Var, valu
         if owned.is_none() && fenced.is_none() {
             return;
         }
-        // A Hash node is read by its join through MultiExecProcNode: watch its input.
+        // A Hash node is read by its join through MultiExecProcNode: watch its input. A
+        // parallel-aware hash join gets its ExecProcNode set again when its shared state is
+        // set up, which would lose a watch: watch the input its column comes from instead
+        // (every id it passes up came from there).
         let (mut node, mut col) = (value_child, value_col);
-        if (*node).type_ == pg_sys::NodeTag::T_HashState {
-            let tlist = super::list_pointers((*(*node).plan).targetlist);
-            let Some(te) = tlist.get(col as usize - 1) else { return };
-            let e = strip_relabel((*(*te as *mut pg_sys::TargetEntry)).expr as *mut pg_sys::Node);
-            if e.is_null() || (*e).type_ != pg_sys::NodeTag::T_Var || (*(e as *mut pg_sys::Var)).varno != pg_sys::OUTER_VAR {
+        loop {
+            if node.is_null() {
                 return;
             }
-            col = (*(e as *mut pg_sys::Var)).varattno;
-            node = (*node).lefttree;
+            let next = match (*node).type_ {
+                pg_sys::NodeTag::T_HashState => passed_from(node, col, (*node).lefttree, pg_sys::OUTER_VAR),
+                pg_sys::NodeTag::T_HashJoinState if (*(*node).plan).parallel_aware => {
+                    passed_from(node, col, (*node).lefttree, pg_sys::OUTER_VAR)
+                        .or_else(|| passed_from(node, col, (*node).righttree, pg_sys::INNER_VAR))
+                }
+                _ => break,
+            };
+            let Some((n, c)) = next else { return };
+            (node, col) = (n, c);
         }
-        if node.is_null() {
+        let check = ValueCheck { attno: col, typ, owned, fenced };
+        wrap(node, |w| w.check = Some(check));
+        // The input to read to its end when the join ends early: a merge join's value side
+        // (it ends when the table's side runs out), a hash join's probe side (it ends at
+        // once when its table is empty) or its Hash node's input (never read when the probe
+        // side is empty), a nested loop's inner side when it takes no parameter from the
+        // outer one (never read when the outer side is empty). Not a parallel-aware join:
+        // its ExecProcNode is set again when its shared state is set up.
+        if (*(*ps).plan).parallel_aware {
             return;
         }
-        let watched = (*node).ExecProcNode.map(|f| f as usize) == Some(check_values as *const () as usize);
-        let next = if watched {
-            WATCHES.with(|w| w.borrow().get(&(node as usize)).map(|x| x.next)).flatten()
-        } else {
-            (*node).ExecProcNode
+        let drain = match (*ps).type_ {
+            T_MergeJoinState if node == value_child => Some(Drain { node, unbuilt_hash_input: false }),
+            T_HashJoinState if node == value_child && value_child == (*ps).lefttree => {
+                Some(Drain { node, unbuilt_hash_input: false })
+            }
+            T_HashJoinState if value_child == (*ps).righttree && node == (*value_child).lefttree => {
+                Some(Drain { node, unbuilt_hash_input: true })
+            }
+            T_NestLoopState
+                if node == value_child
+                    && value_child == (*ps).righttree
+                    && (*((*ps).plan as *mut pg_sys::NestLoop)).nestParams.is_null() =>
+            {
+                Some(Drain { node, unbuilt_hash_input: false })
+            }
+            _ => None,
         };
-        WATCHES.with(|w| {
-            w.borrow_mut().insert(node as usize, Watch { attno: col, typ, next, owned, fenced });
-        });
-        if !watched {
-            // The entry goes with the node: at the reset of the query context it lives in.
-            let cxt = (*(*node).state).es_query_cxt;
-            let cb = pg_sys::MemoryContextAllocZero(cxt, std::mem::size_of::<pg_sys::MemoryContextCallback>())
-                as *mut pg_sys::MemoryContextCallback;
-            (*cb).func = Some(forget_watch);
-            (*cb).arg = node as *mut std::ffi::c_void;
-            pg_sys::MemoryContextRegisterResetCallback(cxt, cb);
+        if let Some(d) = drain {
+            wrap(ps, |w| {
+                if !w.drains.iter().flatten().any(|x| x.node == d.node) {
+                    if let Some(free) = w.drains.iter_mut().find(|x| x.is_none()) {
+                        *free = Some(d);
+                    }
+                }
+            });
         }
-        (*node).ExecProcNode = Some(check_values);
     }
 }
 
-/// The ExecProcNode of a watched node: runs it, then checks the gene of the id it passes
-/// up. Unguarded, so that it can raise an IG-class error (see `raise.rs`); nothing in
-/// this frame needs dropping when the node it calls raises.
-unsafe extern "C-unwind" fn check_values(ps: *mut pg_sys::PlanState) -> *mut pg_sys::TupleTableSlot {
+/// The column of `child` that output column `col` of `node` passes on, when it is a
+/// plain Var of that child (`varno`: OUTER_VAR for the left child, INNER_VAR the right).
+unsafe fn passed_from(
+    node: *mut pg_sys::PlanState,
+    col: i16,
+    child: *mut pg_sys::PlanState,
+    varno: i32,
+) -> Option<(*mut pg_sys::PlanState, i16)> {
+    // SAFETY: `node` is a valid plan state; its target list is a List of TargetEntry.
+    unsafe {
+        let tlist = super::list_pointers((*(*node).plan).targetlist);
+        let te = *tlist.get((col as usize).checked_sub(1)?)?;
+        let e = strip_relabel((*(te as *mut pg_sys::TargetEntry)).expr as *mut pg_sys::Node);
+        if child.is_null() || e.is_null() || (*e).type_ != pg_sys::NodeTag::T_Var || (*(e as *mut pg_sys::Var)).varno != varno {
+            return None;
+        }
+        let mut col = (*(e as *mut pg_sys::Var)).varattno;
+        let mut child = child;
+        // A parallel-aware hash join's right child is its Hash node: pass through it.
+        if (*child).type_ == pg_sys::NodeTag::T_HashState {
+            (child, col) = passed_from(child, col, (*child).lefttree, pg_sys::OUTER_VAR)?;
+        }
+        Some((child, col))
+    }
+}
+
+fn is_end(slot: *mut pg_sys::TupleTableSlot) -> bool {
+    // SAFETY: a slot returned by a node is NULL or valid.
+    slot.is_null() || unsafe { (*slot).tts_flags & pg_sys::TTS_FLAG_EMPTY as u16 != 0 }
+}
+
+/// Whether the join `ps` is about to start a pass (its first call, or the first after a
+/// rescan): then none of its inputs has reached its end in this pass.
+unsafe fn join_pass_starts(ps: *mut pg_sys::PlanState) -> bool {
+    // SAFETY: `ps` is a join state of the tag it carries.
+    unsafe {
+        match (*ps).type_ {
+            // (EXEC_MJ_INITIALIZE_OUTER and HJ_BUILD_HASHTABLE of the executor's state machines.)
+            pg_sys::NodeTag::T_MergeJoinState => (*(ps as *mut pg_sys::MergeJoinState)).mj_JoinState == 1,
+            pg_sys::NodeTag::T_HashJoinState => {
+                let hj = ps as *mut pg_sys::HashJoinState;
+                (*hj).hj_JoinState == 1 && (*hj).hj_HashTable.is_null()
+            }
+            _ => false,
+        }
+    }
+}
+
+fn set_at_end(node: *mut pg_sys::PlanState, at_end: bool) {
+    WRAPPED.with(|w| {
+        if let Some(x) = w.borrow_mut().get_mut(&(node as usize)) {
+            x.at_end = at_end;
+        }
+    });
+}
+
+/// The ExecProcNode of a wrapped node: runs it; checks the gene of the id it passes up
+/// (a join's value side); when it ends (a join), reads each of its drained inputs that has
+/// not ended to its end, so that their ids are checked too. Unguarded, so that it can
+/// raise an IG-class error (see `raise.rs`); nothing in this frame needs dropping when the
+/// node it calls raises (the entry's fields are copied out as plain data).
+unsafe extern "C-unwind" fn run_wrapped(ps: *mut pg_sys::PlanState) -> *mut pg_sys::TupleTableSlot {
     let key = ps as usize;
-    let Some((next, attno, typ)) = WATCHES.with(|w| w.borrow().get(&key).map(|x| (x.next, x.attno, x.typ))) else {
-        // SAFETY: not ours any more (cannot happen: the entry is made before arming).
+    let Some((next, value_col, drains)) =
+        WRAPPED.with(|w| w.borrow().get(&key).map(|x| (x.next, x.check.as_ref().map(|c| (c.attno, c.typ)), x.drains)))
+    else {
+        // SAFETY: not ours any more (cannot happen: the entry is made before wrapping).
         return unsafe { ((*ps).ExecProcNodeReal.expect("a node's own function"))(ps) };
     };
+    // SAFETY: `ps` is a valid join state when it has drains.
+    if drains.iter().any(Option::is_some) && unsafe { join_pass_starts(ps) } {
+        for d in drains.iter().flatten() {
+            set_at_end(d.node, false);
+        }
+    }
     // SAFETY: the function the executor set for this node.
     let slot = unsafe { (next.expect("an ExecProcNode"))(ps) };
     // SAFETY: `ps` is valid; ExecProcNodeFirst may have replaced its ExecProcNode.
     unsafe {
         let now = (*ps).ExecProcNode;
-        if now.map(|f| f as usize) != Some(check_values as *const () as usize) {
-            WATCHES.with(|w| {
+        if now.map(|f| f as usize) != Some(run_wrapped as *const () as usize) {
+            WRAPPED.with(|w| {
                 if let Some(x) = w.borrow_mut().get_mut(&key) {
                     x.next = now;
                 }
             });
-            (*ps).ExecProcNode = Some(check_values);
+            (*ps).ExecProcNode = Some(run_wrapped);
         }
     }
-    // SAFETY: a slot returned by a node is NULL or valid; its first attno columns can be
-    // deformed.
+    let end = is_end(slot);
+    set_at_end(ps, end);
+    if end {
+        for d in drains.iter().flatten() {
+            // SAFETY: a drained node is an input of this join, valid while it runs.
+            unsafe { drain(ps, *d) };
+        }
+        return slot;
+    }
+    let Some((attno, typ)) = value_col else { return slot };
+    // SAFETY: a slot that is not empty is valid; its first attno columns can be deformed.
     let value = unsafe {
-        if slot.is_null() || (*slot).tts_flags & pg_sys::TTS_FLAG_EMPTY as u16 != 0 || attno < 1 {
+        if attno < 1 {
             return slot;
         }
         if (*slot).tts_nvalid < attno {
@@ -374,7 +530,7 @@ unsafe extern "C-unwind" fn check_values(ps: *mut pg_sys::PlanState) -> *mut pg_
         return slot; // no shard holds negative ids
     }
     let gene = ((value >> 47) & 0xFFFF) as u16;
-    let judgement = WATCHES.with(|w| w.borrow().get(&key).and_then(|x| x.judge(gene)));
+    let judgement = WRAPPED.with(|w| w.borrow().get(&key).and_then(|x| x.check.as_ref()?.judge(gene)));
     let Some(j) = judgement else { return slot };
     let mut verdict: Option<Verdict> = None;
     // SAFETY: `verdict` is this frame's local.
@@ -383,6 +539,40 @@ unsafe extern "C-unwind" fn check_values(ps: *mut pg_sys::PlanState) -> *mut pg_
         // SAFETY: nothing in this frame needs dropping (the judgement is plain data).
         Some(v) => unsafe { super::raise::raise(v) },
         None => slot,
+    }
+}
+
+/// Reads the input `d.node` of the join `join`, which has just ended, to its end (each id
+/// checked by the input's own wrapper), unless it already ended in this pass. The join
+/// rescans it before reading it again (merge joins both inputs, hash joins their probe
+/// side, nested loops their inner side for each outer row), except the input of a Hash
+/// node whose table was never built: that one is rescanned here.
+unsafe fn drain(join: *mut pg_sys::PlanState, d: Drain) {
+    // SAFETY: `join` is a hash join state when `unbuilt_hash_input` is set.
+    if d.unbuilt_hash_input && unsafe { !(*(join as *mut pg_sys::HashJoinState)).hj_HashTable.is_null() } {
+        return; // the table was built: its input was read to its end
+    }
+    let ended = WRAPPED.with(|w| w.borrow().get(&(d.node as usize)).is_none_or(|x| x.at_end));
+    if ended {
+        return;
+    }
+    // SAFETY: `d.node` is a valid, wrapped plan state; this is what ExecProcNode (an
+    // inline function of executor.h) does.
+    unsafe {
+        loop {
+            pg_sys::check_for_interrupts!();
+            if !(*d.node).chgParam.is_null() {
+                pg_sys::ExecReScan(d.node);
+            }
+            let slot = ((*d.node).ExecProcNode.expect("an ExecProcNode"))(d.node);
+            if is_end(slot) {
+                break;
+            }
+        }
+        if d.unbuilt_hash_input {
+            pg_sys::ExecReScan(d.node);
+            set_at_end(d.node, false);
+        }
     }
 }
 

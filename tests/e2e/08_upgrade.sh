@@ -5,10 +5,16 @@
 # install of the new version (functions, privileges, comments, tables, views).
 source "$(dirname "$0")/lib.sh"
 EXT_DIR="$("$PG_CONFIG" --sharedir)/extension"
-cp "$REPO_ROOT/tests/upgrade/id_gen--0.1.0.sql" "$REPO_ROOT/tests/upgrade/id_gen--0.2.0.sql" "$REPO_ROOT/tests/upgrade/id_gen--0.3.0.sql" "$REPO_ROOT/tests/upgrade/id_gen--0.4.0.sql" "$REPO_ROOT/tests/upgrade/id_gen--0.5.0.sql" "$REPO_ROOT/tests/upgrade/id_gen--0.6.0.sql" "$REPO_ROOT/tests/upgrade/id_gen--0.7.0.sql" "$EXT_DIR/"
 NEW=$(sed -n "s/^default_version = '\(.*\)'/\1/p" "$REPO_ROOT/id_gen.control")
-# The released scripts are copied in for the test (the build installs only the current one).
-trap 'rm -f "$EXT_DIR/id_gen--0.1.0.sql" "$EXT_DIR/id_gen--0.2.0.sql"; [ "$NEW" = 0.3.0 ] || rm -f "$EXT_DIR/id_gen--0.3.0.sql"; [ "$NEW" = 0.4.0 ] || rm -f "$EXT_DIR/id_gen--0.4.0.sql"; [ "$NEW" = 0.5.0 ] || rm -f "$EXT_DIR/id_gen--0.5.0.sql"; [ "$NEW" = 0.6.0 ] || rm -f "$EXT_DIR/id_gen--0.6.0.sql"; [ "$NEW" = 0.7.0 ] || rm -f "$EXT_DIR/id_gen--0.7.0.sql"; cluster_stop "$E2E_DIR"' EXIT
+# The released install scripts are copied in for the test (the build installs only the
+# current one) and removed afterwards.
+RELEASED=()
+for f in "$REPO_ROOT"/tests/upgrade/id_gen--*.sql; do
+  [ "$(basename "$f")" = "id_gen--$NEW.sql" ] && continue
+  cp "$f" "$EXT_DIR/"; RELEASED+=("$EXT_DIR/$(basename "$f")")
+done
+
+trap 'rm -f "${RELEASED[@]}"; cluster_stop "$E2E_DIR"' EXIT
 E2E_DIR=/tmp/idg_e2e8 E2E_PORT=54348
 cluster_start "$E2E_DIR" "$E2E_PORT"
 

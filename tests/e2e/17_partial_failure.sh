@@ -6,8 +6,12 @@
 #     and merge joins with a list of ids, hash semi- and anti-joins, UPDATE ... FROM,
 #     DELETE ... USING, MERGE, a join with a plain table of ids, TID and TID range scans,
 #     parallel plans (a cold routing cache in the leader; a scan and a join in a worker; a
-#     stale declared version): IG001, never
-#     XX000 and never an empty answer; and it leaves alone what can only match the shard's
+#     stale declared version), and joins that end before they read every id (a merge join
+#     whose table side runs out first, a hash join with an empty hash table or an empty
+#     probe side, a nested loop with an empty outer side, ids that come through a
+#     parallel-aware hash join, a join by id of a join by id): IG001, never
+#     XX000 and never an empty answer; the same joins rescanned answer every pass on the
+#     owner; and it leaves alone what can only match the shard's
 #     own rows (an owner's keyset pagination on its own shard, min(id), an expression of the
 #     id, a join of the shard's own tables, the same joins on the shard that owns the ids);
 # (b) route_claim takes ROW EXCLUSIVE only for a role that may write, ACCESS SHARE for a
@@ -83,6 +87,7 @@ ID1=$(cq -c "SELECT min(id) FROM orders WHERE id_gen.shard_of(id) <= 32767")
 HASH="SET enable_nestloop = off; SET enable_mergejoin = off;"
 MERGE="SET enable_nestloop = off; SET enable_hashjoin = off;"
 NEST="SET enable_hashjoin = off; SET enable_mergejoin = off;"
+PAR="SET parallel_setup_cost = 0; SET parallel_tuple_cost = 0; SET min_parallel_table_scan_size = 0; SET max_parallel_workers_per_gather = 2; SET enable_indexscan = off; SET enable_bitmapscan = off;"
 guard_case() { # guard_case WHAT SETTINGS SQL
   assert_eq "$(state_of sq 2 -c "$2 $3")" "IG001" "$1"
 }
@@ -98,7 +103,6 @@ guard_case "a hash join with a plain table of ids" "$HASH" "CREATE TEMP TABLE wa
 guard_case "TID scan with an id" "" "SELECT * FROM orders WHERE ctid = '(0,1)' AND id = $ID1"
 guard_case "TID range scan with an id" "SET enable_indexscan = off; SET enable_bitmapscan = off; SET enable_seqscan = off;" \
   "SELECT * FROM orders WHERE ctid < '(100,1)' AND id = $ID1"
-PAR="SET parallel_setup_cost = 0; SET parallel_tuple_cost = 0; SET min_parallel_table_scan_size = 0; SET max_parallel_workers_per_gather = 2; SET enable_indexscan = off; SET enable_bitmapscan = off;"
 assert_eq "$(sq 2 -c "$PAR EXPLAIN (COSTS OFF) SELECT * FROM orders WHERE id = $ID1" | grep -c Gather)" "1" "the plan of the next case is parallel"
 sq 2 -c "SELECT id_gen.shard_routing_changed()" >/dev/null   # every backend's routing view is cold
 guard_case "a parallel scan, cold routing cache (the leader raises): IG001, not XX000" "$PAR" "SELECT * FROM orders WHERE id = $ID1"
@@ -108,6 +112,54 @@ guard_case "a hash join in a parallel worker ($FORCE)" "SET $FORCE = on; $HASH" 
 guard_case "a parallel hash join (leader and workers)" "$PAR $HASH" "SELECT count(*) FROM orders o JOIN unnest($IDS) u(id) USING (id)"
 sq 2 -c "SELECT id_gen.shard_routing_changed()" >/dev/null
 guard_case "a stale declared route version in a parallel plan (cold cache)" "$PAR SET id_gen.route_version = 1;" "SELECT count(*) FROM orders"
+# Joins that end before they read every id (0.7.1 answered them with the rows they found):
+# the guard reads the rest of the ids when the join ends. plan_has SHARD SQL REGEX fails
+# unless the plan (EXPLAIN, one line per node) matches REGEX, so that each case runs the
+# shape it names.
+plan_has() {
+  local plan; plan=$(sq "$1" -c "$2" | tr '\n' '|')
+  grep -qE "$3" <<<"$plan" || fail "the plan has no $3: $plan"
+}
+MAX2=$(cq -c "SELECT max(id) FROM orders")   # of gene 65535 (shard_2's), above every id of shard_1
+OWN2=$(cq -c "SELECT max(id) FROM orders WHERE id_gen.shard_of(id) BETWEEN 32768 AND 65534")
+BIG1=$(( (32767 << 47) + (1 << 47) - 1 ))      # gene 32767 (shard_1's), above every row of it
+for i in 1 2; do
+  sq $i -c "ANALYZE orders" -c "CREATE TABLE wanted_a AS SELECT unnest($IDS) AS id" \
+    -c "CREATE TABLE wanted_b AS TABLE wanted_a" -c "ANALYZE wanted_a" -c "ANALYZE wanted_b" >/dev/null
+done
+X="EXPLAIN (COSTS OFF)"
+Q="SELECT count(*) FROM orders o JOIN unnest(ARRAY[$BIG1, $MAX2]) u(id) USING (id)"
+plan_has 1 "$MERGE $X $Q" "Merge Join"
+assert_eq "$(state_of sq 1 -c "$MERGE $Q")" "IG001" \
+  "a merge join that ends when the table's side runs out (on shard_1: an id of its own above its rows, then one of shard_2)"
+Q="SELECT count(*) FROM orders o JOIN unnest(ARRAY[$OWN2] || $IDS) u(id) USING (id) WHERE o.amount < 0"
+plan_has 2 "$HASH $X $Q" "Hash Join.*Function Scan on unnest.*Hash\|.*Append"
+guard_case "a hash join whose hash table (the table's side) is empty: the probe side (shard_2's own id, then shard_1's) is read" "$HASH" "$Q"
+Q="SELECT count(*) FROM orders o JOIN wanted_a w USING (id) WHERE o.amount <> o.owner_id"
+plan_has 2 "$HASH $X $Q" "Hash Join.*Append.*Hash\|.*Seq Scan on wanted_a"
+guard_case "a hash join whose probe side (the table's) is empty: the ids of the unbuilt hash table are read" "$HASH" "$Q"
+NEST_SCAN="$NEST SET enable_indexscan = off; SET enable_bitmapscan = off; SET max_parallel_workers_per_gather = 0;"
+plan_has 2 "$NEST_SCAN $X $Q" "Nested Loop.*Append.*Materialize.*Seq Scan on wanted_a"
+guard_case "a nested loop whose outer side (the table's) is empty: its inner ids are read" "$NEST_SCAN" "$Q"
+PAR_HASH="$PAR $HASH SET join_collapse_limit = 1;"
+Q="SELECT count(*) FROM orders o JOIN (wanted_a a JOIN wanted_b b USING (id)) USING (id)"
+plan_has 2 "$PAR_HASH $X $Q" "Parallel Hash Join.*Parallel Hash\|.*Parallel Hash Join"
+guard_case "ids that come through a parallel-aware hash join (its ExecProcNode is set again in parallel mode)" "$PAR_HASH" "$Q"
+assert_eq "$(sq 1 -c "$PAR_HASH $Q" | tail -1)" "300" "the owner answers the same join through a parallel-aware hash join"
+Q="SELECT count(*) FROM orders a JOIN (SELECT u.id FROM orders b JOIN unnest($IDS) u(id) ON b.id = u.id) w ON a.id = w.id"
+for how in HASH MERGE; do   # the inner join is both a join whose rest is read and a value side
+  assert_eq "$(state_of sq 2 -c "${!how} $Q")" "IG001" "a join by id of a join by id ($how joins)"
+  assert_eq "$(sq 1 -c "${!how} $Q" | tail -1)" "300" "the owner answers it ($how joins)"
+done
+# Rescans (a subplan run once per g) after the rest was read: the next pass reads its inputs
+# from their start (g = 1 finds no row of the table; g = 2 and 3 every one).
+Q="SELECT string_agg((SELECT count(*) FROM orders o JOIN wanted_a w USING (id) WHERE o.amount <> o.owner_id + g - 1)::text, ',') FROM generate_series(1, 3) g"
+for how in HASH NEST_SCAN; do
+  assert_eq "$(sq 1 -c "${!how} $Q" | tail -1)" "0,300,300" "a rescanned join whose inputs were read to their end answers each pass ($how)"
+done
+Q="SELECT string_agg((SELECT count(*) FROM orders o JOIN unnest(ARRAY[$ID1, $BIG1]) u(id) USING (id) WHERE o.amount > -g)::text, ',') FROM generate_series(1, 3) g"
+plan_has 1 "$MERGE $X $Q" "Merge Join"
+assert_eq "$(sq 1 -c "$MERGE $Q" | tail -1)" "1,1,1" "a rescanned merge join whose ids were read past the table's end answers each pass"
 O1=$(cq -c "SELECT owner_id FROM orders WHERE id_gen.shard_of(id) <= 32767 ORDER BY id LIMIT 1")
 assert_eq "$(sq 1 -c "SELECT count(*) FROM (SELECT id FROM orders WHERE owner_id = $O1 AND id > 0 ORDER BY id LIMIT 2) x")" "1" \
   "an owner's keyset pagination (owner_id = o AND id > last) on its own shard answers"

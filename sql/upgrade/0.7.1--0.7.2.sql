@@ -1,0 +1,5 @@
+-- Catalog changes and new C functions, 0.7.1 -> 0.7.2 (by hand): none. scripts/gen-upgrade.sh
+-- appends the code files as they are (CREATE OR REPLACE): the advisory-lock keys of long
+-- operations declared once with names (sql/operations.sql: id_gen.operation_start_lock_key,
+-- id_gen.operation_session_lock_key), used by moves, splits and reverts. The routing guard's
+-- reading on of joins that end early is in the library.

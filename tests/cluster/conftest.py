@@ -1,0 +1,57 @@
+"""Fixtures of the multi-node tests (tests/cluster): `cluster`, a factory of throwaway
+servers shared by the tests of one module (they run in file order and build on each
+other's state), stopped when the module ends; the tails of their logs are printed under
+every failed test. Ports: IDG_CLUSTER_PORT (default 54600) and up, one block of 20 per
+module; directories under /tmp/idg_cluster/<module>/."""
+import os
+
+import pytest
+
+from harness import Node
+
+_ACTIVE = []          # nodes of the running module, for the failure report
+_MODULES = []         # modules seen, for their port blocks
+
+
+class Cluster:
+    """Makes nodes: `cluster.node("coordinator", conf=[...])` initdb's and starts one."""
+
+    def __init__(self, module_name, port_base):
+        self.root = f"/tmp/idg_cluster/{module_name}"
+        self.port_base = port_base
+        self.nodes = {}
+
+    def node(self, name, conf=()):
+        port = self.port_base + len(self.nodes)
+        n = Node(name, os.path.join(self.root, name), port, conf).init().start()
+        self.nodes[name] = n
+        _ACTIVE.append(n)
+        return n
+
+    def stop_all(self):
+        for n in self.nodes.values():
+            try:
+                n.stop(mode="immediate")
+            except Exception as e:  # noqa: BLE001 - teardown reports and goes on
+                print(f"stopping {n.name}: {e}")
+            if n in _ACTIVE:
+                _ACTIVE.remove(n)
+
+
+@pytest.fixture(scope="module")
+def cluster(request):
+    name = request.module.__name__.rsplit(".", 1)[-1]
+    _MODULES.append(name)
+    base = int(os.environ.get("IDG_CLUSTER_PORT", "54600")) + 20 * (len(_MODULES) - 1)
+    c = Cluster(name, base)
+    yield c
+    c.stop_all()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed:
+        for n in _ACTIVE:
+            report.sections.append((f"server log of {n.name} (last lines)", n.log_tail()))

@@ -1,0 +1,199 @@
+"""The multi-node test harness: throwaway PostgreSQL servers on private ports and socket
+directories, and the waits a test needs.
+
+What it keeps:
+
+* A `Node` is one server (initdb'd as the postgres OS user, `shared_preload_libraries =
+  'id_gen'`, its socket and data under its own directory, listening on no TCP address).
+  `start`, `stop`, `kill9` (SIGKILL of the postmaster, as a crash) and `restart` wait until
+  the server is up or down, each within a bound (pg_ctl -t).
+* Every call runs its statements in a new session in autocommit (`execute`, `one`,
+  `sqlstate`, ...), or as a psql script (`script`); a statement that fails raises
+  psycopg's error with its SQLSTATE.
+* `poll_until` is the only wait: it re-runs a probe until it returns what is expected and
+  fails with the last value seen (never a fixed sleep, never a silent timeout).
+* Server logs are kept in the node's directory; conftest.py prints their tails when a test
+  fails.
+
+The PostgreSQL binaries come from PG_BIN (scripts/common.sh exports it for the version
+under test).
+"""
+import os
+import signal
+import subprocess
+import time
+
+import psycopg
+
+PG_BIN = os.environ.get("PG_BIN", "/usr/lib/postgresql/15/bin")
+SERVER_CONF = """\
+port = {port}
+listen_addresses = ''
+unix_socket_directories = '{dir}'
+shared_preload_libraries = 'id_gen'
+max_worker_processes = 16
+logging_collector = off
+lc_messages = 'C'
+shared_buffers = 32MB
+max_connections = 40
+"""
+
+
+def _as_postgres(*args, **kwargs):
+    """Runs a PostgreSQL binary as the postgres OS user (initdb refuses root), without
+    RUST_BACKTRACE (it would put Rust backtraces into error DETAILs)."""
+    env = {k: v for k, v in os.environ.items() if k != "RUST_BACKTRACE"}
+    return subprocess.run(["runuser", "-u", "postgres", "--", *args], env=env, check=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kwargs)
+
+
+class Node:
+    """One throwaway server: `Node(name, dir, port, conf=[...])`, then `start()`."""
+
+    def __init__(self, name, directory, port, conf=()):
+        self.name = name
+        self.dir = directory
+        self.port = port
+        self.data = os.path.join(directory, "data")
+        self.log = os.path.join(directory, "server.log")
+        self.conf = list(conf)
+
+    # --- life cycle -------------------------------------------------------------------------
+
+    def init(self):
+        self.stop()
+        subprocess.run(["rm", "-rf", self.dir], check=True)
+        os.makedirs(self.dir)
+        subprocess.run(["chown", "postgres:postgres", self.dir], check=True)
+        _as_postgres(f"{PG_BIN}/initdb", "-D", self.data, "-A", "trust", "-U", "postgres", "--no-sync")
+        with open(os.path.join(self.data, "postgresql.conf"), "a") as f:
+            f.write(SERVER_CONF.format(port=self.port, dir=self.dir))
+            for line in self.conf:
+                f.write(line + "\n")
+        return self
+
+    def start(self):
+        _as_postgres(f"{PG_BIN}/pg_ctl", "-D", self.data, "-l", self.log, "-w", "-t", "60", "start")
+        return self
+
+    def stop(self, mode="fast"):
+        if os.path.exists(os.path.join(self.data, "postmaster.pid")):
+            try:
+                _as_postgres(f"{PG_BIN}/pg_ctl", "-D", self.data, "-m", mode, "-w", "-t", "60", "stop")
+            except subprocess.CalledProcessError as e:
+                if "Is server running?" not in e.stdout:
+                    raise
+
+    def postmaster_pid(self):
+        with open(os.path.join(self.data, "postmaster.pid")) as f:
+            return int(f.readline())
+
+    def kill9(self):
+        """SIGKILL of the postmaster (a crash); returns once it is gone. Its children die
+        when they notice (they are not waited for: a restart waits for them)."""
+        pid = self.postmaster_pid()
+        os.kill(pid, signal.SIGKILL)
+        poll_until(f"{self.name}'s postmaster {pid} is gone", lambda: _alive(pid), False, 30)
+
+    def restart(self):
+        self.stop()
+        return self.start()
+
+    def log_tail(self, lines=40):
+        try:
+            with open(self.log, errors="replace") as f:
+                return "".join(f.readlines()[-lines:])
+        except FileNotFoundError:
+            return "(no log)"
+
+    # --- SQL --------------------------------------------------------------------------------
+
+    def dsn(self, dbname="postgres", user="postgres"):
+        return f"host={self.dir} port={self.port} dbname={dbname} user={user}"
+
+    def connect(self, dbname="postgres", user="postgres", **kwargs):
+        return psycopg.connect(self.dsn(dbname, user), autocommit=True, **kwargs)
+
+    def script(self, sql, dbname="postgres"):
+        """Runs a script with psql, each statement in its own transaction (as psql does),
+        stopping at the first error (raised as AssertionError with psql's output)."""
+        env = {k: v for k, v in os.environ.items() if k != "RUST_BACKTRACE"}
+        r = subprocess.run([f"{PG_BIN}/psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", self.dir, "-p",
+                            str(self.port), "-U", "postgres", "-d", dbname], input=sql, text=True, env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        if r.returncode != 0:
+            raise AssertionError(f"psql on {self.name} failed ({r.returncode}):\n{r.stdout}")
+        return r.stdout
+
+    def execute(self, *statements, dbname="postgres"):
+        """Runs the statements in order in one session; returns the rows of the last one
+        (None when it returns none). Raises the first error."""
+        with self.connect(dbname) as conn:
+            rows = None
+            for s in statements:
+                cur = conn.execute(s)
+                rows = cur.fetchall() if cur.description is not None else None
+            return rows
+
+    def one(self, *statements, dbname="postgres"):
+        """The first column of the first row of the last statement (None without one)."""
+        rows = self.execute(*statements, dbname=dbname)
+        return rows[0][0] if rows else None
+
+    def column(self, *statements, dbname="postgres"):
+        """The first column of every row of the last statement."""
+        return [r[0] for r in self.execute(*statements, dbname=dbname) or []]
+
+    def sqlstate(self, *statements, dbname="postgres"):
+        """The SQLSTATE of the first error the statements raise, run in order in one
+        session; None when none fails."""
+        try:
+            self.execute(*statements, dbname=dbname)
+        except psycopg.Error as e:
+            return e.sqlstate
+        return None
+
+    def error(self, *statements, dbname="postgres"):
+        """The first error the statements raise (psycopg.Error), or None."""
+        try:
+            self.execute(*statements, dbname=dbname)
+        except psycopg.Error as e:
+            return e
+        return None
+
+    def notices(self, *statements, dbname="postgres"):
+        """The messages of the NOTICEs (and warnings) the statements send, in order."""
+        got = []
+        with self.connect(dbname) as conn:
+            conn.add_notice_handler(lambda d: got.append(d.message_primary))
+            for s in statements:
+                conn.execute(s)
+        return got
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def poll_until(what, probe, expected, timeout, interval=0.2):
+    """Calls probe() until it returns `expected` (or, when expected is callable, a value
+    for which expected(value) is true); fails after `timeout` seconds with the last value
+    seen (or the last exception the probe raised). Returns that value."""
+    test = expected if callable(expected) else (lambda v: v == expected)
+    deadline = time.monotonic() + timeout
+    last = "(never ran)"
+    while True:
+        try:
+            last = probe()
+            if test(last):
+                return last
+        except Exception as e:  # a probe against a server that is not up yet
+            last = f"{type(e).__name__}: {e}"
+        if time.monotonic() >= deadline:
+            want = "a value it accepts" if callable(expected) else repr(expected)
+            raise AssertionError(f"{what}: expected {want} within {timeout} s, last value {last!r}")
+        time.sleep(interval)
