@@ -77,12 +77,14 @@ class Node:
         return self
 
     def stop(self, mode="fast"):
+        """Stops the server if it runs (a pid file of a postmaster that is gone, after a
+        kill -9 or a crashed run, is no server)."""
         if os.path.exists(os.path.join(self.data, "postmaster.pid")):
             try:
                 _as_postgres(f"{PG_BIN}/pg_ctl", "-D", self.data, "-m", mode, "-w", "-t", "60", "stop")
             except subprocess.CalledProcessError as e:
-                if "Is server running?" not in e.stdout:
-                    raise
+                if _alive(self.postmaster_pid()):
+                    raise AssertionError(f"pg_ctl stop of {self.name} failed: {e.stdout}") from e
 
     def postmaster_pid(self):
         with open(os.path.join(self.data, "postmaster.pid")) as f:

@@ -1,4 +1,4 @@
-"""Load generator of tests/e2e/16_routing.sh: clients that route by themselves through
+"""Load generator of tests/cluster/test_routing.py: clients that route by themselves through
 id_gen_client.Router (no coordinator in the data path) while genes move and ranges split.
 
 Writers insert rows (ids from gene_order_id on the owning shard) and update rows they

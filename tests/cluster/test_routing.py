@@ -1,0 +1,280 @@
+"""Zero-hop routing (docs/routing-protocol.md): a coordinator and two shards (wal_level =
+logical), applications that route by themselves. (Ported from tests/e2e/16_routing.sh with
+the same assertions; its fixed sleeps became polls on what the clients committed.)
+
+(a) the protocol in SQL: route_version() grows with each route change and NOTIFY
+    id_gen_routes carries it; route_map reads routes and version together; the shards are
+    told the version; on a shard, a write of a gene it does not own, a lookup by id, a
+    generic-plan lookup and an owner's id-range read of such genes fail with IG001 (never
+    23514, never an empty result), while a scan without an id predicate works; SET
+    id_gen.route_version older than the shard's fails with IG001, the current one works;
+    route_claim refuses stale versions and genes not owned (IG001) and fenced genes (IG002),
+    and so do writes and id reads of a fenced partition.
+(b) Python clients (id_gen_client.Router: no coordinator in the data path) insert and update
+    rows of all owners while a quarter of the genes moves to the other shard and then a range
+    splits: 0 failed transactions, the clients' log equals the rows per owner (count and
+    sum), a reader of a fixed set of owners never gets an empty answer; a Rust client
+    (clients/rust) writes at the same time.
+(c) a client with stale routes (no LISTEN) gets IG001 from the old shard, not an empty
+    result, and succeeds after refreshing, with a claim (transaction()) and with the version
+    declared per statement (execute()); Router.next_id gives an id of the owner's gene.
+(d) both clients compute the extension's genes: the check values and 10 000 random bigint
+    and text owners.
+"""
+import json
+import os
+import random
+import subprocess
+import sys
+
+import psycopg
+import pytest
+
+from harness import poll_until
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+RUST_TOOL = os.path.join(REPO, "target", "clients", "release", "id_gen_client_tool")
+LOGICAL = ["wal_level = logical", "max_wal_senders = 10", "max_replication_slots = 10", "max_connections = 60"]
+S = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def servers(cluster, tmp_path_factory):
+    # The Rust client's command-line tool (tier 1 of scripts/test.sh builds it too).
+    subprocess.run(["cargo", "build", "--release", "-q", "-p", "id_gen_client", "--bin", "id_gen_client_tool"],
+                   cwd=REPO, env=dict(os.environ, CARGO_TARGET_DIR=os.path.join(REPO, "target", "clients")), check=True)
+    c = cluster.node("coordinator", conf=["max_connections = 60"])
+    c.script("""
+        CREATE EXTENSION id_gen; CREATE EXTENSION postgres_fdw; CREATE EXTENSION dblink;
+        SELECT id_gen.create_sequence('orders', step => 1000);
+        CREATE ROLE id_authority LOGIN;
+        GRANT UPDATE (max_id) ON id_gen.sequences TO id_authority;
+        ALTER ROLE id_authority SET synchronous_commit = on;
+        SELECT id_gen.set_route(16383, 'shard_1');
+        SELECT id_gen.set_route(32767, 'shard_1');
+        SELECT id_gen.set_route(65535, 'shard_2');
+        CREATE TABLE orders (id bigint PRIMARY KEY, owner_id bigint NOT NULL, amount bigint NOT NULL, note text);
+    """)
+    S["c"] = c
+    for i in (1, 2):
+        s = cluster.node(f"shard_{i}", conf=LOGICAL)
+        s.script(f"""
+            CREATE EXTENSION id_gen; CREATE EXTENSION postgres_fdw;
+            CREATE SERVER central FOREIGN DATA WRAPPER postgres_fdw
+              OPTIONS (host '{c.dir}', port '{c.port}', dbname 'postgres', connect_timeout '2',
+                       options '-c synchronous_commit=on');
+            CREATE USER MAPPING FOR PUBLIC SERVER central OPTIONS (user 'id_authority');
+            SELECT id_gen.create_sequence('orders', step => 1000, authority => 'central');
+        """)
+        c.script(f"""
+            CREATE SERVER shard_{i} FOREIGN DATA WRAPPER postgres_fdw
+              OPTIONS (host '{s.dir}', port '{s.port}', dbname 'postgres', connect_timeout '2');
+            CREATE USER MAPPING FOR postgres SERVER shard_{i} OPTIONS (user 'postgres');
+        """)
+        S[i] = s
+    c.execute("SET client_min_messages = warning", "SELECT id_gen.distribute_table('orders', 'id', 'owner_id', 'orders')")
+    S["shards"] = {f"shard_{i}": S[i].dsn() for i in (1, 2)}
+    S["work"] = tmp_path_factory.mktemp("routing")
+    yield
+
+
+def test_a_protocol_in_sql():
+    c, s1, s2 = S["c"], S[1], S[2]
+    v1 = c.one("SELECT id_gen.route_version()")
+    assert v1 == 3, "route_version() after three set_route calls"
+    assert c.one("SELECT count(*) || '/' || count(DISTINCT version) || '/' || min(version) FROM id_gen.route_map") \
+        == f"3/1/{v1}", "route_map: the three ranges with the current version"
+    # NOTIFY id_gen_routes with the new version, at commit.
+    with c.connect() as listener, c.connect() as writer:
+        listener.execute("LISTEN id_gen_routes")
+        with writer.transaction():
+            writer.execute("SELECT id_gen.set_route(49151, 'shard_2')")
+        got = [n.payload for n in listener.notifies(timeout=5, stop_after=1)]
+    v2 = c.one("SELECT id_gen.route_version()")
+    assert got == [str(v2)], "NOTIFY id_gen_routes carried the new version"
+    assert v2 > v1, "set_route raised the version"
+    c.execute("SELECT id_gen.push_route_state(true)")
+    for i, s in ((1, s1), (2, s2)):
+        assert s.one("SELECT version FROM id_gen.shard_route_state") == v2, f"shard_{i} was told route version {v2}"
+        assert s.one("""SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+                        WHERE i.inhparent = 'orders'::regclass AND pg_get_expr(c.relpartbound, c.oid) = 'DEFAULT'""") \
+            == "orders_not_owned", f"shard_{i}: the tombstone partition"
+    assert c.one("SELECT bool_and(up_to_date) FROM id_gen.route_push_status"), "route_push_status: every shard up to date"
+
+    o1 = c.one("SELECT o FROM generate_series(1, 100000) o WHERE id_gen.shard_gene(o::bigint) <= 16383 LIMIT 1")
+    o2 = c.one("SELECT o FROM generate_series(1, 100000) o WHERE id_gen.shard_gene(o::bigint) >= 32768 LIMIT 1")
+    g1, g2 = c.one(f"SELECT id_gen.shard_gene({o1}::bigint)"), c.one(f"SELECT id_gen.shard_gene({o2}::bigint)")
+    id1, id2 = c.one(f"SELECT id_gen.compose_id({g1}, 7)"), c.one(f"SELECT id_gen.compose_id({g2}, 7)")
+    s1.execute(f"INSERT INTO orders VALUES ({id1}, {o1}, 10)")
+    s2.execute(f"INSERT INTO orders VALUES ({id2}, {o2}, 20)")
+    e = s2.error(f"INSERT INTO orders VALUES ({id1} + 1, {o1}, 10)")
+    assert e is not None and e.sqlstate == "IG001", "a write of a gene the shard does not own: IG001, not 23514"
+    assert e.diag.message_detail == f'The shard is at route version {v2}; gene {g1} is on shard "shard_1".', \
+        "its DETAIL names the version and the owner"
+    assert s2.sqlstate(f"SELECT * FROM orders WHERE id = {id1}") == "IG001", \
+        "a lookup by id of a gene the shard does not own: IG001, not an empty result"
+    assert s1.one(f"SELECT amount FROM orders WHERE id = {id1}") == 10, "the owner answers it"
+    generic = ("SET plan_cache_mode = force_generic_plan", "PREPARE p(bigint) AS SELECT amount FROM orders WHERE id = $1")
+    assert s2.sqlstate(*generic, f"EXECUTE p({id2})", f"EXECUTE p({id1})") == "IG001", "a generic-plan lookup of a gene not owned"
+    assert s2.one(*generic, f"EXECUTE p({id2})") == 20, "the same generic plan for an owned gene answers"
+    assert s2.one(f"EXPLAIN (COSTS OFF) SELECT * FROM orders WHERE id = {id1}").split(" on ")[0] \
+        == "Index Scan using orders_not_owned_pkey", "EXPLAIN of such a lookup still works (nothing runs)"
+    assert s2.one(f"SELECT amount FROM orders WHERE id = (SELECT {id2})") == 20, \
+        "a lookup by an id from a subquery (pruned when it runs) of an owned gene answers"
+    assert s2.sqlstate(f"SELECT amount FROM orders WHERE id = (SELECT {id1})") == "IG001", \
+        "the same for a gene not owned: IG001 when the scan runs"
+    assert s2.sqlstate(f"SELECT count(*) FROM orders WHERE id BETWEEN id_gen.gene_first_id({g1}) AND id_gen.gene_last_id({g1})") \
+        == "IG001", "an owner's id-range read of a gene not owned"
+    assert s2.sqlstate(f"SELECT count(*) FROM orders WHERE id >= id_gen.gene_first_id({g1}) "
+                       f"AND id <= id_gen.gene_last_id({g1}) AND owner_id = {o1}") == "IG001", "the same with another predicate"
+    assert s2.one("SELECT count(*) FROM orders") == 1, "a scan without an id predicate sees the shard's own rows"
+    assert s2.one(f"SELECT count(*) FROM orders WHERE owner_id = {o1}") == 0, "and so does one with a predicate on another column"
+    assert s2.sqlstate(f"UPDATE orders SET amount = 0 WHERE id = {id1}") == "IG001", "an UPDATE by id of a gene not owned"
+    assert s2.sqlstate(f"DELETE FROM orders WHERE id = {id1}") == "IG001", "a DELETE by id of a gene not owned"
+    old = v2 - 1
+    assert s2.sqlstate(f"SET id_gen.route_version = {old}", f"SELECT amount FROM orders WHERE id = {id2}") == "IG001", \
+        "SET id_gen.route_version older than the shard's"
+    assert s2.one(f"SET id_gen.route_version = {v2}", f"SELECT amount FROM orders WHERE id = {id2}") == 20, \
+        "the current version: the statement runs"
+    assert s2.one(f"SET id_gen.route_version = {old}", "SELECT 1") == 1, "a statement that touches no distributed table is not checked"
+    with s2.connect() as conn, conn.transaction():
+        claimed = conn.execute(f"SELECT id_gen.route_claim({g2}, {v2})").fetchone()[0]
+        amount = conn.execute(f"SELECT amount FROM orders WHERE id = {id2}").fetchone()[0]
+    assert (claimed, amount) == (v2, 20), "route_claim of an owned gene at the current version returns the shard's version"
+    assert s2.sqlstate(f"SELECT id_gen.route_claim({g2}, {old})") == "IG001", "route_claim with a stale version"
+    assert s2.sqlstate(f"SELECT id_gen.route_claim({g1}, {v2})") == "IG001", "route_claim of a gene not owned"
+    assert s2.sqlstate(f"SELECT id_gen.route_claim(70000, {v2})") == "22023", "route_claim of a gene out of range"
+    # A fence (as a move's cut-over sets it) on shard_1's partition of genes 0 .. 16383.
+    s1.execute("SELECT id_gen.shard_fence(999, 'shard_2', ARRAY['public.orders_g0_16383'])")
+    assert s1.sqlstate(f"SELECT id_gen.route_claim({g1}, {v2})") == "IG002", "route_claim of a fenced gene"
+    assert s1.sqlstate(f"INSERT INTO orders VALUES ({id1} + 2, {o1}, 10)") == "IG002", "a write of a fenced gene"
+    assert s1.sqlstate(f"SELECT * FROM orders WHERE id = {id1}") == "IG002", "an id read of a fenced gene"
+    assert s1.one("SELECT count(*) FROM orders") == 1, "a scan without an id predicate still works"
+    s1.execute("SELECT id_gen.shard_unfence(ARRAY['public.orders_g0_16383'])")
+    with s1.connect() as conn, conn.transaction():
+        assert conn.execute(f"SELECT id_gen.route_claim({g1}, {v2}) > 0").fetchone()[0], \
+            "after the fence is lifted the claim succeeds"
+    s1.execute("DELETE FROM orders")
+    s2.execute("DELETE FROM orders")
+
+
+def test_b_clients_while_genes_move_and_a_range_splits():
+    c, work, shards = S["c"], S["work"], S["shards"]
+    (work / "owners").write_text(" ".join(str(o) for o in range(1, 601)))
+    # Readers: owners whose genes move (0 .. 16383) or split (49152 .. 65535).
+    readers = c.column("""
+        (SELECT o FROM generate_series(1001, 200000) o WHERE id_gen.shard_gene(o::bigint) <= 16383 LIMIT 15)
+        UNION ALL (SELECT o FROM generate_series(1001, 200000) o WHERE id_gen.shard_gene(o::bigint) >= 49152 LIMIT 15)""")
+    (work / "readers").write_text(" ".join(map(str, readers)))
+    S["reader_owner"] = readers[0]
+    stop = work / "stop"
+    with open(work / "load.json", "w") as out, open(work / "load.err", "w") as err:
+        load = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(__file__), "routing_load.py"), c.dsn(),
+                                 json.dumps(shards), str(work / "owners"), str(work / "readers"), "120", str(stop)],
+                                stdout=out, stderr=err)
+    with open(work / "rust.json", "w") as out, open(work / "rust.err", "w") as err:
+        rust = subprocess.Popen([RUST_TOOL, "bench", "--routes-dsn", c.dsn(), "--shard", f"shard_1={shards['shard_1']}",
+                                 "--shard", f"shard_2={shards['shard_2']}", "--table", "orders", "--owners", "600",
+                                 "--seconds", "1000", "--mode", "insert", "--stop-file", str(stop)], stdout=out, stderr=err)
+    try:
+        poll_until("the load generator is ready", lambda: "ready" in (work / "load.err").read_text(), True, 30)
+        # The clients write before, between and after the route changes: polls on the rows
+        # they inserted (the Python clients' have no note, the Rust client's say 'rust'), so
+        # the minimums asserted below never depend on how fast this machine is.
+        python_rows = lambda: c.one("SELECT count(*) FROM orders WHERE note IS NULL")  # noqa: E731
+        before = poll_until("the Python clients inserted 400 rows", python_rows, lambda n: n >= 400, 60)
+        c.execute("CALL id_gen.move_genes(0, 16383, 'shard_2')")
+        assert c.one("SELECT shard FROM id_gen.route_map WHERE lower_gene = 0") == "shard_2", "genes 0 .. 16383 are on shard_2"
+        after_move = poll_until("400 more after the move", python_rows, lambda n: n >= before + 400, 60)
+        c.execute("CALL id_gen.split_route(57343)")
+        assert c.one("SELECT count(*) FROM id_gen.route_map WHERE shard = 'shard_2'") == 4, "genes 49152 .. 65535 are split in two"
+        poll_until("400 more after the split", python_rows, lambda n: n >= after_move + 400, 60)
+        poll_until("the Rust client inserted 150 rows", lambda: c.one("SELECT count(*) FROM orders WHERE note = 'rust'"),
+                   lambda n: n >= 150, 60)
+    finally:
+        stop.touch()
+        load_rc, rust_rc = load.wait(timeout=120), rust.wait(timeout=120)
+    assert load_rc == 0, f"the load generator failed: {(work / 'load.err').read_text()}"
+    assert rust_rc == 0, f"the Rust client failed: {(work / 'rust.err').read_text()}"
+    r = json.loads((work / "load.json").read_text())
+    retries = r["router"].get("retries_moved", 0) + r["router"].get("retries_fenced", 0)
+    print(f"Python clients: {r['committed']} transactions, {r['reads']} reads, {retries} retries; "
+          f"latency p50 {r['p50_ms']} / p99 {r['p99_ms']} / max {r['max_ms']} ms; errors {r['errors']}")
+    assert r["committed"] > 1000, "the Python clients committed transactions"
+    assert r["failed"] == 0, "no failed transaction (moves and splits included)"
+    assert r["reads"] > 100, "the reader read"
+    assert r["empty_reads"] == 0, "the reader never got an empty answer for an owner with rows"
+    assert retries > 0, "the clients met the moved or fenced errors and retried"
+    assert r["version"] == c.one("SELECT id_gen.route_version()"), "the Router followed the route version (LISTEN)"
+    # The clients' log against the rows (through the coordinator), per owner.
+    log = {int(k): v for k, v in r["log"].items()}
+    rows_by_owner = {o: [n, int(s)] for o, n, s in c.execute(
+        "SELECT owner_id, count(*), sum(amount) FROM orders WHERE note IS NULL GROUP BY owner_id")}
+    bad = [(o, log.get(o), rows_by_owner.get(o)) for o in set(log) | set(rows_by_owner) if log.get(o) != rows_by_owner.get(o)]
+    assert not bad, f"the rows per owner (count and sum) equal the clients' log ({len(bad)} owners differ of {len(log)}: {bad[:3]})"
+    rust_result = json.loads((work / "rust.json").read_text())
+    print(f"Rust client: {rust_result}")
+    assert rust_result["tx"] > 100, "the Rust client committed inserts during the move and the split"
+    assert rust_result["errors"] == 0, "the Rust client had no failed transaction"
+    assert c.one("SELECT count(*) FROM orders WHERE note = 'rust'") == rust_result["tx"], "every insert of the Rust client is there"
+
+
+def test_c_a_client_with_stale_routes():
+    from id_gen_client import Router
+
+    c, shards, owner = S["c"], S["shards"], S["reader_owner"]
+    with Router(c.dsn(), shards, listen=False) as r, Router(c.dsn(), shards, listen=False) as r2:
+        before = r.shard_for_owner(owner)
+        r2.execute("SELECT 1 FROM orders WHERE id = 0", owner=owner)  # a connection of the old shard in its pool
+        c.execute("CALL id_gen.move_genes(0, 16383, 'shard_1')")
+        g = r.gene(owner)
+        span = (g << 47, (g << 47) | ((1 << 47) - 1))
+        # The old shard refuses the read (IG001), not an empty answer.
+        with psycopg.connect(shards[before], autocommit=True) as s:
+            with pytest.raises(psycopg.Error) as refused:
+                s.execute("SELECT count(*) FROM orders WHERE id BETWEEN %s AND %s", span).fetchone()
+        with r.transaction(owner=owner) as conn:
+            n = conn.execute("SELECT count(*) FROM orders WHERE owner_id = %s AND id BETWEEN %s AND %s",
+                             (owner, *span)).fetchone()[0]
+        nid = r.next_id("orders", owner)
+        # One statement with the version declared with it: retried the same way.
+        m = r2.execute("SELECT count(*) FROM orders WHERE owner_id = %s AND id BETWEEN %s AND %s", (owner, *span),
+                       owner=owner)[0][0]
+        # A body that swallows a statement's error does not get a COMMIT reported as done.
+        with pytest.raises(psycopg.errors.InFailedSqlTransaction):
+            with r.transaction(owner=owner) as conn:
+                try:
+                    conn.execute("SELECT 1 / 0")
+                except psycopg.errors.DivisionByZero:
+                    pass
+        assert (before, refused.value.sqlstate, r.shard_for_owner(owner)) == ("shard_2", "IG001", "shard_1"), \
+            "stale routes: IG001 from the old shard, then the new one after a refresh"
+        assert n > 0 and r.stats["retries_moved"] > 0, "transaction() retried after IG001 and found the rows"
+        assert r.shard_for_id(nid) == r.shard_for_owner(owner) and (nid >> 47) == g, "next_id gives an id of the owner's gene"
+        assert m == n and r2.stats["retries_moved"] > 0, "execute() retried after IG001 and found the same rows"
+
+
+def test_d_clients_compute_the_extensions_genes():
+    from id_gen_client import gene
+
+    c, work = S["c"], S["work"]
+    rng = random.Random(16)
+    alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-éü中文🙂"
+    owners = [("b", v) for v in (42, 0, 1, 45346343212, -1, -(1 << 63), (1 << 63) - 1)] + [("t", "alice")]
+    owners += [("b", rng.randint(-(1 << 63), (1 << 63) - 1)) for _ in range(10000)]
+    owners += [("t", "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 24)))) for _ in range(10000)]
+    lines = "".join(f"{k} {v}\n" for k, v in owners)
+    with c.connect() as conn:
+        conn.execute("CREATE TEMP TABLE g_in (n serial, kind text, v text)")
+        with conn.cursor().copy("COPY g_in (kind, v) FROM STDIN") as copy:
+            for k, v in owners:
+                copy.write_row((k, str(v)))
+        in_sql = [row[0] for row in conn.execute(
+            "SELECT CASE WHEN kind = 'b' THEN id_gen.shard_gene(v::bigint) ELSE id_gen.shard_gene(v) END FROM g_in ORDER BY n")]
+    in_python = [gene(v) for _, v in owners]
+    in_rust = [int(x) for x in subprocess.run([RUST_TOOL, "genes"], input=lines, text=True, check=True,
+                                              stdout=subprocess.PIPE).stdout.split()]
+    assert len(in_sql) == 20008, "the extension's genes of 20 008 owners (check values, bounds, random bigints and texts)"
+    assert in_sql[:4] + in_sql[7:8] == [16043, 55408, 24031, 14299, 13795], "the published check values"
+    assert in_python == in_sql, "Python's genes equal the extension's"
+    assert in_rust == in_sql, "Rust's genes equal the extension's"
