@@ -160,65 +160,7 @@ COMMENT ON FUNCTION id_gen.route_plan_split(text, text[]) IS 'Proposes routes th
 COMMENT ON FUNCTION id_gen.route_plan_merge(text[], text) IS 'Proposes routes that move the ranges of the given shards to one shard; apply each row with set_route.';
 COMMENT ON TABLE id_gen.shard_routes IS 'Route table: a gene goes to the first row whose upper_gene >= gene. Change with id_gen.set_route / id_gen.drop_route.';
 
--- set_route and drop_route are in sql/split.sql.
-
-CREATE VIEW id_gen.route_ranges AS
-SELECT coalesce(lag(upper_gene) OVER (ORDER BY upper_gene) + 1, 0) AS lower_gene,
-       upper_gene,
-       shard,
-       upper_gene - coalesce(lag(upper_gene) OVER (ORDER BY upper_gene) + 1, 0) + 1 AS genes
-FROM id_gen.shard_routes;
-COMMENT ON VIEW id_gen.route_ranges IS 'The route table as contiguous gene ranges [lower_gene, upper_gene] per shard.';
-GRANT SELECT ON id_gen.route_ranges TO PUBLIC;
-
-CREATE FUNCTION id_gen.route_gene(gene integer, ring boolean DEFAULT false) RETURNS text
-LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-  s text;
-  top integer;
-BEGIN
-  IF gene < 0 OR gene > 65535 THEN
-    RAISE EXCEPTION 'id_gen: shard gene % is out of range (allowed: 0 .. 65535)', gene USING ERRCODE = '22003';
-  END IF;
-  SELECT r.shard INTO s FROM id_gen.shard_routes r WHERE r.upper_gene >= gene ORDER BY r.upper_gene LIMIT 1;
-  IF s IS NOT NULL THEN
-    RETURN s;
-  END IF;
-  SELECT max(r.upper_gene) INTO top FROM id_gen.shard_routes r;
-  IF top IS NULL THEN
-    RAISE EXCEPTION 'id_gen: the route table id_gen.shard_routes is empty'
-      USING ERRCODE = '55000', HINT = 'SELECT id_gen.set_route(65535, ''shard_0'') routes every gene to one shard.';
-  END IF;
-  IF ring THEN
-    SELECT r.shard INTO s FROM id_gen.shard_routes r ORDER BY r.upper_gene LIMIT 1;
-    RETURN s;
-  END IF;
-  RAISE EXCEPTION 'id_gen: shard gene % has no route: the highest upper bound is %', gene, top
-    USING ERRCODE = '55000',
-          HINT = 'Add a route whose upper bound is 65535: SELECT id_gen.set_route(65535, ''shard_x''), or call with ring => true for wrap-around.';
-END $$;
-COMMENT ON FUNCTION id_gen.route_gene(integer, boolean) IS 'Physical shard of a gene: the first route whose upper bound >= gene. ring => true wraps genes above the last bound to the first route (consistent-hash ring); otherwise such a gap is an error.';
-
-CREATE FUNCTION id_gen.route(id bigint) RETURNS text LANGUAGE sql STABLE STRICT PARALLEL SAFE
-RETURN id_gen.route_gene(id_gen.shard_of(id));
-CREATE FUNCTION id_gen.route(id bytea) RETURNS text LANGUAGE sql STABLE STRICT PARALLEL SAFE
-RETURN id_gen.route_gene(id_gen.shard_of(id));
-CREATE FUNCTION id_gen.route(order_no uuid) RETURNS text LANGUAGE sql STABLE STRICT PARALLEL SAFE
-RETURN id_gen.route_gene(id_gen.shard_of(order_no));
-CREATE FUNCTION id_gen.route_owner(owner bigint) RETURNS text LANGUAGE sql STABLE STRICT PARALLEL SAFE
-RETURN id_gen.route_gene(id_gen.shard_gene(owner));
-CREATE FUNCTION id_gen.route_owner(owner text) RETURNS text LANGUAGE sql STABLE STRICT PARALLEL SAFE
-RETURN id_gen.route_gene(id_gen.shard_gene(owner));
-CREATE FUNCTION id_gen.route_owner(owner uuid) RETURNS text LANGUAGE sql STABLE STRICT PARALLEL SAFE
-RETURN id_gen.route_gene(id_gen.shard_gene(owner));
-COMMENT ON FUNCTION id_gen.route(bigint) IS 'Physical shard of an id (by its gene).';
-COMMENT ON FUNCTION id_gen.route(bytea) IS 'Physical shard of an id in byte form.';
-COMMENT ON FUNCTION id_gen.route(uuid) IS 'Physical shard of an order number (gene in clear; no key needed).';
-COMMENT ON FUNCTION id_gen.route_owner(bigint) IS 'Physical shard of an owner: route_gene(shard_gene(owner)).';
-COMMENT ON FUNCTION id_gen.route_owner(text) IS 'Physical shard of a text owner.';
-COMMENT ON FUNCTION id_gen.route_owner(uuid) IS 'Physical shard of a uuid owner.';
+-- The route table's view, lookups and changes are in sql/routing.sql.
 
 -- Ad hoc decoding: where do the rows of a table live?
 CREATE FUNCTION id_gen.shard_histogram(tbl regclass, id_column name)

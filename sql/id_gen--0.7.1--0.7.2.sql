@@ -7,8 +7,10 @@
 -- Catalog changes and new C functions, 0.7.1 -> 0.7.2 (by hand): none. scripts/gen-upgrade.sh
 -- appends the code files as they are (CREATE OR REPLACE): the advisory-lock keys of long
 -- operations declared once with names (sql/operations.sql: id_gen.operation_start_lock_key,
--- id_gen.operation_session_lock_key), used by moves, splits and reverts. The routing guard's
--- reading on of joins that end early is in the library.
+-- id_gen.operation_session_lock_key), used by moves, splits and reverts; the route table's
+-- view, lookups and changes (route_ranges, route_gene, route, route_owner, set_route,
+-- drop_route) now come from sql/routing.sql, unchanged. The routing guard's reading on of
+-- joins that end early is in the library.
 
 -- ===== sql/cluster_catalog.sql (the tables after -- @new-in-0.7.2) =====
 
@@ -4552,43 +4554,7 @@ END $$;
 COMMENT ON FUNCTION id_gen.refuse_during_splits(text) IS 'Raises 55006 while a split or merge of route ranges is unfinished.';
 REVOKE EXECUTE ON FUNCTION id_gen.refuse_during_splits(text) FROM PUBLIC;
 
--- Route changes by hand. A change that moves a range boundary of a distributed table that
--- holds rows there would copy those rows under ACCESS EXCLUSIVE on the whole table (on the
--- coordinator and on the shards); it is refused unless copy_rows says so
--- (id_gen.sync_distributed_table checks, reading this transaction's setting).
-CREATE OR REPLACE FUNCTION id_gen.set_route(upper_gene integer, shard text, copy_rows boolean DEFAULT false) RETURNS void
-LANGUAGE plpgsql VOLATILE STRICT
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-  PERFORM id_gen.check_route(upper_gene, shard);
-  -- One route change at a time, so that the partitions and shard CHECKs of distributed
-  -- tables are derived from one state of the table.
-  LOCK TABLE id_gen.shard_routes IN SHARE ROW EXCLUSIVE MODE;
-  INSERT INTO id_gen.shard_routes AS r (upper_gene, shard) VALUES (set_route.upper_gene, set_route.shard)
-  ON CONFLICT ON CONSTRAINT shard_routes_pkey DO UPDATE SET shard = excluded.shard, updated_at = now();
-  PERFORM id_gen.sync_distributed_tables(copy_rows);
-END $$;
-COMMENT ON FUNCTION id_gen.set_route(integer, text, boolean) IS 'Routes genes up to upper_gene (down to the previous bound + 1) to a shard; replaces an existing bound. Distributed tables follow in the same transaction. A change that splits or merges a range holding rows is refused (55000; use CALL id_gen.split_route / merge_routes, which work online) unless copy_rows => true, which copies them under ACCESS EXCLUSIVE on the whole table.';
-
-CREATE OR REPLACE FUNCTION id_gen.drop_route(upper_gene integer, copy_rows boolean DEFAULT false) RETURNS boolean
-LANGUAGE plpgsql VOLATILE STRICT
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-  LOCK TABLE id_gen.shard_routes IN SHARE ROW EXCLUSIVE MODE;
-  DELETE FROM id_gen.shard_routes r WHERE r.upper_gene = drop_route.upper_gene;
-  IF NOT FOUND THEN
-    RAISE EXCEPTION 'id_gen: there is no route with upper bound %', upper_gene
-      USING ERRCODE = '42704', HINT = 'Existing routes are listed in id_gen.route_ranges.';
-  END IF;
-  PERFORM id_gen.sync_distributed_tables(copy_rows);
-  RETURN true;
-END $$;
-COMMENT ON FUNCTION id_gen.drop_route(integer, boolean) IS 'Removes a route bound; its genes then go to the next higher bound. Distributed tables follow in the same transaction; a merge of ranges holding rows is refused unless copy_rows => true (see set_route; CALL id_gen.merge_routes works online).';
-
-REVOKE EXECUTE ON FUNCTION id_gen.set_route(integer, text, boolean) FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION id_gen.drop_route(integer, boolean) FROM PUBLIC;
+-- set_route and drop_route (route changes by hand) are in sql/routing.sql.
 
 -- ===== sql/revert.sql =====
 -- Reversible moves: CALL id_gen.move_genes(..., reversible => true), then CALL
@@ -5421,7 +5387,8 @@ COMMENT ON PROCEDURE id_gen.rebalance(boolean, numeric, integer, text[]) IS 'Run
 REVOKE EXECUTE ON PROCEDURE id_gen.rebalance(boolean, numeric, integer, text[]) FROM PUBLIC;
 
 -- ===== sql/routing.sql =====
--- Zero-hop routing (docs/routing-protocol.md): the route version on the coordinator, its
+-- Routes: the route table's view, lookups and changes by hand on the coordinator; zero-hop
+-- routing (docs/routing-protocol.md): the route version on the coordinator, its
 -- NOTIFY, and how shards learn it; on the shards, the tombstone partition of every
 -- distributed table (the genes a shard does not own) and id_gen.route_claim. The
 -- executor-start check and route_claim's body are Rust (src/routing_guard/). Code only
@@ -5440,6 +5407,108 @@ REVOKE EXECUTE ON PROCEDURE id_gen.rebalance(boolean, numeric, integer, text[]) 
 --     the table's DEFAULT partition (its tombstone), whose ALWAYS trigger refuses writes
 --     (IG001) even for replicated or re-partitioned rows, and whose id-predicate scans are
 --     refused by the executor-start check.
+
+-- Coordinator: the route table -----------------------------------------------------------
+-- id_gen.shard_routes (sql/cluster_catalog.sql) maps each gene to a shard: a gene goes to the
+-- first row whose upper_gene >= gene. Its view as ranges, the lookups by gene, id and owner,
+-- and the changes by hand. Online splits and merges of ranges are in sql/split.sql, moves in
+-- sql/move.sql, planning (route_plan_split, route_plan_merge) in src/routing.rs.
+
+CREATE OR REPLACE VIEW id_gen.route_ranges AS
+SELECT coalesce(lag(upper_gene) OVER (ORDER BY upper_gene) + 1, 0) AS lower_gene,
+       upper_gene,
+       shard,
+       upper_gene - coalesce(lag(upper_gene) OVER (ORDER BY upper_gene) + 1, 0) + 1 AS genes
+FROM id_gen.shard_routes;
+COMMENT ON VIEW id_gen.route_ranges IS 'The route table as contiguous gene ranges [lower_gene, upper_gene] per shard.';
+GRANT SELECT ON id_gen.route_ranges TO PUBLIC;
+
+CREATE OR REPLACE FUNCTION id_gen.route_gene(gene integer, ring boolean DEFAULT false) RETURNS text
+LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  s text;
+  top integer;
+BEGIN
+  IF gene < 0 OR gene > 65535 THEN
+    RAISE EXCEPTION 'id_gen: shard gene % is out of range (allowed: 0 .. 65535)', gene USING ERRCODE = '22003';
+  END IF;
+  SELECT r.shard INTO s FROM id_gen.shard_routes r WHERE r.upper_gene >= gene ORDER BY r.upper_gene LIMIT 1;
+  IF s IS NOT NULL THEN
+    RETURN s;
+  END IF;
+  SELECT max(r.upper_gene) INTO top FROM id_gen.shard_routes r;
+  IF top IS NULL THEN
+    RAISE EXCEPTION 'id_gen: the route table id_gen.shard_routes is empty'
+      USING ERRCODE = '55000', HINT = 'SELECT id_gen.set_route(65535, ''shard_0'') routes every gene to one shard.';
+  END IF;
+  IF ring THEN
+    SELECT r.shard INTO s FROM id_gen.shard_routes r ORDER BY r.upper_gene LIMIT 1;
+    RETURN s;
+  END IF;
+  RAISE EXCEPTION 'id_gen: shard gene % has no route: the highest upper bound is %', gene, top
+    USING ERRCODE = '55000',
+          HINT = 'Add a route whose upper bound is 65535: SELECT id_gen.set_route(65535, ''shard_x''), or call with ring => true for wrap-around.';
+END $$;
+COMMENT ON FUNCTION id_gen.route_gene(integer, boolean) IS 'Physical shard of a gene: the first route whose upper bound >= gene. ring => true wraps genes above the last bound to the first route (consistent-hash ring); otherwise such a gap is an error.';
+
+CREATE OR REPLACE FUNCTION id_gen.route(id bigint) RETURNS text LANGUAGE sql STABLE STRICT PARALLEL SAFE
+RETURN id_gen.route_gene(id_gen.shard_of(id));
+CREATE OR REPLACE FUNCTION id_gen.route(id bytea) RETURNS text LANGUAGE sql STABLE STRICT PARALLEL SAFE
+RETURN id_gen.route_gene(id_gen.shard_of(id));
+CREATE OR REPLACE FUNCTION id_gen.route(order_no uuid) RETURNS text LANGUAGE sql STABLE STRICT PARALLEL SAFE
+RETURN id_gen.route_gene(id_gen.shard_of(order_no));
+CREATE OR REPLACE FUNCTION id_gen.route_owner(owner bigint) RETURNS text LANGUAGE sql STABLE STRICT PARALLEL SAFE
+RETURN id_gen.route_gene(id_gen.shard_gene(owner));
+CREATE OR REPLACE FUNCTION id_gen.route_owner(owner text) RETURNS text LANGUAGE sql STABLE STRICT PARALLEL SAFE
+RETURN id_gen.route_gene(id_gen.shard_gene(owner));
+CREATE OR REPLACE FUNCTION id_gen.route_owner(owner uuid) RETURNS text LANGUAGE sql STABLE STRICT PARALLEL SAFE
+RETURN id_gen.route_gene(id_gen.shard_gene(owner));
+COMMENT ON FUNCTION id_gen.route(bigint) IS 'Physical shard of an id (by its gene).';
+COMMENT ON FUNCTION id_gen.route(bytea) IS 'Physical shard of an id in byte form.';
+COMMENT ON FUNCTION id_gen.route(uuid) IS 'Physical shard of an order number (gene in clear; no key needed).';
+COMMENT ON FUNCTION id_gen.route_owner(bigint) IS 'Physical shard of an owner: route_gene(shard_gene(owner)).';
+COMMENT ON FUNCTION id_gen.route_owner(text) IS 'Physical shard of a text owner.';
+COMMENT ON FUNCTION id_gen.route_owner(uuid) IS 'Physical shard of a uuid owner.';
+
+-- Route changes by hand. A change that moves a range boundary of a distributed table that
+-- holds rows there would copy those rows under ACCESS EXCLUSIVE on the whole table (on the
+-- coordinator and on the shards); it is refused unless copy_rows says so
+-- (id_gen.sync_distributed_table checks, reading this transaction's setting).
+CREATE OR REPLACE FUNCTION id_gen.set_route(upper_gene integer, shard text, copy_rows boolean DEFAULT false) RETURNS void
+LANGUAGE plpgsql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  PERFORM id_gen.check_route(upper_gene, shard);
+  -- One route change at a time, so that the partitions and shard CHECKs of distributed
+  -- tables are derived from one state of the table.
+  LOCK TABLE id_gen.shard_routes IN SHARE ROW EXCLUSIVE MODE;
+  INSERT INTO id_gen.shard_routes AS r (upper_gene, shard) VALUES (set_route.upper_gene, set_route.shard)
+  ON CONFLICT ON CONSTRAINT shard_routes_pkey DO UPDATE SET shard = excluded.shard, updated_at = now();
+  PERFORM id_gen.sync_distributed_tables(copy_rows);
+END $$;
+COMMENT ON FUNCTION id_gen.set_route(integer, text, boolean) IS 'Routes genes up to upper_gene (down to the previous bound + 1) to a shard; replaces an existing bound. Distributed tables follow in the same transaction. A change that splits or merges a range holding rows is refused (55000; use CALL id_gen.split_route / merge_routes, which work online) unless copy_rows => true, which copies them under ACCESS EXCLUSIVE on the whole table.';
+
+CREATE OR REPLACE FUNCTION id_gen.drop_route(upper_gene integer, copy_rows boolean DEFAULT false) RETURNS boolean
+LANGUAGE plpgsql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  LOCK TABLE id_gen.shard_routes IN SHARE ROW EXCLUSIVE MODE;
+  DELETE FROM id_gen.shard_routes r WHERE r.upper_gene = drop_route.upper_gene;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'id_gen: there is no route with upper bound %', upper_gene
+      USING ERRCODE = '42704', HINT = 'Existing routes are listed in id_gen.route_ranges.';
+  END IF;
+  PERFORM id_gen.sync_distributed_tables(copy_rows);
+  RETURN true;
+END $$;
+COMMENT ON FUNCTION id_gen.drop_route(integer, boolean) IS 'Removes a route bound; its genes then go to the next higher bound. Distributed tables follow in the same transaction; a merge of ranges holding rows is refused unless copy_rows => true (see set_route; CALL id_gen.merge_routes works online).';
+
+REVOKE EXECUTE ON FUNCTION id_gen.set_route(integer, text, boolean) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION id_gen.drop_route(integer, boolean) FROM PUBLIC;
 
 -- Coordinator: the version ---------------------------------------------------------------
 -- Whether this transaction raised the route version (it wrote id_gen.route_state): such a

@@ -1239,40 +1239,4 @@ END $$;
 COMMENT ON FUNCTION id_gen.refuse_during_splits(text) IS 'Raises 55006 while a split or merge of route ranges is unfinished.';
 REVOKE EXECUTE ON FUNCTION id_gen.refuse_during_splits(text) FROM PUBLIC;
 
--- Route changes by hand. A change that moves a range boundary of a distributed table that
--- holds rows there would copy those rows under ACCESS EXCLUSIVE on the whole table (on the
--- coordinator and on the shards); it is refused unless copy_rows says so
--- (id_gen.sync_distributed_table checks, reading this transaction's setting).
-CREATE OR REPLACE FUNCTION id_gen.set_route(upper_gene integer, shard text, copy_rows boolean DEFAULT false) RETURNS void
-LANGUAGE plpgsql VOLATILE STRICT
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-  PERFORM id_gen.check_route(upper_gene, shard);
-  -- One route change at a time, so that the partitions and shard CHECKs of distributed
-  -- tables are derived from one state of the table.
-  LOCK TABLE id_gen.shard_routes IN SHARE ROW EXCLUSIVE MODE;
-  INSERT INTO id_gen.shard_routes AS r (upper_gene, shard) VALUES (set_route.upper_gene, set_route.shard)
-  ON CONFLICT ON CONSTRAINT shard_routes_pkey DO UPDATE SET shard = excluded.shard, updated_at = now();
-  PERFORM id_gen.sync_distributed_tables(copy_rows);
-END $$;
-COMMENT ON FUNCTION id_gen.set_route(integer, text, boolean) IS 'Routes genes up to upper_gene (down to the previous bound + 1) to a shard; replaces an existing bound. Distributed tables follow in the same transaction. A change that splits or merges a range holding rows is refused (55000; use CALL id_gen.split_route / merge_routes, which work online) unless copy_rows => true, which copies them under ACCESS EXCLUSIVE on the whole table.';
-
-CREATE OR REPLACE FUNCTION id_gen.drop_route(upper_gene integer, copy_rows boolean DEFAULT false) RETURNS boolean
-LANGUAGE plpgsql VOLATILE STRICT
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-  LOCK TABLE id_gen.shard_routes IN SHARE ROW EXCLUSIVE MODE;
-  DELETE FROM id_gen.shard_routes r WHERE r.upper_gene = drop_route.upper_gene;
-  IF NOT FOUND THEN
-    RAISE EXCEPTION 'id_gen: there is no route with upper bound %', upper_gene
-      USING ERRCODE = '42704', HINT = 'Existing routes are listed in id_gen.route_ranges.';
-  END IF;
-  PERFORM id_gen.sync_distributed_tables(copy_rows);
-  RETURN true;
-END $$;
-COMMENT ON FUNCTION id_gen.drop_route(integer, boolean) IS 'Removes a route bound; its genes then go to the next higher bound. Distributed tables follow in the same transaction; a merge of ranges holding rows is refused unless copy_rows => true (see set_route; CALL id_gen.merge_routes works online).';
-
-REVOKE EXECUTE ON FUNCTION id_gen.set_route(integer, text, boolean) FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION id_gen.drop_route(integer, boolean) FROM PUBLIC;
+-- set_route and drop_route (route changes by hand) are in sql/routing.sql.

@@ -96,7 +96,13 @@ extension_sql_file!(
 extension_sql_file!(
     "../sql/routing.sql",
     name = "routing",
-    requires = ["rebalance"]
+    // (id_gen.route and route_owner are SQL functions whose bodies call shard_of.)
+    requires = [
+        "rebalance",
+        layout::shard_of_bigint,
+        layout::shard_of_bytea,
+        order_no::shard_of_uuid
+    ]
 );
 extension_sql_file!("../sql/finalize.sql", finalize);
 

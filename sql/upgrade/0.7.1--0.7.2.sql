@@ -1,5 +1,7 @@
 -- Catalog changes and new C functions, 0.7.1 -> 0.7.2 (by hand): none. scripts/gen-upgrade.sh
 -- appends the code files as they are (CREATE OR REPLACE): the advisory-lock keys of long
 -- operations declared once with names (sql/operations.sql: id_gen.operation_start_lock_key,
--- id_gen.operation_session_lock_key), used by moves, splits and reverts. The routing guard's
--- reading on of joins that end early is in the library.
+-- id_gen.operation_session_lock_key), used by moves, splits and reverts; the route table's
+-- view, lookups and changes (route_ranges, route_gene, route, route_owner, set_route,
+-- drop_route) now come from sql/routing.sql, unchanged. The routing guard's reading on of
+-- joins that end early is in the library.
