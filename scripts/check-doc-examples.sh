@@ -2,8 +2,8 @@
 # Runs the SQL examples of the user docs against a throwaway server, so that they cannot
 # drift from what id_gen does.
 #
-#   scripts/check-doc-examples.sh [FILE.md ...]   default: README.md, docs/reference.md and
-#                                                 the single-server guides (docs/guide/)
+#   scripts/check-doc-examples.sh [FILE.md ...]   default: README.md, docs/reference.md,
+#                                                 the guides (docs/guide/) and docs/operations.md
 #
 # Every ```sql block of a file runs, in order, in one fresh database per file (a block may
 # use what an earlier one created; id_gen is installed first unless the first block
@@ -22,7 +22,7 @@ set -euo pipefail
 source "$(dirname "$0")/common.sh"
 cd "$REPO_ROOT"
 FILES=("$@")
-[ ${#FILES[@]} -eq 0 ] && FILES=(README.md docs/reference.md docs/guide/sequences.md docs/guide/ids.md)
+[ ${#FILES[@]} -eq 0 ] && FILES=(README.md docs/reference.md docs/guide/*.md docs/operations.md)
 DIR=/tmp/idg_doc_examples PORT=54397
 make_kek /tmp/idg_doc_examples_kek.hex
 cluster_start "$DIR" "$PORT" "id_gen.order_no_kek_file = '/tmp/idg_doc_examples_kek.hex'"

@@ -10,8 +10,11 @@ What it keeps:
 * Every call runs its statements in a new session in autocommit (`execute`, `one`,
   `sqlstate`, ...), or as a psql script (`script`); a statement that fails raises
   psycopg's error with its SQLSTATE.
-* `poll_until` is the only wait: it re-runs a probe until it returns what is expected and
-  fails with the last value seen (never a fixed sleep, never a silent timeout).
+* Every wait has a bound: pg_ctl's (60 s), each subprocess's (5 min), a session's connect
+  (10 s) and statements (statement_timeout 5 min).
+* `poll_until` is the only wait for a condition: it re-runs a probe until it returns what
+  is expected and fails with the last value seen (never a fixed sleep, never a silent
+  timeout).
 * Server logs are kept in the node's directory; conftest.py prints their tails when a test
   fails.
 
@@ -43,7 +46,7 @@ def _as_postgres(*args, **kwargs):
     """Runs a PostgreSQL binary as the postgres OS user (initdb refuses root), without
     RUST_BACKTRACE (it would put Rust backtraces into error DETAILs)."""
     env = {k: v for k, v in os.environ.items() if k != "RUST_BACKTRACE"}
-    return subprocess.run(["runuser", "-u", "postgres", "--", *args], env=env, check=True,
+    return subprocess.run(["runuser", "-u", "postgres", "--", *args], env=env, check=True, timeout=300,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kwargs)
 
 
@@ -114,6 +117,10 @@ class Node:
         return f"host={self.dir} port={self.port} dbname={dbname} user={user}"
 
     def connect(self, dbname="postgres", user="postgres", **kwargs):
+        """A session in autocommit, bounded: its connect (10 s) and each statement (5 min,
+        a server that stops answering fails the test instead of hanging it)."""
+        kwargs.setdefault("connect_timeout", 10)
+        kwargs.setdefault("options", "-c statement_timeout=300s")
         return psycopg.connect(self.dsn(dbname, user), autocommit=True, **kwargs)
 
     def script(self, sql, dbname="postgres"):
@@ -122,7 +129,7 @@ class Node:
         env = {k: v for k, v in os.environ.items() if k != "RUST_BACKTRACE"}
         r = subprocess.run([f"{PG_BIN}/psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", self.dir, "-p",
                             str(self.port), "-U", "postgres", "-d", dbname], input=sql, text=True, env=env,
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=300)
         if r.returncode != 0:
             raise AssertionError(f"psql on {self.name} failed ({r.returncode}):\n{r.stdout}")
         return r.stdout

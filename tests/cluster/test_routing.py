@@ -42,7 +42,8 @@ S = {}
 def servers(cluster, tmp_path_factory):
     # The Rust client's command-line tool (tier 1 of scripts/test.sh builds it too).
     subprocess.run(["cargo", "build", "--release", "-q", "-p", "id_gen_client", "--bin", "id_gen_client_tool"],
-                   cwd=REPO, env=dict(os.environ, CARGO_TARGET_DIR=os.path.join(REPO, "target", "clients")), check=True)
+                   cwd=REPO, env=dict(os.environ, CARGO_TARGET_DIR=os.path.join(REPO, "target", "clients")), check=True,
+                   timeout=1800)
     c = cluster.node("coordinator", conf=["max_connections = 60"])
     c.script("""
         CREATE EXTENSION id_gen; CREATE EXTENSION postgres_fdw; CREATE EXTENSION dblink;
@@ -193,7 +194,12 @@ def test_b_clients_while_genes_move_and_a_range_splits():
                    lambda n: n >= 150, 60)
     finally:
         stop.touch()
-        load_rc, rust_rc = load.wait(timeout=120), rust.wait(timeout=120)
+        try:
+            load_rc, rust_rc = load.wait(timeout=120), rust.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            load.kill()
+            rust.kill()
+            raise
     assert load_rc == 0, f"the load generator failed: {(work / 'load.err').read_text()}"
     assert rust_rc == 0, f"the Rust client failed: {(work / 'rust.err').read_text()}"
     r = json.loads((work / "load.json").read_text())
@@ -272,7 +278,7 @@ def test_d_clients_compute_the_extensions_genes():
         in_sql = [row[0] for row in conn.execute(
             "SELECT CASE WHEN kind = 'b' THEN id_gen.shard_gene(v::bigint) ELSE id_gen.shard_gene(v) END FROM g_in ORDER BY n")]
     in_python = [gene(v) for _, v in owners]
-    in_rust = [int(x) for x in subprocess.run([RUST_TOOL, "genes"], input=lines, text=True, check=True,
+    in_rust = [int(x) for x in subprocess.run([RUST_TOOL, "genes"], input=lines, text=True, check=True, timeout=300,
                                               stdout=subprocess.PIPE).stdout.split()]
     assert len(in_sql) == 20008, "the extension's genes of 20 008 owners (check values, bounds, random bigints and texts)"
     assert in_sql[:4] + in_sql[7:8] == [16043, 55408, 24031, 14299, 13795], "the published check values"
