@@ -69,9 +69,9 @@ for file in "${FILES[@]}"; do
       "$WORK/$i.sql" > "$WORK/$i.run.sql"
     grep -E '^-- ERROR:  ' "$WORK/$i.sql" | sed 's/^-- //' | sort > "$WORK/$i.want" || true
     rc=0
-    env -u RUST_BACKTRACE runuser -u postgres -- "$PG_BIN/psql" -X -q -h "$DIR" -p "$PORT" -d "$db" \
-      -v VERBOSITY=default -f "$WORK/$i.run.sql" > "$WORK/$i.out" 2>&1 || rc=$?
-    if [ "$rc" -ne 0 ]; then   # (errors of statements leave it 0: a connection or file failure)
+    timeout 300 env -u RUST_BACKTRACE PGOPTIONS="-c statement_timeout=120s" runuser -u postgres -- "$PG_BIN/psql" -X -q \
+      -h "$DIR" -p "$PORT" -d "$db" -v VERBOSITY=default -f "$WORK/$i.run.sql" > "$WORK/$i.out" 2>&1 || rc=$?
+    if [ "$rc" -ne 0 ]; then   # (errors of statements leave it 0: a connection or file failure, or the timeout)
       echo "FAIL: $file:$line: psql ended with $rc:" >&2; sed 's/^/    /' "$WORK/$i.out" >&2
       failed=$((failed + 1)); continue
     fi

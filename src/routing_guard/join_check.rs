@@ -25,6 +25,10 @@
 //! was never built, which its join does not rescan, is rescanned here. Parallel-aware joins
 //! are not read on (PostgreSQL sets their ExecProcNode again when it sets up their shared
 //! state); when one is a value side, the input its column comes from is watched instead.
+//! A drain reads at most DRAIN_LIMIT rows (a value side without end must not run forever)
+//! and leaves parallel-aware inputs alone (their rows are shared with other processes).
+//! What the wrapper and the drain call into PostgreSQL is unguarded (declared below): an
+//! ERROR there, a cancel included, longjmps through frames that hold nothing to drop.
 //! Not checked: ids a join is never asked for (a LIMIT above it stops it early).
 
 use super::plan_check::{binary_args, children, guarded_id_column, is_relation_scan, operator_name, strip_relabel};
@@ -34,6 +38,16 @@ use super::shard_state;
 use pgrx::pg_sys;
 use std::cell::RefCell;
 use std::collections::HashMap;
+
+// Called unguarded (declared here, not through pgrx's bindings, whose guard turns an ERROR
+// into a Rust panic that must not unwind into the executor's C frames above `run_wrapped`):
+// an ERROR they raise (a cancel, an error of a node being rescanned) longjmps straight to
+// PostgreSQL's handler through `run_wrapped` and `drain`, which hold nothing to drop.
+unsafe extern "C-unwind" {
+    fn ExecReScan(node: *mut pg_sys::PlanState);
+    fn ProcessInterrupts();
+    fn slot_getsomeattrs_int(slot: *mut pg_sys::TupleTableSlot, attnum: std::ffi::c_int);
+}
 
 /// Genes as a bitmap.
 type Genes = Box<[u64; 1024]>;
@@ -68,10 +82,16 @@ struct ValueCheck {
 #[derive(Clone, Copy)]
 struct Drain {
     node: *mut pg_sys::PlanState,
-    /// Only when the join is a hash join whose hash table was never built (the input is
-    /// its Hash node's): the join does not rescan that input then, so it is rescanned here.
-    unbuilt_hash_input: bool,
+    /// The Hash node whose input `node` is (NULL otherwise): read only when the hash join's
+    /// table was never built; the join does not rescan that input then, so it is rescanned
+    /// here (and the Hash node first, when a parameter it depends on changed, so that the
+    /// input reads this pass's rows).
+    hash: *mut pg_sys::PlanState,
 }
+
+/// Most rows one drain reads: a value side without end (a recursive CTE) must not make a
+/// join that PostgreSQL would have ended run forever; ids past it are not checked.
+const DRAIN_LIMIT: u64 = 1_000_000;
 
 /// What the guard adds to one plan-state node: the ExecProcNode it calls on, whether the
 /// node's last answer was its end, the check of the ids it passes up (a join's value
@@ -130,8 +150,14 @@ unsafe fn wrap(node: *mut pg_sys::PlanState, change: impl FnOnce(&mut Wrapped)) 
         let next = (*node).ExecProcNode;
         WRAPPED.with(|w| {
             let mut m = w.borrow_mut();
-            let entry = m.entry(node as usize).or_insert(Wrapped { next, at_end: false, check: None, drains: [None; 2] });
-            change(entry);
+            if !wrapped {
+                // (A node not wrapped yet gets a fresh entry: one left at its address by a
+                // freed node whose callback did not run must not lend it its roles.)
+                m.insert(node as usize, Wrapped { next, at_end: false, check: None, drains: [None; 2] });
+            }
+            if let Some(entry) = m.get_mut(&(node as usize)) {
+                change(entry);
+            }
         });
         if !wrapped {
             // The entry goes with the node: at the reset of the query context it lives in.
@@ -381,22 +407,24 @@ unsafe fn watch_side(ps: *mut pg_sys::PlanState, id_side: *mut pg_sys::Var, valu
             return;
         }
         let drain = match (*ps).type_ {
-            T_MergeJoinState if node == value_child => Some(Drain { node, unbuilt_hash_input: false }),
+            T_MergeJoinState if node == value_child => Some(Drain { node, hash: std::ptr::null_mut() }),
             T_HashJoinState if node == value_child && value_child == (*ps).lefttree => {
-                Some(Drain { node, unbuilt_hash_input: false })
+                Some(Drain { node, hash: std::ptr::null_mut() })
             }
             T_HashJoinState if value_child == (*ps).righttree && node == (*value_child).lefttree => {
-                Some(Drain { node, unbuilt_hash_input: true })
+                Some(Drain { node, hash: value_child })
             }
             T_NestLoopState
                 if node == value_child
                     && value_child == (*ps).righttree
                     && (*((*ps).plan as *mut pg_sys::NestLoop)).nestParams.is_null() =>
             {
-                Some(Drain { node, unbuilt_hash_input: false })
+                Some(Drain { node, hash: std::ptr::null_mut() })
             }
             _ => None,
         };
+        // (Not a parallel-aware input: its rows are shared with the other processes.)
+        let drain = drain.filter(|d| !(*(*d.node).plan).parallel_aware);
         if let Some(d) = drain {
             wrap(ps, |w| {
                 if !w.drains.iter().flatten().any(|x| x.node == d.node) {
@@ -514,7 +542,7 @@ unsafe extern "C-unwind" fn run_wrapped(ps: *mut pg_sys::PlanState) -> *mut pg_s
             return slot;
         }
         if (*slot).tts_nvalid < attno {
-            pg_sys::slot_getsomeattrs_int(slot, attno as i32);
+            slot_getsomeattrs_int(slot, attno as i32);
         }
         if *(*slot).tts_isnull.add(attno as usize - 1) {
             return slot;
@@ -543,34 +571,49 @@ unsafe extern "C-unwind" fn run_wrapped(ps: *mut pg_sys::PlanState) -> *mut pg_s
 }
 
 /// Reads the input `d.node` of the join `join`, which has just ended, to its end (each id
-/// checked by the input's own wrapper), unless it already ended in this pass. The join
-/// rescans it before reading it again (merge joins both inputs, hash joins their probe
-/// side, nested loops their inner side for each outer row), except the input of a Hash
-/// node whose table was never built: that one is rescanned here.
+/// checked by the input's own wrapper; at most DRAIN_LIMIT rows), unless it already ended
+/// in this pass. The join rescans it before reading it again (merge joins both inputs, hash
+/// joins their probe side, nested loops their inner side for each outer row), except the
+/// input of a Hash node whose table was never built: that one is rescanned here.
 unsafe fn drain(join: *mut pg_sys::PlanState, d: Drain) {
-    // SAFETY: `join` is a hash join state when `unbuilt_hash_input` is set.
-    if d.unbuilt_hash_input && unsafe { !(*(join as *mut pg_sys::HashJoinState)).hj_HashTable.is_null() } {
-        return; // the table was built: its input was read to its end
+    let via_hash = !d.hash.is_null();
+    // SAFETY: `join` is a hash join state when `d.hash` is set; `d.hash` is its Hash node.
+    unsafe {
+        if via_hash {
+            if !(*(join as *mut pg_sys::HashJoinState)).hj_HashTable.is_null() {
+                return; // the table was built: its input was read to its end
+            }
+            if !(*d.hash).chgParam.is_null() {
+                // A parameter changed since the input was last read: the Hash node passes
+                // the change on and rescans its input (which then reads this pass's rows).
+                ExecReScan(d.hash);
+                set_at_end(d.node, false);
+            }
+        }
     }
     let ended = WRAPPED.with(|w| w.borrow().get(&(d.node as usize)).is_none_or(|x| x.at_end));
     if ended {
         return;
     }
     // SAFETY: `d.node` is a valid, wrapped plan state; this is what ExecProcNode (an
-    // inline function of executor.h) does.
+    // inline function of executor.h) does, and what CHECK_FOR_INTERRUPTS does.
     unsafe {
-        loop {
-            pg_sys::check_for_interrupts!();
+        let mut rows: u64 = 0;
+        while rows < DRAIN_LIMIT {
+            if pg_sys::InterruptPending != 0 {
+                ProcessInterrupts();
+            }
             if !(*d.node).chgParam.is_null() {
-                pg_sys::ExecReScan(d.node);
+                ExecReScan(d.node);
             }
             let slot = ((*d.node).ExecProcNode.expect("an ExecProcNode"))(d.node);
             if is_end(slot) {
                 break;
             }
+            rows += 1;
         }
-        if d.unbuilt_hash_input {
-            pg_sys::ExecReScan(d.node);
+        if via_hash {
+            ExecReScan(d.node);
             set_at_end(d.node, false);
         }
     }

@@ -11,7 +11,8 @@
 #     probe side, a nested loop with an empty outer side, ids that come through a
 #     parallel-aware hash join, a join by id of a join by id): IG001, never
 #     XX000 and never an empty answer; the same joins rescanned answer every pass on the
-#     owner; and it leaves alone what can only match the shard's
+#     owner; a statement timeout while such a join's ids are read ends it with 57014 and
+#     the shard keeps running; and it leaves alone what can only match the shard's
 #     own rows (an owner's keyset pagination on its own shard, min(id), an expression of the
 #     id, a join of the shard's own tables, the same joins on the shard that owns the ids);
 # (b) route_claim takes ROW EXCLUSIVE only for a role that may write, ACCESS SHARE for a
@@ -160,6 +161,14 @@ done
 Q="SELECT string_agg((SELECT count(*) FROM orders o JOIN unnest(ARRAY[$ID1, $BIG1]) u(id) USING (id) WHERE o.amount > -g)::text, ',') FROM generate_series(1, 3) g"
 plan_has 1 "$MERGE $X $Q" "Merge Join"
 assert_eq "$(sq 1 -c "$MERGE $Q" | tail -1)" "1,1,1" "a rescanned merge join whose ids were read past the table's end answers each pass"
+# A cancel while the rest of the ids is read (statement_timeout while the ids of an unbuilt
+# hash table are read, 2 ms a row): 57014, and the shard keeps running (no crash, no restart).
+started=$(sq 1 -c "SELECT pg_postmaster_start_time()")
+Q="SELECT count(*) FROM orders o JOIN wanted_a w ON o.id = w.id WHERE o.amount < 0 AND w.id + (pg_sleep(0.002) IS NOT NULL)::int > 0"
+plan_has 1 "$HASH $X $Q" "Hash Join.*Append.*Hash\\|.*Seq Scan on wanted_a"
+assert_eq "$(state_of sq 1 -c "$HASH SET statement_timeout = '150ms';" -c "$Q")" "57014" \
+  "a statement timeout while a join's remaining ids are read: 57014"
+assert_eq "$(sq 1 -c "SELECT pg_postmaster_start_time() = '$started'")" "t" "the shard did not restart"
 O1=$(cq -c "SELECT owner_id FROM orders WHERE id_gen.shard_of(id) <= 32767 ORDER BY id LIMIT 1")
 assert_eq "$(sq 1 -c "SELECT count(*) FROM (SELECT id FROM orders WHERE owner_id = $O1 AND id > 0 ORDER BY id LIMIT 2) x")" "1" \
   "an owner's keyset pagination (owner_id = o AND id > last) on its own shard answers"
