@@ -453,13 +453,8 @@ unsafe fn passed_from(
         if child.is_null() || e.is_null() || (*e).type_ != pg_sys::NodeTag::T_Var || (*(e as *mut pg_sys::Var)).varno != varno {
             return None;
         }
-        let mut col = (*(e as *mut pg_sys::Var)).varattno;
-        let mut child = child;
-        // A parallel-aware hash join's right child is its Hash node: pass through it.
-        if (*child).type_ == pg_sys::NodeTag::T_HashState {
-            (child, col) = passed_from(child, col, (*child).lefttree, pg_sys::OUTER_VAR)?;
-        }
-        Some((child, col))
+        // (A Hash node returned here is passed through by the caller's loop.)
+        Some((child, (*(e as *mut pg_sys::Var)).varattno))
     }
 }
 
@@ -500,9 +495,9 @@ fn set_at_end(node: *mut pg_sys::PlanState, at_end: bool) {
 /// node it calls raises (the entry's fields are copied out as plain data).
 unsafe extern "C-unwind" fn run_wrapped(ps: *mut pg_sys::PlanState) -> *mut pg_sys::TupleTableSlot {
     let key = ps as usize;
-    let Some((next, value_col, drains)) =
-        WRAPPED.with(|w| w.borrow().get(&key).map(|x| (x.next, x.check.as_ref().map(|c| (c.attno, c.typ)), x.drains)))
-    else {
+    let Some((next, was_at_end, value_col, drains)) = WRAPPED.with(|w| {
+        w.borrow().get(&key).map(|x| (x.next, x.at_end, x.check.as_ref().map(|c| (c.attno, c.typ)), x.drains))
+    }) else {
         // SAFETY: not ours any more (cannot happen: the entry is made before wrapping).
         return unsafe { ((*ps).ExecProcNodeReal.expect("a node's own function"))(ps) };
     };
@@ -527,7 +522,10 @@ unsafe extern "C-unwind" fn run_wrapped(ps: *mut pg_sys::PlanState) -> *mut pg_s
         }
     }
     let end = is_end(slot);
-    set_at_end(ps, end);
+    if end != was_at_end {
+        // (Only at a change: the flag is read by drains, the rows in between need no write.)
+        set_at_end(ps, end);
+    }
     if end {
         for d in drains.iter().flatten() {
             // SAFETY: a drained node is an input of this join, valid while it runs.
