@@ -24,7 +24,7 @@ ensure_toolchain
 if has core; then
   log "tier 1: core unit tests"
   cargo test -p id_gen_core --release
-  bash scripts/gen-upgrade.sh --check
+  bash scripts/gen-upgrade.sh --check-frozen
   log "tier 1: client libraries (clients/rust against a fake server, clients/python)"
   # Its own target directory: tokio and the pool are not the extension's dependencies.
   CARGO_TARGET_DIR="$REPO_ROOT/target/clients" cargo test -p id_gen_client --release
@@ -46,6 +46,8 @@ if { has regress || has e2e; } && [ -z "${IDG_SKIP_INSTALL:-}" ]; then
 fi
 
 if has regress; then
+  log "tier 3: the update script against its sources and this build's Rust declarations"
+  PG_CONFIG="$PG_CONFIG" bash scripts/gen-upgrade.sh --check
   log "tier 3: pg_regress golden files"
   DIR=/tmp/idg_regress PORT=54321
   make_kek /tmp/idg_regress_kek.hex

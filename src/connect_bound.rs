@@ -3,7 +3,7 @@
 //! the handshake ends, and libpq's `connect_timeout` applies only to a blocking connect: a
 //! server that accepts the TCP connection but never answers (a paused VM, SIGSTOP) kept
 //! such a connect waiting for ever. This arms a timer (PostgreSQL's own timeout machinery)
-//! whose expiry interrupts the wait like a cancel; `id_gen.shard_send` turns that into
+//! whose expiry interrupts the wait like a cancel; `id_gen.remote_send` turns that into
 //! 08001 for the shard.
 //!
 //! | SQL | holds |

@@ -3,29 +3,7 @@
 //!
 //! This crate is the thin shell around `id_gen_core`: it converts SQL arguments, touches
 //! shared memory, runs SPI and raises errors. `_PG_init` only wires the parts together.
-//! The design is described in `docs/design.md`. Layout:
-//!
-//! | path | holds |
-//! |---|---|
-//! | `gucs.rs` | the `id_gen.*` settings |
-//! | `errors.rs` | SQLSTATE mapping, hints, NULL arguments, SPI failures |
-//! | `clock.rs` | the wall clock, the id clock (test-shifted), interruptible naps |
-//! | `connect_bound.rs` | a timer that bounds a connect to another server (dblink waits on the latch from PostgreSQL 16 on) |
-//! | `shmem.rs` | shared-memory hooks and the lock guard; knows no feature |
-//! | `epochs.rs` | invalidation epochs for backend-local caches |
-//! | `access.rs` | owners, USAGE grants and their per-backend cache; privileged catalog writes |
-//! | `grants.rs` | SQL surface of grants and ownership |
-//! | `segments/` | the segment engine: slots, keys, backend cache, waits, bulk requests, catalog, central authority (postgres_fdw), refill worker, worker registry |
-//! | `sequences.rs` | SQL surface of named sequences, the `next_segment_id` hot path, status |
-//! | `gene_order.rs` | `gene_order_id`, the `fill_gene_id` trigger, `gene_mod_id` |
-//! | `routing.rs` | route validation and split/merge planning |
-//! | `routing_guard/` | the shard side of zero-hop routing: the executor-start check, `route_claim`, IG-class errors |
-//! | `serial.rs` | dated business serial numbers |
-//! | `layout.rs` | pure functions over the ID layout and shard genes |
-//! | `supervisor.rs` | the move supervisor: a background worker that recovers moves whose session is gone |
-//! | `transaction_marks.rs` | marks that last until the end of the transaction (id_gen's own DDL; rows this transaction wrote) |
-//! | `snowflake/` | snowflake ids: SQL surface; `state.rs` the shared state and high-water file |
-//! | `order_no/` | external order numbers; `keys.rs` the KEK and the backend's key cache |
+//! The design is described in `docs/design.md`; its §9 is the module table (the only one).
 //!
 //! Dependencies point one way: SQL surfaces → `segments`/`snowflake`/`order_no` →
 //! `shmem`/`epochs`/`clock`/`errors`/`gucs`. All `unsafe` code of the project lives in this
@@ -55,23 +33,24 @@ mod transaction_marks;
 
 pg_module_magic!();
 
-extension_sql_file!("../sql/bootstrap.sql", bootstrap);
-extension_sql_file!("../sql/hot_path.sql", name = "hot_path");
-// The sharded deployment: catalog tables (install only), then code that update scripts
-// re-create from the same files (scripts/gen-upgrade.sh).
+extension_sql_file!("../sql/install/bootstrap.sql", bootstrap);
+extension_sql_file!("../sql/install/hot_path.sql", name = "hot_path");
+// The sharded deployment: catalog tables (install only), then the code files, which
+// update scripts re-create from the same files in this order (scripts/gen-upgrade.sh
+// reads the list below). Each file requires the one before it; see sql/README.md.
 extension_sql_file!(
-    "../sql/cluster_catalog.sql",
+    "../sql/install/cluster_catalog.sql",
     name = "cluster_catalog",
     requires = ["hot_path"]
 );
 extension_sql_file!(
-    "../sql/operations.sql",
+    "../sql/cluster/operations.sql",
     name = "operations",
     requires = ["cluster_catalog"]
 );
 extension_sql_file!(
-    "../sql/distribute.sql",
-    name = "distribute",
+    "../sql/cluster/ids.sql",
+    name = "ids",
     requires = [
         "operations",
         layout::compose_id,
@@ -80,21 +59,54 @@ extension_sql_file!(
         layout::shard_gene_uuid
     ]
 );
+extension_sql_file!("../sql/cluster/names.sql", name = "names", requires = ["ids"]);
+extension_sql_file!("../sql/cluster/guards.sql", name = "guards", requires = ["names"]);
+extension_sql_file!("../sql/cluster/remote.sql", name = "remote", requires = ["guards"]);
 extension_sql_file!(
-    "../sql/shard.sql",
-    name = "shard",
+    "../sql/cluster/relations.sql",
+    name = "relations",
+    requires = ["remote"]
+);
+extension_sql_file!(
+    "../sql/cluster/distribute.sql",
+    name = "distribute",
+    requires = ["relations"]
+);
+extension_sql_file!(
+    "../sql/cluster/ddl_follower.sql",
+    name = "ddl_follower",
     requires = ["distribute"]
 );
-extension_sql_file!("../sql/move.sql", name = "move", requires = ["shard"]);
-extension_sql_file!("../sql/split.sql", name = "split", requires = ["move"]);
-extension_sql_file!("../sql/revert.sql", name = "revert", requires = ["split"]);
 extension_sql_file!(
-    "../sql/rebalance.sql",
+    "../sql/cluster/shard/tables.sql",
+    name = "shard_tables",
+    requires = ["ddl_follower"]
+);
+extension_sql_file!(
+    "../sql/cluster/shard/move.sql",
+    name = "shard_move",
+    requires = ["shard_tables"]
+);
+extension_sql_file!("../sql/cluster/move.sql", name = "move", requires = ["shard_move"]);
+extension_sql_file!(
+    "../sql/cluster/shard/split.sql",
+    name = "shard_split",
+    requires = ["move"]
+);
+extension_sql_file!("../sql/cluster/split.sql", name = "split", requires = ["shard_split"]);
+extension_sql_file!(
+    "../sql/cluster/shard/revert.sql",
+    name = "shard_revert",
+    requires = ["split"]
+);
+extension_sql_file!("../sql/cluster/revert.sql", name = "revert", requires = ["shard_revert"]);
+extension_sql_file!(
+    "../sql/cluster/rebalance.sql",
     name = "rebalance",
     requires = ["revert"]
 );
 extension_sql_file!(
-    "../sql/routing.sql",
+    "../sql/cluster/routing.sql",
     name = "routing",
     // (id_gen.route and route_owner are SQL functions whose bodies call shard_of.)
     requires = [
@@ -104,7 +116,12 @@ extension_sql_file!(
         order_no::shard_of_uuid
     ]
 );
-extension_sql_file!("../sql/finalize.sql", finalize);
+extension_sql_file!(
+    "../sql/cluster/shard/routing.sql",
+    name = "shard_routing",
+    requires = ["routing"]
+);
+extension_sql_file!("../sql/install/finalize.sql", finalize);
 
 /// Every subsystem's shared memory, in the order it is attached.
 static REGIONS: [shmem::Region; 4] = [

@@ -1,6 +1,6 @@
 //! Routing helpers that need Rust: validating a route before `set_route` stores it, and
 //! split/merge planning over `id_gen.shard_routes`. Plain lookups (`route`,
-//! `route_owner`) are SQL functions in `sql/finalize.sql`, where an index scan on the
+//! `route_owner`) are SQL functions in `sql/cluster/routing.sql`, where an index scan on the
 //! route table does the work.
 //!
 //! Invariant: the route table is read-only here; plans are proposals the operator

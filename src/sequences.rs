@@ -15,7 +15,7 @@ use pgrx::prelude::*;
 use std::sync::atomic::Ordering;
 
 // `id_gen.next_segment_id(text)` is the hot path of every INSERT that uses it as a
-// DEFAULT, so it is a hand-written V1 function (declared in sql/hot_path.sql) rather
+// DEFAULT, so it is a hand-written V1 function (declared in sql/install/hot_path.sql) rather
 // than a #[pg_extern]: it reads the name straight from the argument's varlena bytes
 // (no detoast call, no copy) when the text is stored inline, which is always the case
 // for a constant name; and it keeps the slot it used in the call site's `fn_extra`
@@ -78,7 +78,7 @@ pub extern "C" fn pg_finfo_id_gen_next_segment_id_unchecked() -> &'static pg_sys
 
 /// The benchmark baseline of the access check: `next_segment_id` without the per-call
 /// comparison of the call site's access stamp (the check on attach still runs). Only
-/// superusers may call it (sql/hot_path.sql), and they pass every access check anyway,
+/// superusers may call it (sql/install/hot_path.sql), and they pass every access check anyway,
 /// so it changes nobody's rights; bench/ measures both forms in one run.
 #[pg_guard]
 #[unsafe(no_mangle)]

@@ -3,7 +3,7 @@
 //!
 //! It connects to `id_gen.move_supervisor_database` (empty: no supervisor) and, every few
 //! seconds, if the id_gen extension there has unfinished moves, runs
-//! `id_gen.recover_moves(abandon_after)` (sql/move.sql) in a transaction of its own. All
+//! `id_gen.recover_moves(abandon_after)` (sql/cluster/move.sql) in a transaction of its own. All
 //! decisions are made there, in SQL, under the same per-move session advisory lock that
 //! `move_genes` and `abort_move` take, so the supervisor never races a running move: a
 //! fence of a move that has not cut over is lifted, a move that has cut over is finished,

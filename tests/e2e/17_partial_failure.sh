@@ -254,8 +254,8 @@ done
 
 log "(e) a frozen shard"
 # A session with a connection to shard_1 open: its next call after the freeze.
-cq -v VERBOSITY=verbose -c "SELECT id_gen.shard_exec('shard_1', 'SELECT 1', 2000)" -c "SELECT pg_sleep(2)" \
-   -c "SELECT id_gen.shard_exec('shard_1', 'SELECT 1', 2000)" > "$C/frozen_call.log" 2>&1 &
+cq -v VERBOSITY=verbose -c "SELECT id_gen.remote_exec('shard_1', 'SELECT 1', 2000)" -c "SELECT pg_sleep(2)" \
+   -c "SELECT id_gen.remote_exec('shard_1', 'SELECT 1', 2000)" > "$C/frozen_call.log" 2>&1 &
 CALLER=$!
 poll_until "a session with an open connection to shard_1 waits" "1" 30 \
   cq -c "SELECT count(*) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(2)'"
@@ -266,7 +266,7 @@ echo "  the session ended $(( ($(date +%s%N) - t0) / 1000000 )) ms after the fre
 assert_eq "$(sed -n 's/^ERROR:  \([0-9A-Z]\{5\}\): .*/\1/p' "$C/frozen_call.log" | head -1)" "57014" \
   "a statement on an open connection to a frozen shard ends at its bound with 57014 (no cancel request that waits for it)"
 t0=$(date +%s%N)
-err=$(state_of cq -c "SELECT id_gen.shard_exec('shard_1', 'SELECT 1', 2000)" || true)
+err=$(state_of cq -c "SELECT id_gen.remote_exec('shard_1', 'SELECT 1', 2000)" || true)
 echo "  a new connection to the frozen shard gave up after $(( ($(date +%s%N) - t0) / 1000000 )) ms (bound 2 s: connect_timeout on 15, a timer on 16+)" >&2
 assert_eq "$err" "08006" "a new connection to a frozen shard ends at connect_timeout with 08006"
 # A route change of shard_2's genes only: the supervisor tells shard_2 though shard_1 hangs.

@@ -180,15 +180,15 @@ FROM null_probe WHERE NOT strict AND who = 'superuser'
 ORDER BY signature COLLATE "C", pos;
 -- Policy violations among them: an error other than 22004, or a 22004 that does not
 -- name the argument (expected: none). distribute_table is listed above but not judged
--- here: it can only succeed with dblink and routes to postgres_fdw servers (tests/e2e/11),
+-- here: it can only succeed with dblink and routes to postgres_fdw servers (tests/cluster/test_coordinator.py),
 -- so with a NULL optional argument it fails for want of them instead. Nor are reraise and
--- shard_link_failed, whose job is to raise the error they are given (NULL detail and hint
+-- remote_link_failed, whose job is to raise the error they are given (NULL detail and hint
 -- are what they accept).
 SELECT signature, pos, argname, outcome, message FROM null_probe
 WHERE NOT strict AND who = 'superuser' AND outcome NOT IN ('null', 'value') AND outcome NOT LIKE 'skipped%'
   AND (outcome <> '22004' OR NOT pg_temp.names_arg(message, argname))
   AND signature NOT LIKE 'id\_gen.distribute\_table(%' AND signature NOT LIKE 'id\_gen.reraise(%'
-  AND signature NOT LIKE 'id\_gen.shard\_link\_failed(%'
+  AND signature NOT LIKE 'id\_gen.remote\_link\_failed(%'
 ORDER BY signature COLLATE "C", pos;
 -- The unprivileged caller: a NULL gets NULL, 22004 naming the argument, or a permission
 -- error (42501) — never anything else, and never a value from a management function.

@@ -146,7 +146,7 @@ COMMENT ON FUNCTION id_gen.fill_gene_id() IS 'BEFORE INSERT OR UPDATE row trigge
 COMMENT ON FUNCTION id_gen.shard_routing_changed() IS 'On a shard: every backend reloads its routing view (route version, partitions of distributed tables) once this transaction commits. Called by the shard functions that change them.';
 REVOKE EXECUTE ON FUNCTION id_gen.shard_routing_changed() FROM PUBLIC;
 -- src/connect_bound.rs
-COMMENT ON FUNCTION id_gen.arm_connect_bound(integer) IS 'Arms a timer that interrupts a wait (a connect to another server) after ms, like a cancel; id_gen.shard_send bounds its connects with it. Superuser only.';
+COMMENT ON FUNCTION id_gen.arm_connect_bound(integer) IS 'Arms a timer that interrupts a wait (a connect to another server) after ms, like a cancel; id_gen.remote_send bounds its connects with it. Superuser only.';
 REVOKE EXECUTE ON FUNCTION id_gen.arm_connect_bound(integer) FROM PUBLIC;
 COMMENT ON FUNCTION id_gen.disarm_connect_bound() IS 'Stops the timer of id_gen.arm_connect_bound; whether it fired (its cancel is then withdrawn if nothing took it). Superuser only.';
 REVOKE EXECUTE ON FUNCTION id_gen.disarm_connect_bound() FROM PUBLIC;
@@ -160,7 +160,7 @@ COMMENT ON FUNCTION id_gen.route_plan_split(text, text[]) IS 'Proposes routes th
 COMMENT ON FUNCTION id_gen.route_plan_merge(text[], text) IS 'Proposes routes that move the ranges of the given shards to one shard; apply each row with set_route.';
 COMMENT ON TABLE id_gen.shard_routes IS 'Route table: a gene goes to the first row whose upper_gene >= gene. Change with id_gen.set_route / id_gen.drop_route.';
 
--- The route table's view, lookups and changes are in sql/routing.sql.
+-- The route table's view, lookups and changes are in sql/cluster/routing.sql.
 
 -- Ad hoc decoding: where do the rows of a table live?
 CREATE FUNCTION id_gen.shard_histogram(tbl regclass, id_column name)

@@ -1,5 +1,5 @@
 -- Catalog tables of the sharded deployment (distributed tables and moves). Install only:
--- the code over them (sql/distribute.sql, sql/shard.sql, sql/move.sql) is written with
+-- the code over them (sql/cluster/distribute.sql, sql/cluster/shard/, sql/cluster/move.sql) is written with
 -- CREATE OR REPLACE, so that an update script re-creates it from the same files; changes
 -- to these tables go into sql/upgrade/<from>--<to>.sql by hand.
 
@@ -121,7 +121,7 @@ COMMENT ON COLUMN id_gen.shard_moves.slot_created IS 'Whether this move created 
 COMMENT ON COLUMN id_gen.shard_moves.recovered_by IS 'What the move supervisor did to a move whose session was gone (lifted the fence, finished the cut-over, aborted it), if anything.';
 
 -- @new-in-0.5.0
--- Reversible moves (sql/revert.sql): after the cut-over the target's changes replicate back
+-- Reversible moves (sql/cluster/revert.sql): after the cut-over the target's changes replicate back
 -- to the source until revert_move or complete_move.
 ALTER TABLE id_gen.shard_moves DROP CONSTRAINT shard_moves_phase_check;
 ALTER TABLE id_gen.shard_moves ADD CONSTRAINT shard_moves_phase_check
@@ -136,7 +136,7 @@ COMMENT ON COLUMN id_gen.shard_moves.reversible IS 'move_genes(..., reversible =
 COMMENT ON COLUMN id_gen.shard_moves.back_lsn IS 'The target''s WAL position inside the fence, after the last change from the source was applied: the reverse replication starts there.';
 COMMENT ON COLUMN id_gen.shard_moves.back_lag_bytes IS 'A reversible move: WAL of the target not yet confirmed by the source (reverse replication lag), as of back_checked_at.';
 COMMENT ON COLUMN id_gen.shard_moves.back_retained_bytes IS 'A reversible move: WAL the target keeps for the reverse replication slot (grows while the source does not confirm), as of back_checked_at.';
--- Online splits and merges of route ranges (sql/split.sql).
+-- Online splits and merges of route ranges (sql/cluster/split.sql).
 CREATE TABLE id_gen.route_splits (
     split_id       bigint      PRIMARY KEY DEFAULT nextval('id_gen.move_ids'),
     kind           text        NOT NULL CHECK (kind IN ('split', 'merge')),
@@ -199,7 +199,7 @@ REVOKE ALL ON id_gen.shard_split_log FROM PUBLIC;
 COMMENT ON TABLE id_gen.shard_split_log IS 'On a shard, during an online split or merge: the ids of rows written in the partitions being copied since the copy began (appended by a trigger in the writer''s transaction, never updated, so no writer conflicts on it at any isolation level); id_gen.shard_split_catch_up brings those rows of the new tables up to date and deletes the entries. Not dumped.';
 
 -- @new-in-0.6.0
--- Zero-hop routing (sql/routing.sql, docs/routing-protocol.md) ------------------------------
+-- Zero-hop routing (sql/cluster/routing.sql, docs/routing-protocol.md) ------------------------------
 CREATE TABLE id_gen.route_state (
     singleton  boolean     PRIMARY KEY DEFAULT true CHECK (singleton),
     version    bigint      NOT NULL CHECK (version > 0),
@@ -235,4 +235,4 @@ REVOKE ALL ON id_gen.shard_route_state FROM PUBLIC;
 GRANT SELECT ON id_gen.shard_route_state TO PUBLIC;
 COMMENT ON TABLE id_gen.shard_route_state IS 'On a shard: the route version and route table the coordinator last pushed (id_gen.shard_set_route_state). A transaction that declared an older version (id_gen.route_claim or SET id_gen.route_version) fails with IG001; the routes name the owner in the DETAIL of IG001.';
 
--- @new-in-0.7.2
+-- @new-in-0.7.3

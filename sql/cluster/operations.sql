@@ -1,6 +1,6 @@
 -- Long operations (moves, splits, merges, reverts, rebalance steps): what they share.
--- Code only (CREATE OR REPLACE); loaded before the files of each kind (sql/move.sql,
--- sql/split.sql, sql/revert.sql, sql/rebalance.sql), which use it.
+-- Code only (CREATE OR REPLACE); loaded before the files of each kind (sql/cluster/move.sql,
+-- sql/cluster/split.sql, sql/cluster/revert.sql, sql/cluster/rebalance.sql), which use it.
 --
 -- Advisory-lock keys, declared here and nowhere else (pg_locks shows them as classid; the
 -- second key of a two-key lock is objid, with objsubid = 2):

@@ -1,9 +1,9 @@
 -- Online moves of route ranges between shards (CALL id_gen.move_genes), on PostgreSQL's
--- logical replication. Built on the layout of sql/distribute.sql: a route range is one
+-- logical replication. Built on the layout of sql/cluster/distribute.sql: a route range is one
 -- partition on its shard and one range partition holding one foreign table on the
 -- coordinator, so a move copies whole tables and re-points one foreign table per table.
--- Code only (CREATE OR REPLACE); the tables are in sql/cluster_catalog.sql, and what runs
--- on the shards is in sql/shard.sql.
+-- Code only (CREATE OR REPLACE); the tables are in sql/install/cluster_catalog.sql, and what runs
+-- on the shards is in sql/cluster/shard/move.sql.
 --
 -- Phases (id_gen.moves.phase), each committed before the next starts:
 --   planned      the move is recorded; nothing exists anywhere yet.
@@ -41,7 +41,7 @@
 --     seconds: a fence of a move that has not cut over is lifted at once, a move that has
 --     cut over is finished, and a move left alone for id_gen.move_abandon_after is
 --     rolled back.
---   * Remote statements go through id_gen.shard_exec (sql/distribute.sql): one
+--   * Remote statements go through id_gen.remote_exec (sql/cluster/distribute.sql): one
 --     statement, pinned search_path, READ COMMITTED, cancellable, bounded.
 
 CREATE OR REPLACE VIEW id_gen.moves AS
@@ -66,7 +66,7 @@ GRANT SELECT ON id_gen.moves TO PUBLIC;
 
 -- libpq connection string of a shard for CREATE SUBSCRIPTION on another shard: the
 -- libpq options of its foreign server and of the current user's mapping.
-CREATE OR REPLACE FUNCTION id_gen.shard_conninfo(shard text, mask_password boolean DEFAULT true) RETURNS text
+CREATE OR REPLACE FUNCTION id_gen.subscription_conninfo(shard text, mask_password boolean DEFAULT true) RETURNS text
 LANGUAGE sql STABLE STRICT
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
@@ -74,18 +74,18 @@ BEGIN ATOMIC
                            CASE WHEN o.key = 'password' AND mask_password THEN '********'
                                 ELSE replace(replace(o.value, '\', '\\'), '''', '\''') END), ' ' ORDER BY o.key)
   FROM (SELECT split_part(opt, '=', 1) AS key, substr(opt, strpos(opt, '=') + 1) AS value
-        FROM (SELECT unnest(s.srvoptions) AS opt FROM pg_foreign_server s WHERE s.srvname = shard_conninfo.shard
+        FROM (SELECT unnest(s.srvoptions) AS opt FROM pg_foreign_server s WHERE s.srvname = subscription_conninfo.shard
               UNION ALL
               SELECT unnest(um.umoptions) FROM pg_user_mappings um
-              WHERE um.srvname = shard_conninfo.shard
+              WHERE um.srvname = subscription_conninfo.shard
                 AND um.umuser = (SELECT coalesce((SELECT u.umuser FROM pg_user_mappings u
-                                                  WHERE u.srvname = shard_conninfo.shard AND u.usename = current_user), 0))
+                                                  WHERE u.srvname = subscription_conninfo.shard AND u.usename = current_user), 0))
              ) opts) o
   WHERE o.key IN ('host', 'hostaddr', 'port', 'dbname', 'user', 'password', 'sslmode', 'sslrootcert',
                   'sslcert', 'sslkey', 'connect_timeout', 'options', 'target_session_attrs', 'passfile');
 END;
-COMMENT ON FUNCTION id_gen.shard_conninfo(text, boolean) IS 'The libpq connection string of a shard (options of its foreign server and of the current user''s mapping), for a subscription on another shard; the password is masked unless mask_password => false.';
-REVOKE EXECUTE ON FUNCTION id_gen.shard_conninfo(text, boolean) FROM PUBLIC;
+COMMENT ON FUNCTION id_gen.subscription_conninfo(text, boolean) IS 'The libpq connection string of a shard (options of its foreign server and of the current user''s mapping), for a subscription on another shard; the password is masked unless mask_password => false.';
+REVOKE EXECUTE ON FUNCTION id_gen.subscription_conninfo(text, boolean) FROM PUBLIC;
 
 -- The shard partitions a move takes, as qualified names, with their id columns and genes.
 CREATE OR REPLACE FUNCTION id_gen.move_parts(lower_gene integer, upper_gene integer,
@@ -135,41 +135,41 @@ BEGIN
   RETURN QUERY VALUES
     (1, 'copying', 'coordinator', 'prepare_target',
      format('-- %s gets the partitions of route ranges %s (id_gen.shard_apply_ranges): it creates the tables and empty partitions from the coordinator''s definitions', m.target_shard, p.ranges)),
-    (2, 'copying', 'target', 'fence_target', id_gen.shard_call_text('shard_fence_incoming', ARRAY[id, m.source_shard, p.parts::text])),
+    (2, 'copying', 'target', 'fence_target', id_gen.remote_call_text('shard_fence_incoming', ARRAY[id, m.source_shard, p.parts::text])),
     (3, 'copying', 'source', 'create_publication',
-     id_gen.shard_call_text('shard_create_publication', ARRAY[id, p.parts::text, p.id_columns::text, p.lower_genes::text, p.upper_genes::text])),
+     id_gen.remote_call_text('shard_create_publication', ARRAY[id, p.parts::text, p.id_columns::text, p.lower_genes::text, p.upper_genes::text])),
     (4, 'copying', 'coordinator', 'send_connection',
-     format('-- through postgres_fdw: INSERT INTO id_gen.move_secrets (move_id, conninfo) VALUES ($1, $2) on %s, with $2 = %s', m.target_shard, id_gen.shard_conninfo(m.source_shard, true))),
-    (5, 'copying', 'target', 'create_subscription', id_gen.shard_call_text('shard_subscribe', ARRAY[id, p.parts::text])),
-    (6, 'copying', 'source', 'create_slot', id_gen.shard_call_text('shard_create_slot', ARRAY[id])),
-    (7, 'copying', 'target', 'enable_subscription', id_gen.shard_call_text('shard_enable_subscription', ARRAY[id])),
+     format('-- through postgres_fdw: INSERT INTO id_gen.move_secrets (move_id, conninfo) VALUES ($1, $2) on %s, with $2 = %s', m.target_shard, id_gen.subscription_conninfo(m.source_shard, true))),
+    (5, 'copying', 'target', 'create_subscription', id_gen.remote_call_text('shard_subscribe', ARRAY[id, p.parts::text])),
+    (6, 'copying', 'source', 'create_slot', id_gen.remote_call_text('shard_create_slot', ARRAY[id])),
+    (7, 'copying', 'target', 'enable_subscription', id_gen.remote_call_text('shard_enable_subscription', ARRAY[id])),
     (8, 'copying', 'target', 'refresh_subscription', format('ALTER SUBSCRIPTION %I REFRESH PUBLICATION WITH (copy_data = true)', tag)),
-    (9, 'copying', 'target', 'sync_state', id_gen.shard_call_text('shard_subscription_state', ARRAY[id])),
-    (10, 'copying', 'target', 'count_target', id_gen.shard_call_text('shard_rows_copied', ARRAY[p.parts::text])),
-    (11, 'catching_up', 'source', 'lag', id_gen.shard_call_text('shard_move_lag', ARRAY[id])),
+    (9, 'copying', 'target', 'sync_state', id_gen.remote_call_text('shard_subscription_state', ARRAY[id])),
+    (10, 'copying', 'target', 'count_target', id_gen.remote_call_text('shard_rows_copied', ARRAY[p.parts::text])),
+    (11, 'catching_up', 'source', 'lag', id_gen.remote_call_text('shard_move_lag', ARRAY[id])),
     (12, 'catching_up', 'coordinator', 'fence_coordinator',
      '-- LOCK TABLE <range partitions of the moved genes> IN ACCESS EXCLUSIVE MODE  (writers of these genes wait; others do not)'),
-    (13, 'catching_up', 'source', 'fence_source', id_gen.shard_call_text('shard_fence', ARRAY[id, m.target_shard, p.parts::text])),
-    (14, 'catching_up', 'source', 'marker', id_gen.shard_call_text('shard_write_marker', ARRAY[id, '<attempt>'])),
-    (15, 'catching_up', 'target', 'await_marker', id_gen.shard_call_text('shard_has_marker', ARRAY[id, '<attempt>'])),
+    (13, 'catching_up', 'source', 'fence_source', id_gen.remote_call_text('shard_fence', ARRAY[id, m.target_shard, p.parts::text])),
+    (14, 'catching_up', 'source', 'marker', id_gen.remote_call_text('shard_write_marker', ARRAY[id, '<attempt>'])),
+    (15, 'catching_up', 'target', 'await_marker', id_gen.remote_call_text('shard_has_marker', ARRAY[id, '<attempt>'])),
     (16, 'catching_up', 'coordinator', 'flip',
      format('-- UPDATE id_gen.shard_routes SET shard = %L for %s; swap each range partition''s foreign table to %s; then (next step) the target''s fence is lifted, and COMMIT lifts the coordinator''s', m.target_shard, p.ranges, m.target_shard)),
-    (17, 'catching_up', 'target', 'unfence_target', id_gen.shard_call_text('shard_unfence', ARRAY[p.parts::text])),
-    (18, 'cut_over', 'source', 'detach_source', id_gen.shard_call_text('shard_detach_moved', ARRAY[id, p.parts::text])),
+    (17, 'catching_up', 'target', 'unfence_target', id_gen.remote_call_text('shard_unfence', ARRAY[p.parts::text])),
+    (18, 'cut_over', 'source', 'detach_source', id_gen.remote_call_text('shard_detach_moved', ARRAY[id, p.parts::text])),
     (19, 'cut_over', 'coordinator', 'forget_source',
      format('-- %s no longer owns route ranges %s (id_gen.shard_apply_ranges)', m.source_shard, p.ranges)),
     (20, 'cut_over', 'target', 'drop_subscription', format('DROP SUBSCRIPTION IF EXISTS %I', tag)),
-    (21, 'cut_over', 'source', 'drop_publication', id_gen.shard_call_text('shard_drop_publication', ARRAY[id])),
+    (21, 'cut_over', 'source', 'drop_publication', id_gen.remote_call_text('shard_drop_publication', ARRAY[id])),
     (22, 'cut_over', 'source', 'drop_source',
-     id_gen.shard_call_text('shard_drop_moved', ARRAY[id, p.parts::text, (NOT coalesce(m.keep_source, false))::text])),
-    (23, 'cut_over', 'target', 'forget_markers', id_gen.shard_call_text('shard_forget_markers', ARRAY[id])),
-    (24, 'abort', 'source', 'unfence_source', id_gen.shard_call_text('shard_unfence', ARRAY[p.parts::text])),
+     id_gen.remote_call_text('shard_drop_moved', ARRAY[id, p.parts::text, (NOT coalesce(m.keep_source, false))::text])),
+    (23, 'cut_over', 'target', 'forget_markers', id_gen.remote_call_text('shard_forget_markers', ARRAY[id])),
+    (24, 'abort', 'source', 'unfence_source', id_gen.remote_call_text('shard_unfence', ARRAY[p.parts::text])),
     (25, 'abort', 'source', 'drop_slot',
-     id_gen.shard_call_text('shard_drop_move_slots', ARRAY[id, coalesce(m.slot_created, false)::text,
+     id_gen.remote_call_text('shard_drop_move_slots', ARRAY[id, coalesce(m.slot_created, false)::text,
                                                            m.target_subscription::text, m.target_system_id])),
-    (26, 'abort', 'target', 'detach_subscription', id_gen.shard_call_text('shard_detach_subscription', ARRAY[id])),
-    (27, 'abort', 'target', 'empty_target', id_gen.shard_call_text('shard_empty_partitions', ARRAY[p.parts::text])),
-    (28, 'abort', 'source', 'forget_source_markers', id_gen.shard_call_text('shard_forget_markers', ARRAY[id]));
+    (26, 'abort', 'target', 'detach_subscription', id_gen.remote_call_text('shard_detach_subscription', ARRAY[id])),
+    (27, 'abort', 'target', 'empty_target', id_gen.remote_call_text('shard_empty_partitions', ARRAY[p.parts::text])),
+    (28, 'abort', 'source', 'forget_source_markers', id_gen.remote_call_text('shard_forget_markers', ARRAY[id]));
 END $$;
 COMMENT ON FUNCTION id_gen.move_commands(id_gen.shard_moves) IS 'The steps of a move with the statement each server runs (what move_genes executes and dry_run prints); no statement carries a password.';
 REVOKE EXECUTE ON FUNCTION id_gen.move_commands(id_gen.shard_moves) FROM PUBLIC;
@@ -187,7 +187,7 @@ BEGIN
   IF c.server NOT IN ('source', 'target') THEN
     RAISE EXCEPTION 'id_gen: % is not a step that runs on a shard', step_name USING ERRCODE = '22023';
   END IF;
-  RETURN id_gen.shard_exec(CASE c.server WHEN 'source' THEN m.source_shard ELSE m.target_shard END,
+  RETURN id_gen.remote_exec(CASE c.server WHEN 'source' THEN m.source_shard ELSE m.target_shard END,
                            replace(c.command, '<attempt>', attempt::text), timeout_ms);
 END $$;
 COMMENT ON FUNCTION id_gen.run_move_step(id_gen.shard_moves, text, integer, integer) IS 'Runs one step of a move (see move_commands) on its shard.';
@@ -232,7 +232,7 @@ BEGIN
                  ft, m.target_shard, 'id_gen', 'move_secrets');
   EXECUTE format('DELETE FROM id_gen.%I WHERE move_id = $1', ft) USING m.move_id;
   EXECUTE format('INSERT INTO id_gen.%I (move_id, conninfo) VALUES ($1, $2)', ft)
-    USING m.move_id, id_gen.shard_conninfo(m.source_shard, false);
+    USING m.move_id, id_gen.subscription_conninfo(m.source_shard, false);
   EXECUTE format('DROP FOREIGN TABLE id_gen.%I', ft);
 END $$;
 COMMENT ON FUNCTION id_gen.send_move_secret(id_gen.shard_moves) IS 'Leaves the source''s connection string (with its password) in the target''s id_gen.move_secrets, as a bound parameter of a postgres_fdw INSERT; the target''s shard_subscribe reads and deletes it.';
@@ -292,7 +292,7 @@ BEGIN
   END;
   IF m.reversible THEN
     BEGIN
-      PERFORM id_gen.shard_call(m.target_shard, 'shard_drop_way_back', ARRAY[m.move_id::text], 30000);
+      PERFORM id_gen.remote_call(m.target_shard, 'shard_drop_way_back', ARRAY[m.move_id::text], 30000);
     EXCEPTION WHEN OTHERS OR query_canceled THEN
       GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT;
       errors := concat_ws('; ', errors, 'the way back on the target: ' || msg);
@@ -358,7 +358,7 @@ DECLARE
 BEGIN
   PERFORM id_gen.require_superuser('recover moves');
   -- Shards that have not been told the current route version (set_route, drop_route, or a
-  -- push that failed) are told first (sql/routing.sql; shards that answer first), so that a
+  -- push that failed) are told first (sql/cluster/routing.sql; shards that answer first), so that a
   -- shard that hangs delays no other shard's push.
   PERFORM id_gen.push_route_state();
   -- Shards that did not answer lately (a failed push, or a call of this pass) are left out
@@ -446,7 +446,7 @@ BEGIN
       RETURN NEXT;
     END IF;
   END LOOP;
-  -- Splits and merges of route ranges (sql/split.sql) share the supervisor.
+  -- Splits and merges of route ranges (sql/cluster/split.sql) share the supervisor.
   IF EXISTS (SELECT FROM id_gen.route_splits rs WHERE rs.phase NOT IN ('done', 'aborted', 'failed') AND rs.shard <> ALL (down)) THEN
     RETURN QUERY SELECT x.split_id, x.action FROM id_gen.recover_splits(abandon_after, grace) x;
   END IF;
@@ -532,9 +532,9 @@ DECLARE
   high text;
 BEGIN
   FOR seq IN SELECT DISTINCT t.sequence FROM id_gen.distributed_tables t WHERE t.sequence IS NOT NULL LOOP
-    high := id_gen.shard_call(m.source_shard, 'shard_sequence_high', ARRAY[seq], 5000);
+    high := id_gen.remote_call(m.source_shard, 'shard_sequence_high', ARRAY[seq], 5000);
     IF high IS NOT NULL THEN
-      PERFORM id_gen.shard_call(m.target_shard, 'shard_raise_sequence', ARRAY[seq, high], 5000);
+      PERFORM id_gen.remote_call(m.target_shard, 'shard_raise_sequence', ARRAY[seq, high], 5000);
     END IF;
   END LOOP;
 END $$;
@@ -586,7 +586,7 @@ BEGIN
     RAISE EXCEPTION 'id_gen: lower_gene % is above upper_gene %', lower_gene, upper_gene USING ERRCODE = '22023';
   END IF;
   PERFORM id_gen.require_superuser('move genes between shards');
-  -- Advisory-lock keys (sql/operations.sql): operation_start_lock_key (transaction) decides
+  -- Advisory-lock keys (sql/cluster/operations.sql): operation_start_lock_key (transaction) decides
   -- which move runs; operation_session_lock_key with the move id (session) is held by the
   -- session that runs that move.
   -- One session at a time decides which move runs, and no route change or new distributed
@@ -701,13 +701,13 @@ BEGIN
 
   IF m.move_id IS NULL THEN
     PERFORM id_gen.dblink_schema();
-    res := id_gen.shard_exec(src, 'SELECT pg_catalog.current_setting(''wal_level'')', 10000);
+    res := id_gen.remote_exec(src, 'SELECT pg_catalog.current_setting(''wal_level'')', 10000);
     IF res <> 'logical' THEN
       RAISE EXCEPTION 'id_gen: source shard "%" runs with wal_level = %, and logical replication needs logical', src, res
         USING ERRCODE = '55000',
               HINT = format('On %s: ALTER SYSTEM SET wal_level = logical; then restart it. Nothing was changed.', src);
     END IF;
-    PERFORM id_gen.shard_call(move_genes.target_shard, 'shard_system_id', '{}', 10000);
+    PERFORM id_gen.remote_call(move_genes.target_shard, 'shard_system_id', '{}', 10000);
     INSERT INTO id_gen.shard_moves (lower_gene, upper_gene, source_shard, target_shard, keep_source, reversible, runner_pid)
     VALUES (move_genes.lower_gene, move_genes.upper_gene, src, move_genes.target_shard, move_genes.keep_source,
             move_genes.reversible, pg_backend_pid())
@@ -743,7 +743,7 @@ BEGIN
         sub := id_gen.run_move_step(m, 'create_subscription')::oid;
         UPDATE id_gen.shard_moves sm
         SET target_subscription = sub,
-            target_system_id = id_gen.shard_call(m.target_shard, 'shard_system_id', '{}', 10000),
+            target_system_id = id_gen.remote_call(m.target_shard, 'shard_system_id', '{}', 10000),
             updated_at = clock_timestamp()
         WHERE sm.move_id = m.move_id AND sm.phase = 'planned' RETURNING * INTO m;
         IF NOT FOUND THEN
@@ -884,7 +884,7 @@ BEGIN
       PERFORM pg_sleep(0.1);
     END LOOP;
     IF m.reversible THEN
-      -- The way back exists before the fence: the target's publication and slot (sql/revert.sql).
+      -- The way back exists before the fence: the target's publication and slot (sql/cluster/revert.sql).
       PERFORM id_gen.prepare_way_back(m);
       COMMIT;
       PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
@@ -913,7 +913,7 @@ BEGIN
           IF m.reversible THEN
             -- Every change from the source is applied on the target; what the target writes from
             -- here on goes back (the reverse replication starts at this position).
-            UPDATE id_gen.shard_moves sm SET back_lsn = id_gen.shard_call(m.target_shard, 'shard_current_lsn', '{}', 5000)::pg_lsn
+            UPDATE id_gen.shard_moves sm SET back_lsn = id_gen.remote_call(m.target_shard, 'shard_current_lsn', '{}', 5000)::pg_lsn
             WHERE sm.move_id = m.move_id;
           END IF;
           PERFORM id_gen.flip_routes(m.lower_gene, m.upper_gene, m.target_shard);

@@ -1,0 +1,164 @@
+-- Helpers for the relations of distributed tables, used on the coordinator and on the
+-- shards: which code a table's maintenance could run (untrusted_code), partition bounds as
+-- text, relation kinds, settings, owners and grants carried from a parent to the relations
+-- behind it. Code only (CREATE OR REPLACE).
+--
+-- Invariants: no code that a non-superuser owns runs during a superuser's maintenance of
+-- a table: its constraints, defaults, indexes, triggers and policies, and the types of
+-- its columns, may only call functions owned by superusers (untrusted_code names the
+-- first that does not).
+
+-- Which code could run when a superuser maintains this table -----------------------------
+-- Walks the objects the table's maintenance can execute: the table and its partitions
+-- and indexes, their constraints, defaults, triggers, policies and rules, the functions,
+-- operators and types those use, domain constraints and composite attributes; returns
+-- the first function owned by a role that is not a superuser, or NULL.
+CREATE OR REPLACE FUNCTION id_gen.untrusted_code(rel regclass) RETURNS text
+LANGUAGE plpgsql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  seen text[] := '{}';
+  todo text[] := ARRAY['pg_class:' || rel::oid];
+  cur text;
+  cls regclass;
+  obj oid;
+  found text;
+BEGIN
+  WHILE cardinality(todo) > 0 AND cardinality(seen) < 10000 LOOP
+    cur := todo[1];
+    todo := todo[2:];
+    CONTINUE WHEN cur = ANY (seen);
+    seen := seen || cur;
+    cls := split_part(cur, ':', 1)::regclass;
+    obj := split_part(cur, ':', 2)::oid;
+    IF cls = 'pg_proc'::regclass THEN
+      SELECT format('function %s (owned by %s, who is not a superuser)', p.oid::regprocedure, quote_ident(r.rolname))
+        INTO found
+      FROM pg_proc p JOIN pg_roles r ON r.oid = p.proowner
+      WHERE p.oid = obj AND NOT r.rolsuper;
+      IF found IS NOT NULL THEN
+        RETURN found;
+      END IF;
+    END IF;
+    -- What this object uses.
+    todo := todo || ARRAY(
+      SELECT d.refclassid::regclass::text || ':' || d.refobjid
+      FROM pg_depend d
+      WHERE d.classid = cls AND d.objid = obj
+        AND d.refclassid IN ('pg_proc'::regclass, 'pg_operator'::regclass, 'pg_type'::regclass)
+      UNION
+      SELECT 'pg_class:' || t.typrelid FROM pg_type t
+      WHERE cls = 'pg_type'::regclass AND t.oid = obj AND t.typrelid <> 0);
+    -- What belongs to it: a relation's constraints, defaults, triggers, policies, its own
+    -- rules, indexes and partitions; a domain's constraints.
+    IF cls IN ('pg_class'::regclass, 'pg_type'::regclass) THEN
+      todo := todo || ARRAY(
+        SELECT d.classid::regclass::text || ':' || d.objid
+        FROM pg_depend d
+        WHERE d.refclassid = cls AND d.refobjid = obj
+          AND (d.classid IN ('pg_constraint'::regclass, 'pg_attrdef'::regclass, 'pg_trigger'::regclass,
+                             'pg_policy'::regclass, 'pg_class'::regclass)
+               OR (d.classid = 'pg_rewrite'::regclass
+                   AND EXISTS (SELECT FROM pg_rewrite rw WHERE rw.oid = d.objid AND rw.ev_class = obj)))
+          AND NOT (d.classid = 'pg_class'::regclass
+                   AND (SELECT c.relkind FROM pg_class c WHERE c.oid = d.objid) NOT IN ('r', 'p', 'i', 'I', 'f')));
+    END IF;
+  END LOOP;
+  RETURN NULL;
+END $$;
+COMMENT ON FUNCTION id_gen.untrusted_code(regclass) IS 'The first function owned by a non-superuser that maintaining the table could run (its constraints, defaults, indexes, triggers, policies, rules, column types and partitions), or NULL. id_gen refuses to copy, move or re-partition such tables as a superuser.';
+REVOKE EXECUTE ON FUNCTION id_gen.untrusted_code(regclass) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION id_gen.refuse_untrusted_table(rel regclass, what text) RETURNS void
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  code text := id_gen.untrusted_code(rel);
+  owner_name name;
+  owner_super boolean;
+BEGIN
+  IF code IS NOT NULL THEN
+    RAISE EXCEPTION 'id_gen: cannot % %: it runs % ', what, rel, code
+      USING ERRCODE = '42501',
+            DETAIL = 'id_gen copies, moves and re-partitions distributed tables with superuser rights, and would run that code with them.',
+            HINT = 'Have a superuser own the functions the table''s constraints, defaults, indexes, triggers and column types call (ALTER FUNCTION ... OWNER TO), or remove them from the table.';
+  END IF;
+  SELECT r.rolname, r.rolsuper INTO owner_name, owner_super
+  FROM pg_class c JOIN pg_roles r ON r.oid = c.relowner WHERE c.oid = rel;
+  IF what LIKE 'shard%' AND NOT owner_super AND owner_name <> current_user THEN
+    RAISE EXCEPTION 'id_gen: cannot % %: it is owned by %, not by a superuser or %', what, rel,
+                    quote_ident(owner_name), quote_ident(current_user)
+      USING ERRCODE = '42501',
+            HINT = 'The coordinator creates the shards'' tables itself; a table of that name made by another role is not adopted. Rename or drop it (or ALTER TABLE ... OWNER TO a superuser).';
+  END IF;
+END $$;
+COMMENT ON FUNCTION id_gen.refuse_untrusted_table(regclass, text) IS 'Raises 42501 when maintaining the table could run code owned by a non-superuser (id_gen.untrusted_code), or when a shard table is owned by a role that is neither a superuser nor the caller.';
+REVOKE EXECUTE ON FUNCTION id_gen.refuse_untrusted_table(regclass, text) FROM PUBLIC;
+
+-- The partition bound of genes lower_gene .. upper_gene exactly as pg_get_expr prints it.
+CREATE OR REPLACE FUNCTION id_gen.partition_bound_text(lower_gene integer, upper_gene integer) RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN format('FOR VALUES FROM (%L) TO (%s)', id_gen.gene_first_id(lower_gene),
+              CASE WHEN upper_gene = 65535 THEN 'MAXVALUE' ELSE quote_literal(id_gen.gene_first_id(upper_gene + 1)) END);
+COMMENT ON FUNCTION id_gen.partition_bound_text(integer, integer) IS 'The partition bound of genes lower_gene .. upper_gene as pg_get_expr(relpartbound) prints it: how shards and coordinators recognise a range''s partition whatever its name.';
+
+-- The word ALTER needs for a relation: TABLE, FOREIGN TABLE or VIEW.
+CREATE OR REPLACE FUNCTION id_gen.relation_kind_word(rel regclass) RETURNS text
+LANGUAGE sql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+  SELECT CASE c.relkind WHEN 'f' THEN 'FOREIGN TABLE' WHEN 'v' THEN 'VIEW' ELSE 'TABLE' END
+  FROM pg_class c WHERE c.oid OPERATOR(pg_catalog.=) rel;
+END;
+COMMENT ON FUNCTION id_gen.relation_kind_word(regclass) IS 'TABLE, FOREIGN TABLE or VIEW: what ALTER ... OWNER TO and COMMENT ON need for a relation.';
+GRANT EXECUTE ON FUNCTION id_gen.relation_kind_word(regclass) TO PUBLIC;
+
+-- Grants, owner, row security and comment of a parent, repeated on one of its partitions.
+CREATE OR REPLACE FUNCTION id_gen.inherit_parent_settings(parent regclass, part regclass, note text) RETURNS void
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  p record;
+  kind text;
+BEGIN
+  SELECT pg_get_userbyid(c.relowner) AS owner_name, c.relrowsecurity, c.relforcerowsecurity INTO p
+  FROM pg_class c WHERE c.oid = parent;
+  kind := id_gen.relation_kind_word(part);
+  EXECUTE format('ALTER %s %s OWNER TO %I', kind, part, p.owner_name);
+  PERFORM id_gen.copy_grants(parent, part);
+  IF p.relrowsecurity AND kind = 'TABLE' THEN
+    EXECUTE format('ALTER TABLE %s ENABLE ROW LEVEL SECURITY', part);
+  END IF;
+  IF p.relforcerowsecurity AND kind = 'TABLE' THEN
+    EXECUTE format('ALTER TABLE %s FORCE ROW LEVEL SECURITY', part);
+  END IF;
+  IF note IS NOT NULL THEN
+    EXECUTE format('COMMENT ON %s %s IS %L', kind, part, note);
+  END IF;
+END $$;
+COMMENT ON FUNCTION id_gen.inherit_parent_settings(regclass, regclass, text) IS 'Gives a new partition its parent''s owner, grants and row-level security settings, and a comment.';
+REVOKE EXECUTE ON FUNCTION id_gen.inherit_parent_settings(regclass, regclass, text) FROM PUBLIC;
+
+-- Grants of one relation, repeated on another (the owner's own rights are implied).
+CREATE OR REPLACE FUNCTION id_gen.copy_grants(source regclass, target regclass) RETURNS void
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  g record;
+BEGIN
+  FOR g IN SELECT a.grantee, a.privilege_type, a.is_grantable
+           FROM pg_class c, aclexplode(c.relacl) a
+           WHERE c.oid = source AND a.grantee <> c.relowner LOOP
+    EXECUTE format('GRANT %s ON %s TO %s%s', g.privilege_type, target,
+                   CASE WHEN g.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(pg_get_userbyid(g.grantee)) END,
+                   CASE WHEN g.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+  END LOOP;
+END $$;
+COMMENT ON FUNCTION id_gen.copy_grants(regclass, regclass) IS 'Grants on target every privilege that was granted on source (distributed tables carry their grants to the relations behind them).';
+-- Runs as its caller (the event trigger that keeps grants in step runs as whoever GRANTs).
+GRANT EXECUTE ON FUNCTION id_gen.copy_grants(regclass, regclass) TO PUBLIC;

@@ -1,0 +1,261 @@
+-- On a shard: the shard half of reversible moves (sql/cluster/revert.sql drives them and
+-- says how they work): the way back's publication, slot and subscription, the kept
+-- partitions of the source, and their end. Code only (CREATE OR REPLACE).
+--
+-- Invariants: see sql/cluster/revert.sql. The kept partitions refuse direct writes (the
+-- move's fence trigger) until revert_move opens them.
+
+CREATE OR REPLACE FUNCTION id_gen.shard_current_lsn() RETURNS text
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+RETURN pg_catalog.pg_current_wal_lsn()::text;
+COMMENT ON FUNCTION id_gen.shard_current_lsn() IS 'On a shard: its current WAL position (where a reversible move''s way back starts).';
+REVOKE EXECUTE ON FUNCTION id_gen.shard_current_lsn() FROM PUBLIC;
+
+-- On the target, before the fence: the publication of the way back (idempotent).
+CREATE OR REPLACE FUNCTION id_gen.shard_create_way_back(move_id bigint, parts text[]) RETURNS text
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  tag name := 'id_gen_back_' || move_id;
+  rels regclass[] := id_gen.shard_relations(parts, true);
+BEGIN
+  IF NOT EXISTS (SELECT FROM pg_publication p WHERE p.pubname = tag) THEN
+    EXECUTE format('CREATE PUBLICATION %I FOR TABLE %s, id_gen.move_markers WHERE (move_id OPERATOR(pg_catalog.=) %s)',
+                   tag, (SELECT string_agg(r::text, ', ') FROM unnest(rels) r), move_id);
+  END IF;
+  RETURN tag;
+END $$;
+COMMENT ON FUNCTION id_gen.shard_create_way_back(bigint, text[]) IS 'On the target of a reversible move: the publication of the way back (its partitions of the moved genes and the move''s markers).';
+REVOKE EXECUTE ON FUNCTION id_gen.shard_create_way_back(bigint, text[]) FROM PUBLIC;
+
+-- (A transaction of its own: a logical slot is not created in one that has written.)
+CREATE OR REPLACE FUNCTION id_gen.shard_create_way_back_slot(move_id bigint) RETURNS text
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  tag name := 'id_gen_back_' || move_id;
+BEGIN
+  IF NOT EXISTS (SELECT FROM pg_replication_slots s WHERE s.slot_name = tag) THEN
+    PERFORM pg_create_logical_replication_slot(tag, 'pgoutput');
+  END IF;
+  RETURN tag;
+END $$;
+COMMENT ON FUNCTION id_gen.shard_create_way_back_slot(bigint) IS 'On the target of a reversible move: the slot of the way back (advanced to the flip at the cut-over).';
+REVOKE EXECUTE ON FUNCTION id_gen.shard_create_way_back_slot(bigint) FROM PUBLIC;
+
+-- On the target: moves the way back's slot to the flip (what came before it came from the source).
+CREATE OR REPLACE FUNCTION id_gen.shard_advance_way_back(move_id bigint, lsn pg_lsn) RETURNS text
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  tag name := 'id_gen_back_' || move_id;
+  at pg_lsn;
+BEGIN
+  SELECT s.confirmed_flush_lsn INTO at FROM pg_replication_slots s WHERE s.slot_name = tag;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'id_gen: the slot % of reversible move % is missing on this shard', tag, move_id
+      USING ERRCODE = '55000', HINT = 'Without it the source cannot follow: complete the move (CALL id_gen.complete_move).';
+  END IF;
+  IF at < lsn THEN
+    PERFORM pg_replication_slot_advance(tag, lsn);
+  END IF;
+  RETURN (SELECT s.confirmed_flush_lsn::text FROM pg_replication_slots s WHERE s.slot_name = tag);
+END $$;
+COMMENT ON FUNCTION id_gen.shard_advance_way_back(bigint, pg_lsn) IS 'On the target of a reversible move: advances the way back''s slot to the flip, so that only the target''s own writes go back.';
+REVOKE EXECUTE ON FUNCTION id_gen.shard_advance_way_back(bigint, pg_lsn) FROM PUBLIC;
+
+-- On the target: '<lag bytes> <retained bytes>' of the way back's slot.
+CREATE OR REPLACE FUNCTION id_gen.shard_way_back_lag(move_id bigint) RETURNS text
+LANGUAGE sql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+  SELECT (pg_current_wal_lsn() OPERATOR(pg_catalog.-) s.confirmed_flush_lsn)::bigint::text OPERATOR(pg_catalog.||) ' '
+         OPERATOR(pg_catalog.||) (pg_current_wal_lsn() OPERATOR(pg_catalog.-) s.restart_lsn)::bigint::text
+  FROM pg_replication_slots s WHERE s.slot_name OPERATOR(pg_catalog.=) ('id_gen_back_' OPERATOR(pg_catalog.||) move_id);
+END;
+COMMENT ON FUNCTION id_gen.shard_way_back_lag(bigint) IS 'On the target of a reversible move: WAL bytes the source has not confirmed, and WAL bytes the slot keeps ("<lag> <retained>"; NULL without the slot).';
+REVOKE EXECUTE ON FUNCTION id_gen.shard_way_back_lag(bigint) FROM PUBLIC;
+
+-- On the target: the way back's publication and slot go (the subscription first, on the source).
+CREATE OR REPLACE FUNCTION id_gen.shard_drop_way_back(move_id bigint) RETURNS text
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  tag name := 'id_gen_back_' || move_id;
+  pid integer;
+BEGIN
+  EXECUTE format('DROP PUBLICATION IF EXISTS %I', tag);
+  SELECT s.active_pid INTO pid FROM pg_replication_slots s WHERE s.slot_name = tag;
+  IF pid IS NOT NULL THEN
+    PERFORM pg_terminate_backend(pid);
+    PERFORM pg_sleep(0.2);
+  END IF;
+  IF EXISTS (SELECT FROM pg_replication_slots s WHERE s.slot_name = tag AND NOT s.active) THEN
+    PERFORM pg_drop_replication_slot(tag);
+  END IF;
+  RETURN CASE WHEN EXISTS (SELECT FROM pg_replication_slots s WHERE s.slot_name = tag) THEN 'slot still active' ELSE 'dropped' END;
+END $$;
+COMMENT ON FUNCTION id_gen.shard_drop_way_back(bigint) IS 'On the target of a reversible move: drops the way back''s publication and slot.';
+REVOKE EXECUTE ON FUNCTION id_gen.shard_drop_way_back(bigint) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION id_gen.shard_detach_way_back(move_id bigint) RETURNS void
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  tag name := 'id_gen_back_' || move_id;
+BEGIN
+  IF EXISTS (SELECT FROM pg_subscription s WHERE s.subname = tag) THEN
+    EXECUTE format('ALTER SUBSCRIPTION %I DISABLE', tag);
+    EXECUTE format('ALTER SUBSCRIPTION %I SET (slot_name = NONE)', tag);
+  END IF;
+END $$;
+COMMENT ON FUNCTION id_gen.shard_detach_way_back(bigint) IS 'On the source of a reversible move: disables the way back''s subscription and lets go of its slot (dropped on the target first), so that DROP SUBSCRIPTION does not need the target.';
+REVOKE EXECUTE ON FUNCTION id_gen.shard_detach_way_back(bigint) FROM PUBLIC;
+
+-- On the source at the cut-over of a reversible move: the partitions leave the table but
+-- keep their names (the way back applies to them by name) and get a CHECK of their bounds.
+CREATE OR REPLACE FUNCTION id_gen.shard_detach_kept(move_id bigint, parts text[], id_columns name[],
+                                                    lower_genes integer[], upper_genes integer[]) RETURNS integer
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  rel regclass;
+  parent regclass;
+  n integer := 0;
+BEGIN
+  PERFORM set_config('lock_timeout', '5s', true);
+  PERFORM id_gen.quiet_ddl();
+  FOR i IN 1 .. cardinality(parts) LOOP
+    rel := to_regclass(parts[i]);
+    CONTINUE WHEN rel IS NULL;
+    SELECT x.inhparent::regclass INTO parent FROM pg_inherits x WHERE x.inhrelid = rel;
+    IF parent IS NOT NULL THEN
+      EXECUTE format('ALTER TABLE %s DETACH PARTITION %s', parent, rel);
+      n := n + 1;
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_constraint c WHERE c.conrelid = rel AND c.conname = 'id_gen_kept_bound') THEN
+      EXECUTE format('ALTER TABLE %s ADD CONSTRAINT id_gen_kept_bound CHECK (%I OPERATOR(pg_catalog.>=) %s AND %I OPERATOR(pg_catalog.<=) %s)',
+                     rel, id_columns[i], id_gen.gene_first_id(lower_genes[i]), id_columns[i], id_gen.gene_last_id(upper_genes[i]));
+    END IF;
+    EXECUTE format('COMMENT ON TABLE %s IS %L', rel,
+                   format('id_gen: genes %s .. %s, kept in step with the target of reversible move %s (revert_move or complete_move ends it)',
+                          lower_genes[i], upper_genes[i], move_id));
+  END LOOP;
+  PERFORM id_gen.shard_routing_changed();
+  RETURN n;
+END $$;
+COMMENT ON FUNCTION id_gen.shard_detach_kept(bigint, text[], name[], integer[], integer[]) IS 'On the source of a reversible move at its cut-over: detaches the moved partitions, keeping their names (the way back applies to them) and adding a CHECK of their bounds (so re-attaching needs no scan).';
+REVOKE EXECUTE ON FUNCTION id_gen.shard_detach_kept(bigint, text[], name[], integer[], integer[]) FROM PUBLIC;
+
+-- On the source: the way back's subscription (from id_gen.move_secrets), not yet enabled.
+CREATE OR REPLACE FUNCTION id_gen.shard_subscribe_way_back(move_id bigint, parts text[]) RETURNS oid
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  tag name := 'id_gen_back_' || move_id;
+  rel regclass;
+BEGIN
+  FOREACH rel IN ARRAY id_gen.shard_relations(parts, true) LOOP
+    PERFORM id_gen.refuse_untrusted_table(rel, 'shard table');
+  END LOOP;
+  PERFORM id_gen.subscribe_with_secret(move_id, tag, true);
+  IF EXISTS (SELECT FROM pg_subscription s WHERE s.subname = tag AND NOT s.subenabled) THEN
+    EXECUTE format('ALTER SUBSCRIPTION %I ENABLE', tag);
+  END IF;
+  RETURN (SELECT s.oid FROM pg_subscription s WHERE s.subname = tag);
+END $$;
+COMMENT ON FUNCTION id_gen.shard_subscribe_way_back(bigint, text[]) IS 'On the source of a reversible move: creates and enables the subscription of the way back from the connection string in id_gen.move_secrets (then forgotten).';
+REVOKE EXECUTE ON FUNCTION id_gen.shard_subscribe_way_back(bigint, text[]) FROM PUBLIC;
+
+-- On the source, after a revert's flip: the kept partitions rejoin the table.
+CREATE OR REPLACE FUNCTION id_gen.shard_reattach_kept(move_id bigint, parts text[], lower_genes integer[], upper_genes integer[]) RETURNS integer
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  rel regclass;
+  parent regclass;
+  n integer := 0;
+BEGIN
+  PERFORM set_config('lock_timeout', '5s', true);
+  PERFORM id_gen.quiet_ddl();
+  FOR i IN 1 .. cardinality(parts) LOOP
+    rel := to_regclass(parts[i]);
+    IF rel IS NULL THEN
+      RAISE EXCEPTION 'id_gen: the kept partition % of move % is missing on this shard', parts[i], move_id USING ERRCODE = '55000';
+    END IF;
+    CONTINUE WHEN EXISTS (SELECT FROM pg_inherits x WHERE x.inhrelid = rel);
+    SELECT format('%I.%I', t.schema_name, t.table_name)::regclass INTO parent
+    FROM id_gen.shard_tables t JOIN pg_class c ON c.oid = rel JOIN pg_namespace ns ON ns.oid = c.relnamespace
+    WHERE t.schema_name = ns.nspname AND id_gen.partition_name(t.stem, lower_genes[i], upper_genes[i]) = c.relname;
+    IF parent IS NULL THEN
+      RAISE EXCEPTION 'id_gen: no distributed table on this shard owns %', rel USING ERRCODE = '55000';
+    END IF;
+    EXECUTE format('ALTER TABLE %s ATTACH PARTITION %s FOR VALUES %s', parent, rel,
+                   id_gen.partition_bounds(lower_genes[i], upper_genes[i]));
+    EXECUTE format('ALTER TABLE %s DROP CONSTRAINT IF EXISTS id_gen_kept_bound', rel);
+    EXECUTE format('DROP TRIGGER IF EXISTS id_gen_move_fence ON %s', rel);
+    EXECUTE format('COMMENT ON TABLE %s IS %L', rel,
+                   format('id_gen: genes %s .. %s of %s on this shard (kept by the coordinator)', lower_genes[i], upper_genes[i], parent));
+    n := n + 1;
+  END LOOP;
+  PERFORM id_gen.shard_routing_changed();
+  RETURN n;
+END $$;
+COMMENT ON FUNCTION id_gen.shard_reattach_kept(bigint, text[], integer[], integer[]) IS 'On the source of a reverted move: attaches the kept partitions to their tables again (no scan: their CHECK implies the bounds) and removes the move''s fence trigger from them.';
+REVOKE EXECUTE ON FUNCTION id_gen.shard_reattach_kept(bigint, text[], integer[], integer[]) FROM PUBLIC;
+
+-- On the source, inside a revert's fence (open) or when that fence fails (not open): the
+-- move's fence trigger on the kept partitions, which refuses writes other than the way
+-- back's, is disabled, so that the coordinator's writers, which reach them by name from
+-- the flip on, are taken.
+CREATE OR REPLACE FUNCTION id_gen.shard_open_kept(move_id bigint, parts text[], open boolean) RETURNS integer
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  rel regclass;
+  n integer := 0;
+BEGIN
+  PERFORM set_config('lock_timeout', '2s', true);
+  PERFORM id_gen.quiet_ddl();
+  FOREACH rel IN ARRAY id_gen.shard_relations(parts, false) LOOP
+    CONTINUE WHEN NOT EXISTS (SELECT FROM pg_trigger t WHERE t.tgrelid = rel AND t.tgname = 'id_gen_move_fence');
+    EXECUTE format('ALTER TABLE %s %s TRIGGER id_gen_move_fence', rel, CASE WHEN open THEN 'DISABLE' ELSE 'ENABLE' END);
+    n := n + 1;
+  END LOOP;
+  RETURN n;
+END $$;
+COMMENT ON FUNCTION id_gen.shard_open_kept(bigint, text[], boolean) IS 'On the source of a reversible move: lets writes into the kept partitions (open) in a revert''s fence, or refuses them again.';
+REVOKE EXECUTE ON FUNCTION id_gen.shard_open_kept(bigint, text[], boolean) FROM PUBLIC;
+
+-- On the source of a completed move: the kept partitions go (only detached ones that
+-- carry the move's CHECK).
+CREATE OR REPLACE FUNCTION id_gen.shard_drop_kept(move_id bigint, parts text[]) RETURNS integer
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  rel regclass;
+  n integer := 0;
+BEGIN
+  PERFORM id_gen.quiet_ddl();
+  FOREACH rel IN ARRAY id_gen.shard_relations(parts, false) LOOP
+    CONTINUE WHEN EXISTS (SELECT FROM pg_inherits x WHERE x.inhrelid = rel)
+               OR NOT EXISTS (SELECT FROM pg_constraint c WHERE c.conrelid = rel AND c.conname = 'id_gen_kept_bound');
+    EXECUTE format('DROP TABLE %s', rel);
+    n := n + 1;
+  END LOOP;
+  DELETE FROM id_gen.move_markers m WHERE m.move_id = shard_drop_kept.move_id;
+  RETURN n;
+END $$;
+COMMENT ON FUNCTION id_gen.shard_drop_kept(bigint, text[]) IS 'On the source of a completed reversible move: drops the kept partitions and the move''s markers.';
+REVOKE EXECUTE ON FUNCTION id_gen.shard_drop_kept(bigint, text[]) FROM PUBLIC;

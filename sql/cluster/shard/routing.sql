@@ -1,0 +1,169 @@
+-- On a shard: the route version and the routes the coordinator pushed
+-- (shard_set_route_state, read by the routing guard, src/routing_guard/), the tombstone
+-- partitions of genes the shard does not own, and the claim a client-routed transaction
+-- starts with (route_claim). Code only (CREATE OR REPLACE). The coordinator's half is in
+-- sql/cluster/routing.sql.
+--
+-- Invariants: a shard answers by what it owns: a statement or claim for a gene it does not
+-- own, or with an older route version than it was told, fails with IG001; a fenced gene
+-- gives IG002.
+
+-- Shard: the version and the routes it was told -------------------------------------------
+CREATE OR REPLACE FUNCTION id_gen.shard_set_route_state(version bigint, shard text, lower_genes integer[],
+                                                        upper_genes integer[], shards text[]) RETURNS text
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  t record;
+  made integer := 0;
+  busy integer := 0;
+BEGIN
+  INSERT INTO id_gen.shard_route_state AS s (version, shard, lower_genes, upper_genes, shards, pushed_at)
+  VALUES (shard_set_route_state.version, shard_set_route_state.shard, shard_set_route_state.lower_genes,
+          shard_set_route_state.upper_genes, shard_set_route_state.shards, now())
+  ON CONFLICT (singleton) DO UPDATE
+  SET version = excluded.version, shard = excluded.shard, lower_genes = excluded.lower_genes,
+      upper_genes = excluded.upper_genes, shards = excluded.shards, pushed_at = excluded.pushed_at;
+  -- Tables distributed by an id_gen before 0.6.0 get their tombstone here.
+  PERFORM set_config('lock_timeout', '2s', true);
+  FOR t IN SELECT st.schema_name, st.table_name, st.stem, st.id_column FROM id_gen.shard_tables st
+           WHERE to_regclass(format('%I.%I', st.schema_name, st.table_name)) IS NOT NULL LOOP
+    BEGIN  -- a table busy beyond the lock timeout gets its tombstone with a later push
+      IF id_gen.shard_ensure_tombstone(format('%I.%I', t.schema_name, t.table_name)::regclass, t.stem, t.id_column) THEN
+        made := made + 1;
+      END IF;
+    EXCEPTION WHEN lock_not_available THEN
+      busy := busy + 1;
+    END;
+  END LOOP;
+  PERFORM id_gen.shard_routing_changed();
+  RETURN format('route version %s; %s tombstone(s) created%s', version, made,
+                CASE WHEN busy > 0 THEN format(', %s table(s) too busy (next push)', busy) ELSE '' END);
+END $$;
+COMMENT ON FUNCTION id_gen.shard_set_route_state(bigint, text, integer[], integer[], text[]) IS 'On a shard (called by the coordinator''s id_gen.push_route_state): stores the route version and route table, gives every distributed table its tombstone partition if it has none, and makes every backend reload its routing view at commit.';
+REVOKE EXECUTE ON FUNCTION id_gen.shard_set_route_state(bigint, text, integer[], integer[], text[]) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION id_gen.shard_known_owner(gene integer) RETURNS text
+LANGUAGE sql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+RETURN (SELECT s.shards[i] FROM id_gen.shard_route_state s,
+               generate_subscripts(s.upper_genes, 1) AS i
+        WHERE s.upper_genes[i] OPERATOR(pg_catalog.>=) gene AND s.lower_genes[i] OPERATOR(pg_catalog.<=) gene
+        LIMIT 1);
+COMMENT ON FUNCTION id_gen.shard_known_owner(integer) IS 'On a shard: the shard that owns a gene according to the routes the coordinator last pushed here (NULL if unknown); named in the DETAIL of IG001.';
+GRANT EXECUTE ON FUNCTION id_gen.shard_known_owner(integer) TO PUBLIC;
+
+-- What src/routing_guard/shard_state.rs loads: the version, then per distributed table
+-- its partitions with their gene ranges (a tombstone: NULL genes).
+CREATE OR REPLACE FUNCTION id_gen.shard_routing_snapshot()
+RETURNS TABLE (version bigint, parent oid, part oid, lower_gene integer, upper_gene integer)
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+  SELECT v.version, t.parent, c.oid,
+         CASE WHEN m.m IS NOT NULL THEN (m.m[1]::bigint OPERATOR(pg_catalog.>>) 47)::integer END,
+         CASE WHEN m.m IS NULL THEN NULL
+              WHEN m.m[3] IS NOT NULL THEN 65535
+              ELSE ((m.m[2]::bigint OPERATOR(pg_catalog.>>) 47) OPERATOR(pg_catalog.-) 1)::integer END
+  FROM (SELECT coalesce((SELECT s.version FROM id_gen.shard_route_state s), 0) AS version) v
+  LEFT JOIN (SELECT st.schema_name, st.table_name, to_regclass(format('%I.%I', st.schema_name, st.table_name))::oid AS parent
+             FROM id_gen.shard_tables st) t ON t.parent IS NOT NULL
+  LEFT JOIN pg_inherits i ON i.inhparent OPERATOR(pg_catalog.=) t.parent
+  LEFT JOIN pg_class c ON c.oid OPERATOR(pg_catalog.=) i.inhrelid
+  LEFT JOIN LATERAL (SELECT regexp_match(pg_get_expr(c.relpartbound, c.oid),
+                                         '^FOR VALUES FROM \(''(-?\d+)''\) TO \((?:''(-?\d+)''|(MAXVALUE))\)$') AS m) m ON true
+  -- The order in which route_claim locks: a move's fence locks in the same order.
+  ORDER BY t.schema_name, t.table_name, c.oid;
+END;
+COMMENT ON FUNCTION id_gen.shard_routing_snapshot() IS 'On a shard: its route version and, per distributed table (by schema and name), each partition with its gene range (NULL for the tombstone and the partition of negative ids). Loaded by the routing guard of every backend after a change.';
+GRANT EXECUTE ON FUNCTION id_gen.shard_routing_snapshot() TO PUBLIC;
+
+-- Shard: tombstones --------------------------------------------------------------------------
+-- The attribute number of a partition's partition-key column (the id) in the partition.
+CREATE OR REPLACE FUNCTION id_gen.partition_key_attnum(part regclass) RETURNS smallint
+LANGUAGE sql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+RETURN (SELECT a2.attnum FROM pg_inherits i
+        JOIN pg_partitioned_table pt ON pt.partrelid OPERATOR(pg_catalog.=) i.inhparent
+        JOIN pg_attribute a ON a.attrelid OPERATOR(pg_catalog.=) i.inhparent AND a.attnum OPERATOR(pg_catalog.=) pt.partattrs[0]
+        JOIN pg_attribute a2 ON a2.attrelid OPERATOR(pg_catalog.=) i.inhrelid AND a2.attname OPERATOR(pg_catalog.=) a.attname
+        WHERE i.inhrelid OPERATOR(pg_catalog.=) part);
+COMMENT ON FUNCTION id_gen.partition_key_attnum(regclass) IS 'The attribute number, in a partition, of its parent''s partition-key column (the id of a distributed table): what the routing guard looks for in a scan''s predicates.';
+
+CREATE OR REPLACE FUNCTION id_gen.refuse_not_owned() RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  id bigint := (to_jsonb(NEW) ->> TG_ARGV[1])::bigint;
+  gene integer := CASE WHEN id >= 0 THEN (id >> 47)::integer END;
+  parent regclass := (SELECT i.inhparent::regclass FROM pg_inherits i WHERE i.inhrelid = TG_RELID);
+  version bigint := coalesce((SELECT s.version FROM id_gen.shard_route_state s), 0);
+  owner text := id_gen.shard_known_owner(gene);
+BEGIN
+  RAISE EXCEPTION 'id_gen: this shard does not own gene % (id %) of %', coalesce(gene::text, '(none)'), id, parent
+    USING ERRCODE = 'IG001',
+          DETAIL = format('The shard is at route version %s%s.', version,
+                          CASE WHEN owner IS NOT NULL THEN format('; gene %s is on shard "%s"', gene, owner) ELSE '' END),
+          HINT = 'Re-read the routes on the coordinator (SELECT * FROM id_gen.route_map; LISTEN id_gen_routes) and retry the transaction on the shard that owns the genes.';
+END $$;
+COMMENT ON FUNCTION id_gen.refuse_not_owned() IS 'ALWAYS trigger of a tombstone partition (genes this shard does not own): refuses the row with IG001, naming the owner where the shard knows it.';
+
+-- The partition bound of negative ids as pg_get_expr prints it.
+CREATE OR REPLACE FUNCTION id_gen.negative_bound_text() RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN 'FOR VALUES FROM (MINVALUE) TO (''0'')';
+COMMENT ON FUNCTION id_gen.negative_bound_text() IS 'The bound of a shard table''s partition of negative ids (<stem>_negative), as pg_get_expr prints it.';
+
+-- Creates the tombstone of a shard table (its DEFAULT partition <stem>_not_owned), and its
+-- partition of negative ids, unless the table has a DEFAULT partition already; true if it
+-- created them.
+CREATE OR REPLACE FUNCTION id_gen.shard_ensure_tombstone(parent regclass, stem name, id_column name) RETURNS boolean
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  sch name := (SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = parent);
+  tname name := id_gen.fit_name(stem, '_not_owned');
+  tomb regclass;
+BEGIN
+  IF EXISTS (SELECT FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+             WHERE i.inhparent = parent AND pg_get_expr(c.relpartbound, c.oid) = 'DEFAULT') THEN
+    RETURN false;
+  END IF;
+  IF to_regclass(format('%I.%I', sch, tname)) IS NOT NULL THEN
+    RAISE EXCEPTION 'id_gen: relation %.% already exists on this shard, and it is not the tombstone of %', quote_ident(sch), quote_ident(tname), parent
+      USING ERRCODE = '42P07', HINT = 'id_gen names the partition of the genes a shard does not own <stem>_not_owned; rename that relation.';
+  END IF;
+  PERFORM id_gen.quiet_ddl();
+  EXECUTE format('CREATE TABLE %I.%I PARTITION OF %s DEFAULT', sch, tname, parent);
+  tomb := format('%I.%I', sch, tname)::regclass;
+  EXECUTE format('CREATE TRIGGER id_gen_not_owned BEFORE INSERT OR UPDATE ON %s FOR EACH ROW '
+                 'EXECUTE FUNCTION id_gen.refuse_not_owned(%L, %L)', tomb, id_gen.partition_key_attnum(tomb), id_column);
+  EXECUTE format('ALTER TABLE %s ENABLE ALWAYS TRIGGER id_gen_not_owned', tomb);
+  PERFORM id_gen.inherit_parent_settings(parent, tomb,
+    format('id_gen: the genes this shard does not own of %s (always empty: writes fail with IG001, and so do reads that select them by id)', parent));
+  -- Negative ids have no gene: their own empty partition, refused by its CHECK (23514) and
+  -- left out of every plan, so that `id < x` on a shard does not reach the tombstone.
+  tname := id_gen.fit_name(stem, '_negative');
+  IF NOT EXISTS (SELECT FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+                 WHERE i.inhparent = parent AND pg_get_expr(c.relpartbound, c.oid) = id_gen.negative_bound_text()) THEN
+    EXECUTE format('CREATE TABLE %I.%I PARTITION OF %s FOR VALUES FROM (MINVALUE) TO (0)', sch, tname, parent);
+    EXECUTE format('ALTER TABLE %I.%I ADD CONSTRAINT id_gen_no_gene CHECK (false)', sch, tname);
+    PERFORM id_gen.inherit_parent_settings(parent, format('%I.%I', sch, tname)::regclass,
+      format('id_gen: negative ids of %s, which have no gene (always empty)', parent));
+  END IF;
+  PERFORM id_gen.shard_routing_changed();
+  RETURN true;
+END $$;
+COMMENT ON FUNCTION id_gen.shard_ensure_tombstone(regclass, name, name) IS 'On a shard: gives a distributed table its tombstone, the DEFAULT partition <stem>_not_owned for every gene the shard does not own (writes into it fail with IG001 by an ALWAYS trigger, and so do scans that select it by id, by the routing guard), and <stem>_negative for negative ids (CHECK (false)). Returns true if it created them.';
+REVOKE EXECUTE ON FUNCTION id_gen.shard_ensure_tombstone(regclass, name, name) FROM PUBLIC;
+
+-- Shard: the claim (src/routing_guard/claim.rs) ---------------------------------------------
+CREATE OR REPLACE FUNCTION id_gen.route_claim(gene integer, version bigint) RETURNS bigint
+LANGUAGE c VOLATILE STRICT PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'id_gen_route_claim';
+COMMENT ON FUNCTION id_gen.route_claim(integer, bigint) IS 'On a shard, the first statement of a client-routed transaction: fails with IG001 when the shard does not own the gene or its route version is newer than version, with IG002 when the gene is fenced for a cut-over; otherwise locks the gene''s partitions of every distributed table (ROW EXCLUSIVE, until the transaction ends: fences and flips of that gene wait for it) and returns the shard''s route version.';
+GRANT EXECUTE ON FUNCTION id_gen.route_claim(integer, bigint) TO PUBLIC;
