@@ -47,7 +47,7 @@ def op_args(op, rng):
 
 def run_router(op, key, args):
     kw = {"owner": key} if op == "insert" else {"id": key}
-    with router.transaction(**kw) as conn:
+    with router.claim(**kw) as conn:
         cur = conn.execute(INSERT_SHARD if op == "insert" else LOOKUP, args)
         if op == "lookup":
             cur.fetchall()

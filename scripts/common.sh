@@ -93,10 +93,10 @@ ensure_toolchain() {
 ensure_python_env() {
   local py="$REPO_ROOT/target/py/bin/python" src="$REPO_ROOT/clients/python"
   local stamp="$REPO_ROOT/target/py/id_gen_client.sha256" sum
-  if ! "$py" -c "import psycopg, psycopg_pool, pytest" 2>/dev/null; then
-    log "creating target/py (psycopg 3, psycopg_pool, pytest)"
+  if ! "$py" -c "import psycopg, psycopg_pool, pytest, mypy" 2>/dev/null; then
+    log "creating target/py (psycopg 3, psycopg_pool, pytest, mypy)"
     [ -x "$py" ] || python3 -m venv "$REPO_ROOT/target/py" >&2
-    "$py" -m pip install -q "psycopg[binary]>=3.1" "psycopg_pool>=3.2" "pytest>=7" >&2
+    "$py" -m pip install -q "psycopg[binary]>=3.2" "psycopg_pool>=3.2" "pytest>=7" "mypy>=1.8" >&2
   fi
   sum=$(cd "$src" && find . -type f ! -path '*/__pycache__/*' ! -path './build/*' ! -path '*.egg-info/*' \
           -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1)

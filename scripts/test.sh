@@ -30,6 +30,7 @@ if has core; then
   CARGO_TARGET_DIR="$REPO_ROOT/target/clients" cargo test -p id_gen_client --release
   PY=$(ensure_python_env)
   "$PY" -m unittest discover -s clients/python/tests
+  (cd clients/python && "$PY" -m mypy --strict --cache-dir=/dev/null id_gen_client)
 fi
 
 if has pgrx; then

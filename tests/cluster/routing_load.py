@@ -62,14 +62,14 @@ def writer(router, seed):
             if mine and rng.random() < 0.4:
                 row_id, row_owner = rng.choice(mine)
                 delta = rng.randint(1, 9)
-                with router.transaction(id=row_id) as conn:
+                with router.claim(id=row_id) as conn:
                     n = conn.execute("UPDATE orders SET amount = amount + %s WHERE id = %s", (delta, row_id)).rowcount
                 if n != 1:
                     raise RuntimeError(f"row {row_id} not found for an update")
                 record(row_owner, 0, delta)
             else:
                 amount = rng.randint(1, 9)
-                with router.transaction(owner=owner) as conn:
+                with router.claim(owner=owner) as conn:
                     row_id = conn.execute(
                         "INSERT INTO orders (id, owner_id, amount) "
                         "VALUES (id_gen.gene_order_id('orders', %s::bigint), %s, %s) RETURNING id",
@@ -88,7 +88,7 @@ def reader(router, seed):
         owner = rng.choice(readers)
         g = router.gene(owner)
         try:
-            with router.transaction(owner=owner) as conn:
+            with router.claim(owner=owner) as conn:
                 n = conn.execute(
                     "SELECT count(*) FROM orders WHERE id BETWEEN %s AND %s AND owner_id = %s",
                     (g << 47, (g << 47) | ((1 << 47) - 1), owner)).fetchone()[0]
@@ -104,7 +104,7 @@ with Router(routes_dsn, shards, max_size=6) as router:
     # Every reader owner has rows before the load starts.
     for o in readers:
         amount = 5
-        with router.transaction(owner=o) as conn:
+        with router.claim(owner=o) as conn:
             conn.execute("INSERT INTO orders (id, owner_id, amount) "
                          "VALUES (id_gen.gene_order_id('orders', %s::bigint), %s, %s)", (o, o, amount))
         record(o, 1, amount)

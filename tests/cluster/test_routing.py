@@ -16,8 +16,10 @@ the same assertions; its fixed sleeps became polls on what the clients committed
     sum), a reader of a fixed set of owners never gets an empty answer; a Rust client
     (clients/rust) writes at the same time.
 (c) a client with stale routes (no LISTEN) gets IG001 from the old shard, not an empty
-    result, and succeeds after refreshing, with a claim (transaction()) and with the version
-    declared per statement (execute()); Router.next_id gives an id of the owner's gene.
+    result, and succeeds after refreshing, with a claim (claim() and transaction()) and with
+    the version declared per statement (execute()); Router.next_id gives an id of the owner's
+    gene. The same with the asyncio AsyncRouter (the genes move back), whose listening twin
+    learns the new version by NOTIFY.
 (d) both clients compute the extension's genes: the check values and 10 000 random bigint
     and text owners.
 """
@@ -239,7 +241,7 @@ def test_c_a_client_with_stale_routes():
         with psycopg.connect(shards[before], autocommit=True) as s:
             with pytest.raises(psycopg.Error) as refused:
                 s.execute("SELECT count(*) FROM orders WHERE id BETWEEN %s AND %s", span).fetchone()
-        with r.transaction(owner=owner) as conn:
+        with r.claim(owner=owner) as conn:
             n = conn.execute("SELECT count(*) FROM orders WHERE owner_id = %s AND id BETWEEN %s AND %s",
                              (owner, *span)).fetchone()[0]
         nid = r.next_id("orders", owner)
@@ -248,7 +250,7 @@ def test_c_a_client_with_stale_routes():
                        owner=owner)[0][0]
         # A body that swallows a statement's error does not get a COMMIT reported as done.
         with pytest.raises(psycopg.errors.InFailedSqlTransaction):
-            with r.transaction(owner=owner) as conn:
+            with r.claim(owner=owner) as conn:
                 try:
                     conn.execute("SELECT 1 / 0")
                 except psycopg.errors.DivisionByZero:
@@ -258,6 +260,42 @@ def test_c_a_client_with_stale_routes():
         assert n > 0 and r.stats["retries_moved"] > 0, "transaction() retried after IG001 and found the rows"
         assert r.shard_for_id(nid) == r.shard_for_owner(owner) and (nid >> 47) == g, "next_id gives an id of the owner's gene"
         assert m == n and r2.stats["retries_moved"] > 0, "execute() retried after IG001 and found the same rows"
+        S["stale_read"] = (owner, span, n)
+
+
+def test_c_the_async_router_with_stale_routes():
+    import asyncio
+
+    from id_gen_client import AsyncRouter
+
+    c, shards = S["c"], S["shards"]
+    owner, span, rows = S["stale_read"]
+    count = "SELECT count(*) FROM orders WHERE owner_id = %s AND id BETWEEN %s AND %s"
+
+    async def scenario():
+        async with AsyncRouter(c.dsn(), shards, listen=False) as stale, \
+                AsyncRouter(c.dsn(), shards, listen=False) as stale2, AsyncRouter(c.dsn(), shards) as listening:
+            before, version = stale.shard_for_owner(owner), listening.version
+            await asyncio.to_thread(c.execute, "CALL id_gen.move_genes(0, 16383, 'shard_2')")
+
+            async def body(conn):
+                return (await (await conn.execute(count, (owner, *span))).fetchone())[0]
+
+            n = await stale.transaction(body, owner=owner)
+            m = (await stale2.execute(count, (owner, *span), owner=owner))[0][0]
+            nid = await stale.next_id("orders", owner)
+            deadline = asyncio.get_running_loop().time() + 30
+            while listening.version == version and asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(0.05)
+            stats = (stale.stats["retries_moved"], stale2.stats["retries_moved"])
+            return before, stale.shard_for_owner(owner), n, m, nid, stats, (version, listening.version)
+
+    before, after, n, m, nid, stats, versions = asyncio.run(scenario())
+    assert (before, after) == ("shard_1", "shard_2"), "the genes moved back to shard_2"
+    assert n == rows and m == rows, f"AsyncRouter.transaction and execute found the owner's {rows} rows: {n}, {m}"
+    assert min(stats) >= 1, f"transaction and execute each retried after IG001: {stats}"
+    assert nid >> 47 == (span[0] >> 47), "AsyncRouter.next_id gives an id of the owner's gene"
+    assert versions[1] > versions[0], f"the listening AsyncRouter learned the new version by NOTIFY within 30 s: {versions}"
 
 
 def test_d_clients_compute_the_extensions_genes():

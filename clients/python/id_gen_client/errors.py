@@ -17,10 +17,11 @@ class NoRouteError(RoutingError):
 
 
 class RouteRetryExhausted(RoutingError):
-    """IG001/IG002 kept coming back for retry_limit attempts; __cause__ is the last one."""
+    """IG001/IG002 kept coming back for retry_limit retries (retry_limit + 1 attempts);
+    __cause__ is the last one."""
 
 
-def route_error_code(error):
+def route_error_code(error: BaseException) -> "str | None":
     """ROUTE_CHANGED or ROUTE_FENCED when `error` is one of them, else None."""
     code = getattr(error, "sqlstate", None) or getattr(getattr(error, "diag", None), "sqlstate", None)
     return code if code in (ROUTE_CHANGED, ROUTE_FENCED) else None

@@ -1,93 +1,79 @@
-"""Router: zero-hop routing of transactions to the shard that owns a gene.
+"""Router: zero-hop routing of transactions to the shard that owns a gene (synchronous;
+`aio.AsyncRouter` is its asyncio twin, with the same methods).
 
-Implements the client side of docs/routing-protocol.md. Invariants it keeps:
+Implements the client side of docs/routing-protocol.md, with its vocabulary:
 
-* The routes and their version are one immutable snapshot (`_RouteTable`), replaced whole
+* `transaction(body, owner=|id=|gene=)`: body(conn) in a transaction on the owning shard
+  that starts with the claim; on IG001/IG002 (from the claim, the body or COMMIT) it rolls
+  back, re-reads the routes (IG001; IG002 every third time), waits, and runs the body again,
+  at most `retry_limit` times after the first attempt. Returns the body's value.
+* `run(body, ...)`: the same transaction, but the body runs once: IG001/IG002 from the body
+  or COMMIT reach the caller (for bodies that must not repeat). `claim(...)` is its `with`
+  form.
+* `execute(query, params, ...)`: one statement, the route version declared in its own
+  transaction in the same round trip; retried like `transaction`.
+* `next_id(sequence, owner)`, `shard_for_owner/_id/_gene`, `refresh()`, `version`, `routes`.
+
+Invariants it keeps:
+
+* The routes and their version are one immutable snapshot (`RouteTable`), replaced whole
   under a lock; a lookup reads the snapshot once, so a shard always goes with the version
   it was routed by.
 * The listener connection LISTENs on id_gen_routes before any route read, so no committed
   route change after a read goes unnoticed; after it reconnects it re-reads the routes.
 * Every transaction on a shard starts with `BEGIN; SELECT id_gen.route_claim(g, v)` in one
-  simple-protocol message; IG001 re-reads the routes and retries, IG002 waits and retries
-  (re-reading every third time). A re-read that fails (the coordinator down) does not end
-  the retries; only retry_limit does. A body's error is never retried by `transaction`
-  (the claim's locks kept it valid); `run` retries the whole call.
-* `execute` sends the version with its statement, in one transaction and one round trip:
-  `set_config('id_gen.route_version', v, true)` and the statement in one pipeline (one
-  implicit transaction up to its Sync), so a transaction-mode pooler (PgBouncer) runs both
-  on the same server connection. Nothing is declared per connection. Retried on
-  IG001/IG002: a statement that failed had no effect.
+  simple-protocol message. A re-read that fails (the coordinator down) does not end the
+  retries; only retry_limit does. A body that raised is never reported committed, and a
+  body whose COMMIT succeeded is never run again.
+* `execute` sends `set_config('id_gen.route_version', v, true)` and the statement in one
+  pipeline (one implicit transaction up to its Sync), so a transaction-mode pooler
+  (PgBouncer) runs both on the same server connection. Nothing is declared per connection.
 * Every connection taken from a pool goes back to it, idle (rolled back) or broken.
 """
-import bisect
+from __future__ import annotations
+
 import contextlib
 import inspect
-import random
 import select
 import threading
 import time
-import uuid
+import warnings
+from typing import (Any, Callable, ContextManager, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple,
+                    TypeVar, overload)
 
 import psycopg
 from psycopg import pq
 from psycopg_pool import ConnectionPool
 
-from .errors import (ROUTE_CHANGED, NoRouteError, RouteRetryExhausted, route_error_code)
-from .genes import gene as gene_of_owner
-from .genes import as_gene, gene_of_id
+from . import _routes
+from ._routes import (COORDINATOR_CONNECT, DECLARE_VERSION_SQL, EMPTY_ROUTES_VERSION_SQL,
+                      LISTEN_POLL_SECONDS, ROUTES_CHANNEL, ROUTES_SQL, Owner, RouteLookups, RouteTable,
+                      target_gene)
+from .errors import NoRouteError, route_error_code
 
-ROUTES_CHANNEL = "id_gen_routes"
-ROUTES_SQL = "SELECT lower_gene, upper_gene, shard, version FROM id_gen.route_map ORDER BY lower_gene"
-# One snapshot: the version, only when there are still no routes (else read them again).
-EMPTY_ROUTES_VERSION_SQL = ("SELECT id_gen.route_version() "
-                            "WHERE NOT EXISTS (SELECT 1 FROM id_gen.route_map)")
-LISTEN_POLL_SECONDS = 0.5
+T = TypeVar("T")
+Conn = psycopg.Connection[Any]
 NOTIFIES_TAKES_TIMEOUT = "timeout" in inspect.signature(psycopg.Connection.notifies).parameters
 PIPELINE_SUPPORTED = psycopg.Pipeline.is_supported()  # libpq >= 14
-# Declares the route version for the rest of the transaction (SET LOCAL semantics).
-DECLARE_VERSION_SQL = "SELECT pg_catalog.set_config('id_gen.route_version', '{}', true)"
-OWNER_CASTS = ((bool, None), (int, "bigint"), (str, "text"), (uuid.UUID, "uuid"))
 
 
-class _RouteTable:
-    """An immutable snapshot: sorted ranges (lower, upper, shard) and their version."""
-
-    __slots__ = ("uppers", "ranges", "version")
-
-    def __init__(self, ranges, version):
-        self.ranges = tuple(ranges)
-        self.uppers = [upper for _, upper, _ in self.ranges]
-        self.version = version
-
-    def shard_for_gene(self, g):
-        i = bisect.bisect_left(self.uppers, g)  # the ceiling entry on upper_gene
-        if i == len(self.ranges) or self.ranges[i][0] > g:
-            raise NoRouteError(f"no route for gene {g} (route version {self.version})")
-        return self.ranges[i][2]
-
-
-class Router:
+class Router(RouteLookups):
     """Routes transactions by owner, id or gene to the owning shard; thread-safe."""
 
-    def __init__(self, routes_dsn, shards, *, min_size=1, max_size=8, retry_limit=20,
-                 backoff_base=0.005, backoff_max=0.2, listen=True, pool_kwargs=None):
-        self._routes_dsn = routes_dsn
-        self._shard_dsns = dict(shards)
-        self._pool_args = dict(pool_kwargs or {}, min_size=min_size, max_size=max_size)
-        self.retry_limit = retry_limit
-        self.backoff_base = backoff_base
-        self.backoff_max = backoff_max
-        self.stats = {"transactions": 0, "retries_moved": 0, "retries_fenced": 0, "refreshes": 0}
+    def __init__(self, routes_dsn: str, shards: Mapping[str, str], *, min_size: int = 1,
+                 max_size: int = 8, retry_limit: int = 20, backoff_base: float = 0.005,
+                 backoff_max: float = 0.2, listen: bool = True,
+                 pool_kwargs: Optional[Mapping[str, Any]] = None) -> None:
+        super().__init__(routes_dsn, shards, min_size=min_size, max_size=max_size, retry_limit=retry_limit,
+                         backoff_base=backoff_base, backoff_max=backoff_max, listen=listen,
+                         pool_kwargs=pool_kwargs)
         self._stats_lock = threading.Lock()
-        self._pools = {}
+        self._pools: Dict[str, ConnectionPool[Any]] = {}
         self._pools_lock = threading.Lock()
-        self._table = _RouteTable((), 0)
         self._reload_lock = threading.Lock()  # guards _routes_conn and reloads
-        self._reloads_begun = 0  # reloads numbered in the order they began
-        self._last_good_reload = 0  # the number of the last reload that succeeded
-        self._routes_conn = None
+        self._routes_conn: Optional[Conn] = None
         self._stop = threading.Event()
-        self._listener_thread = None
+        self._listener_thread: Optional[threading.Thread] = None
         self._closed = False
         listener = None
         try:
@@ -106,17 +92,7 @@ class Router:
 
     # --- routes ---------------------------------------------------------------------------
 
-    @property
-    def version(self):
-        """The route version the current routes belong to."""
-        return self._table.version
-
-    @property
-    def routes(self):
-        """The current routes: a list of (lower_gene, upper_gene, shard), inclusive."""
-        return list(self._table.ranges)
-
-    def refresh(self):
+    def refresh(self) -> int:
         """Re-reads the routes from the coordinator now; returns their version.
 
         A call that waited while another thread reloaded takes that reload's result when
@@ -137,25 +113,25 @@ class Router:
             self._count("refreshes")
             return self._table.version
 
-    def _read_routes(self):
+    def _read_routes(self) -> RouteTable:
         if self._routes_conn is None or self._routes_conn.closed:
             self._routes_conn = psycopg.connect(self._routes_dsn, autocommit=True, **COORDINATOR_CONNECT)
         while True:
             rows = self._routes_conn.execute(ROUTES_SQL).fetchall()
             if rows:
-                return _RouteTable(((lo, up, shard) for lo, up, shard, _ in rows), rows[0][3])
+                return RouteTable.from_rows(rows)
             empty = self._routes_conn.execute(EMPTY_ROUTES_VERSION_SQL).fetchone()
             if empty is not None:
-                return _RouteTable((), empty[0])
+                return RouteTable((), empty[0])
 
-    def _drop_routes_conn(self):
+    def _drop_routes_conn(self) -> None:
         if self._routes_conn is not None:
             self._routes_conn.close()
             self._routes_conn = None
 
     # --- listening to route changes -------------------------------------------------------
 
-    def _connect_listener(self):
+    def _connect_listener(self) -> Conn:
         conn = psycopg.connect(self._routes_dsn, autocommit=True, **COORDINATOR_CONNECT)
         try:
             conn.execute(f"LISTEN {ROUTES_CHANNEL}")
@@ -164,7 +140,7 @@ class Router:
             raise
         return conn
 
-    def _listen_loop(self, conn):
+    def _listen_loop(self, conn: Optional[Conn]) -> None:
         failures = 0
         while not self._stop.is_set():
             try:
@@ -184,14 +160,14 @@ class Router:
         if conn is not None:
             conn.close()
 
-    def _wait_for_notifications(self, conn):
+    def _wait_for_notifications(self, conn: Conn) -> List[str]:
         """Payloads received within LISTEN_POLL_SECONDS (psycopg >= 3.2: notifies(timeout);
         older: select on the socket, then a query that delivers them to a handler)."""
         if NOTIFIES_TAKES_TIMEOUT:
             return [n.payload for n in conn.notifies(timeout=LISTEN_POLL_SECONDS)]
-        received = []
+        received: List[str] = []
 
-        def collect(notify):
+        def collect(notify: Any) -> None:
             received.append(notify.payload)
 
         conn.add_notify_handler(collect)
@@ -203,29 +179,9 @@ class Router:
             conn.remove_notify_handler(collect)
         return received
 
-    # --- lookups --------------------------------------------------------------------------
+    # --- pools (the lookups are RouteLookups') --------------------------------------------
 
-    def gene(self, owner):
-        """The gene of an owner (see id_gen_client.gene)."""
-        return gene_of_owner(owner)
-
-    def shard_for_gene(self, g):
-        """The shard that owns gene g, by the current routes."""
-        return self._route(as_gene(g), self._table)
-
-    def shard_for_owner(self, owner):
-        return self.shard_for_gene(gene_of_owner(owner))
-
-    def shard_for_id(self, id):
-        return self.shard_for_gene(gene_of_id(id))
-
-    def _route(self, g, table):
-        shard = table.shard_for_gene(g)
-        if shard not in self._shard_dsns:
-            raise NoRouteError(f"gene {g} routes to shard {shard!r}, which has no DSN in this Router")
-        return shard
-
-    def _pool(self, shard):
+    def _pool(self, shard: str) -> ConnectionPool[Any]:
         with self._pools_lock:
             if self._closed:
                 raise RuntimeError("the Router is closed")
@@ -240,12 +196,44 @@ class Router:
 
     # --- transactions ---------------------------------------------------------------------
 
+    @overload
+    def transaction(self, body: Callable[[Conn], T], *, owner: Optional[Owner] = None,
+                    id: Optional[int] = None, gene: Optional[int] = None) -> T: ...
+
+    @overload
+    def transaction(self, body: None = None, *, owner: Optional[Owner] = None,
+                    id: Optional[int] = None, gene: Optional[int] = None) -> ContextManager[Conn]: ...
+
+    def transaction(self, body: Optional[Callable[[Conn], T]] = None, *, owner: Optional[Owner] = None,
+                    id: Optional[int] = None, gene: Optional[int] = None) -> Any:
+        """body(conn) in a transaction on the shard that owns the gene of exactly one of
+        owner, id or gene, the route version claimed; commits when the body returns and
+        returns its value. On IG001/IG002 (claim, body or COMMIT) the transaction rolls back
+        and the body runs again, at most retry_limit times more; then RouteRetryExhausted.
+        Any other error rolls back and is raised.
+
+        (Called without a body, as in 0.6: the one-attempt context manager `claim`, with a
+        DeprecationWarning.)"""
+        if body is None:
+            warnings.warn("Router.transaction() without a body is the one-attempt context manager: "
+                          "use Router.claim(...) for it, or pass the body to be retried",
+                          DeprecationWarning, stacklevel=2)
+            return self.claim(owner=owner, id=id, gene=gene)
+        return self._call(body, target_gene(owner, id, gene), retry_body=True)
+
+    def run(self, body: Callable[[Conn], T], *, owner: Optional[Owner] = None,
+            id: Optional[int] = None, gene: Optional[int] = None) -> T:
+        """body(conn) once in a claimed transaction (the claim itself is retried on
+        IG001/IG002, as no body has run yet); IG001/IG002 from the body or COMMIT reach the
+        caller. Returns the body's value."""
+        return self._call(body, target_gene(owner, id, gene), retry_body=False)
+
     @contextlib.contextmanager
-    def transaction(self, owner=None, id=None, gene=None):
-        """Yields a connection in a transaction on the shard that owns the gene of exactly
-        one of owner, id or gene, with the route version claimed; commits when the body
-        ends, rolls back (and re-raises) when it raises."""
-        pool, conn = self._claim(self._target_gene(owner, id, gene))
+    def claim(self, *, owner: Optional[Owner] = None, id: Optional[int] = None,
+              gene: Optional[int] = None) -> Iterator[Conn]:
+        """Yields a connection in a claimed transaction on the owning shard (the `with` form
+        of `run`): commits when the block ends, rolls back (and re-raises) when it raises."""
+        pool, conn = self._claim(target_gene(owner, id, gene))
         try:
             try:
                 yield conn
@@ -253,44 +241,53 @@ class Router:
                 _rollback_quietly(conn)
                 raise
             try:
-                if conn.pgconn.transaction_status == pq.TransactionStatus.INERROR:
-                    # The body swallowed an error: COMMIT would roll back and report success.
-                    raise psycopg.errors.InFailedSqlTransaction(
-                        "id_gen_client: the transaction failed inside the body; it was rolled back")
-                _simple(conn, "COMMIT")
+                _commit(conn)
             except BaseException:
                 _rollback_quietly(conn)
                 raise
+            self._count("transactions")
         finally:
             pool.putconn(conn)
 
-    def run(self, fn, owner=None, id=None, gene=None):
-        """fn(conn) inside transaction(...); retries the whole call on IG001/IG002, also
-        when the body raises them. Returns fn's result."""
-        g = self._target_gene(owner, id, gene)
+    def _call(self, body: Callable[[Conn], T], g: int, retry_body: bool) -> T:
+        """Claim, body, COMMIT; IG001/IG002 from the claim are retried, from the body or
+        COMMIT only when retry_body; all retries count against retry_limit."""
         last_error = refresh_error = None
-        for attempt in range(self.retry_limit):
+        for attempt in range(self.retry_limit + 1):
+            checkout = self._checkout(g, attempt)
+            if checkout is None:
+                continue  # the routes changed: look again
+            table, pool, conn = checkout
+            body_ran = False
             try:
-                with self.transaction(gene=g) as conn:
-                    return fn(conn)
-            except psycopg.Error as e:
-                code = route_error_code(e)
-                if code is None:
+                _simple(conn, _claim_sql(g, table.version))
+                body_ran = True
+                result = body(conn)
+                _commit(conn)
+                self._count("transactions")
+                return result
+            except BaseException as e:
+                _rollback_quietly(conn)
+                code = route_error_code(e) if isinstance(e, psycopg.Error) else None
+                if code is None or (body_ran and not retry_body):
                     raise
                 last_error = e
-                refresh_error = self._after_route_error(code, attempt, refresh_error)
-        raise self._exhausted(g, "the route kept changing for", refresh_error) from last_error
+            finally:
+                pool.putconn(conn)
+            refresh_error = self._after_route_error(code, attempt, self.retry_limit, refresh_error)
+        raise _routes.exhausted(g, "the route kept changing for", self.retry_limit, refresh_error) from last_error
 
-    def execute(self, query, params=None, *, owner=None, id=None, gene=None):
+    def execute(self, query: Any, params: Optional[Sequence[Any]] = None, *, owner: Optional[Owner] = None,
+                id: Optional[int] = None, gene: Optional[int] = None) -> Optional[List[Tuple[Any, ...]]]:
         """One statement on the owning shard, in a transaction of its own that declares the
         route version in the same round trip (see _execute_declared): one round trip, as on
         a direct connection, also behind a transaction-mode pooler. `query` is one
         statement (it goes by the extended protocol). Retried on IG001/IG002, which a
         statement that failed leaves without effect. Returns its rows (a list of tuples),
         or None for a statement that returns none."""
-        g = self._target_gene(owner, id, gene)
+        g = target_gene(owner, id, gene)
         last_error = refresh_error = None
-        for attempt in range(self.retry_limit):
+        for attempt in range(self.retry_limit + 1):
             checkout = self._checkout(g, attempt)
             if checkout is None:
                 continue  # the routes changed: look again
@@ -306,28 +303,17 @@ class Router:
                 last_error = e
             finally:
                 pool.putconn(conn)
-            refresh_error = self._after_route_error(code, attempt, refresh_error)
-        raise self._exhausted(g, "the route kept changing for", refresh_error) from last_error
+            refresh_error = self._after_route_error(code, attempt, self.retry_limit, refresh_error)
+        raise _routes.exhausted(g, "the route kept changing for", self.retry_limit, refresh_error) from last_error
 
-    def next_id(self, sequence, owner):
+    def next_id(self, sequence: str, owner: Owner) -> int:
         """An owner-affine id from the owning shard: id_gen.gene_order_id(sequence, owner)."""
-        cast = next((c for t, c in OWNER_CASTS if isinstance(owner, t)), None)
-        if cast is None:
-            raise TypeError(f"gene_order_id takes an int, str or uuid.UUID owner, not {type(owner).__name__}")
-        query = f"SELECT id_gen.gene_order_id(%s::text, %s::{cast})"
-        return self.run(lambda conn: conn.execute(query, (sequence, owner)).fetchone()[0], owner=owner)
+        query = f"SELECT id_gen.gene_order_id(%s::text, %s::{_routes.owner_cast(owner)})"
+        row = self.transaction(lambda conn: conn.execute(query, (sequence, owner)).fetchone(), owner=owner)
+        assert row is not None  # a SELECT of one function call returns one row
+        return int(row[0])
 
-    def _target_gene(self, owner, id, gene):
-        given = [x is not None for x in (owner, id, gene)]
-        if sum(given) != 1:
-            raise TypeError("give exactly one of owner=, id= or gene=")
-        if owner is not None:
-            return gene_of_owner(owner)
-        if id is not None:
-            return gene_of_id(id)
-        return as_gene(gene)
-
-    def _checkout(self, g, attempt):
+    def _checkout(self, g: int, attempt: int) -> Optional[Tuple[RouteTable, ConnectionPool[Any], Conn]]:
         """(routes, pool, connection) for gene g by the current routes; None when g had no
         route on the first attempt and a re-read found other routes (look again)."""
         table = self._table
@@ -340,17 +326,17 @@ class Router:
         pool = self._pool(shard)
         return table, pool, pool.getconn()
 
-    def _claim(self, g):
-        """A connection of the owning shard's pool, in a transaction that claimed gene g."""
+    def _claim(self, g: int) -> Tuple[ConnectionPool[Any], Conn]:
+        """A connection of the owning shard's pool, in a transaction that claimed gene g
+        (the claim retried on IG001/IG002 up to retry_limit times)."""
         last_error = refresh_error = None
-        for attempt in range(self.retry_limit):
+        for attempt in range(self.retry_limit + 1):
             checkout = self._checkout(g, attempt)
             if checkout is None:
                 continue  # the routes changed: look again
             table, pool, conn = checkout
             try:
-                # Both statements in one simple-protocol message: one round trip, as a BEGIN.
-                _simple(conn, f"BEGIN; SELECT id_gen.route_claim({int(g)}, {int(table.version)})")
+                _simple(conn, _claim_sql(g, table.version))
             except psycopg.Error as e:
                 _rollback_quietly(conn)
                 pool.putconn(conn)
@@ -358,54 +344,42 @@ class Router:
                 if code is None:
                     raise
                 last_error = e
-                refresh_error = self._after_route_error(code, attempt, refresh_error)
+                refresh_error = self._after_route_error(code, attempt, self.retry_limit, refresh_error)
                 continue
             except BaseException:
                 _rollback_quietly(conn)
                 pool.putconn(conn)
                 raise
-            self._count("transactions")
             return pool, conn
-        raise self._exhausted(g, "no shard accepted the claim in", refresh_error) from last_error
+        raise _routes.exhausted(g, "no shard accepted the claim in", self.retry_limit, refresh_error) from last_error
 
-    def _after_route_error(self, code, attempt, refresh_error):
+    def _after_route_error(self, code: str, attempt: int, retries: int,
+                           refresh_error: Optional[BaseException]) -> Optional[BaseException]:
         """After attempt number `attempt` met IG001/IG002: re-reads the routes (after IG001,
         and after every third IG002), then waits the backoff; nothing after the last
         attempt. A failed re-read (the coordinator down) does not end the retries: the next
         attempt runs on the routes held, and the listener re-reads them when it can.
         Returns the error of the last re-read when it failed, else None (refresh_error:
         what the previous call returned)."""
-        if attempt + 1 >= self.retry_limit:
+        if attempt >= retries:
             return refresh_error
-        if code == ROUTE_CHANGED:
-            self._count("retries_moved")
-            reread = True
-        else:
-            self._count("retries_fenced")
-            reread = attempt % 3 == 2
-        if reread:
+        self._count("retries_moved" if code == _routes.ROUTE_CHANGED else "retries_fenced")
+        if _routes.rereads_after(code, attempt):
             try:
                 self.refresh()
                 refresh_error = None
             except psycopg.Error as e:
                 refresh_error = e
-        delay = min(self.backoff_base * 2 ** attempt, self.backoff_max)
-        time.sleep(delay * random.uniform(0.5, 1.0))
+        time.sleep(_routes.backoff_delay(attempt, self.backoff_base, self.backoff_max))
         return refresh_error
 
-    def _exhausted(self, g, what, refresh_error):
-        message = f"gene {g}: {what} {self.retry_limit} attempts"
-        if refresh_error is not None:
-            message += f"; the last re-read of the routes failed: {refresh_error}"
-        return RouteRetryExhausted(message)
-
-    def _count(self, key):
+    def _count(self, key: str) -> None:
         with self._stats_lock:
             self.stats[key] += 1
 
     # --- closing --------------------------------------------------------------------------
 
-    def close(self):
+    def close(self) -> None:
         """Stops the listener and closes every connection; safe to call twice."""
         self._stop.set()
         if self._listener_thread is not None:
@@ -418,21 +392,28 @@ class Router:
         with self._reload_lock:
             self._drop_routes_conn()
 
-    def __enter__(self):
+    def __enter__(self) -> "Router":
         return self
 
-    def __exit__(self, *exc_info):
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
 
-# Route reads must not hang the threads that wait for them (a coordinator that stopped
-# answering): bounded connect, bounded statements, TCP keepalives.
-COORDINATOR_CONNECT = {"connect_timeout": 10, "options": "-c statement_timeout=10000",
-                       "keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5,
-                       "keepalives_count": 3}
+def _claim_sql(g: int, version: int) -> str:
+    """BEGIN and the claim in one simple-protocol message: one round trip, as a BEGIN."""
+    return f"BEGIN; SELECT id_gen.route_claim({int(g)}, {int(version)})"
 
 
-def _simple(conn, sql):
+def _commit(conn: Conn) -> None:
+    """COMMIT, unless the body swallowed an error: COMMIT would then roll back and report
+    success, so this raises instead (the caller rolls back)."""
+    if conn.pgconn.transaction_status == pq.TransactionStatus.INERROR:
+        raise psycopg.errors.InFailedSqlTransaction(
+            "id_gen_client: the transaction failed inside the body; it was rolled back")
+    _simple(conn, "COMMIT")
+
+
+def _simple(conn: Conn, sql: str) -> None:
     """Runs statements without parameters as one simple-protocol message straight through
     libpq: the claim and the COMMIT are on every transaction's path, and psycopg's cursor
     machinery would cost about as much as the claim itself. Raises psycopg's error for the
@@ -442,7 +423,8 @@ def _simple(conn, sql):
         raise psycopg.errors.error_from_result(res, encoding=conn.info.encoding)
 
 
-def _execute_declared(conn, version, query, params):
+def _execute_declared(conn: Conn, version: int, query: Any,
+                      params: Optional[Sequence[Any]]) -> Optional[List[Tuple[Any, ...]]]:
     """Runs one statement in a transaction of its own that declares the route version
     before it (set_config(..., true): for this transaction only); returns its rows, or None.
     A pipeline of both statements and one Sync: one round trip, and one implicit
@@ -467,7 +449,7 @@ def _execute_declared(conn, version, query, params):
     return rows
 
 
-def _rollback_quietly(conn):
+def _rollback_quietly(conn: Conn) -> None:
     """Ends a failed or abandoned transaction; a broken connection is left to the pool."""
     if conn.closed or conn.broken:
         return

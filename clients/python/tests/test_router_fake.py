@@ -224,6 +224,8 @@ class ShardConn:
             if declared and declared < coord.version:
                 raise sql_error(ROUTE_CHANGED)
             owns = coord.owner_of(gene(params[0])) == self.shard
+            if owns:
+                cluster.last_read_shard = self.shard
             return Result([(7,)] if owns else [], description=[("amount",)])
         if "gene_order_id" in sql:
             cluster.params.append((sql, params))
@@ -235,6 +237,7 @@ class Cluster:
     def __init__(self, uppers):
         self.coord = Coordinator(uppers)
         self.fences, self.claim_error, self.params = 0, None, []
+        self.last_read_shard = None  # the shard of the last read by owner that found rows
         self.pools = {}
         self.transaction_pooling = False
         self.sessions = {}  # shard -> the pooler's server sessions, used round robin
@@ -319,30 +322,38 @@ class RouterTest(unittest.TestCase):
         r = self.router()
         self.assertEqual((r.routes, r.version), ([], 1))
         with self.assertRaises(NoRouteError):
-            with r.transaction(gene=5):
+            with r.claim(gene=5):
                 pass
 
     def test_transaction_commits(self):
         r = self.router()
         owner = self.owner_on("b")
-        with r.transaction(owner=owner) as conn:
+        with r.claim(owner=owner) as conn:
             conn.execute("INSERT")
         self.assertEqual(conn.log, [f"BEGIN; SELECT id_gen.route_claim({gene(owner)}, 1)", "INSERT", "COMMIT"])
         self.assertEqual(self.cluster.pools["b"].out, 0)
         self.assertEqual(r.stats["transactions"], 1)
 
+    def test_transaction_without_a_body_is_the_deprecated_claim(self):
+        r = self.router()
+        with self.assertWarns(DeprecationWarning):
+            cm = r.transaction(gene=1)
+        with cm as conn:
+            conn.execute("X")
+        self.assertEqual(conn.log, ["BEGIN; SELECT id_gen.route_claim(1, 1)", "X", "COMMIT"])
+
     def test_exactly_one_target(self):
         r = self.router()
         for kw in [{}, {"owner": 1, "id": 2}, {"gene": 1, "id": 2}]:
             with self.assertRaises(TypeError):
-                with r.transaction(**kw):
+                with r.claim(**kw):
                     pass
 
     def test_stale_routes_refresh_and_retry(self):
         r = self.router()
         owner = self.owner_on("a")
         self.cluster.coord.change([(65535, "b")])  # unseen: listen=False
-        with r.transaction(owner=owner) as conn:
+        with r.claim(owner=owner) as conn:
             pass
         self.assertEqual(conn.shard, "b")
         self.assertEqual(self.cluster.pools["a"].conns[0].log[-1], "ROLLBACK")
@@ -352,7 +363,7 @@ class RouterTest(unittest.TestCase):
     def test_fenced_waits_and_refreshes_every_third(self):
         r = self.router()
         self.cluster.fences = 4
-        with r.transaction(gene=1):
+        with r.claim(gene=1):
             pass
         self.assertEqual((r.stats["retries_fenced"], r.stats["refreshes"]), (4, 2))
 
@@ -360,7 +371,7 @@ class RouterTest(unittest.TestCase):
         r = self.router()
         self.cluster.coord.down = True
         self.cluster.fences = 7  # the re-reads after the 3rd and the 6th attempt fail
-        with r.transaction(gene=1) as conn:
+        with r.claim(gene=1) as conn:
             pass
         self.assertEqual(conn.log[-1], "COMMIT")
         self.assertEqual((r.stats["retries_fenced"], r.stats["refreshes"]), (7, 1))
@@ -375,12 +386,12 @@ class RouterTest(unittest.TestCase):
         self.cluster.coord.change([(65535, "b")])  # unseen: listen=False
         self.cluster.coord.down = True
         with self.assertRaises(RouteRetryExhausted) as cm:
-            with r.transaction(owner=owner):
+            with r.claim(owner=owner):
                 pass
         self.assertEqual(cm.exception.__cause__.sqlstate, ROUTE_CHANGED)
         self.assertIn("the last re-read of the routes failed", str(cm.exception))
-        self.assertEqual(len(self.cluster.pools["a"].conns), 4)
-        self.assertEqual(r.stats["retries_moved"], 3)
+        self.assertEqual(len(self.cluster.pools["a"].conns), 5)  # the first attempt and 4 retries
+        self.assertEqual(r.stats["retries_moved"], 4)
         with self.assertRaises(RouteRetryExhausted):
             r.execute(ShardConn.READ, (owner,), owner=owner)
         self.assertEqual(self.cluster.pools["a"].out, 0)
@@ -398,7 +409,7 @@ class RouterTest(unittest.TestCase):
             coord.down = len(waits) < 2  # up again after the second wait
 
         with mock.patch.object(router_module.time, "sleep", sleep):
-            with r.transaction(owner=owner) as conn:
+            with r.claim(owner=owner) as conn:
                 pass
         self.assertEqual(conn.shard, "b")
         self.assertEqual((r.stats["retries_moved"], r.version, len(waits)), (3, 2, 3))
@@ -407,7 +418,7 @@ class RouterTest(unittest.TestCase):
         r = self.router(retry_limit=3)
         self.cluster.fences = 10
         with self.assertRaises(RouteRetryExhausted) as cm:
-            with r.transaction(gene=1):
+            with r.claim(gene=1):
                 pass
         self.assertEqual(cm.exception.__cause__.sqlstate, ROUTE_FENCED)
         self.assertEqual(self.cluster.pools["a"].out, 0)
@@ -416,7 +427,7 @@ class RouterTest(unittest.TestCase):
         r = self.router()
         self.cluster.claim_error = sql_error("57P01")
         with self.assertRaises(psycopg.DatabaseError):
-            with r.transaction(gene=1):
+            with r.claim(gene=1):
                 pass
         self.assertEqual(self.cluster.pools["a"].conns[0].log[-1], "ROLLBACK")
         self.assertEqual(len(self.cluster.pools["a"].conns), 1)
@@ -424,12 +435,12 @@ class RouterTest(unittest.TestCase):
     def test_body_error_rolls_back_not_retried(self):
         r = self.router()
         with self.assertRaises(ZeroDivisionError):
-            with r.transaction(gene=1) as conn:
+            with r.claim(gene=1) as conn:
                 1 / 0
         self.assertEqual(conn.log[-1], "ROLLBACK")
         self.assertEqual(len(self.cluster.pools["a"].conns), 1)
         with self.assertRaises(psycopg.Error):
-            with r.transaction(gene=1):
+            with r.claim(gene=1):
                 raise sql_error(ROUTE_CHANGED)
         self.assertEqual(len(self.cluster.pools["a"].conns), 2)
 
@@ -443,7 +454,7 @@ class RouterTest(unittest.TestCase):
                 raise sql_error(ROUTE_FENCED if len(calls) == 1 else ROUTE_CHANGED)
             return "done"
 
-        self.assertEqual(r.run(body, gene=1), "done")
+        self.assertEqual(r.transaction(body, gene=1), "done")
         self.assertEqual([c.log[-1] for c in calls], ["ROLLBACK", "ROLLBACK", "COMMIT"])
         self.assertEqual((r.stats["retries_fenced"], r.stats["retries_moved"]), (1, 1))
 
@@ -488,7 +499,7 @@ class RouterTest(unittest.TestCase):
                 r.shard_for_id(bad)
         for bad in [-1, 65536]:
             with self.assertRaisesRegex(ValueError, "gene .* is outside"):
-                with r.transaction(gene=bad):
+                with r.claim(gene=bad):
                     pass
         self.assertEqual(self.cluster.pools, {})  # nothing was routed
         self.assertEqual(r.shard_for_id((1 << 63) - 1), "b")
@@ -547,7 +558,7 @@ class RouterTest(unittest.TestCase):
         def work(seed):
             try:
                 for i in range(200):
-                    with r.transaction(owner=seed * 1000 + i) as conn:
+                    with r.claim(owner=seed * 1000 + i) as conn:
                         conn.execute("X")
                     if i == 100 and seed == 0:
                         self.cluster.coord.change([(20000, "b"), (65535, "a")])

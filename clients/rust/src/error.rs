@@ -13,8 +13,9 @@ pub const ROUTE_CHANGED: &str = "IG001";
 /// SQLSTATE of "route fenced": the gene is fenced for a cut-over. Retry after a short wait.
 pub const ROUTE_FENCED: &str = "IG002";
 
-/// Everything `id_gen_client` can fail with.
+/// Everything `id_gen_client` can fail with (new kinds may come: `#[non_exhaustive]`).
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum Error {
     /// A database error (connection, SQL, or an IG001/IG002 that was not retried).
     Db(tokio_postgres::Error),
@@ -34,7 +35,8 @@ pub enum Error {
     Timeout(&'static str),
     /// [`crate::Router::close`] was called.
     Closed,
-    /// IG001/IG002 kept coming back for `retry_limit` retries; holds the last error.
+    /// IG001/IG002 kept coming back for `retry_limit` retries after the first attempt;
+    /// holds the last error.
     RetryExhausted(Box<Error>),
 }
 

@@ -13,6 +13,7 @@ use id_gen_core::layout;
 /// The gene of an owner is the hash of its canonical bytes (a bigint: 8 bytes little-endian;
 /// text: its UTF-8 bytes; a uuid: its 16 raw bytes). The gene of an id is `id >> 47`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Key {
     /// A bigint owner.
     Owner(i64),

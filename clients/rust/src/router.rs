@@ -35,8 +35,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
-use tokio_postgres::types::Type;
-use tokio_postgres::{AsyncMessage, Client, NoTls};
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::{AsyncMessage, Client, NoTls, Row};
 
 /// The channel the coordinator notifies route changes on.
 pub const ROUTES_CHANNEL: &str = "id_gen_routes";
@@ -81,8 +81,10 @@ where
 
 impl<'env: 'c, 'c, F: Future + 'c> ScopedFuture<'env, 'c> for F {}
 
-/// How a [`Router`] connects and retries.
+/// How a [`Router`] connects and retries. Build it with [`RouterConfig::builder`] (or
+/// [`RouterConfig::new`] and set fields): new fields may come, so it is `#[non_exhaustive]`.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct RouterConfig {
     /// DSN of the coordinator (key=value or URL form), where the routes are read and LISTENed.
     pub routes_dsn: String,
@@ -90,7 +92,8 @@ pub struct RouterConfig {
     pub shards: BTreeMap<String, String>,
     /// Connections per shard pool (default 8).
     pub pool_size: usize,
-    /// Retries after IG001/IG002 before [`Error::RetryExhausted`] (default 20).
+    /// Retries after the first attempt on IG001/IG002 before [`Error::RetryExhausted`]
+    /// (default 20: at most 21 attempts), as in every id_gen client.
     pub retry_limit: u32,
     /// First retry delay (default 5 ms); doubles per retry.
     pub backoff_base: Duration,
@@ -110,12 +113,97 @@ impl RouterConfig {
             backoff_max: Duration::from_millis(200),
         }
     }
+
+    /// A builder with the defaults of [`RouterConfig::new`] and no shards yet:
+    ///
+    /// ```
+    /// use id_gen_client::RouterConfig;
+    /// let config = RouterConfig::builder("host=/tmp port=5432 dbname=app")
+    ///     .shard("s1", "host=/tmp port=5433 dbname=app")
+    ///     .shard("s2", "postgres://app@db2:5432/app")
+    ///     .retry_limit(10)
+    ///     .build()?;
+    /// assert_eq!(config.shards.len(), 2);
+    /// # Ok::<(), id_gen_client::Error>(())
+    /// ```
+    pub fn builder(routes_dsn: impl Into<String>) -> RouterConfigBuilder {
+        RouterConfigBuilder {
+            config: RouterConfig::new(routes_dsn, BTreeMap::new()),
+        }
+    }
+
+    /// Checks what can be checked without connecting: the DSNs parse, the pool holds at
+    /// least one connection, the backoff's first delay is not above its largest.
+    pub fn validate(&self) -> Result<(), Error> {
+        if self.pool_size == 0 {
+            return Err(Error::Config("pool_size must be at least 1".into()));
+        }
+        if self.backoff_base > self.backoff_max {
+            return Err(Error::Config(
+                "backoff_base must not be above backoff_max".into(),
+            ));
+        }
+        tokio_postgres::Config::from_str(&self.routes_dsn)
+            .map_err(|e| Error::Config(format!("routes_dsn: {e}")))?;
+        for (name, dsn) in &self.shards {
+            tokio_postgres::Config::from_str(dsn)
+                .map_err(|e| Error::Config(format!("shard {name}: {e}")))?;
+        }
+        Ok(())
+    }
+}
+
+/// Builds a [`RouterConfig`]; see [`RouterConfig::builder`].
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct RouterConfigBuilder {
+    config: RouterConfig,
+}
+
+impl RouterConfigBuilder {
+    /// Adds (or replaces) a shard: its name as `id_gen.route_map.shard` names it, and a DSN.
+    pub fn shard(mut self, name: impl Into<String>, dsn: impl Into<String>) -> Self {
+        self.config.shards.insert(name.into(), dsn.into());
+        self
+    }
+
+    /// Connections per shard pool (default 8).
+    pub fn pool_size(mut self, size: usize) -> Self {
+        self.config.pool_size = size;
+        self
+    }
+
+    /// Retries after the first attempt (default 20).
+    pub fn retry_limit(mut self, retries: u32) -> Self {
+        self.config.retry_limit = retries;
+        self
+    }
+
+    /// The first retry delay and the largest (defaults 5 ms and 200 ms).
+    pub fn backoff(mut self, base: Duration, max: Duration) -> Self {
+        self.config.backoff_base = base;
+        self.config.backoff_max = max;
+        self
+    }
+
+    /// The configuration, checked by [`RouterConfig::validate`].
+    pub fn build(self) -> Result<RouterConfig, Error> {
+        self.config.validate()?;
+        Ok(self.config)
+    }
+
+    /// Builds and connects: [`Router::connect`].
+    pub async fn connect(self) -> Result<Router, Error> {
+        Router::connect(self.build()?).await
+    }
 }
 
 /// Counters since the router was connected.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Stats {
-    /// Transactions committed through [`Router::transaction`] (and `next_id`).
+    /// Transactions committed through [`Router::transaction`], [`Router::run`],
+    /// [`Router::execute`] and `next_id`.
     pub transactions: u64,
     /// Retries after IG001 (route changed).
     pub retries_moved: u64,
@@ -181,11 +269,7 @@ impl Router {
     /// Connects: builds one pool per shard, opens the listener connection to `routes_dsn`,
     /// runs `LISTEN id_gen_routes`, then reads the routes. Must run inside a tokio runtime.
     pub async fn connect(config: RouterConfig) -> Result<Router, Error> {
-        if config.pool_size == 0 {
-            return Err(Error::Config("pool_size must be at least 1".into()));
-        }
-        tokio_postgres::Config::from_str(&config.routes_dsn)
-            .map_err(|e| Error::Config(format!("routes_dsn: {e}")))?;
+        config.validate()?;
         let mut pools = HashMap::new();
         for (name, dsn) in &config.shards {
             let pg = tokio_postgres::Config::from_str(dsn)
@@ -342,67 +426,75 @@ impl Router {
         F: for<'c> FnMut(&'c Client) -> TxFuture<'env, 'c, T>,
     {
         let gene = key.borrow().try_gene()?;
-        let inner = &self.inner;
-        if inner.closed.load(Ordering::SeqCst) {
-            return Err(Error::Closed);
-        }
-        let limit = inner.config.retry_limit;
-        let mut attempt: u32 = 0;
+        let mut retry = Retry::new(&self.inner, gene, true)?;
         loop {
-            let table = inner.table();
-            let (shard, version) = match table.lookup(gene) {
-                Ok(shard) => (shard.to_owned(), table.version()),
-                Err(e) => {
-                    // The routes may have changed since they were read: look again once.
-                    if attempt == 0 && inner.refresh().await? != table.version() {
-                        attempt += 1;
-                        continue;
-                    }
-                    return Err(e);
-                }
+            let Some((pool, version)) = retry.route().await? else {
+                continue;
             };
-            let pool = inner
-                .pools
-                .get(&shard)
-                .ok_or_else(|| Error::UnknownShard(shard.clone()))?
-                .clone();
-            drop(table);
-            let error = match run_once(&pool, gene, version, &mut body).await {
-                Ok(value) => {
-                    inner.counters.transactions.fetch_add(1, Ordering::Relaxed);
-                    return Ok(value);
-                }
-                Err(e) => e,
-            };
-            let code = match error.route_code() {
-                Some(code) => code,
-                None => return Err(error),
-            };
-            if attempt >= limit {
-                return Err(Error::RetryExhausted(Box::new(error)));
+            match run_once(&pool, gene, version, &mut body).await {
+                Ok(value) => return Ok(retry.done(value)),
+                Err((error, body_ran)) => retry.after(error, body_ran).await?,
             }
-            let reread = if code == ROUTE_CHANGED {
-                inner.counters.retries_moved.fetch_add(1, Ordering::Relaxed);
-                true
-            } else {
-                inner
-                    .counters
-                    .retries_fenced
-                    .fetch_add(1, Ordering::Relaxed);
-                attempt % 3 == 2
+        }
+    }
+
+    /// Like [`Router::transaction`], but `body` runs once: the claim is retried on
+    /// IG001/IG002 (no body has run yet), while IG001/IG002 from the body or COMMIT are
+    /// returned as [`Error::Db`]. For bodies that must not repeat (they do something
+    /// outside the database).
+    pub async fn run<'env, T, F>(&self, key: impl Borrow<Key>, body: F) -> Result<T, Error>
+    where
+        F: for<'c> FnOnce(&'c Client) -> TxFuture<'env, 'c, T>,
+    {
+        let gene = key.borrow().try_gene()?;
+        let mut body = Some(body);
+        // run_once calls the body only after a successful claim, and the loop below never
+        // retries once it was called, so it is taken at most once.
+        let mut once = as_body(|client| (body.take().expect("run: the body runs once"))(client));
+        let mut retry = Retry::new(&self.inner, gene, false)?;
+        loop {
+            let Some((pool, version)) = retry.route().await? else {
+                continue;
             };
-            if reread {
-                // A failed re-read is not the end: only a closed router is.
-                if let Err(Error::Closed) = inner.refresh().await {
-                    return Err(Error::Closed);
-                }
+            match run_once(&pool, gene, version, &mut once).await {
+                Ok(value) => return Ok(retry.done(value)),
+                Err((error, body_ran)) => retry.after(error, body_ran).await?,
             }
-            let delay =
-                inner
-                    .jitter
-                    .delay(attempt, inner.config.backoff_base, inner.config.backoff_max);
-            tokio::time::sleep(delay).await;
-            attempt += 1;
+        }
+    }
+
+    /// One statement on the owning shard in a transaction of its own that declares the
+    /// route version: `BEGIN; SELECT pg_catalog.set_config('id_gen.route_version', v, true)`,
+    /// the statement, `COMMIT`, sent together (one round trip), so a transaction-mode
+    /// pooler keeps them on one server connection. Retried on IG001/IG002, which leave a
+    /// failed statement without effect. Returns its rows (none for a statement without).
+    ///
+    /// ```no_run
+    /// # async fn f(router: id_gen_client::Router) -> Result<(), id_gen_client::Error> {
+    /// use id_gen_client::{tokio_postgres::types::Type, Key};
+    /// let owner = 42i64;
+    /// let rows = router
+    ///     .execute(Key::Owner(owner), "SELECT amount FROM orders WHERE owner_id = $1",
+    ///              &[(&owner, Type::INT8)])
+    ///     .await?;
+    /// # let _ = rows; Ok(()) }
+    /// ```
+    pub async fn execute(
+        &self,
+        key: impl Borrow<Key>,
+        sql: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+    ) -> Result<Vec<Row>, Error> {
+        let gene = key.borrow().try_gene()?;
+        let mut retry = Retry::new(&self.inner, gene, true)?;
+        loop {
+            let Some((pool, version)) = retry.route().await? else {
+                continue;
+            };
+            match execute_once(&pool, version, sql, params).await {
+                Ok(rows) => return Ok(retry.done(rows)),
+                Err((error, body_ran)) => retry.after(error, body_ran).await?,
+            }
         }
     }
 
@@ -452,28 +544,137 @@ impl Router {
     }
 }
 
-/// One attempt: a pooled connection, the claim, the body, COMMIT. Rolls back on any error.
+/// The retry state of `transaction`, `run` and `execute` (protocol §4): each routes the
+/// gene by the current routes (`route`), runs one attempt, and reports its error with
+/// whether the body ran (`after`): on IG001/IG002 it re-reads the routes (IG001; IG002
+/// every third time) and waits the jittered backoff, at most `retry_limit` times; an error
+/// after the body ran is retried only when `retry_body`.
+struct Retry<'a> {
+    inner: &'a Inner,
+    gene: u16,
+    retry_body: bool,
+    attempt: u32,
+}
+
+impl<'a> Retry<'a> {
+    fn new(inner: &'a Inner, gene: u16, retry_body: bool) -> Result<Self, Error> {
+        if inner.closed.load(Ordering::SeqCst) {
+            return Err(Error::Closed);
+        }
+        Ok(Retry {
+            inner,
+            gene,
+            retry_body,
+            attempt: 0,
+        })
+    }
+
+    /// The pool and route version for the gene; `None` when the gene had no route on the
+    /// first attempt and a re-read found other routes (look again).
+    async fn route(&mut self) -> Result<Option<(Pool, i64)>, Error> {
+        let inner = self.inner;
+        let table = inner.table();
+        let (shard, version) = match table.lookup(self.gene) {
+            Ok(shard) => (shard.to_owned(), table.version()),
+            Err(e) => {
+                // The routes may have changed since they were read: look again once.
+                if self.attempt == 0 && inner.refresh().await? != table.version() {
+                    self.attempt += 1;
+                    return Ok(None);
+                }
+                return Err(e);
+            }
+        };
+        let pool = inner
+            .pools
+            .get(&shard)
+            .ok_or_else(|| Error::UnknownShard(shard.clone()))?
+            .clone();
+        Ok(Some((pool, version)))
+    }
+
+    fn done<T>(&self, value: T) -> T {
+        self.inner
+            .counters
+            .transactions
+            .fetch_add(1, Ordering::Relaxed);
+        value
+    }
+
+    /// After a failed attempt: `Ok` to try again (after the re-read and the wait), or the
+    /// error to return.
+    async fn after(&mut self, error: Error, body_ran: bool) -> Result<(), Error> {
+        let inner = self.inner;
+        let code = match error.route_code() {
+            Some(code) if self.retry_body || !body_ran => code,
+            _ => return Err(error),
+        };
+        if self.attempt >= inner.config.retry_limit {
+            return Err(Error::RetryExhausted(Box::new(error)));
+        }
+        let reread = if code == ROUTE_CHANGED {
+            inner.counters.retries_moved.fetch_add(1, Ordering::Relaxed);
+            true
+        } else {
+            inner
+                .counters
+                .retries_fenced
+                .fetch_add(1, Ordering::Relaxed);
+            self.attempt % 3 == 2
+        };
+        if reread {
+            // A failed re-read is not the end: only a closed router is.
+            if let Err(Error::Closed) = inner.refresh().await {
+                return Err(Error::Closed);
+            }
+        }
+        let delay = inner.jitter.delay(
+            self.attempt,
+            inner.config.backoff_base,
+            inner.config.backoff_max,
+        );
+        tokio::time::sleep(delay).await;
+        self.attempt += 1;
+        Ok(())
+    }
+}
+
+/// Gives a closure the higher-ranked signature of a transaction body (closures do not infer
+/// it by themselves).
+fn as_body<'env, T, G>(g: G) -> G
+where
+    G: for<'c> FnMut(&'c Client) -> TxFuture<'env, 'c, T>,
+{
+    g
+}
+
+/// One attempt: a pooled connection, the claim, the body, COMMIT. Rolls back on any error,
+/// which comes with whether the body was called.
 async fn run_once<'env, T, F>(
     pool: &Pool,
     gene: u16,
     version: i64,
     body: &mut F,
-) -> Result<T, Error>
+) -> Result<T, (Error, bool)>
 where
     F: for<'c> FnMut(&'c Client) -> TxFuture<'env, 'c, T>,
 {
     let mut conn = Pooled {
-        object: Some(pool.get().await?),
+        object: Some(pool.get().await.map_err(|e| (Error::from(e), false))?),
         idle: false,
     };
     let client: &Client = conn.client();
     let claim = format!("BEGIN; SELECT id_gen.route_claim({gene}, {version})");
+    let mut body_ran = false;
     let result = match client.batch_execute(&claim).await {
         Err(e) => Err(e),
-        Ok(()) => match body(client).await {
-            Err(e) => Err(e),
-            Ok(value) => client.batch_execute("COMMIT").await.map(|()| value),
-        },
+        Ok(()) => {
+            body_ran = true;
+            match body(client).await {
+                Err(e) => Err(e),
+                Ok(value) => client.batch_execute("COMMIT").await.map(|()| value),
+            }
+        }
     };
     match result {
         Ok(value) => {
@@ -484,7 +685,42 @@ where
             // After a failed COMMIT the transaction is already over; ROLLBACK only warns.
             let rolled_back = client.batch_execute("ROLLBACK").await.is_ok();
             conn.idle = rolled_back;
-            Err(Error::Db(e))
+            Err((Error::Db(e), body_ran))
+        }
+    }
+}
+
+/// One attempt of `execute`: BEGIN with the declaration, the statement and COMMIT sent
+/// together (tokio-postgres writes each request when its future is first polled, so
+/// joining them puts all three on the wire before the first answer). A failed statement
+/// turns the COMMIT into a ROLLBACK on the server.
+async fn execute_once(
+    pool: &Pool,
+    version: i64,
+    sql: &str,
+    params: &[(&(dyn ToSql + Sync), Type)],
+) -> Result<Vec<Row>, (Error, bool)> {
+    let mut conn = Pooled {
+        object: Some(pool.get().await.map_err(|e| (Error::from(e), false))?),
+        idle: false,
+    };
+    let client: &Client = conn.client();
+    let declare =
+        format!("BEGIN; SELECT pg_catalog.set_config('id_gen.route_version', '{version}', true)");
+    let (begun, rows, committed) = tokio::join!(
+        client.batch_execute(&declare),
+        client.query_typed(sql, params),
+        client.batch_execute("COMMIT"),
+    );
+    let result = begun.and(rows).and_then(|rows| committed.map(|()| rows));
+    match result {
+        Ok(rows) => {
+            conn.idle = true;
+            Ok(rows)
+        }
+        Err(e) => {
+            conn.idle = client.batch_execute("ROLLBACK").await.is_ok();
+            Err((Error::Db(e), false))
         }
     }
 }

@@ -596,3 +596,171 @@ async fn the_tool_benchmarks_inserts_and_lookups() {
         assert!(s.count("s2: SELECT * FROM \"app\".\"items\" WHERE id = $1") > 0);
     });
 }
+
+// --- The protocol scenarios shared by every client (clients/protocol-scenarios.json) ------
+
+/// Runs one scenario of the shared file against the fake; returns what the scenario's
+/// `expect` names, as JSON, so that a difference shows every field at once.
+async fn run_scenario(sc: &serde_json::Value) -> serde_json::Value {
+    use serde_json::{json, Value as J};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let routes = |v: &J| -> Vec<(i32, i32, String)> {
+        let mut lower = 0;
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                let upper = r[0].as_i64().unwrap() as i32;
+                let range = (lower, upper, r[1].as_str().unwrap().to_string());
+                lower = upper + 1;
+                range
+            })
+            .collect()
+    };
+    let initial = routes(&sc["routes"]);
+    let fake = Fake::start(
+        &["a", "b"],
+        initial
+            .iter()
+            .map(|(l, u, s)| (*l, *u, s.as_str()))
+            .collect(),
+        1,
+    )
+    .await;
+    let mut c = config(&fake);
+    c.retry_limit = sc["retry_limit"].as_u64().unwrap_or(20) as u32;
+    let router = Router::connect(c).await.unwrap();
+    let owner_of = |g: u16| {
+        initial
+            .iter()
+            .find(|(l, u, _)| *l <= g as i32 && g as i32 <= *u)
+            .map(|r| r.2.clone())
+    };
+    let key = &sc["key"];
+    let (key, owner) = if let Some(g) = key["gene"].as_u64() {
+        (Key::Gene(g as u16), None)
+    } else {
+        let shard = key["owner_on"].as_str().unwrap();
+        let o = (0i64..)
+            .find(|o| owner_of(Key::Owner(*o).gene()).as_deref() == Some(shard))
+            .unwrap();
+        (Key::Owner(o), Some(o))
+    };
+    if let Some(changed) = sc.get("routes_change_unseen") {
+        let changed = routes(changed);
+        fake.set_routes(
+            changed
+                .iter()
+                .map(|(l, u, s)| (*l, *u, s.as_str()))
+                .collect(),
+            false,
+        );
+    }
+    if sc["coordinator_down"].as_bool() == Some(true) {
+        fake.stop_coordinator();
+    }
+    if let Some(n) = sc["fenced"].as_u64() {
+        let gene = key.gene();
+        fake.with(|s| s.fenced.insert(gene, n as u32));
+    }
+    let body_errors: Vec<String> = sc["body_errors"]
+        .as_array()
+        .map(|a| a.iter().map(|e| e.as_str().unwrap().to_string()).collect())
+        .unwrap_or_default();
+    let runs = AtomicUsize::new(0);
+    let result: Result<String, Error> = match sc["call"].as_str().unwrap() {
+        "transaction" => {
+            router
+                .transaction(&key, scenario_body(&runs, &body_errors))
+                .await
+        }
+        "run" => router.run(&key, scenario_body(&runs, &body_errors)).await,
+        "execute" => {
+            let owner = owner.expect("execute scenarios route by owner");
+            router
+                .execute(&key, "SELECT fake.read($1)", &[(&owner, Type::INT8)])
+                .await
+                .map(|rows| rows[0].get(0))
+        }
+        other => panic!("unknown call {other}"),
+    };
+    let stats = router.stats();
+    let mut got = json!({
+        "body_runs": runs.load(Ordering::SeqCst),
+        "claims": fake.with(|s| s.count("route_claim(")),
+        "retries_moved": stats.retries_moved,
+        "retries_fenced": stats.retries_fenced,
+        "refreshes": stats.refreshes,
+        "version": router.version(),
+    });
+    let outcome = match result {
+        Ok(shard) => {
+            got["shard"] = json!(shard);
+            "committed"
+        }
+        Err(Error::RetryExhausted(last)) => {
+            got["last_code"] = json!(last.code());
+            "exhausted"
+        }
+        Err(Error::NoRoute { .. }) => "no_route",
+        Err(e @ Error::Db(_)) => {
+            got["last_code"] = json!(e.code());
+            "error"
+        }
+        Err(e) => panic!("{}: unexpected error {e}", sc["name"]),
+    };
+    got["outcome"] = json!(outcome);
+    router.close();
+    // Only what the scenario expects is compared.
+    let expect = sc["expect"].as_object().unwrap();
+    J::Object(
+        expect
+            .keys()
+            .map(|k| (k.clone(), got.get(k).cloned().unwrap_or(J::Null)))
+            .collect(),
+    )
+}
+
+/// A scenario's body: fails with the next of `errors` (one per run), else answers the
+/// shard's name.
+fn scenario_body<'e>(
+    runs: &'e std::sync::atomic::AtomicUsize,
+    errors: &'e [String],
+) -> impl for<'c> FnMut(&'c Client) -> id_gen_client::TxFuture<'e, 'c, String> + 'e {
+    move |c| {
+        let n = runs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let fail = errors.get(n).cloned();
+        Box::pin(async move {
+            if let Some(code) = fail {
+                c.query_typed("SELECT fake.fail($1)", &[(&code, Type::TEXT)])
+                    .await?;
+            }
+            c.query_typed_one("SELECT fake.shard()", &[])
+                .await?
+                .try_get(0)
+        })
+    }
+}
+
+#[tokio::test]
+async fn the_shared_protocol_scenarios() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../protocol-scenarios.json");
+    let file: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let scenarios = file["scenarios"].as_array().unwrap();
+    assert!(
+        scenarios.len() >= 10,
+        "the scenario file lost its scenarios"
+    );
+    let mut failures = Vec::new();
+    for sc in scenarios {
+        let got = run_scenario(sc).await;
+        if got != sc["expect"] {
+            failures.push(format!(
+                "{}:\n  expected {}\n  got      {}",
+                sc["name"], sc["expect"], got
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

@@ -171,7 +171,11 @@ fn parse_bench(args: &[String]) -> Result<BenchOpts, String> {
             "--pool-size" => pool_size = Some(parse_num(flag, &value()?)?),
             "--sequence" => {
                 sequence = value()?;
-                if sequence.is_empty() || !sequence.bytes().all(|c| matches!(c, b'a'..=b'z' | b'0'..=b'9' | b'_')) {
+                if sequence.is_empty()
+                    || !sequence
+                        .bytes()
+                        .all(|c| matches!(c, b'a'..=b'z' | b'0'..=b'9' | b'_'))
+                {
                     return Err(format!("--sequence {sequence:?}: want [a-z0-9_]"));
                 }
             }
@@ -301,44 +305,49 @@ async fn bench(opts: BenchOpts) -> Result<(), String> {
             let mut n = 0u64;
             while Instant::now() < deadline {
                 n += 1;
-                if n % 50 == 0 && stop_file.as_deref().is_some_and(|f| std::path::Path::new(f).exists()) {
+                if n % 50 == 0
+                    && stop_file
+                        .as_deref()
+                        .is_some_and(|f| std::path::Path::new(f).exists())
+                {
                     break;
                 }
                 let t0 = Instant::now();
                 let result = match (mode, &direct_pools) {
                     (Mode::Insert, Some(pools)) => {
                         let owner = (i as i64 % owners) + 1;
-                        direct_transaction(&router, pools, Key::Owner(owner), &insert_sql, owner).await
+                        direct_transaction(&router, pools, Key::Owner(owner), &insert_sql, owner)
+                            .await
                     }
                     (Mode::Lookup, Some(pools)) => {
                         let id = ids[i % ids.len()];
                         direct_transaction(&router, pools, Key::Id(id), &lookup_sql, id).await
                     }
                     _ => match mode {
-                    Mode::Insert => {
-                        let owner = (i as i64 % owners) + 1;
-                        let sql = insert_sql.as_str();
-                        router
-                            .transaction(Key::Owner(owner), |c| {
-                                Box::pin(async move {
-                                    c.query_typed_one(sql, &[(&owner, Type::INT8)]).await?;
-                                    Ok(())
+                        Mode::Insert => {
+                            let owner = (i as i64 % owners) + 1;
+                            let sql = insert_sql.as_str();
+                            router
+                                .transaction(Key::Owner(owner), |c| {
+                                    Box::pin(async move {
+                                        c.query_typed_one(sql, &[(&owner, Type::INT8)]).await?;
+                                        Ok(())
+                                    })
                                 })
-                            })
-                            .await
-                    }
-                    Mode::Lookup => {
-                        let id = ids[i % ids.len()];
-                        let sql = lookup_sql.as_str();
-                        router
-                            .transaction(Key::Id(id), |c| {
-                                Box::pin(async move {
-                                    c.query_typed(sql, &[(&id, Type::INT8)]).await?;
-                                    Ok(())
+                                .await
+                        }
+                        Mode::Lookup => {
+                            let id = ids[i % ids.len()];
+                            let sql = lookup_sql.as_str();
+                            router
+                                .transaction(Key::Id(id), |c| {
+                                    Box::pin(async move {
+                                        c.query_typed(sql, &[(&id, Type::INT8)]).await?;
+                                        Ok(())
+                                    })
                                 })
-                            })
-                            .await
-                    }
+                                .await
+                        }
                     }
                     .map_err(|e| e.to_string()),
                 };
@@ -418,14 +427,22 @@ async fn direct_transaction(
     arg: i64,
 ) -> Result<(), String> {
     let shard = router.shard_for(&key).map_err(|e| e.to_string())?;
-    let pool = pools.get(&shard).ok_or(format!("no DSN for shard {shard}"))?;
+    let pool = pools
+        .get(&shard)
+        .ok_or(format!("no DSN for shard {shard}"))?;
     let client = pool.get().await.map_err(|e| e.to_string())?;
-    client.batch_execute("BEGIN").await.map_err(|e| e.to_string())?;
+    client
+        .batch_execute("BEGIN")
+        .await
+        .map_err(|e| e.to_string())?;
     if let Err(e) = client.query_typed(sql, &[(&arg, Type::INT8)]).await {
         let _ = client.batch_execute("ROLLBACK").await;
         return Err(e.to_string());
     }
-    client.batch_execute("COMMIT").await.map_err(|e| e.to_string())
+    client
+        .batch_execute("COMMIT")
+        .await
+        .map_err(|e| e.to_string())
 }
 
 /// Nearest-rank percentile of sorted values; 0 when there are none.

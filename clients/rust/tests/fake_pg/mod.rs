@@ -267,6 +267,8 @@ struct Conn<'a> {
     out: Vec<u8>,
     in_tx: bool,
     failed: bool,
+    /// The route version declared with set_config(..., true) in the open transaction.
+    declared: Option<i64>,
     notify_tx: mpsc::UnboundedSender<String>,
 }
 
@@ -443,6 +445,7 @@ impl Conn<'_> {
                 let tag = if self.failed { "ROLLBACK" } else { sql };
                 self.in_tx = false;
                 self.failed = false;
+                self.declared = None;
                 Ok(Reply::Tag(tag.into()))
             }
             s if s.starts_with("SELECT id_gen.route_claim(") => {
@@ -518,6 +521,53 @@ impl Conn<'_> {
                     tag: "SELECT 1".into(),
                 })
             }
+            s if s.starts_with("SELECT pg_catalog.set_config('id_gen.route_version', '") => {
+                let v = s
+                    .trim_start_matches("SELECT pg_catalog.set_config('id_gen.route_version', '")
+                    .trim_end_matches("', true)");
+                self.declared = Some(v.parse().unwrap());
+                Ok(Reply::Rows {
+                    names: vec!["set_config".into()],
+                    rows: vec![vec![Value::Text(v.to_string())]],
+                    tag: "SELECT 1".into(),
+                })
+            }
+            // A read by owner (no id predicate), as a shard answers it: the first statement
+            // of a transaction on a distributed table checks the declared version (IG001
+            // when older) and the fence (IG002); then the rows of the owner, when this
+            // shard owns its gene (none otherwise: why a stale read must not go unchecked).
+            "SELECT fake.read($1)" => {
+                let Value::I8(owner) = params[0] else {
+                    panic!("fake.read takes an int8 owner")
+                };
+                let gene = gene_of_i64(owner);
+                if let Some(n) = st.fenced.get_mut(&gene) {
+                    if *n > 0 {
+                        if *n != u32::MAX {
+                            *n -= 1;
+                        }
+                        return Err(err("IG002", format!("gene {gene} is fenced")));
+                    }
+                }
+                if matches!(self.declared, Some(v) if v < st.version) {
+                    return Err(err("IG001", "route changed"));
+                }
+                let rows = if st.owner_of(gene) == Some(self.name) {
+                    vec![vec![Value::Text(self.name.to_string())]]
+                } else {
+                    vec![]
+                };
+                Ok(Reply::Rows {
+                    names: vec!["shard".into()],
+                    rows,
+                    tag: "SELECT".into(),
+                })
+            }
+            "SELECT fake.shard()" => Ok(Reply::Rows {
+                names: vec!["shard".into()],
+                rows: vec![vec![Value::Text(self.name.to_string())]],
+                tag: "SELECT 1".into(),
+            }),
             "SELECT fake.echo($1)" => Ok(Reply::Rows {
                 names: vec!["echo".into()],
                 rows: vec![params.to_vec()],
@@ -596,6 +646,7 @@ async fn connection(
         out: Vec::new(),
         in_tx: false,
         failed: false,
+        declared: None,
         notify_tx,
     };
     // Extended-protocol state of the current batch.

@@ -1,0 +1,153 @@
+"""What the sync and the async router share, none of it I/O: the route snapshot, the routing
+key, the retry decisions, and the SQL of docs/routing-protocol.md.
+
+Invariants:
+
+* A `RouteTable` is immutable: routes and their version are one snapshot, replaced whole.
+* `retry_limit` counts retries after the first attempt (a call makes at most
+  retry_limit + 1 attempts), the same in every client.
+* After IG001 the routes are re-read before the next attempt; after IG002 every third
+  time; the wait before attempt n + 1 is min(base * 2**n, max), jittered to [1/2, 1] of it.
+"""
+from __future__ import annotations
+
+import bisect
+import random
+import uuid
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+
+from .errors import ROUTE_CHANGED, NoRouteError, RouteRetryExhausted
+
+__all__ = ["ROUTE_CHANGED", "RouteTable", "RouteLookups", "target_gene", "owner_cast", "rereads_after",
+           "backoff_delay", "exhausted"]
+from .genes import as_gene, gene, gene_of_id
+
+Owner = Union[int, str, uuid.UUID, bytes, bytearray, memoryview]
+Range = Tuple[int, int, str]
+
+ROUTES_CHANNEL = "id_gen_routes"
+ROUTES_SQL = "SELECT lower_gene, upper_gene, shard, version FROM id_gen.route_map ORDER BY lower_gene"
+# One snapshot: the version, only when there are still no routes (else read them again).
+EMPTY_ROUTES_VERSION_SQL = ("SELECT id_gen.route_version() "
+                            "WHERE NOT EXISTS (SELECT 1 FROM id_gen.route_map)")
+# Declares the route version for the rest of the transaction (SET LOCAL semantics).
+DECLARE_VERSION_SQL = "SELECT pg_catalog.set_config('id_gen.route_version', '{}', true)"
+OWNER_CASTS = ((bool, None), (int, "bigint"), (str, "text"), (uuid.UUID, "uuid"))
+LISTEN_POLL_SECONDS = 0.5
+# Route reads must not hang the callers that wait for them (a coordinator that stopped
+# answering): bounded connect, bounded statements, TCP keepalives.
+COORDINATOR_CONNECT: Dict[str, Any] = {"connect_timeout": 10, "options": "-c statement_timeout=10000",
+                       "keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5,
+                       "keepalives_count": 3}
+
+
+class RouteTable:
+    """An immutable snapshot: sorted ranges (lower, upper, shard) and their version."""
+
+    __slots__ = ("uppers", "ranges", "version")
+
+    def __init__(self, ranges: Iterable[Range], version: int) -> None:
+        self.ranges: Tuple[Range, ...] = tuple(ranges)
+        self.uppers = [upper for _, upper, _ in self.ranges]
+        self.version = version
+
+    @classmethod
+    def from_rows(cls, rows: Sequence[Tuple[int, int, str, int]]) -> "RouteTable":
+        """From the rows of ROUTES_SQL (not empty): the version is on every row."""
+        return cls(((lo, up, shard) for lo, up, shard, _ in rows), rows[0][3])
+
+    def shard_for_gene(self, g: int) -> str:
+        i = bisect.bisect_left(self.uppers, g)  # the ceiling entry on upper_gene
+        if i == len(self.ranges) or self.ranges[i][0] > g:
+            raise NoRouteError(f"no route for gene {g} (route version {self.version})")
+        return self.ranges[i][2]
+
+
+class RouteLookups:
+    """What both routers hold and offer without I/O: their settings, counters, the routes
+    (`_table`) and the lookups by them."""
+
+    def __init__(self, routes_dsn: str, shards: Mapping[str, str], *, min_size: int,
+                 max_size: int, retry_limit: int, backoff_base: float, backoff_max: float,
+                 listen: bool, pool_kwargs: Optional[Mapping[str, Any]]) -> None:
+        if retry_limit < 0:
+            raise ValueError("retry_limit counts retries after the first attempt: 0 or more")
+        self._routes_dsn = routes_dsn
+        self._shard_dsns = dict(shards)
+        self._pool_args: Dict[str, Any] = dict(pool_kwargs or {}, min_size=min_size, max_size=max_size)
+        self.retry_limit = retry_limit
+        self.backoff_base = backoff_base
+        self.backoff_max = backoff_max
+        self.listen = listen
+        self.stats = {"transactions": 0, "retries_moved": 0, "retries_fenced": 0, "refreshes": 0}
+        self._table = RouteTable((), 0)
+        self._reloads_begun = 0  # reloads numbered in the order they began
+        self._last_good_reload = 0  # the number of the last reload that succeeded
+
+    @property
+    def version(self) -> int:
+        """The route version the current routes belong to."""
+        return self._table.version
+
+    @property
+    def routes(self) -> List[Range]:
+        """The current routes: a list of (lower_gene, upper_gene, shard), inclusive."""
+        return list(self._table.ranges)
+
+    def gene(self, owner: Owner) -> int:
+        """The gene of an owner (see id_gen_client.gene)."""
+        return gene(owner)
+
+    def shard_for_gene(self, g: int) -> str:
+        """The shard that owns gene g, by the current routes."""
+        return self._route(as_gene(g), self._table)
+
+    def shard_for_owner(self, owner: Owner) -> str:
+        return self.shard_for_gene(gene(owner))
+
+    def shard_for_id(self, id: int) -> str:
+        return self.shard_for_gene(gene_of_id(id))
+
+    def _route(self, g: int, table: RouteTable) -> str:
+        shard = table.shard_for_gene(g)
+        if shard not in self._shard_dsns:
+            raise NoRouteError(f"gene {g} routes to shard {shard!r}, which has no DSN in this {type(self).__name__}")
+        return shard
+
+
+def target_gene(owner: Optional[Owner], id: Optional[int], gene_: Optional[int]) -> int:
+    """The gene of exactly one of owner, id or gene (TypeError otherwise)."""
+    given = [x is not None for x in (owner, id, gene_)]
+    if sum(given) != 1:
+        raise TypeError("give exactly one of owner=, id= or gene=")
+    if owner is not None:
+        return gene(owner)
+    if id is not None:
+        return gene_of_id(id)
+    assert gene_ is not None
+    return as_gene(gene_)
+
+
+def owner_cast(owner: object) -> str:
+    """The SQL type an owner is passed as to id_gen.gene_order_id."""
+    cast = next((c for t, c in OWNER_CASTS if isinstance(owner, t)), None)
+    if cast is None:
+        raise TypeError(f"gene_order_id takes an int, str or uuid.UUID owner, not {type(owner).__name__}")
+    return cast
+
+
+def rereads_after(code: str, attempt: int) -> bool:
+    """Whether to re-read the routes after attempt number `attempt` met `code`."""
+    return code == ROUTE_CHANGED or attempt % 3 == 2
+
+
+def backoff_delay(attempt: int, base: float, largest: float) -> float:
+    """The jittered wait after attempt number `attempt` (0 for the first)."""
+    return float(min(base * 2 ** attempt, largest) * random.uniform(0.5, 1.0))
+
+
+def exhausted(g: int, what: str, retry_limit: int, refresh_error: Optional[BaseException]) -> RouteRetryExhausted:
+    message = f"gene {g}: {what} {retry_limit + 1} attempts ({retry_limit} retries)"
+    if refresh_error is not None:
+        message += f"; the last re-read of the routes failed: {refresh_error}"
+    return RouteRetryExhausted(message)

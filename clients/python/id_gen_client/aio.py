@@ -1,0 +1,337 @@
+"""AsyncRouter: the asyncio twin of `router.Router`, on psycopg's AsyncConnection and
+psycopg_pool's AsyncConnectionPool, with the same methods and meanings (awaited):
+`transaction`, `run`, `claim` (an async context manager), `execute`, `next_id`, `refresh`,
+the lookups, `retry_limit` (retries after the first attempt). See router.py and
+docs/routing-protocol.md.
+
+    async with AsyncRouter(routes_dsn, shards) as router:
+        n = await router.transaction(body, owner=42)   # async def body(conn): ...
+
+Invariants, beside those of router.py: no lock is held across an await except the one that
+serialises route reloads; the listener is one task, cancelled by `close()`; every wait on a
+server is bounded (connect_timeout, statement_timeout on the coordinator, the pools'
+timeouts). Needs psycopg >= 3.2 (AsyncConnection.notifies(timeout=...)).
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import (Any, AsyncIterator, Awaitable, Callable, Dict, List, Mapping, Optional, Sequence,
+                    Tuple, TypeVar)
+
+import psycopg
+from psycopg import pq
+from psycopg_pool import AsyncConnectionPool
+
+from . import _routes
+from ._routes import (COORDINATOR_CONNECT, DECLARE_VERSION_SQL, EMPTY_ROUTES_VERSION_SQL,
+                      LISTEN_POLL_SECONDS, ROUTES_CHANNEL, ROUTES_SQL, Owner, RouteLookups, RouteTable,
+                      target_gene)
+from .errors import NoRouteError, route_error_code
+
+T = TypeVar("T")
+AsyncConn = psycopg.AsyncConnection[Any]
+Body = Callable[[AsyncConn], Awaitable[T]]
+
+
+class AsyncRouter(RouteLookups):
+    """Routes transactions by owner, id or gene to the owning shard; for one event loop."""
+
+    def __init__(self, routes_dsn: str, shards: Mapping[str, str], *, min_size: int = 1,
+                 max_size: int = 8, retry_limit: int = 20, backoff_base: float = 0.005,
+                 backoff_max: float = 0.2, listen: bool = True,
+                 pool_kwargs: Optional[Mapping[str, Any]] = None) -> None:
+        super().__init__(routes_dsn, shards, min_size=min_size, max_size=max_size, retry_limit=retry_limit,
+                         backoff_base=backoff_base, backoff_max=backoff_max, listen=listen,
+                         pool_kwargs=pool_kwargs)
+        self._pools: Dict[str, AsyncConnectionPool[Any]] = {}
+        self._reload_lock = asyncio.Lock()  # guards _routes_conn and reloads
+        self._routes_conn: Optional[AsyncConn] = None
+        self._listener_task: Optional[asyncio.Task[None]] = None
+        self._opened = self._closed = False
+
+    async def open(self) -> "AsyncRouter":
+        """LISTENs (when listen), reads the routes and starts the listener task."""
+        if self._opened:
+            return self
+        self._opened = True
+        listener = None
+        try:
+            if self.listen:
+                listener = await self._connect_listener()  # LISTEN before the first read
+            await self.refresh()
+        except BaseException:
+            if listener is not None:
+                await listener.close()
+            await self.close()
+            raise
+        if listener is not None:
+            self._listener_task = asyncio.get_running_loop().create_task(
+                self._listen_loop(listener), name="id_gen_client-routes")
+        return self
+
+    async def __aenter__(self) -> "AsyncRouter":
+        return await self.open()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # --- routes ---------------------------------------------------------------------------
+
+    async def refresh(self) -> int:
+        """Re-reads the routes now; returns their version (a call that waited for another
+        reload that began after it and succeeded takes its result)."""
+        requested_after = self._reloads_begun
+        async with self._reload_lock:
+            if self._closed:
+                raise RuntimeError("the AsyncRouter is closed")
+            if self._last_good_reload > requested_after:
+                return self._table.version
+            self._reloads_begun += 1
+            try:
+                self._table = await self._read_routes()
+            except psycopg.OperationalError:  # a lost connection: once more on a new one
+                await self._drop_routes_conn()
+                self._table = await self._read_routes()
+            self._last_good_reload = self._reloads_begun
+            self.stats["refreshes"] += 1
+            return self._table.version
+
+    async def _read_routes(self) -> RouteTable:
+        if self._routes_conn is None or self._routes_conn.closed:
+            self._routes_conn = await psycopg.AsyncConnection.connect(
+                self._routes_dsn, autocommit=True, **COORDINATOR_CONNECT)
+        while True:
+            rows = await (await self._routes_conn.execute(ROUTES_SQL)).fetchall()
+            if rows:
+                return RouteTable.from_rows(rows)
+            empty = await (await self._routes_conn.execute(EMPTY_ROUTES_VERSION_SQL)).fetchone()
+            if empty is not None:
+                return RouteTable((), empty[0])
+
+    async def _drop_routes_conn(self) -> None:
+        if self._routes_conn is not None:
+            await self._routes_conn.close()
+            self._routes_conn = None
+
+    async def _connect_listener(self) -> AsyncConn:
+        conn = await psycopg.AsyncConnection.connect(self._routes_dsn, autocommit=True, **COORDINATOR_CONNECT)
+        try:
+            await conn.execute(f"LISTEN {ROUTES_CHANNEL}")
+        except BaseException:
+            await conn.close()
+            raise
+        return conn
+
+    async def _listen_loop(self, conn: Optional[AsyncConn]) -> None:
+        failures = 0
+        try:
+            while True:
+                try:
+                    if conn is None:
+                        conn = await self._connect_listener()
+                        await self.refresh()  # notifications may have been missed meanwhile
+                    async for n in conn.notifies(timeout=LISTEN_POLL_SECONDS):
+                        if int(n.payload) > self._table.version:
+                            await self.refresh()
+                    failures = 0
+                except asyncio.CancelledError:
+                    raise
+                except Exception:  # a lost connection, a failed reload: reconnect and re-read
+                    if conn is not None:
+                        await conn.close()
+                        conn = None
+                    failures += 1
+                    await asyncio.sleep(min(0.1 * 2 ** failures, 5.0))
+        finally:
+            if conn is not None:
+                await conn.close()
+
+    async def _pool(self, shard: str) -> AsyncConnectionPool[Any]:
+        if self._closed:
+            raise RuntimeError("the AsyncRouter is closed")
+        pool = self._pools.get(shard)
+        if pool is None:
+            args = dict(self._pool_args)
+            args["kwargs"] = dict(args.get("kwargs") or {}, autocommit=True)
+            args.setdefault("name", f"id_gen_client-{shard}")
+            args["open"] = False
+            pool = self._pools[shard] = AsyncConnectionPool(self._shard_dsns[shard], **args)
+            await pool.open()
+        return pool
+
+    # --- transactions ---------------------------------------------------------------------
+
+    async def transaction(self, body: Body[T], *, owner: Optional[Owner] = None, id: Optional[int] = None,
+                          gene: Optional[int] = None) -> T:
+        """await body(conn) in a claimed transaction on the owning shard; retried on
+        IG001/IG002 (claim, body or COMMIT) up to retry_limit times. Returns its value."""
+        return await self._call(body, target_gene(owner, id, gene), retry_body=True)
+
+    async def run(self, body: Body[T], *, owner: Optional[Owner] = None, id: Optional[int] = None,
+                  gene: Optional[int] = None) -> T:
+        """The body once (the claim retried); IG001/IG002 from the body or COMMIT are raised."""
+        return await self._call(body, target_gene(owner, id, gene), retry_body=False)
+
+    @contextlib.asynccontextmanager
+    async def claim(self, *, owner: Optional[Owner] = None, id: Optional[int] = None,
+                    gene: Optional[int] = None) -> AsyncIterator[AsyncConn]:
+        """async with: a connection in a claimed transaction (the form of `run`)."""
+        g = target_gene(owner, id, gene)
+        last_error = refresh_error = None
+        for attempt in range(self.retry_limit + 1):
+            checkout = await self._checkout(g, attempt)
+            if checkout is None:
+                continue
+            table, pool, conn = checkout
+            try:
+                try:
+                    await _simple(conn, _claim_sql(g, table.version))
+                except psycopg.Error as e:
+                    await _rollback_quietly(conn)
+                    code = route_error_code(e)
+                    if code is None:
+                        raise
+                    last_error = e
+                else:
+                    try:
+                        yield conn
+                        await _commit(conn)
+                    except BaseException:
+                        await _rollback_quietly(conn)
+                        raise
+                    self.stats["transactions"] += 1
+                    return
+            finally:
+                await pool.putconn(conn)
+            refresh_error = await self._after_route_error(code, attempt, refresh_error)
+        raise _routes.exhausted(g, "no shard accepted the claim in", self.retry_limit, refresh_error) from last_error
+
+    async def _call(self, body: Body[T], g: int, retry_body: bool) -> T:
+        last_error = refresh_error = None
+        for attempt in range(self.retry_limit + 1):
+            checkout = await self._checkout(g, attempt)
+            if checkout is None:
+                continue  # the routes changed: look again
+            table, pool, conn = checkout
+            body_ran = False
+            try:
+                await _simple(conn, _claim_sql(g, table.version))
+                body_ran = True
+                result = await body(conn)
+                await _commit(conn)
+                self.stats["transactions"] += 1
+                return result
+            except BaseException as e:
+                await _rollback_quietly(conn)
+                code = route_error_code(e) if isinstance(e, psycopg.Error) else None
+                if code is None or (body_ran and not retry_body):
+                    raise
+                last_error = e
+            finally:
+                await pool.putconn(conn)
+            refresh_error = await self._after_route_error(code, attempt, refresh_error)
+        raise _routes.exhausted(g, "the route kept changing for", self.retry_limit, refresh_error) from last_error
+
+    async def execute(self, query: Any, params: Optional[Sequence[Any]] = None, *,
+                      owner: Optional[Owner] = None, id: Optional[int] = None,
+                      gene: Optional[int] = None) -> Optional[List[Tuple[Any, ...]]]:
+        """One statement with the route version declared in its own transaction, one round
+        trip (a pipeline); retried on IG001/IG002. Its rows, or None."""
+        g = target_gene(owner, id, gene)
+        last_error = refresh_error = None
+        for attempt in range(self.retry_limit + 1):
+            checkout = await self._checkout(g, attempt)
+            if checkout is None:
+                continue
+            table, pool, conn = checkout
+            try:
+                async with conn.pipeline():
+                    await conn.execute(DECLARE_VERSION_SQL.format(int(table.version)), prepare=False)
+                    cur = await conn.execute(query, params)
+                rows = await cur.fetchall() if cur.description is not None else None
+                self.stats["transactions"] += 1
+                return rows
+            except psycopg.Error as e:
+                code = route_error_code(e)
+                if code is None:
+                    raise
+                last_error = e
+            finally:
+                await pool.putconn(conn)
+            refresh_error = await self._after_route_error(code, attempt, refresh_error)
+        raise _routes.exhausted(g, "the route kept changing for", self.retry_limit, refresh_error) from last_error
+
+    async def next_id(self, sequence: str, owner: Owner) -> int:
+        """An owner-affine id from the owning shard: id_gen.gene_order_id(sequence, owner)."""
+        query = f"SELECT id_gen.gene_order_id(%s::text, %s::{_routes.owner_cast(owner)})"
+
+        async def body(conn: AsyncConn) -> Any:
+            return await (await conn.execute(query, (sequence, owner))).fetchone()
+
+        row = await self.transaction(body, owner=owner)
+        return int(row[0])
+
+    async def _checkout(self, g: int, attempt: int) -> Optional[Tuple[RouteTable, AsyncConnectionPool[Any], AsyncConn]]:
+        table = self._table
+        try:
+            shard = self._route(g, table)
+        except NoRouteError:
+            if attempt > 0 or await self.refresh() == table.version:
+                raise
+            return None
+        pool = await self._pool(shard)
+        return table, pool, await pool.getconn()
+
+    async def _after_route_error(self, code: str, attempt: int,
+                                 refresh_error: Optional[BaseException]) -> Optional[BaseException]:
+        """As Router._after_route_error."""
+        if attempt >= self.retry_limit:
+            return refresh_error
+        self.stats["retries_moved" if code == _routes.ROUTE_CHANGED else "retries_fenced"] += 1
+        if _routes.rereads_after(code, attempt):
+            try:
+                await self.refresh()
+                refresh_error = None
+            except psycopg.Error as e:
+                refresh_error = e
+        await asyncio.sleep(_routes.backoff_delay(attempt, self.backoff_base, self.backoff_max))
+        return refresh_error
+
+    async def close(self) -> None:
+        """Cancels the listener and closes every connection; safe to call twice."""
+        self._closed = True
+        if self._listener_task is not None:
+            self._listener_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._listener_task
+            self._listener_task = None
+        pools, self._pools = list(self._pools.values()), {}
+        for pool in pools:
+            await pool.close()
+        await self._drop_routes_conn()
+
+
+def _claim_sql(g: int, version: int) -> str:
+    return f"BEGIN; SELECT id_gen.route_claim({int(g)}, {int(version)})"
+
+
+async def _simple(conn: AsyncConn, sql: str) -> None:
+    """Statements without parameters: psycopg sends them as one simple-protocol message."""
+    await conn.execute(sql, prepare=False)
+
+
+async def _commit(conn: AsyncConn) -> None:
+    if conn.pgconn.transaction_status == pq.TransactionStatus.INERROR:
+        raise psycopg.errors.InFailedSqlTransaction(
+            "id_gen_client: the transaction failed inside the body; it was rolled back")
+    await _simple(conn, "COMMIT")
+
+
+async def _rollback_quietly(conn: AsyncConn) -> None:
+    if conn.closed or conn.broken:
+        return
+    try:
+        await _simple(conn, "ROLLBACK")
+    except psycopg.Error:
+        pass

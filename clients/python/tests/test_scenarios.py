@@ -1,0 +1,236 @@
+"""The protocol scenarios shared by every client (clients/protocol-scenarios.json), run
+against the fakes of test_router_fake.py by the sync Router and by the AsyncRouter (through
+thin async wrappers of the same fakes), so the three runs and the Rust client's
+(clients/rust/tests/router_fake.rs) check one set of expectations."""
+import asyncio
+import contextlib
+import json
+import os
+import unittest
+from unittest import mock
+
+import psycopg
+
+import id_gen_client.aio as aio_module
+import id_gen_client.router as router_module
+from id_gen_client import AsyncRouter, NoRouteError, RouteRetryExhausted, Router, gene
+from test_router_fake import SHARDS, Cluster, ShardConn, sql_error
+
+SCENARIOS = os.path.join(os.path.dirname(__file__), "..", "..", "protocol-scenarios.json")
+ROUTER_ARGS = {"listen": False, "backoff_base": 0.0001, "backoff_max": 0.001}
+
+
+def load_scenarios():
+    with open(SCENARIOS) as f:
+        scenarios = json.load(f)["scenarios"]
+    assert len(scenarios) >= 10, "the scenario file lost its scenarios"
+    return scenarios
+
+
+class AsyncResult:
+    def __init__(self, result):
+        self.result, self.description = result, result.description
+
+    async def fetchall(self):
+        return self.result.fetchall()
+
+    async def fetchone(self):
+        return self.result.fetchone()
+
+
+class AsyncWrapped:
+    """An async face over a fake connection of test_router_fake (its statements run at once)."""
+
+    def __init__(self, conn):
+        self.conn = conn
+
+    def __getattr__(self, name):  # shard, log, pgconn, closed, broken, ...
+        return getattr(self.conn, name)
+
+    async def execute(self, sql, params=None, prepare=None):
+        return AsyncResult(self.conn.execute(sql, params))
+
+    @contextlib.asynccontextmanager
+    async def pipeline(self):
+        with self.conn.pipeline():
+            yield
+
+    async def close(self):
+        self.conn.close()
+
+
+def async_pool_of(cluster):
+    def make(conninfo, **kwargs):
+        kwargs.pop("open", None)
+        sync = cluster.pool(conninfo, **kwargs)
+
+        class AsyncPool:
+            async def open(self):
+                pass
+
+            async def getconn(self):
+                return AsyncWrapped(sync.getconn())
+
+            async def putconn(self, conn):
+                sync.putconn(conn.conn)
+
+            async def close(self):
+                sync.close()
+
+        return AsyncPool()
+
+    return make
+
+
+class Run:
+    """One scenario against a fresh fake cluster, by one face of the client."""
+
+    def __init__(self, test, sc):
+        self.test, self.sc = test, sc
+        self.cluster = Cluster([(up, shard) for up, shard in sc["routes"]])
+        self.runs = 0
+        self.committed_on = None
+
+    def key(self):
+        key = self.sc["key"]
+        if "gene" in key:
+            return {"gene": key["gene"]}
+        coord = self.cluster.coord
+        owner = next(o for o in range(100000) if coord.owner_of(gene(o)) == key["owner_on"])
+        return {"owner": owner}
+
+    def after_connect(self, key):
+        sc, coord = self.sc, self.cluster.coord
+        if "routes_change_unseen" in sc:
+            coord.change([(up, shard) for up, shard in sc["routes_change_unseen"]])  # no listener
+        coord.down = bool(sc.get("coordinator_down"))
+        self.cluster.fences = sc.get("fenced", 0)
+
+    def body_step(self, conn):
+        self.runs += 1
+        errors = self.sc.get("body_errors", [])
+        if self.runs <= len(errors):
+            raise sql_error(errors[self.runs - 1])
+        return conn.shard
+
+    def outcome(self, call, router):
+        """Runs the call and says what the scenario's expectations name."""
+        got = {}
+        try:
+            got["shard"] = call()
+            got["outcome"] = "committed"
+        except RouteRetryExhausted as e:
+            got["outcome"], got["last_code"] = "exhausted", e.__cause__.sqlstate
+        except NoRouteError:
+            got["outcome"] = "no_route"
+        except psycopg.Error as e:
+            got["outcome"], got["last_code"] = "error", e.sqlstate
+        stats = router.stats
+        got.update(body_runs=self.runs, retries_moved=stats["retries_moved"],
+                   retries_fenced=stats["retries_fenced"], refreshes=stats["refreshes"],
+                   version=router.version,
+                   claims=sum(1 for p in self.cluster.pools.values() for c in p.conns for s in c.log
+                              if s.startswith("BEGIN; SELECT id_gen.route_claim(")))
+        expect = self.sc["expect"]
+        self.test.assertEqual({k: got.get(k) for k in expect}, expect, self.sc["name"])
+        self.test.assertEqual(sum(p.out for p in self.cluster.pools.values()), 0, "a connection was kept")
+
+    def read_shard(self, rows):
+        self.test.assertEqual(rows, [(7,)])
+        return self.cluster.last_read_shard
+
+
+class ScenarioTest(unittest.TestCase):
+    def patched(self, cluster):
+        stack = contextlib.ExitStack()
+        stack.enter_context(mock.patch.object(router_module.psycopg, "connect", cluster.connect))
+        stack.enter_context(mock.patch.object(router_module, "ConnectionPool", cluster.pool))
+
+        async def async_connect(dsn, autocommit=False, **kw):
+            return AsyncWrapped(cluster.connect(dsn, autocommit=autocommit, **kw))
+
+        stack.enter_context(mock.patch.object(aio_module.psycopg.AsyncConnection, "connect", async_connect))
+        stack.enter_context(mock.patch.object(aio_module, "AsyncConnectionPool", async_pool_of(cluster)))
+        return stack
+
+    def test_sync_router(self):
+        for sc in load_scenarios():
+            with self.subTest(sc["name"]):
+                run = Run(self, sc)
+                with self.patched(run.cluster):
+                    r = Router("coord", SHARDS, retry_limit=sc.get("retry_limit", 20), **ROUTER_ARGS)
+                    try:
+                        key = run.key()
+                        run.after_connect(key)
+                        calls = {
+                            "transaction": lambda: r.transaction(run.body_step, **key),
+                            "run": lambda: r.run(run.body_step, **key),
+                            "execute": lambda: run.read_shard(r.execute(ShardConn.READ, (key["owner"],), **key)),
+                        }
+                        run.outcome(calls[sc["call"]], r)
+                    finally:
+                        r.close()
+
+    def test_async_router(self):
+        for sc in load_scenarios():
+            with self.subTest(sc["name"]):
+                run = Run(self, sc)
+                with self.patched(run.cluster):
+                    asyncio.run(self.async_scenario(run, sc))
+
+    def test_async_claim(self):
+        """AsyncRouter.claim (async with): the claim retried, the block once, COMMIT; a
+        raising block rolls back."""
+        cluster = Cluster([(32767, "a"), (65535, "b")])
+
+        async def scenario():
+            async with AsyncRouter("coord", SHARDS, **ROUTER_ARGS) as r:
+                cluster.fences = 2
+                async with r.claim(gene=1) as conn:
+                    await conn.execute("X")
+                with self.assertRaises(ZeroDivisionError):
+                    async with r.claim(gene=1) as failed:
+                        1 / 0
+                return r.stats, conn.log, failed.log
+
+        with self.patched(cluster):
+            stats, log, failed_log = asyncio.run(scenario())
+        self.assertEqual((stats["retries_fenced"], stats["transactions"]), (2, 1))
+        self.assertEqual(log, ["BEGIN; SELECT id_gen.route_claim(1, 1)", "X", "COMMIT"])
+        self.assertEqual(failed_log[-1], "ROLLBACK")
+        self.assertEqual(sum(p.out for p in cluster.pools.values()), 0)
+
+    async def async_scenario(self, run, sc):
+        r = AsyncRouter("coord", SHARDS, retry_limit=sc.get("retry_limit", 20), **ROUTER_ARGS)
+        await r.open()
+        try:
+            key = run.key()
+            run.after_connect(key)
+
+            async def body(conn):
+                return run.body_step(conn)
+
+            async def call():
+                if sc["call"] == "transaction":
+                    return await r.transaction(body, **key)
+                if sc["call"] == "run":
+                    return await r.run(body, **key)
+                return run.read_shard(await r.execute(ShardConn.READ, (key["owner"],), **key))
+
+            try:
+                value, error = await call(), None
+            except Exception as e:  # judged by run.outcome, as for the sync router
+                value, error = None, e
+
+            def replay():
+                if error is not None:
+                    raise error
+                return value
+
+            run.outcome(replay, r)
+        finally:
+            await r.close()
+
+
+if __name__ == "__main__":
+    unittest.main()
