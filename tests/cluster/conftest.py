@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from harness import Node
+from harness import REPORTS, Node
 
 _ACTIVE = []          # nodes of the running module, for the failure report
 _MODULES = []         # modules seen, for their port blocks
@@ -55,3 +55,10 @@ def pytest_runtest_makereport(item, call):
     if report.failed:
         for n in _ACTIVE:
             report.sections.append((f"server log of {n.name} (last lines)", n.log_tail()))
+
+
+def pytest_terminal_summary(terminalreporter):
+    if REPORTS:
+        terminalreporter.section("figures the tests report")
+        for line in REPORTS:
+            terminalreporter.write_line(line)

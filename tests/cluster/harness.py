@@ -15,6 +15,9 @@ What it keeps:
 * `poll_until` is the only wait for a condition: it re-runs a probe until it returns what
   is expected and fails with the last value seen (never a fixed sleep, never a silent
   timeout).
+* `coordinator_with_shards` builds the usual sharded deployment (a coordinator that is
+  the segment authority, shards with a distributed table `orders`); `Background` runs
+  statements in a thread whose end is waited for within a bound.
 * Server logs are kept in the node's directory; conftest.py prints their tails when a test
   fails.
 
@@ -24,6 +27,7 @@ under test).
 import os
 import signal
 import subprocess
+import threading
 import time
 
 import psycopg
@@ -94,11 +98,18 @@ class Node:
             return int(f.readline())
 
     def kill9(self):
-        """SIGKILL of the postmaster (a crash); returns once it is gone. Its children die
-        when they notice (they are not waited for: a restart waits for them)."""
+        """SIGKILL of the postmaster and of its children (a crash of the host's server, as
+        the e2e tests did it); returns once all of them are gone, so that `start` finds no
+        old backend holding the shared memory."""
         pid = self.postmaster_pid()
-        os.kill(pid, signal.SIGKILL)
-        poll_until(f"{self.name}'s postmaster {pid} is gone", lambda: _alive(pid), False, 30)
+        children = _children(pid)
+        for p in [pid, *children]:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        poll_until(f"{self.name}'s postmaster {pid} and its {len(children)} children are gone",
+                   lambda: [p for p in [pid, *children] if _alive(p)], [], 30)
 
     def restart(self):
         self.stop()
@@ -178,6 +189,84 @@ class Node:
             for s in statements:
                 conn.execute(s)
         return got
+
+
+REPORTS = []  # figures the tests report (conftest.py prints them at the end of the run)
+
+
+def report(*lines):
+    """Records figures a test measured (latencies, fence times): reported, never asserted
+    against a wall-clock limit."""
+    REPORTS.extend(lines)
+
+
+def _children(pid):
+    r = subprocess.run(["pgrep", "-P", str(pid)], stdout=subprocess.PIPE, text=True, timeout=30)
+    return [int(x) for x in r.stdout.split()]
+
+
+def coordinator_with_shards(cluster, shards=2, coordinator_conf=(), shard_conf=(), routes=(
+        (16383, "shard_1"), (32767, "shard_1"), (65535, "shard_2"))):
+    """The sharded deployment most tests start from: a coordinator that is also the segment
+    authority of sequence 'orders' (step 1000), with postgres_fdw and dblink, routes as
+    given, and table orders (id, owner_id, amount, note) distributed by owner over shards
+    shard_1 .. shard_<shards>, each a node with `shard_conf` whose 'orders' sequence takes
+    its segments from the coordinator. Returns (coordinator, {i: shard node})."""
+    c = cluster.node("coordinator", conf=list(coordinator_conf))
+    route_sql = "\n".join(f"SELECT id_gen.set_route({up}, '{shard}');" for up, shard in routes)
+    c.script(f"""
+        CREATE EXTENSION id_gen; CREATE EXTENSION postgres_fdw; CREATE EXTENSION dblink;
+        SELECT id_gen.create_sequence('orders', step => 1000);
+        CREATE ROLE id_authority LOGIN;
+        GRANT UPDATE (max_id) ON id_gen.sequences TO id_authority;
+        ALTER ROLE id_authority SET synchronous_commit = on;
+        {route_sql}
+        CREATE TABLE orders (id bigint PRIMARY KEY, owner_id bigint NOT NULL, amount bigint NOT NULL, note text);
+    """)
+    nodes = {}
+    for i in range(1, shards + 1):
+        s = nodes[i] = cluster.node(f"shard_{i}", conf=list(shard_conf))
+        s.script(f"""
+            CREATE EXTENSION id_gen; CREATE EXTENSION postgres_fdw;
+            CREATE SERVER central FOREIGN DATA WRAPPER postgres_fdw
+              OPTIONS (host '{c.dir}', port '{c.port}', dbname 'postgres', connect_timeout '2',
+                       options '-c synchronous_commit=on');
+            CREATE USER MAPPING FOR PUBLIC SERVER central OPTIONS (user 'id_authority');
+            SELECT id_gen.create_sequence('orders', step => 1000, authority => 'central');
+        """)
+        c.script(f"""
+            CREATE SERVER shard_{i} FOREIGN DATA WRAPPER postgres_fdw
+              OPTIONS (host '{s.dir}', port '{s.port}', dbname 'postgres', connect_timeout '2');
+            CREATE USER MAPPING FOR postgres SERVER shard_{i} OPTIONS (user 'postgres');
+        """)
+    c.execute("SET client_min_messages = warning", "SELECT id_gen.distribute_table('orders', 'id', 'owner_id', 'orders')")
+    return c, nodes
+
+
+class Background:
+    """Statements run in one session in a thread (a CALL that is killed, a session that
+    holds a lock): `join()` waits for them within a bound and returns the error they ended
+    with (None when they succeeded)."""
+
+    def __init__(self, node, *statements, dbname="postgres"):
+        self.error = None
+        self.thread = threading.Thread(target=self._run, args=(node, statements, dbname), daemon=True)
+        self.thread.start()
+
+    def _run(self, node, statements, dbname):
+        try:
+            node.execute(*statements, dbname=dbname)
+        except Exception as e:  # noqa: BLE001 - reported by join()
+            self.error = e
+
+    def join(self, timeout=300):
+        self.thread.join(timeout)
+        if self.thread.is_alive():
+            raise AssertionError(f"background statements still running after {timeout} s")
+        return self.error
+
+
+LOGICAL = ["wal_level = logical", "max_wal_senders = 10", "max_replication_slots = 10"]
 
 
 def _alive(pid):

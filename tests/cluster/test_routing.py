@@ -32,11 +32,12 @@ import sys
 import psycopg
 import pytest
 
-from harness import poll_until
+from harness import LOGICAL as LOGICAL_BASE
+from harness import coordinator_with_shards, poll_until
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 RUST_TOOL = os.path.join(REPO, "target", "clients", "release", "id_gen_client_tool")
-LOGICAL = ["wal_level = logical", "max_wal_senders = 10", "max_replication_slots = 10", "max_connections = 60"]
+LOGICAL = [*LOGICAL_BASE, "max_connections = 60"]
 S = {}
 
 
@@ -46,36 +47,9 @@ def servers(cluster, tmp_path_factory):
     subprocess.run(["cargo", "build", "--release", "-q", "-p", "id_gen_client", "--bin", "id_gen_client_tool"],
                    cwd=REPO, env=dict(os.environ, CARGO_TARGET_DIR=os.path.join(REPO, "target", "clients")), check=True,
                    timeout=1800)
-    c = cluster.node("coordinator", conf=["max_connections = 60"])
-    c.script("""
-        CREATE EXTENSION id_gen; CREATE EXTENSION postgres_fdw; CREATE EXTENSION dblink;
-        SELECT id_gen.create_sequence('orders', step => 1000);
-        CREATE ROLE id_authority LOGIN;
-        GRANT UPDATE (max_id) ON id_gen.sequences TO id_authority;
-        ALTER ROLE id_authority SET synchronous_commit = on;
-        SELECT id_gen.set_route(16383, 'shard_1');
-        SELECT id_gen.set_route(32767, 'shard_1');
-        SELECT id_gen.set_route(65535, 'shard_2');
-        CREATE TABLE orders (id bigint PRIMARY KEY, owner_id bigint NOT NULL, amount bigint NOT NULL, note text);
-    """)
+    c, shards = coordinator_with_shards(cluster, coordinator_conf=["max_connections = 60"], shard_conf=LOGICAL)
     S["c"] = c
-    for i in (1, 2):
-        s = cluster.node(f"shard_{i}", conf=LOGICAL)
-        s.script(f"""
-            CREATE EXTENSION id_gen; CREATE EXTENSION postgres_fdw;
-            CREATE SERVER central FOREIGN DATA WRAPPER postgres_fdw
-              OPTIONS (host '{c.dir}', port '{c.port}', dbname 'postgres', connect_timeout '2',
-                       options '-c synchronous_commit=on');
-            CREATE USER MAPPING FOR PUBLIC SERVER central OPTIONS (user 'id_authority');
-            SELECT id_gen.create_sequence('orders', step => 1000, authority => 'central');
-        """)
-        c.script(f"""
-            CREATE SERVER shard_{i} FOREIGN DATA WRAPPER postgres_fdw
-              OPTIONS (host '{s.dir}', port '{s.port}', dbname 'postgres', connect_timeout '2');
-            CREATE USER MAPPING FOR postgres SERVER shard_{i} OPTIONS (user 'postgres');
-        """)
-        S[i] = s
-    c.execute("SET client_min_messages = warning", "SELECT id_gen.distribute_table('orders', 'id', 'owner_id', 'orders')")
+    S.update(shards)
     S["shards"] = {f"shard_{i}": S[i].dsn() for i in (1, 2)}
     S["work"] = tmp_path_factory.mktemp("routing")
     yield

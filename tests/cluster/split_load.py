@@ -1,4 +1,4 @@
-"""Load for tests/e2e/15_split.sh: writers through the coordinator and directly on a shard,
+"""Load for tests/cluster/test_split.py: writers through the coordinator and directly on a shard,
 inside and outside the route range being split, each logging every transaction.
 
   split_load.py run --coord DSN --shard DSN --inside O,.. --outside O,.. --shard-outside O,.. --stop FILE --log FILE
@@ -71,6 +71,7 @@ def writer(dsn, path, cls, owners, stop_file, out, lock, direct):
         ms = (time.time() - t0) * 1000
         with lock:
             out.write(f"{t0:.6f},{ms:.3f},{cls},{path}{'/read' if read else ''},{owner},{rows},{amount},{ok}\n")
+            out.flush()  # the test polls the log for progress
     conn.close()
 
 

@@ -1,0 +1,456 @@
+"""Online splits and merges of route ranges, reversible moves and the rebalancer: a
+coordinator that is also the segment authority, two shards with wal_level = logical.
+(Ported from tests/e2e/15_split.sh with the same assertions. Its fixed sleeps became polls
+on what the writers committed or the catalog shows, each failing with the last value; its
+latency limits became figures that are reported, not asserted.)
+
+(a) set_route that would split a range holding rows is refused (55000, hint naming
+    split_route), and changes nothing.
+(b) split under load: 550k rows in the range; writers insert and update rows inside and
+    outside it, through the coordinator and directly on the shard, while split_route runs.
+    Every transaction commits, the rows per owner match the writers' log (count and sum),
+    the bulk rows are all there once, each half is its own partition on the shard.
+    Reported: latencies inside and outside the range, the fence.
+(c) the new half moves to shard_2 and back, merge_routes joins the halves: routes and data
+    end where they started; the same with set_route(..., copy_rows => true) and back.
+(d) a split whose session is killed while copying resumes with the same CALL; a merge whose
+    coordinator is killed (kill -9) while copying resumes after the restart; a split whose
+    shard swapped while the coordinator's half did not commit is finished by the move
+    supervisor, and the range answers IG002 (retry) rather than stale rows meanwhile;
+    abort_split leaves no trigger or table behind.
+(e) reversible moves under load through the coordinator: after the cut-over the target's
+    writes reach the source; revert_move switches back and every committed write is there;
+    the coordinator killed mid-revert (fence up): the supervisor lifts the fence; a revert
+    whose clean-up fails after its flip, then a kill -9 of the coordinator: the supervisor
+    finishes it; complete_move leaves nothing of the way back; a way back holding more than
+    id_gen.reversible_max_wal is completed by the supervisor.
+(f) plan_rebalance proposes steps for skewed shards; rebalance() is a dry run;
+    rebalance(dry_run => false) brings the busiest shard within 1.15 x the mean, and every
+    row is as it was.
+"""
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from harness import LOGICAL, Background, coordinator_with_shards, poll_until, report
+
+LOAD = os.path.join(os.path.dirname(__file__), "split_load.py")
+S = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def servers(cluster, tmp_path_factory):
+    c, shards = coordinator_with_shards(cluster, shard_conf=LOGICAL)
+    S.update(c=c, s1=shards[1], s2=shards[2], work=str(tmp_path_factory.mktemp("split")))
+    # 550k rows of genes 0 .. 16383, written on the shard (bulk), owners 1 .. 2.2M.
+    shards[1].execute("""INSERT INTO orders (id, owner_id, amount)
+                         SELECT id_gen.compose_id(id_gen.shard_gene(o), 1000000000 + o), o, o % 7
+                         FROM generate_series(1, 2200000) o WHERE id_gen.shard_gene(o) <= 16383""",
+                      "ANALYZE orders")
+    S["bulk"] = c.one("SELECT count(*) FROM orders WHERE owner_id <= 2200000")
+    assert S["bulk"] > 500000, "rows in genes 0 .. 16383 before the split"
+    S["bulk_sum"] = c.one("SELECT sum(amount) FROM orders WHERE owner_id <= 2200000")
+    yield
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+def routes():
+    return S["c"].one("SELECT string_agg(lower_gene || '-' || upper_gene || '@' || shard, ',' ORDER BY lower_gene) "
+                      "FROM id_gen.route_ranges")
+
+
+def first_route():
+    return routes().split(",")[0]
+
+
+def owners_in(lower, upper, n, first=10000001):
+    return S["c"].column(f"SELECT o FROM generate_series({first}, {first} + 2000000) o "
+                         f"WHERE id_gen.shard_gene(o::bigint) BETWEEN {lower} AND {upper} LIMIT {n}")
+
+
+def checksum():
+    return S["c"].one("SELECT count(*) || '/' || count(DISTINCT id) || '/' || sum(amount) || '/' || "
+                      "sum(hashtextextended(id::text || ':' || owner_id || ':' || amount, 0) % 1000003) FROM orders")
+
+
+def count_sum():
+    return S["c"].one("SELECT count(*) || '/' || sum(amount) FROM orders")
+
+
+def parts_on(shard):
+    """The shard's partitions of orders (tombstones left out) with their user triggers."""
+    return shard.one("SELECT string_agg(c.relname || ':' || (SELECT count(*) FROM pg_trigger t "
+                     "WHERE t.tgrelid = c.oid AND NOT t.tgisinternal), ',' ORDER BY c.relname) "
+                     "FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+                     "WHERE i.inhparent = 'orders'::regclass AND c.relname !~ '_(not_owned|negative)$'")
+
+
+def strays_on(shard):
+    return shard.one("SELECT count(*) FROM pg_class WHERE relname ~ '^orders_g' AND relkind = 'r' AND NOT relispartition")
+
+
+def nothing_left():
+    """Slots, publications, subscriptions and detached copies on shard_1 / shard_2."""
+    q = ("SELECT (SELECT count(*) FROM pg_replication_slots) + (SELECT count(*) FROM pg_publication) "
+         "+ (SELECT count(*) FROM pg_subscription) + (SELECT count(*) FROM pg_class "
+         "WHERE relname ~ '^(orders_g|id_gen_moved)' AND relkind = 'r' AND NOT relispartition)")
+    return f"{S['s1'].one(q)}/{S['s2'].one(q)}"
+
+
+def in_step():
+    return S["c"].one("SELECT bool_and(in_step) FROM id_gen.distribution")
+
+
+def restart_after_kill9(node):
+    node.kill9()
+    node.start()
+
+
+class Load:
+    """split_load.py's writers in a process of their own, logging every transaction."""
+
+    def __init__(self, name, inside, outside, shard_outside=None):
+        c = S["c"]
+        self.stop_file = os.path.join(S["work"], f"{name}.stop")
+        self.log = os.path.join(S["work"], f"{name}.log")
+        args = [sys.executable, LOAD, "run", "--coord", c.dsn(), "--inside", ",".join(map(str, inside)),
+                "--outside", ",".join(map(str, outside)), "--stop", self.stop_file, "--log", self.log]
+        if shard_outside:
+            args += ["--shard", S["s1"].dsn(), "--shard-outside", ",".join(map(str, shard_outside))]
+        self.proc = subprocess.Popen(args)
+
+    def committed(self):
+        try:
+            with open(self.log) as f:
+                return sum(1 for line in f if line.rstrip().endswith(",ok"))
+        except FileNotFoundError:
+            return 0
+
+    def wait_for_more(self, what, n=100, timeout=60):
+        """Polls until the writers committed n more transactions than now."""
+        start = self.committed()
+        poll_until(f"the writers committed {n} transactions {what}", self.committed,
+                   lambda got: got >= start + n, timeout)
+
+    def stop(self):
+        open(self.stop_file, "w").close()
+        try:
+            code = self.proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            raise AssertionError("the writers did not stop within 120 s of the stop file")
+        assert code == 0, f"the writers ended with {code}"
+
+    def check(self, window):
+        r = subprocess.run([sys.executable, LOAD, "check", "--coord", S["c"].dsn(), "--log", self.log,
+                            "--window", f"{window[0]},{window[1]}"], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, timeout=300)
+        assert r.returncode == 0, f"the writers' log and the tables differ:\n{r.stdout}"
+        return r.stdout
+
+
+# --- (a) ---------------------------------------------------------------------------------------
+
+def test_a_set_route_refuses_to_split_a_range_with_rows():
+    e = S["c"].error("SELECT id_gen.set_route(8191, 'shard_1')")
+    assert e is not None and e.sqlstate == "55000", f"set_route splitting a range with rows: {e!r}"
+    assert "this route change splits or merges" in e.diag.message_primary and \
+        e.diag.message_hint.startswith("Use CALL id_gen.split_route"), f"not the expected refusal: {e.diag.message_primary} / {e.diag.message_hint}"
+    assert routes() == "0-16383@shard_1,16384-32767@shard_1,32768-65535@shard_2", "routes unchanged"
+
+
+# --- (b) ---------------------------------------------------------------------------------------
+
+def test_b_split_under_load():
+    c, s1, bulk = S["c"], S["s1"], S["bulk"]
+    inside = owners_in(0, 16383, 40)
+    shard_outside = owners_in(16384, 32767, 20)
+    S["inside"] = inside
+    load = Load("split", inside, shard_outside + owners_in(32768, 65535, 20), shard_outside)
+    try:
+        load.wait_for_more("before the split")
+        t0 = time.time()
+        c.execute("CALL id_gen.split_route(8191)")
+        t1 = time.time()
+        load.wait_for_more("after the split")
+    finally:
+        load.stop()
+    assert routes() == "0-8191@shard_1,8192-16383@shard_1,16384-32767@shard_1,32768-65535@shard_2", "split_route(8191): routes split"
+    assert c.one(f"SELECT phase || ':' || (rows_total >= {bulk}) || ':' || (rows_copied > 0.9 * rows_total) FROM id_gen.splits") \
+        == "done:true:true", "id_gen.splits: done, the bulk rows counted and copied"
+    out = load.check((t0, t1))
+    report(*[f"split under load: {line}" for line in out.splitlines() if not line.startswith("max_")])
+    report(f"split of {c.one('SELECT rows_total FROM id_gen.splits')} rows: {t1 - t0:.1f} s, fence "
+           + c.one("SELECT fence_ms || ' ms in ' || fence_attempts || ' attempt(s)' FROM id_gen.splits"))
+    assert count_sum_of_bulk() == f"{bulk}/{S['bulk_sum']}", "bulk rows all there, once"
+    assert c.one("SELECT count(*) = count(DISTINCT id) FROM orders"), "no id twice"
+    assert parts_on(s1) == "orders_g0_8191:0,orders_g16384_32767:0,orders_g8192_16383:0", "shard_1: one partition per range, no trigger left"
+    assert strays_on(s1) == 0, "shard_1: no old partition left"
+    assert (s1.one("SELECT count(*) FROM orders_g0_8191 WHERE id >> 47 > 8191"),
+            s1.one("SELECT count(*) FROM orders_g8192_16383 WHERE id >> 47 < 8192")) == (0, 0), "no row on the wrong half"
+    assert in_step(), "distribution in step"
+
+
+def count_sum_of_bulk():
+    return S["c"].one("SELECT count(*) || '/' || sum(amount) FROM orders WHERE owner_id <= 2200000")
+
+
+# --- (c) ---------------------------------------------------------------------------------------
+
+def test_c_round_trip_move_and_merge():
+    c, s1, s2 = S["c"], S["s1"], S["s2"]
+    after_load = checksum()
+    c.execute("SET client_min_messages = warning", "CALL id_gen.move_genes(8192, 16383, 'shard_2')")
+    assert routes() == "0-8191@shard_1,8192-16383@shard_2,16384-32767@shard_1,32768-65535@shard_2", "the new half moved to shard_2"
+    c.execute("SET client_min_messages = warning", "CALL id_gen.move_genes(8192, 16383, 'shard_1')")
+    c.execute("CALL id_gen.merge_routes(8191)")
+    assert routes() == "0-16383@shard_1,16384-32767@shard_1,32768-65535@shard_2", "moved back and merged: the routes are where they started"
+    assert parts_on(s1) == "orders_g0_16383:0,orders_g16384_32767:0", "shard_1: one partition for the merged range again"
+    assert (strays_on(s1), strays_on(s2)) == (0, 0), "no stray tables"
+    assert in_step(), "distribution in step after the merge"
+    assert c.one("SELECT count(*) FROM orders WHERE owner_id <= 2200000") == S["bulk"], "bulk rows after split, moves and merge"
+    assert checksum() == after_load, "every row as it was before the moves and the merge (count/distinct ids/sum/hash)"
+    # For comparison: the same split as 0.4.0's set_route did it (copy_rows => true), which
+    # holds ACCESS EXCLUSIVE on the whole table, coordinator and shard, while it copies.
+    t = time.time()
+    c.execute("SELECT id_gen.set_route(8191, 'shard_1', copy_rows => true)")
+    report(f"the same split with set_route(8191, 'shard_1', copy_rows => true): the whole table locked for {time.time() - t:.1f} s")
+    c.execute("SELECT id_gen.drop_route(8191, copy_rows => true)")
+    assert checksum() == after_load, "set_route with copy_rows and drop_route back: every row as it was"
+
+
+# --- (d) ---------------------------------------------------------------------------------------
+
+def split_phase(where):
+    return S["c"].one(f"SELECT phase FROM id_gen.splits WHERE {where}")
+
+
+def test_d_a_split_whose_session_is_killed_resumes():
+    c = S["c"]
+    call = Background(c, "CALL id_gen.split_route(4095)")
+    poll_until("the split of 4095 copies", lambda: c.one(
+        "SELECT count(*) FROM id_gen.splits WHERE at_gene = 4095 AND phase = 'copying' AND rows_copied > 0"), 1, 60)
+    c.execute("SELECT pg_terminate_backend(runner_pid) FROM id_gen.route_splits WHERE at_gene = 4095")
+    assert call.join() is not None, "the killed session's CALL failed"
+    assert split_phase("at_gene = 4095") == "copying", "split killed while copying stays in copying"
+    c.execute(f"INSERT INTO orders (owner_id, amount) SELECT o, 1 FROM unnest(ARRAY{S['inside']}::bigint[]) o")
+    c.execute("CALL id_gen.split_route(4095)")
+    assert split_phase("at_gene = 4095") == "done", "the same CALL resumed it"
+    S["sum1"] = count_sum()
+
+
+def test_d_a_merge_whose_coordinator_is_killed_resumes():
+    c = S["c"]
+    call = Background(c, "CALL id_gen.merge_routes(4095)")
+    poll_until("the merge at 4095 copies", lambda: c.one(
+        "SELECT count(*) FROM id_gen.splits WHERE kind = 'merge' AND at_gene = 4095 AND phase = 'copying' AND rows_copied > 0"), 1, 60)
+    restart_after_kill9(c)
+    assert call.join() is not None, "the CALL's session died with the coordinator"
+    assert split_phase("kind = 'merge' AND at_gene = 4095") == "copying", "merge after kill -9 of the coordinator: copying"
+    c.execute("CALL id_gen.merge_routes(4095)")
+    assert (split_phase("kind = 'merge' AND at_gene = 4095"), count_sum()) == ("done", S["sum1"]), "resumed after the restart; nothing lost"
+
+
+def hold_the_coordinators_table(marker):
+    """A reader holding ACCESS SHARE on the coordinator's table, so a fence cannot start."""
+    c = S["c"]
+    holder = Background(c, "BEGIN", "LOCK TABLE orders_shards IN ACCESS SHARE MODE", f"SELECT pg_sleep({marker})")
+    poll_until("a reader holds the coordinator's table",
+               lambda: c.one(f"SELECT count(*) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep({marker})'"), 1, 30)
+    return holder
+
+
+def release(holder, marker):
+    S["c"].execute(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep({marker})'")
+    holder.join()
+
+
+def test_d_a_swap_that_committed_only_on_the_shard_is_finished_by_the_supervisor():
+    c, s1 = S["c"], S["s1"]
+    holder = hold_the_coordinators_table(120)
+    call = Background(c, "CALL id_gen.split_route(2047)")
+    poll_until("the split waits to fence", lambda: split_phase("at_gene = 2047"), "swapping", 60)
+    sid = c.one("SELECT split_id FROM id_gen.splits WHERE at_gene = 2047")
+    s1.execute(f"SELECT id_gen.shard_split_swap({sid}, 5000)")  # as if the coordinator died right after it
+    c.execute(f"SELECT pg_terminate_backend(runner_pid) FROM id_gen.route_splits WHERE split_id = {sid}")
+    call.join()
+    release(holder, 120)
+    assert c.sqlstate("SELECT count(*) FROM orders WHERE id BETWEEN id_gen.gene_first_id(0) AND id_gen.gene_last_id(2047)") \
+        == "IG002", "meanwhile a scan of the range reaches the retired partition and gets IG002 (retry) instead of answering"
+    o_in = c.one("SELECT o FROM generate_series(1, 100000) o WHERE id_gen.shard_gene(o) <= 2047 LIMIT 1")
+    assert c.sqlstate(f"INSERT INTO orders VALUES (id_gen.compose_id(id_gen.shard_gene({o_in}), 777000001), {o_in}, 1)") \
+        == "IG002", "and so does a write of its genes"
+    assert c.one("SELECT count(*) >= 0 FROM orders WHERE id BETWEEN id_gen.gene_first_id(16384) AND id_gen.gene_last_id(65535)"), \
+        "the other ranges of the table answer"
+    poll_until("the move supervisor finishes the coordinator's half", lambda: c.one(
+        f"SELECT phase || ':' || (recovered_by IS NOT NULL) FROM id_gen.splits WHERE split_id = {sid}"), "done:true", 60)
+    assert (count_sum(), in_step()) == (S["sum1"], True), "nothing lost, in step"
+
+
+def test_d_abort_split_leaves_nothing():
+    c, s1 = S["c"], S["s1"]
+    holder = hold_the_coordinators_table(121)
+    call = Background(c, "CALL id_gen.split_route(1023)")
+    poll_until("the split waits to fence", lambda: split_phase("at_gene = 1023"), "swapping", 60)
+    c.execute("SELECT pg_terminate_backend(runner_pid) FROM id_gen.route_splits WHERE at_gene = 1023")
+    call.join()
+    release(holder, 121)
+    c.execute(f"CALL id_gen.abort_split({c.one('SELECT split_id FROM id_gen.route_splits WHERE at_gene = 1023')})")
+    assert (split_phase("at_gene = 1023"), strays_on(s1), s1.one("SELECT count(*) FROM id_gen.shard_split_pieces")) \
+        == ("aborted", 0, 0), "abort_split: no table or piece left"
+    assert parts_on(s1) == "orders_g0_2047:0,orders_g16384_32767:0,orders_g2048_16383:0", "and no trigger"
+    assert count_sum() == S["sum1"], "nothing lost"
+
+
+# --- (e) ---------------------------------------------------------------------------------------
+
+def move_phase(mid):
+    return S["c"].one(f"SELECT phase FROM id_gen.moves WHERE move_id = {mid}")
+
+
+def reversible_move(lower, upper):
+    S["c"].execute("SET client_min_messages = warning",
+                   f"CALL id_gen.move_genes({lower}, {upper}, 'shard_2', reversible => true)")
+    return S["c"].one("SELECT max(move_id) FROM id_gen.moves")
+
+
+def test_e_reversible_move_reverted_under_load():
+    c, s2 = S["c"], S["s2"]
+    rev_inside = owners_in(0, 2047, 30, 20000001)
+    S["rev_inside"] = rev_inside
+    load = Load("revert", rev_inside, owners_in(16384, 32767, 10, 20000001) + owners_in(32768, 65535, 10, 20000001))
+    try:
+        load.wait_for_more("before the move")
+        c.execute("CALL id_gen.move_genes(0, 2047, 'shard_2', reversible => true)")
+        mid = c.one("SELECT move_id FROM id_gen.moves WHERE reversible ORDER BY move_id DESC LIMIT 1")
+        assert c.one(f"SELECT phase || '/' || (back_retained_bytes IS NOT NULL) FROM id_gen.moves WHERE move_id = {mid}") \
+            + "/" + first_route() == "reversible/true/0-2047@shard_2", \
+            "a reversible move cut over: shard_2 serves genes 0 .. 2047, the view shows the way back's WAL"
+        poll_until("writers wrote on the target after the cut-over",
+                   lambda: s2.one("SELECT count(*) FROM orders_g0_2047 WHERE owner_id > 10000000"), lambda n: n > 0, 60)
+        c.execute(f"CALL id_gen.revert_move({mid})")
+        report(c.one(f"SELECT 'revert: fence ' || fence_ms || ' ms, attempts ' || fence_attempts "
+                     f"|| coalesce(', last error: ' || last_error, '') FROM id_gen.moves WHERE move_id = {mid}"))
+        t1 = time.time()
+        load.wait_for_more("after the revert", n=50)
+    finally:
+        load.stop()
+    assert f"{move_phase(mid)}/{first_route()}" == "reverted/0-2047@shard_1", "revert_move: genes 0 .. 2047 are on shard_1 again"
+    out = load.check((t1, t1))
+    report(*[f"reversible move reverted under load: {line}" for line in out.splitlines() if line.startswith("transactions")])
+    assert nothing_left() == "0/0", "no slot, publication, subscription or copy left on either shard"
+    assert in_step(), "distribution in step after the revert"
+
+
+def fence_triggers_on_target():
+    return S["s2"].one("SELECT count(*) FROM pg_trigger WHERE tgname = 'id_gen_move_fence' AND tgenabled <> 'D'")
+
+
+def test_e_coordinator_killed_mid_revert_the_supervisor_lifts_the_fence():
+    c, s1, s2 = S["c"], S["s1"], S["s2"]
+    mid = reversible_move(0, 2047)
+    e = c.error(f"CALL id_gen.abort_move({mid})")
+    assert (e and e.sqlstate, move_phase(mid)) == ("55000", "reversible"), \
+        "abort_move of a reversible move is refused (55000): the target is authoritative"
+    s1.execute(f"ALTER SUBSCRIPTION id_gen_back_{mid} DISABLE")  # the marker never arrives: the fence waits
+    call = Background(c, f"CALL id_gen.revert_move({mid})")
+    poll_until("the revert's fence is up on the target", fence_triggers_on_target, lambda n: n > 0, 30)
+    owner = S["rev_inside"][0]
+    direct = f"INSERT INTO orders (id, owner_id, amount) VALUES (id_gen.gene_order_id('orders', {owner}::bigint), {owner}, %s)"
+    assert s2.sqlstate(direct % 1) == "IG002", "during the revert's fence a direct write on the target is refused (IG002: retry shortly)"
+    restart_after_kill9(c)
+    call.join()
+    poll_until("the supervisor lifts the target's fence", fence_triggers_on_target, 0, 60)
+    assert c.one(f"SELECT phase || ':' || source_fenced || ':' || (recovered_by LIKE 'lifted the fence of an interrupted revert%') "
+                 f"FROM id_gen.moves WHERE move_id = {mid}") + "/" + first_route() == "reversible:false:true/0-2047@shard_2", \
+        "after kill -9 of the coordinator mid-revert the supervisor lifted the target's fence; the target still serves"
+    assert s2.sqlstate(direct % 424242) is None, "direct writes on the target work again"
+    s1.execute(f"ALTER SUBSCRIPTION id_gen_back_{mid} ENABLE")
+    c.execute(f"CALL id_gen.revert_move({mid})")
+    assert f"{move_phase(mid)}/{first_route()}/{nothing_left()}" == "reverted/0-2047@shard_1/0/0", \
+        "the second revert_move succeeded; nothing of the way back is left"
+    assert s1.one("SELECT count(*) FROM orders WHERE amount = 424242") == 1, \
+        "the direct write made on the target after the fence was lifted is on the source after the revert"
+
+
+def test_e_a_revert_interrupted_after_its_flip_is_finished_by_the_supervisor():
+    c, s1 = S["c"], S["s1"]
+    mid = reversible_move(0, 2047)
+    c.execute(f"INSERT INTO orders (owner_id, amount) SELECT o, 555555 FROM unnest(ARRAY{S['rev_inside'][:20]}::bigint[]) o")
+    # A reader on the source's kept partition makes re-attaching it time out.
+    holder = Background(s1, "BEGIN", "LOCK TABLE orders_g0_2047 IN ACCESS SHARE MODE", "SELECT pg_sleep(120)")
+    poll_until("a reader holds the source's kept partition", lambda: s1.one(
+        "SELECT count(*) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(120)'"), 1, 30)
+    assert c.error(f"CALL id_gen.revert_move({mid})") is not None, "the revert cannot finish while the source's partition is held"
+    assert f"{move_phase(mid)}/{first_route()}" == "reverting/0-2047@shard_1", \
+        "a revert whose clean-up failed after the flip: phase reverting, the routes point at the source"
+    assert c.one("SELECT count(*) FROM orders WHERE amount = 555555") == 20, "the rows written on the target are read from the source meanwhile"
+    c.kill9()
+    s1.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(120)'")
+    holder.join()
+    c.start()
+    poll_until("the move supervisor finishes the revert", lambda: move_phase(mid), "reverted", 60)
+    assert c.one(f"SELECT recovered_by LIKE 'finished the revert%' FROM id_gen.moves WHERE move_id = {mid}"), \
+        "after kill -9 of the coordinator the move supervisor finished the revert"
+    assert f"{s1.one('SELECT count(*) FROM orders WHERE amount = 555555')}/{nothing_left()}" == "20/0/0", \
+        "the rows are in the source's table, nothing of the way back is left"
+    assert in_step(), "distribution in step"
+
+
+def test_e_complete_move_keeps_the_genes_on_the_target():
+    c, s1 = S["c"], S["s1"]
+    before = checksum().split("/")
+    mid = reversible_move(0, 2047)
+    c.execute(f"INSERT INTO orders (owner_id, amount) SELECT o, 777777 FROM unnest(ARRAY{S['rev_inside']}::bigint[]) o")
+    poll_until("the source's kept (detached) partition follows the target", lambda: s1.one(
+        "SELECT count(*) FROM orders_g0_2047 WHERE amount = 777777"), 30, 30)
+    c.execute(f"CALL id_gen.complete_move({mid})")
+    assert f"{move_phase(mid)}/{first_route()}/{nothing_left()}" == "done/0-2047@shard_2/0/0", \
+        "complete_move: the genes stay on shard_2, nothing of the way back is left"
+    assert c.one("SELECT count(*) - 30 || '/' || sum(amount) - 30 * 777777 FROM orders") == f"{before[0]}/{before[2]}", "every row there once"
+
+
+def test_e_a_way_back_over_reversible_max_wal_is_completed():
+    c, s1, s2 = S["c"], S["s1"], S["s2"]
+    c.execute("ALTER SYSTEM SET id_gen.reversible_max_wal = '2MB'", "SELECT pg_reload_conf()")
+    try:
+        c.execute("SET client_min_messages = warning", "CALL id_gen.move_genes(2048, 16383, 'shard_2', reversible => true)")
+        mid = c.one("SELECT max(move_id) FROM id_gen.moves")
+        s1.execute(f"ALTER SUBSCRIPTION id_gen_back_{mid} DISABLE")
+        s2.execute("""INSERT INTO orders (id, owner_id, amount)
+                      SELECT id_gen.compose_id(id_gen.shard_gene(o), 3000000000 + o), o, 1
+                      FROM generate_series(30000001, 31000000) o WHERE id_gen.shard_gene(o) BETWEEN 2048 AND 16383""")
+        poll_until("the supervisor completes the move", lambda: move_phase(mid), "done", 60)
+        assert c.one(f"SELECT recovered_by LIKE 'completed: the way back kept%' FROM id_gen.moves WHERE move_id = {mid}") \
+            and nothing_left() == "0/0", \
+            "a way back holding more than id_gen.reversible_max_wal (2MB) of WAL: the supervisor completed the move, nothing left"
+    finally:
+        c.execute("ALTER SYSTEM RESET id_gen.reversible_max_wal", "SELECT pg_reload_conf()")
+
+
+# --- (f) the rebalancer ----------------------------------------------------------------------------
+
+def balance():
+    return float(S["c"].one("SELECT round(max(t) / avg(t), 2) FROM "
+                            "(SELECT shard, sum(row_count) AS t FROM id_gen.route_range_rows() GROUP BY shard) s"))
+
+
+def test_f_rebalance():
+    c = S["c"]
+    before = checksum()
+    skew = balance()
+    plan = c.column("SELECT step || ' ' || action || ' ' || command || ' (' || row_count || ' rows)' FROM id_gen.plan_rebalance()")
+    report(*[f"rebalance plan: {p}" for p in plan])
+    assert len(plan) > 0, f"plan_rebalance proposes steps for shards at {skew} x the mean"
+    c.execute("CALL id_gen.rebalance()")
+    assert balance() == skew, "rebalance() is a dry run by default: nothing moved"
+    c.execute("SET client_min_messages = warning", "CALL id_gen.rebalance(dry_run => false)")
+    after = balance()
+    assert after <= 1.15, f"after rebalance(dry_run => false) the busiest shard holds {after} x the mean (was {skew})"
+    assert checksum() == before, "every row as it was"
+    assert c.one("SELECT count(*) FROM id_gen.plan_rebalance()") == 0, "nothing left to do"
+    assert in_step(), "distribution in step"
