@@ -206,14 +206,19 @@ def _children(pid):
 
 
 def coordinator_with_shards(cluster, shards=2, coordinator_conf=(), shard_conf=(), routes=(
-        (16383, "shard_1"), (32767, "shard_1"), (65535, "shard_2"))):
+        (16383, "shard_1"), (32767, "shard_1"), (65535, "shard_2")), tables=(), distribute=(),
+        shard_step=1000, mapping="user 'postgres'"):
     """The sharded deployment most tests start from: a coordinator that is also the segment
     authority of sequence 'orders' (step 1000), with postgres_fdw and dblink, routes as
     given, and table orders (id, owner_id, amount, note) distributed by owner over shards
-    shard_1 .. shard_<shards>, each a node with `shard_conf` whose 'orders' sequence takes
-    its segments from the coordinator. Returns (coordinator, {i: shard node})."""
+    shard_1 .. shard_<shards>, each a node with `shard_conf` (a list, or a function of the
+    shard's number giving one) whose 'orders' sequence (step `shard_step`) takes its segments
+    from the coordinator; `tables` are more CREATE TABLE statements, `distribute` more
+    distribute_table argument lists (SQL text), `mapping` the options of the coordinator's
+    user mappings. Returns (coordinator, {i: shard node})."""
     c = cluster.node("coordinator", conf=list(coordinator_conf))
     route_sql = "\n".join(f"SELECT id_gen.set_route({up}, '{shard}');" for up, shard in routes)
+    table_sql = "\n".join(tables)
     c.script(f"""
         CREATE EXTENSION id_gen; CREATE EXTENSION postgres_fdw; CREATE EXTENSION dblink;
         SELECT id_gen.create_sequence('orders', step => 1000);
@@ -221,25 +226,28 @@ def coordinator_with_shards(cluster, shards=2, coordinator_conf=(), shard_conf=(
         GRANT UPDATE (max_id) ON id_gen.sequences TO id_authority;
         ALTER ROLE id_authority SET synchronous_commit = on;
         {route_sql}
-        CREATE TABLE orders (id bigint PRIMARY KEY, owner_id bigint NOT NULL, amount bigint NOT NULL, note text);
+        CREATE TABLE orders (id bigint PRIMARY KEY, owner_id bigint NOT NULL, amount bigint NOT NULL DEFAULT 0, note text);
+        {table_sql}
     """)
     nodes = {}
     for i in range(1, shards + 1):
-        s = nodes[i] = cluster.node(f"shard_{i}", conf=list(shard_conf))
+        conf = shard_conf(i) if callable(shard_conf) else shard_conf
+        s = nodes[i] = cluster.node(f"shard_{i}", conf=list(conf))
         s.script(f"""
             CREATE EXTENSION id_gen; CREATE EXTENSION postgres_fdw;
             CREATE SERVER central FOREIGN DATA WRAPPER postgres_fdw
               OPTIONS (host '{c.dir}', port '{c.port}', dbname 'postgres', connect_timeout '2',
                        options '-c synchronous_commit=on');
             CREATE USER MAPPING FOR PUBLIC SERVER central OPTIONS (user 'id_authority');
-            SELECT id_gen.create_sequence('orders', step => 1000, authority => 'central');
+            SELECT id_gen.create_sequence('orders', step => {shard_step}, authority => 'central');
         """)
         c.script(f"""
             CREATE SERVER shard_{i} FOREIGN DATA WRAPPER postgres_fdw
               OPTIONS (host '{s.dir}', port '{s.port}', dbname 'postgres', connect_timeout '2');
-            CREATE USER MAPPING FOR postgres SERVER shard_{i} OPTIONS (user 'postgres');
+            CREATE USER MAPPING FOR postgres SERVER shard_{i} OPTIONS ({mapping});
         """)
-    c.execute("SET client_min_messages = warning", "SELECT id_gen.distribute_table('orders', 'id', 'owner_id', 'orders')")
+    c.execute("SET client_min_messages = warning",
+              *[f"SELECT id_gen.distribute_table({args})" for args in ("'orders', 'id', 'owner_id', 'orders'", *distribute)])
     return c, nodes
 
 
