@@ -5,8 +5,9 @@ What it keeps:
 
 * A `Node` is one server (initdb'd as the postgres OS user, `shared_preload_libraries =
   'id_gen'`, its socket and data under its own directory, listening on no TCP address).
-  `start`, `stop`, `kill9` (SIGKILL of the postmaster, as a crash) and `restart` wait until
-  the server is up or down, each within a bound (pg_ctl -t).
+  `start`, `stop`, `kill9` (SIGKILL of the postmaster and its children, as a crash) and
+  `restart` wait until the server is up or down, each within a bound (pg_ctl -t);
+  `freeze`/`thaw` (SIGSTOP/SIGCONT) make a server hang without closing its connections.
 * Every call runs its statements in a new session in autocommit (`execute`, `one`,
   `sqlstate`, ...), or as a psql script (`script`); a statement that fails raises
   psycopg's error with its SQLSTATE.
@@ -85,7 +86,8 @@ class Node:
 
     def stop(self, mode="fast"):
         """Stops the server if it runs (a pid file of a postmaster that is gone, after a
-        kill -9 or a crashed run, is no server)."""
+        kill -9 or a crashed run, is no server); a frozen one is thawed first."""
+        self.thaw()
         if os.path.exists(os.path.join(self.data, "postmaster.pid")):
             try:
                 _as_postgres(f"{PG_BIN}/pg_ctl", "-D", self.data, "-m", mode, "-w", "-t", "60", "stop")
@@ -114,6 +116,22 @@ class Node:
     def restart(self):
         self.stop()
         return self.start()
+
+    def freeze(self):
+        """SIGSTOP of the postmaster and every child: a server that hangs without closing
+        its connections. `thaw` (and `stop`) undo it."""
+        pid = self.postmaster_pid()
+        self.frozen = [pid, *_children(pid)]
+        for p in self.frozen:
+            os.kill(p, signal.SIGSTOP)
+
+    def thaw(self):
+        for p in getattr(self, "frozen", []):
+            try:
+                os.kill(p, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        self.frozen = []
 
     def log_tail(self, lines=40):
         try:
@@ -147,11 +165,14 @@ class Node:
 
     def execute(self, *statements, dbname="postgres"):
         """Runs the statements in order in one session; returns the rows of the last one
-        (None when it returns none). Raises the first error."""
+        (None when it returns none; of a string of several statements, its last). Raises
+        the first error."""
         with self.connect(dbname) as conn:
             rows = None
             for s in statements:
                 cur = conn.execute(s)
+                while cur.nextset():  # a string of several statements: the last one's result
+                    pass
                 rows = cur.fetchall() if cur.description is not None else None
             return rows
 
