@@ -2,7 +2,8 @@
 servers shared by the tests of one module (they run in file order and build on each
 other's state), stopped when the module ends; the tails of their logs are printed under
 every failed test. Ports: IDG_CLUSTER_PORT (default 54600) and up, one block of 20 per
-module; directories under /tmp/idg_cluster/<module>/."""
+module; directories under IDG_CLUSTER_DIR (default /tmp/idg_cluster)/<module>/, so that two
+runs at once need only other values of both."""
 import os
 
 import pytest
@@ -17,7 +18,7 @@ class Cluster:
     """Makes nodes: `cluster.node("coordinator", conf=[...])` initdb's and starts one."""
 
     def __init__(self, module_name, port_base):
-        self.root = f"/tmp/idg_cluster/{module_name}"
+        self.root = os.path.join(os.environ.get("IDG_CLUSTER_DIR", "/tmp/idg_cluster"), module_name)
         self.port_base = port_base
         self.nodes = {}
 

@@ -136,6 +136,15 @@ class Load:
         poll_until(f"the writers committed {n} transactions {what}", self.committed,
                    lambda got: got >= start + n, timeout)
 
+    def running_for(self):
+        """Seconds since the first transaction the writers logged (0 before one)."""
+        try:
+            with open(self.log) as f:
+                first = f.readline()
+        except FileNotFoundError:
+            return 0.0
+        return time.time() - float(first.split(",")[0]) if first else 0.0
+
     def stop(self):
         open(self.stop_file, "w").close()
         try:
@@ -173,6 +182,8 @@ def test_b_split_under_load():
     load = Load("split", inside, shard_outside + owners_in(32768, 65535, 20), shard_outside)
     try:
         load.wait_for_more("before the split")
+        # split_load.py's check compares the rate during the split with the 2.5 s before it.
+        poll_until("the writers ran for 3 s (the baseline of the rate)", load.running_for, lambda t: t >= 3, 60)
         t0 = time.time()
         c.execute("CALL id_gen.split_route(8191)")
         t1 = time.time()
