@@ -45,7 +45,8 @@ class AsyncRouter(RouteLookups):
                          backoff_base=backoff_base, backoff_max=backoff_max, listen=listen,
                          pool_kwargs=pool_kwargs)
         self._pools: Dict[str, AsyncConnectionPool[Any]] = {}
-        self._reload_lock = asyncio.Lock()  # guards _routes_conn and reloads
+        self._reload_lock: Optional[asyncio.Lock] = None  # guards _routes_conn and reloads; made
+        # in the running loop (on Python 3.9 a lock binds to the loop current at its creation)
         self._routes_conn: Optional[AsyncConn] = None
         self._listener_task: Optional[asyncio.Task[None]] = None
         self._opened = self._closed = False
@@ -82,7 +83,7 @@ class AsyncRouter(RouteLookups):
         """Re-reads the routes now; returns their version (a call that waited for another
         reload that began after it and succeeded takes its result)."""
         requested_after = self._reloads_begun
-        async with self._reload_lock:
+        async with self._lock():
             if self._closed:
                 raise RuntimeError("the AsyncRouter is closed")
             if self._last_good_reload > requested_after:
@@ -92,10 +93,17 @@ class AsyncRouter(RouteLookups):
                 self._table = await self._read_routes()
             except psycopg.OperationalError:  # a lost connection: once more on a new one
                 await self._drop_routes_conn()
+                if self._closed:
+                    raise
                 self._table = await self._read_routes()
             self._last_good_reload = self._reloads_begun
             self.stats["refreshes"] += 1
             return self._table.version
+
+    def _lock(self) -> asyncio.Lock:
+        if self._reload_lock is None:
+            self._reload_lock = asyncio.Lock()
+        return self._reload_lock
 
     async def _read_routes(self) -> RouteTable:
         if self._routes_conn is None or self._routes_conn.closed:
@@ -181,15 +189,13 @@ class AsyncRouter(RouteLookups):
         last_error = refresh_error = None
         for attempt in range(self.retry_limit + 1):
             checkout = await self._checkout(g, attempt)
-            if checkout is None:
-                continue
             table, pool, conn = checkout
             try:
                 try:
                     await _simple(conn, _claim_sql(g, table.version))
-                except psycopg.Error as e:
+                except BaseException as e:
                     await _rollback_quietly(conn)
-                    code = route_error_code(e)
+                    code = route_error_code(e) if isinstance(e, psycopg.Error) else None
                     if code is None:
                         raise
                     last_error = e
@@ -211,8 +217,6 @@ class AsyncRouter(RouteLookups):
         last_error = refresh_error = None
         for attempt in range(self.retry_limit + 1):
             checkout = await self._checkout(g, attempt)
-            if checkout is None:
-                continue  # the routes changed: look again
             table, pool, conn = checkout
             body_ran = False
             try:
@@ -242,18 +246,13 @@ class AsyncRouter(RouteLookups):
         last_error = refresh_error = None
         for attempt in range(self.retry_limit + 1):
             checkout = await self._checkout(g, attempt)
-            if checkout is None:
-                continue
             table, pool, conn = checkout
             try:
-                async with conn.pipeline():
-                    await conn.execute(DECLARE_VERSION_SQL.format(int(table.version)), prepare=False)
-                    cur = await conn.execute(query, params)
-                rows = await cur.fetchall() if cur.description is not None else None
+                rows = await _execute_declared(conn, table.version, query, params)
                 self.stats["transactions"] += 1
                 return rows
-            except psycopg.Error as e:
-                code = route_error_code(e)
+            except BaseException as e:
+                code = route_error_code(e) if isinstance(e, psycopg.Error) else None
                 if code is None:
                     raise
                 last_error = e
@@ -272,14 +271,17 @@ class AsyncRouter(RouteLookups):
         row = await self.transaction(body, owner=owner)
         return int(row[0])
 
-    async def _checkout(self, g: int, attempt: int) -> Optional[Tuple[RouteTable, AsyncConnectionPool[Any], AsyncConn]]:
+    async def _checkout(self, g: int, attempt: int) -> Tuple[RouteTable, AsyncConnectionPool[Any], AsyncConn]:
         table = self._table
         try:
             shard = self._route(g, table)
         except NoRouteError:
+            # The routes may have changed since they were read: on the first attempt, read
+            # them again and look once more (no attempt of its own).
             if attempt > 0 or await self.refresh() == table.version:
                 raise
-            return None
+            table = self._table
+            shard = self._route(g, table)
         pool = await self._pool(shard)
         return table, pool, await pool.getconn()
 
@@ -309,7 +311,8 @@ class AsyncRouter(RouteLookups):
         pools, self._pools = list(self._pools.values()), {}
         for pool in pools:
             await pool.close()
-        await self._drop_routes_conn()
+        async with self._lock():  # after a reload under way, which sees _closed before reconnecting
+            await self._drop_routes_conn()
 
 
 def _claim_sql(g: int, version: int) -> str:
@@ -328,8 +331,33 @@ async def _commit(conn: AsyncConn) -> None:
     await _simple(conn, "COMMIT")
 
 
+async def _execute_declared(conn: AsyncConn, version: int, query: Any,
+                            params: Optional[Sequence[Any]]) -> Optional[List[Tuple[Any, ...]]]:
+    """As router._execute_declared: the declaration and the statement in one pipeline (one
+    round trip, one implicit transaction); without pipeline mode (libpq < 14) `BEGIN;
+    set_config` as one message, the statement, COMMIT. Rolls back what it began on any
+    error."""
+    declare = DECLARE_VERSION_SQL.format(int(version))
+    try:
+        if psycopg.AsyncPipeline.is_supported():
+            async with conn.pipeline():
+                await conn.execute(declare, prepare=False)
+                cur = await conn.execute(query, params)
+            return await cur.fetchall() if cur.description is not None else None
+        await _simple(conn, f"BEGIN; {declare}")
+        cur = await conn.execute(query, params)
+        rows = await cur.fetchall() if cur.description is not None else None
+        await _simple(conn, "COMMIT")
+        return rows
+    except BaseException:
+        await _rollback_quietly(conn)
+        raise
+
+
 async def _rollback_quietly(conn: AsyncConn) -> None:
-    if conn.closed or conn.broken:
+    """Ends a failed or abandoned transaction (none open: nothing to send); a broken
+    connection is left to the pool."""
+    if conn.closed or conn.broken or conn.pgconn.transaction_status == pq.TransactionStatus.IDLE:
         return
     try:
         await _simple(conn, "ROLLBACK")

@@ -255,8 +255,6 @@ class Router(RouteLookups):
         last_error = refresh_error = None
         for attempt in range(self.retry_limit + 1):
             checkout = self._checkout(g, attempt)
-            if checkout is None:
-                continue  # the routes changed: look again
             table, pool, conn = checkout
             body_ran = False
             try:
@@ -289,8 +287,6 @@ class Router(RouteLookups):
         last_error = refresh_error = None
         for attempt in range(self.retry_limit + 1):
             checkout = self._checkout(g, attempt)
-            if checkout is None:
-                continue  # the routes changed: look again
             table, pool, conn = checkout
             try:
                 rows = _execute_declared(conn, table.version, query, params)
@@ -313,16 +309,18 @@ class Router(RouteLookups):
         assert row is not None  # a SELECT of one function call returns one row
         return int(row[0])
 
-    def _checkout(self, g: int, attempt: int) -> Optional[Tuple[RouteTable, ConnectionPool[Any], Conn]]:
-        """(routes, pool, connection) for gene g by the current routes; None when g had no
-        route on the first attempt and a re-read found other routes (look again)."""
+    def _checkout(self, g: int, attempt: int) -> Tuple[RouteTable, ConnectionPool[Any], Conn]:
+        """(routes, pool, connection) for gene g by the current routes."""
         table = self._table
         try:
             shard = self._route(g, table)
         except NoRouteError:
+            # The routes may have changed since they were read: on the first attempt, read
+            # them again and look once more (no attempt of its own).
             if attempt > 0 or self.refresh() == table.version:
                 raise
-            return None
+            table = self._table
+            shard = self._route(g, table)
         pool = self._pool(shard)
         return table, pool, pool.getconn()
 
@@ -332,8 +330,6 @@ class Router(RouteLookups):
         last_error = refresh_error = None
         for attempt in range(self.retry_limit + 1):
             checkout = self._checkout(g, attempt)
-            if checkout is None:
-                continue  # the routes changed: look again
             table, pool, conn = checkout
             try:
                 _simple(conn, _claim_sql(g, table.version))
@@ -450,8 +446,9 @@ def _execute_declared(conn: Conn, version: int, query: Any,
 
 
 def _rollback_quietly(conn: Conn) -> None:
-    """Ends a failed or abandoned transaction; a broken connection is left to the pool."""
-    if conn.closed or conn.broken:
+    """Ends a failed or abandoned transaction (none open: nothing to send); a broken
+    connection is left to the pool."""
+    if conn.closed or conn.broken or conn.pgconn.transaction_status == pq.TransactionStatus.IDLE:
         return
     try:
         _simple(conn, "ROLLBACK")

@@ -46,6 +46,11 @@ pub const ROUTES_SQL: &str =
 /// The version when there are no routes, only if there are still none (else read again).
 const EMPTY_ROUTES_VERSION_SQL: &str =
     "SELECT id_gen.route_version() WHERE NOT EXISTS (SELECT 1 FROM id_gen.route_map)";
+/// COMMIT, unless the body swallowed a statement's error: PostgreSQL would turn that COMMIT
+/// into a ROLLBACK that tokio-postgres reports as done, so `SELECT 1` in the same message
+/// fails first with 25P02 (and the COMMIT is not run). A body that failed is never
+/// reported committed.
+const CHECKED_COMMIT: &str = "SELECT 1; COMMIT";
 /// Listener reconnect backoff: min(100 ms * 2^n, 5 s), jittered.
 const RECONNECT_BASE: Duration = Duration::from_millis(100);
 const RECONNECT_MAX: Duration = Duration::from_secs(5);
@@ -428,9 +433,7 @@ impl Router {
         let gene = key.borrow().try_gene()?;
         let mut retry = Retry::new(&self.inner, gene, true)?;
         loop {
-            let Some((pool, version)) = retry.route().await? else {
-                continue;
-            };
+            let (pool, version) = retry.route().await?;
             match run_once(&pool, gene, version, &mut body).await {
                 Ok(value) => return Ok(retry.done(value)),
                 Err((error, body_ran)) => retry.after(error, body_ran).await?,
@@ -453,9 +456,7 @@ impl Router {
         let mut once = as_body(|client| (body.take().expect("run: the body runs once"))(client));
         let mut retry = Retry::new(&self.inner, gene, false)?;
         loop {
-            let Some((pool, version)) = retry.route().await? else {
-                continue;
-            };
+            let (pool, version) = retry.route().await?;
             match run_once(&pool, gene, version, &mut once).await {
                 Ok(value) => return Ok(retry.done(value)),
                 Err((error, body_ran)) => retry.after(error, body_ran).await?,
@@ -488,9 +489,7 @@ impl Router {
         let gene = key.borrow().try_gene()?;
         let mut retry = Retry::new(&self.inner, gene, true)?;
         loop {
-            let Some((pool, version)) = retry.route().await? else {
-                continue;
-            };
+            let (pool, version) = retry.route().await?;
             match execute_once(&pool, version, sql, params).await {
                 Ok(rows) => return Ok(retry.done(rows)),
                 Err((error, body_ran)) => retry.after(error, body_ran).await?,
@@ -569,20 +568,20 @@ impl<'a> Retry<'a> {
         })
     }
 
-    /// The pool and route version for the gene; `None` when the gene had no route on the
-    /// first attempt and a re-read found other routes (look again).
-    async fn route(&mut self) -> Result<Option<(Pool, i64)>, Error> {
+    /// The pool and route version for the gene. When the gene has no route on the first
+    /// attempt, the routes are re-read and looked up once more (they may have changed since
+    /// they were read); that look is no attempt of its own.
+    async fn route(&mut self) -> Result<(Pool, i64), Error> {
         let inner = self.inner;
-        let table = inner.table();
+        let mut table = inner.table();
         let (shard, version) = match table.lookup(self.gene) {
             Ok(shard) => (shard.to_owned(), table.version()),
             Err(e) => {
-                // The routes may have changed since they were read: look again once.
-                if self.attempt == 0 && inner.refresh().await? != table.version() {
-                    self.attempt += 1;
-                    return Ok(None);
+                if self.attempt > 0 || inner.refresh().await? == table.version() {
+                    return Err(e);
                 }
-                return Err(e);
+                table = inner.table();
+                (table.lookup(self.gene)?.to_owned(), table.version())
             }
         };
         let pool = inner
@@ -590,7 +589,7 @@ impl<'a> Retry<'a> {
             .get(&shard)
             .ok_or_else(|| Error::UnknownShard(shard.clone()))?
             .clone();
-        Ok(Some((pool, version)))
+        Ok((pool, version))
     }
 
     fn done<T>(&self, value: T) -> T {
@@ -672,7 +671,7 @@ where
             body_ran = true;
             match body(client).await {
                 Err(e) => Err(e),
-                Ok(value) => client.batch_execute("COMMIT").await.map(|()| value),
+                Ok(value) => client.batch_execute(CHECKED_COMMIT).await.map(|()| value),
             }
         }
     };
@@ -708,10 +707,13 @@ async fn execute_once(
     let declare =
         format!("BEGIN; SELECT pg_catalog.set_config('id_gen.route_version', '{version}', true)");
     let (begun, rows, committed) = tokio::join!(
+        biased;
         client.batch_execute(&declare),
         client.query_typed(sql, params),
         client.batch_execute("COMMIT"),
     );
+    // An answered COMMIT ended the transaction (as a ROLLBACK after a failed statement).
+    let ended = committed.is_ok();
     let result = begun.and(rows).and_then(|rows| committed.map(|()| rows));
     match result {
         Ok(rows) => {
@@ -719,7 +721,7 @@ async fn execute_once(
             Ok(rows)
         }
         Err(e) => {
-            conn.idle = client.batch_execute("ROLLBACK").await.is_ok();
+            conn.idle = ended || client.batch_execute("ROLLBACK").await.is_ok();
             Err((Error::Db(e), false))
         }
     }

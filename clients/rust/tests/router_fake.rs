@@ -104,6 +104,7 @@ async fn a_transaction_claims_runs_the_body_and_commits() {
             "s1: BEGIN".to_string(),
             format!("s1: SELECT id_gen.route_claim({G42}, 5)"),
             "s1: SELECT fake.echo($1)".to_string(),
+            "s1: SELECT 1".to_string(),
             "s1: COMMIT".to_string()
         ]
     );
@@ -287,6 +288,30 @@ async fn a_body_error_rolls_back_and_is_returned() {
     // The connection was rolled back, so it is reused.
     echo(&router, Key::Owner(42), 1).await.unwrap();
     assert_eq!(fake.with(|s| s.opened["s1"]), 1);
+}
+
+#[tokio::test]
+async fn a_body_that_swallows_an_error_is_never_reported_committed() {
+    let fake = two_shards().await;
+    let router = Router::connect(config(&fake)).await.unwrap();
+    let e = router
+        .transaction(Key::Owner(42), |c| {
+            Box::pin(async move {
+                // The statement fails and the body carries on as if it had not.
+                let _ = c
+                    .query_typed("SELECT fake.fail($1)", &[(&"22012", Type::TEXT)])
+                    .await;
+                Ok(())
+            })
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Some("25P02"), "{e}");
+    fake.with(|s| {
+        assert_eq!(s.count("s1: COMMIT"), 0, "the COMMIT was not sent");
+        assert_eq!(s.count("s1: ROLLBACK"), 1);
+    });
+    assert_eq!(router.stats().transactions, 0);
 }
 
 #[tokio::test]
