@@ -121,9 +121,16 @@ class Node:
         """SIGSTOP of the postmaster and every child: a server that hangs without closing
         its connections. `thaw` (and `stop`) undo it."""
         pid = self.postmaster_pid()
-        self.frozen = [pid, *_children(pid)]
-        for p in self.frozen:
-            os.kill(p, signal.SIGSTOP)
+        # The postmaster first: stopped, it forks no backend after its children are listed.
+        # A child may end between the listing and its signal (a session closing): skipped.
+        os.kill(pid, signal.SIGSTOP)
+        self.frozen = [pid]
+        for p in _children(pid):
+            try:
+                os.kill(p, signal.SIGSTOP)
+                self.frozen.append(p)
+            except ProcessLookupError:
+                pass
 
     def thaw(self):
         for p in getattr(self, "frozen", []):
