@@ -18,7 +18,8 @@ What it keeps:
   timeout).
 * `coordinator_with_shards` builds the usual sharded deployment (a coordinator that is
   the segment authority, shards with a distributed table `orders`); `Background` runs
-  statements in a thread whose end is waited for within a bound.
+  statements in a thread whose end is waited for within a bound, `Sleeper` a session that
+  sleeps inside them (a lock holder) until released; `routes` reads the route table.
 * Server logs are kept in the node's directory; conftest.py prints their tails when a test
   fails.
 
@@ -300,6 +301,34 @@ class Background:
         if self.thread.is_alive():
             raise AssertionError(f"background statements still running after {timeout} s")
         return self.error
+
+
+class Sleeper(Background):
+    """A session that runs `statements`, then sleeps (`SELECT pg_sleep(seconds)`, the marker
+    that tells it apart, so give each one its own number), then runs `then`, in a thread: a
+    reader holding a lock, a writer whose transaction stays open. Returns once the session
+    sleeps (polled, at most `timeout` s). `release()` ends the sleep early
+    (pg_terminate_backend) and waits for the thread; `join()` waits for its natural end."""
+
+    def __init__(self, node, *statements, seconds, then=(), timeout=30):
+        self.node, self.query = node, f"SELECT pg_sleep({seconds})"
+        super().__init__(node, *statements, self.query, *then)
+        poll_until(f"a session sleeps in {self.query} on {node.name}", lambda: node.one(
+            f"SELECT count(*) FROM pg_stat_activity WHERE query = '{self.query}'"), 1, timeout)
+
+    @property
+    def pid(self):
+        return self.node.one(f"SELECT pid FROM pg_stat_activity WHERE query = '{self.query}'")
+
+    def release(self):
+        self.node.execute(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query = '{self.query}'")
+        return self.join()
+
+
+def routes(coordinator):
+    """The route table as `lower-upper@shard,...`, ordered by gene."""
+    return coordinator.one("SELECT string_agg(lower_gene || '-' || upper_gene || '@' || shard, ',' ORDER BY lower_gene) "
+                           "FROM id_gen.route_ranges")
 
 
 LOGICAL = ["wal_level = logical", "max_wal_senders = 10", "max_replication_slots = 10"]

@@ -32,7 +32,8 @@ import threading
 
 import pytest
 
-from harness import LOGICAL, PG_BIN, Background, poll_until
+import harness
+from harness import LOGICAL, PG_BIN, Background, Sleeper, poll_until
 
 S = {}
 SECRET = "S3cr3t-pw-9f1c"
@@ -119,8 +120,7 @@ def servers(cluster, tmp_path_factory):
 
 
 def routes():
-    return S["c"].one("SELECT string_agg(lower_gene || '-' || upper_gene || '@' || shard, ',' ORDER BY lower_gene) "
-                      "FROM id_gen.route_ranges")
+    return harness.routes(S["c"])
 
 
 def owner_in(lower, upper):
@@ -129,11 +129,6 @@ def owner_in(lower, upper):
 
 def fence_triggers(shard):
     return shard.one("SELECT count(*) FROM pg_trigger WHERE tgname = 'id_gen_move_fence' AND tgenabled <> 'D'")
-
-
-def wait_for_sleeper(node, seconds):
-    poll_until(f"a session sleeps in pg_sleep({seconds}) on {node.name}", lambda: node.one(
-        f"SELECT count(*) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep({seconds})'"), 1, 30)
 
 
 # --- (b, g) refusals before anything is distributed -------------------------------------------
@@ -165,17 +160,15 @@ def test_b_g_refusals():
 def test_a_rows_committed_during_route_changes_are_kept():
     c, s1, s2 = S["c"], S[1], S[2]
     o_low = owner_in(0, 1000)
-    writer = Background(c, "BEGIN", f"INSERT INTO ledger (owner_id, amount, note) VALUES ({o_low}, 777, 'W')",
-                        "SELECT pg_sleep(3)", "COMMIT")
-    wait_for_sleeper(c, 3)
+    writer = Sleeper(c, "BEGIN", f"INSERT INTO ledger (owner_id, amount, note) VALUES ({o_low}, 777, 'W')",
+                     seconds=3, then=["COMMIT"])
     c.execute("SELECT id_gen.set_route(2047, 'shard_2', copy_rows => true)")
     assert writer.join() is None, f"the coordinator writer failed: {writer.error!r}"
     assert (c.one("SELECT count(*) FROM ledger WHERE note = 'W'"), s2.one("SELECT count(*) FROM ledger WHERE note = 'W'")) == (1, 1), \
         "a row committed through the coordinator while set_route split its range is on its shard"
-    writer = Background(s2, "BEGIN", f"INSERT INTO ledger (id, owner_id, amount, note) VALUES "
-                                     f"(id_gen.gene_order_id('orders', {o_low}::bigint), {o_low}, 555, 'D')",
-                        "SELECT pg_sleep(3)", "COMMIT")
-    wait_for_sleeper(s2, 3)
+    writer = Sleeper(s2, "BEGIN", f"INSERT INTO ledger (id, owner_id, amount, note) VALUES "
+                                  f"(id_gen.gene_order_id('orders', {o_low}::bigint), {o_low}, 555, 'D')",
+                     seconds=3, then=["COMMIT"])
     c.execute("SELECT id_gen.set_route(1023, 'shard_2', copy_rows => true)")
     assert writer.join() is None, f"the direct shard writer failed: {writer.error!r}"
     assert (c.one("SELECT count(*) FROM ledger WHERE note = 'D'"), s2.one("SELECT count(*) FROM ledger WHERE note = 'D'")) == (1, 1), \

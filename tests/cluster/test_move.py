@@ -30,7 +30,8 @@ import time
 
 import pytest
 
-from harness import LOGICAL, PG_BIN, Background, coordinator_with_shards, poll_until, report
+import harness
+from harness import LOGICAL, PG_BIN, Background, Sleeper, coordinator_with_shards, poll_until, report
 
 S = {}
 GUARD_OFF = "-c id_gen.routing_guard=off"  # what a shard holds, also of genes it does not own
@@ -73,8 +74,7 @@ NOTHING_LEFT = "0/0/0/0/0/0"
 
 
 def routes():
-    return S["c"].one("SELECT string_agg(lower_gene || '-' || upper_gene || '@' || shard, ',' ORDER BY lower_gene) "
-                      "FROM id_gen.route_ranges")
+    return harness.routes(S["c"])
 
 
 def shard_state(shard):
@@ -356,9 +356,7 @@ def test_f_a_fence_that_times_out_is_retried():
 def test_g_a_source_that_cannot_let_go():
     c, s1, s2 = S["c"], S["s1"], S["s2"]
     # A reader holds the source's table, so DETACH times out after the flip.
-    locker = Background(s1, "BEGIN", "LOCK TABLE ONLY orders IN ACCESS SHARE MODE", "SELECT pg_sleep(12)", "COMMIT")
-    poll_until("a reader holds the source's table", lambda: s1.one(
-        "SELECT count(*) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(12)'"), 1, 30)
+    locker = Sleeper(s1, "BEGIN", "LOCK TABLE ONLY orders IN ACCESS SHARE MODE", seconds=12, then=["COMMIT"])
     e = c.error("CALL id_gen.move_genes(32768, 49151, 'shard_2')")
     assert e is not None and "has cut over (the target serves genes 32768 .. 49151), but cleaning up failed: " \
         "canceling statement due to lock timeout" in e.diag.message_primary, f"not the expected error: {e!r}"

@@ -39,7 +39,7 @@ import time
 import psycopg
 import pytest
 
-from harness import LOGICAL, Background, poll_until, report
+from harness import LOGICAL, Background, Sleeper, poll_until, report
 
 S = {}
 HASH = "SET enable_nestloop = off; SET enable_mergejoin = off;"
@@ -97,7 +97,7 @@ def plan_has(shard, sql, regex):
 # --- (a) the routing guard, plan by plan (on shard_2, ids of shard_1's genes) ---------------
 
 def test_a_the_routing_guard_plan_by_plan():
-    c, s1, s2 = S["c"], S[1], S[2]
+    c, s2 = S["c"], S[2]
     ids = c.one("SELECT 'ARRAY[' || string_agg(id::text, ',') || ']::bigint[]' FROM "
                 "(SELECT id FROM orders WHERE id_gen.shard_of(id) <= 32767 ORDER BY id LIMIT 300) x")
     id1 = c.one("SELECT min(id) FROM orders WHERE id_gen.shard_of(id) <= 32767")
@@ -254,15 +254,13 @@ def test_c_a_moves_target_does_not_own_the_genes_before_the_cut_over():
     # The completed move, held in its catch-up by a reader of the range's partition on the
     # coordinator (its fence waits): the target still refuses the genes.
     part0 = c.one("SELECT partition FROM id_gen.distribution WHERE lower_gene = 0")
-    holder = Background(c, "BEGIN", f"LOCK TABLE {part0} IN ACCESS SHARE MODE", "SELECT pg_sleep(119)")
-    poll_until(f"a reader holds {part0}", lambda: c.one("SELECT count(*) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(119)'"), 1, 10)
+    holder = Sleeper(c, "BEGIN", f"LOCK TABLE {part0} IN ACCESS SHARE MODE", seconds=119, timeout=10)
     mover = Background(c, "SET client_min_messages = warning", "CALL id_gen.move_genes(0, 16383, 'shard_2')")
     poll_until("the move catches up, its fence waiting for the reader", latest_move_phase, "catching_up", 60)
     v2 = s2.one("SELECT version FROM id_gen.shard_route_state")
     assert s2.sqlstate(f"INSERT INTO orders VALUES (id_gen.compose_id({g}, 99000004), {o0}, 1)") == "IG002", "during the catch-up a direct write on the target: IG002"
     assert s2.sqlstate("BEGIN", f"SELECT id_gen.route_claim({g}, {v2})") == "IG002", "during the catch-up a claim on the target: IG002"
-    c.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(119)'")
-    holder.join()
+    holder.release()
     assert mover.join() is None, f"the move completes once the reader is gone: {mover.error!r}"
     c.execute("SELECT id_gen.push_route_state(true)")
     assert s2.one(f"INSERT INTO orders VALUES (id_gen.compose_id({g}, 99000002), {o0}, 1) RETURNING 1") == 1, "after the cut-over the target takes the genes"
@@ -287,10 +285,9 @@ def ms_since(t0):
 
 def test_e_remote_calls_and_route_pushes_with_a_frozen_shard():
     c, s1, s2 = S["c"], S[1], S[2]
-    caller = Background(c, "SELECT id_gen.remote_exec('shard_1', 'SELECT 1', 2000)", "SELECT pg_sleep(2)",
-                        "SELECT id_gen.remote_exec('shard_1', 'SELECT 1', 2000)")
-    poll_until("a session with an open connection to shard_1 waits", lambda: c.one(
-        "SELECT count(*) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(2)'"), 1, 30)
+    # A session with a connection to shard_1 open: its next call after the freeze.
+    caller = Sleeper(c, "SELECT id_gen.remote_exec('shard_1', 'SELECT 1', 2000)", seconds=2,
+                     then=["SELECT id_gen.remote_exec('shard_1', 'SELECT 1', 2000)"])
     s1.freeze()
     try:
         t0 = time.monotonic()
@@ -380,9 +377,7 @@ def test_e_a_shard_frozen_in_a_splits_swap():
     S["before2"] = count_sum()
     # A reader of shard_1's table: the swap there waits (50 ms attempts, retried) until the
     # freeze; the coordinator holds nothing meanwhile.
-    holder = Background(s1, "BEGIN", "LOCK TABLE orders IN ACCESS SHARE MODE", "SELECT pg_sleep(122)")
-    poll_until("a reader holds shard_1's table", lambda: s1.one(
-        "SELECT count(*) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(122)'"), 1, 10)
+    holder = Sleeper(s1, "BEGIN", "LOCK TABLE orders IN ACCESS SHARE MODE", seconds=122, timeout=10)
     swap_tried = lambda: s1.one(  # noqa: E731
         "SELECT count(*) > 0 FROM pg_stat_activity WHERE query LIKE '%shard_split_swap%' AND pid <> pg_backend_pid()")
     try:
@@ -392,8 +387,7 @@ def test_e_a_shard_frozen_in_a_splits_swap():
     finally:
         s1.thaw()
     assert S["parts"] not in locked, "the split's CALL held no lock on the coordinator's table while the shard hung (locks only what it fences)"
-    s1.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(122)'")
-    holder.join()
+    holder.release()
 
     def call_again():
         e = c.error("SET client_min_messages = warning", "CALL id_gen.split_route(20000)")
@@ -411,17 +405,14 @@ def test_e_a_shard_frozen_in_a_splits_swap():
 def test_e_a_target_frozen_in_a_moves_fence():
     c, s1 = S["c"], S[1]
     part0 = c.one("SELECT partition FROM id_gen.distribution WHERE lower_gene = 0")
-    holder = Background(c, "BEGIN", f"LOCK TABLE {part0} IN ACCESS SHARE MODE", "SELECT pg_sleep(121)")
-    poll_until(f"a reader holds {part0}", lambda: c.one("SELECT count(*) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(121)'"), 1, 10)
-    holder_pid = c.one("SELECT pid FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(121)'")
+    holder = Sleeper(c, "BEGIN", f"LOCK TABLE {part0} IN ACCESS SHARE MODE", seconds=121, timeout=10)
     call = "CALL id_gen.move_genes(0, 16383, 'shard_1')"
     fence_waits = lambda: c.one(  # noqa: E731
         f"SELECT EXISTS (SELECT FROM pg_locks l JOIN pg_stat_activity a USING (pid) WHERE NOT l.granted AND a.query = $q${call}$q$)")
     try:
-        locked, n = fence_frozen(call, "marker bound 3 s", fence_waits, lambda: c.execute(f"SELECT pg_terminate_backend({holder_pid})"))
+        locked, n = fence_frozen(call, "marker bound 3 s", fence_waits, holder.release)
     finally:
         s1.thaw()
-    holder.join()
     assert S["parts"] not in locked, "the move's CALL held no lock on the coordinator's table, only its range's partitions"
     assert c.one("SELECT phase || ':' || source_fenced FROM id_gen.moves ORDER BY move_id DESC LIMIT 1") == "catching_up:false", \
         "the move stays catching up, the source's fence lifted"

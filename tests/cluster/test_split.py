@@ -35,7 +35,8 @@ import time
 
 import pytest
 
-from harness import LOGICAL, Background, coordinator_with_shards, poll_until, report
+import harness
+from harness import LOGICAL, Background, Sleeper, coordinator_with_shards, poll_until, report
 
 LOAD = os.path.join(os.path.dirname(__file__), "split_load.py")
 S = {}
@@ -59,8 +60,7 @@ def servers(cluster, tmp_path_factory):
 # --- helpers ---------------------------------------------------------------------------------
 
 def routes():
-    return S["c"].one("SELECT string_agg(lower_gene || '-' || upper_gene || '@' || shard, ',' ORDER BY lower_gene) "
-                      "FROM id_gen.route_ranges")
+    return harness.routes(S["c"])
 
 
 def first_route():
@@ -268,16 +268,7 @@ def test_d_a_merge_whose_coordinator_is_killed_resumes():
 
 def hold_the_coordinators_table(marker):
     """A reader holding ACCESS SHARE on the coordinator's table, so a fence cannot start."""
-    c = S["c"]
-    holder = Background(c, "BEGIN", "LOCK TABLE orders_shards IN ACCESS SHARE MODE", f"SELECT pg_sleep({marker})")
-    poll_until("a reader holds the coordinator's table",
-               lambda: c.one(f"SELECT count(*) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep({marker})'"), 1, 30)
-    return holder
-
-
-def release(holder, marker):
-    S["c"].execute(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep({marker})'")
-    holder.join()
+    return Sleeper(S["c"], "BEGIN", "LOCK TABLE orders_shards IN ACCESS SHARE MODE", seconds=marker)
 
 
 def test_d_a_swap_that_committed_only_on_the_shard_is_finished_by_the_supervisor():
@@ -289,7 +280,7 @@ def test_d_a_swap_that_committed_only_on_the_shard_is_finished_by_the_supervisor
     s1.execute(f"SELECT id_gen.shard_split_swap({sid}, 5000)")  # as if the coordinator died right after it
     c.execute(f"SELECT pg_terminate_backend(runner_pid) FROM id_gen.route_splits WHERE split_id = {sid}")
     call.join()
-    release(holder, 120)
+    holder.release()
     assert c.sqlstate("SELECT count(*) FROM orders WHERE id BETWEEN id_gen.gene_first_id(0) AND id_gen.gene_last_id(2047)") \
         == "IG002", "meanwhile a scan of the range reaches the retired partition and gets IG002 (retry) instead of answering"
     o_in = c.one("SELECT o FROM generate_series(1, 100000) o WHERE id_gen.shard_gene(o) <= 2047 LIMIT 1")
@@ -309,7 +300,7 @@ def test_d_abort_split_leaves_nothing():
     poll_until("the split waits to fence", lambda: split_phase("at_gene = 1023"), "swapping", 60)
     c.execute("SELECT pg_terminate_backend(runner_pid) FROM id_gen.route_splits WHERE at_gene = 1023")
     call.join()
-    release(holder, 121)
+    holder.release()
     c.execute(f"CALL id_gen.abort_split({c.one('SELECT split_id FROM id_gen.route_splits WHERE at_gene = 1023')})")
     assert (split_phase("at_gene = 1023"), strays_on(s1), s1.one("SELECT count(*) FROM id_gen.shard_split_pieces")) \
         == ("aborted", 0, 0), "abort_split: no table or piece left"
@@ -393,16 +384,13 @@ def test_e_a_revert_interrupted_after_its_flip_is_finished_by_the_supervisor():
     mid = reversible_move(0, 2047)
     c.execute(f"INSERT INTO orders (owner_id, amount) SELECT o, 555555 FROM unnest(ARRAY{S['rev_inside'][:20]}::bigint[]) o")
     # A reader on the source's kept partition makes re-attaching it time out.
-    holder = Background(s1, "BEGIN", "LOCK TABLE orders_g0_2047 IN ACCESS SHARE MODE", "SELECT pg_sleep(120)")
-    poll_until("a reader holds the source's kept partition", lambda: s1.one(
-        "SELECT count(*) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(120)'"), 1, 30)
+    holder = Sleeper(s1, "BEGIN", "LOCK TABLE orders_g0_2047 IN ACCESS SHARE MODE", seconds=120)
     assert c.error(f"CALL id_gen.revert_move({mid})") is not None, "the revert cannot finish while the source's partition is held"
     assert f"{move_phase(mid)}/{first_route()}" == "reverting/0-2047@shard_1", \
         "a revert whose clean-up failed after the flip: phase reverting, the routes point at the source"
     assert c.one("SELECT count(*) FROM orders WHERE amount = 555555") == 20, "the rows written on the target are read from the source meanwhile"
     c.kill9()
-    s1.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(120)'")
-    holder.join()
+    holder.release()
     c.start()
     poll_until("the move supervisor finishes the revert", lambda: move_phase(mid), "reverted", 60)
     assert c.one(f"SELECT recovered_by LIKE 'finished the revert%' FROM id_gen.moves WHERE move_id = {mid}"), \

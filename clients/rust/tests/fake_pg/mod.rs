@@ -114,6 +114,18 @@ impl State {
             .find(|(lo, up, _)| *lo <= g && g <= *up)
             .map(|(_, _, s)| s.as_str())
     }
+    /// IG002 while the gene is fenced, counting down the fenced statements.
+    fn take_fence(&mut self, gene: u16) -> Result<(), SqlError> {
+        match self.fenced.get_mut(&gene) {
+            Some(n) if *n > 0 => {
+                if *n != u32::MAX {
+                    *n -= 1;
+                }
+                Err(err("IG002", format!("gene {gene} is fenced")))
+            }
+            _ => Ok(()),
+        }
+    }
     pub fn count(&self, needle: &str) -> usize {
         self.log.iter().filter(|l| l.contains(needle)).count()
     }
@@ -455,14 +467,7 @@ impl Conn<'_> {
                 let (g, v) = args.split_once(',').unwrap();
                 let (gene, version): (u16, i64) =
                     (g.trim().parse().unwrap(), v.trim().parse().unwrap());
-                if let Some(n) = st.fenced.get_mut(&gene) {
-                    if *n > 0 {
-                        if *n != u32::MAX {
-                            *n -= 1;
-                        }
-                        return Err(err("IG002", format!("gene {gene} is fenced")));
-                    }
-                }
+                st.take_fence(gene)?;
                 if st.owner_of(gene) != Some(self.name) || version < st.version {
                     return Err(err("IG001", format!("route changed for gene {gene}")));
                 }
@@ -541,14 +546,7 @@ impl Conn<'_> {
                     panic!("fake.read takes an int8 owner")
                 };
                 let gene = gene_of_i64(owner);
-                if let Some(n) = st.fenced.get_mut(&gene) {
-                    if *n > 0 {
-                        if *n != u32::MAX {
-                            *n -= 1;
-                        }
-                        return Err(err("IG002", format!("gene {gene} is fenced")));
-                    }
-                }
+                st.take_fence(gene)?;
                 if matches!(self.declared, Some(v) if v < st.version) {
                     return Err(err("IG001", "route changed"));
                 }
