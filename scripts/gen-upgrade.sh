@@ -67,9 +67,18 @@ finalize_lines() {
   grep -E "^(COMMENT ON|GRANT [A-Z ]+ ON|REVOKE [A-Z ]+ ON) FUNCTION id_gen\.$name\(" sql/install/finalize.sql \
     || { echo "$name: no COMMENT ON FUNCTION id_gen.$name in sql/install/finalize.sql" >&2; return 1; }
 }
+# A line `-- @after-code` splits the delta: what follows it runs after the code files (data
+# copied into a table that replaces another, once the views and functions over it exist).
+# expand_delta FILE before|after prints one part.
+AFTER_CODE_MARKER="-- @after-code"
 expand_delta() {
-  local line
+  local line part=before
   while IFS= read -r line; do
+    if [ "$line" = "$AFTER_CODE_MARKER" ]; then
+      part=after
+      continue
+    fi
+    [ "$part" = "$2" ] || continue
     if [[ $line =~ ^--\ @rust-function\ ([a-z0-9_]+)$ ]]; then
       rust_declaration "${BASH_REMATCH[1]}" || return 1
     elif [[ $line =~ ^--\ @finalize-of\ ([a-z0-9_]+)$ ]]; then
@@ -88,7 +97,7 @@ generate() {
 \\echo Use "ALTER EXTENSION id_gen UPDATE TO '$TO'" to load this file. \\quit
 
 HEAD
-  expand_delta "sql/upgrade/$FROM--$TO.sql" || return 1
+  expand_delta "sql/upgrade/$FROM--$TO.sql" before || return 1
   grep -qxF -- "$NEW_CATALOG_MARKER" sql/install/cluster_catalog.sql || { echo "no line $NEW_CATALOG_MARKER in sql/install/cluster_catalog.sql" >&2; return 1; }
   printf '\n-- ===== sql/install/cluster_catalog.sql (the tables after %s) =====\n' "$NEW_CATALOG_MARKER"
   awk -v m="$NEW_CATALOG_MARKER" 'seen { print } $0 == m { seen = 1 }' sql/install/cluster_catalog.sql
@@ -97,6 +106,10 @@ HEAD
     printf '\n-- ===== %s =====\n' "$f"
     cat "$f"
   done
+  if grep -qxF -- "$AFTER_CODE_MARKER" "sql/upgrade/$FROM--$TO.sql"; then
+    printf '\n-- ===== sql/upgrade/%s--%s.sql (after %s) =====\n' "$FROM" "$TO" "$AFTER_CODE_MARKER"
+    expand_delta "sql/upgrade/$FROM--$TO.sql" after || return 1
+  fi
 }
 # The released files: every update script and hand delta that does not end at $TO, and
 # every released install script kept for the update tests.

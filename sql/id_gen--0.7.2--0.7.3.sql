@@ -24,13 +24,103 @@ DROP FUNCTION id_gen.shard_conninfo(text, boolean);
 -- The comment of arm_connect_bound names remote_send (from sql/install/finalize.sql):
 COMMENT ON FUNCTION id_gen.arm_connect_bound(integer) IS 'Arms a timer that interrupts a wait (a connect to another server) after ms, like a cancel; id_gen.remote_send bounds its connects with it. Superuser only.';
 REVOKE EXECUTE ON FUNCTION id_gen.arm_connect_bound(integer) FROM PUBLIC;
+-- Long operations share one catalog (sql/cluster/operations.sql): id_gen.cluster_operations
+-- (after -- @new-in-0.7.3 in sql/install/cluster_catalog.sql) holds every move, split and
+-- merge, and id_gen.shard_moves and id_gen.route_splits become views over it. The old
+-- tables step aside here; after the code files have made the views and the code over them,
+-- their rows are copied (ids kept) and they go, with the old code's overloads on their row
+-- types.
+ALTER TABLE id_gen.shard_moves RENAME TO shard_moves_until_0_7_2;
+ALTER TABLE id_gen.route_splits RENAME TO route_splits_until_0_7_2;
+-- Return types that change (from the tables' row types to the views'), or functions that
+-- the one recovery loop (id_gen.recover_operations) replaces:
+DROP FUNCTION id_gen.take_reversible_move(bigint, text);
+DROP FUNCTION id_gen.recover_splits(interval, interval);
+-- Splits and merges are run by the driver of long operations (id_gen.run_operation) in steps:
+DROP PROCEDURE id_gen.run_split(bigint);
 
 -- ===== sql/install/cluster_catalog.sql (the tables after -- @new-in-0.7.3) =====
+-- Long operations (sql/cluster/operations.sql): moves, splits and merges in one catalog,
+-- read through id_gen.operations. id_gen.shard_moves and id_gen.route_splits, the
+-- separate tables of 0.4.0 to 0.7.2, are now views over it that the code of each kind
+-- reads and writes (sql/cluster/operations.sql).
+CREATE TABLE id_gen.cluster_operations (
+    operation_id     bigint      PRIMARY KEY DEFAULT nextval('id_gen.move_ids'),
+    kind             text        NOT NULL CHECK (kind IN ('move', 'split', 'merge')),
+    phase            text        NOT NULL DEFAULT 'planned',
+    lower_gene       integer     NOT NULL,
+    at_gene          integer,
+    upper_gene       integer     NOT NULL,
+    shard            text        NOT NULL,
+    target_shard     text,
+    rows_total       bigint,
+    rows_copied      bigint,
+    lag_bytes        bigint,
+    fence_attempts   integer     NOT NULL DEFAULT 0,
+    fence_started_at timestamptz,
+    fence_ended_at   timestamptz,
+    runner_pid       integer,
+    started_at       timestamptz NOT NULL DEFAULT clock_timestamp(),
+    updated_at       timestamptz NOT NULL DEFAULT clock_timestamp(),
+    finished_at      timestamptz,
+    last_error       text,
+    recovered_by     text,
+    keep_source      boolean     NOT NULL DEFAULT false,
+    reversible       boolean     NOT NULL DEFAULT false,
+    target_subscription oid,
+    target_system_id text,
+    source_fenced    boolean     NOT NULL DEFAULT false,
+    slot_created     boolean     NOT NULL DEFAULT false,
+    back_lsn         pg_lsn,
+    back_lag_bytes   bigint,
+    back_retained_bytes bigint,
+    back_checked_at  timestamptz,
+    CHECK (lower_gene BETWEEN 0 AND upper_gene AND upper_gene <= 65535),
+    CONSTRAINT cluster_operations_kind_shape CHECK (CASE kind
+      WHEN 'move' THEN target_shard IS NOT NULL AND at_gene IS NULL
+                       AND phase IN ('planned', 'copying', 'catching_up', 'cut_over', 'done', 'aborted', 'failed',
+                                     'reversible', 'reverting', 'reverted')
+      ELSE target_shard IS NULL AND at_gene IS NOT NULL AND lower_gene <= at_gene AND at_gene < upper_gene
+           AND rows_copied IS NOT NULL
+           AND phase IN ('planned', 'copying', 'swapping', 'swapped', 'done', 'aborted', 'failed') END)
+);
+ALTER SEQUENCE id_gen.move_ids OWNED BY id_gen.cluster_operations.operation_id;
+COMMENT ON SEQUENCE id_gen.move_ids IS 'Numbers the long operations (moves, splits, merges) in id_gen.cluster_operations.';
+SELECT pg_catalog.pg_extension_config_dump('id_gen.cluster_operations', '');
+REVOKE ALL ON id_gen.cluster_operations FROM PUBLIC;
+GRANT SELECT ON id_gen.cluster_operations TO PUBLIC;
+COMMENT ON TABLE id_gen.cluster_operations IS 'On a coordinator: every long operation (a move of genes between shards, CALL id_gen.move_genes; an online split or merge of route ranges, CALL id_gen.split_route or id_gen.merge_routes) with its phase and progress; read it through id_gen.operations (all kinds), id_gen.moves or id_gen.splits.';
+COMMENT ON COLUMN id_gen.cluster_operations.kind IS 'move, split or merge. A reversible move and its revert are one move (phases reversible, reverting, reverted).';
+COMMENT ON COLUMN id_gen.cluster_operations.shard IS 'The shard the operation starts from: the source of a move, the shard of a split or merge.';
+COMMENT ON COLUMN id_gen.cluster_operations.target_shard IS 'A move: the shard the genes go to (NULL for a split or merge, which stays on its shard).';
+COMMENT ON COLUMN id_gen.cluster_operations.at_gene IS 'A split or merge: the upper gene of the lower half. A split makes [lower_gene, at_gene] and [at_gene + 1, upper_gene] of one range; a merge makes one range of those two.';
+COMMENT ON COLUMN id_gen.cluster_operations.runner_pid IS 'The backend that last ran the operation (id_gen.operations.runner says whether a session runs it now).';
+COMMENT ON COLUMN id_gen.cluster_operations.recovered_by IS 'What the move supervisor did to an operation whose session was gone (lifted a fence, finished a cut-over or swap, rolled it back), if anything.';
+COMMENT ON COLUMN id_gen.cluster_operations.slot_created IS 'A move: whether it created its replication slot on the source (only then does an abort drop a slot of that name).';
+COMMENT ON COLUMN id_gen.cluster_operations.source_fenced IS 'A move: whether the source''s fence (a trigger that refuses direct writes of the genes) may be up.';
+COMMENT ON COLUMN id_gen.cluster_operations.reversible IS 'A move made with move_genes(..., reversible => true): after the cut-over the target''s changes of the moved genes replicate back to the source''s kept partitions (phase reversible) until CALL id_gen.revert_move or CALL id_gen.complete_move.';
+COMMENT ON COLUMN id_gen.cluster_operations.back_lsn IS 'A reversible move: the target''s WAL position inside the fence, after the last change from the source was applied; the reverse replication starts there.';
+COMMENT ON COLUMN id_gen.cluster_operations.back_lag_bytes IS 'A reversible move: WAL of the target not yet confirmed by the source (reverse replication lag), as of back_checked_at.';
+COMMENT ON COLUMN id_gen.cluster_operations.back_retained_bytes IS 'A reversible move: WAL the target keeps for the reverse replication slot (grows while the source does not confirm), as of back_checked_at.';
+-- What a step of a long operation returns to the driver (id_gen.run_operation).
+CREATE TYPE id_gen.step_outcome AS (
+    next_step     jsonb,
+    pause         numeric,
+    stop_message  text,
+    stop_sqlstate text,
+    stop_detail   text,
+    stop_hint     text
+);
+COMMENT ON TYPE id_gen.step_outcome IS 'What a step of a long operation (or its failure handler) tells the driver id_gen.run_operation: where to go on in the phase (next_step; NULL: from the start of the phase as it is now), how many seconds to pause after the commit, or an error to stop with (stop_message with its SQLSTATE, detail and hint), raised after the commit.';
 
 -- ===== sql/cluster/operations.sql =====
 -- Long operations (moves, splits, merges, reverts, rebalance steps): what they share.
 -- Code only (CREATE OR REPLACE); loaded before the files of each kind (sql/cluster/move.sql,
 -- sql/cluster/split.sql, sql/cluster/revert.sql, sql/cluster/rebalance.sql), which use it.
+-- It holds the advisory-lock keys, the views over the one catalog of operations
+-- (id_gen.cluster_operations: id_gen.operations for operators, id_gen.shard_moves and
+-- id_gen.route_splits for the code of each kind) and the move supervisor's one recovery
+-- loop (id_gen.recover_operations).
 --
 -- Advisory-lock keys, declared here and nowhere else (pg_locks shows them as classid; the
 -- second key of a two-key lock is objid, with objsubid = 2):
@@ -53,6 +143,267 @@ CREATE OR REPLACE FUNCTION id_gen.operation_session_lock_key() RETURNS integer
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$SELECT 757431$$;
 COMMENT ON FUNCTION id_gen.operation_session_lock_key() IS
   'Advisory-lock key that, with an operation id (move or split), is held as a session lock by the session running that operation.';
+
+-- The catalog of long operations -----------------------------------------------------------
+-- One table, id_gen.cluster_operations (sql/install/cluster_catalog.sql), holds every move,
+-- split and merge. Each kind's code reads and writes it through a view of its own rows
+-- under the names of 0.4.0 to 0.7.2 (id_gen.shard_moves, id_gen.route_splits), whose row
+-- types are the parameters of that code. Both views are automatically updatable and WITH
+-- CHECK OPTION, so a row written through one is of that view's kind.
+
+CREATE OR REPLACE VIEW id_gen.shard_moves AS
+SELECT operation_id AS move_id, lower_gene, upper_gene, shard AS source_shard, target_shard, phase,
+       keep_source, rows_copied, lag_bytes, fence_attempts, target_subscription, runner_pid,
+       source_fenced, fence_started_at, fence_ended_at, started_at, updated_at, finished_at,
+       last_error, slot_created, target_system_id, recovered_by, reversible, back_lsn,
+       back_lag_bytes, back_retained_bytes, back_checked_at, kind
+FROM id_gen.cluster_operations
+WHERE kind = 'move'
+WITH CASCADED CHECK OPTION;
+ALTER VIEW id_gen.shard_moves ALTER COLUMN kind SET DEFAULT 'move';
+COMMENT ON VIEW id_gen.shard_moves IS 'The moves of id_gen.cluster_operations, as the code of moves reads and writes them (operation_id is move_id, shard is source_shard); operators read id_gen.moves.';
+REVOKE ALL ON id_gen.shard_moves FROM PUBLIC;
+GRANT SELECT ON id_gen.shard_moves TO PUBLIC;
+
+CREATE OR REPLACE VIEW id_gen.route_splits AS
+SELECT operation_id AS split_id, kind, lower_gene, at_gene, upper_gene, shard, phase,
+       rows_total, rows_copied, fence_attempts, runner_pid, fence_started_at, fence_ended_at,
+       started_at, updated_at, finished_at, last_error, recovered_by
+FROM id_gen.cluster_operations
+WHERE kind IN ('split', 'merge')
+WITH CASCADED CHECK OPTION;
+ALTER VIEW id_gen.route_splits ALTER COLUMN rows_copied SET DEFAULT 0;
+COMMENT ON VIEW id_gen.route_splits IS 'The splits and merges of id_gen.cluster_operations, as the code of splits reads and writes them (operation_id is split_id); operators read id_gen.splits.';
+REVOKE ALL ON id_gen.route_splits FROM PUBLIC;
+GRANT SELECT ON id_gen.route_splits TO PUBLIC;
+
+-- Whether a session runs an operation now: the session that runs one holds its session
+-- advisory lock (operation_session_lock_key(), operation id). NULL once it is finished.
+CREATE OR REPLACE FUNCTION id_gen.operation_runner(operation_id bigint, phase text) RETURNS text
+LANGUAGE sql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT CASE WHEN phase IN ('done', 'aborted', 'reverted') THEN NULL
+              WHEN pg_try_advisory_lock_shared(id_gen.operation_session_lock_key(), operation_id::integer)
+                   AND pg_advisory_unlock_shared(id_gen.operation_session_lock_key(), operation_id::integer) THEN 'no session'
+              ELSE 'running' END
+$$;
+COMMENT ON FUNCTION id_gen.operation_runner(bigint, text) IS 'running when a session runs the long operation now (it holds the operation''s session advisory lock), no session when none does, NULL once it is done, aborted or reverted.';
+
+CREATE OR REPLACE VIEW id_gen.operations AS
+SELECT o.operation_id, o.kind, o.phase, o.lower_gene, o.at_gene, o.upper_gene,
+       o.shard AS source_shard, coalesce(o.target_shard, o.shard) AS target_shard,
+       o.rows_copied, o.rows_total,
+       round(100.0 * least(o.rows_copied, o.rows_total) / nullif(o.rows_total, 0), 1) AS percent_copied,
+       o.lag_bytes,
+       round(extract(epoch FROM o.fence_ended_at - o.fence_started_at) * 1000, 1) AS fence_ms,
+       o.fence_attempts, o.started_at, o.updated_at, o.finished_at,
+       coalesce(o.finished_at, clock_timestamp()) - o.started_at AS elapsed,
+       o.last_error,
+       id_gen.operation_runner(o.operation_id, o.phase) AS runner,
+       o.runner_pid,
+       o.recovered_by
+FROM id_gen.cluster_operations o
+ORDER BY o.operation_id;
+COMMENT ON VIEW id_gen.operations IS 'Every long operation of the cluster, whatever its kind (move, split, merge), newest last: its phase, genes and shards, progress (rows copied of the total, replication lag), how long writes were fenced (fence_ms) in how many attempts, times, the last error, whether a session runs it now (runner: running, no session, or NULL once finished) and which backend ran it last (runner_pid), and what the move supervisor did (recovered_by). id_gen.moves and id_gen.splits show the columns of one kind.';
+GRANT SELECT ON id_gen.operations TO PUBLIC;
+
+-- The session lock of an operation --------------------------------------------------------
+-- The session that runs an operation holds its session advisory lock
+-- (operation_session_lock_key(), operation id) once: these take it only if this session
+-- does not hold it already (advisory locks count; a lock taken twice and released once
+-- would outlive the CALL), and let go of it.
+CREATE OR REPLACE FUNCTION id_gen.holds_operation(operation_id bigint) RETURNS boolean
+LANGUAGE sql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT EXISTS (SELECT FROM pg_locks l WHERE l.locktype = 'advisory' AND l.pid = pg_backend_pid() AND l.granted
+                   AND l.classid = id_gen.operation_session_lock_key()::oid AND l.objid = holds_operation.operation_id
+                   AND l.objsubid = 2)
+$$;
+COMMENT ON FUNCTION id_gen.holds_operation(bigint) IS 'Whether this session holds the session lock of the long operation (it runs it).';
+
+CREATE OR REPLACE FUNCTION id_gen.take_operation(operation_id bigint) RETURNS boolean
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  IF id_gen.holds_operation(operation_id) THEN
+    RETURN true;
+  END IF;
+  RETURN pg_try_advisory_lock(id_gen.operation_session_lock_key(), operation_id::integer);
+END $$;
+COMMENT ON FUNCTION id_gen.take_operation(bigint) IS 'Whether this session holds (now, or already) the session lock of the long operation; false when another session runs it.';
+REVOKE EXECUTE ON FUNCTION id_gen.take_operation(bigint) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION id_gen.release_operation(operation_id bigint) RETURNS void
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  IF id_gen.holds_operation(operation_id) THEN
+    PERFORM pg_advisory_unlock(id_gen.operation_session_lock_key(), operation_id::integer);
+  END IF;
+END $$;
+COMMENT ON FUNCTION id_gen.release_operation(bigint) IS 'Lets go of the session lock of the long operation, if this session holds it.';
+REVOKE EXECUTE ON FUNCTION id_gen.release_operation(bigint) FROM PUBLIC;
+
+-- The driver ------------------------------------------------------------------------------
+-- One procedure runs a long operation to its end, or resumes it: CALL id_gen.run_operation(id)
+-- (split_route and merge_routes record theirs and call it). It repeats: read the
+-- operation; if it is finished, stop; run the kind's next step (id_gen.split_step), a
+-- function that does one unit of work and never commits; COMMIT; tell the shards the route
+-- version if the step raised it; pause if the step asked. A step that raises is rolled back
+-- (its calls to shards are not) and the kind says what that means (id_gen.split_step_failed):
+-- try again after a pause, stop with an error (recorded first: the driver commits, lets go
+-- of the operation, then raises), or nothing, and the error is raised as it is (the
+-- operation stays this session's until it calls again or disconnects, and the same CALL
+-- resumes it).
+--
+-- Invariants: every COMMIT is here, and each is followed by pinning search_path again (a
+-- COMMIT in a procedure ends the SET of the CALL); the operation's session lock is held
+-- from before the first step to after the last commit; a step sees the operation as the
+-- last commit left it.
+CREATE OR REPLACE PROCEDURE id_gen.run_operation(operation_id bigint)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+  o id_gen.cluster_operations;
+  step jsonb;
+  r id_gen.step_outcome;
+  raised boolean;
+  err text;
+  err_state text;
+  err_detail text;
+  err_hint text;
+BEGIN
+  PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+  IF operation_id IS NULL THEN
+    RAISE EXCEPTION 'id_gen: argument "operation_id" must not be NULL' USING ERRCODE = '22004';
+  END IF;
+  PERFORM id_gen.require_superuser('run long operations');
+  SELECT * INTO o FROM id_gen.cluster_operations co WHERE co.operation_id = run_operation.operation_id;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'id_gen: there is no operation %', operation_id
+      USING ERRCODE = '42704', HINT = 'Long operations are listed in id_gen.operations.';
+  ELSIF o.kind = 'move' THEN
+    RAISE EXCEPTION 'id_gen: operation % is a move, which move_genes runs', operation_id
+      USING ERRCODE = '0A000',
+            HINT = format('CALL id_gen.move_genes(%s, %s, %L) resumes it.', o.lower_gene, o.upper_gene, o.target_shard);
+  ELSIF NOT id_gen.take_operation(o.operation_id) THEN
+    RAISE EXCEPTION 'id_gen: % % is running in session %', o.kind, o.operation_id, o.runner_pid
+      USING ERRCODE = '55006', HINT = 'Watch it in id_gen.operations.';
+  END IF;
+  UPDATE id_gen.cluster_operations co SET runner_pid = pg_backend_pid() WHERE co.operation_id = o.operation_id;
+  COMMIT;
+  LOOP
+    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+    SELECT * INTO o FROM id_gen.cluster_operations co WHERE co.operation_id = run_operation.operation_id;
+    EXIT WHEN o.phase IN ('done', 'aborted', 'reverted');
+    err := NULL;
+    raised := false;
+    BEGIN
+      r := id_gen.split_step(o.operation_id, step);
+      raised := id_gen.route_version_raised_here();
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
+      GET STACKED DIAGNOSTICS err = MESSAGE_TEXT, err_state = RETURNED_SQLSTATE,
+                              err_detail = PG_EXCEPTION_DETAIL, err_hint = PG_EXCEPTION_HINT;
+    END;
+    IF err IS NOT NULL THEN
+      r := id_gen.split_step_failed(o.operation_id, step, err, err_state, err_detail, err_hint);
+      IF r IS NULL THEN  -- (every field NULL: the kind does not handle this error)
+        PERFORM id_gen.reraise(err, err_state, err_detail, err_hint);
+      END IF;
+    END IF;
+    COMMIT;
+    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+    IF raised THEN
+      PERFORM id_gen.push_route_state_quietly();  -- the shards learn the new route version
+    END IF;
+    IF r.stop_message IS NOT NULL THEN
+      PERFORM id_gen.release_operation(o.operation_id);
+      PERFORM id_gen.reraise(r.stop_message, r.stop_sqlstate, r.stop_detail, r.stop_hint);
+    END IF;
+    step := r.next_step;
+    IF r.pause > 0 THEN
+      PERFORM pg_sleep(r.pause);
+    END IF;
+  END LOOP;
+  PERFORM id_gen.release_operation(o.operation_id);
+  RAISE NOTICE '%', id_gen.split_summary(o.operation_id);
+END $$;
+COMMENT ON PROCEDURE id_gen.run_operation(bigint) IS 'Runs a long operation (a split or merge; moves are run by move_genes) to its end, or resumes it: one step at a time, each committed; split_route and merge_routes call it. Run it outside a transaction block. Superuser only.';
+REVOKE EXECUTE ON PROCEDURE id_gen.run_operation(bigint) FROM PUBLIC;
+
+-- The recovery loop ---------------------------------------------------------------------
+-- One pass over the operations no session runs, for the move supervisor (a background
+-- worker on the coordinator, src/supervisor.rs) every few seconds, or by hand. Each kind
+-- says what to do with one of its operations (id_gen.recover_move, id_gen.recover_split);
+-- this loop does what they share: it tells the shards the route version first, leaves out
+-- shards that did not answer lately (each call to one would wait for its bound), takes
+-- the operation's session lock (an operation some session runs is left alone), records
+-- what it did (recovered_by) or the error (last_error), and leaves out for the rest of
+-- the pass, and until it answers a route push, a shard that did not answer.
+CREATE OR REPLACE FUNCTION id_gen.recover_operations(abandon_after interval DEFAULT '10 min', grace interval DEFAULT '10 s')
+RETURNS TABLE (operation_id bigint, kind text, action text)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  o id_gen.cluster_operations;
+  err text;
+  err_state text;
+  down text[];
+  silent text;
+BEGIN
+  PERFORM id_gen.require_superuser('recover long operations');
+  -- Shards that have not been told the current route version (set_route, drop_route, or a
+  -- push that failed) are told first (sql/cluster/routing.sql; shards that answer first).
+  PERFORM id_gen.push_route_state();
+  down := id_gen.shards_not_answering();
+  -- Reversible moves: their reverse replication lag and retained WAL, for id_gen.moves.
+  PERFORM id_gen.check_way_back(sm) FROM id_gen.shard_moves sm
+  WHERE sm.phase = 'reversible' AND (sm.back_checked_at IS NULL OR sm.back_checked_at < clock_timestamp() - interval '10 s')
+    AND sm.target_shard <> ALL (down);
+  -- (grace: a CALL that just failed is usually called again by its operator at once.)
+  FOR o IN SELECT * FROM id_gen.cluster_operations co
+           WHERE co.phase NOT IN ('done', 'aborted', 'reverted') AND co.updated_at < clock_timestamp() - grace
+           ORDER BY co.operation_id LOOP
+    -- A move's target (fenced again before the cut-over, the bound of a reversible move's
+    -- WAL) and a split's shard are needed in any case.
+    CONTINUE WHEN coalesce(o.target_shard, o.shard) = ANY (down);
+    CONTINUE WHEN NOT pg_try_advisory_lock(id_gen.operation_session_lock_key(), o.operation_id::integer);
+    operation_id := o.operation_id;
+    kind := o.kind;
+    action := NULL;
+    err := NULL;
+    BEGIN
+      action := CASE o.kind WHEN 'move' THEN id_gen.recover_move(o.operation_id, abandon_after, down)
+                            ELSE id_gen.recover_split(o.operation_id, abandon_after) END;
+    EXCEPTION WHEN OTHERS OR query_canceled THEN  -- (a shard past its bound is 57014)
+      GET STACKED DIAGNOSTICS err = MESSAGE_TEXT, err_state = RETURNED_SQLSTATE;
+    END;
+    IF err IS NOT NULL THEN
+      silent := CASE WHEN err_state IN ('08006', '57014') THEN substring(err FROM '^id_gen: shard "([^"]+)"') END;
+      IF silent IS NOT NULL THEN
+        down := down || silent;
+        PERFORM id_gen.note_route_push(silent, NULL, err);
+      END IF;
+      UPDATE id_gen.cluster_operations co SET last_error = 'supervisor: ' || err, updated_at = clock_timestamp()
+      WHERE co.operation_id = o.operation_id;
+      action := 'failed: ' || err;
+    ELSIF action IS NOT NULL THEN
+      UPDATE id_gen.cluster_operations co SET recovered_by = action || ' at ' || clock_timestamp()::text
+      WHERE co.operation_id = o.operation_id;
+    END IF;
+    PERFORM pg_advisory_unlock(id_gen.operation_session_lock_key(), o.operation_id::integer);
+    IF action IS NOT NULL THEN
+      RETURN NEXT;
+    END IF;
+  END LOOP;
+END $$;
+COMMENT ON FUNCTION id_gen.recover_operations(interval, interval) IS 'One pass of the move supervisor over the long operations no session runs (and none touched for grace): lifts the source''s fence of a move that has not cut over, finishes a move that has cut over and a split or merge that swapped on its shard, and rolls back one left alone for abandon_after. Returns what it did. Superuser only.';
+REVOKE EXECUTE ON FUNCTION id_gen.recover_operations(interval, interval) FROM PUBLIC;
 
 -- ===== sql/cluster/ids.sql =====
 -- Id ranges of genes and owners: the first and last id of a gene or of an owner's gene
@@ -2325,7 +2676,7 @@ REVOKE EXECUTE ON FUNCTION id_gen.shard_forget_moves() FROM PUBLIC;
 --     name. The table-sync slots are recognised by the subscription's oid and the
 --     target's system identifier.
 --   * A fence never outlives its move: a move whose session is gone (a crash, a
---     coordinator restart, an interrupted CALL) is picked up by id_gen.recover_moves,
+--     coordinator restart, an interrupted CALL) is picked up by id_gen.recover_move,
 --     which the move supervisor (a background worker on the coordinator) runs every few
 --     seconds: a fence of a move that has not cut over is lifted at once, a move that has
 --     cut over is finished, and a move left alone for id_gen.move_abandon_after is
@@ -2340,10 +2691,7 @@ SELECT move_id, lower_gene, upper_gene, source_shard, target_shard, phase,
        fence_attempts, source_fenced, started_at, finished_at,
        coalesce(finished_at, clock_timestamp()) - started_at AS elapsed,
        last_error,
-       CASE WHEN phase IN ('done', 'aborted', 'reverted') THEN NULL
-            WHEN pg_try_advisory_lock_shared(id_gen.operation_session_lock_key(), move_id::integer)
-                 AND pg_advisory_unlock_shared(id_gen.operation_session_lock_key(), move_id::integer) THEN 'no session'
-            ELSE 'running' END AS runner,
+       id_gen.operation_runner(move_id, phase) AS runner,
        recovered_by,
        reversible,
        back_lag_bytes,
@@ -2628,119 +2976,79 @@ END;
 COMMENT ON FUNCTION id_gen.shards_not_answering() IS 'Shards whose last route push failed within the last 30 s (id_gen.route_pushes): the move supervisor skips their moves and splits in its pass and tries them again once a push succeeds.';
 REVOKE EXECUTE ON FUNCTION id_gen.shards_not_answering() FROM PUBLIC;
 
--- Moves whose session is gone: run by the move supervisor (a background worker) every
--- few seconds, or by hand. A move another session runs is left alone (its session
--- advisory lock is held).
-CREATE OR REPLACE FUNCTION id_gen.recover_moves(abandon_after interval DEFAULT '10 min', grace interval DEFAULT '10 s')
-RETURNS TABLE (move_id bigint, action text)
-LANGUAGE plpgsql
+-- A move whose session is gone, for the recovery loop (id_gen.recover_operations in
+-- sql/cluster/operations.sql), which holds the move's session lock and records what this
+-- returns, or the error it raises. `down`: shards that did not answer lately, left alone.
+CREATE OR REPLACE FUNCTION id_gen.recover_move(move_id bigint, abandon_after interval, down text[]) RETURNS text
+LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   m id_gen.shard_moves;
-  err text;
   cleanup text;
   max_wal text := coalesce(current_setting('id_gen.reversible_max_wal', true), '1GB');
-  err_state text;
-  down text[];
-  silent text;
 BEGIN
-  PERFORM id_gen.require_superuser('recover moves');
-  -- Shards that have not been told the current route version (set_route, drop_route, or a
-  -- push that failed) are told first (sql/cluster/routing.sql; shards that answer first), so that a
-  -- shard that hangs delays no other shard's push.
-  PERFORM id_gen.push_route_state();
-  -- Shards that did not answer lately (a failed push, or a call of this pass) are left out
-  -- of this pass: every call to them would wait for its bound.
-  down := id_gen.shards_not_answering();
-  -- Reversible moves: their reverse replication lag and retained WAL, for id_gen.moves.
-  PERFORM id_gen.check_way_back(sm) FROM id_gen.shard_moves sm
-  WHERE sm.phase = 'reversible' AND (sm.back_checked_at IS NULL OR sm.back_checked_at < clock_timestamp() - interval '10 s')
-    AND sm.target_shard <> ALL (down);
-  -- (grace: a CALL that just failed is usually called again by its operator at once.)
-  FOR m IN SELECT * FROM id_gen.shard_moves sm
-           WHERE sm.phase NOT IN ('done', 'aborted', 'reverted') AND sm.updated_at < clock_timestamp() - grace
-           ORDER BY sm.move_id LOOP
-    -- Its target fenced again, and a reversible move's WAL bound, need only the target.
-    CONTINUE WHEN m.target_shard = ANY (down);
-    CONTINUE WHEN NOT pg_try_advisory_lock(id_gen.operation_session_lock_key(), m.move_id::integer);
-    move_id := m.move_id;
-    action := NULL;
-    err := NULL;
-    BEGIN
-      -- The target does not own the genes before the cut-over: its fence is put up again
-      -- (idempotent), whatever happened to the session that lifted it in a fence or died
-      -- between creating the target's partitions and fencing them (planned).
-      IF m.phase IN ('planned', 'copying', 'catching_up') THEN
-        PERFORM id_gen.run_move_step(m, 'fence_target', 0, 5000);
-      END IF;
-      IF m.phase <> 'reversible' AND m.source_shard = ANY (down) THEN
-        NULL;  -- the rest needs the source
-      ELSIF m.phase = 'cut_over' THEN
-        m := id_gen.finish_cut_over(m);
-        action := 'finished the cut-over';
-      ELSIF m.phase = 'reverting' THEN
-        m := id_gen.finish_revert(m);
-        action := 'finished the revert';
-      ELSIF m.phase = 'reversible' THEN
-        -- Left open on purpose: only a fence of an interrupted revert is lifted, and a way
-        -- back that keeps too much WAL on the target is ended (the genes stay there).
-        IF m.back_retained_bytes > pg_size_bytes(max_wal)
-           OR (m.back_retained_bytes IS NULL AND m.last_error LIKE 'the way back''s slot is missing%') THEN
-          -- Over the bound, or the slot is gone already (dropped by an earlier pass whose
-          -- clean-up on the source failed): no way back is left; the genes stay on the target.
-          PERFORM id_gen.end_way_back(m);
-          action := CASE WHEN m.back_retained_bytes IS NULL
-                         THEN format('completed: the way back''s slot on %s was gone', m.target_shard)
-                         ELSE format('completed: the way back kept %s of WAL on %s (id_gen.reversible_max_wal = %s)',
-                                     pg_size_pretty(m.back_retained_bytes), m.target_shard, max_wal) END;
-        ELSIF m.source_fenced AND m.source_shard <> ALL (down) THEN
-          PERFORM id_gen.lift_revert_fence(m, 10000);
-          UPDATE id_gen.shard_moves sm SET source_fenced = false WHERE sm.move_id = m.move_id;
-          action := 'lifted the fence of an interrupted revert';
-        END IF;
-      ELSIF m.source_fenced THEN
-        PERFORM id_gen.run_move_step(m, 'unfence_source', 0, 10000);
-        UPDATE id_gen.shard_moves sm SET source_fenced = false WHERE sm.move_id = m.move_id;
-        action := 'lifted the fence';
-      ELSIF m.updated_at < clock_timestamp() - abandon_after THEN
-        cleanup := id_gen.undo_move(m);
-        UPDATE id_gen.shard_moves sm
-        SET phase = CASE WHEN cleanup IS NULL THEN 'aborted' ELSE 'failed' END,
-            finished_at = CASE WHEN cleanup IS NULL THEN clock_timestamp() END,
-            last_error = coalesce('abort incomplete: ' || cleanup, sm.last_error), updated_at = clock_timestamp()
-        WHERE sm.move_id = m.move_id;
-        action := CASE WHEN cleanup IS NULL THEN 'rolled back (left alone for ' || abandon_after || ')'
-                       ELSE 'rollback incomplete: ' || cleanup END;
-      END IF;
-    EXCEPTION WHEN OTHERS OR query_canceled THEN  -- (a shard past its bound is 57014)
-      GET STACKED DIAGNOSTICS err = MESSAGE_TEXT, err_state = RETURNED_SQLSTATE;
-    END;
-    IF err IS NOT NULL THEN
-      silent := CASE WHEN err_state IN ('08006', '57014') THEN substring(err FROM '^id_gen: shard "([^"]+)"') END;
-      IF silent IS NOT NULL THEN
-        -- Left out for the rest of this pass, and of the next ones until it answers a push.
-        down := down || silent;
-        PERFORM id_gen.note_route_push(silent, NULL, err);
-      END IF;
-      UPDATE id_gen.shard_moves sm SET last_error = 'supervisor: ' || err, updated_at = clock_timestamp()
-      WHERE sm.move_id = m.move_id;
-      action := 'failed: ' || err;
-    ELSIF action IS NOT NULL THEN
-      UPDATE id_gen.shard_moves sm SET recovered_by = action || ' at ' || clock_timestamp()::text
-      WHERE sm.move_id = m.move_id;
-    END IF;
-    PERFORM pg_advisory_unlock(id_gen.operation_session_lock_key(), m.move_id::integer);
-    IF action IS NOT NULL THEN
-      RETURN NEXT;
-    END IF;
-  END LOOP;
-  -- Splits and merges of route ranges (sql/cluster/split.sql) share the supervisor.
-  IF EXISTS (SELECT FROM id_gen.route_splits rs WHERE rs.phase NOT IN ('done', 'aborted', 'failed') AND rs.shard <> ALL (down)) THEN
-    RETURN QUERY SELECT x.split_id, x.action FROM id_gen.recover_splits(abandon_after, grace) x;
+  SELECT * INTO m FROM id_gen.shard_moves sm WHERE sm.move_id = recover_move.move_id;
+  IF NOT FOUND OR m.phase IN ('done', 'aborted', 'reverted') THEN
+    RETURN NULL;
   END IF;
+  -- The target does not own the genes before the cut-over: its fence is put up again
+  -- (idempotent), whatever happened to the session that lifted it in a fence or died
+  -- between creating the target's partitions and fencing them (planned).
+  IF m.phase IN ('planned', 'copying', 'catching_up') THEN
+    PERFORM id_gen.run_move_step(m, 'fence_target', 0, 5000);
+  END IF;
+  IF m.phase <> 'reversible' AND m.source_shard = ANY (down) THEN
+    RETURN NULL;  -- the rest needs the source
+  ELSIF m.phase = 'cut_over' THEN
+    PERFORM id_gen.finish_cut_over(m);
+    RETURN 'finished the cut-over';
+  ELSIF m.phase = 'reverting' THEN
+    PERFORM id_gen.finish_revert(m);
+    RETURN 'finished the revert';
+  ELSIF m.phase = 'reversible' THEN
+    -- Left open on purpose: only a fence of an interrupted revert is lifted, and a way
+    -- back that keeps too much WAL on the target is ended (the genes stay there).
+    IF m.back_retained_bytes > pg_size_bytes(max_wal)
+       OR (m.back_retained_bytes IS NULL AND m.last_error LIKE 'the way back''s slot is missing%') THEN
+      -- Over the bound, or the slot is gone already (dropped by an earlier pass whose
+      -- clean-up on the source failed): no way back is left; the genes stay on the target.
+      PERFORM id_gen.end_way_back(m);
+      RETURN CASE WHEN m.back_retained_bytes IS NULL
+                  THEN format('completed: the way back''s slot on %s was gone', m.target_shard)
+                  ELSE format('completed: the way back kept %s of WAL on %s (id_gen.reversible_max_wal = %s)',
+                              pg_size_pretty(m.back_retained_bytes), m.target_shard, max_wal) END;
+    ELSIF m.source_fenced AND m.source_shard <> ALL (down) THEN
+      PERFORM id_gen.lift_revert_fence(m, 10000);
+      UPDATE id_gen.shard_moves sm SET source_fenced = false WHERE sm.move_id = m.move_id;
+      RETURN 'lifted the fence of an interrupted revert';
+    END IF;
+  ELSIF m.source_fenced THEN
+    PERFORM id_gen.run_move_step(m, 'unfence_source', 0, 10000);
+    UPDATE id_gen.shard_moves sm SET source_fenced = false WHERE sm.move_id = m.move_id;
+    RETURN 'lifted the fence';
+  ELSIF m.updated_at < clock_timestamp() - abandon_after THEN
+    cleanup := id_gen.undo_move(m);
+    UPDATE id_gen.shard_moves sm
+    SET phase = CASE WHEN cleanup IS NULL THEN 'aborted' ELSE 'failed' END,
+        finished_at = CASE WHEN cleanup IS NULL THEN clock_timestamp() END,
+        last_error = coalesce('abort incomplete: ' || cleanup, sm.last_error), updated_at = clock_timestamp()
+    WHERE sm.move_id = m.move_id;
+    RETURN CASE WHEN cleanup IS NULL THEN 'rolled back (left alone for ' || abandon_after || ')'
+                ELSE 'rollback incomplete: ' || cleanup END;
+  END IF;
+  RETURN NULL;
 END $$;
-COMMENT ON FUNCTION id_gen.recover_moves(interval, interval) IS 'Picks up moves no session runs (and none touched for grace): lifts the source''s fence of a move that has not cut over, finishes a move that has, and rolls back one left alone for abandon_after. The move supervisor runs it every few seconds; returns what it did. Superuser only.';
+COMMENT ON FUNCTION id_gen.recover_move(bigint, interval, text[]) IS 'The move supervisor''s work on one move no session runs (called by id_gen.recover_operations under the move''s session lock): fences its target again before the cut-over, lifts the source''s fence, finishes a cut-over or a revert, ends a way back that keeps too much WAL, rolls back a move left alone for abandon_after; returns what it did (NULL: nothing). Shards in down are not called.';
+REVOKE EXECUTE ON FUNCTION id_gen.recover_move(bigint, interval, text[]) FROM PUBLIC;
+
+-- The name of the move supervisor's pass until 0.7.2, kept for operators who call it by hand.
+CREATE OR REPLACE FUNCTION id_gen.recover_moves(abandon_after interval DEFAULT '10 min', grace interval DEFAULT '10 s')
+RETURNS TABLE (move_id bigint, action text)
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT r.operation_id, r.action FROM id_gen.recover_operations(abandon_after, grace) r $$;
+COMMENT ON FUNCTION id_gen.recover_moves(interval, interval) IS 'The name of id_gen.recover_operations until 0.7.2 (the move supervisor''s pass over moves, splits and merges no session runs); returns the operation ids and what was done. Superuser only.';
 REVOKE EXECUTE ON FUNCTION id_gen.recover_moves(interval, interval) FROM PUBLIC;
 
 -- Inside a fence: a marker written on m's source and awaited on m's target (apply is in
@@ -3849,7 +4157,7 @@ REVOKE EXECUTE ON FUNCTION id_gen.shard_split_abort(bigint) FROM PUBLIC;
 --     moment; for longer after a crash or while the coordinator's tables are busy)
 --     leaves the coordinator pointing at the retired old partitions, which refuse
 --     (IG002) rather than answer; the next CALL, or the move supervisor
---     (id_gen.recover_moves calls id_gen.recover_splits), does the coordinator's half.
+--     (id_gen.recover_operations calls id_gen.recover_split), does the coordinator's half.
 --   * One split, merge or move at a time (advisory lock id_gen.operation_start_lock_key(),
 --     SHARE ROW EXCLUSIVE on shard_routes, and refusals in both directions).
 
@@ -3861,10 +4169,7 @@ SELECT split_id, kind, lower_gene, at_gene, upper_gene, shard, phase,
        fence_attempts, started_at, finished_at,
        coalesce(finished_at, clock_timestamp()) - started_at AS elapsed,
        last_error,
-       CASE WHEN phase IN ('done', 'aborted') THEN NULL
-            WHEN pg_try_advisory_lock_shared(id_gen.operation_session_lock_key(), split_id::integer)
-                 AND pg_advisory_unlock_shared(id_gen.operation_session_lock_key(), split_id::integer) THEN 'no session'
-            ELSE 'running' END AS runner,
+       id_gen.operation_runner(split_id, phase) AS runner,
        recovered_by
 FROM id_gen.route_splits;
 COMMENT ON VIEW id_gen.splits IS 'Online splits (CALL id_gen.split_route) and merges (CALL id_gen.merge_routes) of route ranges: phase, rows copied of the total (percent_copied), how long writes of the range were fenced (fence_ms) and in how many attempts, times, the last error, whether a session runs it (runner) and what the move supervisor did (recovered_by). An unfinished one resumes with the same CALL or rolls back with CALL id_gen.abort_split(split_id).';
@@ -4137,75 +4442,67 @@ END $$;
 COMMENT ON FUNCTION id_gen.undo_split(id_gen.route_splits) IS 'Rolls back a split or merge that has not swapped: its triggers and new tables on the shard go; returns what failed, or NULL.';
 REVOKE EXECUTE ON FUNCTION id_gen.undo_split(id_gen.route_splits) FROM PUBLIC;
 
--- Runs (or resumes) split split_id to the end. Each phase commits before the next.
-CREATE OR REPLACE PROCEDURE id_gen.run_split(split_id bigint)
+-- The steps of a split or merge, for the driver of long operations (id_gen.run_operation,
+-- sql/cluster/operations.sql), which commits after each step and sleeps `pause` seconds
+-- after the commit. A step does one unit of work of the current phase and never commits;
+-- `step` says where in the phase the last one left off (NULL: at its start; the steps that
+-- change the phase go on with NULL):
+--   planned               the shard prepares every distributed table (triggers, new
+--                         tables, the statements of the copy); phase copying.
+--   copying               one batch of the copy; phase swapping after the last.
+--   swapping, NULL        the catch-up of rows written meanwhile, until few are left; then
+--                         the fence: {step: fence} for a split, {step: swap_on_shard} for a merge.
+--   swapping, fence       one attempt at a split's fence (locks within 50 ms, the shard's
+--                         swap, the coordinator's half); phase swapped.
+--   swapping, swap_on_shard   one attempt at a merge's swap on its shard; then
+--                         {step: finish_here}: one attempt at the coordinator's half (its
+--                         tables locked within 50 ms); phase swapped.
+--   swapped, NULL         the shard drops the old partitions; then {step: relayout}: one
+--                         attempt at giving a split's new ranges their own coordinator
+--                         partitions; phase done when none is left to do.
+-- The cursor carries the attempt counts and when the fence began (t0), which last for one
+-- CALL, as before 0.7.3.
+CREATE OR REPLACE FUNCTION id_gen.split_step(split_id bigint, step jsonb) RETURNS id_gen.step_outcome
 LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
+  outcome id_gen.step_outcome;
   s id_gen.route_splits;
   d id_gen.distributed_tables;
-  g record;
-  res text;
+  total bigint := 0;
   batch jsonb;
-  total bigint;
-  attempt integer := 0;
-  t0 timestamptz;
-  ok boolean;
-  tries integer := 0;
-  err text;
-  err_state text;
-  fail_detail text;
-  fail_hint text;
   state text;
+  attempt integer := coalesce((step->>'attempt')::integer, 1);
+  tries integer := coalesce((step->>'tries')::integer, 1);
+  t0 timestamptz := (step->>'t0')::timestamptz;
+  err text;
 BEGIN
-  PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-  SELECT * INTO s FROM id_gen.route_splits rs WHERE rs.split_id = run_split.split_id;
-
-  IF s.phase = 'planned' THEN
-    total := 0;
-    BEGIN
-      FOR d IN SELECT * FROM id_gen.distributed_tables t ORDER BY t.schema_name, t.table_name LOOP
-        res := id_gen.remote_call(s.shard, 'shard_split_prepare',
-          ARRAY[s.split_id::text, d.schema_name, d.table_name, d.id_column, d.shard_stem,
-                id_gen.split_sources(s)::text, id_gen.split_targets(s)::text, '10000'], 120000);
-        total := total + res::bigint;
-      END LOOP;
-    EXCEPTION WHEN OTHERS OR query_canceled THEN
-      GET STACKED DIAGNOSTICS err = MESSAGE_TEXT, err_state = RETURNED_SQLSTATE;
-    END;
-    IF err IS NOT NULL THEN
-      -- Whatever was prepared goes again; the old partitions never stopped serving.
-      res := id_gen.undo_split(s);
-      UPDATE id_gen.route_splits rs SET phase = CASE WHEN res IS NULL THEN 'aborted' ELSE 'failed' END,
-             last_error = err || coalesce('; undo incomplete: ' || res, ''),
-             finished_at = CASE WHEN res IS NULL THEN clock_timestamp() END, updated_at = clock_timestamp()
-      WHERE rs.split_id = s.split_id;
-      COMMIT;
-      RAISE EXCEPTION 'id_gen: % % could not start on shard "%": %', s.kind, s.split_id, s.shard, err
-        USING ERRCODE = err_state,
-              HINT = CASE WHEN res IS NULL THEN 'Nothing was changed; the routes are as they were.'
-                          ELSE format('Finish the rollback with CALL id_gen.abort_split(%s).', s.split_id) END;
-    END IF;
-    UPDATE id_gen.route_splits rs SET phase = 'copying', rows_total = total, updated_at = clock_timestamp()
-    WHERE rs.split_id = s.split_id RETURNING * INTO s;
-    COMMIT;
-    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+  IF split_id IS NULL THEN
+    RAISE EXCEPTION 'id_gen: argument "split_id" must not be NULL' USING ERRCODE = '22004';
   END IF;
-
-  IF s.phase = 'copying' THEN
-    LOOP
-      batch := id_gen.remote_call(s.shard, 'shard_split_copy', ARRAY[s.split_id::text, '20000'], 300000)::jsonb;
-      UPDATE id_gen.route_splits rs SET rows_copied = rs.rows_copied + (batch->>'copied')::bigint,
-             phase = CASE WHEN (batch->>'done')::boolean THEN 'swapping' ELSE 'copying' END,
-             updated_at = clock_timestamp()
-      WHERE rs.split_id = s.split_id RETURNING * INTO s;
-      COMMIT;
-      PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-      EXIT WHEN (batch->>'done')::boolean;
+  SELECT * INTO s FROM id_gen.route_splits rs WHERE rs.split_id = split_step.split_id;
+  IF NOT FOUND THEN
+    outcome.stop_message := format('id_gen: there is no split or merge %s', split_id);
+    outcome.stop_sqlstate := '42704';
+    outcome.stop_hint := 'See id_gen.splits.';
+  ELSIF s.phase = 'planned' THEN
+    FOR d IN SELECT * FROM id_gen.distributed_tables t ORDER BY t.schema_name, t.table_name LOOP
+      total := total + id_gen.remote_call(s.shard, 'shard_split_prepare',
+        ARRAY[s.split_id::text, d.schema_name, d.table_name, d.id_column, d.shard_stem,
+              id_gen.split_sources(s)::text, id_gen.split_targets(s)::text, '10000'], 120000)::bigint;
     END LOOP;
-  END IF;
+    UPDATE id_gen.route_splits rs SET phase = 'copying', rows_total = total, updated_at = clock_timestamp()
+    WHERE rs.split_id = s.split_id;
 
-  IF s.phase = 'swapping' THEN
+  ELSIF s.phase = 'copying' THEN
+    batch := id_gen.remote_call(s.shard, 'shard_split_copy', ARRAY[s.split_id::text, '20000'], 300000)::jsonb;
+    UPDATE id_gen.route_splits rs SET rows_copied = rs.rows_copied + (batch->>'copied')::bigint,
+           phase = CASE WHEN (batch->>'done')::boolean THEN 'swapping' ELSE 'copying' END,
+           updated_at = clock_timestamp()
+    WHERE rs.split_id = s.split_id;
+
+  ELSIF s.phase = 'swapping' AND step IS NULL THEN
     state := id_gen.remote_call(s.shard, 'shard_split_state', ARRAY[s.split_id::text], 30000);
     -- Rows written since the copy read them, until few are left for the fence (bounded:
     -- a write rate above the catch-up rate fences with more left).
@@ -4218,156 +4515,171 @@ BEGIN
       UPDATE id_gen.route_splits rs SET phase = 'failed', updated_at = clock_timestamp(),
              last_error = 'the shard holds nothing of this split'
       WHERE rs.split_id = s.split_id;
-      COMMIT;
-      RAISE EXCEPTION 'id_gen: % % has nothing on shard "%"', s.kind, s.split_id, s.shard
-        USING ERRCODE = '55000', HINT = format('Abort it with CALL id_gen.abort_split(%s) and start again.', s.split_id);
+      outcome.stop_message := format('id_gen: %s %s has nothing on shard "%s"', s.kind, s.split_id, s.shard);
+      outcome.stop_sqlstate := '55000';
+      outcome.stop_hint := format('Abort it with CALL id_gen.abort_split(%s) and start again.', s.split_id);
+      RETURN outcome;
     END IF;
-    t0 := clock_timestamp();
-    IF s.kind = 'split' THEN
-      -- A split's fence, one coordinator transaction per attempt: ACCESS EXCLUSIVE on the
-      -- old range's partitions only (lock timeout 50 ms: coordinator statements of the
-      -- range wait for the fence, nothing else does), the shard's swap (its own
-      -- transaction there; its tables under ACCESS EXCLUSIVE, lock timeout 50 ms; the call
-      -- bounded by 5 s), then id_gen.nest_split_here; COMMIT. A lock not granted rolls
-      -- the attempt back and it is retried; a shard past its bound (57014) or unreachable
-      -- fails the CALL (the swap may still commit there: the same CALL, or the move
-      -- supervisor, finishes it), and this session lets go of the split.
-      LOOP
-        attempt := attempt + 1;
-        ok := false;
-        err := NULL;
-        BEGIN
-          PERFORM pg_catalog.set_config('lock_timeout', '50ms', true);
-          PERFORM id_gen.lock_split_ranges(s);
-          PERFORM pg_catalog.set_config('lock_timeout', '0', true);
-          IF state <> 'swapped' THEN
-            PERFORM id_gen.remote_call(s.shard, 'shard_split_swap', ARRAY[s.split_id::text, '50'], 5000);
-            state := 'swapped';
-          END IF;
-          PERFORM id_gen.nest_split_here(s);
-          UPDATE id_gen.route_splits rs SET phase = 'swapped', fence_attempts = rs.fence_attempts + attempt,
-                 fence_started_at = t0, fence_ended_at = clock_timestamp(), updated_at = clock_timestamp(), last_error = NULL
-          WHERE rs.split_id = s.split_id RETURNING * INTO s;
-          ok := true;
-        EXCEPTION WHEN lock_not_available THEN
-          GET STACKED DIAGNOSTICS err = MESSAGE_TEXT;
-        WHEN OTHERS OR query_canceled THEN
-          GET STACKED DIAGNOSTICS err = MESSAGE_TEXT, err_state = RETURNED_SQLSTATE,
-                                  fail_detail = PG_EXCEPTION_DETAIL, fail_hint = PG_EXCEPTION_HINT;
-          PERFORM pg_advisory_unlock(id_gen.operation_session_lock_key(), s.split_id::integer);
-          PERFORM id_gen.reraise(err, err_state, fail_detail, fail_hint);
-        END;
-        IF ok THEN
-          COMMIT;
-          PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-          PERFORM id_gen.push_route_state_quietly();  -- the shard learns the new route version
-          EXIT;
-        END IF;
-        IF attempt >= 60 THEN
-          UPDATE id_gen.route_splits rs SET fence_attempts = rs.fence_attempts + attempt, last_error = err, updated_at = clock_timestamp()
-          WHERE rs.split_id = s.split_id;
-          COMMIT;
-          PERFORM pg_advisory_unlock(id_gen.operation_session_lock_key(), s.split_id::integer);
-          RAISE EXCEPTION 'id_gen: split % could not fence its range in % attempts of 50 ms', s.split_id, attempt
-            USING ERRCODE = '55P03', DETAIL = err,
-                  HINT = 'Long transactions hold the range''s partitions (on the coordinator or the shard). The copy is kept up to date meanwhile; CALL the same procedure again to retry the fence, or CALL id_gen.abort_split(split_id).';
-        END IF;
-        PERFORM pg_sleep(least(0.02 * attempt, 0.5));
-      END LOOP;
-    ELSE
-      -- A merge's fence, in two steps (its two old ranges become one, which needs the
-      -- coordinator's partitioned tables, so their locks cannot wait for the shard). The
-      -- shard's swap first, in its own transaction there (lock timeout 50 ms, retried;
-      -- the call bounded by 5 s), with no lock of the coordinator: the old partitions are
-      -- retired (IG002) there. Then the coordinator's half, local catalog work only, with
-      -- its tables locked within 50 ms for milliseconds (id_gen.try_finish_split_here).
-      -- Between the two, coordinator statements of the merged genes get IG002 (retry).
-      WHILE state <> 'swapped' LOOP
-        attempt := attempt + 1;
-        err := NULL;
-        BEGIN
-          PERFORM id_gen.remote_call(s.shard, 'shard_split_swap', ARRAY[s.split_id::text, '50'], 5000);
-          state := 'swapped';
-        EXCEPTION WHEN lock_not_available THEN
-          GET STACKED DIAGNOSTICS err = MESSAGE_TEXT;
-        WHEN OTHERS OR query_canceled THEN
-          GET STACKED DIAGNOSTICS err = MESSAGE_TEXT, err_state = RETURNED_SQLSTATE,
-                                  fail_detail = PG_EXCEPTION_DETAIL, fail_hint = PG_EXCEPTION_HINT;
-          PERFORM pg_advisory_unlock(id_gen.operation_session_lock_key(), s.split_id::integer);
-          PERFORM id_gen.reraise(err, err_state, fail_detail, fail_hint);
-        END;
-        IF err IS NOT NULL AND attempt >= 60 THEN
-          UPDATE id_gen.route_splits rs SET fence_attempts = rs.fence_attempts + attempt, last_error = err, updated_at = clock_timestamp()
-          WHERE rs.split_id = s.split_id;
-          COMMIT;
-          PERFORM pg_advisory_unlock(id_gen.operation_session_lock_key(), s.split_id::integer);
-          RAISE EXCEPTION 'id_gen: merge % could not fence its ranges on shard "%" in % attempts of 50 ms', s.split_id, s.shard, attempt
-            USING ERRCODE = '55P03', DETAIL = err,
-                  HINT = 'Long transactions on the shard hold the table. The copy is kept up to date meanwhile; CALL the same procedure again to retry the fence, or CALL id_gen.abort_split(split_id).';
-        ELSIF err IS NOT NULL THEN
-          PERFORM pg_sleep(least(0.02 * attempt, 0.5));
-        END IF;
-      END LOOP;
-      LOOP
-        tries := tries + 1;
-        err := id_gen.try_finish_split_here(s.split_id, t0, attempt + tries);
-        IF err IS NULL THEN
-          COMMIT;
-          PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-          SELECT * INTO s FROM id_gen.route_splits rs WHERE rs.split_id = run_split.split_id;
-          PERFORM id_gen.push_route_state_quietly();  -- the shard learns the new route version
-          EXIT;
-        END IF;
-        IF tries >= 200 THEN
-          UPDATE id_gen.route_splits rs SET last_error = err, updated_at = clock_timestamp()
-          WHERE rs.split_id = s.split_id;
-          COMMIT;
-          PERFORM pg_advisory_unlock(id_gen.operation_session_lock_key(), s.split_id::integer);
-          RAISE EXCEPTION 'id_gen: merge % swapped on shard "%", but the coordinator''s tables stayed busy for % attempts of 50 ms', s.split_id, s.shard, tries
-            USING ERRCODE = '55P03', DETAIL = err,
-                  HINT = 'Until the coordinator''s half commits, statements of the merged genes get IG002 (retry). Long transactions hold the distributed tables; CALL the same procedure again, or let the move supervisor finish it.';
-        END IF;
-        PERFORM pg_sleep(least(0.02 * tries, 0.2));
-      END LOOP;
+    -- A split's fence is one coordinator transaction per attempt (step fence). A merge's is
+    -- two steps (its two old ranges become one, which needs the coordinator's partitioned
+    -- tables, so their locks cannot wait for the shard): the shard's swap first
+    -- (swap_on_shard), with no lock of the coordinator (the old partitions are retired
+    -- there: coordinator statements of the merged genes get IG002, retry, until the
+    -- coordinator's half commits), then the coordinator's half (finish_here).
+    outcome.next_step := jsonb_build_object('t0', clock_timestamp(), 'attempt', 1, 'state', state,
+                                    'step', CASE WHEN s.kind = 'split' THEN 'fence'
+                                                 WHEN state = 'swapped' THEN 'finish_here' ELSE 'swap_on_shard' END);
+    IF s.kind = 'merge' AND state = 'swapped' THEN
+      outcome.next_step := outcome.next_step || '{"attempt": 0}';  -- (no swap attempt of this CALL)
     END IF;
-  END IF;
 
-  IF s.phase = 'swapped' THEN
+  ELSIF s.phase = 'swapping' AND step->>'step' = 'fence' THEN
+    -- ACCESS EXCLUSIVE on the old range's partitions only (lock timeout 50 ms: coordinator
+    -- statements of the range wait for the fence, nothing else does), the shard's swap (its
+    -- own transaction there; its tables under ACCESS EXCLUSIVE, lock timeout 50 ms; the
+    -- call bounded by 5 s), then id_gen.nest_split_here; the driver's COMMIT lifts it. A
+    -- lock not granted (55P03) is retried (id_gen.split_step_failed); a shard past its
+    -- bound (57014) or unreachable fails the CALL (the swap may still commit there: the
+    -- same CALL, or the move supervisor, finishes it).
+    PERFORM pg_catalog.set_config('lock_timeout', '50ms', true);
+    PERFORM id_gen.lock_split_ranges(s);
+    PERFORM pg_catalog.set_config('lock_timeout', '0', true);
+    IF step->>'state' <> 'swapped' THEN
+      PERFORM id_gen.remote_call(s.shard, 'shard_split_swap', ARRAY[s.split_id::text, '50'], 5000);
+    END IF;
+    PERFORM id_gen.nest_split_here(s);
+    UPDATE id_gen.route_splits rs SET phase = 'swapped', fence_attempts = rs.fence_attempts + attempt,
+           fence_started_at = t0, fence_ended_at = clock_timestamp(), updated_at = clock_timestamp(), last_error = NULL
+    WHERE rs.split_id = s.split_id;
+
+  ELSIF s.phase = 'swapping' AND step->>'step' = 'swap_on_shard' THEN
+    PERFORM id_gen.remote_call(s.shard, 'shard_split_swap', ARRAY[s.split_id::text, '50'], 5000);
+    outcome.next_step := step || jsonb_build_object('step', 'finish_here', 'state', 'swapped');
+
+  ELSIF s.phase = 'swapping' AND step->>'step' = 'finish_here' THEN
+    err := id_gen.try_finish_split_here(s.split_id, t0, attempt + tries);
+    IF err IS NOT NULL AND tries >= 200 THEN
+      UPDATE id_gen.route_splits rs SET last_error = err, updated_at = clock_timestamp()
+      WHERE rs.split_id = s.split_id;
+      outcome.stop_message := format('id_gen: merge %s swapped on shard "%s", but the coordinator''s tables stayed busy for %s attempts of 50 ms',
+                             s.split_id, s.shard, tries);
+      outcome.stop_sqlstate := '55P03';
+      outcome.stop_detail := err;
+      outcome.stop_hint := 'Until the coordinator''s half commits, statements of the merged genes get IG002 (retry). Long transactions hold the distributed tables; CALL the same procedure again, or let the move supervisor finish it.';
+    ELSIF err IS NOT NULL THEN
+      outcome.next_step := step || jsonb_build_object('tries', tries + 1);
+      outcome.pause := least(0.02 * tries, 0.2);
+    END IF;
+
+  ELSIF s.phase = 'swapped' AND step IS NULL THEN
     PERFORM id_gen.remote_call(s.shard, 'shard_split_cleanup', ARRAY[s.split_id::text], 120000);
+    outcome.next_step := '{"step": "relayout", "tries": 1}';
+
+  ELSIF s.phase = 'swapped' AND step->>'step' = 'relayout' THEN
     -- A split's new ranges get range partitions of their own on the coordinator: nothing
     -- is fenced, but the partitioned tables are locked (within 50 ms, retried) for the
     -- milliseconds of the DETACH.
-    tries := 0;
-    WHILE id_gen.split_needs_relayout(s) LOOP
-      tries := tries + 1;
-      err := id_gen.try_relayout_split_here(s.split_id);
-      IF err IS NULL THEN
-        COMMIT;
-        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-      ELSIF tries >= 200 THEN
-        UPDATE id_gen.route_splits rs SET last_error = err, updated_at = clock_timestamp()
-        WHERE rs.split_id = s.split_id;
-        COMMIT;
-        PERFORM pg_advisory_unlock(id_gen.operation_session_lock_key(), s.split_id::integer);
-        RAISE EXCEPTION 'id_gen: split % is in effect, but the coordinator''s tables stayed busy for % attempts of 50 ms to give its ranges their own partitions', s.split_id, tries
-          USING ERRCODE = '55P03', DETAIL = err,
-                HINT = 'Nothing is fenced meanwhile. Long transactions hold the distributed tables; CALL the same procedure again, or let the move supervisor finish it.';
-      ELSE
-        PERFORM pg_sleep(least(0.02 * tries, 0.2));
-      END IF;
-    END LOOP;
-    UPDATE id_gen.route_splits rs SET phase = 'done', finished_at = clock_timestamp(), updated_at = clock_timestamp()
-    WHERE rs.split_id = s.split_id RETURNING * INTO s;
-    COMMIT;
-    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+    IF NOT id_gen.split_needs_relayout(s) THEN
+      UPDATE id_gen.route_splits rs SET phase = 'done', finished_at = clock_timestamp(), updated_at = clock_timestamp()
+      WHERE rs.split_id = s.split_id;
+      RETURN outcome;
+    END IF;
+    err := id_gen.try_relayout_split_here(s.split_id);
+    IF err IS NOT NULL AND tries >= 200 THEN
+      UPDATE id_gen.route_splits rs SET last_error = err, updated_at = clock_timestamp()
+      WHERE rs.split_id = s.split_id;
+      outcome.stop_message := format('id_gen: split %s is in effect, but the coordinator''s tables stayed busy for %s attempts of 50 ms to give its ranges their own partitions',
+                             s.split_id, tries);
+      outcome.stop_sqlstate := '55P03';
+      outcome.stop_detail := err;
+      outcome.stop_hint := 'Nothing is fenced meanwhile. Long transactions hold the distributed tables; CALL the same procedure again, or let the move supervisor finish it.';
+    ELSE
+      outcome.next_step := jsonb_build_object('step', 'relayout', 'tries', tries + 1);
+      outcome.pause := CASE WHEN err IS NOT NULL THEN least(0.02 * tries, 0.2) END;
+    END IF;
+
+  ELSIF s.phase = 'failed' THEN
+    outcome.stop_message := format('id_gen: %s %s failed: %s', s.kind, s.split_id, s.last_error);
+    outcome.stop_sqlstate := '55000';
+    outcome.stop_hint := format('CALL id_gen.abort_split(%s) rolls it back; then start again.', s.split_id);
+  ELSE
+    RAISE EXCEPTION 'id_gen: % % has no step % in phase %', s.kind, s.split_id, step, s.phase USING ERRCODE = '55000';
   END IF;
-  PERFORM pg_advisory_unlock(id_gen.operation_session_lock_key(), s.split_id::integer);
-  RAISE NOTICE 'id_gen: % % of genes % .. % on shard "%" is %: fence % ms in % attempt(s), % rows copied', s.kind, s.split_id,
-    s.lower_gene, s.upper_gene, s.shard, s.phase,
-    round(extract(epoch FROM s.fence_ended_at - s.fence_started_at) * 1000, 1), s.fence_attempts, s.rows_copied;
+  RETURN outcome;
 END $$;
-COMMENT ON PROCEDURE id_gen.run_split(bigint) IS 'Runs or resumes a split or merge recorded in id_gen.route_splits (split_route and merge_routes call it).';
-REVOKE EXECUTE ON PROCEDURE id_gen.run_split(bigint) FROM PUBLIC;
+COMMENT ON FUNCTION id_gen.split_step(bigint, jsonb) IS 'One step of a split or merge (the driver id_gen.run_operation commits after each): prepare, one batch of the copy, the catch-up, one attempt at the fence, the cleanup, one attempt at the re-layout. Returns where to go on, how long to pause, or an error to stop with.';
+REVOKE EXECUTE ON FUNCTION id_gen.split_step(bigint, jsonb) FROM PUBLIC;
+
+-- What a failed step of a split or merge means (the driver calls it after the step's work
+-- was rolled back; its calls to the shard were not):
+--   planned: what was prepared goes again (the old partitions never stopped serving);
+--     the split is aborted (or failed, when that clean-up failed too) and the CALL fails;
+--   a fence or merge swap whose lock was not granted (55P03): tried again after a pause,
+--     60 times at most; any other error of the fence fails the CALL and lets go of it;
+--   any other step: nothing (the driver raises the error as it is and keeps the split,
+--     which the same CALL resumes).
+CREATE OR REPLACE FUNCTION id_gen.split_step_failed(split_id bigint, step jsonb, err text, err_state text,
+                                                    err_detail text, err_hint text) RETURNS id_gen.step_outcome
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  outcome id_gen.step_outcome;
+  s id_gen.route_splits;
+  res text;
+  attempt integer := coalesce((step->>'attempt')::integer, 1);
+BEGIN
+  SELECT * INTO s FROM id_gen.route_splits rs WHERE rs.split_id = split_step_failed.split_id;
+  IF s.phase = 'planned' THEN
+    res := id_gen.undo_split(s);
+    UPDATE id_gen.route_splits rs SET phase = CASE WHEN res IS NULL THEN 'aborted' ELSE 'failed' END,
+           last_error = err || coalesce('; undo incomplete: ' || res, ''),
+           finished_at = CASE WHEN res IS NULL THEN clock_timestamp() END, updated_at = clock_timestamp()
+    WHERE rs.split_id = s.split_id;
+    outcome.stop_message := format('id_gen: %s %s could not start on shard "%s": %s', s.kind, s.split_id, s.shard, err);
+    outcome.stop_sqlstate := err_state;
+    outcome.stop_hint := CASE WHEN res IS NULL THEN 'Nothing was changed; the routes are as they were.'
+                      ELSE format('Finish the rollback with CALL id_gen.abort_split(%s).', s.split_id) END;
+  ELSIF s.phase = 'swapping' AND step->>'step' IN ('fence', 'swap_on_shard') AND err_state = '55P03' THEN
+    IF attempt < 60 THEN
+      outcome.next_step := step || jsonb_build_object('attempt', attempt + 1);
+      outcome.pause := least(0.02 * attempt, 0.5);
+      RETURN outcome;
+    END IF;
+    UPDATE id_gen.route_splits rs SET fence_attempts = rs.fence_attempts + attempt, last_error = err, updated_at = clock_timestamp()
+    WHERE rs.split_id = s.split_id;
+    outcome.stop_sqlstate := '55P03';
+    outcome.stop_detail := err;
+    IF s.kind = 'split' THEN
+      outcome.stop_message := format('id_gen: split %s could not fence its range in %s attempts of 50 ms', s.split_id, attempt);
+      outcome.stop_hint := 'Long transactions hold the range''s partitions (on the coordinator or the shard). The copy is kept up to date meanwhile; CALL the same procedure again to retry the fence, or CALL id_gen.abort_split(split_id).';
+    ELSE
+      outcome.stop_message := format('id_gen: merge %s could not fence its ranges on shard "%s" in %s attempts of 50 ms', s.split_id, s.shard, attempt);
+      outcome.stop_hint := 'Long transactions on the shard hold the table. The copy is kept up to date meanwhile; CALL the same procedure again to retry the fence, or CALL id_gen.abort_split(split_id).';
+    END IF;
+  ELSIF s.phase = 'swapping' AND step->>'step' IN ('fence', 'swap_on_shard') THEN
+    outcome.stop_message := err;
+    outcome.stop_sqlstate := err_state;
+    outcome.stop_detail := err_detail;
+    outcome.stop_hint := err_hint;
+  END IF;
+  RETURN outcome;
+END $$;
+COMMENT ON FUNCTION id_gen.split_step_failed(bigint, jsonb, text, text, text, text) IS 'What a failed step of a split or merge means, for the driver id_gen.run_operation: roll back one that could not start, try a fence whose locks were not granted again (60 times), or stop; NULLs: raise the error as it is.';
+REVOKE EXECUTE ON FUNCTION id_gen.split_step_failed(bigint, jsonb, text, text, text, text) FROM PUBLIC;
+
+-- The NOTICE at the end of a split or merge.
+CREATE OR REPLACE FUNCTION id_gen.split_summary(split_id bigint) RETURNS text
+LANGUAGE sql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT format('id_gen: %s %s of genes %s .. %s on shard "%s" is %s: fence %s ms in %s attempt(s), %s rows copied', s.kind, s.split_id,
+                s.lower_gene, s.upper_gene, s.shard, s.phase,
+                round(extract(epoch FROM s.fence_ended_at - s.fence_started_at) * 1000, 1), s.fence_attempts, s.rows_copied)
+  FROM id_gen.route_splits s WHERE s.split_id = split_summary.split_id
+$$;
+COMMENT ON FUNCTION id_gen.split_summary(bigint) IS 'One line on a split or merge (phase, fence time and attempts, rows copied): the NOTICE at its end.';
+REVOKE EXECUTE ON FUNCTION id_gen.split_summary(bigint) FROM PUBLIC;
 
 -- Records a split or merge (or finds the unfinished one it resumes) and runs it.
 CREATE OR REPLACE PROCEDURE id_gen.start_split(kind text, at_gene integer)
@@ -4393,14 +4705,14 @@ BEGIN
     ELSIF s.phase = 'failed' THEN
       RAISE EXCEPTION 'id_gen: % % failed: %', s.kind, s.split_id, s.last_error
         USING ERRCODE = '55000', HINT = format('CALL id_gen.abort_split(%s) rolls it back; then start again.', s.split_id);
-    ELSIF NOT pg_try_advisory_lock(id_gen.operation_session_lock_key(), s.split_id::integer) THEN
+    ELSIF NOT id_gen.take_operation(s.split_id) THEN
       RAISE EXCEPTION 'id_gen: % % is running in session %', s.kind, s.split_id, s.runner_pid
         USING ERRCODE = '55006', HINT = 'Watch it in id_gen.splits.';
     END IF;
     UPDATE id_gen.route_splits rs SET runner_pid = pg_backend_pid(), updated_at = clock_timestamp()
     WHERE rs.split_id = s.split_id;
     COMMIT;
-    CALL id_gen.run_split(s.split_id);
+    CALL id_gen.run_operation(s.split_id);
     RETURN;
   END IF;
   PERFORM id_gen.refuse_during_moves(what);
@@ -4451,9 +4763,9 @@ BEGIN
   RAISE NOTICE 'id_gen: % % of genes % .. % at % on shard "%" (watch it in id_gen.splits)', kind, s.split_id,
     s.lower_gene, s.upper_gene, at_gene, s.shard;
   COMMIT;
-  CALL id_gen.run_split(s.split_id);
+  CALL id_gen.run_operation(s.split_id);
 END $$;
-COMMENT ON PROCEDURE id_gen.start_split(text, integer) IS 'Common start of split_route and merge_routes: checks, records and runs (or resumes) the change.';
+COMMENT ON PROCEDURE id_gen.start_split(text, integer) IS 'Common start of split_route and merge_routes: checks, records the change (or finds the unfinished one it resumes) and runs it with id_gen.run_operation.';
 REVOKE EXECUTE ON PROCEDURE id_gen.start_split(text, integer) FROM PUBLIC;
 
 CREATE OR REPLACE PROCEDURE id_gen.split_route(at_gene integer)
@@ -4526,86 +4838,64 @@ END $$;
 COMMENT ON PROCEDURE id_gen.abort_split(bigint) IS 'Rolls back a split or merge that has not swapped: the shard drops its triggers and new tables; the routes never changed. Superuser only.';
 REVOKE EXECUTE ON PROCEDURE id_gen.abort_split(bigint) FROM PUBLIC;
 
--- Splits and merges whose session is gone (called by id_gen.recover_moves, which the move
--- supervisor runs every few seconds): one that swapped on its shard is finished; one left
--- alone for abandon_after before that is rolled back.
-CREATE OR REPLACE FUNCTION id_gen.recover_splits(abandon_after interval DEFAULT '10 min', grace interval DEFAULT '10 s')
-RETURNS TABLE (split_id bigint, action text)
-LANGUAGE plpgsql
+-- A split or merge whose session is gone, for the recovery loop (id_gen.recover_operations
+-- in sql/cluster/operations.sql), which holds its session lock and records what this
+-- returns, or the error it raises. A failed one (its rollback incomplete) waits for
+-- CALL id_gen.abort_split.
+CREATE OR REPLACE FUNCTION id_gen.recover_split(split_id bigint, abandon_after interval) RETURNS text
+LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   s id_gen.route_splits;
-  err text;
   res text;
   state text;
 BEGIN
-  PERFORM id_gen.require_superuser('recover splits');
-  FOR s IN SELECT * FROM id_gen.route_splits rs
-           WHERE rs.phase NOT IN ('done', 'aborted', 'failed') AND rs.updated_at < clock_timestamp() - grace
-             AND rs.shard <> ALL (id_gen.shards_not_answering())
-           ORDER BY rs.split_id LOOP
-    CONTINUE WHEN NOT pg_try_advisory_lock(id_gen.operation_session_lock_key(), s.split_id::integer);
-    split_id := s.split_id;
-    action := NULL;
-    err := NULL;
-    BEGIN
-      state := id_gen.remote_call(s.shard, 'shard_split_state', ARRAY[s.split_id::text], 10000);
-      IF s.phase = 'swapping' AND state = 'swapped' THEN
-        -- (Locks within 50 ms, a few tries: the coordinator's writers never wait longer.)
-        FOR attempt IN 1 .. 20 LOOP
-          res := id_gen.try_finish_split_here(s.split_id, coalesce(s.fence_started_at, clock_timestamp()), 0);
-          EXIT WHEN res IS NULL;
-          PERFORM pg_sleep(0.05);
-        END LOOP;
-        IF res IS NOT NULL THEN
-          RAISE EXCEPTION 'the coordinator''s tables stayed busy: %', res USING ERRCODE = '55P03';
-        END IF;
-        -- (The cleanup, a remote call, waits for the next pass: these locks last until
-        -- this pass commits.)
-        action := 'finished the swap here';
-      ELSIF s.phase = 'swapped' THEN
-        PERFORM id_gen.remote_call(s.shard, 'shard_split_cleanup', ARRAY[s.split_id::text], 120000);
-        action := 'dropped the old partitions';
-        res := NULL;
-        FOR attempt IN 1 .. 20 LOOP
-          EXIT WHEN NOT id_gen.split_needs_relayout(s);
-          res := id_gen.try_relayout_split_here(s.split_id);
-          EXIT WHEN res IS NULL;
-          PERFORM pg_sleep(0.05);
-        END LOOP;
-        IF res IS NOT NULL THEN
-          RAISE EXCEPTION 'the coordinator''s tables stayed busy: %', res USING ERRCODE = '55P03';
-        END IF;
-        UPDATE id_gen.route_splits rs SET phase = 'done', finished_at = clock_timestamp(), updated_at = clock_timestamp()
-        WHERE rs.split_id = s.split_id;
-      ELSIF s.updated_at < clock_timestamp() - abandon_after THEN
-        res := id_gen.undo_split(s);
-        UPDATE id_gen.route_splits rs SET phase = CASE WHEN res IS NULL THEN 'aborted' ELSE 'failed' END,
-               finished_at = CASE WHEN res IS NULL THEN clock_timestamp() END,
-               last_error = coalesce('abort incomplete: ' || res, rs.last_error), updated_at = clock_timestamp()
-        WHERE rs.split_id = s.split_id;
-        action := CASE WHEN res IS NULL THEN 'rolled back (left alone for ' || abandon_after || ')' ELSE 'rollback incomplete: ' || res END;
-      END IF;
-    EXCEPTION WHEN OTHERS OR query_canceled THEN  -- (a shard past its bound is 57014)
-      GET STACKED DIAGNOSTICS err = MESSAGE_TEXT;
-    END;
-    IF err IS NOT NULL THEN
-      UPDATE id_gen.route_splits rs SET last_error = 'supervisor: ' || err, updated_at = clock_timestamp()
-      WHERE rs.split_id = s.split_id;
-      action := 'failed: ' || err;
-    ELSIF action IS NOT NULL THEN
-      UPDATE id_gen.route_splits rs SET recovered_by = action || ' at ' || clock_timestamp()::text
-      WHERE rs.split_id = s.split_id;
+  SELECT * INTO s FROM id_gen.route_splits rs WHERE rs.split_id = recover_split.split_id;
+  IF NOT FOUND OR s.phase IN ('done', 'aborted', 'failed') THEN
+    RETURN NULL;
+  END IF;
+  state := id_gen.remote_call(s.shard, 'shard_split_state', ARRAY[s.split_id::text], 10000);
+  IF s.phase = 'swapping' AND state = 'swapped' THEN
+    -- (Locks within 50 ms, a few tries: the coordinator's writers never wait longer.)
+    FOR attempt IN 1 .. 20 LOOP
+      res := id_gen.try_finish_split_here(s.split_id, coalesce(s.fence_started_at, clock_timestamp()), 0);
+      EXIT WHEN res IS NULL;
+      PERFORM pg_sleep(0.05);
+    END LOOP;
+    IF res IS NOT NULL THEN
+      RAISE EXCEPTION 'the coordinator''s tables stayed busy: %', res USING ERRCODE = '55P03';
     END IF;
-    PERFORM pg_advisory_unlock(id_gen.operation_session_lock_key(), s.split_id::integer);
-    IF action IS NOT NULL THEN
-      RETURN NEXT;
+    -- (The cleanup, a remote call, waits for the next pass: these locks last until
+    -- this pass commits.)
+    RETURN 'finished the swap here';
+  ELSIF s.phase = 'swapped' THEN
+    PERFORM id_gen.remote_call(s.shard, 'shard_split_cleanup', ARRAY[s.split_id::text], 120000);
+    res := NULL;
+    FOR attempt IN 1 .. 20 LOOP
+      EXIT WHEN NOT id_gen.split_needs_relayout(s);
+      res := id_gen.try_relayout_split_here(s.split_id);
+      EXIT WHEN res IS NULL;
+      PERFORM pg_sleep(0.05);
+    END LOOP;
+    IF res IS NOT NULL THEN
+      RAISE EXCEPTION 'the coordinator''s tables stayed busy: %', res USING ERRCODE = '55P03';
     END IF;
-  END LOOP;
+    UPDATE id_gen.route_splits rs SET phase = 'done', finished_at = clock_timestamp(), updated_at = clock_timestamp()
+    WHERE rs.split_id = s.split_id;
+    RETURN 'dropped the old partitions';
+  ELSIF s.updated_at < clock_timestamp() - abandon_after THEN
+    res := id_gen.undo_split(s);
+    UPDATE id_gen.route_splits rs SET phase = CASE WHEN res IS NULL THEN 'aborted' ELSE 'failed' END,
+           finished_at = CASE WHEN res IS NULL THEN clock_timestamp() END,
+           last_error = coalesce('abort incomplete: ' || res, rs.last_error), updated_at = clock_timestamp()
+    WHERE rs.split_id = s.split_id;
+    RETURN CASE WHEN res IS NULL THEN 'rolled back (left alone for ' || abandon_after || ')' ELSE 'rollback incomplete: ' || res END;
+  END IF;
+  RETURN NULL;
 END $$;
-COMMENT ON FUNCTION id_gen.recover_splits(interval, interval) IS 'Picks up splits and merges no session runs: finishes one that swapped on its shard (the coordinator''s half, then the cleanup) and rolls back one left alone for abandon_after before that. id_gen.recover_moves calls it. Superuser only.';
-REVOKE EXECUTE ON FUNCTION id_gen.recover_splits(interval, interval) FROM PUBLIC;
+COMMENT ON FUNCTION id_gen.recover_split(bigint, interval) IS 'The move supervisor''s work on one split or merge no session runs (called by id_gen.recover_operations under its session lock): finishes one that swapped on its shard (the coordinator''s half, then the cleanup) and rolls back one left alone for abandon_after before that; returns what it did (NULL: nothing).';
+REVOKE EXECUTE ON FUNCTION id_gen.recover_split(bigint, interval) FROM PUBLIC;
 
 -- Splits and merges in the way of other route changes and moves.
 CREATE OR REPLACE FUNCTION id_gen.refuse_during_splits(what text) RETURNS void
@@ -5920,3 +6210,26 @@ LANGUAGE c VOLATILE STRICT PARALLEL UNSAFE
 AS 'MODULE_PATHNAME', 'id_gen_route_claim';
 COMMENT ON FUNCTION id_gen.route_claim(integer, bigint) IS 'On a shard, the first statement of a client-routed transaction: fails with IG001 when the shard does not own the gene or its route version is newer than version, with IG002 when the gene is fenced for a cut-over; otherwise locks the gene''s partitions of every distributed table (ROW EXCLUSIVE, until the transaction ends: fences and flips of that gene wait for it) and returns the shard''s route version.';
 GRANT EXECUTE ON FUNCTION id_gen.route_claim(integer, bigint) TO PUBLIC;
+
+-- ===== sql/upgrade/0.7.2--0.7.3.sql (after -- @after-code) =====
+INSERT INTO id_gen.cluster_operations
+  (operation_id, kind, phase, lower_gene, upper_gene, shard, target_shard, rows_copied, lag_bytes,
+   fence_attempts, fence_started_at, fence_ended_at, runner_pid, started_at, updated_at, finished_at,
+   last_error, recovered_by, keep_source, reversible, target_subscription, target_system_id,
+   source_fenced, slot_created, back_lsn, back_lag_bytes, back_retained_bytes, back_checked_at)
+SELECT move_id, 'move', phase, lower_gene, upper_gene, source_shard, target_shard, rows_copied, lag_bytes,
+       fence_attempts, fence_started_at, fence_ended_at, runner_pid, started_at, updated_at, finished_at,
+       last_error, recovered_by, keep_source, reversible, target_subscription, target_system_id,
+       source_fenced, slot_created, back_lsn, back_lag_bytes, back_retained_bytes, back_checked_at
+FROM id_gen.shard_moves_until_0_7_2;
+INSERT INTO id_gen.cluster_operations
+  (operation_id, kind, phase, lower_gene, at_gene, upper_gene, shard, rows_total, rows_copied,
+   fence_attempts, fence_started_at, fence_ended_at, runner_pid, started_at, updated_at, finished_at,
+   last_error, recovered_by)
+SELECT split_id, kind, phase, lower_gene, at_gene, upper_gene, shard, rows_total, rows_copied,
+       fence_attempts, fence_started_at, fence_ended_at, runner_pid, started_at, updated_at, finished_at,
+       last_error, recovered_by
+FROM id_gen.route_splits_until_0_7_2;
+ALTER EXTENSION id_gen DROP TABLE id_gen.shard_moves_until_0_7_2;
+ALTER EXTENSION id_gen DROP TABLE id_gen.route_splits_until_0_7_2;
+DROP TABLE id_gen.shard_moves_until_0_7_2, id_gen.route_splits_until_0_7_2 CASCADE;

@@ -2,12 +2,13 @@
 //! preloaded, that finishes or rolls back moves of genes whose session is gone.
 //!
 //! It connects to `id_gen.move_supervisor_database` (empty: no supervisor) and, every few
-//! seconds, if the id_gen extension there has unfinished moves, runs
-//! `id_gen.recover_moves(abandon_after)` (sql/cluster/move.sql) in a transaction of its own. All
-//! decisions are made there, in SQL, under the same per-move session advisory lock that
-//! `move_genes` and `abort_move` take, so the supervisor never races a running move: a
-//! fence of a move that has not cut over is lifted, a move that has cut over is finished,
-//! and a move left alone for `id_gen.move_abandon_after` is rolled back.
+//! seconds, runs the one recovery loop of long operations,
+//! `id_gen.recover_operations(abandon_after)` (sql/cluster/operations.sql; `recover_moves`
+//! before 0.7.3), in a transaction of its own. All decisions are made there, in SQL, under
+//! the same per-operation session advisory lock that `move_genes`, `split_route` and the
+//! aborts take, so the supervisor never races a running operation: a fence of a move that
+//! has not cut over is lifted, a move that has cut over and a split that swapped are
+//! finished, and an operation left alone for `id_gen.move_abandon_after` is rolled back.
 //!
 //! Invariants:
 //! * It runs as the bootstrap superuser with `search_path = pg_catalog, pg_temp`, and only
@@ -35,8 +36,10 @@ pub fn register() {
         .load();
 }
 
-/// One pass (run only where `recover_moves` exists: id_gen 0.4.0 or later; it also recovers splits from 0.5.0).
-const PASS_SQL: &str = "SELECT count(*) FROM id_gen.recover_moves(make_interval(secs => $1))";
+/// One pass, by the installed version of id_gen's SQL: `recover_operations` from 0.7.3,
+/// `recover_moves` from 0.4.0 (it recovers splits too from 0.5.0), nothing before.
+const PASS_SQL: &str = "SELECT count(*) FROM id_gen.recover_operations(make_interval(secs => $1))";
+const PASS_SQL_BEFORE_0_7_3: &str = "SELECT count(*) FROM id_gen.recover_moves(make_interval(secs => $1))";
 
 #[pg_guard]
 #[unsafe(no_mangle)]
@@ -64,19 +67,23 @@ pub extern "C-unwind" fn id_gen_supervisor_main(_arg: pg_sys::Datum) {
         }
         let abandon = f64::from(gucs::MOVE_ABANDON_AFTER_S.get());
         let pass = in_transaction(|| -> Result<i64, pgrx::spi::SpiError> {
-            let has_recovery = Spi::get_one::<bool>(
-                "SELECT to_regclass('id_gen.shard_moves') IS NOT NULL \
-                 AND to_regprocedure('id_gen.recover_moves(interval, interval)') IS NOT NULL",
+            let recovery = Spi::get_one::<i32>(
+                "SELECT CASE WHEN to_regprocedure('id_gen.recover_operations(interval, interval)') IS NOT NULL THEN 2 \
+                             WHEN to_regclass('id_gen.shard_moves') IS NOT NULL \
+                              AND to_regprocedure('id_gen.recover_moves(interval, interval)') IS NOT NULL THEN 1 \
+                             ELSE 0 END",
             )?
-            .unwrap_or(false);
-            if !has_recovery {
-                return Ok(0);
-            }
-            Ok(Spi::get_one_with_args::<i64>(PASS_SQL, &[abandon.into()])?.unwrap_or(0))
+            .unwrap_or(0);
+            let pass_sql = match recovery {
+                2 => PASS_SQL,
+                1 => PASS_SQL_BEFORE_0_7_3,
+                _ => return Ok(0),
+            };
+            Ok(Spi::get_one_with_args::<i64>(pass_sql, &[abandon.into()])?.unwrap_or(0))
         });
         match pass {
             Ok(Ok(n)) if n > 0 => {
-                log!("id_gen: move supervisor acted on {n} move(s); see id_gen.moves.recovered_by")
+                log!("id_gen: move supervisor acted on {n} operation(s); see id_gen.operations.recovered_by")
             }
             Ok(Ok(_)) => {}
             Ok(Err(e)) => warning!("id_gen: move supervisor: {e}"),

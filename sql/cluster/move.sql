@@ -36,7 +36,7 @@
 --     name. The table-sync slots are recognised by the subscription's oid and the
 --     target's system identifier.
 --   * A fence never outlives its move: a move whose session is gone (a crash, a
---     coordinator restart, an interrupted CALL) is picked up by id_gen.recover_moves,
+--     coordinator restart, an interrupted CALL) is picked up by id_gen.recover_move,
 --     which the move supervisor (a background worker on the coordinator) runs every few
 --     seconds: a fence of a move that has not cut over is lifted at once, a move that has
 --     cut over is finished, and a move left alone for id_gen.move_abandon_after is
@@ -51,10 +51,7 @@ SELECT move_id, lower_gene, upper_gene, source_shard, target_shard, phase,
        fence_attempts, source_fenced, started_at, finished_at,
        coalesce(finished_at, clock_timestamp()) - started_at AS elapsed,
        last_error,
-       CASE WHEN phase IN ('done', 'aborted', 'reverted') THEN NULL
-            WHEN pg_try_advisory_lock_shared(id_gen.operation_session_lock_key(), move_id::integer)
-                 AND pg_advisory_unlock_shared(id_gen.operation_session_lock_key(), move_id::integer) THEN 'no session'
-            ELSE 'running' END AS runner,
+       id_gen.operation_runner(move_id, phase) AS runner,
        recovered_by,
        reversible,
        back_lag_bytes,
@@ -339,119 +336,79 @@ END;
 COMMENT ON FUNCTION id_gen.shards_not_answering() IS 'Shards whose last route push failed within the last 30 s (id_gen.route_pushes): the move supervisor skips their moves and splits in its pass and tries them again once a push succeeds.';
 REVOKE EXECUTE ON FUNCTION id_gen.shards_not_answering() FROM PUBLIC;
 
--- Moves whose session is gone: run by the move supervisor (a background worker) every
--- few seconds, or by hand. A move another session runs is left alone (its session
--- advisory lock is held).
-CREATE OR REPLACE FUNCTION id_gen.recover_moves(abandon_after interval DEFAULT '10 min', grace interval DEFAULT '10 s')
-RETURNS TABLE (move_id bigint, action text)
-LANGUAGE plpgsql
+-- A move whose session is gone, for the recovery loop (id_gen.recover_operations in
+-- sql/cluster/operations.sql), which holds the move's session lock and records what this
+-- returns, or the error it raises. `down`: shards that did not answer lately, left alone.
+CREATE OR REPLACE FUNCTION id_gen.recover_move(move_id bigint, abandon_after interval, down text[]) RETURNS text
+LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   m id_gen.shard_moves;
-  err text;
   cleanup text;
   max_wal text := coalesce(current_setting('id_gen.reversible_max_wal', true), '1GB');
-  err_state text;
-  down text[];
-  silent text;
 BEGIN
-  PERFORM id_gen.require_superuser('recover moves');
-  -- Shards that have not been told the current route version (set_route, drop_route, or a
-  -- push that failed) are told first (sql/cluster/routing.sql; shards that answer first), so that a
-  -- shard that hangs delays no other shard's push.
-  PERFORM id_gen.push_route_state();
-  -- Shards that did not answer lately (a failed push, or a call of this pass) are left out
-  -- of this pass: every call to them would wait for its bound.
-  down := id_gen.shards_not_answering();
-  -- Reversible moves: their reverse replication lag and retained WAL, for id_gen.moves.
-  PERFORM id_gen.check_way_back(sm) FROM id_gen.shard_moves sm
-  WHERE sm.phase = 'reversible' AND (sm.back_checked_at IS NULL OR sm.back_checked_at < clock_timestamp() - interval '10 s')
-    AND sm.target_shard <> ALL (down);
-  -- (grace: a CALL that just failed is usually called again by its operator at once.)
-  FOR m IN SELECT * FROM id_gen.shard_moves sm
-           WHERE sm.phase NOT IN ('done', 'aborted', 'reverted') AND sm.updated_at < clock_timestamp() - grace
-           ORDER BY sm.move_id LOOP
-    -- Its target fenced again, and a reversible move's WAL bound, need only the target.
-    CONTINUE WHEN m.target_shard = ANY (down);
-    CONTINUE WHEN NOT pg_try_advisory_lock(id_gen.operation_session_lock_key(), m.move_id::integer);
-    move_id := m.move_id;
-    action := NULL;
-    err := NULL;
-    BEGIN
-      -- The target does not own the genes before the cut-over: its fence is put up again
-      -- (idempotent), whatever happened to the session that lifted it in a fence or died
-      -- between creating the target's partitions and fencing them (planned).
-      IF m.phase IN ('planned', 'copying', 'catching_up') THEN
-        PERFORM id_gen.run_move_step(m, 'fence_target', 0, 5000);
-      END IF;
-      IF m.phase <> 'reversible' AND m.source_shard = ANY (down) THEN
-        NULL;  -- the rest needs the source
-      ELSIF m.phase = 'cut_over' THEN
-        m := id_gen.finish_cut_over(m);
-        action := 'finished the cut-over';
-      ELSIF m.phase = 'reverting' THEN
-        m := id_gen.finish_revert(m);
-        action := 'finished the revert';
-      ELSIF m.phase = 'reversible' THEN
-        -- Left open on purpose: only a fence of an interrupted revert is lifted, and a way
-        -- back that keeps too much WAL on the target is ended (the genes stay there).
-        IF m.back_retained_bytes > pg_size_bytes(max_wal)
-           OR (m.back_retained_bytes IS NULL AND m.last_error LIKE 'the way back''s slot is missing%') THEN
-          -- Over the bound, or the slot is gone already (dropped by an earlier pass whose
-          -- clean-up on the source failed): no way back is left; the genes stay on the target.
-          PERFORM id_gen.end_way_back(m);
-          action := CASE WHEN m.back_retained_bytes IS NULL
-                         THEN format('completed: the way back''s slot on %s was gone', m.target_shard)
-                         ELSE format('completed: the way back kept %s of WAL on %s (id_gen.reversible_max_wal = %s)',
-                                     pg_size_pretty(m.back_retained_bytes), m.target_shard, max_wal) END;
-        ELSIF m.source_fenced AND m.source_shard <> ALL (down) THEN
-          PERFORM id_gen.lift_revert_fence(m, 10000);
-          UPDATE id_gen.shard_moves sm SET source_fenced = false WHERE sm.move_id = m.move_id;
-          action := 'lifted the fence of an interrupted revert';
-        END IF;
-      ELSIF m.source_fenced THEN
-        PERFORM id_gen.run_move_step(m, 'unfence_source', 0, 10000);
-        UPDATE id_gen.shard_moves sm SET source_fenced = false WHERE sm.move_id = m.move_id;
-        action := 'lifted the fence';
-      ELSIF m.updated_at < clock_timestamp() - abandon_after THEN
-        cleanup := id_gen.undo_move(m);
-        UPDATE id_gen.shard_moves sm
-        SET phase = CASE WHEN cleanup IS NULL THEN 'aborted' ELSE 'failed' END,
-            finished_at = CASE WHEN cleanup IS NULL THEN clock_timestamp() END,
-            last_error = coalesce('abort incomplete: ' || cleanup, sm.last_error), updated_at = clock_timestamp()
-        WHERE sm.move_id = m.move_id;
-        action := CASE WHEN cleanup IS NULL THEN 'rolled back (left alone for ' || abandon_after || ')'
-                       ELSE 'rollback incomplete: ' || cleanup END;
-      END IF;
-    EXCEPTION WHEN OTHERS OR query_canceled THEN  -- (a shard past its bound is 57014)
-      GET STACKED DIAGNOSTICS err = MESSAGE_TEXT, err_state = RETURNED_SQLSTATE;
-    END;
-    IF err IS NOT NULL THEN
-      silent := CASE WHEN err_state IN ('08006', '57014') THEN substring(err FROM '^id_gen: shard "([^"]+)"') END;
-      IF silent IS NOT NULL THEN
-        -- Left out for the rest of this pass, and of the next ones until it answers a push.
-        down := down || silent;
-        PERFORM id_gen.note_route_push(silent, NULL, err);
-      END IF;
-      UPDATE id_gen.shard_moves sm SET last_error = 'supervisor: ' || err, updated_at = clock_timestamp()
-      WHERE sm.move_id = m.move_id;
-      action := 'failed: ' || err;
-    ELSIF action IS NOT NULL THEN
-      UPDATE id_gen.shard_moves sm SET recovered_by = action || ' at ' || clock_timestamp()::text
-      WHERE sm.move_id = m.move_id;
-    END IF;
-    PERFORM pg_advisory_unlock(id_gen.operation_session_lock_key(), m.move_id::integer);
-    IF action IS NOT NULL THEN
-      RETURN NEXT;
-    END IF;
-  END LOOP;
-  -- Splits and merges of route ranges (sql/cluster/split.sql) share the supervisor.
-  IF EXISTS (SELECT FROM id_gen.route_splits rs WHERE rs.phase NOT IN ('done', 'aborted', 'failed') AND rs.shard <> ALL (down)) THEN
-    RETURN QUERY SELECT x.split_id, x.action FROM id_gen.recover_splits(abandon_after, grace) x;
+  SELECT * INTO m FROM id_gen.shard_moves sm WHERE sm.move_id = recover_move.move_id;
+  IF NOT FOUND OR m.phase IN ('done', 'aborted', 'reverted') THEN
+    RETURN NULL;
   END IF;
+  -- The target does not own the genes before the cut-over: its fence is put up again
+  -- (idempotent), whatever happened to the session that lifted it in a fence or died
+  -- between creating the target's partitions and fencing them (planned).
+  IF m.phase IN ('planned', 'copying', 'catching_up') THEN
+    PERFORM id_gen.run_move_step(m, 'fence_target', 0, 5000);
+  END IF;
+  IF m.phase <> 'reversible' AND m.source_shard = ANY (down) THEN
+    RETURN NULL;  -- the rest needs the source
+  ELSIF m.phase = 'cut_over' THEN
+    PERFORM id_gen.finish_cut_over(m);
+    RETURN 'finished the cut-over';
+  ELSIF m.phase = 'reverting' THEN
+    PERFORM id_gen.finish_revert(m);
+    RETURN 'finished the revert';
+  ELSIF m.phase = 'reversible' THEN
+    -- Left open on purpose: only a fence of an interrupted revert is lifted, and a way
+    -- back that keeps too much WAL on the target is ended (the genes stay there).
+    IF m.back_retained_bytes > pg_size_bytes(max_wal)
+       OR (m.back_retained_bytes IS NULL AND m.last_error LIKE 'the way back''s slot is missing%') THEN
+      -- Over the bound, or the slot is gone already (dropped by an earlier pass whose
+      -- clean-up on the source failed): no way back is left; the genes stay on the target.
+      PERFORM id_gen.end_way_back(m);
+      RETURN CASE WHEN m.back_retained_bytes IS NULL
+                  THEN format('completed: the way back''s slot on %s was gone', m.target_shard)
+                  ELSE format('completed: the way back kept %s of WAL on %s (id_gen.reversible_max_wal = %s)',
+                              pg_size_pretty(m.back_retained_bytes), m.target_shard, max_wal) END;
+    ELSIF m.source_fenced AND m.source_shard <> ALL (down) THEN
+      PERFORM id_gen.lift_revert_fence(m, 10000);
+      UPDATE id_gen.shard_moves sm SET source_fenced = false WHERE sm.move_id = m.move_id;
+      RETURN 'lifted the fence of an interrupted revert';
+    END IF;
+  ELSIF m.source_fenced THEN
+    PERFORM id_gen.run_move_step(m, 'unfence_source', 0, 10000);
+    UPDATE id_gen.shard_moves sm SET source_fenced = false WHERE sm.move_id = m.move_id;
+    RETURN 'lifted the fence';
+  ELSIF m.updated_at < clock_timestamp() - abandon_after THEN
+    cleanup := id_gen.undo_move(m);
+    UPDATE id_gen.shard_moves sm
+    SET phase = CASE WHEN cleanup IS NULL THEN 'aborted' ELSE 'failed' END,
+        finished_at = CASE WHEN cleanup IS NULL THEN clock_timestamp() END,
+        last_error = coalesce('abort incomplete: ' || cleanup, sm.last_error), updated_at = clock_timestamp()
+    WHERE sm.move_id = m.move_id;
+    RETURN CASE WHEN cleanup IS NULL THEN 'rolled back (left alone for ' || abandon_after || ')'
+                ELSE 'rollback incomplete: ' || cleanup END;
+  END IF;
+  RETURN NULL;
 END $$;
-COMMENT ON FUNCTION id_gen.recover_moves(interval, interval) IS 'Picks up moves no session runs (and none touched for grace): lifts the source''s fence of a move that has not cut over, finishes a move that has, and rolls back one left alone for abandon_after. The move supervisor runs it every few seconds; returns what it did. Superuser only.';
+COMMENT ON FUNCTION id_gen.recover_move(bigint, interval, text[]) IS 'The move supervisor''s work on one move no session runs (called by id_gen.recover_operations under the move''s session lock): fences its target again before the cut-over, lifts the source''s fence, finishes a cut-over or a revert, ends a way back that keeps too much WAL, rolls back a move left alone for abandon_after; returns what it did (NULL: nothing). Shards in down are not called.';
+REVOKE EXECUTE ON FUNCTION id_gen.recover_move(bigint, interval, text[]) FROM PUBLIC;
+
+-- The name of the move supervisor's pass until 0.7.2, kept for operators who call it by hand.
+CREATE OR REPLACE FUNCTION id_gen.recover_moves(abandon_after interval DEFAULT '10 min', grace interval DEFAULT '10 s')
+RETURNS TABLE (move_id bigint, action text)
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT r.operation_id, r.action FROM id_gen.recover_operations(abandon_after, grace) r $$;
+COMMENT ON FUNCTION id_gen.recover_moves(interval, interval) IS 'The name of id_gen.recover_operations until 0.7.2 (the move supervisor''s pass over moves, splits and merges no session runs); returns the operation ids and what was done. Superuser only.';
 REVOKE EXECUTE ON FUNCTION id_gen.recover_moves(interval, interval) FROM PUBLIC;
 
 -- Inside a fence: a marker written on m's source and awaited on m's target (apply is in

@@ -1,6 +1,10 @@
 -- Long operations (moves, splits, merges, reverts, rebalance steps): what they share.
 -- Code only (CREATE OR REPLACE); loaded before the files of each kind (sql/cluster/move.sql,
 -- sql/cluster/split.sql, sql/cluster/revert.sql, sql/cluster/rebalance.sql), which use it.
+-- It holds the advisory-lock keys, the views over the one catalog of operations
+-- (id_gen.cluster_operations: id_gen.operations for operators, id_gen.shard_moves and
+-- id_gen.route_splits for the code of each kind) and the move supervisor's one recovery
+-- loop (id_gen.recover_operations).
 --
 -- Advisory-lock keys, declared here and nowhere else (pg_locks shows them as classid; the
 -- second key of a two-key lock is objid, with objsubid = 2):
@@ -23,3 +27,264 @@ CREATE OR REPLACE FUNCTION id_gen.operation_session_lock_key() RETURNS integer
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$SELECT 757431$$;
 COMMENT ON FUNCTION id_gen.operation_session_lock_key() IS
   'Advisory-lock key that, with an operation id (move or split), is held as a session lock by the session running that operation.';
+
+-- The catalog of long operations -----------------------------------------------------------
+-- One table, id_gen.cluster_operations (sql/install/cluster_catalog.sql), holds every move,
+-- split and merge. Each kind's code reads and writes it through a view of its own rows
+-- under the names of 0.4.0 to 0.7.2 (id_gen.shard_moves, id_gen.route_splits), whose row
+-- types are the parameters of that code. Both views are automatically updatable and WITH
+-- CHECK OPTION, so a row written through one is of that view's kind.
+
+CREATE OR REPLACE VIEW id_gen.shard_moves AS
+SELECT operation_id AS move_id, lower_gene, upper_gene, shard AS source_shard, target_shard, phase,
+       keep_source, rows_copied, lag_bytes, fence_attempts, target_subscription, runner_pid,
+       source_fenced, fence_started_at, fence_ended_at, started_at, updated_at, finished_at,
+       last_error, slot_created, target_system_id, recovered_by, reversible, back_lsn,
+       back_lag_bytes, back_retained_bytes, back_checked_at, kind
+FROM id_gen.cluster_operations
+WHERE kind = 'move'
+WITH CASCADED CHECK OPTION;
+ALTER VIEW id_gen.shard_moves ALTER COLUMN kind SET DEFAULT 'move';
+COMMENT ON VIEW id_gen.shard_moves IS 'The moves of id_gen.cluster_operations, as the code of moves reads and writes them (operation_id is move_id, shard is source_shard); operators read id_gen.moves.';
+REVOKE ALL ON id_gen.shard_moves FROM PUBLIC;
+GRANT SELECT ON id_gen.shard_moves TO PUBLIC;
+
+CREATE OR REPLACE VIEW id_gen.route_splits AS
+SELECT operation_id AS split_id, kind, lower_gene, at_gene, upper_gene, shard, phase,
+       rows_total, rows_copied, fence_attempts, runner_pid, fence_started_at, fence_ended_at,
+       started_at, updated_at, finished_at, last_error, recovered_by
+FROM id_gen.cluster_operations
+WHERE kind IN ('split', 'merge')
+WITH CASCADED CHECK OPTION;
+ALTER VIEW id_gen.route_splits ALTER COLUMN rows_copied SET DEFAULT 0;
+COMMENT ON VIEW id_gen.route_splits IS 'The splits and merges of id_gen.cluster_operations, as the code of splits reads and writes them (operation_id is split_id); operators read id_gen.splits.';
+REVOKE ALL ON id_gen.route_splits FROM PUBLIC;
+GRANT SELECT ON id_gen.route_splits TO PUBLIC;
+
+-- Whether a session runs an operation now: the session that runs one holds its session
+-- advisory lock (operation_session_lock_key(), operation id). NULL once it is finished.
+CREATE OR REPLACE FUNCTION id_gen.operation_runner(operation_id bigint, phase text) RETURNS text
+LANGUAGE sql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT CASE WHEN phase IN ('done', 'aborted', 'reverted') THEN NULL
+              WHEN pg_try_advisory_lock_shared(id_gen.operation_session_lock_key(), operation_id::integer)
+                   AND pg_advisory_unlock_shared(id_gen.operation_session_lock_key(), operation_id::integer) THEN 'no session'
+              ELSE 'running' END
+$$;
+COMMENT ON FUNCTION id_gen.operation_runner(bigint, text) IS 'running when a session runs the long operation now (it holds the operation''s session advisory lock), no session when none does, NULL once it is done, aborted or reverted.';
+
+CREATE OR REPLACE VIEW id_gen.operations AS
+SELECT o.operation_id, o.kind, o.phase, o.lower_gene, o.at_gene, o.upper_gene,
+       o.shard AS source_shard, coalesce(o.target_shard, o.shard) AS target_shard,
+       o.rows_copied, o.rows_total,
+       round(100.0 * least(o.rows_copied, o.rows_total) / nullif(o.rows_total, 0), 1) AS percent_copied,
+       o.lag_bytes,
+       round(extract(epoch FROM o.fence_ended_at - o.fence_started_at) * 1000, 1) AS fence_ms,
+       o.fence_attempts, o.started_at, o.updated_at, o.finished_at,
+       coalesce(o.finished_at, clock_timestamp()) - o.started_at AS elapsed,
+       o.last_error,
+       id_gen.operation_runner(o.operation_id, o.phase) AS runner,
+       o.runner_pid,
+       o.recovered_by
+FROM id_gen.cluster_operations o
+ORDER BY o.operation_id;
+COMMENT ON VIEW id_gen.operations IS 'Every long operation of the cluster, whatever its kind (move, split, merge), newest last: its phase, genes and shards, progress (rows copied of the total, replication lag), how long writes were fenced (fence_ms) in how many attempts, times, the last error, whether a session runs it now (runner: running, no session, or NULL once finished) and which backend ran it last (runner_pid), and what the move supervisor did (recovered_by). id_gen.moves and id_gen.splits show the columns of one kind.';
+GRANT SELECT ON id_gen.operations TO PUBLIC;
+
+-- The session lock of an operation --------------------------------------------------------
+-- The session that runs an operation holds its session advisory lock
+-- (operation_session_lock_key(), operation id) once: these take it only if this session
+-- does not hold it already (advisory locks count; a lock taken twice and released once
+-- would outlive the CALL), and let go of it.
+CREATE OR REPLACE FUNCTION id_gen.holds_operation(operation_id bigint) RETURNS boolean
+LANGUAGE sql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT EXISTS (SELECT FROM pg_locks l WHERE l.locktype = 'advisory' AND l.pid = pg_backend_pid() AND l.granted
+                   AND l.classid = id_gen.operation_session_lock_key()::oid AND l.objid = holds_operation.operation_id
+                   AND l.objsubid = 2)
+$$;
+COMMENT ON FUNCTION id_gen.holds_operation(bigint) IS 'Whether this session holds the session lock of the long operation (it runs it).';
+
+CREATE OR REPLACE FUNCTION id_gen.take_operation(operation_id bigint) RETURNS boolean
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  IF id_gen.holds_operation(operation_id) THEN
+    RETURN true;
+  END IF;
+  RETURN pg_try_advisory_lock(id_gen.operation_session_lock_key(), operation_id::integer);
+END $$;
+COMMENT ON FUNCTION id_gen.take_operation(bigint) IS 'Whether this session holds (now, or already) the session lock of the long operation; false when another session runs it.';
+REVOKE EXECUTE ON FUNCTION id_gen.take_operation(bigint) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION id_gen.release_operation(operation_id bigint) RETURNS void
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  IF id_gen.holds_operation(operation_id) THEN
+    PERFORM pg_advisory_unlock(id_gen.operation_session_lock_key(), operation_id::integer);
+  END IF;
+END $$;
+COMMENT ON FUNCTION id_gen.release_operation(bigint) IS 'Lets go of the session lock of the long operation, if this session holds it.';
+REVOKE EXECUTE ON FUNCTION id_gen.release_operation(bigint) FROM PUBLIC;
+
+-- The driver ------------------------------------------------------------------------------
+-- One procedure runs a long operation to its end, or resumes it: CALL id_gen.run_operation(id)
+-- (split_route and merge_routes record theirs and call it). It repeats: read the
+-- operation; if it is finished, stop; run the kind's next step (id_gen.split_step), a
+-- function that does one unit of work and never commits; COMMIT; tell the shards the route
+-- version if the step raised it; pause if the step asked. A step that raises is rolled back
+-- (its calls to shards are not) and the kind says what that means (id_gen.split_step_failed):
+-- try again after a pause, stop with an error (recorded first: the driver commits, lets go
+-- of the operation, then raises), or nothing, and the error is raised as it is (the
+-- operation stays this session's until it calls again or disconnects, and the same CALL
+-- resumes it).
+--
+-- Invariants: every COMMIT is here, and each is followed by pinning search_path again (a
+-- COMMIT in a procedure ends the SET of the CALL); the operation's session lock is held
+-- from before the first step to after the last commit; a step sees the operation as the
+-- last commit left it.
+CREATE OR REPLACE PROCEDURE id_gen.run_operation(operation_id bigint)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+  o id_gen.cluster_operations;
+  step jsonb;
+  r id_gen.step_outcome;
+  raised boolean;
+  err text;
+  err_state text;
+  err_detail text;
+  err_hint text;
+BEGIN
+  PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+  IF operation_id IS NULL THEN
+    RAISE EXCEPTION 'id_gen: argument "operation_id" must not be NULL' USING ERRCODE = '22004';
+  END IF;
+  PERFORM id_gen.require_superuser('run long operations');
+  SELECT * INTO o FROM id_gen.cluster_operations co WHERE co.operation_id = run_operation.operation_id;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'id_gen: there is no operation %', operation_id
+      USING ERRCODE = '42704', HINT = 'Long operations are listed in id_gen.operations.';
+  ELSIF o.kind = 'move' THEN
+    RAISE EXCEPTION 'id_gen: operation % is a move, which move_genes runs', operation_id
+      USING ERRCODE = '0A000',
+            HINT = format('CALL id_gen.move_genes(%s, %s, %L) resumes it.', o.lower_gene, o.upper_gene, o.target_shard);
+  ELSIF NOT id_gen.take_operation(o.operation_id) THEN
+    RAISE EXCEPTION 'id_gen: % % is running in session %', o.kind, o.operation_id, o.runner_pid
+      USING ERRCODE = '55006', HINT = 'Watch it in id_gen.operations.';
+  END IF;
+  UPDATE id_gen.cluster_operations co SET runner_pid = pg_backend_pid() WHERE co.operation_id = o.operation_id;
+  COMMIT;
+  LOOP
+    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+    SELECT * INTO o FROM id_gen.cluster_operations co WHERE co.operation_id = run_operation.operation_id;
+    EXIT WHEN o.phase IN ('done', 'aborted', 'reverted');
+    err := NULL;
+    raised := false;
+    BEGIN
+      r := id_gen.split_step(o.operation_id, step);
+      raised := id_gen.route_version_raised_here();
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
+      GET STACKED DIAGNOSTICS err = MESSAGE_TEXT, err_state = RETURNED_SQLSTATE,
+                              err_detail = PG_EXCEPTION_DETAIL, err_hint = PG_EXCEPTION_HINT;
+    END;
+    IF err IS NOT NULL THEN
+      r := id_gen.split_step_failed(o.operation_id, step, err, err_state, err_detail, err_hint);
+      IF r IS NULL THEN  -- (every field NULL: the kind does not handle this error)
+        PERFORM id_gen.reraise(err, err_state, err_detail, err_hint);
+      END IF;
+    END IF;
+    COMMIT;
+    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+    IF raised THEN
+      PERFORM id_gen.push_route_state_quietly();  -- the shards learn the new route version
+    END IF;
+    IF r.stop_message IS NOT NULL THEN
+      PERFORM id_gen.release_operation(o.operation_id);
+      PERFORM id_gen.reraise(r.stop_message, r.stop_sqlstate, r.stop_detail, r.stop_hint);
+    END IF;
+    step := r.next_step;
+    IF r.pause > 0 THEN
+      PERFORM pg_sleep(r.pause);
+    END IF;
+  END LOOP;
+  PERFORM id_gen.release_operation(o.operation_id);
+  RAISE NOTICE '%', id_gen.split_summary(o.operation_id);
+END $$;
+COMMENT ON PROCEDURE id_gen.run_operation(bigint) IS 'Runs a long operation (a split or merge; moves are run by move_genes) to its end, or resumes it: one step at a time, each committed; split_route and merge_routes call it. Run it outside a transaction block. Superuser only.';
+REVOKE EXECUTE ON PROCEDURE id_gen.run_operation(bigint) FROM PUBLIC;
+
+-- The recovery loop ---------------------------------------------------------------------
+-- One pass over the operations no session runs, for the move supervisor (a background
+-- worker on the coordinator, src/supervisor.rs) every few seconds, or by hand. Each kind
+-- says what to do with one of its operations (id_gen.recover_move, id_gen.recover_split);
+-- this loop does what they share: it tells the shards the route version first, leaves out
+-- shards that did not answer lately (each call to one would wait for its bound), takes
+-- the operation's session lock (an operation some session runs is left alone), records
+-- what it did (recovered_by) or the error (last_error), and leaves out for the rest of
+-- the pass, and until it answers a route push, a shard that did not answer.
+CREATE OR REPLACE FUNCTION id_gen.recover_operations(abandon_after interval DEFAULT '10 min', grace interval DEFAULT '10 s')
+RETURNS TABLE (operation_id bigint, kind text, action text)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  o id_gen.cluster_operations;
+  err text;
+  err_state text;
+  down text[];
+  silent text;
+BEGIN
+  PERFORM id_gen.require_superuser('recover long operations');
+  -- Shards that have not been told the current route version (set_route, drop_route, or a
+  -- push that failed) are told first (sql/cluster/routing.sql; shards that answer first).
+  PERFORM id_gen.push_route_state();
+  down := id_gen.shards_not_answering();
+  -- Reversible moves: their reverse replication lag and retained WAL, for id_gen.moves.
+  PERFORM id_gen.check_way_back(sm) FROM id_gen.shard_moves sm
+  WHERE sm.phase = 'reversible' AND (sm.back_checked_at IS NULL OR sm.back_checked_at < clock_timestamp() - interval '10 s')
+    AND sm.target_shard <> ALL (down);
+  -- (grace: a CALL that just failed is usually called again by its operator at once.)
+  FOR o IN SELECT * FROM id_gen.cluster_operations co
+           WHERE co.phase NOT IN ('done', 'aborted', 'reverted') AND co.updated_at < clock_timestamp() - grace
+           ORDER BY co.operation_id LOOP
+    -- A move's target (fenced again before the cut-over, the bound of a reversible move's
+    -- WAL) and a split's shard are needed in any case.
+    CONTINUE WHEN coalesce(o.target_shard, o.shard) = ANY (down);
+    CONTINUE WHEN NOT pg_try_advisory_lock(id_gen.operation_session_lock_key(), o.operation_id::integer);
+    operation_id := o.operation_id;
+    kind := o.kind;
+    action := NULL;
+    err := NULL;
+    BEGIN
+      action := CASE o.kind WHEN 'move' THEN id_gen.recover_move(o.operation_id, abandon_after, down)
+                            ELSE id_gen.recover_split(o.operation_id, abandon_after) END;
+    EXCEPTION WHEN OTHERS OR query_canceled THEN  -- (a shard past its bound is 57014)
+      GET STACKED DIAGNOSTICS err = MESSAGE_TEXT, err_state = RETURNED_SQLSTATE;
+    END;
+    IF err IS NOT NULL THEN
+      silent := CASE WHEN err_state IN ('08006', '57014') THEN substring(err FROM '^id_gen: shard "([^"]+)"') END;
+      IF silent IS NOT NULL THEN
+        down := down || silent;
+        PERFORM id_gen.note_route_push(silent, NULL, err);
+      END IF;
+      UPDATE id_gen.cluster_operations co SET last_error = 'supervisor: ' || err, updated_at = clock_timestamp()
+      WHERE co.operation_id = o.operation_id;
+      action := 'failed: ' || err;
+    ELSIF action IS NOT NULL THEN
+      UPDATE id_gen.cluster_operations co SET recovered_by = action || ' at ' || clock_timestamp()::text
+      WHERE co.operation_id = o.operation_id;
+    END IF;
+    PERFORM pg_advisory_unlock(id_gen.operation_session_lock_key(), o.operation_id::integer);
+    IF action IS NOT NULL THEN
+      RETURN NEXT;
+    END IF;
+  END LOOP;
+END $$;
+COMMENT ON FUNCTION id_gen.recover_operations(interval, interval) IS 'One pass of the move supervisor over the long operations no session runs (and none touched for grace): lifts the source''s fence of a move that has not cut over, finishes a move that has cut over and a split or merge that swapped on its shard, and rolls back one left alone for abandon_after. Returns what it did. Superuser only.';
+REVOKE EXECUTE ON FUNCTION id_gen.recover_operations(interval, interval) FROM PUBLIC;

@@ -59,7 +59,7 @@
 --     moment; for longer after a crash or while the coordinator's tables are busy)
 --     leaves the coordinator pointing at the retired old partitions, which refuse
 --     (IG002) rather than answer; the next CALL, or the move supervisor
---     (id_gen.recover_moves calls id_gen.recover_splits), does the coordinator's half.
+--     (id_gen.recover_operations calls id_gen.recover_split), does the coordinator's half.
 --   * One split, merge or move at a time (advisory lock id_gen.operation_start_lock_key(),
 --     SHARE ROW EXCLUSIVE on shard_routes, and refusals in both directions).
 
@@ -71,10 +71,7 @@ SELECT split_id, kind, lower_gene, at_gene, upper_gene, shard, phase,
        fence_attempts, started_at, finished_at,
        coalesce(finished_at, clock_timestamp()) - started_at AS elapsed,
        last_error,
-       CASE WHEN phase IN ('done', 'aborted') THEN NULL
-            WHEN pg_try_advisory_lock_shared(id_gen.operation_session_lock_key(), split_id::integer)
-                 AND pg_advisory_unlock_shared(id_gen.operation_session_lock_key(), split_id::integer) THEN 'no session'
-            ELSE 'running' END AS runner,
+       id_gen.operation_runner(split_id, phase) AS runner,
        recovered_by
 FROM id_gen.route_splits;
 COMMENT ON VIEW id_gen.splits IS 'Online splits (CALL id_gen.split_route) and merges (CALL id_gen.merge_routes) of route ranges: phase, rows copied of the total (percent_copied), how long writes of the range were fenced (fence_ms) and in how many attempts, times, the last error, whether a session runs it (runner) and what the move supervisor did (recovered_by). An unfinished one resumes with the same CALL or rolls back with CALL id_gen.abort_split(split_id).';
@@ -347,75 +344,67 @@ END $$;
 COMMENT ON FUNCTION id_gen.undo_split(id_gen.route_splits) IS 'Rolls back a split or merge that has not swapped: its triggers and new tables on the shard go; returns what failed, or NULL.';
 REVOKE EXECUTE ON FUNCTION id_gen.undo_split(id_gen.route_splits) FROM PUBLIC;
 
--- Runs (or resumes) split split_id to the end. Each phase commits before the next.
-CREATE OR REPLACE PROCEDURE id_gen.run_split(split_id bigint)
+-- The steps of a split or merge, for the driver of long operations (id_gen.run_operation,
+-- sql/cluster/operations.sql), which commits after each step and sleeps `pause` seconds
+-- after the commit. A step does one unit of work of the current phase and never commits;
+-- `step` says where in the phase the last one left off (NULL: at its start; the steps that
+-- change the phase go on with NULL):
+--   planned               the shard prepares every distributed table (triggers, new
+--                         tables, the statements of the copy); phase copying.
+--   copying               one batch of the copy; phase swapping after the last.
+--   swapping, NULL        the catch-up of rows written meanwhile, until few are left; then
+--                         the fence: {step: fence} for a split, {step: swap_on_shard} for a merge.
+--   swapping, fence       one attempt at a split's fence (locks within 50 ms, the shard's
+--                         swap, the coordinator's half); phase swapped.
+--   swapping, swap_on_shard   one attempt at a merge's swap on its shard; then
+--                         {step: finish_here}: one attempt at the coordinator's half (its
+--                         tables locked within 50 ms); phase swapped.
+--   swapped, NULL         the shard drops the old partitions; then {step: relayout}: one
+--                         attempt at giving a split's new ranges their own coordinator
+--                         partitions; phase done when none is left to do.
+-- The cursor carries the attempt counts and when the fence began (t0), which last for one
+-- CALL, as before 0.7.3.
+CREATE OR REPLACE FUNCTION id_gen.split_step(split_id bigint, step jsonb) RETURNS id_gen.step_outcome
 LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
+  outcome id_gen.step_outcome;
   s id_gen.route_splits;
   d id_gen.distributed_tables;
-  g record;
-  res text;
+  total bigint := 0;
   batch jsonb;
-  total bigint;
-  attempt integer := 0;
-  t0 timestamptz;
-  ok boolean;
-  tries integer := 0;
-  err text;
-  err_state text;
-  fail_detail text;
-  fail_hint text;
   state text;
+  attempt integer := coalesce((step->>'attempt')::integer, 1);
+  tries integer := coalesce((step->>'tries')::integer, 1);
+  t0 timestamptz := (step->>'t0')::timestamptz;
+  err text;
 BEGIN
-  PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-  SELECT * INTO s FROM id_gen.route_splits rs WHERE rs.split_id = run_split.split_id;
-
-  IF s.phase = 'planned' THEN
-    total := 0;
-    BEGIN
-      FOR d IN SELECT * FROM id_gen.distributed_tables t ORDER BY t.schema_name, t.table_name LOOP
-        res := id_gen.remote_call(s.shard, 'shard_split_prepare',
-          ARRAY[s.split_id::text, d.schema_name, d.table_name, d.id_column, d.shard_stem,
-                id_gen.split_sources(s)::text, id_gen.split_targets(s)::text, '10000'], 120000);
-        total := total + res::bigint;
-      END LOOP;
-    EXCEPTION WHEN OTHERS OR query_canceled THEN
-      GET STACKED DIAGNOSTICS err = MESSAGE_TEXT, err_state = RETURNED_SQLSTATE;
-    END;
-    IF err IS NOT NULL THEN
-      -- Whatever was prepared goes again; the old partitions never stopped serving.
-      res := id_gen.undo_split(s);
-      UPDATE id_gen.route_splits rs SET phase = CASE WHEN res IS NULL THEN 'aborted' ELSE 'failed' END,
-             last_error = err || coalesce('; undo incomplete: ' || res, ''),
-             finished_at = CASE WHEN res IS NULL THEN clock_timestamp() END, updated_at = clock_timestamp()
-      WHERE rs.split_id = s.split_id;
-      COMMIT;
-      RAISE EXCEPTION 'id_gen: % % could not start on shard "%": %', s.kind, s.split_id, s.shard, err
-        USING ERRCODE = err_state,
-              HINT = CASE WHEN res IS NULL THEN 'Nothing was changed; the routes are as they were.'
-                          ELSE format('Finish the rollback with CALL id_gen.abort_split(%s).', s.split_id) END;
-    END IF;
-    UPDATE id_gen.route_splits rs SET phase = 'copying', rows_total = total, updated_at = clock_timestamp()
-    WHERE rs.split_id = s.split_id RETURNING * INTO s;
-    COMMIT;
-    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+  IF split_id IS NULL THEN
+    RAISE EXCEPTION 'id_gen: argument "split_id" must not be NULL' USING ERRCODE = '22004';
   END IF;
-
-  IF s.phase = 'copying' THEN
-    LOOP
-      batch := id_gen.remote_call(s.shard, 'shard_split_copy', ARRAY[s.split_id::text, '20000'], 300000)::jsonb;
-      UPDATE id_gen.route_splits rs SET rows_copied = rs.rows_copied + (batch->>'copied')::bigint,
-             phase = CASE WHEN (batch->>'done')::boolean THEN 'swapping' ELSE 'copying' END,
-             updated_at = clock_timestamp()
-      WHERE rs.split_id = s.split_id RETURNING * INTO s;
-      COMMIT;
-      PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-      EXIT WHEN (batch->>'done')::boolean;
+  SELECT * INTO s FROM id_gen.route_splits rs WHERE rs.split_id = split_step.split_id;
+  IF NOT FOUND THEN
+    outcome.stop_message := format('id_gen: there is no split or merge %s', split_id);
+    outcome.stop_sqlstate := '42704';
+    outcome.stop_hint := 'See id_gen.splits.';
+  ELSIF s.phase = 'planned' THEN
+    FOR d IN SELECT * FROM id_gen.distributed_tables t ORDER BY t.schema_name, t.table_name LOOP
+      total := total + id_gen.remote_call(s.shard, 'shard_split_prepare',
+        ARRAY[s.split_id::text, d.schema_name, d.table_name, d.id_column, d.shard_stem,
+              id_gen.split_sources(s)::text, id_gen.split_targets(s)::text, '10000'], 120000)::bigint;
     END LOOP;
-  END IF;
+    UPDATE id_gen.route_splits rs SET phase = 'copying', rows_total = total, updated_at = clock_timestamp()
+    WHERE rs.split_id = s.split_id;
 
-  IF s.phase = 'swapping' THEN
+  ELSIF s.phase = 'copying' THEN
+    batch := id_gen.remote_call(s.shard, 'shard_split_copy', ARRAY[s.split_id::text, '20000'], 300000)::jsonb;
+    UPDATE id_gen.route_splits rs SET rows_copied = rs.rows_copied + (batch->>'copied')::bigint,
+           phase = CASE WHEN (batch->>'done')::boolean THEN 'swapping' ELSE 'copying' END,
+           updated_at = clock_timestamp()
+    WHERE rs.split_id = s.split_id;
+
+  ELSIF s.phase = 'swapping' AND step IS NULL THEN
     state := id_gen.remote_call(s.shard, 'shard_split_state', ARRAY[s.split_id::text], 30000);
     -- Rows written since the copy read them, until few are left for the fence (bounded:
     -- a write rate above the catch-up rate fences with more left).
@@ -428,156 +417,171 @@ BEGIN
       UPDATE id_gen.route_splits rs SET phase = 'failed', updated_at = clock_timestamp(),
              last_error = 'the shard holds nothing of this split'
       WHERE rs.split_id = s.split_id;
-      COMMIT;
-      RAISE EXCEPTION 'id_gen: % % has nothing on shard "%"', s.kind, s.split_id, s.shard
-        USING ERRCODE = '55000', HINT = format('Abort it with CALL id_gen.abort_split(%s) and start again.', s.split_id);
+      outcome.stop_message := format('id_gen: %s %s has nothing on shard "%s"', s.kind, s.split_id, s.shard);
+      outcome.stop_sqlstate := '55000';
+      outcome.stop_hint := format('Abort it with CALL id_gen.abort_split(%s) and start again.', s.split_id);
+      RETURN outcome;
     END IF;
-    t0 := clock_timestamp();
-    IF s.kind = 'split' THEN
-      -- A split's fence, one coordinator transaction per attempt: ACCESS EXCLUSIVE on the
-      -- old range's partitions only (lock timeout 50 ms: coordinator statements of the
-      -- range wait for the fence, nothing else does), the shard's swap (its own
-      -- transaction there; its tables under ACCESS EXCLUSIVE, lock timeout 50 ms; the call
-      -- bounded by 5 s), then id_gen.nest_split_here; COMMIT. A lock not granted rolls
-      -- the attempt back and it is retried; a shard past its bound (57014) or unreachable
-      -- fails the CALL (the swap may still commit there: the same CALL, or the move
-      -- supervisor, finishes it), and this session lets go of the split.
-      LOOP
-        attempt := attempt + 1;
-        ok := false;
-        err := NULL;
-        BEGIN
-          PERFORM pg_catalog.set_config('lock_timeout', '50ms', true);
-          PERFORM id_gen.lock_split_ranges(s);
-          PERFORM pg_catalog.set_config('lock_timeout', '0', true);
-          IF state <> 'swapped' THEN
-            PERFORM id_gen.remote_call(s.shard, 'shard_split_swap', ARRAY[s.split_id::text, '50'], 5000);
-            state := 'swapped';
-          END IF;
-          PERFORM id_gen.nest_split_here(s);
-          UPDATE id_gen.route_splits rs SET phase = 'swapped', fence_attempts = rs.fence_attempts + attempt,
-                 fence_started_at = t0, fence_ended_at = clock_timestamp(), updated_at = clock_timestamp(), last_error = NULL
-          WHERE rs.split_id = s.split_id RETURNING * INTO s;
-          ok := true;
-        EXCEPTION WHEN lock_not_available THEN
-          GET STACKED DIAGNOSTICS err = MESSAGE_TEXT;
-        WHEN OTHERS OR query_canceled THEN
-          GET STACKED DIAGNOSTICS err = MESSAGE_TEXT, err_state = RETURNED_SQLSTATE,
-                                  fail_detail = PG_EXCEPTION_DETAIL, fail_hint = PG_EXCEPTION_HINT;
-          PERFORM pg_advisory_unlock(id_gen.operation_session_lock_key(), s.split_id::integer);
-          PERFORM id_gen.reraise(err, err_state, fail_detail, fail_hint);
-        END;
-        IF ok THEN
-          COMMIT;
-          PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-          PERFORM id_gen.push_route_state_quietly();  -- the shard learns the new route version
-          EXIT;
-        END IF;
-        IF attempt >= 60 THEN
-          UPDATE id_gen.route_splits rs SET fence_attempts = rs.fence_attempts + attempt, last_error = err, updated_at = clock_timestamp()
-          WHERE rs.split_id = s.split_id;
-          COMMIT;
-          PERFORM pg_advisory_unlock(id_gen.operation_session_lock_key(), s.split_id::integer);
-          RAISE EXCEPTION 'id_gen: split % could not fence its range in % attempts of 50 ms', s.split_id, attempt
-            USING ERRCODE = '55P03', DETAIL = err,
-                  HINT = 'Long transactions hold the range''s partitions (on the coordinator or the shard). The copy is kept up to date meanwhile; CALL the same procedure again to retry the fence, or CALL id_gen.abort_split(split_id).';
-        END IF;
-        PERFORM pg_sleep(least(0.02 * attempt, 0.5));
-      END LOOP;
-    ELSE
-      -- A merge's fence, in two steps (its two old ranges become one, which needs the
-      -- coordinator's partitioned tables, so their locks cannot wait for the shard). The
-      -- shard's swap first, in its own transaction there (lock timeout 50 ms, retried;
-      -- the call bounded by 5 s), with no lock of the coordinator: the old partitions are
-      -- retired (IG002) there. Then the coordinator's half, local catalog work only, with
-      -- its tables locked within 50 ms for milliseconds (id_gen.try_finish_split_here).
-      -- Between the two, coordinator statements of the merged genes get IG002 (retry).
-      WHILE state <> 'swapped' LOOP
-        attempt := attempt + 1;
-        err := NULL;
-        BEGIN
-          PERFORM id_gen.remote_call(s.shard, 'shard_split_swap', ARRAY[s.split_id::text, '50'], 5000);
-          state := 'swapped';
-        EXCEPTION WHEN lock_not_available THEN
-          GET STACKED DIAGNOSTICS err = MESSAGE_TEXT;
-        WHEN OTHERS OR query_canceled THEN
-          GET STACKED DIAGNOSTICS err = MESSAGE_TEXT, err_state = RETURNED_SQLSTATE,
-                                  fail_detail = PG_EXCEPTION_DETAIL, fail_hint = PG_EXCEPTION_HINT;
-          PERFORM pg_advisory_unlock(id_gen.operation_session_lock_key(), s.split_id::integer);
-          PERFORM id_gen.reraise(err, err_state, fail_detail, fail_hint);
-        END;
-        IF err IS NOT NULL AND attempt >= 60 THEN
-          UPDATE id_gen.route_splits rs SET fence_attempts = rs.fence_attempts + attempt, last_error = err, updated_at = clock_timestamp()
-          WHERE rs.split_id = s.split_id;
-          COMMIT;
-          PERFORM pg_advisory_unlock(id_gen.operation_session_lock_key(), s.split_id::integer);
-          RAISE EXCEPTION 'id_gen: merge % could not fence its ranges on shard "%" in % attempts of 50 ms', s.split_id, s.shard, attempt
-            USING ERRCODE = '55P03', DETAIL = err,
-                  HINT = 'Long transactions on the shard hold the table. The copy is kept up to date meanwhile; CALL the same procedure again to retry the fence, or CALL id_gen.abort_split(split_id).';
-        ELSIF err IS NOT NULL THEN
-          PERFORM pg_sleep(least(0.02 * attempt, 0.5));
-        END IF;
-      END LOOP;
-      LOOP
-        tries := tries + 1;
-        err := id_gen.try_finish_split_here(s.split_id, t0, attempt + tries);
-        IF err IS NULL THEN
-          COMMIT;
-          PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-          SELECT * INTO s FROM id_gen.route_splits rs WHERE rs.split_id = run_split.split_id;
-          PERFORM id_gen.push_route_state_quietly();  -- the shard learns the new route version
-          EXIT;
-        END IF;
-        IF tries >= 200 THEN
-          UPDATE id_gen.route_splits rs SET last_error = err, updated_at = clock_timestamp()
-          WHERE rs.split_id = s.split_id;
-          COMMIT;
-          PERFORM pg_advisory_unlock(id_gen.operation_session_lock_key(), s.split_id::integer);
-          RAISE EXCEPTION 'id_gen: merge % swapped on shard "%", but the coordinator''s tables stayed busy for % attempts of 50 ms', s.split_id, s.shard, tries
-            USING ERRCODE = '55P03', DETAIL = err,
-                  HINT = 'Until the coordinator''s half commits, statements of the merged genes get IG002 (retry). Long transactions hold the distributed tables; CALL the same procedure again, or let the move supervisor finish it.';
-        END IF;
-        PERFORM pg_sleep(least(0.02 * tries, 0.2));
-      END LOOP;
+    -- A split's fence is one coordinator transaction per attempt (step fence). A merge's is
+    -- two steps (its two old ranges become one, which needs the coordinator's partitioned
+    -- tables, so their locks cannot wait for the shard): the shard's swap first
+    -- (swap_on_shard), with no lock of the coordinator (the old partitions are retired
+    -- there: coordinator statements of the merged genes get IG002, retry, until the
+    -- coordinator's half commits), then the coordinator's half (finish_here).
+    outcome.next_step := jsonb_build_object('t0', clock_timestamp(), 'attempt', 1, 'state', state,
+                                    'step', CASE WHEN s.kind = 'split' THEN 'fence'
+                                                 WHEN state = 'swapped' THEN 'finish_here' ELSE 'swap_on_shard' END);
+    IF s.kind = 'merge' AND state = 'swapped' THEN
+      outcome.next_step := outcome.next_step || '{"attempt": 0}';  -- (no swap attempt of this CALL)
     END IF;
-  END IF;
 
-  IF s.phase = 'swapped' THEN
+  ELSIF s.phase = 'swapping' AND step->>'step' = 'fence' THEN
+    -- ACCESS EXCLUSIVE on the old range's partitions only (lock timeout 50 ms: coordinator
+    -- statements of the range wait for the fence, nothing else does), the shard's swap (its
+    -- own transaction there; its tables under ACCESS EXCLUSIVE, lock timeout 50 ms; the
+    -- call bounded by 5 s), then id_gen.nest_split_here; the driver's COMMIT lifts it. A
+    -- lock not granted (55P03) is retried (id_gen.split_step_failed); a shard past its
+    -- bound (57014) or unreachable fails the CALL (the swap may still commit there: the
+    -- same CALL, or the move supervisor, finishes it).
+    PERFORM pg_catalog.set_config('lock_timeout', '50ms', true);
+    PERFORM id_gen.lock_split_ranges(s);
+    PERFORM pg_catalog.set_config('lock_timeout', '0', true);
+    IF step->>'state' <> 'swapped' THEN
+      PERFORM id_gen.remote_call(s.shard, 'shard_split_swap', ARRAY[s.split_id::text, '50'], 5000);
+    END IF;
+    PERFORM id_gen.nest_split_here(s);
+    UPDATE id_gen.route_splits rs SET phase = 'swapped', fence_attempts = rs.fence_attempts + attempt,
+           fence_started_at = t0, fence_ended_at = clock_timestamp(), updated_at = clock_timestamp(), last_error = NULL
+    WHERE rs.split_id = s.split_id;
+
+  ELSIF s.phase = 'swapping' AND step->>'step' = 'swap_on_shard' THEN
+    PERFORM id_gen.remote_call(s.shard, 'shard_split_swap', ARRAY[s.split_id::text, '50'], 5000);
+    outcome.next_step := step || jsonb_build_object('step', 'finish_here', 'state', 'swapped');
+
+  ELSIF s.phase = 'swapping' AND step->>'step' = 'finish_here' THEN
+    err := id_gen.try_finish_split_here(s.split_id, t0, attempt + tries);
+    IF err IS NOT NULL AND tries >= 200 THEN
+      UPDATE id_gen.route_splits rs SET last_error = err, updated_at = clock_timestamp()
+      WHERE rs.split_id = s.split_id;
+      outcome.stop_message := format('id_gen: merge %s swapped on shard "%s", but the coordinator''s tables stayed busy for %s attempts of 50 ms',
+                             s.split_id, s.shard, tries);
+      outcome.stop_sqlstate := '55P03';
+      outcome.stop_detail := err;
+      outcome.stop_hint := 'Until the coordinator''s half commits, statements of the merged genes get IG002 (retry). Long transactions hold the distributed tables; CALL the same procedure again, or let the move supervisor finish it.';
+    ELSIF err IS NOT NULL THEN
+      outcome.next_step := step || jsonb_build_object('tries', tries + 1);
+      outcome.pause := least(0.02 * tries, 0.2);
+    END IF;
+
+  ELSIF s.phase = 'swapped' AND step IS NULL THEN
     PERFORM id_gen.remote_call(s.shard, 'shard_split_cleanup', ARRAY[s.split_id::text], 120000);
+    outcome.next_step := '{"step": "relayout", "tries": 1}';
+
+  ELSIF s.phase = 'swapped' AND step->>'step' = 'relayout' THEN
     -- A split's new ranges get range partitions of their own on the coordinator: nothing
     -- is fenced, but the partitioned tables are locked (within 50 ms, retried) for the
     -- milliseconds of the DETACH.
-    tries := 0;
-    WHILE id_gen.split_needs_relayout(s) LOOP
-      tries := tries + 1;
-      err := id_gen.try_relayout_split_here(s.split_id);
-      IF err IS NULL THEN
-        COMMIT;
-        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-      ELSIF tries >= 200 THEN
-        UPDATE id_gen.route_splits rs SET last_error = err, updated_at = clock_timestamp()
-        WHERE rs.split_id = s.split_id;
-        COMMIT;
-        PERFORM pg_advisory_unlock(id_gen.operation_session_lock_key(), s.split_id::integer);
-        RAISE EXCEPTION 'id_gen: split % is in effect, but the coordinator''s tables stayed busy for % attempts of 50 ms to give its ranges their own partitions', s.split_id, tries
-          USING ERRCODE = '55P03', DETAIL = err,
-                HINT = 'Nothing is fenced meanwhile. Long transactions hold the distributed tables; CALL the same procedure again, or let the move supervisor finish it.';
-      ELSE
-        PERFORM pg_sleep(least(0.02 * tries, 0.2));
-      END IF;
-    END LOOP;
-    UPDATE id_gen.route_splits rs SET phase = 'done', finished_at = clock_timestamp(), updated_at = clock_timestamp()
-    WHERE rs.split_id = s.split_id RETURNING * INTO s;
-    COMMIT;
-    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+    IF NOT id_gen.split_needs_relayout(s) THEN
+      UPDATE id_gen.route_splits rs SET phase = 'done', finished_at = clock_timestamp(), updated_at = clock_timestamp()
+      WHERE rs.split_id = s.split_id;
+      RETURN outcome;
+    END IF;
+    err := id_gen.try_relayout_split_here(s.split_id);
+    IF err IS NOT NULL AND tries >= 200 THEN
+      UPDATE id_gen.route_splits rs SET last_error = err, updated_at = clock_timestamp()
+      WHERE rs.split_id = s.split_id;
+      outcome.stop_message := format('id_gen: split %s is in effect, but the coordinator''s tables stayed busy for %s attempts of 50 ms to give its ranges their own partitions',
+                             s.split_id, tries);
+      outcome.stop_sqlstate := '55P03';
+      outcome.stop_detail := err;
+      outcome.stop_hint := 'Nothing is fenced meanwhile. Long transactions hold the distributed tables; CALL the same procedure again, or let the move supervisor finish it.';
+    ELSE
+      outcome.next_step := jsonb_build_object('step', 'relayout', 'tries', tries + 1);
+      outcome.pause := CASE WHEN err IS NOT NULL THEN least(0.02 * tries, 0.2) END;
+    END IF;
+
+  ELSIF s.phase = 'failed' THEN
+    outcome.stop_message := format('id_gen: %s %s failed: %s', s.kind, s.split_id, s.last_error);
+    outcome.stop_sqlstate := '55000';
+    outcome.stop_hint := format('CALL id_gen.abort_split(%s) rolls it back; then start again.', s.split_id);
+  ELSE
+    RAISE EXCEPTION 'id_gen: % % has no step % in phase %', s.kind, s.split_id, step, s.phase USING ERRCODE = '55000';
   END IF;
-  PERFORM pg_advisory_unlock(id_gen.operation_session_lock_key(), s.split_id::integer);
-  RAISE NOTICE 'id_gen: % % of genes % .. % on shard "%" is %: fence % ms in % attempt(s), % rows copied', s.kind, s.split_id,
-    s.lower_gene, s.upper_gene, s.shard, s.phase,
-    round(extract(epoch FROM s.fence_ended_at - s.fence_started_at) * 1000, 1), s.fence_attempts, s.rows_copied;
+  RETURN outcome;
 END $$;
-COMMENT ON PROCEDURE id_gen.run_split(bigint) IS 'Runs or resumes a split or merge recorded in id_gen.route_splits (split_route and merge_routes call it).';
-REVOKE EXECUTE ON PROCEDURE id_gen.run_split(bigint) FROM PUBLIC;
+COMMENT ON FUNCTION id_gen.split_step(bigint, jsonb) IS 'One step of a split or merge (the driver id_gen.run_operation commits after each): prepare, one batch of the copy, the catch-up, one attempt at the fence, the cleanup, one attempt at the re-layout. Returns where to go on, how long to pause, or an error to stop with.';
+REVOKE EXECUTE ON FUNCTION id_gen.split_step(bigint, jsonb) FROM PUBLIC;
+
+-- What a failed step of a split or merge means (the driver calls it after the step's work
+-- was rolled back; its calls to the shard were not):
+--   planned: what was prepared goes again (the old partitions never stopped serving);
+--     the split is aborted (or failed, when that clean-up failed too) and the CALL fails;
+--   a fence or merge swap whose lock was not granted (55P03): tried again after a pause,
+--     60 times at most; any other error of the fence fails the CALL and lets go of it;
+--   any other step: nothing (the driver raises the error as it is and keeps the split,
+--     which the same CALL resumes).
+CREATE OR REPLACE FUNCTION id_gen.split_step_failed(split_id bigint, step jsonb, err text, err_state text,
+                                                    err_detail text, err_hint text) RETURNS id_gen.step_outcome
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  outcome id_gen.step_outcome;
+  s id_gen.route_splits;
+  res text;
+  attempt integer := coalesce((step->>'attempt')::integer, 1);
+BEGIN
+  SELECT * INTO s FROM id_gen.route_splits rs WHERE rs.split_id = split_step_failed.split_id;
+  IF s.phase = 'planned' THEN
+    res := id_gen.undo_split(s);
+    UPDATE id_gen.route_splits rs SET phase = CASE WHEN res IS NULL THEN 'aborted' ELSE 'failed' END,
+           last_error = err || coalesce('; undo incomplete: ' || res, ''),
+           finished_at = CASE WHEN res IS NULL THEN clock_timestamp() END, updated_at = clock_timestamp()
+    WHERE rs.split_id = s.split_id;
+    outcome.stop_message := format('id_gen: %s %s could not start on shard "%s": %s', s.kind, s.split_id, s.shard, err);
+    outcome.stop_sqlstate := err_state;
+    outcome.stop_hint := CASE WHEN res IS NULL THEN 'Nothing was changed; the routes are as they were.'
+                      ELSE format('Finish the rollback with CALL id_gen.abort_split(%s).', s.split_id) END;
+  ELSIF s.phase = 'swapping' AND step->>'step' IN ('fence', 'swap_on_shard') AND err_state = '55P03' THEN
+    IF attempt < 60 THEN
+      outcome.next_step := step || jsonb_build_object('attempt', attempt + 1);
+      outcome.pause := least(0.02 * attempt, 0.5);
+      RETURN outcome;
+    END IF;
+    UPDATE id_gen.route_splits rs SET fence_attempts = rs.fence_attempts + attempt, last_error = err, updated_at = clock_timestamp()
+    WHERE rs.split_id = s.split_id;
+    outcome.stop_sqlstate := '55P03';
+    outcome.stop_detail := err;
+    IF s.kind = 'split' THEN
+      outcome.stop_message := format('id_gen: split %s could not fence its range in %s attempts of 50 ms', s.split_id, attempt);
+      outcome.stop_hint := 'Long transactions hold the range''s partitions (on the coordinator or the shard). The copy is kept up to date meanwhile; CALL the same procedure again to retry the fence, or CALL id_gen.abort_split(split_id).';
+    ELSE
+      outcome.stop_message := format('id_gen: merge %s could not fence its ranges on shard "%s" in %s attempts of 50 ms', s.split_id, s.shard, attempt);
+      outcome.stop_hint := 'Long transactions on the shard hold the table. The copy is kept up to date meanwhile; CALL the same procedure again to retry the fence, or CALL id_gen.abort_split(split_id).';
+    END IF;
+  ELSIF s.phase = 'swapping' AND step->>'step' IN ('fence', 'swap_on_shard') THEN
+    outcome.stop_message := err;
+    outcome.stop_sqlstate := err_state;
+    outcome.stop_detail := err_detail;
+    outcome.stop_hint := err_hint;
+  END IF;
+  RETURN outcome;
+END $$;
+COMMENT ON FUNCTION id_gen.split_step_failed(bigint, jsonb, text, text, text, text) IS 'What a failed step of a split or merge means, for the driver id_gen.run_operation: roll back one that could not start, try a fence whose locks were not granted again (60 times), or stop; NULLs: raise the error as it is.';
+REVOKE EXECUTE ON FUNCTION id_gen.split_step_failed(bigint, jsonb, text, text, text, text) FROM PUBLIC;
+
+-- The NOTICE at the end of a split or merge.
+CREATE OR REPLACE FUNCTION id_gen.split_summary(split_id bigint) RETURNS text
+LANGUAGE sql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT format('id_gen: %s %s of genes %s .. %s on shard "%s" is %s: fence %s ms in %s attempt(s), %s rows copied', s.kind, s.split_id,
+                s.lower_gene, s.upper_gene, s.shard, s.phase,
+                round(extract(epoch FROM s.fence_ended_at - s.fence_started_at) * 1000, 1), s.fence_attempts, s.rows_copied)
+  FROM id_gen.route_splits s WHERE s.split_id = split_summary.split_id
+$$;
+COMMENT ON FUNCTION id_gen.split_summary(bigint) IS 'One line on a split or merge (phase, fence time and attempts, rows copied): the NOTICE at its end.';
+REVOKE EXECUTE ON FUNCTION id_gen.split_summary(bigint) FROM PUBLIC;
 
 -- Records a split or merge (or finds the unfinished one it resumes) and runs it.
 CREATE OR REPLACE PROCEDURE id_gen.start_split(kind text, at_gene integer)
@@ -603,14 +607,14 @@ BEGIN
     ELSIF s.phase = 'failed' THEN
       RAISE EXCEPTION 'id_gen: % % failed: %', s.kind, s.split_id, s.last_error
         USING ERRCODE = '55000', HINT = format('CALL id_gen.abort_split(%s) rolls it back; then start again.', s.split_id);
-    ELSIF NOT pg_try_advisory_lock(id_gen.operation_session_lock_key(), s.split_id::integer) THEN
+    ELSIF NOT id_gen.take_operation(s.split_id) THEN
       RAISE EXCEPTION 'id_gen: % % is running in session %', s.kind, s.split_id, s.runner_pid
         USING ERRCODE = '55006', HINT = 'Watch it in id_gen.splits.';
     END IF;
     UPDATE id_gen.route_splits rs SET runner_pid = pg_backend_pid(), updated_at = clock_timestamp()
     WHERE rs.split_id = s.split_id;
     COMMIT;
-    CALL id_gen.run_split(s.split_id);
+    CALL id_gen.run_operation(s.split_id);
     RETURN;
   END IF;
   PERFORM id_gen.refuse_during_moves(what);
@@ -661,9 +665,9 @@ BEGIN
   RAISE NOTICE 'id_gen: % % of genes % .. % at % on shard "%" (watch it in id_gen.splits)', kind, s.split_id,
     s.lower_gene, s.upper_gene, at_gene, s.shard;
   COMMIT;
-  CALL id_gen.run_split(s.split_id);
+  CALL id_gen.run_operation(s.split_id);
 END $$;
-COMMENT ON PROCEDURE id_gen.start_split(text, integer) IS 'Common start of split_route and merge_routes: checks, records and runs (or resumes) the change.';
+COMMENT ON PROCEDURE id_gen.start_split(text, integer) IS 'Common start of split_route and merge_routes: checks, records the change (or finds the unfinished one it resumes) and runs it with id_gen.run_operation.';
 REVOKE EXECUTE ON PROCEDURE id_gen.start_split(text, integer) FROM PUBLIC;
 
 CREATE OR REPLACE PROCEDURE id_gen.split_route(at_gene integer)
@@ -736,86 +740,64 @@ END $$;
 COMMENT ON PROCEDURE id_gen.abort_split(bigint) IS 'Rolls back a split or merge that has not swapped: the shard drops its triggers and new tables; the routes never changed. Superuser only.';
 REVOKE EXECUTE ON PROCEDURE id_gen.abort_split(bigint) FROM PUBLIC;
 
--- Splits and merges whose session is gone (called by id_gen.recover_moves, which the move
--- supervisor runs every few seconds): one that swapped on its shard is finished; one left
--- alone for abandon_after before that is rolled back.
-CREATE OR REPLACE FUNCTION id_gen.recover_splits(abandon_after interval DEFAULT '10 min', grace interval DEFAULT '10 s')
-RETURNS TABLE (split_id bigint, action text)
-LANGUAGE plpgsql
+-- A split or merge whose session is gone, for the recovery loop (id_gen.recover_operations
+-- in sql/cluster/operations.sql), which holds its session lock and records what this
+-- returns, or the error it raises. A failed one (its rollback incomplete) waits for
+-- CALL id_gen.abort_split.
+CREATE OR REPLACE FUNCTION id_gen.recover_split(split_id bigint, abandon_after interval) RETURNS text
+LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   s id_gen.route_splits;
-  err text;
   res text;
   state text;
 BEGIN
-  PERFORM id_gen.require_superuser('recover splits');
-  FOR s IN SELECT * FROM id_gen.route_splits rs
-           WHERE rs.phase NOT IN ('done', 'aborted', 'failed') AND rs.updated_at < clock_timestamp() - grace
-             AND rs.shard <> ALL (id_gen.shards_not_answering())
-           ORDER BY rs.split_id LOOP
-    CONTINUE WHEN NOT pg_try_advisory_lock(id_gen.operation_session_lock_key(), s.split_id::integer);
-    split_id := s.split_id;
-    action := NULL;
-    err := NULL;
-    BEGIN
-      state := id_gen.remote_call(s.shard, 'shard_split_state', ARRAY[s.split_id::text], 10000);
-      IF s.phase = 'swapping' AND state = 'swapped' THEN
-        -- (Locks within 50 ms, a few tries: the coordinator's writers never wait longer.)
-        FOR attempt IN 1 .. 20 LOOP
-          res := id_gen.try_finish_split_here(s.split_id, coalesce(s.fence_started_at, clock_timestamp()), 0);
-          EXIT WHEN res IS NULL;
-          PERFORM pg_sleep(0.05);
-        END LOOP;
-        IF res IS NOT NULL THEN
-          RAISE EXCEPTION 'the coordinator''s tables stayed busy: %', res USING ERRCODE = '55P03';
-        END IF;
-        -- (The cleanup, a remote call, waits for the next pass: these locks last until
-        -- this pass commits.)
-        action := 'finished the swap here';
-      ELSIF s.phase = 'swapped' THEN
-        PERFORM id_gen.remote_call(s.shard, 'shard_split_cleanup', ARRAY[s.split_id::text], 120000);
-        action := 'dropped the old partitions';
-        res := NULL;
-        FOR attempt IN 1 .. 20 LOOP
-          EXIT WHEN NOT id_gen.split_needs_relayout(s);
-          res := id_gen.try_relayout_split_here(s.split_id);
-          EXIT WHEN res IS NULL;
-          PERFORM pg_sleep(0.05);
-        END LOOP;
-        IF res IS NOT NULL THEN
-          RAISE EXCEPTION 'the coordinator''s tables stayed busy: %', res USING ERRCODE = '55P03';
-        END IF;
-        UPDATE id_gen.route_splits rs SET phase = 'done', finished_at = clock_timestamp(), updated_at = clock_timestamp()
-        WHERE rs.split_id = s.split_id;
-      ELSIF s.updated_at < clock_timestamp() - abandon_after THEN
-        res := id_gen.undo_split(s);
-        UPDATE id_gen.route_splits rs SET phase = CASE WHEN res IS NULL THEN 'aborted' ELSE 'failed' END,
-               finished_at = CASE WHEN res IS NULL THEN clock_timestamp() END,
-               last_error = coalesce('abort incomplete: ' || res, rs.last_error), updated_at = clock_timestamp()
-        WHERE rs.split_id = s.split_id;
-        action := CASE WHEN res IS NULL THEN 'rolled back (left alone for ' || abandon_after || ')' ELSE 'rollback incomplete: ' || res END;
-      END IF;
-    EXCEPTION WHEN OTHERS OR query_canceled THEN  -- (a shard past its bound is 57014)
-      GET STACKED DIAGNOSTICS err = MESSAGE_TEXT;
-    END;
-    IF err IS NOT NULL THEN
-      UPDATE id_gen.route_splits rs SET last_error = 'supervisor: ' || err, updated_at = clock_timestamp()
-      WHERE rs.split_id = s.split_id;
-      action := 'failed: ' || err;
-    ELSIF action IS NOT NULL THEN
-      UPDATE id_gen.route_splits rs SET recovered_by = action || ' at ' || clock_timestamp()::text
-      WHERE rs.split_id = s.split_id;
+  SELECT * INTO s FROM id_gen.route_splits rs WHERE rs.split_id = recover_split.split_id;
+  IF NOT FOUND OR s.phase IN ('done', 'aborted', 'failed') THEN
+    RETURN NULL;
+  END IF;
+  state := id_gen.remote_call(s.shard, 'shard_split_state', ARRAY[s.split_id::text], 10000);
+  IF s.phase = 'swapping' AND state = 'swapped' THEN
+    -- (Locks within 50 ms, a few tries: the coordinator's writers never wait longer.)
+    FOR attempt IN 1 .. 20 LOOP
+      res := id_gen.try_finish_split_here(s.split_id, coalesce(s.fence_started_at, clock_timestamp()), 0);
+      EXIT WHEN res IS NULL;
+      PERFORM pg_sleep(0.05);
+    END LOOP;
+    IF res IS NOT NULL THEN
+      RAISE EXCEPTION 'the coordinator''s tables stayed busy: %', res USING ERRCODE = '55P03';
     END IF;
-    PERFORM pg_advisory_unlock(id_gen.operation_session_lock_key(), s.split_id::integer);
-    IF action IS NOT NULL THEN
-      RETURN NEXT;
+    -- (The cleanup, a remote call, waits for the next pass: these locks last until
+    -- this pass commits.)
+    RETURN 'finished the swap here';
+  ELSIF s.phase = 'swapped' THEN
+    PERFORM id_gen.remote_call(s.shard, 'shard_split_cleanup', ARRAY[s.split_id::text], 120000);
+    res := NULL;
+    FOR attempt IN 1 .. 20 LOOP
+      EXIT WHEN NOT id_gen.split_needs_relayout(s);
+      res := id_gen.try_relayout_split_here(s.split_id);
+      EXIT WHEN res IS NULL;
+      PERFORM pg_sleep(0.05);
+    END LOOP;
+    IF res IS NOT NULL THEN
+      RAISE EXCEPTION 'the coordinator''s tables stayed busy: %', res USING ERRCODE = '55P03';
     END IF;
-  END LOOP;
+    UPDATE id_gen.route_splits rs SET phase = 'done', finished_at = clock_timestamp(), updated_at = clock_timestamp()
+    WHERE rs.split_id = s.split_id;
+    RETURN 'dropped the old partitions';
+  ELSIF s.updated_at < clock_timestamp() - abandon_after THEN
+    res := id_gen.undo_split(s);
+    UPDATE id_gen.route_splits rs SET phase = CASE WHEN res IS NULL THEN 'aborted' ELSE 'failed' END,
+           finished_at = CASE WHEN res IS NULL THEN clock_timestamp() END,
+           last_error = coalesce('abort incomplete: ' || res, rs.last_error), updated_at = clock_timestamp()
+    WHERE rs.split_id = s.split_id;
+    RETURN CASE WHEN res IS NULL THEN 'rolled back (left alone for ' || abandon_after || ')' ELSE 'rollback incomplete: ' || res END;
+  END IF;
+  RETURN NULL;
 END $$;
-COMMENT ON FUNCTION id_gen.recover_splits(interval, interval) IS 'Picks up splits and merges no session runs: finishes one that swapped on its shard (the coordinator''s half, then the cleanup) and rolls back one left alone for abandon_after before that. id_gen.recover_moves calls it. Superuser only.';
-REVOKE EXECUTE ON FUNCTION id_gen.recover_splits(interval, interval) FROM PUBLIC;
+COMMENT ON FUNCTION id_gen.recover_split(bigint, interval) IS 'The move supervisor''s work on one split or merge no session runs (called by id_gen.recover_operations under its session lock): finishes one that swapped on its shard (the coordinator''s half, then the cleanup) and rolls back one left alone for abandon_after before that; returns what it did (NULL: nothing).';
+REVOKE EXECUTE ON FUNCTION id_gen.recover_split(bigint, interval) FROM PUBLIC;
 
 -- Splits and merges in the way of other route changes and moves.
 CREATE OR REPLACE FUNCTION id_gen.refuse_during_splits(what text) RETURNS void

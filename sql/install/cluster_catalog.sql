@@ -79,91 +79,13 @@ REVOKE ALL ON id_gen.shard_placements FROM PUBLIC;
 GRANT SELECT ON id_gen.shard_placements TO PUBLIC;
 COMMENT ON TABLE id_gen.shard_placements IS 'On a coordinator: the route ranges each shard was last told it owns for each distributed table (its local partitions).';
 
--- A plain sequence, marked for pg_dump, so that a restored coordinator numbers new moves
--- after the restored ones.
+-- A plain sequence, marked for pg_dump, so that a restored coordinator numbers new
+-- operations after the restored ones (its name is from 0.4.0, when only moves had numbers;
+-- its COMMENT and owner follow id_gen.cluster_operations below).
 CREATE SEQUENCE id_gen.move_ids;
 SELECT pg_catalog.pg_extension_config_dump('id_gen.move_ids', '');
-COMMENT ON SEQUENCE id_gen.move_ids IS 'Numbers the moves in id_gen.shard_moves.';
 -- pg_dump reads it (an unprivileged pg_dump too, as for the other catalog tables).
 GRANT SELECT ON SEQUENCE id_gen.move_ids TO PUBLIC;
-CREATE TABLE id_gen.shard_moves (
-    move_id          bigint      PRIMARY KEY DEFAULT nextval('id_gen.move_ids'),
-    lower_gene       integer     NOT NULL,
-    upper_gene       integer     NOT NULL,
-    source_shard     text        NOT NULL,
-    target_shard     text        NOT NULL,
-    phase            text        NOT NULL DEFAULT 'planned'
-                     CHECK (phase IN ('planned', 'copying', 'catching_up', 'cut_over', 'done', 'aborted', 'failed')),
-    keep_source      boolean     NOT NULL DEFAULT false,
-    rows_copied      bigint,
-    lag_bytes        bigint,
-    fence_attempts   integer     NOT NULL DEFAULT 0,
-    target_subscription oid,
-    runner_pid       integer,
-    source_fenced    boolean     NOT NULL DEFAULT false,
-    fence_started_at timestamptz,
-    fence_ended_at   timestamptz,
-    started_at       timestamptz NOT NULL DEFAULT clock_timestamp(),
-    updated_at       timestamptz NOT NULL DEFAULT clock_timestamp(),
-    finished_at      timestamptz,
-    last_error       text,
-    slot_created     boolean     NOT NULL DEFAULT false,
-    target_system_id text,
-    recovered_by     text,
-    CHECK (lower_gene BETWEEN 0 AND upper_gene AND upper_gene <= 65535)
-);
-ALTER SEQUENCE id_gen.move_ids OWNED BY id_gen.shard_moves.move_id;
-SELECT pg_catalog.pg_extension_config_dump('id_gen.shard_moves', '');
-REVOKE ALL ON id_gen.shard_moves FROM PUBLIC;
-GRANT SELECT ON id_gen.shard_moves TO PUBLIC;
-COMMENT ON TABLE id_gen.shard_moves IS 'On a coordinator: every move of genes between shards (CALL id_gen.move_genes) with its phase and progress; read it through id_gen.moves.';
-COMMENT ON COLUMN id_gen.shard_moves.slot_created IS 'Whether this move created its replication slot on the source (only then does an abort drop a slot of that name).';
-COMMENT ON COLUMN id_gen.shard_moves.recovered_by IS 'What the move supervisor did to a move whose session was gone (lifted the fence, finished the cut-over, aborted it), if anything.';
-
--- @new-in-0.5.0
--- Reversible moves (sql/cluster/revert.sql): after the cut-over the target's changes replicate back
--- to the source until revert_move or complete_move.
-ALTER TABLE id_gen.shard_moves DROP CONSTRAINT shard_moves_phase_check;
-ALTER TABLE id_gen.shard_moves ADD CONSTRAINT shard_moves_phase_check
-    CHECK (phase IN ('planned', 'copying', 'catching_up', 'cut_over', 'done', 'aborted', 'failed',
-                     'reversible', 'reverting', 'reverted'));
-ALTER TABLE id_gen.shard_moves ADD COLUMN reversible boolean NOT NULL DEFAULT false,
-                               ADD COLUMN back_lsn pg_lsn,
-                               ADD COLUMN back_lag_bytes bigint,
-                               ADD COLUMN back_retained_bytes bigint,
-                               ADD COLUMN back_checked_at timestamptz;
-COMMENT ON COLUMN id_gen.shard_moves.reversible IS 'move_genes(..., reversible => true): after the cut-over the target''s changes of the moved genes replicate back to the source''s kept partitions (phase reversible) until CALL id_gen.revert_move or CALL id_gen.complete_move.';
-COMMENT ON COLUMN id_gen.shard_moves.back_lsn IS 'The target''s WAL position inside the fence, after the last change from the source was applied: the reverse replication starts there.';
-COMMENT ON COLUMN id_gen.shard_moves.back_lag_bytes IS 'A reversible move: WAL of the target not yet confirmed by the source (reverse replication lag), as of back_checked_at.';
-COMMENT ON COLUMN id_gen.shard_moves.back_retained_bytes IS 'A reversible move: WAL the target keeps for the reverse replication slot (grows while the source does not confirm), as of back_checked_at.';
--- Online splits and merges of route ranges (sql/cluster/split.sql).
-CREATE TABLE id_gen.route_splits (
-    split_id       bigint      PRIMARY KEY DEFAULT nextval('id_gen.move_ids'),
-    kind           text        NOT NULL CHECK (kind IN ('split', 'merge')),
-    lower_gene     integer     NOT NULL,
-    at_gene        integer     NOT NULL,
-    upper_gene     integer     NOT NULL,
-    shard          text        NOT NULL,
-    phase          text        NOT NULL DEFAULT 'planned'
-                   CHECK (phase IN ('planned', 'copying', 'swapping', 'swapped', 'done', 'aborted', 'failed')),
-    rows_total     bigint,
-    rows_copied    bigint      NOT NULL DEFAULT 0,
-    fence_attempts integer     NOT NULL DEFAULT 0,
-    runner_pid     integer,
-    fence_started_at timestamptz,
-    fence_ended_at timestamptz,
-    started_at     timestamptz NOT NULL DEFAULT clock_timestamp(),
-    updated_at     timestamptz NOT NULL DEFAULT clock_timestamp(),
-    finished_at    timestamptz,
-    last_error     text,
-    recovered_by   text,
-    CHECK (lower_gene BETWEEN 0 AND at_gene AND at_gene < upper_gene AND upper_gene <= 65535)
-);
-SELECT pg_catalog.pg_extension_config_dump('id_gen.route_splits', '');
-REVOKE ALL ON id_gen.route_splits FROM PUBLIC;
-GRANT SELECT ON id_gen.route_splits TO PUBLIC;
-COMMENT ON TABLE id_gen.route_splits IS 'On a coordinator: every online split (CALL id_gen.split_route) and merge (CALL id_gen.merge_routes) of route ranges, with its phase and progress; read it through id_gen.splits. Numbered from the same sequence as moves.';
-COMMENT ON COLUMN id_gen.route_splits.at_gene IS 'The upper gene of the lower half: a split makes [lower_gene, at_gene] and [at_gene + 1, upper_gene] of one range; a merge makes one range of those two.';
 
 CREATE TABLE id_gen.shard_split_pieces (
     split_id     bigint   NOT NULL,
@@ -236,3 +158,75 @@ GRANT SELECT ON id_gen.shard_route_state TO PUBLIC;
 COMMENT ON TABLE id_gen.shard_route_state IS 'On a shard: the route version and route table the coordinator last pushed (id_gen.shard_set_route_state). A transaction that declared an older version (id_gen.route_claim or SET id_gen.route_version) fails with IG001; the routes name the owner in the DETAIL of IG001.';
 
 -- @new-in-0.7.3
+-- Long operations (sql/cluster/operations.sql): moves, splits and merges in one catalog,
+-- read through id_gen.operations. id_gen.shard_moves and id_gen.route_splits, the
+-- separate tables of 0.4.0 to 0.7.2, are now views over it that the code of each kind
+-- reads and writes (sql/cluster/operations.sql).
+CREATE TABLE id_gen.cluster_operations (
+    operation_id     bigint      PRIMARY KEY DEFAULT nextval('id_gen.move_ids'),
+    kind             text        NOT NULL CHECK (kind IN ('move', 'split', 'merge')),
+    phase            text        NOT NULL DEFAULT 'planned',
+    lower_gene       integer     NOT NULL,
+    at_gene          integer,
+    upper_gene       integer     NOT NULL,
+    shard            text        NOT NULL,
+    target_shard     text,
+    rows_total       bigint,
+    rows_copied      bigint,
+    lag_bytes        bigint,
+    fence_attempts   integer     NOT NULL DEFAULT 0,
+    fence_started_at timestamptz,
+    fence_ended_at   timestamptz,
+    runner_pid       integer,
+    started_at       timestamptz NOT NULL DEFAULT clock_timestamp(),
+    updated_at       timestamptz NOT NULL DEFAULT clock_timestamp(),
+    finished_at      timestamptz,
+    last_error       text,
+    recovered_by     text,
+    keep_source      boolean     NOT NULL DEFAULT false,
+    reversible       boolean     NOT NULL DEFAULT false,
+    target_subscription oid,
+    target_system_id text,
+    source_fenced    boolean     NOT NULL DEFAULT false,
+    slot_created     boolean     NOT NULL DEFAULT false,
+    back_lsn         pg_lsn,
+    back_lag_bytes   bigint,
+    back_retained_bytes bigint,
+    back_checked_at  timestamptz,
+    CHECK (lower_gene BETWEEN 0 AND upper_gene AND upper_gene <= 65535),
+    CONSTRAINT cluster_operations_kind_shape CHECK (CASE kind
+      WHEN 'move' THEN target_shard IS NOT NULL AND at_gene IS NULL
+                       AND phase IN ('planned', 'copying', 'catching_up', 'cut_over', 'done', 'aborted', 'failed',
+                                     'reversible', 'reverting', 'reverted')
+      ELSE target_shard IS NULL AND at_gene IS NOT NULL AND lower_gene <= at_gene AND at_gene < upper_gene
+           AND rows_copied IS NOT NULL
+           AND phase IN ('planned', 'copying', 'swapping', 'swapped', 'done', 'aborted', 'failed') END)
+);
+ALTER SEQUENCE id_gen.move_ids OWNED BY id_gen.cluster_operations.operation_id;
+COMMENT ON SEQUENCE id_gen.move_ids IS 'Numbers the long operations (moves, splits, merges) in id_gen.cluster_operations.';
+SELECT pg_catalog.pg_extension_config_dump('id_gen.cluster_operations', '');
+REVOKE ALL ON id_gen.cluster_operations FROM PUBLIC;
+GRANT SELECT ON id_gen.cluster_operations TO PUBLIC;
+COMMENT ON TABLE id_gen.cluster_operations IS 'On a coordinator: every long operation (a move of genes between shards, CALL id_gen.move_genes; an online split or merge of route ranges, CALL id_gen.split_route or id_gen.merge_routes) with its phase and progress; read it through id_gen.operations (all kinds), id_gen.moves or id_gen.splits.';
+COMMENT ON COLUMN id_gen.cluster_operations.kind IS 'move, split or merge. A reversible move and its revert are one move (phases reversible, reverting, reverted).';
+COMMENT ON COLUMN id_gen.cluster_operations.shard IS 'The shard the operation starts from: the source of a move, the shard of a split or merge.';
+COMMENT ON COLUMN id_gen.cluster_operations.target_shard IS 'A move: the shard the genes go to (NULL for a split or merge, which stays on its shard).';
+COMMENT ON COLUMN id_gen.cluster_operations.at_gene IS 'A split or merge: the upper gene of the lower half. A split makes [lower_gene, at_gene] and [at_gene + 1, upper_gene] of one range; a merge makes one range of those two.';
+COMMENT ON COLUMN id_gen.cluster_operations.runner_pid IS 'The backend that last ran the operation (id_gen.operations.runner says whether a session runs it now).';
+COMMENT ON COLUMN id_gen.cluster_operations.recovered_by IS 'What the move supervisor did to an operation whose session was gone (lifted a fence, finished a cut-over or swap, rolled it back), if anything.';
+COMMENT ON COLUMN id_gen.cluster_operations.slot_created IS 'A move: whether it created its replication slot on the source (only then does an abort drop a slot of that name).';
+COMMENT ON COLUMN id_gen.cluster_operations.source_fenced IS 'A move: whether the source''s fence (a trigger that refuses direct writes of the genes) may be up.';
+COMMENT ON COLUMN id_gen.cluster_operations.reversible IS 'A move made with move_genes(..., reversible => true): after the cut-over the target''s changes of the moved genes replicate back to the source''s kept partitions (phase reversible) until CALL id_gen.revert_move or CALL id_gen.complete_move.';
+COMMENT ON COLUMN id_gen.cluster_operations.back_lsn IS 'A reversible move: the target''s WAL position inside the fence, after the last change from the source was applied; the reverse replication starts there.';
+COMMENT ON COLUMN id_gen.cluster_operations.back_lag_bytes IS 'A reversible move: WAL of the target not yet confirmed by the source (reverse replication lag), as of back_checked_at.';
+COMMENT ON COLUMN id_gen.cluster_operations.back_retained_bytes IS 'A reversible move: WAL the target keeps for the reverse replication slot (grows while the source does not confirm), as of back_checked_at.';
+-- What a step of a long operation returns to the driver (id_gen.run_operation).
+CREATE TYPE id_gen.step_outcome AS (
+    next_step     jsonb,
+    pause         numeric,
+    stop_message  text,
+    stop_sqlstate text,
+    stop_detail   text,
+    stop_hint     text
+);
+COMMENT ON TYPE id_gen.step_outcome IS 'What a step of a long operation (or its failure handler) tells the driver id_gen.run_operation: where to go on in the phase (next_step; NULL: from the start of the phase as it is now), how many seconds to pause after the commit, or an error to stop with (stop_message with its SQLSTATE, detail and hint), raised after the commit.';

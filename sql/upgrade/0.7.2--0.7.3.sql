@@ -17,3 +17,39 @@ DROP FUNCTION id_gen.shard_link_conninfo(text, integer);
 DROP FUNCTION id_gen.shard_conninfo(text, boolean);
 -- The comment of arm_connect_bound names remote_send (from sql/install/finalize.sql):
 -- @finalize-of arm_connect_bound
+-- Long operations share one catalog (sql/cluster/operations.sql): id_gen.cluster_operations
+-- (after -- @new-in-0.7.3 in sql/install/cluster_catalog.sql) holds every move, split and
+-- merge, and id_gen.shard_moves and id_gen.route_splits become views over it. The old
+-- tables step aside here; after the code files have made the views and the code over them,
+-- their rows are copied (ids kept) and they go, with the old code's overloads on their row
+-- types.
+ALTER TABLE id_gen.shard_moves RENAME TO shard_moves_until_0_7_2;
+ALTER TABLE id_gen.route_splits RENAME TO route_splits_until_0_7_2;
+-- Return types that change (from the tables' row types to the views'), or functions that
+-- the one recovery loop (id_gen.recover_operations) replaces:
+DROP FUNCTION id_gen.take_reversible_move(bigint, text);
+DROP FUNCTION id_gen.recover_splits(interval, interval);
+-- Splits and merges are run by the driver of long operations (id_gen.run_operation) in steps:
+DROP PROCEDURE id_gen.run_split(bigint);
+-- @after-code
+INSERT INTO id_gen.cluster_operations
+  (operation_id, kind, phase, lower_gene, upper_gene, shard, target_shard, rows_copied, lag_bytes,
+   fence_attempts, fence_started_at, fence_ended_at, runner_pid, started_at, updated_at, finished_at,
+   last_error, recovered_by, keep_source, reversible, target_subscription, target_system_id,
+   source_fenced, slot_created, back_lsn, back_lag_bytes, back_retained_bytes, back_checked_at)
+SELECT move_id, 'move', phase, lower_gene, upper_gene, source_shard, target_shard, rows_copied, lag_bytes,
+       fence_attempts, fence_started_at, fence_ended_at, runner_pid, started_at, updated_at, finished_at,
+       last_error, recovered_by, keep_source, reversible, target_subscription, target_system_id,
+       source_fenced, slot_created, back_lsn, back_lag_bytes, back_retained_bytes, back_checked_at
+FROM id_gen.shard_moves_until_0_7_2;
+INSERT INTO id_gen.cluster_operations
+  (operation_id, kind, phase, lower_gene, at_gene, upper_gene, shard, rows_total, rows_copied,
+   fence_attempts, fence_started_at, fence_ended_at, runner_pid, started_at, updated_at, finished_at,
+   last_error, recovered_by)
+SELECT split_id, kind, phase, lower_gene, at_gene, upper_gene, shard, rows_total, rows_copied,
+       fence_attempts, fence_started_at, fence_ended_at, runner_pid, started_at, updated_at, finished_at,
+       last_error, recovered_by
+FROM id_gen.route_splits_until_0_7_2;
+ALTER EXTENSION id_gen DROP TABLE id_gen.shard_moves_until_0_7_2;
+ALTER EXTENSION id_gen DROP TABLE id_gen.route_splits_until_0_7_2;
+DROP TABLE id_gen.shard_moves_until_0_7_2, id_gen.route_splits_until_0_7_2 CASCADE;

@@ -324,6 +324,11 @@ def test_e_split_back_and_the_top_range():
     assert f"{routes()}/{shard_state(s1)}/{shard_state(s2)}/{leftovers()}" == f"{routes_before}/{before1}/{before2}/{NOTHING_LEFT}", \
         "and back: routes, rows and no leftovers"
     assert c.one("SELECT count(*) FILTER (WHERE phase = 'done') || '/' || count(*) FROM id_gen.moves") == "5/7", "5 moves done, 2 aborted"
+    assert c.one("SELECT string_agg(DISTINCT kind || ':' || phase || ':' || coalesce(runner, 'finished'), ',') FROM id_gen.operations") \
+        == "move:aborted:finished,move:done:finished", "id_gen.operations lists the same 7 moves, none of them running"
+    assert c.one("SELECT count(*) FROM id_gen.operations o JOIN id_gen.moves m ON m.move_id = o.operation_id "
+                 "AND (m.phase, m.source_shard, m.target_shard, m.fence_ms) IS NOT DISTINCT FROM (o.phase, o.source_shard, o.target_shard, o.fence_ms)") == 7, \
+        "with the phases, shards and fence times of id_gen.moves"
 
 
 # --- (f) a fence that times out is lifted and retried ----------------------------------------------

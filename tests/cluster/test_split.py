@@ -291,6 +291,9 @@ def test_d_a_swap_that_committed_only_on_the_shard_is_finished_by_the_supervisor
     poll_until("the move supervisor finishes the coordinator's half", lambda: c.one(
         f"SELECT phase || ':' || (recovered_by IS NOT NULL) FROM id_gen.splits WHERE split_id = {sid}"), "done:true", 60)
     assert (count_sum(), in_step()) == (S["sum1"], True), "nothing lost, in step"
+    assert c.one(f"SELECT kind || ':' || phase || ':' || source_shard || '>' || target_shard || ':' || coalesce(runner, 'finished') || ':' "
+                 f"|| (recovered_by = (SELECT recovered_by FROM id_gen.splits WHERE split_id = {sid})) FROM id_gen.operations WHERE operation_id = {sid}") \
+        == "split:done:shard_1>shard_1:finished:true", "id_gen.operations shows the split and what the supervisor did"
 
 
 def test_d_abort_split_leaves_nothing():
@@ -306,6 +309,26 @@ def test_d_abort_split_leaves_nothing():
         == ("aborted", 0, 0), "abort_split: no table or piece left"
     assert parts_on(s1) == "orders_g0_2047:0,orders_g16384_32767:0,orders_g2048_16383:0", "and no trigger"
     assert count_sum() == S["sum1"], "nothing lost"
+
+
+def test_d_the_driver_resumes_a_split_and_lets_go_of_it():
+    c, s1 = S["c"], S["s1"]
+    assert c.sqlstate("CALL id_gen.run_operation(987654)") == "42704", "an operation that does not exist"
+    holder = hold_the_coordinators_table(122)
+    call = Background(c, "CALL id_gen.split_route(1023)")
+    poll_until("the split waits to fence", lambda: split_phase("at_gene = 1023 AND phase <> 'aborted'"), "swapping", 60)
+    sid = c.one("SELECT split_id FROM id_gen.route_splits WHERE at_gene = 1023 AND phase = 'swapping'")
+    c.execute(f"SELECT pg_terminate_backend(runner_pid) FROM id_gen.route_splits WHERE split_id = {sid}")
+    call.join()
+    holder.release()
+    locks_left = c.one(f"CALL id_gen.run_operation({sid})",
+                       "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()")
+    assert c.one(f"SELECT phase || ':' || coalesce(runner, 'finished') FROM id_gen.operations WHERE operation_id = {sid}") \
+        == "done:finished", "CALL id_gen.run_operation resumes the split the killed session left and finishes it"
+    assert locks_left == 0, "and its session lets go of the split's session lock"
+    c.execute("CALL id_gen.merge_routes(1023)")
+    assert parts_on(s1) == "orders_g0_2047:0,orders_g16384_32767:0,orders_g2048_16383:0", "merged back: the layout as before"
+    assert (count_sum(), in_step()) == (S["sum1"], True), "nothing lost, in step"
 
 
 # --- (e) ---------------------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 # ALTER EXTENSION id_gen UPDATE from the released 0.1.0 (through every update script)
 # and from the released 0.2.0: data and values survive, access stays as it was (a PUBLIC
 # grant per existing sequence), routes survive, and each upgraded schema equals a fresh
-# install of the new version (functions, privileges, comments, tables, views).
+# install of the new version (functions, privileges, comments, tables, views); the long
+# operations recorded by 0.7.2 survive the catalog change of 0.7.3.
 source "$(dirname "$0")/lib.sh"
 EXT_DIR="$("$PG_CONFIG" --sharedir)/extension"
 NEW=$(sed -n "s/^default_version = '\(.*\)'/\1/p" "$REPO_ROOT/id_gen.control")
@@ -135,4 +136,27 @@ if ! diff -u "$E2E_DIR/fresh.txt" "$E2E_DIR/upgraded_v3.txt" > "$E2E_DIR/schema_
   fail "the schema updated from 0.3.0 differs from a fresh install"
 fi
 pass "the schema updated from 0.3.0 equals a fresh install"
+# From the released 0.7.2, with a move and a merge recorded: 0.7.3 keeps every long
+# operation in one catalog (id_gen.cluster_operations); the rows move over with their ids,
+# id_gen.moves, id_gen.splits and id_gen.operations show them, and new ids follow them.
+q fresh "CREATE DATABASE v72" >/dev/null
+cpsql "$E2E_DIR" "$E2E_PORT" -d v72 <<'SQL' >/dev/null
+CREATE EXTENSION id_gen VERSION '0.7.2';
+INSERT INTO id_gen.shard_moves (lower_gene, upper_gene, source_shard, target_shard, phase, reversible, back_lag_bytes)
+VALUES (0, 4095, 's1', 's2', 'reversible', true, 42);
+INSERT INTO id_gen.route_splits (kind, lower_gene, at_gene, upper_gene, shard, phase, rows_total, rows_copied)
+VALUES ('merge', 4096, 8191, 16383, 's1', 'done', 10, 10);
+SQL
+q v72 "ALTER EXTENSION id_gen UPDATE TO '$NEW'" >/dev/null
+assert_eq "$(q v72 "SELECT string_agg(operation_id || ':' || kind || ':' || phase || ':' || source_shard || '>' || target_shard, ',' ORDER BY operation_id) FROM id_gen.operations")" \
+  "1:move:reversible:s1>s2,2:merge:done:s1>s1" "the moves and splits of 0.7.2 are long operations of $NEW, ids kept"
+assert_eq "$(q v72 "SELECT move_id || ':' || reversible || ':' || back_lag_bytes || ':' || runner FROM id_gen.moves")/$(q v72 "SELECT split_id || ':' || percent_copied FROM id_gen.splits")" \
+  "1:true:42:no session/2:100.0" "id_gen.moves and id_gen.splits show them as before"
+assert_eq "$(q v72 "SELECT nextval('id_gen.move_ids')")" "3" "new operations are numbered after them"
+q v72 "$SCHEMA_SQL" > "$E2E_DIR/upgraded_v72.txt"
+if ! diff -u "$E2E_DIR/fresh.txt" "$E2E_DIR/upgraded_v72.txt" > "$E2E_DIR/schema_v72.diff"; then
+  head -40 "$E2E_DIR/schema_v72.diff" >&2
+  fail "the schema updated from 0.7.2 differs from a fresh install"
+fi
+pass "the schema updated from 0.7.2, with operations recorded, equals a fresh install"
 echo "08_upgrade: passed"
