@@ -250,26 +250,27 @@ REVOKE EXECUTE ON FUNCTION id_gen.release_operation(bigint) FROM PUBLIC;
 
 -- The driver ------------------------------------------------------------------------------
 -- One procedure runs a long operation to its end, or resumes it: CALL id_gen.run_operation(id)
--- (split_route and merge_routes record theirs and call it). It repeats: read the
--- operation; if it is finished, stop; run the kind's next step (id_gen.split_step), a
--- function that does one unit of work and never commits; COMMIT; tell the shards the route
--- version if the step raised it; pause if the step asked. A step that raises is rolled back
--- (its calls to shards are not) and the kind says what that means (id_gen.split_step_failed):
--- try again after a pause, stop with an error (recorded first: the driver commits, lets go
--- of the operation, then raises), or nothing, and the error is raised as it is (the
--- operation stays this session's until it calls again or disconnects, and the same CALL
--- resumes it).
+-- (move_genes, split_route and merge_routes record theirs and call it). It repeats: read
+-- the operation; if it is finished (or a reversible move rests after its cut-over), stop;
+-- run the kind's next step (id_gen.move_step, id_gen.split_step), a function that does one
+-- unit of work and never commits; COMMIT; tell the shards the route version if the step
+-- raised it; pause if the step asked. A step that raises is rolled back (its calls to
+-- shards are not) and the kind says what that means (id_gen.move_step_failed,
+-- id_gen.split_step_failed): try again after a pause, stop with an error (recorded first:
+-- the driver commits, lets go of the operation, then raises), or nothing, and the error is
+-- raised as it is (the operation stays this session's until it calls again or disconnects,
+-- and the same CALL resumes it).
 --
 -- Invariants: every COMMIT is here, and each is followed by pinning search_path again (a
 -- COMMIT in a procedure ends the SET of the CALL); the operation's session lock is held
 -- from before the first step to after the last commit; a step sees the operation as the
 -- last commit left it.
-CREATE OR REPLACE PROCEDURE id_gen.run_operation(operation_id bigint)
+CREATE OR REPLACE PROCEDURE id_gen.run_operation(operation_id bigint, from_step jsonb DEFAULT NULL)
 LANGUAGE plpgsql
 AS $$
 DECLARE
   o id_gen.cluster_operations;
-  step jsonb;
+  step jsonb := from_step;
   r id_gen.step_outcome;
   raised boolean;
   err text;
@@ -286,10 +287,6 @@ BEGIN
   IF NOT FOUND THEN
     RAISE EXCEPTION 'id_gen: there is no operation %', operation_id
       USING ERRCODE = '42704', HINT = 'Long operations are listed in id_gen.operations.';
-  ELSIF o.kind = 'move' THEN
-    RAISE EXCEPTION 'id_gen: operation % is a move, which move_genes runs', operation_id
-      USING ERRCODE = '0A000',
-            HINT = format('CALL id_gen.move_genes(%s, %s, %L) resumes it.', o.lower_gene, o.upper_gene, o.target_shard);
   ELSIF NOT id_gen.take_operation(o.operation_id) THEN
     RAISE EXCEPTION 'id_gen: % % is running in session %', o.kind, o.operation_id, o.runner_pid
       USING ERRCODE = '55006', HINT = 'Watch it in id_gen.operations.';
@@ -299,18 +296,22 @@ BEGIN
   LOOP
     PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
     SELECT * INTO o FROM id_gen.cluster_operations co WHERE co.operation_id = run_operation.operation_id;
-    EXIT WHEN o.phase IN ('done', 'aborted', 'reverted');
+    -- (A reversible move rests after its cut-over until revert_move starts its revert with
+    -- from_step, or complete_move ends it.)
+    EXIT WHEN o.phase IN ('done', 'aborted', 'reverted') OR (o.kind = 'move' AND o.phase = 'reversible' AND step IS NULL);
     err := NULL;
     raised := false;
     BEGIN
-      r := id_gen.split_step(o.operation_id, step);
+      r := CASE o.kind WHEN 'move' THEN id_gen.move_step(o.operation_id, step)
+                       ELSE id_gen.split_step(o.operation_id, step) END;
       raised := id_gen.route_version_raised_here();
     EXCEPTION WHEN OTHERS OR query_canceled THEN
       GET STACKED DIAGNOSTICS err = MESSAGE_TEXT, err_state = RETURNED_SQLSTATE,
                               err_detail = PG_EXCEPTION_DETAIL, err_hint = PG_EXCEPTION_HINT;
     END;
     IF err IS NOT NULL THEN
-      r := id_gen.split_step_failed(o.operation_id, step, err, err_state, err_detail, err_hint);
+      r := CASE o.kind WHEN 'move' THEN id_gen.move_step_failed(o.operation_id, o.phase, step, err, err_state, err_detail, err_hint)
+                       ELSE id_gen.split_step_failed(o.operation_id, o.phase, step, err, err_state, err_detail, err_hint) END;
       IF r IS NULL THEN  -- (every field NULL: the kind does not handle this error)
         PERFORM id_gen.reraise(err, err_state, err_detail, err_hint);
       END IF;
@@ -330,10 +331,10 @@ BEGIN
     END IF;
   END LOOP;
   PERFORM id_gen.release_operation(o.operation_id);
-  RAISE NOTICE '%', id_gen.split_summary(o.operation_id);
+  RAISE NOTICE '%', CASE o.kind WHEN 'move' THEN id_gen.move_summary(o.operation_id) ELSE id_gen.split_summary(o.operation_id) END;
 END $$;
-COMMENT ON PROCEDURE id_gen.run_operation(bigint) IS 'Runs a long operation (a split or merge; moves are run by move_genes) to its end, or resumes it: one step at a time, each committed; split_route and merge_routes call it. Run it outside a transaction block. Superuser only.';
-REVOKE EXECUTE ON PROCEDURE id_gen.run_operation(bigint) FROM PUBLIC;
+COMMENT ON PROCEDURE id_gen.run_operation(bigint, jsonb) IS 'Runs a long operation (a move, split or merge, by its id in id_gen.operations) to its end, or resumes it: one step at a time, each committed (a reversible move stops after its cut-over). move_genes, split_route and merge_routes record theirs and call it; revert_move starts a revert with from_step (where in the current phase to begin; NULL: at its start). Run it outside a transaction block. Superuser only.';
+REVOKE EXECUTE ON PROCEDURE id_gen.run_operation(bigint, jsonb) FROM PUBLIC;
 
 -- The recovery loop ---------------------------------------------------------------------
 -- One pass over the operations no session runs, for the move supervisor (a background
@@ -3138,6 +3139,346 @@ END $$;
 COMMENT ON FUNCTION id_gen.move_raise_sequences(id_gen.shard_moves) IS 'Raises the target''s high-water mark of each local sequence of distributed tables above the source''s.';
 REVOKE EXECUTE ON FUNCTION id_gen.move_raise_sequences(id_gen.shard_moves) FROM PUBLIC;
 
+-- The steps of a move, for the driver of long operations (id_gen.run_operation,
+-- sql/cluster/operations.sql), which commits after each and pauses `pause` seconds after the
+-- commit. A step does one unit of work of the current phase and never commits; `step` says
+-- where in the phase the last one left off (NULL: at its start):
+--   planned, NULL       the target's partitions (committed there before the subscription
+--                       looks for them), which it does not own until the cut-over (its
+--                       fence), the source's publication, the source's connection string
+--                       to the target (it arrives with the driver's COMMIT);
+--   planned, subscribe  the target's subscription, recorded;
+--   planned, slot       the move's slot on the source, recorded (slot_created);
+--   planned, enable     the subscription enabled and refreshed; phase copying.
+--   copying, NULL/copy  one look at the initial copy (tables ready, rows copied); phase
+--                       catching_up once every table is ready. 55000 after 2 minutes without
+--                       progress (the move stays in copying).
+--   catching_up, NULL   the target's fence again (a session may have died between lifting it
+--                       and the flip's commit);
+--   catching_up, lag    one look at the slot's lag, until it is small (10 minutes at most);
+--   catching_up, way_back   a reversible move: the target's publication and slot (revert.sql);
+--   catching_up, arm    the fence's attempt recorded (source_fenced: the source's fence may
+--                       be up from here until it is lifted or cut over);
+--   catching_up, fence  one attempt at the fence and flip (below); phase cut_over.
+--   cut_over, NULL      the source lets go (id_gen.finish_cut_over); phase done, or
+--                       reversible (the driver stops there).
+--   reversible, revert_*, and reverting: the revert (id_gen.revert_step, sql/cluster/revert.sql).
+-- Every step can be repeated: each checks what exists (a CALL that resumes a move starts its
+-- phase again from the beginning). Errors: id_gen.move_step_failed.
+CREATE OR REPLACE FUNCTION id_gen.move_step(move_id bigint, step jsonb) RETURNS id_gen.step_outcome
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  outcome id_gen.step_outcome;
+  m id_gen.shard_moves;
+  res text;
+  new_phase text;
+  sub oid;
+  copied bigint;
+  lag bigint;
+  t0 timestamptz;
+  target_unfenced boolean := false;
+  err text;
+  err_state text;
+  attempt integer := (step->>'attempt')::integer;
+BEGIN
+  IF move_id IS NULL THEN
+    RAISE EXCEPTION 'id_gen: argument "move_id" must not be NULL' USING ERRCODE = '22004';
+  END IF;
+  SELECT * INTO m FROM id_gen.shard_moves sm WHERE sm.move_id = move_step.move_id;
+  IF NOT FOUND THEN
+    outcome.stop_message := format('id_gen: there is no move %s', move_id);
+    outcome.stop_sqlstate := '42704';
+    outcome.stop_hint := 'Moves are listed in id_gen.moves.';
+  ELSIF m.phase = 'reverting' OR step->>'step' LIKE 'revert\_%' THEN
+    RETURN id_gen.revert_step(m, step);  -- (sql/cluster/revert.sql)
+
+  -- planned: each step that creates something on a shard commits there by itself; what the
+  -- coordinator records about it commits right after (the driver's COMMIT), so that an
+  -- abort knows it.
+  ELSIF m.phase = 'planned' AND step IS NULL THEN
+    PERFORM id_gen.place_ranges(m.target_shard, m.lower_gene, m.upper_gene, true);
+    PERFORM id_gen.run_move_step(m, 'fence_target', 0, 10000);
+    PERFORM id_gen.run_move_step(m, 'create_publication');
+    IF m.target_subscription IS NULL THEN
+      PERFORM id_gen.send_move_secret(m);
+    END IF;
+    outcome.next_step := '{"step": "subscribe"}';
+  ELSIF m.phase = 'planned' AND step->>'step' = 'subscribe' THEN
+    IF m.target_subscription IS NULL THEN
+      sub := id_gen.run_move_step(m, 'create_subscription')::oid;
+      UPDATE id_gen.shard_moves sm
+      SET target_subscription = sub,
+          target_system_id = id_gen.remote_call(m.target_shard, 'shard_system_id', '{}', 10000),
+          updated_at = clock_timestamp()
+      WHERE sm.move_id = m.move_id AND sm.phase = 'planned';
+      IF NOT FOUND THEN
+        RAISE EXCEPTION 'the move is no longer planned (aborted in another session?)' USING ERRCODE = '55006';
+      END IF;
+    END IF;
+    outcome.next_step := '{"step": "slot"}';
+  ELSIF m.phase = 'planned' AND step->>'step' = 'slot' THEN
+    IF NOT m.slot_created THEN
+      PERFORM id_gen.run_move_step(m, 'create_slot', 0, 120000);
+      UPDATE id_gen.shard_moves sm SET slot_created = true, updated_at = clock_timestamp()
+      WHERE sm.move_id = m.move_id;
+    END IF;
+    outcome.next_step := '{"step": "enable"}';
+  ELSIF m.phase = 'planned' AND step->>'step' = 'enable' THEN
+    PERFORM id_gen.run_move_step(m, 'enable_subscription');
+    PERFORM id_gen.run_move_step(m, 'refresh_subscription', 0, 60000);
+    UPDATE id_gen.shard_moves sm SET phase = 'copying', updated_at = clock_timestamp()
+    WHERE sm.move_id = m.move_id AND sm.phase = 'planned';
+    IF NOT FOUND THEN
+      RAISE EXCEPTION 'the move is no longer planned (aborted in another session?)' USING ERRCODE = '55006';
+    END IF;
+
+  ELSIF m.phase = 'copying' THEN
+    step := coalesce(step, jsonb_build_object('step', 'copy', 'progress_at', clock_timestamp()));
+    IF clock_timestamp() - (step->>'progress_at')::timestamptz > interval '2 min' THEN
+      outcome.stop_message := format('id_gen: move %s: the initial copy made no progress for 2 minutes (tables ready/total: %s)',
+                                     m.move_id, step->>'state');
+      outcome.stop_sqlstate := '55000';
+      outcome.stop_detail := 'The move stays in phase copying; the source is still authoritative.';
+      outcome.stop_hint := format('Check both shards'' logs (the subscription id_gen_move_%s on %s), then CALL id_gen.move_genes(%s, %s, %L) to resume or CALL id_gen.abort_move(%s).',
+                                  m.move_id, m.target_shard, m.lower_gene, m.upper_gene, m.target_shard, m.move_id);
+      RETURN outcome;
+    END IF;
+    res := id_gen.run_move_step(m, 'sync_state', 0, 10000);
+    copied := id_gen.run_move_step(m, 'count_target', 0, 60000)::bigint;
+    IF res IS DISTINCT FROM step->>'state' OR copied IS DISTINCT FROM (step->>'copied')::bigint THEN
+      step := step || jsonb_build_object('progress_at', clock_timestamp(), 'state', res, 'copied', copied);
+    END IF;
+    UPDATE id_gen.shard_moves sm
+    SET rows_copied = copied, updated_at = clock_timestamp(),
+        phase = CASE WHEN split_part(res, '/', 1) = '0' AND split_part(res, '/', 2) <> '0' THEN 'catching_up' ELSE 'copying' END
+    WHERE sm.move_id = m.move_id AND sm.phase = 'copying'
+    RETURNING sm.phase INTO new_phase;
+    IF NOT FOUND THEN
+      RAISE EXCEPTION 'the move is no longer copying (aborted in another session?)' USING ERRCODE = '55006';
+    ELSIF new_phase = 'copying' THEN
+      outcome.next_step := step;
+      outcome.pause := 0.5;
+    END IF;
+
+  ELSIF m.phase = 'catching_up' AND step IS NULL THEN
+    PERFORM id_gen.run_move_step(m, 'fence_target', 0, 10000);
+    outcome.next_step := jsonb_build_object('step', 'lag', 'deadline', clock_timestamp() + interval '10 min');
+  ELSIF m.phase = 'catching_up' AND step->>'step' = 'lag' THEN
+    lag := id_gen.run_move_step(m, 'lag', 0, 10000)::bigint;
+    IF lag IS NULL THEN
+      RAISE EXCEPTION 'id_gen: move %: its replication slot on "%" is gone', m.move_id, m.source_shard
+        USING ERRCODE = '55000', HINT = format('CALL id_gen.abort_move(%s) and move again.', m.move_id);
+    END IF;
+    UPDATE id_gen.shard_moves sm SET lag_bytes = lag, updated_at = clock_timestamp()
+    WHERE sm.move_id = m.move_id AND sm.phase = 'catching_up';
+    IF NOT FOUND THEN
+      RAISE EXCEPTION 'id_gen: move % is no longer catching up (aborted in another session?)', m.move_id USING ERRCODE = '55006';
+    ELSIF lag BETWEEN 0 AND 1048576 THEN
+      outcome.next_step := CASE WHEN m.reversible THEN '{"step": "way_back"}'
+                                ELSE jsonb_build_object('step', 'arm', 'attempt', m.fence_attempts + 1, 'last', m.fence_attempts + 5) END;
+    ELSIF clock_timestamp() > (step->>'deadline')::timestamptz THEN
+      outcome.stop_message := format('id_gen: move %s: the target stays %s bytes behind after 10 minutes', m.move_id, lag);
+      outcome.stop_sqlstate := '55000';
+      outcome.stop_hint := 'The move stays in catching_up; call move_genes again later, or abort_move.';
+    ELSE
+      outcome.next_step := step;
+      outcome.pause := 0.1;
+    END IF;
+  ELSIF m.phase = 'catching_up' AND step->>'step' = 'way_back' THEN
+    -- The way back exists before the fence: the target's publication and slot (sql/cluster/revert.sql).
+    PERFORM id_gen.prepare_way_back(m);
+    outcome.next_step := jsonb_build_object('step', 'arm', 'attempt', m.fence_attempts + 1, 'last', m.fence_attempts + 5);
+  ELSIF m.phase = 'catching_up' AND step->>'step' = 'arm' THEN
+    UPDATE id_gen.shard_moves sm SET fence_attempts = attempt, source_fenced = true WHERE sm.move_id = m.move_id;
+    outcome.next_step := step || '{"step": "fence"}';
+  ELSIF m.phase = 'catching_up' AND step->>'step' = 'fence' THEN
+    -- The fence, in this one coordinator transaction: ACCESS EXCLUSIVE on the coordinator's
+    -- range partitions of the moved genes (lock timeout 500 ms), the source's fence trigger,
+    -- a marker passed from the source to the target, the target's sequences raised, the
+    -- flip of routes and foreign tables; the driver's COMMIT lifts it, and waiting writers
+    -- continue on the target.
+    t0 := clock_timestamp();
+    PERFORM pg_catalog.set_config('lock_timeout', '500ms', true);
+    -- abort_move holds this row while it undoes the move: never flip after an abort.
+    PERFORM FROM id_gen.shard_moves sm WHERE sm.move_id = m.move_id AND sm.phase = 'catching_up' FOR UPDATE;
+    IF NOT FOUND THEN
+      RAISE EXCEPTION 'the move is no longer catching up (aborted in another session?)' USING ERRCODE = '55006';
+    END IF;
+    PERFORM id_gen.quiet_ddl();
+    PERFORM id_gen.lock_range_partitions(m.lower_gene, m.upper_gene);
+    BEGIN
+      PERFORM id_gen.run_move_step(m, 'fence_source', attempt, 5000);
+      PERFORM id_gen.pass_marker(m, attempt, t0, 'target');
+      PERFORM id_gen.move_raise_sequences(m);
+      IF m.reversible THEN
+        -- Every change from the source is applied on the target; what the target writes from
+        -- here on goes back (the reverse replication starts at this position).
+        UPDATE id_gen.shard_moves sm SET back_lsn = id_gen.remote_call(m.target_shard, 'shard_current_lsn', '{}', 5000)::pg_lsn
+        WHERE sm.move_id = m.move_id;
+      END IF;
+      PERFORM id_gen.flip_routes(m.lower_gene, m.upper_gene, m.target_shard);
+      -- The target owns the genes from here on: its fence goes while the coordinator
+      -- still holds their writers (which then reach the target, which must take them).
+      target_unfenced := true;
+      PERFORM id_gen.run_move_step(m, 'unfence_target', 0, 5000);
+      UPDATE id_gen.shard_moves sm
+      SET phase = 'cut_over', lag_bytes = 0, fence_started_at = t0, fence_ended_at = clock_timestamp(),
+          updated_at = clock_timestamp(), last_error = NULL
+      WHERE sm.move_id = m.move_id AND sm.phase = 'catching_up';
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
+      -- Lift the source's fence while the coordinator's locks still hold its writers:
+      -- once they go, those writers reach the source again, which must take them.
+      -- The target does not own the genes: its fence stays or goes up again.
+      GET STACKED DIAGNOSTICS err = MESSAGE_TEXT, err_state = RETURNED_SQLSTATE;
+      IF target_unfenced THEN
+        BEGIN
+          PERFORM id_gen.run_move_step(m, 'fence_target', 0, 5000);
+        EXCEPTION WHEN OTHERS OR query_canceled THEN
+          err := err || ' (fencing the target again failed: ' || SQLERRM || ')';
+        END;
+      END IF;
+      BEGIN
+        PERFORM id_gen.run_move_step(m, 'unfence_source', 0, 10000);
+      EXCEPTION WHEN OTHERS OR query_canceled THEN
+        err := err || ' (lifting the source''s fence failed: ' || SQLERRM || ')';
+      END;
+      RAISE EXCEPTION '%', err USING ERRCODE = err_state;
+    END;
+
+  ELSIF m.phase = 'cut_over' THEN
+    PERFORM id_gen.finish_cut_over(m);
+  ELSIF m.phase = 'failed' THEN
+    outcome.stop_message := format('id_gen: move %s failed: %s', m.move_id, m.last_error);
+    outcome.stop_sqlstate := '55000';
+    outcome.stop_hint := format('CALL id_gen.abort_move(%s) rolls it back (the source still holds every row); then move again.', m.move_id);
+  ELSE
+    RAISE EXCEPTION 'id_gen: move % has no step % in phase %', m.move_id, step, m.phase USING ERRCODE = '55000';
+  END IF;
+  RETURN outcome;
+END $$;
+COMMENT ON FUNCTION id_gen.move_step(bigint, jsonb) IS 'One step of a move (the driver id_gen.run_operation commits after each): the target''s partitions and the publication, the subscription, the slot, one look at the copy or the lag, one attempt at the fence and flip, the source letting go. Returns where to go on, how long to pause, or an error to stop with.';
+REVOKE EXECUTE ON FUNCTION id_gen.move_step(bigint, jsonb) FROM PUBLIC;
+
+-- What a failed step of a move means (the driver calls it, with the phase the step ran in,
+-- after the step's work was rolled back, with the coordinator's locks; its calls to shards
+-- were not):
+--   planned or copying: the move is rolled back (id_gen.undo_move) and the CALL fails;
+--     aborted when that clean-up succeeded, failed (abort_move finishes it) when not (a
+--     move that another session aborted meanwhile is left as it is: 55006);
+--   a fence attempt: the source's fence is lifted (three tries), the attempt recorded; the
+--     next attempt after 0.5 s, five in all, unless the error was a cancel, an abort
+--     elsewhere, a shard that does not answer or a fence that could not be lifted;
+--   the source letting go after the cut-over: recorded, and the CALL fails (the same CALL
+--     finishes it);
+--   anything else (a fence of the target, a look at the lag): nothing, the error is raised
+--     as it is and the move stays this session's.
+CREATE OR REPLACE FUNCTION id_gen.move_step_failed(move_id bigint, phase text, step jsonb, err text, err_state text,
+                                                   err_detail text, err_hint text) RETURNS id_gen.step_outcome
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  outcome id_gen.step_outcome;
+  m id_gen.shard_moves;
+  cleanup text;
+  unfenced boolean := false;
+  lift_err text;
+  attempt integer := (step->>'attempt')::integer;
+BEGIN
+  SELECT * INTO m FROM id_gen.shard_moves sm WHERE sm.move_id = move_step_failed.move_id;
+  IF NOT FOUND THEN
+    RETURN outcome;
+  ELSIF phase = 'reverting' OR step->>'step' LIKE 'revert\_%' THEN
+    RETURN id_gen.revert_step_failed(m.move_id, phase, step, err, err_state);  -- (sql/cluster/revert.sql)
+  ELSIF phase IN ('planned', 'copying') AND m.phase IN ('aborted', 'failed', 'done') THEN
+    outcome.stop_message := format('id_gen: move %s stopped: it is %s now', m.move_id, m.phase);
+    outcome.stop_sqlstate := '55006';
+  ELSIF phase IN ('planned', 'copying') THEN
+    outcome.stop_sqlstate := coalesce(err_state, '55000');
+    cleanup := id_gen.undo_move(m);
+    UPDATE id_gen.shard_moves sm
+    SET phase = CASE WHEN cleanup IS NULL THEN 'aborted' ELSE 'failed' END,
+        last_error = err || coalesce(' (clean-up: ' || cleanup || ')', ''),
+        finished_at = CASE WHEN cleanup IS NULL THEN clock_timestamp() END, updated_at = clock_timestamp()
+    WHERE sm.move_id = m.move_id;
+    outcome.stop_message := format('id_gen: move %s of genes %s .. %s to "%s" failed while copying: %s',
+                                   m.move_id, m.lower_gene, m.upper_gene, m.target_shard, err);
+    outcome.stop_detail := CASE WHEN cleanup IS NULL THEN 'The move was rolled back: routes, the source and its rows are unchanged, and no replication slot is left.'
+                                ELSE 'Routes, the source and its rows are unchanged. Not yet cleaned up: ' || cleanup END;
+    outcome.stop_hint := CASE WHEN cleanup IS NULL THEN 'Fix the cause and move again.'
+                              ELSE format('When the shards answer again, CALL id_gen.abort_move(%s) finishes the clean-up.', m.move_id) END;
+  ELSIF phase = 'catching_up' AND step->>'step' = 'fence' THEN
+    -- Routes and foreign tables are as they were; the coordinator's locks went with the step.
+    FOR i IN 1 .. 3 LOOP
+      BEGIN
+        PERFORM id_gen.run_move_step(m, 'unfence_source', 0, 10000);
+        unfenced := true;
+      EXCEPTION WHEN OTHERS OR query_canceled THEN
+        GET STACKED DIAGNOSTICS lift_err = MESSAGE_TEXT;
+      END;
+      EXIT WHEN unfenced;
+    END LOOP;
+    IF NOT unfenced THEN
+      err := err || ' (lifting the fence on the source failed too: ' || lift_err || ')';
+    END IF;
+    UPDATE id_gen.shard_moves sm
+    SET last_error = format('fence attempt %s: %s', attempt, err), updated_at = clock_timestamp(),
+        source_fenced = NOT unfenced
+    WHERE sm.move_id = m.move_id;
+    IF NOT unfenced OR err_state IN ('57014', '55006', '08006') THEN
+      -- Cancelled, aborted elsewhere, a shard that does not answer, or the source keeps
+      -- refusing to lift: no retry.
+      outcome.stop_message := format('id_gen: move %s: %s', m.move_id, err);
+      outcome.stop_sqlstate := coalesce(err_state, '55000');
+      outcome.stop_detail := CASE WHEN unfenced THEN 'The fence was lifted; routes are unchanged.'
+                                  ELSE 'Routes are unchanged, but the source still refuses direct writes of these genes (id_gen.moves.source_fenced).' END;
+      outcome.stop_hint := format('CALL id_gen.move_genes(%s, %s, %L) tries again; CALL id_gen.abort_move(%s) rolls back and lifts the fence.',
+                                  m.lower_gene, m.upper_gene, m.target_shard, m.move_id);
+    ELSIF attempt < (step->>'last')::integer THEN
+      outcome.next_step := step || jsonb_build_object('step', 'arm', 'attempt', attempt + 1);
+      outcome.pause := 0.5;
+    ELSE
+      outcome.stop_message := format('id_gen: move %s: could not cut over: %s', m.move_id, err);
+      outcome.stop_sqlstate := coalesce(err_state, '55000');
+      outcome.stop_detail := 'Each attempt lifted its fence again; the source is still authoritative and the move stays in catching_up.';
+      outcome.stop_hint := format('CALL id_gen.move_genes(%s, %s, %L) tries again; CALL id_gen.abort_move(%s) rolls back.',
+                                  m.lower_gene, m.upper_gene, m.target_shard, m.move_id);
+    END IF;
+  ELSIF phase = 'cut_over' THEN
+    UPDATE id_gen.shard_moves sm SET last_error = 'cut over; cleaning up: ' || err, updated_at = clock_timestamp()
+    WHERE sm.move_id = m.move_id;
+    outcome.stop_message := format('id_gen: move %s has cut over (the target serves genes %s .. %s), but cleaning up failed: %s',
+                                   m.move_id, m.lower_gene, m.upper_gene, err);
+    outcome.stop_sqlstate := err_state;
+    outcome.stop_detail := 'The source''s partitions, the subscription or the publication may still exist; the source refuses direct writes of these genes.';
+    outcome.stop_hint := format('CALL id_gen.move_genes(%s, %s, %L) again finishes the clean-up.', m.lower_gene, m.upper_gene, m.target_shard);
+  END IF;
+  RETURN outcome;
+END $$;
+COMMENT ON FUNCTION id_gen.move_step_failed(bigint, text, jsonb, text, text, text, text) IS 'What a failed step of a move means, for the driver id_gen.run_operation: roll back a move that has not reached its fence, lift the source''s fence after a failed fence attempt and try again (five attempts), record a failed clean-up after the cut-over; NULLs: raise the error as it is.';
+REVOKE EXECUTE ON FUNCTION id_gen.move_step_failed(bigint, text, jsonb, text, text, text, text) FROM PUBLIC;
+
+-- The NOTICE at the end of a move's CALL.
+CREATE OR REPLACE FUNCTION id_gen.move_summary(move_id bigint) RETURNS text
+LANGUAGE sql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT format('id_gen: move %s %s: genes %s .. %s are on %s%s; writes were fenced for %s ms%s', m.move_id,
+                CASE WHEN m.phase = 'reversible' THEN 'is reversible' ELSE m.phase END,
+                m.lower_gene, m.upper_gene,
+                CASE WHEN m.phase = 'reverted' THEN m.source_shard ELSE m.target_shard END,
+                CASE WHEN m.phase = 'reverted' THEN ' again' ELSE '' END,
+                round(extract(epoch FROM m.fence_ended_at - m.fence_started_at) * 1000, 1),
+                CASE WHEN m.phase = 'reversible'
+                     THEN format('; %s follows it (CALL id_gen.revert_move(%s) to go back, CALL id_gen.complete_move(%s) to end)',
+                                 m.source_shard, m.move_id, m.move_id) ELSE '' END)
+  FROM id_gen.shard_moves m WHERE m.move_id = move_summary.move_id
+$$;
+COMMENT ON FUNCTION id_gen.move_summary(bigint) IS 'One line on a move (where its genes are, how long writes were fenced, the way back of a reversible one): the NOTICE at its end.';
+REVOKE EXECUTE ON FUNCTION id_gen.move_summary(bigint) FROM PUBLIC;
+
 CREATE OR REPLACE PROCEDURE id_gen.move_genes(lower_gene integer, upper_gene integer, target_shard text,
                                    dry_run boolean DEFAULT false, keep_source boolean DEFAULT false,
                                    reversible boolean DEFAULT false)
@@ -3152,21 +3493,6 @@ DECLARE
   last_gene integer;
   r record;
   res text;
-  err text;
-  err_state text;
-  attempt integer;
-  t0 timestamptz;
-  deadline timestamptz;
-  lag bigint;
-  cleanup text;
-  progress_at timestamptz;
-  unfenced boolean;
-  target_unfenced boolean;
-  i integer;
-  last_state text;
-  copied bigint;
-  last_copied bigint;
-  sub oid;
 BEGIN
   PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
   IF lower_gene IS NULL OR upper_gene IS NULL OR target_shard IS NULL OR dry_run IS NULL OR keep_source IS NULL OR reversible IS NULL THEN
@@ -3217,9 +3543,7 @@ BEGIN
     src := m.source_shard;
     IF NOT dry_run THEN
       -- The session that runs a move holds a session lock on it (re-entrant for itself).
-      IF NOT EXISTS (SELECT FROM pg_locks l WHERE l.locktype = 'advisory' AND l.pid = pg_backend_pid()
-                     AND l.classid = id_gen.operation_session_lock_key()::oid AND l.objid = m.move_id AND l.objsubid = 2)
-         AND NOT pg_try_advisory_lock(id_gen.operation_session_lock_key(), m.move_id::integer) THEN
+      IF NOT id_gen.take_operation(m.move_id) THEN
         -- The move supervisor holds a move only for one short pass: wait for it (bounded).
         IF EXISTS (SELECT FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
                    WHERE l.locktype = 'advisory' AND l.classid = id_gen.operation_session_lock_key()::oid AND l.objid = m.move_id
@@ -3315,315 +3639,7 @@ BEGIN
     PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
   END IF;
 
-  -- copying -------------------------------------------------------------------------------
-  IF m.phase = 'planned' THEN
-    -- Each step that creates something on a shard commits there by itself; what the
-    -- coordinator records about it commits right after, so that an abort knows it.
-    BEGIN
-      -- The target's partitions (committed there before the subscription looks for them).
-      PERFORM id_gen.place_ranges(m.target_shard, m.lower_gene, m.upper_gene, true);
-      -- ... which it does not own until the cut-over.
-      PERFORM id_gen.run_move_step(m, 'fence_target', 0, 10000);
-      PERFORM id_gen.run_move_step(m, 'create_publication');
-      IF m.target_subscription IS NULL THEN
-        PERFORM id_gen.send_move_secret(m);
-      END IF;
-    EXCEPTION WHEN OTHERS THEN
-      GET STACKED DIAGNOSTICS err = MESSAGE_TEXT, err_state = RETURNED_SQLSTATE;
-    END;
-    IF err IS NULL THEN
-      COMMIT;  -- the connection string reaches the target
-      PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-    END IF;
-    IF err IS NULL AND m.target_subscription IS NULL THEN
-      BEGIN
-        sub := id_gen.run_move_step(m, 'create_subscription')::oid;
-        UPDATE id_gen.shard_moves sm
-        SET target_subscription = sub,
-            target_system_id = id_gen.remote_call(m.target_shard, 'shard_system_id', '{}', 10000),
-            updated_at = clock_timestamp()
-        WHERE sm.move_id = m.move_id AND sm.phase = 'planned' RETURNING * INTO m;
-        IF NOT FOUND THEN
-          RAISE EXCEPTION 'the move is no longer planned (aborted in another session?)' USING ERRCODE = '55006';
-        END IF;
-      EXCEPTION WHEN OTHERS THEN
-        GET STACKED DIAGNOSTICS err = MESSAGE_TEXT, err_state = RETURNED_SQLSTATE;
-      END;
-      IF err IS NULL THEN
-        COMMIT;
-        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-      END IF;
-    END IF;
-    IF err IS NULL AND NOT m.slot_created THEN
-      BEGIN
-        PERFORM id_gen.run_move_step(m, 'create_slot', 0, 120000);
-        UPDATE id_gen.shard_moves sm SET slot_created = true, updated_at = clock_timestamp()
-        WHERE sm.move_id = m.move_id RETURNING * INTO m;
-      EXCEPTION WHEN OTHERS THEN
-        GET STACKED DIAGNOSTICS err = MESSAGE_TEXT, err_state = RETURNED_SQLSTATE;
-      END;
-      IF err IS NULL THEN
-        COMMIT;
-        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-      END IF;
-    END IF;
-    IF err IS NULL THEN
-      BEGIN
-        PERFORM id_gen.run_move_step(m, 'enable_subscription');
-        PERFORM id_gen.run_move_step(m, 'refresh_subscription', 0, 60000);
-        UPDATE id_gen.shard_moves sm SET phase = 'copying', updated_at = clock_timestamp()
-        WHERE sm.move_id = m.move_id AND sm.phase = 'planned'
-        RETURNING * INTO m;
-        IF NOT FOUND THEN
-          RAISE EXCEPTION 'the move is no longer planned (aborted in another session?)' USING ERRCODE = '55006';
-        END IF;
-      EXCEPTION WHEN OTHERS THEN
-        GET STACKED DIAGNOSTICS err = MESSAGE_TEXT, err_state = RETURNED_SQLSTATE;
-      END;
-      IF err IS NULL THEN
-        COMMIT;
-        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-      END IF;
-    END IF;
-  END IF;
-  IF err IS NULL AND m.phase = 'copying' THEN
-    progress_at := clock_timestamp();
-    LOOP
-      IF clock_timestamp() - progress_at > interval '2 min' THEN
-        RAISE EXCEPTION 'id_gen: move %: the initial copy made no progress for 2 minutes (tables ready/total: %)', m.move_id, res
-          USING ERRCODE = '55000',
-                DETAIL = 'The move stays in phase copying; the source is still authoritative.',
-                HINT = format('Check both shards'' logs (the subscription id_gen_move_%s on %s), then CALL id_gen.move_genes(%s, %s, %L) to resume or CALL id_gen.abort_move(%s).',
-                              m.move_id, m.target_shard, m.lower_gene, m.upper_gene, m.target_shard, m.move_id);
-      END IF;
-      BEGIN
-        IF (SELECT sm.phase FROM id_gen.shard_moves sm WHERE sm.move_id = m.move_id) <> 'copying' THEN
-          RAISE EXCEPTION 'the move was aborted or taken over by another session' USING ERRCODE = '55006';
-        END IF;
-        res := id_gen.run_move_step(m, 'sync_state', 0, 10000);
-        copied := id_gen.run_move_step(m, 'count_target', 0, 60000)::bigint;
-        IF res IS DISTINCT FROM last_state OR copied IS DISTINCT FROM last_copied THEN
-          progress_at := clock_timestamp();
-          last_state := res;
-          last_copied := copied;
-        END IF;
-        UPDATE id_gen.shard_moves SET rows_copied = copied, updated_at = clock_timestamp()
-        WHERE move_id = m.move_id AND phase = 'copying';
-        IF NOT FOUND THEN
-          RAISE EXCEPTION 'the move is no longer copying (aborted in another session?)' USING ERRCODE = '55006';
-        END IF;
-      EXCEPTION WHEN OTHERS THEN
-        GET STACKED DIAGNOSTICS err = MESSAGE_TEXT, err_state = RETURNED_SQLSTATE;
-      END;
-      EXIT WHEN err IS NOT NULL OR (split_part(res, '/', 1) = '0' AND split_part(res, '/', 2) <> '0');
-      COMMIT;
-      PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-      PERFORM pg_sleep(0.5);
-    END LOOP;
-    IF err IS NULL THEN
-      UPDATE id_gen.shard_moves SET phase = 'catching_up', updated_at = clock_timestamp()
-      WHERE move_id = m.move_id AND phase = 'copying'
-      RETURNING * INTO m;
-      IF NOT FOUND THEN
-        RAISE EXCEPTION 'id_gen: move % is no longer copying (aborted in another session?)', m.move_id USING ERRCODE = '55006';
-      END IF;
-      COMMIT;
-      PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-    END IF;
-  END IF;
-  IF err IS NOT NULL THEN
-    ROLLBACK;
-    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-    SELECT * INTO m FROM id_gen.shard_moves sm WHERE sm.move_id = m.move_id;
-    IF m.phase IN ('aborted', 'failed', 'done') THEN
-      RAISE EXCEPTION 'id_gen: move % stopped: it is % now', m.move_id, m.phase USING ERRCODE = '55006';
-    END IF;
-    cleanup := id_gen.undo_move(m);
-    UPDATE id_gen.shard_moves
-    SET phase = CASE WHEN cleanup IS NULL THEN 'aborted' ELSE 'failed' END,
-        last_error = err || coalesce(' (clean-up: ' || cleanup || ')', ''),
-        finished_at = CASE WHEN cleanup IS NULL THEN clock_timestamp() END, updated_at = clock_timestamp()
-    WHERE move_id = m.move_id;
-    COMMIT;
-    PERFORM pg_advisory_unlock(id_gen.operation_session_lock_key(), m.move_id::integer);
-    RAISE EXCEPTION 'id_gen: move % of genes % .. % to "%" failed while copying: %', m.move_id, m.lower_gene, m.upper_gene, m.target_shard, err
-      USING ERRCODE = coalesce(err_state, '55000'),
-            DETAIL = CASE WHEN cleanup IS NULL THEN 'The move was rolled back: routes, the source and its rows are unchanged, and no replication slot is left.'
-                          ELSE 'Routes, the source and its rows are unchanged. Not yet cleaned up: ' || cleanup END,
-            HINT = CASE WHEN cleanup IS NULL THEN 'Fix the cause and move again.'
-                        ELSE format('When the shards answer again, CALL id_gen.abort_move(%s) finishes the clean-up.', m.move_id) END;
-  END IF;
-
-  -- catching up, fence, flip -----------------------------------------------------------------
-  IF m.phase = 'catching_up' THEN
-    -- (Again, for a move resumed after its session died between lifting the target's fence
-    -- and the flip's commit.)
-    PERFORM id_gen.run_move_step(m, 'fence_target', 0, 10000);
-    deadline := clock_timestamp() + interval '10 min';
-    LOOP
-      lag := id_gen.run_move_step(m, 'lag', 0, 10000)::bigint;
-      IF lag IS NULL THEN
-        RAISE EXCEPTION 'id_gen: move %: its replication slot on "%" is gone', m.move_id, m.source_shard
-          USING ERRCODE = '55000', HINT = format('CALL id_gen.abort_move(%s) and move again.', m.move_id);
-      END IF;
-      UPDATE id_gen.shard_moves SET lag_bytes = lag, updated_at = clock_timestamp()
-      WHERE move_id = m.move_id AND phase = 'catching_up';
-      IF NOT FOUND THEN
-        RAISE EXCEPTION 'id_gen: move % is no longer catching up (aborted in another session?)', m.move_id USING ERRCODE = '55006';
-      END IF;
-      COMMIT;
-      PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-      EXIT WHEN lag BETWEEN 0 AND 1048576;
-      IF clock_timestamp() > deadline THEN
-        RAISE EXCEPTION 'id_gen: move %: the target stays % bytes behind after 10 minutes', m.move_id, lag
-          USING ERRCODE = '55000', HINT = 'The move stays in catching_up; call move_genes again later, or abort_move.';
-      END IF;
-      PERFORM pg_sleep(0.1);
-    END LOOP;
-    IF m.reversible THEN
-      -- The way back exists before the fence: the target's publication and slot (sql/cluster/revert.sql).
-      PERFORM id_gen.prepare_way_back(m);
-      COMMIT;
-      PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-    END IF;
-    FOR attempt IN m.fence_attempts + 1 .. m.fence_attempts + 5 LOOP
-      -- source_fenced: the source's fence may be up from here until it is lifted or cut over.
-      UPDATE id_gen.shard_moves SET fence_attempts = attempt, source_fenced = true WHERE move_id = m.move_id;
-      COMMIT;
-      PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-      err := NULL;
-      target_unfenced := false;
-      BEGIN
-        t0 := clock_timestamp();
-        PERFORM pg_catalog.set_config('lock_timeout', '500ms', true);
-        -- abort_move holds this row while it undoes the move: never flip after an abort.
-        PERFORM FROM id_gen.shard_moves sm WHERE sm.move_id = m.move_id AND sm.phase = 'catching_up' FOR UPDATE;
-        IF NOT FOUND THEN
-          RAISE EXCEPTION 'the move is no longer catching up (aborted in another session?)' USING ERRCODE = '55006';
-        END IF;
-        PERFORM id_gen.quiet_ddl();
-        PERFORM id_gen.lock_range_partitions(m.lower_gene, m.upper_gene);
-        BEGIN
-          PERFORM id_gen.run_move_step(m, 'fence_source', attempt, 5000);
-          PERFORM id_gen.pass_marker(m, attempt, t0, 'target');
-          PERFORM id_gen.move_raise_sequences(m);
-          IF m.reversible THEN
-            -- Every change from the source is applied on the target; what the target writes from
-            -- here on goes back (the reverse replication starts at this position).
-            UPDATE id_gen.shard_moves sm SET back_lsn = id_gen.remote_call(m.target_shard, 'shard_current_lsn', '{}', 5000)::pg_lsn
-            WHERE sm.move_id = m.move_id;
-          END IF;
-          PERFORM id_gen.flip_routes(m.lower_gene, m.upper_gene, m.target_shard);
-          -- The target owns the genes from here on: its fence goes while the coordinator
-          -- still holds their writers (which then reach the target, which must take them).
-          target_unfenced := true;
-          PERFORM id_gen.run_move_step(m, 'unfence_target', 0, 5000);
-          UPDATE id_gen.shard_moves
-          SET phase = 'cut_over', lag_bytes = 0, fence_started_at = t0, fence_ended_at = clock_timestamp(),
-              updated_at = clock_timestamp(), last_error = NULL
-          WHERE move_id = m.move_id AND phase = 'catching_up' RETURNING * INTO m;
-        EXCEPTION WHEN OTHERS OR query_canceled THEN
-          -- Lift the source's fence while the coordinator's locks still hold its writers:
-          -- once they go, those writers reach the source again, which must take them.
-          -- The target does not own the genes: its fence stays or goes up again.
-          GET STACKED DIAGNOSTICS err = MESSAGE_TEXT, err_state = RETURNED_SQLSTATE;
-          IF target_unfenced THEN
-            BEGIN
-              PERFORM id_gen.run_move_step(m, 'fence_target', 0, 5000);
-            EXCEPTION WHEN OTHERS OR query_canceled THEN
-              err := err || ' (fencing the target again failed: ' || SQLERRM || ')';
-            END;
-          END IF;
-          BEGIN
-            PERFORM id_gen.run_move_step(m, 'unfence_source', 0, 10000);
-          EXCEPTION WHEN OTHERS OR query_canceled THEN
-            err := err || ' (lifting the source''s fence failed: ' || SQLERRM || ')';
-          END;
-          RAISE EXCEPTION '%', err USING ERRCODE = err_state;
-        END;
-      EXCEPTION WHEN OTHERS OR query_canceled THEN
-        GET STACKED DIAGNOSTICS err = MESSAGE_TEXT, err_state = RETURNED_SQLSTATE;
-      END;
-      IF err IS NULL THEN
-        COMMIT;  -- lifts the fence: waiting writers continue on the target
-        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-        PERFORM id_gen.push_route_state_quietly();  -- the shards learn the new route version
-        EXIT;
-      END IF;
-      ROLLBACK;  -- routes and foreign tables as they were; the coordinator's locks go
-      PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-      unfenced := false;
-      FOR i IN 1 .. 3 LOOP
-        BEGIN
-          PERFORM id_gen.run_move_step(m, 'unfence_source', 0, 10000);
-          unfenced := true;
-        EXCEPTION WHEN OTHERS OR query_canceled THEN
-          GET STACKED DIAGNOSTICS res = MESSAGE_TEXT;
-        END;
-        EXIT WHEN unfenced;
-      END LOOP;
-      IF NOT unfenced THEN
-        err := err || ' (lifting the fence on the source failed too: ' || res || ')';
-      END IF;
-      UPDATE id_gen.shard_moves
-      SET last_error = format('fence attempt %s: %s', attempt, err), updated_at = clock_timestamp(),
-          source_fenced = NOT unfenced
-      WHERE move_id = m.move_id;
-      COMMIT;
-      PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-      IF NOT unfenced OR err_state IN ('57014', '55006', '08006') THEN
-        -- Cancelled, aborted elsewhere, a shard that does not answer, or the source keeps
-        -- refusing to lift: no retry.
-        PERFORM pg_advisory_unlock(id_gen.operation_session_lock_key(), m.move_id::integer);
-        RAISE EXCEPTION 'id_gen: move %: %', m.move_id, err
-          USING ERRCODE = coalesce(err_state, '55000'),
-                DETAIL = CASE WHEN unfenced THEN 'The fence was lifted; routes are unchanged.'
-                              ELSE 'Routes are unchanged, but the source still refuses direct writes of these genes (id_gen.moves.source_fenced).' END,
-                HINT = format('CALL id_gen.move_genes(%s, %s, %L) tries again; CALL id_gen.abort_move(%s) rolls back and lifts the fence.',
-                              m.lower_gene, m.upper_gene, m.target_shard, m.move_id);
-      END IF;
-      PERFORM pg_sleep(0.5);
-    END LOOP;
-    IF m.phase <> 'cut_over' THEN
-      PERFORM pg_advisory_unlock(id_gen.operation_session_lock_key(), m.move_id::integer);
-      RAISE EXCEPTION 'id_gen: move %: could not cut over: %', m.move_id, err
-        USING ERRCODE = coalesce(err_state, '55000'),
-              DETAIL = 'Each attempt lifted its fence again; the source is still authoritative and the move stays in catching_up.',
-              HINT = format('CALL id_gen.move_genes(%s, %s, %L) tries again; CALL id_gen.abort_move(%s) rolls back.',
-                            m.lower_gene, m.upper_gene, m.target_shard, m.move_id);
-    END IF;
-  END IF;
-
-  -- cut over: the source lets go -------------------------------------------------------------
-  IF m.phase = 'cut_over' THEN
-    err := NULL;
-    BEGIN
-      m := id_gen.finish_cut_over(m);
-    EXCEPTION WHEN OTHERS OR query_canceled THEN
-      GET STACKED DIAGNOSTICS err = MESSAGE_TEXT, err_state = RETURNED_SQLSTATE;
-    END;
-    IF err IS NOT NULL THEN
-      ROLLBACK;
-      UPDATE id_gen.shard_moves SET last_error = 'cut over; cleaning up: ' || err, updated_at = clock_timestamp()
-      WHERE move_id = m.move_id;
-      COMMIT;
-      PERFORM pg_advisory_unlock(id_gen.operation_session_lock_key(), m.move_id::integer);
-      RAISE EXCEPTION 'id_gen: move % has cut over (the target serves genes % .. %), but cleaning up failed: %',
-                      m.move_id, m.lower_gene, m.upper_gene, err
-        USING ERRCODE = err_state,
-              DETAIL = 'The source''s partitions, the subscription or the publication may still exist; the source refuses direct writes of these genes.',
-              HINT = format('CALL id_gen.move_genes(%s, %s, %L) again finishes the clean-up.', m.lower_gene, m.upper_gene, m.target_shard);
-    END IF;
-    COMMIT;
-    PERFORM pg_advisory_unlock(id_gen.operation_session_lock_key(), m.move_id::integer);
-    RAISE NOTICE 'id_gen: move % %: genes % .. % are on %; writes were fenced for % ms%', m.move_id,
-      CASE WHEN m.phase = 'reversible' THEN 'is reversible' ELSE 'done' END,
-      m.lower_gene, m.upper_gene, m.target_shard,
-      round(extract(epoch FROM m.fence_ended_at - m.fence_started_at) * 1000, 1),
-      CASE WHEN m.phase = 'reversible'
-           THEN format('; %s follows it (CALL id_gen.revert_move(%s) to go back, CALL id_gen.complete_move(%s) to end)',
-                       m.source_shard, m.move_id, m.move_id) ELSE '' END;
-  END IF;
+  CALL id_gen.run_operation(m.move_id);
 END $$;
 COMMENT ON PROCEDURE id_gen.move_genes(integer, integer, text, boolean, boolean, boolean) IS 'Moves the rows of every distributed table in genes lower_gene .. upper_gene (whole route ranges of one shard) to target_shard over logical replication, fencing only those genes for the cut-over; commits between phases (run it outside a transaction block). dry_run prints the steps and their SQL; keep_source keeps the source''s detached partitions (renamed *_moved_<id>); reversible keeps them in step with the target after the cut-over (reverse replication) until CALL id_gen.revert_move or CALL id_gen.complete_move. Re-running it resumes an unfinished move. Superuser only.';
 REVOKE EXECUTE ON PROCEDURE id_gen.move_genes(integer, integer, text, boolean, boolean, boolean) FROM PUBLIC;
@@ -4610,15 +4626,15 @@ END $$;
 COMMENT ON FUNCTION id_gen.split_step(bigint, jsonb) IS 'One step of a split or merge (the driver id_gen.run_operation commits after each): prepare, one batch of the copy, the catch-up, one attempt at the fence, the cleanup, one attempt at the re-layout. Returns where to go on, how long to pause, or an error to stop with.';
 REVOKE EXECUTE ON FUNCTION id_gen.split_step(bigint, jsonb) FROM PUBLIC;
 
--- What a failed step of a split or merge means (the driver calls it after the step's work
--- was rolled back; its calls to the shard were not):
+-- What a failed step of a split or merge means (the driver calls it, with the phase the step
+-- ran in, after the step's work was rolled back; its calls to the shard were not):
 --   planned: what was prepared goes again (the old partitions never stopped serving);
 --     the split is aborted (or failed, when that clean-up failed too) and the CALL fails;
 --   a fence or merge swap whose lock was not granted (55P03): tried again after a pause,
 --     60 times at most; any other error of the fence fails the CALL and lets go of it;
 --   any other step: nothing (the driver raises the error as it is and keeps the split,
 --     which the same CALL resumes).
-CREATE OR REPLACE FUNCTION id_gen.split_step_failed(split_id bigint, step jsonb, err text, err_state text,
+CREATE OR REPLACE FUNCTION id_gen.split_step_failed(split_id bigint, phase text, step jsonb, err text, err_state text,
                                                     err_detail text, err_hint text) RETURNS id_gen.step_outcome
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -4630,7 +4646,9 @@ DECLARE
   attempt integer := coalesce((step->>'attempt')::integer, 1);
 BEGIN
   SELECT * INTO s FROM id_gen.route_splits rs WHERE rs.split_id = split_step_failed.split_id;
-  IF s.phase = 'planned' THEN
+  IF NOT FOUND THEN
+    RETURN outcome;
+  ELSIF phase = 'planned' THEN
     res := id_gen.undo_split(s);
     UPDATE id_gen.route_splits rs SET phase = CASE WHEN res IS NULL THEN 'aborted' ELSE 'failed' END,
            last_error = err || coalesce('; undo incomplete: ' || res, ''),
@@ -4640,7 +4658,7 @@ BEGIN
     outcome.stop_sqlstate := err_state;
     outcome.stop_hint := CASE WHEN res IS NULL THEN 'Nothing was changed; the routes are as they were.'
                       ELSE format('Finish the rollback with CALL id_gen.abort_split(%s).', s.split_id) END;
-  ELSIF s.phase = 'swapping' AND step->>'step' IN ('fence', 'swap_on_shard') AND err_state = '55P03' THEN
+  ELSIF phase = 'swapping' AND step->>'step' IN ('fence', 'swap_on_shard') AND err_state = '55P03' THEN
     IF attempt < 60 THEN
       outcome.next_step := step || jsonb_build_object('attempt', attempt + 1);
       outcome.pause := least(0.02 * attempt, 0.5);
@@ -4657,7 +4675,7 @@ BEGIN
       outcome.stop_message := format('id_gen: merge %s could not fence its ranges on shard "%s" in %s attempts of 50 ms', s.split_id, s.shard, attempt);
       outcome.stop_hint := 'Long transactions on the shard hold the table. The copy is kept up to date meanwhile; CALL the same procedure again to retry the fence, or CALL id_gen.abort_split(split_id).';
     END IF;
-  ELSIF s.phase = 'swapping' AND step->>'step' IN ('fence', 'swap_on_shard') THEN
+  ELSIF phase = 'swapping' AND step->>'step' IN ('fence', 'swap_on_shard') THEN
     outcome.stop_message := err;
     outcome.stop_sqlstate := err_state;
     outcome.stop_detail := err_detail;
@@ -4665,8 +4683,8 @@ BEGIN
   END IF;
   RETURN outcome;
 END $$;
-COMMENT ON FUNCTION id_gen.split_step_failed(bigint, jsonb, text, text, text, text) IS 'What a failed step of a split or merge means, for the driver id_gen.run_operation: roll back one that could not start, try a fence whose locks were not granted again (60 times), or stop; NULLs: raise the error as it is.';
-REVOKE EXECUTE ON FUNCTION id_gen.split_step_failed(bigint, jsonb, text, text, text, text) FROM PUBLIC;
+COMMENT ON FUNCTION id_gen.split_step_failed(bigint, text, jsonb, text, text, text, text) IS 'What a failed step of a split or merge means, for the driver id_gen.run_operation: roll back one that could not start, try a fence whose locks were not granted again (60 times), or stop; NULLs: raise the error as it is.';
+REVOKE EXECUTE ON FUNCTION id_gen.split_step_failed(bigint, text, jsonb, text, text, text, text) FROM PUBLIC;
 
 -- The NOTICE at the end of a split or merge.
 CREATE OR REPLACE FUNCTION id_gen.split_summary(split_id bigint) RETURNS text
@@ -4812,13 +4830,13 @@ BEGIN
   ELSIF s.phase IN ('done', 'aborted') THEN
     RAISE NOTICE 'id_gen: % % is % already', s.kind, s.split_id, s.phase;
     RETURN;
-  ELSIF NOT pg_try_advisory_lock(id_gen.operation_session_lock_key(), s.split_id::integer) THEN
+  ELSIF NOT id_gen.take_operation(s.split_id) THEN
     RAISE EXCEPTION 'id_gen: % % is running in session %', s.kind, s.split_id, s.runner_pid
       USING ERRCODE = '55006', HINT = 'Cancel that session''s CALL first (pg_cancel_backend).';
   END IF;
   state := id_gen.remote_call(s.shard, 'shard_split_state', ARRAY[s.split_id::text], 30000);
   IF s.phase = 'swapped' OR state = 'swapped' THEN
-    PERFORM pg_advisory_unlock(id_gen.operation_session_lock_key(), s.split_id::integer);
+    PERFORM id_gen.release_operation(s.split_id);
     RAISE EXCEPTION 'id_gen: % % has swapped on its shard; it can only be finished', s.kind, s.split_id
       USING ERRCODE = '55000',
             HINT = format('CALL id_gen.%s(%s) finishes it; then %s undoes it online.',
@@ -4830,7 +4848,7 @@ BEGIN
          last_error = coalesce('abort incomplete: ' || res, rs.last_error),
          finished_at = CASE WHEN res IS NULL THEN clock_timestamp() END, updated_at = clock_timestamp()
   WHERE rs.split_id = s.split_id;
-  PERFORM pg_advisory_unlock(id_gen.operation_session_lock_key(), s.split_id::integer);
+  PERFORM id_gen.release_operation(s.split_id);
   IF res IS NOT NULL THEN
     RAISE WARNING 'id_gen: % % is not fully rolled back: %', s.kind, s.split_id, res;
   END IF;
@@ -5387,9 +5405,7 @@ BEGIN
                         THEN format('Finish it first (CALL id_gen.move_genes(%s, %s, %L)) or abort it.', m.lower_gene, m.upper_gene, m.target_shard)
                         ELSE 'It has ended.' END;
   END IF;
-  IF NOT EXISTS (SELECT FROM pg_locks l WHERE l.locktype = 'advisory' AND l.pid = pg_backend_pid()
-                 AND l.classid = id_gen.operation_session_lock_key()::oid AND l.objid = m.move_id AND l.objsubid = 2)
-     AND NOT pg_try_advisory_lock(id_gen.operation_session_lock_key(), m.move_id::integer) THEN
+  IF NOT id_gen.take_operation(m.move_id) THEN
     RAISE EXCEPTION 'id_gen: move % is busy in another session', move_id
       USING ERRCODE = '55006', HINT = 'Watch id_gen.moves.runner; the move supervisor holds a move for a few seconds at most.';
   END IF;
@@ -5398,113 +5414,156 @@ END $$;
 COMMENT ON FUNCTION id_gen.take_reversible_move(bigint, text) IS 'The reversible move revert_move or complete_move works on, checked and held by this session (session advisory lock).';
 REVOKE EXECUTE ON FUNCTION id_gen.take_reversible_move(bigint, text) FROM PUBLIC;
 
+-- The steps of a revert, part of a move's steps (id_gen.move_step hands them here): revert_move
+-- starts the driver (id_gen.run_operation) at {step: revert_lag} on a move that rests in
+-- phase reversible.
+--   reversible, revert_lag    one look at the way back's lag: the source catches up first
+--                             (5 minutes at most), so that the fence only waits for the last
+--                             changes;
+--   reversible, revert_arm    the attempt recorded (source_fenced: the target's fence may be
+--                             up from here until it is lifted or the revert flips);
+--   reversible, revert_fence  one attempt at the fence and flip back (below); phase reverting;
+--   reverting, NULL           the target's copies and the way back go (id_gen.finish_revert);
+--                             phase reverted.
+CREATE OR REPLACE FUNCTION id_gen.revert_step(m id_gen.shard_moves, step jsonb) RETURNS id_gen.step_outcome
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  outcome id_gen.step_outcome;
+  r id_gen.shard_moves;
+  res text;
+  lag bigint;
+  t0 timestamptz;
+  err text;
+  err_state text;
+  attempt integer := (step->>'attempt')::integer;
+BEGIN
+  IF m.move_id IS NULL THEN
+    RAISE EXCEPTION 'id_gen: argument "m" must not be NULL (it is the move, read by id_gen.move_step)' USING ERRCODE = '22004';
+  END IF;
+  r := id_gen.reversed(m);
+  IF m.phase = 'reverting' THEN
+    PERFORM id_gen.finish_revert(m);
+  ELSIF m.phase = 'reversible' AND step->>'step' = 'revert_lag' THEN
+    IF step->>'deadline' IS NULL THEN
+      step := step || jsonb_build_object('deadline', clock_timestamp() + interval '5 min');
+    END IF;
+    res := id_gen.remote_call(m.target_shard, 'shard_way_back_lag', ARRAY[m.move_id::text], 10000);
+    IF res IS NULL THEN
+      RAISE EXCEPTION 'id_gen: move %: the way back''s slot on "%" is gone', m.move_id, m.target_shard
+        USING ERRCODE = '55000', HINT = format('The source cannot have every write: CALL id_gen.complete_move(%s), then move the genes back.', m.move_id);
+    END IF;
+    lag := split_part(res, ' ', 1)::bigint;
+    IF lag <= 1048576 THEN
+      outcome.next_step := '{"step": "revert_arm", "attempt": 1}';
+    ELSIF clock_timestamp() > (step->>'deadline')::timestamptz THEN
+      outcome.stop_message := format('id_gen: move %s: the source stays %s bytes behind the target after 5 minutes', m.move_id, lag);
+      outcome.stop_sqlstate := '55000';
+      outcome.stop_hint := 'Check the subscription id_gen_back_<move> on the source; call revert_move again later.';
+    ELSE
+      outcome.next_step := step;
+      outcome.pause := 0.1;
+    END IF;
+  ELSIF m.phase = 'reversible' AND step->>'step' = 'revert_arm' THEN
+    UPDATE id_gen.shard_moves sm SET source_fenced = true WHERE sm.move_id = m.move_id;
+    outcome.next_step := step || '{"step": "revert_fence"}';
+  ELSIF m.phase = 'reversible' AND step->>'step' = 'revert_fence' THEN
+    -- The fence, in this one coordinator transaction: ACCESS EXCLUSIVE on the coordinator's
+    -- range partitions of the genes (lock timeout 500 ms), the target's fence trigger, a
+    -- marker passed from the target to the source (the target's last writes reach the
+    -- source before it), the source's kept partitions opened, its sequences raised, the flip
+    -- back; the driver's COMMIT lifts it, and waiting writers continue on the source.
+    t0 := clock_timestamp();
+    PERFORM pg_catalog.set_config('lock_timeout', '500ms', true);
+    PERFORM id_gen.quiet_ddl();
+    PERFORM id_gen.lock_range_partitions(m.lower_gene, m.upper_gene);
+    BEGIN
+      PERFORM id_gen.run_move_step(r, 'fence_source', 1000 + attempt, 5000);
+      PERFORM id_gen.pass_marker(r, 1000 + attempt, t0, 'source');
+      PERFORM id_gen.remote_call(m.source_shard, 'shard_open_kept',
+                                ARRAY[m.move_id::text, (id_gen.move_parts(m.lower_gene, m.upper_gene)).parts::text, 'true'], 5000);
+      PERFORM id_gen.move_raise_sequences(r);
+      PERFORM id_gen.flip_routes(m.lower_gene, m.upper_gene, m.source_shard);
+      UPDATE id_gen.shard_moves sm
+      SET phase = 'reverting', fence_attempts = sm.fence_attempts + 1, fence_started_at = t0, fence_ended_at = clock_timestamp(),
+          updated_at = clock_timestamp(), last_error = NULL
+      WHERE sm.move_id = m.move_id AND sm.phase = 'reversible';
+      IF NOT FOUND THEN
+        RAISE EXCEPTION 'the move is no longer reversible' USING ERRCODE = '55006';
+      END IF;
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
+      -- Lift the target's fence while the coordinator's locks still hold its writers:
+      -- once they go, those writers reach the target, which must take them.
+      GET STACKED DIAGNOSTICS err = MESSAGE_TEXT, err_state = RETURNED_SQLSTATE;
+      BEGIN
+        PERFORM id_gen.lift_revert_fence(m, 5000);
+      EXCEPTION WHEN OTHERS OR query_canceled THEN
+        err := err || ' (lifting the target''s fence failed: ' || SQLERRM || ')';
+      END;
+      RAISE EXCEPTION '%', err USING ERRCODE = err_state;
+    END;
+  ELSE
+    outcome.stop_message := format('id_gen: move %s has no revert step %s in phase %s', m.move_id, coalesce(step::text, 'at the start'), m.phase);
+    outcome.stop_sqlstate := '55000';
+    outcome.stop_hint := 'A revert starts from phase reversible (CALL id_gen.revert_move) and ends in phase reverting.';
+  END IF;
+  RETURN outcome;
+END $$;
+COMMENT ON FUNCTION id_gen.revert_step(id_gen.shard_moves, jsonb) IS 'One step of the revert of a reversible move (id_gen.move_step hands it the steps revert_*, and phase reverting): one look at the way back''s lag, one attempt at the fence and flip back, the clean-up after it.';
+REVOKE EXECUTE ON FUNCTION id_gen.revert_step(id_gen.shard_moves, jsonb) FROM PUBLIC;
+
+-- A failed revert fence: the target's fence is lifted (again), the attempt recorded; the next
+-- one after 0.5 s, five in all, unless the error was a cancel or an abort elsewhere. Other
+-- failed revert steps: nothing (the error is raised as it is).
+CREATE OR REPLACE FUNCTION id_gen.revert_step_failed(move_id bigint, phase text, step jsonb, err text, err_state text)
+RETURNS id_gen.step_outcome
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  outcome id_gen.step_outcome;
+  m id_gen.shard_moves;
+  attempt integer := (step->>'attempt')::integer;
+BEGIN
+  SELECT * INTO m FROM id_gen.shard_moves sm WHERE sm.move_id = revert_step_failed.move_id;
+  IF NOT FOUND OR phase IS DISTINCT FROM 'reversible' OR step->>'step' IS DISTINCT FROM 'revert_fence' THEN
+    RETURN outcome;
+  END IF;
+  PERFORM id_gen.lift_revert_fence(m, 5000);
+  UPDATE id_gen.shard_moves sm SET source_fenced = false, last_error = format('revert fence attempt %s: %s', attempt, err),
+                                   updated_at = clock_timestamp()
+  WHERE sm.move_id = m.move_id;
+  IF err_state IN ('57014', '55006') OR attempt >= 5 THEN
+    outcome.stop_message := format('id_gen: move %s: could not revert: %s', m.move_id, err);
+    outcome.stop_sqlstate := coalesce(err_state, '55000');
+    outcome.stop_detail := 'The fence was lifted; the target still serves the genes and the source follows it.';
+    outcome.stop_hint := format('CALL id_gen.revert_move(%s) tries again.', m.move_id);
+  ELSE
+    outcome.next_step := jsonb_build_object('step', 'revert_arm', 'attempt', attempt + 1);
+    outcome.pause := 0.5;
+  END IF;
+  RETURN outcome;
+END $$;
+COMMENT ON FUNCTION id_gen.revert_step_failed(bigint, text, jsonb, text, text) IS 'What a failed step of a revert means: after a failed fence attempt the target''s fence is lifted and the attempt recorded, and the next attempt follows (five in all); NULLs otherwise.';
+REVOKE EXECUTE ON FUNCTION id_gen.revert_step_failed(bigint, text, jsonb, text, text) FROM PUBLIC;
+
 CREATE OR REPLACE PROCEDURE id_gen.revert_move(move_id bigint)
 LANGUAGE plpgsql
 AS $$
 DECLARE
   m id_gen.shard_moves;
-  r id_gen.shard_moves;
-  lag bigint;
-  deadline timestamptz;
-  t0 timestamptz;
-  err text;
-  err_state text;
-  res text;
 BEGIN
   PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
   IF move_id IS NULL THEN
     RAISE EXCEPTION 'id_gen: argument "move_id" must not be NULL' USING ERRCODE = '22004';
   END IF;
   m := id_gen.take_reversible_move(move_id, 'revert');
-  r := id_gen.reversed(m);
   UPDATE id_gen.shard_moves sm SET runner_pid = pg_backend_pid(), updated_at = clock_timestamp() WHERE sm.move_id = m.move_id;
   COMMIT;
-  PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-  IF m.phase = 'reversible' THEN
-    -- The source catches up first (bounded), so that the fence only waits for the last changes.
-    deadline := clock_timestamp() + interval '5 min';
-    LOOP
-      res := id_gen.remote_call(m.target_shard, 'shard_way_back_lag', ARRAY[m.move_id::text], 10000);
-      IF res IS NULL THEN
-        RAISE EXCEPTION 'id_gen: move %: the way back''s slot on "%" is gone', m.move_id, m.target_shard
-          USING ERRCODE = '55000', HINT = format('The source cannot have every write: CALL id_gen.complete_move(%s), then move the genes back.', m.move_id);
-      END IF;
-      lag := split_part(res, ' ', 1)::bigint;
-      EXIT WHEN lag <= 1048576;
-      IF clock_timestamp() > deadline THEN
-        RAISE EXCEPTION 'id_gen: move %: the source stays % bytes behind the target after 5 minutes', m.move_id, lag
-          USING ERRCODE = '55000', HINT = 'Check the subscription id_gen_back_<move> on the source; call revert_move again later.';
-      END IF;
-      PERFORM pg_sleep(0.1);
-    END LOOP;
-    FOR attempt IN 1 .. 5 LOOP
-      UPDATE id_gen.shard_moves sm SET source_fenced = true WHERE sm.move_id = m.move_id;
-      COMMIT;
-      PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-      err := NULL;
-      BEGIN
-        t0 := clock_timestamp();
-        PERFORM pg_catalog.set_config('lock_timeout', '500ms', true);
-        PERFORM id_gen.quiet_ddl();
-        PERFORM id_gen.lock_range_partitions(m.lower_gene, m.upper_gene);
-        BEGIN
-          -- The target refuses direct writes; its last writes reach the source before the marker.
-          PERFORM id_gen.run_move_step(r, 'fence_source', 1000 + attempt, 5000);
-          PERFORM id_gen.pass_marker(r, 1000 + attempt, t0, 'source');
-          PERFORM id_gen.remote_call(m.source_shard, 'shard_open_kept',
-                                    ARRAY[m.move_id::text, (id_gen.move_parts(m.lower_gene, m.upper_gene)).parts::text, 'true'], 5000);
-          PERFORM id_gen.move_raise_sequences(r);
-          PERFORM id_gen.flip_routes(m.lower_gene, m.upper_gene, m.source_shard);
-          UPDATE id_gen.shard_moves sm
-          SET phase = 'reverting', fence_attempts = sm.fence_attempts + 1, fence_started_at = t0, fence_ended_at = clock_timestamp(),
-              updated_at = clock_timestamp(), last_error = NULL
-          WHERE sm.move_id = m.move_id AND sm.phase = 'reversible' RETURNING * INTO m;
-          IF NOT FOUND THEN
-            RAISE EXCEPTION 'the move is no longer reversible' USING ERRCODE = '55006';
-          END IF;
-        EXCEPTION WHEN OTHERS OR query_canceled THEN
-          -- Lift the target's fence while the coordinator's locks still hold its writers:
-          -- once they go, those writers reach the target, which must take them.
-          GET STACKED DIAGNOSTICS err = MESSAGE_TEXT, err_state = RETURNED_SQLSTATE;
-          BEGIN
-            PERFORM id_gen.lift_revert_fence(m, 5000);
-          EXCEPTION WHEN OTHERS OR query_canceled THEN
-            err := err || ' (lifting the target''s fence failed: ' || SQLERRM || ')';
-          END;
-          RAISE EXCEPTION '%', err USING ERRCODE = err_state;
-        END;
-      EXCEPTION WHEN OTHERS OR query_canceled THEN
-        GET STACKED DIAGNOSTICS err = MESSAGE_TEXT, err_state = RETURNED_SQLSTATE;
-      END;
-      IF err IS NULL THEN
-        COMMIT;  -- lifts the fence: waiting writers continue on the source
-        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-        PERFORM id_gen.push_route_state_quietly();  -- the shards learn the new route version
-        EXIT;
-      END IF;
-      ROLLBACK;
-      PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-      PERFORM id_gen.lift_revert_fence(m, 5000);
-      UPDATE id_gen.shard_moves sm SET source_fenced = false, last_error = format('revert fence attempt %s: %s', attempt, err),
-                                       updated_at = clock_timestamp()
-      WHERE sm.move_id = m.move_id;
-      COMMIT;
-      PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-      IF err_state IN ('57014', '55006') OR attempt = 5 THEN
-        PERFORM pg_advisory_unlock(id_gen.operation_session_lock_key(), m.move_id::integer);
-        RAISE EXCEPTION 'id_gen: move %: could not revert: %', m.move_id, err
-          USING ERRCODE = coalesce(err_state, '55000'),
-                DETAIL = 'The fence was lifted; the target still serves the genes and the source follows it.',
-                HINT = format('CALL id_gen.revert_move(%s) tries again.', m.move_id);
-      END IF;
-      PERFORM pg_sleep(0.5);
-    END LOOP;
-  END IF;
-  m := id_gen.finish_revert(m);
-  COMMIT;
-  PERFORM pg_advisory_unlock(id_gen.operation_session_lock_key(), m.move_id::integer);
-  RAISE NOTICE 'id_gen: move % reverted: genes % .. % are on % again; writes were fenced for % ms', m.move_id,
-    m.lower_gene, m.upper_gene, m.source_shard, round(extract(epoch FROM m.fence_ended_at - m.fence_started_at) * 1000, 1);
+  -- A move resting in phase reversible starts its revert; one in phase reverting (its flip
+  -- back committed) is finished.
+  CALL id_gen.run_operation(m.move_id, CASE WHEN m.phase = 'reversible' THEN '{"step": "revert_lag"}'::jsonb END);
 END $$;
 COMMENT ON PROCEDURE id_gen.revert_move(bigint) IS 'Switches the genes of a reversible move back to its source with the same short fence as the move (writes of those genes wait, others do not); every write the target committed is on the source afterwards. Then the target''s copies and the way back go. Resumes a revert that was interrupted after its flip. Superuser only.';
 REVOKE EXECUTE ON PROCEDURE id_gen.revert_move(bigint) FROM PUBLIC;
@@ -5542,13 +5601,13 @@ BEGIN
   END IF;
   m := id_gen.take_reversible_move(move_id, 'complete');
   IF m.phase = 'reverting' THEN
-    PERFORM pg_advisory_unlock(id_gen.operation_session_lock_key(), m.move_id::integer);
+    PERFORM id_gen.release_operation(m.move_id);
     RAISE EXCEPTION 'id_gen: move % is being reverted', move_id
       USING ERRCODE = '55006', HINT = format('CALL id_gen.revert_move(%s) finishes the revert.', move_id);
   END IF;
   m := id_gen.end_way_back(m);
   COMMIT;
-  PERFORM pg_advisory_unlock(id_gen.operation_session_lock_key(), m.move_id::integer);
+  PERFORM id_gen.release_operation(m.move_id);
   RAISE NOTICE 'id_gen: move % complete: genes % .. % stay on %; the source''s copies and the way back are gone',
     m.move_id, m.lower_gene, m.upper_gene, m.target_shard;
 END $$;

@@ -134,26 +134,27 @@ REVOKE EXECUTE ON FUNCTION id_gen.release_operation(bigint) FROM PUBLIC;
 
 -- The driver ------------------------------------------------------------------------------
 -- One procedure runs a long operation to its end, or resumes it: CALL id_gen.run_operation(id)
--- (split_route and merge_routes record theirs and call it). It repeats: read the
--- operation; if it is finished, stop; run the kind's next step (id_gen.split_step), a
--- function that does one unit of work and never commits; COMMIT; tell the shards the route
--- version if the step raised it; pause if the step asked. A step that raises is rolled back
--- (its calls to shards are not) and the kind says what that means (id_gen.split_step_failed):
--- try again after a pause, stop with an error (recorded first: the driver commits, lets go
--- of the operation, then raises), or nothing, and the error is raised as it is (the
--- operation stays this session's until it calls again or disconnects, and the same CALL
--- resumes it).
+-- (move_genes, split_route and merge_routes record theirs and call it). It repeats: read
+-- the operation; if it is finished (or a reversible move rests after its cut-over), stop;
+-- run the kind's next step (id_gen.move_step, id_gen.split_step), a function that does one
+-- unit of work and never commits; COMMIT; tell the shards the route version if the step
+-- raised it; pause if the step asked. A step that raises is rolled back (its calls to
+-- shards are not) and the kind says what that means (id_gen.move_step_failed,
+-- id_gen.split_step_failed): try again after a pause, stop with an error (recorded first:
+-- the driver commits, lets go of the operation, then raises), or nothing, and the error is
+-- raised as it is (the operation stays this session's until it calls again or disconnects,
+-- and the same CALL resumes it).
 --
 -- Invariants: every COMMIT is here, and each is followed by pinning search_path again (a
 -- COMMIT in a procedure ends the SET of the CALL); the operation's session lock is held
 -- from before the first step to after the last commit; a step sees the operation as the
 -- last commit left it.
-CREATE OR REPLACE PROCEDURE id_gen.run_operation(operation_id bigint)
+CREATE OR REPLACE PROCEDURE id_gen.run_operation(operation_id bigint, from_step jsonb DEFAULT NULL)
 LANGUAGE plpgsql
 AS $$
 DECLARE
   o id_gen.cluster_operations;
-  step jsonb;
+  step jsonb := from_step;
   r id_gen.step_outcome;
   raised boolean;
   err text;
@@ -170,10 +171,6 @@ BEGIN
   IF NOT FOUND THEN
     RAISE EXCEPTION 'id_gen: there is no operation %', operation_id
       USING ERRCODE = '42704', HINT = 'Long operations are listed in id_gen.operations.';
-  ELSIF o.kind = 'move' THEN
-    RAISE EXCEPTION 'id_gen: operation % is a move, which move_genes runs', operation_id
-      USING ERRCODE = '0A000',
-            HINT = format('CALL id_gen.move_genes(%s, %s, %L) resumes it.', o.lower_gene, o.upper_gene, o.target_shard);
   ELSIF NOT id_gen.take_operation(o.operation_id) THEN
     RAISE EXCEPTION 'id_gen: % % is running in session %', o.kind, o.operation_id, o.runner_pid
       USING ERRCODE = '55006', HINT = 'Watch it in id_gen.operations.';
@@ -183,18 +180,22 @@ BEGIN
   LOOP
     PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
     SELECT * INTO o FROM id_gen.cluster_operations co WHERE co.operation_id = run_operation.operation_id;
-    EXIT WHEN o.phase IN ('done', 'aborted', 'reverted');
+    -- (A reversible move rests after its cut-over until revert_move starts its revert with
+    -- from_step, or complete_move ends it.)
+    EXIT WHEN o.phase IN ('done', 'aborted', 'reverted') OR (o.kind = 'move' AND o.phase = 'reversible' AND step IS NULL);
     err := NULL;
     raised := false;
     BEGIN
-      r := id_gen.split_step(o.operation_id, step);
+      r := CASE o.kind WHEN 'move' THEN id_gen.move_step(o.operation_id, step)
+                       ELSE id_gen.split_step(o.operation_id, step) END;
       raised := id_gen.route_version_raised_here();
     EXCEPTION WHEN OTHERS OR query_canceled THEN
       GET STACKED DIAGNOSTICS err = MESSAGE_TEXT, err_state = RETURNED_SQLSTATE,
                               err_detail = PG_EXCEPTION_DETAIL, err_hint = PG_EXCEPTION_HINT;
     END;
     IF err IS NOT NULL THEN
-      r := id_gen.split_step_failed(o.operation_id, step, err, err_state, err_detail, err_hint);
+      r := CASE o.kind WHEN 'move' THEN id_gen.move_step_failed(o.operation_id, o.phase, step, err, err_state, err_detail, err_hint)
+                       ELSE id_gen.split_step_failed(o.operation_id, o.phase, step, err, err_state, err_detail, err_hint) END;
       IF r IS NULL THEN  -- (every field NULL: the kind does not handle this error)
         PERFORM id_gen.reraise(err, err_state, err_detail, err_hint);
       END IF;
@@ -214,10 +215,10 @@ BEGIN
     END IF;
   END LOOP;
   PERFORM id_gen.release_operation(o.operation_id);
-  RAISE NOTICE '%', id_gen.split_summary(o.operation_id);
+  RAISE NOTICE '%', CASE o.kind WHEN 'move' THEN id_gen.move_summary(o.operation_id) ELSE id_gen.split_summary(o.operation_id) END;
 END $$;
-COMMENT ON PROCEDURE id_gen.run_operation(bigint) IS 'Runs a long operation (a split or merge; moves are run by move_genes) to its end, or resumes it: one step at a time, each committed; split_route and merge_routes call it. Run it outside a transaction block. Superuser only.';
-REVOKE EXECUTE ON PROCEDURE id_gen.run_operation(bigint) FROM PUBLIC;
+COMMENT ON PROCEDURE id_gen.run_operation(bigint, jsonb) IS 'Runs a long operation (a move, split or merge, by its id in id_gen.operations) to its end, or resumes it: one step at a time, each committed (a reversible move stops after its cut-over). move_genes, split_route and merge_routes record theirs and call it; revert_move starts a revert with from_step (where in the current phase to begin; NULL: at its start). Run it outside a transaction block. Superuser only.';
+REVOKE EXECUTE ON PROCEDURE id_gen.run_operation(bigint, jsonb) FROM PUBLIC;
 
 -- The recovery loop ---------------------------------------------------------------------
 -- One pass over the operations no session runs, for the move supervisor (a background

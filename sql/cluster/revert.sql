@@ -202,9 +202,7 @@ BEGIN
                         THEN format('Finish it first (CALL id_gen.move_genes(%s, %s, %L)) or abort it.', m.lower_gene, m.upper_gene, m.target_shard)
                         ELSE 'It has ended.' END;
   END IF;
-  IF NOT EXISTS (SELECT FROM pg_locks l WHERE l.locktype = 'advisory' AND l.pid = pg_backend_pid()
-                 AND l.classid = id_gen.operation_session_lock_key()::oid AND l.objid = m.move_id AND l.objsubid = 2)
-     AND NOT pg_try_advisory_lock(id_gen.operation_session_lock_key(), m.move_id::integer) THEN
+  IF NOT id_gen.take_operation(m.move_id) THEN
     RAISE EXCEPTION 'id_gen: move % is busy in another session', move_id
       USING ERRCODE = '55006', HINT = 'Watch id_gen.moves.runner; the move supervisor holds a move for a few seconds at most.';
   END IF;
@@ -213,113 +211,156 @@ END $$;
 COMMENT ON FUNCTION id_gen.take_reversible_move(bigint, text) IS 'The reversible move revert_move or complete_move works on, checked and held by this session (session advisory lock).';
 REVOKE EXECUTE ON FUNCTION id_gen.take_reversible_move(bigint, text) FROM PUBLIC;
 
+-- The steps of a revert, part of a move's steps (id_gen.move_step hands them here): revert_move
+-- starts the driver (id_gen.run_operation) at {step: revert_lag} on a move that rests in
+-- phase reversible.
+--   reversible, revert_lag    one look at the way back's lag: the source catches up first
+--                             (5 minutes at most), so that the fence only waits for the last
+--                             changes;
+--   reversible, revert_arm    the attempt recorded (source_fenced: the target's fence may be
+--                             up from here until it is lifted or the revert flips);
+--   reversible, revert_fence  one attempt at the fence and flip back (below); phase reverting;
+--   reverting, NULL           the target's copies and the way back go (id_gen.finish_revert);
+--                             phase reverted.
+CREATE OR REPLACE FUNCTION id_gen.revert_step(m id_gen.shard_moves, step jsonb) RETURNS id_gen.step_outcome
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  outcome id_gen.step_outcome;
+  r id_gen.shard_moves;
+  res text;
+  lag bigint;
+  t0 timestamptz;
+  err text;
+  err_state text;
+  attempt integer := (step->>'attempt')::integer;
+BEGIN
+  IF m.move_id IS NULL THEN
+    RAISE EXCEPTION 'id_gen: argument "m" must not be NULL (it is the move, read by id_gen.move_step)' USING ERRCODE = '22004';
+  END IF;
+  r := id_gen.reversed(m);
+  IF m.phase = 'reverting' THEN
+    PERFORM id_gen.finish_revert(m);
+  ELSIF m.phase = 'reversible' AND step->>'step' = 'revert_lag' THEN
+    IF step->>'deadline' IS NULL THEN
+      step := step || jsonb_build_object('deadline', clock_timestamp() + interval '5 min');
+    END IF;
+    res := id_gen.remote_call(m.target_shard, 'shard_way_back_lag', ARRAY[m.move_id::text], 10000);
+    IF res IS NULL THEN
+      RAISE EXCEPTION 'id_gen: move %: the way back''s slot on "%" is gone', m.move_id, m.target_shard
+        USING ERRCODE = '55000', HINT = format('The source cannot have every write: CALL id_gen.complete_move(%s), then move the genes back.', m.move_id);
+    END IF;
+    lag := split_part(res, ' ', 1)::bigint;
+    IF lag <= 1048576 THEN
+      outcome.next_step := '{"step": "revert_arm", "attempt": 1}';
+    ELSIF clock_timestamp() > (step->>'deadline')::timestamptz THEN
+      outcome.stop_message := format('id_gen: move %s: the source stays %s bytes behind the target after 5 minutes', m.move_id, lag);
+      outcome.stop_sqlstate := '55000';
+      outcome.stop_hint := 'Check the subscription id_gen_back_<move> on the source; call revert_move again later.';
+    ELSE
+      outcome.next_step := step;
+      outcome.pause := 0.1;
+    END IF;
+  ELSIF m.phase = 'reversible' AND step->>'step' = 'revert_arm' THEN
+    UPDATE id_gen.shard_moves sm SET source_fenced = true WHERE sm.move_id = m.move_id;
+    outcome.next_step := step || '{"step": "revert_fence"}';
+  ELSIF m.phase = 'reversible' AND step->>'step' = 'revert_fence' THEN
+    -- The fence, in this one coordinator transaction: ACCESS EXCLUSIVE on the coordinator's
+    -- range partitions of the genes (lock timeout 500 ms), the target's fence trigger, a
+    -- marker passed from the target to the source (the target's last writes reach the
+    -- source before it), the source's kept partitions opened, its sequences raised, the flip
+    -- back; the driver's COMMIT lifts it, and waiting writers continue on the source.
+    t0 := clock_timestamp();
+    PERFORM pg_catalog.set_config('lock_timeout', '500ms', true);
+    PERFORM id_gen.quiet_ddl();
+    PERFORM id_gen.lock_range_partitions(m.lower_gene, m.upper_gene);
+    BEGIN
+      PERFORM id_gen.run_move_step(r, 'fence_source', 1000 + attempt, 5000);
+      PERFORM id_gen.pass_marker(r, 1000 + attempt, t0, 'source');
+      PERFORM id_gen.remote_call(m.source_shard, 'shard_open_kept',
+                                ARRAY[m.move_id::text, (id_gen.move_parts(m.lower_gene, m.upper_gene)).parts::text, 'true'], 5000);
+      PERFORM id_gen.move_raise_sequences(r);
+      PERFORM id_gen.flip_routes(m.lower_gene, m.upper_gene, m.source_shard);
+      UPDATE id_gen.shard_moves sm
+      SET phase = 'reverting', fence_attempts = sm.fence_attempts + 1, fence_started_at = t0, fence_ended_at = clock_timestamp(),
+          updated_at = clock_timestamp(), last_error = NULL
+      WHERE sm.move_id = m.move_id AND sm.phase = 'reversible';
+      IF NOT FOUND THEN
+        RAISE EXCEPTION 'the move is no longer reversible' USING ERRCODE = '55006';
+      END IF;
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
+      -- Lift the target's fence while the coordinator's locks still hold its writers:
+      -- once they go, those writers reach the target, which must take them.
+      GET STACKED DIAGNOSTICS err = MESSAGE_TEXT, err_state = RETURNED_SQLSTATE;
+      BEGIN
+        PERFORM id_gen.lift_revert_fence(m, 5000);
+      EXCEPTION WHEN OTHERS OR query_canceled THEN
+        err := err || ' (lifting the target''s fence failed: ' || SQLERRM || ')';
+      END;
+      RAISE EXCEPTION '%', err USING ERRCODE = err_state;
+    END;
+  ELSE
+    outcome.stop_message := format('id_gen: move %s has no revert step %s in phase %s', m.move_id, coalesce(step::text, 'at the start'), m.phase);
+    outcome.stop_sqlstate := '55000';
+    outcome.stop_hint := 'A revert starts from phase reversible (CALL id_gen.revert_move) and ends in phase reverting.';
+  END IF;
+  RETURN outcome;
+END $$;
+COMMENT ON FUNCTION id_gen.revert_step(id_gen.shard_moves, jsonb) IS 'One step of the revert of a reversible move (id_gen.move_step hands it the steps revert_*, and phase reverting): one look at the way back''s lag, one attempt at the fence and flip back, the clean-up after it.';
+REVOKE EXECUTE ON FUNCTION id_gen.revert_step(id_gen.shard_moves, jsonb) FROM PUBLIC;
+
+-- A failed revert fence: the target's fence is lifted (again), the attempt recorded; the next
+-- one after 0.5 s, five in all, unless the error was a cancel or an abort elsewhere. Other
+-- failed revert steps: nothing (the error is raised as it is).
+CREATE OR REPLACE FUNCTION id_gen.revert_step_failed(move_id bigint, phase text, step jsonb, err text, err_state text)
+RETURNS id_gen.step_outcome
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  outcome id_gen.step_outcome;
+  m id_gen.shard_moves;
+  attempt integer := (step->>'attempt')::integer;
+BEGIN
+  SELECT * INTO m FROM id_gen.shard_moves sm WHERE sm.move_id = revert_step_failed.move_id;
+  IF NOT FOUND OR phase IS DISTINCT FROM 'reversible' OR step->>'step' IS DISTINCT FROM 'revert_fence' THEN
+    RETURN outcome;
+  END IF;
+  PERFORM id_gen.lift_revert_fence(m, 5000);
+  UPDATE id_gen.shard_moves sm SET source_fenced = false, last_error = format('revert fence attempt %s: %s', attempt, err),
+                                   updated_at = clock_timestamp()
+  WHERE sm.move_id = m.move_id;
+  IF err_state IN ('57014', '55006') OR attempt >= 5 THEN
+    outcome.stop_message := format('id_gen: move %s: could not revert: %s', m.move_id, err);
+    outcome.stop_sqlstate := coalesce(err_state, '55000');
+    outcome.stop_detail := 'The fence was lifted; the target still serves the genes and the source follows it.';
+    outcome.stop_hint := format('CALL id_gen.revert_move(%s) tries again.', m.move_id);
+  ELSE
+    outcome.next_step := jsonb_build_object('step', 'revert_arm', 'attempt', attempt + 1);
+    outcome.pause := 0.5;
+  END IF;
+  RETURN outcome;
+END $$;
+COMMENT ON FUNCTION id_gen.revert_step_failed(bigint, text, jsonb, text, text) IS 'What a failed step of a revert means: after a failed fence attempt the target''s fence is lifted and the attempt recorded, and the next attempt follows (five in all); NULLs otherwise.';
+REVOKE EXECUTE ON FUNCTION id_gen.revert_step_failed(bigint, text, jsonb, text, text) FROM PUBLIC;
+
 CREATE OR REPLACE PROCEDURE id_gen.revert_move(move_id bigint)
 LANGUAGE plpgsql
 AS $$
 DECLARE
   m id_gen.shard_moves;
-  r id_gen.shard_moves;
-  lag bigint;
-  deadline timestamptz;
-  t0 timestamptz;
-  err text;
-  err_state text;
-  res text;
 BEGIN
   PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
   IF move_id IS NULL THEN
     RAISE EXCEPTION 'id_gen: argument "move_id" must not be NULL' USING ERRCODE = '22004';
   END IF;
   m := id_gen.take_reversible_move(move_id, 'revert');
-  r := id_gen.reversed(m);
   UPDATE id_gen.shard_moves sm SET runner_pid = pg_backend_pid(), updated_at = clock_timestamp() WHERE sm.move_id = m.move_id;
   COMMIT;
-  PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-  IF m.phase = 'reversible' THEN
-    -- The source catches up first (bounded), so that the fence only waits for the last changes.
-    deadline := clock_timestamp() + interval '5 min';
-    LOOP
-      res := id_gen.remote_call(m.target_shard, 'shard_way_back_lag', ARRAY[m.move_id::text], 10000);
-      IF res IS NULL THEN
-        RAISE EXCEPTION 'id_gen: move %: the way back''s slot on "%" is gone', m.move_id, m.target_shard
-          USING ERRCODE = '55000', HINT = format('The source cannot have every write: CALL id_gen.complete_move(%s), then move the genes back.', m.move_id);
-      END IF;
-      lag := split_part(res, ' ', 1)::bigint;
-      EXIT WHEN lag <= 1048576;
-      IF clock_timestamp() > deadline THEN
-        RAISE EXCEPTION 'id_gen: move %: the source stays % bytes behind the target after 5 minutes', m.move_id, lag
-          USING ERRCODE = '55000', HINT = 'Check the subscription id_gen_back_<move> on the source; call revert_move again later.';
-      END IF;
-      PERFORM pg_sleep(0.1);
-    END LOOP;
-    FOR attempt IN 1 .. 5 LOOP
-      UPDATE id_gen.shard_moves sm SET source_fenced = true WHERE sm.move_id = m.move_id;
-      COMMIT;
-      PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-      err := NULL;
-      BEGIN
-        t0 := clock_timestamp();
-        PERFORM pg_catalog.set_config('lock_timeout', '500ms', true);
-        PERFORM id_gen.quiet_ddl();
-        PERFORM id_gen.lock_range_partitions(m.lower_gene, m.upper_gene);
-        BEGIN
-          -- The target refuses direct writes; its last writes reach the source before the marker.
-          PERFORM id_gen.run_move_step(r, 'fence_source', 1000 + attempt, 5000);
-          PERFORM id_gen.pass_marker(r, 1000 + attempt, t0, 'source');
-          PERFORM id_gen.remote_call(m.source_shard, 'shard_open_kept',
-                                    ARRAY[m.move_id::text, (id_gen.move_parts(m.lower_gene, m.upper_gene)).parts::text, 'true'], 5000);
-          PERFORM id_gen.move_raise_sequences(r);
-          PERFORM id_gen.flip_routes(m.lower_gene, m.upper_gene, m.source_shard);
-          UPDATE id_gen.shard_moves sm
-          SET phase = 'reverting', fence_attempts = sm.fence_attempts + 1, fence_started_at = t0, fence_ended_at = clock_timestamp(),
-              updated_at = clock_timestamp(), last_error = NULL
-          WHERE sm.move_id = m.move_id AND sm.phase = 'reversible' RETURNING * INTO m;
-          IF NOT FOUND THEN
-            RAISE EXCEPTION 'the move is no longer reversible' USING ERRCODE = '55006';
-          END IF;
-        EXCEPTION WHEN OTHERS OR query_canceled THEN
-          -- Lift the target's fence while the coordinator's locks still hold its writers:
-          -- once they go, those writers reach the target, which must take them.
-          GET STACKED DIAGNOSTICS err = MESSAGE_TEXT, err_state = RETURNED_SQLSTATE;
-          BEGIN
-            PERFORM id_gen.lift_revert_fence(m, 5000);
-          EXCEPTION WHEN OTHERS OR query_canceled THEN
-            err := err || ' (lifting the target''s fence failed: ' || SQLERRM || ')';
-          END;
-          RAISE EXCEPTION '%', err USING ERRCODE = err_state;
-        END;
-      EXCEPTION WHEN OTHERS OR query_canceled THEN
-        GET STACKED DIAGNOSTICS err = MESSAGE_TEXT, err_state = RETURNED_SQLSTATE;
-      END;
-      IF err IS NULL THEN
-        COMMIT;  -- lifts the fence: waiting writers continue on the source
-        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-        PERFORM id_gen.push_route_state_quietly();  -- the shards learn the new route version
-        EXIT;
-      END IF;
-      ROLLBACK;
-      PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-      PERFORM id_gen.lift_revert_fence(m, 5000);
-      UPDATE id_gen.shard_moves sm SET source_fenced = false, last_error = format('revert fence attempt %s: %s', attempt, err),
-                                       updated_at = clock_timestamp()
-      WHERE sm.move_id = m.move_id;
-      COMMIT;
-      PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-      IF err_state IN ('57014', '55006') OR attempt = 5 THEN
-        PERFORM pg_advisory_unlock(id_gen.operation_session_lock_key(), m.move_id::integer);
-        RAISE EXCEPTION 'id_gen: move %: could not revert: %', m.move_id, err
-          USING ERRCODE = coalesce(err_state, '55000'),
-                DETAIL = 'The fence was lifted; the target still serves the genes and the source follows it.',
-                HINT = format('CALL id_gen.revert_move(%s) tries again.', m.move_id);
-      END IF;
-      PERFORM pg_sleep(0.5);
-    END LOOP;
-  END IF;
-  m := id_gen.finish_revert(m);
-  COMMIT;
-  PERFORM pg_advisory_unlock(id_gen.operation_session_lock_key(), m.move_id::integer);
-  RAISE NOTICE 'id_gen: move % reverted: genes % .. % are on % again; writes were fenced for % ms', m.move_id,
-    m.lower_gene, m.upper_gene, m.source_shard, round(extract(epoch FROM m.fence_ended_at - m.fence_started_at) * 1000, 1);
+  -- A move resting in phase reversible starts its revert; one in phase reverting (its flip
+  -- back committed) is finished.
+  CALL id_gen.run_operation(m.move_id, CASE WHEN m.phase = 'reversible' THEN '{"step": "revert_lag"}'::jsonb END);
 END $$;
 COMMENT ON PROCEDURE id_gen.revert_move(bigint) IS 'Switches the genes of a reversible move back to its source with the same short fence as the move (writes of those genes wait, others do not); every write the target committed is on the source afterwards. Then the target''s copies and the way back go. Resumes a revert that was interrupted after its flip. Superuser only.';
 REVOKE EXECUTE ON PROCEDURE id_gen.revert_move(bigint) FROM PUBLIC;
@@ -357,13 +398,13 @@ BEGIN
   END IF;
   m := id_gen.take_reversible_move(move_id, 'complete');
   IF m.phase = 'reverting' THEN
-    PERFORM pg_advisory_unlock(id_gen.operation_session_lock_key(), m.move_id::integer);
+    PERFORM id_gen.release_operation(m.move_id);
     RAISE EXCEPTION 'id_gen: move % is being reverted', move_id
       USING ERRCODE = '55006', HINT = format('CALL id_gen.revert_move(%s) finishes the revert.', move_id);
   END IF;
   m := id_gen.end_way_back(m);
   COMMIT;
-  PERFORM pg_advisory_unlock(id_gen.operation_session_lock_key(), m.move_id::integer);
+  PERFORM id_gen.release_operation(m.move_id);
   RAISE NOTICE 'id_gen: move % complete: genes % .. % stay on %; the source''s copies and the way back are gone',
     m.move_id, m.lower_gene, m.upper_gene, m.target_shard;
 END $$;

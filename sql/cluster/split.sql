@@ -512,15 +512,15 @@ END $$;
 COMMENT ON FUNCTION id_gen.split_step(bigint, jsonb) IS 'One step of a split or merge (the driver id_gen.run_operation commits after each): prepare, one batch of the copy, the catch-up, one attempt at the fence, the cleanup, one attempt at the re-layout. Returns where to go on, how long to pause, or an error to stop with.';
 REVOKE EXECUTE ON FUNCTION id_gen.split_step(bigint, jsonb) FROM PUBLIC;
 
--- What a failed step of a split or merge means (the driver calls it after the step's work
--- was rolled back; its calls to the shard were not):
+-- What a failed step of a split or merge means (the driver calls it, with the phase the step
+-- ran in, after the step's work was rolled back; its calls to the shard were not):
 --   planned: what was prepared goes again (the old partitions never stopped serving);
 --     the split is aborted (or failed, when that clean-up failed too) and the CALL fails;
 --   a fence or merge swap whose lock was not granted (55P03): tried again after a pause,
 --     60 times at most; any other error of the fence fails the CALL and lets go of it;
 --   any other step: nothing (the driver raises the error as it is and keeps the split,
 --     which the same CALL resumes).
-CREATE OR REPLACE FUNCTION id_gen.split_step_failed(split_id bigint, step jsonb, err text, err_state text,
+CREATE OR REPLACE FUNCTION id_gen.split_step_failed(split_id bigint, phase text, step jsonb, err text, err_state text,
                                                     err_detail text, err_hint text) RETURNS id_gen.step_outcome
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -532,7 +532,9 @@ DECLARE
   attempt integer := coalesce((step->>'attempt')::integer, 1);
 BEGIN
   SELECT * INTO s FROM id_gen.route_splits rs WHERE rs.split_id = split_step_failed.split_id;
-  IF s.phase = 'planned' THEN
+  IF NOT FOUND THEN
+    RETURN outcome;
+  ELSIF phase = 'planned' THEN
     res := id_gen.undo_split(s);
     UPDATE id_gen.route_splits rs SET phase = CASE WHEN res IS NULL THEN 'aborted' ELSE 'failed' END,
            last_error = err || coalesce('; undo incomplete: ' || res, ''),
@@ -542,7 +544,7 @@ BEGIN
     outcome.stop_sqlstate := err_state;
     outcome.stop_hint := CASE WHEN res IS NULL THEN 'Nothing was changed; the routes are as they were.'
                       ELSE format('Finish the rollback with CALL id_gen.abort_split(%s).', s.split_id) END;
-  ELSIF s.phase = 'swapping' AND step->>'step' IN ('fence', 'swap_on_shard') AND err_state = '55P03' THEN
+  ELSIF phase = 'swapping' AND step->>'step' IN ('fence', 'swap_on_shard') AND err_state = '55P03' THEN
     IF attempt < 60 THEN
       outcome.next_step := step || jsonb_build_object('attempt', attempt + 1);
       outcome.pause := least(0.02 * attempt, 0.5);
@@ -559,7 +561,7 @@ BEGIN
       outcome.stop_message := format('id_gen: merge %s could not fence its ranges on shard "%s" in %s attempts of 50 ms', s.split_id, s.shard, attempt);
       outcome.stop_hint := 'Long transactions on the shard hold the table. The copy is kept up to date meanwhile; CALL the same procedure again to retry the fence, or CALL id_gen.abort_split(split_id).';
     END IF;
-  ELSIF s.phase = 'swapping' AND step->>'step' IN ('fence', 'swap_on_shard') THEN
+  ELSIF phase = 'swapping' AND step->>'step' IN ('fence', 'swap_on_shard') THEN
     outcome.stop_message := err;
     outcome.stop_sqlstate := err_state;
     outcome.stop_detail := err_detail;
@@ -567,8 +569,8 @@ BEGIN
   END IF;
   RETURN outcome;
 END $$;
-COMMENT ON FUNCTION id_gen.split_step_failed(bigint, jsonb, text, text, text, text) IS 'What a failed step of a split or merge means, for the driver id_gen.run_operation: roll back one that could not start, try a fence whose locks were not granted again (60 times), or stop; NULLs: raise the error as it is.';
-REVOKE EXECUTE ON FUNCTION id_gen.split_step_failed(bigint, jsonb, text, text, text, text) FROM PUBLIC;
+COMMENT ON FUNCTION id_gen.split_step_failed(bigint, text, jsonb, text, text, text, text) IS 'What a failed step of a split or merge means, for the driver id_gen.run_operation: roll back one that could not start, try a fence whose locks were not granted again (60 times), or stop; NULLs: raise the error as it is.';
+REVOKE EXECUTE ON FUNCTION id_gen.split_step_failed(bigint, text, jsonb, text, text, text, text) FROM PUBLIC;
 
 -- The NOTICE at the end of a split or merge.
 CREATE OR REPLACE FUNCTION id_gen.split_summary(split_id bigint) RETURNS text
@@ -714,13 +716,13 @@ BEGIN
   ELSIF s.phase IN ('done', 'aborted') THEN
     RAISE NOTICE 'id_gen: % % is % already', s.kind, s.split_id, s.phase;
     RETURN;
-  ELSIF NOT pg_try_advisory_lock(id_gen.operation_session_lock_key(), s.split_id::integer) THEN
+  ELSIF NOT id_gen.take_operation(s.split_id) THEN
     RAISE EXCEPTION 'id_gen: % % is running in session %', s.kind, s.split_id, s.runner_pid
       USING ERRCODE = '55006', HINT = 'Cancel that session''s CALL first (pg_cancel_backend).';
   END IF;
   state := id_gen.remote_call(s.shard, 'shard_split_state', ARRAY[s.split_id::text], 30000);
   IF s.phase = 'swapped' OR state = 'swapped' THEN
-    PERFORM pg_advisory_unlock(id_gen.operation_session_lock_key(), s.split_id::integer);
+    PERFORM id_gen.release_operation(s.split_id);
     RAISE EXCEPTION 'id_gen: % % has swapped on its shard; it can only be finished', s.kind, s.split_id
       USING ERRCODE = '55000',
             HINT = format('CALL id_gen.%s(%s) finishes it; then %s undoes it online.',
@@ -732,7 +734,7 @@ BEGIN
          last_error = coalesce('abort incomplete: ' || res, rs.last_error),
          finished_at = CASE WHEN res IS NULL THEN clock_timestamp() END, updated_at = clock_timestamp()
   WHERE rs.split_id = s.split_id;
-  PERFORM pg_advisory_unlock(id_gen.operation_session_lock_key(), s.split_id::integer);
+  PERFORM id_gen.release_operation(s.split_id);
   IF res IS NOT NULL THEN
     RAISE WARNING 'id_gen: % % is not fully rolled back: %', s.kind, s.split_id, res;
   END IF;

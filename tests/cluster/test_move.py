@@ -268,13 +268,13 @@ def test_c_the_target_killed_mid_copy():
 
 # --- (d) the coordinator's session dies mid-move: abort, then resume ------------------------------
 
-def start_and_terminate_a_move(refuse_a_second_session):
+def start_and_terminate_a_move(refuse_a_second_session, target="shard_2"):
     c = S["c"]
-    call = Background(c, "CALL id_gen.move_genes(16384, 32767, 'shard_2')")
+    call = Background(c, f"CALL id_gen.move_genes(16384, 32767, '{target}')")
     poll_until("the move copies", lambda: c.one(
         "SELECT count(*) FROM id_gen.moves WHERE lower_gene = 16384 AND phase = 'copying'"), 1, 10, interval=0.05)
     if refuse_a_second_session:
-        e = c.error("CALL id_gen.move_genes(16384, 32767, 'shard_2')")
+        e = c.error(f"CALL id_gen.move_genes(16384, 32767, '{target}')")
         assert e is not None and e.sqlstate == "55006" and "is running in session" in e.diag.message_primary, \
             f"a second session for the running move: {e!r}"
     c.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE 'CALL id_gen.move_genes%'")
@@ -308,7 +308,11 @@ def test_d_a_terminated_session_then_resume():
 def test_e_split_back_and_the_top_range():
     c, s1, s2 = S["c"], S["s1"], S["s2"]
     before1, before2, routes_before = S["before"]
-    c.execute("CALL id_gen.move_genes(16384, 32767, 'shard_1')")
+    mid = start_and_terminate_a_move(refuse_a_second_session=False, target="shard_1")
+    locks_left = c.one(f"CALL id_gen.run_operation({mid})",
+                       "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()")
+    assert (move_phase(f"move_id = {mid}"), locks_left) == ("done", 0), \
+        "CALL id_gen.run_operation(move_id) resumes a move by its id alone, finishes it and lets go of it"
     assert routes() == routes_before, "after the split the routes are where they were before the merge"
     assert (shard_state(s1), shard_state(s2)) == (before1, before2), "and so is every row of both shards (count and checksum)"
     top = "SELECT count(*) FROM {t} WHERE id >= id_gen.gene_first_id(49152)"
