@@ -230,23 +230,3 @@ mcli() {
   local dir=$1; shift
   mariadb --no-defaults -uroot --socket="$dir/mysqld.sock" -N -B "$@"
 }
-
-# --- Physical replication (tests/e2e/10_failover.sh) ----------------------------------------
-
-# standby_create PRIMARY_DIR PRIMARY_PORT DIR PORT SLOT [extra postgresql.conf lines...]: a
-# streaming standby of the primary in DIR (pg_basebackup -R over the primary's socket,
-# physical slot SLOT, which must exist), listening only on its socket DIR, started.
-# The copied postgresql.conf gets its own port and socket; extra lines are appended.
-standby_create() {
-  local pdir=$1 pport=$2 dir=$3 port=$4 slot=$5; shift 5
-  cluster_stop "$dir"
-  rm -rf "$dir"; mkdir -p "$dir"; chown postgres:postgres "$dir"
-  runuser -u postgres -- "$PG_BIN/pg_basebackup" -h "$pdir" -p "$pport" -U postgres \
-    -D "$dir/data" -R -S "$slot" -X stream -c fast --no-sync >/dev/null
-  {
-    echo "port = $port"
-    echo "unix_socket_directories = '$dir'"
-    for line in "$@"; do echo "$line"; done
-  } >> "$dir/data/postgresql.conf"
-  cluster_up "$dir"
-}

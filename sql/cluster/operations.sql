@@ -107,29 +107,25 @@ AS $$
 $$;
 COMMENT ON FUNCTION id_gen.holds_operation(bigint) IS 'Whether this session holds the session lock of the long operation (it runs it).';
 
+-- (CASE evaluates only the branch it takes: the lock is tried only when not held.)
 CREATE OR REPLACE FUNCTION id_gen.take_operation(operation_id bigint) RETURNS boolean
-LANGUAGE plpgsql STRICT
+LANGUAGE sql VOLATILE STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
-BEGIN
-  IF id_gen.holds_operation(operation_id) THEN
-    RETURN true;
-  END IF;
-  RETURN pg_try_advisory_lock(id_gen.operation_session_lock_key(), operation_id::integer);
-END $$;
+  SELECT CASE WHEN id_gen.holds_operation(operation_id) THEN true
+              ELSE pg_try_advisory_lock(id_gen.operation_session_lock_key(), operation_id::integer) END
+$$;
 COMMENT ON FUNCTION id_gen.take_operation(bigint) IS 'Whether this session holds (now, or already) the session lock of the long operation; false when another session runs it.';
 REVOKE EXECUTE ON FUNCTION id_gen.take_operation(bigint) FROM PUBLIC;
 
-CREATE OR REPLACE FUNCTION id_gen.release_operation(operation_id bigint) RETURNS void
-LANGUAGE plpgsql STRICT
+CREATE OR REPLACE FUNCTION id_gen.release_operation(operation_id bigint) RETURNS boolean
+LANGUAGE sql VOLATILE STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
-BEGIN
-  IF id_gen.holds_operation(operation_id) THEN
-    PERFORM pg_advisory_unlock(id_gen.operation_session_lock_key(), operation_id::integer);
-  END IF;
-END $$;
-COMMENT ON FUNCTION id_gen.release_operation(bigint) IS 'Lets go of the session lock of the long operation, if this session holds it.';
+  SELECT CASE WHEN id_gen.holds_operation(operation_id)
+              THEN pg_advisory_unlock(id_gen.operation_session_lock_key(), operation_id::integer) ELSE false END
+$$;
+COMMENT ON FUNCTION id_gen.release_operation(bigint) IS 'Lets go of the session lock of the long operation if this session holds it (true), else does nothing (false).';
 REVOKE EXECUTE ON FUNCTION id_gen.release_operation(bigint) FROM PUBLIC;
 
 -- The driver ------------------------------------------------------------------------------
@@ -163,10 +159,10 @@ DECLARE
   err_hint text;
 BEGIN
   PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+  PERFORM id_gen.require_superuser('run long operations');
   IF operation_id IS NULL THEN
     RAISE EXCEPTION 'id_gen: argument "operation_id" must not be NULL' USING ERRCODE = '22004';
   END IF;
-  PERFORM id_gen.require_superuser('run long operations');
   SELECT * INTO o FROM id_gen.cluster_operations co WHERE co.operation_id = run_operation.operation_id;
   IF NOT FOUND THEN
     RAISE EXCEPTION 'id_gen: there is no operation %', operation_id

@@ -108,7 +108,8 @@ const WORKER_HINT: &str = "Check the id_gen refill worker in pg_stat_activity an
 
 /// Raises 55000: nothing arrived for `what` (slot `idx`) within the deadline. The
 /// message names the authority and the last error when the worker's last reservation
-/// attempt failed (an authority that does not answer, a locked row).
+/// attempt failed (an authority that does not answer, a locked row), and the authority
+/// alone when its attempt has not failed yet.
 pub fn timed_out(dboid: u32, idx: usize, what: &str, deadline: &Deadline) -> ! {
     let waited = format!(
         "id_gen: no segment for {what} arrived within {} ms",
@@ -132,7 +133,17 @@ pub fn timed_out(dboid: u32, idx: usize, what: &str, deadline: &Deadline) -> ! {
             format!("refill worker pid: {pid}"),
             Some(WORKER_HINT),
         ),
-        (None, _) => raise_detail(
+        // The last reservation from the authority succeeded and the one in flight has not
+        // failed yet (a commit that waits, a connect that has not timed out).
+        (None, Some(authority)) => raise_detail(
+            Code::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            format!("{waited}: its authority \"{authority}\" has not answered yet"),
+            format!(
+                "The refill worker (pid {pid}) is reserving from \"{authority}\" and serves again as soon as the authority answers."
+            ),
+            Some(&format!("Check the ID database behind foreign server \"{authority}\" and this server's user mapping for it; id_gen.refill_timeout sets how long callers wait.")),
+        ),
+        (None, None) => raise_detail(
             Code::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             waited,
             format!("refill worker pid: {pid}"),

@@ -15,16 +15,20 @@ _MODULES = []         # modules seen, for their port blocks
 
 
 class Cluster:
-    """Makes nodes: `cluster.node("coordinator", conf=[...])` initdb's and starts one."""
+    """Makes nodes: `cluster.node("coordinator", conf=[...])` initdb's and starts one;
+    `cluster.node("standby", standby_of=primary, slot="s1")` makes a streaming standby."""
 
     def __init__(self, module_name, port_base):
         self.root = os.path.join(os.environ.get("IDG_CLUSTER_DIR", "/tmp/idg_cluster"), module_name)
         self.port_base = port_base
         self.nodes = {}
 
-    def node(self, name, conf=()):
+    def node(self, name, conf=(), standby_of=None, slot=None):
+        """A new server, started: initdb'd, or with standby_of (and slot, a physical
+        replication slot there) a streaming standby of that node."""
         port = self.port_base + len(self.nodes)
-        n = Node(name, os.path.join(self.root, name), port, conf).init().start()
+        n = Node(name, os.path.join(self.root, name), port, conf)
+        (n.init() if standby_of is None else n.init_standby(standby_of, slot)).start()
         self.nodes[name] = n
         _ACTIVE.append(n)
         return n

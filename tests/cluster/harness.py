@@ -4,7 +4,8 @@ directories, and the waits a test needs.
 What it keeps:
 
 * A `Node` is one server (initdb'd as the postgres OS user, `shared_preload_libraries =
-  'id_gen'`, its socket and data under its own directory, listening on no TCP address).
+  'id_gen'`, its socket and data under its own directory, listening on no TCP address), or
+  a streaming standby of another (`init_standby`, then `promote`).
   `start`, `stop`, `kill9` (SIGKILL of the postmaster and its children, as a crash) and
   `restart` wait until the server is up or down, each within a bound (pg_ctl -t);
   `freeze`/`thaw` (SIGSTOP/SIGCONT) make a server hang without closing its connections.
@@ -81,8 +82,29 @@ class Node:
                 f.write(line + "\n")
         return self
 
+    def init_standby(self, primary, slot):
+        """Instead of `init`: a streaming standby of `primary` (pg_basebackup -R over its
+        socket, physical slot `slot`, which must exist), with its own port and socket and
+        then this node's conf lines."""
+        self.stop()
+        subprocess.run(["rm", "-rf", self.dir], check=True)
+        os.makedirs(self.dir)
+        subprocess.run(["chown", "postgres:postgres", self.dir], check=True)
+        _as_postgres(f"{PG_BIN}/pg_basebackup", "-h", primary.dir, "-p", str(primary.port), "-U", "postgres",
+                     "-D", self.data, "-R", "-S", slot, "-X", "stream", "-c", "fast", "--no-sync")
+        with open(os.path.join(self.data, "postgresql.conf"), "a") as f:
+            f.write(f"port = {self.port}\nunix_socket_directories = '{self.dir}'\n")
+            for line in self.conf:
+                f.write(line + "\n")
+        return self
+
     def start(self):
         _as_postgres(f"{PG_BIN}/pg_ctl", "-D", self.data, "-l", self.log, "-w", "-t", "60", "start")
+        return self
+
+    def promote(self):
+        """A standby becomes a primary (pg_ctl promote, waited for)."""
+        _as_postgres(f"{PG_BIN}/pg_ctl", "-D", self.data, "-w", "-t", "60", "promote")
         return self
 
     def stop(self, mode="fast"):

@@ -8,6 +8,8 @@ Invariants:
   retry_limit + 1 attempts), the same in every client.
 * After IG001 the routes are re-read before the next attempt; after IG002 every third
   time; the wait before attempt n + 1 is min(base * 2**n, max), jittered to [1/2, 1] of it.
+* One attempt of a routed call raises `RetryRoute` for IG001/IG002 and nothing else; the
+  one retry loop of each router (`_retrying`) catches only that.
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 from .errors import ROUTE_CHANGED, NoRouteError, RouteRetryExhausted
 
 __all__ = ["ROUTE_CHANGED", "RouteTable", "RouteLookups", "target_gene", "owner_cast", "rereads_after",
-           "backoff_delay", "exhausted"]
+           "backoff_delay", "exhausted", "RetryRoute"]
 from .genes import as_gene, gene, gene_of_id
 
 Owner = Union[int, str, uuid.UUID, bytes, bytearray, memoryview]
@@ -151,3 +153,13 @@ def exhausted(g: int, what: str, retry_limit: int, refresh_error: Optional[BaseE
     if refresh_error is not None:
         message += f"; the last re-read of the routes failed: {refresh_error}"
     return RouteRetryExhausted(message)
+
+
+class RetryRoute(Exception):
+    """Raised by one attempt of a routed call whose shard answered IG001 or IG002 (`error`,
+    with SQLSTATE `code`): the router's retry loop tries again on the routes it then holds."""
+
+    def __init__(self, error: BaseException, code: str) -> None:
+        super().__init__(code)
+        self.error = error
+        self.code = code

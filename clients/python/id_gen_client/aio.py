@@ -185,39 +185,49 @@ class AsyncRouter(RouteLookups):
     async def claim(self, *, owner: Optional[Owner] = None, id: Optional[int] = None,
                     gene: Optional[int] = None) -> AsyncIterator[AsyncConn]:
         """async with: a connection in a claimed transaction (the form of `run`)."""
-        g = target_gene(owner, id, gene)
+        pool, conn = await self._claim(target_gene(owner, id, gene))
+        try:
+            try:
+                yield conn
+                await _commit(conn)
+            except BaseException:
+                await _rollback_quietly(conn)
+                raise
+            self.stats["transactions"] += 1
+        finally:
+            await pool.putconn(conn)
+
+    async def _retrying(self, g: int, what: str,
+                        once: Callable[[RouteTable, AsyncConnectionPool[Any], AsyncConn], Awaitable[T]]) -> T:
+        """As Router._retrying: the one retry loop."""
         last_error = refresh_error = None
         for attempt in range(self.retry_limit + 1):
-            checkout = await self._checkout(g, attempt)
-            table, pool, conn = checkout
+            table, pool, conn = await self._checkout(g, attempt)
             try:
-                try:
-                    await _simple(conn, _claim_sql(g, table.version))
-                except BaseException as e:
-                    await _rollback_quietly(conn)
-                    code = route_error_code(e) if isinstance(e, psycopg.Error) else None
-                    if code is None:
-                        raise
-                    last_error = e
-                else:
-                    try:
-                        yield conn
-                        await _commit(conn)
-                    except BaseException:
-                        await _rollback_quietly(conn)
-                        raise
-                    self.stats["transactions"] += 1
-                    return
-            finally:
+                return await once(table, pool, conn)
+            except _routes.RetryRoute as retry:
+                last_error = retry.error
+                refresh_error = await self._after_route_error(retry.code, attempt, refresh_error)
+        raise _routes.exhausted(g, what, self.retry_limit, refresh_error) from last_error
+
+    async def _claim(self, g: int) -> Tuple[AsyncConnectionPool[Any], AsyncConn]:
+        """As Router._claim."""
+        async def once(table: RouteTable, pool: AsyncConnectionPool[Any],
+                       conn: AsyncConn) -> Tuple[AsyncConnectionPool[Any], AsyncConn]:
+            try:
+                await _simple(conn, _claim_sql(g, table.version))
+            except BaseException as e:
+                await _rollback_quietly(conn)
                 await pool.putconn(conn)
-            refresh_error = await self._after_route_error(code, attempt, refresh_error)
-        raise _routes.exhausted(g, "no shard accepted the claim in", self.retry_limit, refresh_error) from last_error
+                code = route_error_code(e) if isinstance(e, psycopg.Error) else None
+                if code is None:
+                    raise
+                raise _routes.RetryRoute(e, code) from e
+            return pool, conn
+        return await self._retrying(g, "no shard accepted the claim in", once)
 
     async def _call(self, body: Body[T], g: int, retry_body: bool) -> T:
-        last_error = refresh_error = None
-        for attempt in range(self.retry_limit + 1):
-            checkout = await self._checkout(g, attempt)
-            table, pool, conn = checkout
+        async def once(table: RouteTable, pool: AsyncConnectionPool[Any], conn: AsyncConn) -> T:
             body_ran = False
             try:
                 await _simple(conn, _claim_sql(g, table.version))
@@ -231,22 +241,18 @@ class AsyncRouter(RouteLookups):
                 code = route_error_code(e) if isinstance(e, psycopg.Error) else None
                 if code is None or (body_ran and not retry_body):
                     raise
-                last_error = e
+                raise _routes.RetryRoute(e, code) from e
             finally:
                 await pool.putconn(conn)
-            refresh_error = await self._after_route_error(code, attempt, refresh_error)
-        raise _routes.exhausted(g, "the route kept changing for", self.retry_limit, refresh_error) from last_error
+        return await self._retrying(g, "the route kept changing for", once)
 
     async def execute(self, query: Any, params: Optional[Sequence[Any]] = None, *,
                       owner: Optional[Owner] = None, id: Optional[int] = None,
                       gene: Optional[int] = None) -> Optional[List[Tuple[Any, ...]]]:
         """One statement with the route version declared in its own transaction, one round
         trip (a pipeline); retried on IG001/IG002. Its rows, or None."""
-        g = target_gene(owner, id, gene)
-        last_error = refresh_error = None
-        for attempt in range(self.retry_limit + 1):
-            checkout = await self._checkout(g, attempt)
-            table, pool, conn = checkout
+        async def once(table: RouteTable, pool: AsyncConnectionPool[Any],
+                       conn: AsyncConn) -> Optional[List[Tuple[Any, ...]]]:
             try:
                 rows = await _execute_declared(conn, table.version, query, params)
                 self.stats["transactions"] += 1
@@ -255,11 +261,10 @@ class AsyncRouter(RouteLookups):
                 code = route_error_code(e) if isinstance(e, psycopg.Error) else None
                 if code is None:
                     raise
-                last_error = e
+                raise _routes.RetryRoute(e, code) from e
             finally:
                 await pool.putconn(conn)
-            refresh_error = await self._after_route_error(code, attempt, refresh_error)
-        raise _routes.exhausted(g, "the route kept changing for", self.retry_limit, refresh_error) from last_error
+        return await self._retrying(target_gene(owner, id, gene), "the route kept changing for", once)
 
     async def next_id(self, sequence: str, owner: Owner) -> int:
         """An owner-affine id from the owning shard: id_gen.gene_order_id(sequence, owner)."""

@@ -249,13 +249,25 @@ class Router(RouteLookups):
         finally:
             pool.putconn(conn)
 
+    def _retrying(self, g: int, what: str, once: Callable[[RouteTable, ConnectionPool[Any], Conn], T]) -> T:
+        """The one retry loop: once(routes, pool, connection) on gene g's shard by the
+        routes held (it gives the connection back to the pool itself). A RetryRoute from it
+        (IG001/IG002) is retried up to retry_limit times, the routes re-read and the backoff
+        waited between (_after_route_error); then RouteRetryExhausted, naming `what`."""
+        last_error = refresh_error = None
+        for attempt in range(self.retry_limit + 1):
+            table, pool, conn = self._checkout(g, attempt)
+            try:
+                return once(table, pool, conn)
+            except _routes.RetryRoute as retry:
+                last_error = retry.error
+                refresh_error = self._after_route_error(retry.code, attempt, self.retry_limit, refresh_error)
+        raise _routes.exhausted(g, what, self.retry_limit, refresh_error) from last_error
+
     def _call(self, body: Callable[[Conn], T], g: int, retry_body: bool) -> T:
         """Claim, body, COMMIT; IG001/IG002 from the claim are retried, from the body or
         COMMIT only when retry_body; all retries count against retry_limit."""
-        last_error = refresh_error = None
-        for attempt in range(self.retry_limit + 1):
-            checkout = self._checkout(g, attempt)
-            table, pool, conn = checkout
+        def once(table: RouteTable, pool: ConnectionPool[Any], conn: Conn) -> T:
             body_ran = False
             try:
                 _simple(conn, _claim_sql(g, table.version))
@@ -269,11 +281,10 @@ class Router(RouteLookups):
                 code = route_error_code(e) if isinstance(e, psycopg.Error) else None
                 if code is None or (body_ran and not retry_body):
                     raise
-                last_error = e
+                raise _routes.RetryRoute(e, code) from e
             finally:
                 pool.putconn(conn)
-            refresh_error = self._after_route_error(code, attempt, self.retry_limit, refresh_error)
-        raise _routes.exhausted(g, "the route kept changing for", self.retry_limit, refresh_error) from last_error
+        return self._retrying(g, "the route kept changing for", once)
 
     def execute(self, query: Any, params: Optional[Sequence[Any]] = None, *, owner: Optional[Owner] = None,
                 id: Optional[int] = None, gene: Optional[int] = None) -> Optional[List[Tuple[Any, ...]]]:
@@ -283,11 +294,7 @@ class Router(RouteLookups):
         statement (it goes by the extended protocol). Retried on IG001/IG002, which a
         statement that failed leaves without effect. Returns its rows (a list of tuples),
         or None for a statement that returns none."""
-        g = target_gene(owner, id, gene)
-        last_error = refresh_error = None
-        for attempt in range(self.retry_limit + 1):
-            checkout = self._checkout(g, attempt)
-            table, pool, conn = checkout
+        def once(table: RouteTable, pool: ConnectionPool[Any], conn: Conn) -> Optional[List[Tuple[Any, ...]]]:
             try:
                 rows = _execute_declared(conn, table.version, query, params)
                 self._count("transactions")
@@ -296,11 +303,10 @@ class Router(RouteLookups):
                 code = route_error_code(e)
                 if code is None:
                     raise
-                last_error = e
+                raise _routes.RetryRoute(e, code) from e
             finally:
                 pool.putconn(conn)
-            refresh_error = self._after_route_error(code, attempt, self.retry_limit, refresh_error)
-        raise _routes.exhausted(g, "the route kept changing for", self.retry_limit, refresh_error) from last_error
+        return self._retrying(target_gene(owner, id, gene), "the route kept changing for", once)
 
     def next_id(self, sequence: str, owner: Owner) -> int:
         """An owner-affine id from the owning shard: id_gen.gene_order_id(sequence, owner)."""
@@ -327,27 +333,18 @@ class Router(RouteLookups):
     def _claim(self, g: int) -> Tuple[ConnectionPool[Any], Conn]:
         """A connection of the owning shard's pool, in a transaction that claimed gene g
         (the claim retried on IG001/IG002 up to retry_limit times)."""
-        last_error = refresh_error = None
-        for attempt in range(self.retry_limit + 1):
-            checkout = self._checkout(g, attempt)
-            table, pool, conn = checkout
+        def once(table: RouteTable, pool: ConnectionPool[Any], conn: Conn) -> Tuple[ConnectionPool[Any], Conn]:
             try:
                 _simple(conn, _claim_sql(g, table.version))
-            except psycopg.Error as e:
+            except BaseException as e:
                 _rollback_quietly(conn)
                 pool.putconn(conn)
-                code = route_error_code(e)
+                code = route_error_code(e) if isinstance(e, psycopg.Error) else None
                 if code is None:
                     raise
-                last_error = e
-                refresh_error = self._after_route_error(code, attempt, self.retry_limit, refresh_error)
-                continue
-            except BaseException:
-                _rollback_quietly(conn)
-                pool.putconn(conn)
-                raise
+                raise _routes.RetryRoute(e, code) from e
             return pool, conn
-        raise _routes.exhausted(g, "no shard accepted the claim in", self.retry_limit, refresh_error) from last_error
+        return self._retrying(g, "no shard accepted the claim in", once)
 
     def _after_route_error(self, code: str, attempt: int, retries: int,
                            refresh_error: Optional[BaseException]) -> Optional[BaseException]:
