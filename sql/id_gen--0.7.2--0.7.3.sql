@@ -257,10 +257,11 @@ REVOKE EXECUTE ON FUNCTION id_gen.release_operation(bigint) FROM PUBLIC;
 -- raised as it is (the operation stays this session's until it calls again or disconnects,
 -- and the same CALL resumes it).
 --
--- Invariants: every COMMIT is here, and each is followed by pinning search_path again (a
--- COMMIT in a procedure ends the SET of the CALL); the operation's session lock is held
--- from before the first step to after the last commit; a step sees the operation as the
--- last commit left it.
+-- Invariants: every COMMIT between steps is here (the procedures that call the driver
+-- commit only the operation's record before they call it), and each is followed by pinning
+-- search_path again (a COMMIT in a procedure ends the SET of the CALL); the operation's
+-- session lock is held from before the first step to after the last commit; a step sees
+-- the operation as the last commit left it.
 CREATE OR REPLACE PROCEDURE id_gen.run_operation(operation_id bigint, from_step jsonb DEFAULT NULL)
 LANGUAGE plpgsql
 AS $$

@@ -60,7 +60,8 @@ class Recorder:
 
 
 def pgbench(node, script, *args):
-    """pgbench as the postgres role over the node's socket, bounded (5 min)."""
+    """pgbench as the postgres role over the node's socket, started; the caller waits for
+    it within a bound (communicate(timeout=...))."""
     return subprocess.Popen([f"{PG_BIN}/pgbench", "-n", "-h", node.dir, "-p", str(node.port), "-U", "postgres",
                              "-f", script, *args, "postgres"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
