@@ -288,7 +288,9 @@ BEGIN
     RAISE EXCEPTION 'id_gen: % % is running in session %', o.kind, o.operation_id, o.runner_pid
       USING ERRCODE = '55006', HINT = 'Watch it in id_gen.operations.';
   END IF;
-  UPDATE id_gen.cluster_operations co SET runner_pid = pg_backend_pid() WHERE co.operation_id = o.operation_id;
+  -- (The one place that records who runs an operation; updated_at restarts the supervisor's grace.)
+  UPDATE id_gen.cluster_operations co SET runner_pid = pg_backend_pid(), updated_at = clock_timestamp()
+  WHERE co.operation_id = o.operation_id;
   COMMIT;
   LOOP
     PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
@@ -3560,9 +3562,7 @@ BEGIN
                   HINT = 'Watch it in id_gen.moves. A session whose CALL was interrupted keeps the move until it disconnects or calls again.';
         END IF;
       END IF;
-      UPDATE id_gen.shard_moves sm SET runner_pid = pg_backend_pid(), updated_at = clock_timestamp()
-      WHERE sm.move_id = m.move_id RETURNING * INTO m;
-      COMMIT;
+      COMMIT;  -- (run_operation records this session as the runner)
       PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
     END IF;
   ELSE
@@ -4724,9 +4724,7 @@ BEGIN
       RAISE EXCEPTION 'id_gen: % % is running in session %', s.kind, s.split_id, s.runner_pid
         USING ERRCODE = '55006', HINT = 'Watch it in id_gen.splits.';
     END IF;
-    UPDATE id_gen.route_splits rs SET runner_pid = pg_backend_pid(), updated_at = clock_timestamp()
-    WHERE rs.split_id = s.split_id;
-    COMMIT;
+    COMMIT;  -- (run_operation records this session as the runner)
     CALL id_gen.run_operation(s.split_id);
     RETURN;
   END IF;
@@ -5556,8 +5554,7 @@ BEGIN
     RAISE EXCEPTION 'id_gen: argument "move_id" must not be NULL' USING ERRCODE = '22004';
   END IF;
   m := id_gen.take_reversible_move(move_id, 'revert');
-  UPDATE id_gen.shard_moves sm SET runner_pid = pg_backend_pid(), updated_at = clock_timestamp() WHERE sm.move_id = m.move_id;
-  COMMIT;
+  COMMIT;  -- (run_operation records this session as the runner)
   -- A move resting in phase reversible starts its revert; one in phase reverting (its flip
   -- back committed) is finished.
   CALL id_gen.run_operation(m.move_id, CASE WHEN m.phase = 'reversible' THEN '{"step": "revert_lag"}'::jsonb END);

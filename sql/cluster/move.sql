@@ -922,9 +922,7 @@ BEGIN
                   HINT = 'Watch it in id_gen.moves. A session whose CALL was interrupted keeps the move until it disconnects or calls again.';
         END IF;
       END IF;
-      UPDATE id_gen.shard_moves sm SET runner_pid = pg_backend_pid(), updated_at = clock_timestamp()
-      WHERE sm.move_id = m.move_id RETURNING * INTO m;
-      COMMIT;
+      COMMIT;  -- (run_operation records this session as the runner)
       PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
     END IF;
   ELSE

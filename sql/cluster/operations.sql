@@ -172,7 +172,9 @@ BEGIN
     RAISE EXCEPTION 'id_gen: % % is running in session %', o.kind, o.operation_id, o.runner_pid
       USING ERRCODE = '55006', HINT = 'Watch it in id_gen.operations.';
   END IF;
-  UPDATE id_gen.cluster_operations co SET runner_pid = pg_backend_pid() WHERE co.operation_id = o.operation_id;
+  -- (The one place that records who runs an operation; updated_at restarts the supervisor's grace.)
+  UPDATE id_gen.cluster_operations co SET runner_pid = pg_backend_pid(), updated_at = clock_timestamp()
+  WHERE co.operation_id = o.operation_id;
   COMMIT;
   LOOP
     PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);

@@ -356,8 +356,7 @@ BEGIN
     RAISE EXCEPTION 'id_gen: argument "move_id" must not be NULL' USING ERRCODE = '22004';
   END IF;
   m := id_gen.take_reversible_move(move_id, 'revert');
-  UPDATE id_gen.shard_moves sm SET runner_pid = pg_backend_pid(), updated_at = clock_timestamp() WHERE sm.move_id = m.move_id;
-  COMMIT;
+  COMMIT;  -- (run_operation records this session as the runner)
   -- A move resting in phase reversible starts its revert; one in phase reverting (its flip
   -- back committed) is finished.
   CALL id_gen.run_operation(m.move_id, CASE WHEN m.phase = 'reversible' THEN '{"step": "revert_lag"}'::jsonb END);

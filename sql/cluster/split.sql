@@ -613,9 +613,7 @@ BEGIN
       RAISE EXCEPTION 'id_gen: % % is running in session %', s.kind, s.split_id, s.runner_pid
         USING ERRCODE = '55006', HINT = 'Watch it in id_gen.splits.';
     END IF;
-    UPDATE id_gen.route_splits rs SET runner_pid = pg_backend_pid(), updated_at = clock_timestamp()
-    WHERE rs.split_id = s.split_id;
-    COMMIT;
+    COMMIT;  -- (run_operation records this session as the runner)
     CALL id_gen.run_operation(s.split_id);
     RETURN;
   END IF;
