@@ -69,8 +69,6 @@ CREATE TABLE id_gen.cluster_operations (
     reversible       boolean     NOT NULL DEFAULT false,
     target_subscription oid,
     target_system_id text,
-    source_fenced    boolean     NOT NULL DEFAULT false,
-    slot_created     boolean     NOT NULL DEFAULT false,
     back_lsn         pg_lsn,
     back_lag_bytes   bigint,
     back_retained_bytes bigint,
@@ -96,12 +94,33 @@ COMMENT ON COLUMN id_gen.cluster_operations.target_shard IS 'A move: the shard t
 COMMENT ON COLUMN id_gen.cluster_operations.at_gene IS 'A split or merge: the upper gene of the lower half. A split makes [lower_gene, at_gene] and [at_gene + 1, upper_gene] of one range; a merge makes one range of those two.';
 COMMENT ON COLUMN id_gen.cluster_operations.runner_pid IS 'The backend that last ran the operation (id_gen.operations.runner says whether a session runs it now).';
 COMMENT ON COLUMN id_gen.cluster_operations.recovered_by IS 'What the move supervisor did to an operation whose session was gone (lifted a fence, finished a cut-over or swap, rolled it back), if anything.';
-COMMENT ON COLUMN id_gen.cluster_operations.slot_created IS 'A move: whether it created its replication slot on the source (only then does an abort drop a slot of that name).';
-COMMENT ON COLUMN id_gen.cluster_operations.source_fenced IS 'A move: whether the source''s fence (a trigger that refuses direct writes of the genes) may be up.';
 COMMENT ON COLUMN id_gen.cluster_operations.reversible IS 'A move made with move_genes(..., reversible => true): after the cut-over the target''s changes of the moved genes replicate back to the source''s kept partitions (phase reversible) until CALL id_gen.revert_move or CALL id_gen.complete_move.';
 COMMENT ON COLUMN id_gen.cluster_operations.back_lsn IS 'A reversible move: the target''s WAL position inside the fence, after the last change from the source was applied; the reverse replication starts there.';
 COMMENT ON COLUMN id_gen.cluster_operations.back_lag_bytes IS 'A reversible move: WAL of the target not yet confirmed by the source (reverse replication lag), as of back_checked_at.';
 COMMENT ON COLUMN id_gen.cluster_operations.back_retained_bytes IS 'A reversible move: WAL the target keeps for the reverse replication slot (grows while the source does not confirm), as of back_checked_at.';
+-- Cleanup records (sql/cluster/operations.sql, id_gen.run_cleanups): what an operation may
+-- leave on a shard, recorded (and committed) before it is made, with a policy saying when it
+-- goes. A record is deleted once its object is gone.
+CREATE TABLE id_gen.operation_cleanups (
+    operation_id bigint      NOT NULL REFERENCES id_gen.cluster_operations (operation_id) ON DELETE CASCADE,
+    object       text        NOT NULL,
+    node         text        NOT NULL,
+    object_name  text        NOT NULL,
+    policy       text        NOT NULL CHECK (policy IN ('always', 'on_failure', 'on_success')),
+    run_order    integer     NOT NULL,
+    recorded_at  timestamptz NOT NULL DEFAULT clock_timestamp(),
+    last_error   text,
+    PRIMARY KEY (operation_id, object)
+);
+SELECT pg_catalog.pg_extension_config_dump('id_gen.operation_cleanups', '');
+REVOKE ALL ON id_gen.operation_cleanups FROM PUBLIC;
+GRANT SELECT ON id_gen.operation_cleanups TO PUBLIC;
+COMMENT ON TABLE id_gen.operation_cleanups IS 'On a coordinator: what a long operation may have left on a shard (a replication slot, a subscription, a fence, copies of rows, ...), recorded before it is made. It goes when the operation ends: policy always whatever the outcome, on_failure when the operation is rolled back (abort, revert), on_success when it completes. A record left after an operation ended names what a forced abort left behind.';
+COMMENT ON COLUMN id_gen.operation_cleanups.object IS 'What is cleaned up, in the words of the operation''s kind (a move: way_back, source_copies, revert_fence, source_fence, subscription, publication, replication_slot, sync_slots, target_copies, markers, source_markers; a split or merge: split_tables).';
+COMMENT ON COLUMN id_gen.operation_cleanups.node IS 'The shard that holds it.';
+COMMENT ON COLUMN id_gen.operation_cleanups.object_name IS 'Its name on that shard, for an operator.';
+COMMENT ON COLUMN id_gen.operation_cleanups.run_order IS 'Clean-ups of one operation run from the highest run_order down (a subscription goes before its slot).';
+COMMENT ON COLUMN id_gen.operation_cleanups.last_error IS 'Why the last attempt to clean it up failed, if it did.';
 -- What a step of a long operation returns to the driver (id_gen.run_operation).
 CREATE TYPE id_gen.step_outcome AS (
     next_step     jsonb,
@@ -119,8 +138,9 @@ COMMENT ON TYPE id_gen.step_outcome IS 'What a step of a long operation (or its 
 -- sql/cluster/split.sql, sql/cluster/revert.sql, sql/cluster/rebalance.sql), which use it.
 -- It holds the advisory-lock keys, the views over the one catalog of operations
 -- (id_gen.cluster_operations: id_gen.operations for operators, id_gen.shard_moves and
--- id_gen.route_splits for the code of each kind) and the move supervisor's one recovery
--- loop (id_gen.recover_operations).
+-- id_gen.route_splits for the code of each kind), the cleanup records (id_gen.run_cleanups),
+-- the driver (id_gen.run_operation) and the move supervisor's one recovery loop
+-- (id_gen.recover_operations).
 --
 -- Advisory-lock keys, declared here and nowhere else (pg_locks shows them as classid; the
 -- second key of a two-key lock is objid, with objsubid = 2):
@@ -154,8 +174,8 @@ COMMENT ON FUNCTION id_gen.operation_session_lock_key() IS
 CREATE OR REPLACE VIEW id_gen.shard_moves AS
 SELECT operation_id AS move_id, lower_gene, upper_gene, shard AS source_shard, target_shard, phase,
        keep_source, rows_copied, lag_bytes, fence_attempts, target_subscription, runner_pid,
-       source_fenced, fence_started_at, fence_ended_at, started_at, updated_at, finished_at,
-       last_error, slot_created, target_system_id, recovered_by, reversible, back_lsn,
+       fence_started_at, fence_ended_at, started_at, updated_at, finished_at,
+       last_error, target_system_id, recovered_by, reversible, back_lsn,
        back_lag_bytes, back_retained_bytes, back_checked_at, kind
 FROM id_gen.cluster_operations
 WHERE kind = 'move'
@@ -243,6 +263,111 @@ AS $$
 $$;
 COMMENT ON FUNCTION id_gen.release_operation(bigint) IS 'Lets go of the session lock of the long operation if this session holds it (true), else does nothing (false).';
 REVOKE EXECUTE ON FUNCTION id_gen.release_operation(bigint) FROM PUBLIC;
+
+-- Cleanup records ----------------------------------------------------------------------------
+-- What an operation may leave on a shard is recorded in id_gen.operation_cleanups before it
+-- is made, in a transaction that commits first (the entry procedure's, or a step of its own
+-- that the driver commits), so that a session killed at any point leaves a record of
+-- everything it may have made. Each record has a policy: always (it goes whatever the
+-- outcome), on_failure (it goes when the operation is rolled back), on_success (deferred
+-- until the operation completes). id_gen.run_cleanups runs the records of an outcome, each
+-- by its kind's function (id_gen.move_cleanup, id_gen.split_cleanup), from the highest
+-- run_order down, and deletes each record it ran.
+--
+-- Invariants: every kind's clean-up of one object is idempotent (a record may name an object
+-- that was never made, or is gone already); a record goes only once its object is gone;
+-- once an outcome's records are all gone, so are the other outcome's (nothing is left to do
+-- for them).
+CREATE OR REPLACE FUNCTION id_gen.record_cleanup(operation_id bigint, object text, node text, object_name text,
+                                                 policy text, run_order integer) RETURNS void
+LANGUAGE sql STRICT
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+  INSERT INTO id_gen.operation_cleanups (operation_id, object, node, object_name, policy, run_order)
+  VALUES (record_cleanup.operation_id, record_cleanup.object, record_cleanup.node, record_cleanup.object_name,
+          record_cleanup.policy, record_cleanup.run_order)
+  ON CONFLICT DO NOTHING;
+END;
+COMMENT ON FUNCTION id_gen.record_cleanup(bigint, text, text, text, text, integer) IS 'Records that a long operation may leave object (object_name on shard node), to be cleaned up by policy (always, on_failure, on_success) in run_order (highest first); nothing if it is recorded already.';
+REVOKE EXECUTE ON FUNCTION id_gen.record_cleanup(bigint, text, text, text, text, integer) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION id_gen.has_cleanup(operation_id bigint, object text) RETURNS boolean
+LANGUAGE sql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+  SELECT EXISTS (SELECT FROM id_gen.operation_cleanups c
+                 WHERE c.operation_id OPERATOR(pg_catalog.=) has_cleanup.operation_id
+                   AND c.object OPERATOR(pg_catalog.=) has_cleanup.object);
+END;
+COMMENT ON FUNCTION id_gen.has_cleanup(bigint, text) IS 'Whether a long operation has a cleanup record of object (it may have made it, and it is not cleaned up yet).';
+
+CREATE OR REPLACE FUNCTION id_gen.forget_cleanup(operation_id bigint, object text) RETURNS void
+LANGUAGE sql STRICT
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+  DELETE FROM id_gen.operation_cleanups c
+  WHERE c.operation_id OPERATOR(pg_catalog.=) forget_cleanup.operation_id AND c.object OPERATOR(pg_catalog.=) forget_cleanup.object;
+END;
+COMMENT ON FUNCTION id_gen.forget_cleanup(bigint, text) IS 'Deletes a cleanup record whose object is gone (or was handed on: a fence lifted in a failed attempt, or one that a flip made part of the outcome).';
+REVOKE EXECUTE ON FUNCTION id_gen.forget_cleanup(bigint, text) FROM PUBLIC;
+
+-- Runs the cleanup records of an outcome (succeeded: always and on_success; else always
+-- and on_failure), only those of `objects` when it is not NULL. keep_going: try every one
+-- and return the failures ("object on shard: error; ..."), NULL when all went; otherwise
+-- the first failure is raised as it is.
+CREATE OR REPLACE FUNCTION id_gen.run_cleanups(operation_id bigint, succeeded boolean, objects text[] DEFAULT NULL,
+                                               keep_going boolean DEFAULT true) RETURNS text
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  c id_gen.operation_cleanups;
+  errors text;
+  msg text;
+BEGIN
+  IF operation_id IS NULL OR succeeded IS NULL OR keep_going IS NULL THEN
+    RAISE EXCEPTION 'id_gen: argument "%" must not be NULL',
+      CASE WHEN operation_id IS NULL THEN 'operation_id' WHEN succeeded IS NULL THEN 'succeeded' ELSE 'keep_going' END
+      USING ERRCODE = '22004';
+  END IF;
+  FOR c IN SELECT * FROM id_gen.operation_cleanups oc
+           WHERE oc.operation_id = run_cleanups.operation_id
+             AND oc.policy IN ('always', CASE WHEN succeeded THEN 'on_success' ELSE 'on_failure' END)
+             AND (objects IS NULL OR oc.object = ANY (objects))
+           ORDER BY oc.run_order DESC LOOP
+    IF keep_going THEN
+      BEGIN
+        PERFORM id_gen.run_cleanup(c.operation_id, c.object, succeeded);
+      EXCEPTION WHEN OTHERS OR query_canceled THEN  -- (a shard past its bound is 57014)
+        GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT;
+        UPDATE id_gen.operation_cleanups oc SET last_error = msg
+        WHERE (oc.operation_id, oc.object) = (c.operation_id, c.object);
+        errors := concat_ws('; ', errors, format('%s on %s: %s', c.object, c.node, msg));
+      END;
+    ELSE
+      PERFORM id_gen.run_cleanup(c.operation_id, c.object, succeeded);
+    END IF;
+  END LOOP;
+  IF errors IS NULL AND objects IS NULL THEN
+    DELETE FROM id_gen.operation_cleanups oc WHERE oc.operation_id = run_cleanups.operation_id;
+  END IF;
+  RETURN errors;
+END $$;
+COMMENT ON FUNCTION id_gen.run_cleanups(bigint, boolean, text[], boolean) IS 'Cleans up after a long operation: runs its cleanup records of the outcome (succeeded: policies always and on_success; else always and on_failure), only those of objects if given, highest run_order first, deleting each that went. keep_going tries every one and returns the failures (NULL when all went); else the first failure is raised. Once all of an outcome went, the other records go too.';
+REVOKE EXECUTE ON FUNCTION id_gen.run_cleanups(bigint, boolean, text[], boolean) FROM PUBLIC;
+
+-- One cleanup record, by its operation's kind; the record goes with it.
+CREATE OR REPLACE FUNCTION id_gen.run_cleanup(operation_id bigint, object text, succeeded boolean) RETURNS void
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  PERFORM id_gen.move_cleanup(sm, object, succeeded) FROM id_gen.shard_moves sm WHERE sm.move_id = run_cleanup.operation_id;
+  PERFORM id_gen.split_cleanup(rs, object) FROM id_gen.route_splits rs WHERE rs.split_id = run_cleanup.operation_id;
+  DELETE FROM id_gen.operation_cleanups oc WHERE (oc.operation_id, oc.object) = (run_cleanup.operation_id, run_cleanup.object);
+END $$;
+COMMENT ON FUNCTION id_gen.run_cleanup(bigint, text, boolean) IS 'Cleans up one record of a long operation by its kind (id_gen.move_cleanup, id_gen.split_cleanup) and deletes it.';
+REVOKE EXECUTE ON FUNCTION id_gen.run_cleanup(bigint, text, boolean) FROM PUBLIC;
 
 -- The driver ------------------------------------------------------------------------------
 -- One procedure runs a long operation to its end, or resumes it: CALL id_gen.run_operation(id)
@@ -2671,10 +2796,13 @@ REVOKE EXECUTE ON FUNCTION id_gen.shard_forget_moves() FROM PUBLIC;
 -- Invariants:
 --   * Until the flip commits, the source is authoritative and the routes unchanged;
 --     every step before it is undone by id_gen.abort_move.
---   * No replication slot outlives its move: the move creates its slot itself and
---     records that it did (slot_created); only then does an abort drop a slot of that
---     name. The table-sync slots are recognised by the subscription's oid and the
---     target's system identifier.
+--   * Nothing a move makes on a shard outlives it: each object is a cleanup record
+--     (id_gen.operation_cleanups, id_gen.record_move_cleanups) committed before the
+--     object is made, and goes by its policy when the move ends (id_gen.run_cleanups).
+--   * No replication slot outlives its move: the move creates its slot itself, and only
+--     after it recorded (and committed) that it will; a slot of that name that exists
+--     before is never taken over or dropped. The table-sync slots are recognised by the
+--     subscription's oid and the target's system identifier.
 --   * A fence never outlives its move: a move whose session is gone (a crash, a
 --     coordinator restart, an interrupted CALL) is picked up by id_gen.recover_move,
 --     which the move supervisor (a background worker on the coordinator) runs every few
@@ -2688,7 +2816,10 @@ CREATE OR REPLACE VIEW id_gen.moves AS
 SELECT move_id, lower_gene, upper_gene, source_shard, target_shard, phase,
        rows_copied, lag_bytes,
        round(extract(epoch FROM fence_ended_at - fence_started_at) * 1000, 1) AS fence_ms,
-       fence_attempts, source_fenced, started_at, finished_at,
+       fence_attempts,
+       EXISTS (SELECT FROM id_gen.operation_cleanups c
+               WHERE c.operation_id = move_id AND c.object IN ('source_fence', 'revert_fence')) AS source_fenced,
+       started_at, finished_at,
        coalesce(finished_at, clock_timestamp()) - started_at AS elapsed,
        last_error,
        id_gen.operation_runner(move_id, phase) AS runner,
@@ -2802,7 +2933,7 @@ BEGIN
     (23, 'cut_over', 'target', 'forget_markers', id_gen.remote_call_text('shard_forget_markers', ARRAY[id])),
     (24, 'abort', 'source', 'unfence_source', id_gen.remote_call_text('shard_unfence', ARRAY[p.parts::text])),
     (25, 'abort', 'source', 'drop_slot',
-     id_gen.remote_call_text('shard_drop_move_slots', ARRAY[id, coalesce(m.slot_created, false)::text,
+     id_gen.remote_call_text('shard_drop_move_slots', ARRAY[id, coalesce(id_gen.has_cleanup(m.move_id, 'replication_slot'), false)::text,
                                                            m.target_subscription::text, m.target_system_id])),
     (26, 'abort', 'target', 'detach_subscription', id_gen.remote_call_text('shard_detach_subscription', ARRAY[id])),
     (27, 'abort', 'target', 'empty_target', id_gen.remote_call_text('shard_empty_partitions', ARRAY[p.parts::text])),
@@ -2875,69 +3006,109 @@ END $$;
 COMMENT ON FUNCTION id_gen.send_move_secret(id_gen.shard_moves) IS 'Leaves the source''s connection string (with its password) in the target''s id_gen.move_secrets, as a bound parameter of a postgres_fdw INSERT; the target''s shard_subscribe reads and deletes it.';
 REVOKE EXECUTE ON FUNCTION id_gen.send_move_secret(id_gen.shard_moves) FROM PUBLIC;
 
--- Cleans up what a move that has not cut over left on its shards. Every step is tried;
--- returns the errors (NULL when everything is clean).
-CREATE OR REPLACE FUNCTION id_gen.undo_move(m id_gen.shard_moves) RETURNS text
+-- A move's cleanup records: every object a move may make on a shard, with its policy and
+-- order (id_gen.run_cleanups runs the highest run_order first). Records that the move may
+-- make `objects` (the caller commits before making them): the entry procedure those of the
+-- start (id_gen.move_genes); the step before the one that makes it the replication slot,
+-- the source's fence and a revert's fence.
+CREATE OR REPLACE FUNCTION id_gen.record_move_cleanups(m id_gen.shard_moves, objects text[]) RETURNS void
+LANGUAGE sql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT id_gen.record_cleanup(m.move_id, r.object, r.node, r.object_name, r.policy, r.run_order)
+  FROM (VALUES
+    ('way_back', m.target_shard, format('publication and slot id_gen_back_%s, and the subscription of that name on %s', m.move_id, m.source_shard), 'always', 95),
+    ('revert_fence', m.target_shard, format('fence triggers on the partitions of genes %s .. %s', m.lower_gene, m.upper_gene), 'on_failure', 85),
+    ('source_fence', m.source_shard, format('fence triggers on the partitions of genes %s .. %s', m.lower_gene, m.upper_gene), 'on_failure', 80),
+    ('subscription', m.target_shard, format('subscription id_gen_move_%s', m.move_id), 'always', 60),
+    ('publication', m.source_shard, format('publication id_gen_move_%s', m.move_id), 'always', 50),
+    ('replication_slot', m.source_shard, format('replication slot id_gen_move_%s', m.move_id), 'always', 45),
+    ('sync_slots', m.source_shard, format('table-sync slots of subscription id_gen_move_%s', m.move_id), 'always', 44),
+    ('source_copies', m.source_shard, format('partitions of genes %s .. %s%s', m.lower_gene, m.upper_gene,
+                                              CASE WHEN m.keep_source THEN ' (kept, renamed *_moved_' || m.move_id || ')' ELSE '' END), 'on_success', 40),
+    ('target_copies', m.target_shard, format('partitions of genes %s .. %s', m.lower_gene, m.upper_gene), 'on_failure', 30),
+    ('markers', m.target_shard, format('rows of move %s in id_gen.move_markers', m.move_id), 'always', 20),
+    ('source_markers', m.source_shard, format('rows of move %s in id_gen.move_markers', m.move_id), 'always', 10)
+  ) r(object, node, object_name, policy, run_order)
+  WHERE r.object = ANY (objects)
+$$;
+COMMENT ON FUNCTION id_gen.record_move_cleanups(id_gen.shard_moves, text[]) IS 'Records that a move may make the objects named, before it makes them (id_gen.operation_cleanups): way_back, revert_fence, source_fence, subscription, publication, replication_slot, sync_slots, source_copies, target_copies, markers, source_markers, each with its shard, policy and run_order.';
+REVOKE EXECUTE ON FUNCTION id_gen.record_move_cleanups(id_gen.shard_moves, text[]) FROM PUBLIC;
+
+-- One cleanup record of a move, for id_gen.run_cleanups (succeeded: the move completes;
+-- else it is rolled back, or reverted). Each is idempotent; an error is raised as it is.
+CREATE OR REPLACE FUNCTION id_gen.move_cleanup(m id_gen.shard_moves, object text, succeeded boolean) RETURNS void
 LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-  errors text;
-  msg text;
-  step text;
-  i integer;
+  p record;
   left_slots text;
 BEGIN
-  FOREACH step IN ARRAY ARRAY['unfence_source', 'detach_subscription', 'drop_subscription', 'drop_publication'] LOOP
-    BEGIN
-      PERFORM id_gen.run_move_step(m, step, 0, 10000);
-      IF step = 'unfence_source' THEN
-        UPDATE id_gen.shard_moves sm SET source_fenced = false WHERE sm.move_id = m.move_id;
-      END IF;
-    EXCEPTION WHEN OTHERS OR query_canceled THEN
-      GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT;
-      errors := concat_ws('; ', errors, step || ': ' || msg);
-    END;
-  END LOOP;
-  -- The slots: a walsender may take a moment to exit after its subscriber went away.
-  FOR i IN 1 .. 50 LOOP
-    BEGIN
-      left_slots := id_gen.run_move_step(m, 'drop_slot', 0, 10000);
-    EXCEPTION WHEN OTHERS OR query_canceled THEN
-      GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT;
-      left_slots := 'unknown: ' || msg;
-    END;
-    EXIT WHEN left_slots = '0';
-    PERFORM pg_sleep(0.2);
-  END LOOP;
-  IF left_slots <> '0' THEN
-    errors := concat_ws('; ', errors, format('replication slot %s on %s: %s', 'id_gen_move_' || m.move_id, m.source_shard, left_slots));
-  END IF;
-  BEGIN
-    PERFORM id_gen.run_move_step(m, 'empty_target', 0, 60000);
-    PERFORM id_gen.place_ranges(m.target_shard, m.lower_gene, m.upper_gene, false);
+  CASE object
+  WHEN 'way_back' THEN
+    PERFORM id_gen.drop_way_back(m);  -- (sql/cluster/revert.sql)
+  WHEN 'revert_fence' THEN
+    PERFORM id_gen.lift_revert_fence(m, 10000);
+  WHEN 'source_fence' THEN
+    PERFORM id_gen.run_move_step(m, 'unfence_source', 0, 10000);
+  WHEN 'subscription' THEN
+    IF NOT succeeded THEN  -- (its slot goes by itself: the source may not answer)
+      PERFORM id_gen.run_move_step(m, 'detach_subscription', 0, 10000);
+    END IF;
+    PERFORM id_gen.run_move_step(m, 'drop_subscription', 0, 30000);
+  WHEN 'publication' THEN
+    PERFORM id_gen.run_move_step(m, 'drop_publication', 0, 30000);
+  WHEN 'replication_slot', 'sync_slots' THEN
+    -- A walsender may take a moment to exit after its subscriber went away.
+    FOR i IN 1 .. 50 LOOP
+      left_slots := id_gen.remote_call(m.source_shard, 'shard_drop_move_slots',
+                                      CASE WHEN object = 'replication_slot' THEN ARRAY[m.move_id::text, 'true', NULL, NULL]
+                                           ELSE ARRAY[m.move_id::text, 'false', m.target_subscription::text, m.target_system_id] END,
+                                      10000);
+      EXIT WHEN left_slots = '0';
+      PERFORM pg_sleep(0.2);
+    END LOOP;
+    IF left_slots <> '0' THEN
+      RAISE EXCEPTION 'id_gen: % replication slot(s) of move % on "%" are still in use after 10 s', left_slots, m.move_id, m.source_shard
+        USING ERRCODE = '55006';
+    END IF;
+  WHEN 'source_copies' THEN
+    IF m.reversible THEN  -- (kept since the cut-over; the way back went first)
+      p := id_gen.move_parts(m.lower_gene, m.upper_gene);
+      PERFORM id_gen.remote_call(m.source_shard, 'shard_drop_kept', ARRAY[m.move_id::text, p.parts::text], 60000);
+    ELSE
+      PERFORM id_gen.run_move_step(m, 'detach_source', 0, 30000);
+      PERFORM id_gen.place_ranges(m.source_shard, m.lower_gene, m.upper_gene, false);
+      PERFORM id_gen.run_move_step(m, 'drop_source', 0, 60000);
+    END IF;
+  WHEN 'target_copies' THEN
+    IF m.phase = 'reverting' THEN  -- (the target owned them: detached and dropped)
+      PERFORM id_gen.run_move_step(id_gen.reversed(m), 'detach_source', 0, 30000);
+      PERFORM id_gen.place_ranges(m.target_shard, m.lower_gene, m.upper_gene, false);
+      PERFORM id_gen.run_move_step(id_gen.reversed(m), 'drop_source', 0, 60000);
+    ELSE
+      PERFORM id_gen.run_move_step(m, 'empty_target', 0, 60000);
+      PERFORM id_gen.place_ranges(m.target_shard, m.lower_gene, m.upper_gene, false);
+    END IF;
+  WHEN 'markers' THEN
     PERFORM id_gen.run_move_step(m, 'forget_markers', 0, 10000);
-  EXCEPTION WHEN OTHERS OR query_canceled THEN
-    GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT;
-    errors := concat_ws('; ', errors, 'target partitions: ' || msg);
-  END;
-  BEGIN
+  WHEN 'source_markers' THEN
     PERFORM id_gen.run_move_step(m, 'forget_source_markers', 0, 10000);
-  EXCEPTION WHEN OTHERS OR query_canceled THEN
-    GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT;
-    errors := concat_ws('; ', errors, 'source markers: ' || msg);
-  END;
-  IF m.reversible THEN
-    BEGIN
-      PERFORM id_gen.remote_call(m.target_shard, 'shard_drop_way_back', ARRAY[m.move_id::text], 30000);
-    EXCEPTION WHEN OTHERS OR query_canceled THEN
-      GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT;
-      errors := concat_ws('; ', errors, 'the way back on the target: ' || msg);
-    END;
-  END IF;
-  RETURN errors;
+  ELSE
+    RAISE EXCEPTION 'id_gen: a move has no clean-up of "%"', object USING ERRCODE = '22023';
+  END CASE;
 END $$;
-COMMENT ON FUNCTION id_gen.undo_move(id_gen.shard_moves) IS 'Removes what an unfinished move left on its shards (fence triggers, subscription, the slots it created, publication, the target''s copies); returns the errors, NULL when clean.';
+COMMENT ON FUNCTION id_gen.move_cleanup(id_gen.shard_moves, text, boolean) IS 'Cleans up one object of a move (see id_gen.record_move_cleanups) on its shard, for id_gen.run_cleanups; succeeded: the move completes, else it is rolled back or reverted.';
+REVOKE EXECUTE ON FUNCTION id_gen.move_cleanup(id_gen.shard_moves, text, boolean) FROM PUBLIC;
+
+-- Cleans up what a move that has not cut over left on its shards: its records of policies
+-- always and on_failure. Every one is tried; returns the errors (NULL when all is clean).
+CREATE OR REPLACE FUNCTION id_gen.undo_move(m id_gen.shard_moves) RETURNS text
+LANGUAGE sql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT id_gen.run_cleanups(m.move_id, false) $$;
+COMMENT ON FUNCTION id_gen.undo_move(id_gen.shard_moves) IS 'Removes what an unfinished move left on its shards (its cleanup records of policies always and on_failure: fence triggers, subscription, the slots it created, publication, the target''s copies); returns the errors, NULL when clean.';
 REVOKE EXECUTE ON FUNCTION id_gen.undo_move(id_gen.shard_moves) FROM PUBLIC;
 
 -- After the flip: the source lets go. Idempotent; raises on the first failing step.
@@ -2950,18 +3121,13 @@ BEGIN
   IF m.reversible THEN
     RETURN id_gen.open_way_back(m);
   END IF;
-  PERFORM id_gen.run_move_step(m, 'detach_source', 0, 30000);
-  PERFORM id_gen.place_ranges(m.source_shard, m.lower_gene, m.upper_gene, false);
-  PERFORM id_gen.run_move_step(m, 'drop_subscription', 0, 30000);
-  PERFORM id_gen.run_move_step(m, 'drop_publication', 0, 30000);
-  PERFORM id_gen.run_move_step(m, 'drop_source', 0, 60000);
-  PERFORM id_gen.run_move_step(m, 'forget_markers', 0, 10000);
+  PERFORM id_gen.run_cleanups(m.move_id, true, NULL, false);
   UPDATE id_gen.shard_moves SET phase = 'done', finished_at = clock_timestamp(), updated_at = clock_timestamp(),
-                                source_fenced = false, last_error = NULL
+                                last_error = NULL
   WHERE move_id = m.move_id AND phase = 'cut_over' RETURNING * INTO m;
   RETURN m;
 END $$;
-COMMENT ON FUNCTION id_gen.finish_cut_over(id_gen.shard_moves) IS 'Finishes a move that has cut over: the source detaches its partitions, forgets the ranges, the subscription (and its slot) and the publication go, the source''s copies are dropped unless keep_source.';
+COMMENT ON FUNCTION id_gen.finish_cut_over(id_gen.shard_moves) IS 'Finishes a move that has cut over: its cleanup records of policies always and on_success (the subscription with its slot, the publication, the source''s partitions detached and dropped unless keep_source, the markers).';
 REVOKE EXECUTE ON FUNCTION id_gen.finish_cut_over(id_gen.shard_moves) FROM PUBLIC;
 
 -- Shards whose last route push failed within 30 s: the supervisor leaves them out of its
@@ -3018,14 +3184,12 @@ BEGIN
                   THEN format('completed: the way back''s slot on %s was gone', m.target_shard)
                   ELSE format('completed: the way back kept %s of WAL on %s (id_gen.reversible_max_wal = %s)',
                               pg_size_pretty(m.back_retained_bytes), m.target_shard, max_wal) END;
-    ELSIF m.source_fenced AND m.source_shard <> ALL (down) THEN
-      PERFORM id_gen.lift_revert_fence(m, 10000);
-      UPDATE id_gen.shard_moves sm SET source_fenced = false WHERE sm.move_id = m.move_id;
+    ELSIF id_gen.has_cleanup(m.move_id, 'revert_fence') AND m.source_shard <> ALL (down) THEN
+      PERFORM id_gen.run_cleanups(m.move_id, false, '{revert_fence}', false);
       RETURN 'lifted the fence of an interrupted revert';
     END IF;
-  ELSIF m.source_fenced THEN
-    PERFORM id_gen.run_move_step(m, 'unfence_source', 0, 10000);
-    UPDATE id_gen.shard_moves sm SET source_fenced = false WHERE sm.move_id = m.move_id;
+  ELSIF id_gen.has_cleanup(m.move_id, 'source_fence') THEN
+    PERFORM id_gen.run_cleanups(m.move_id, false, '{source_fence}', false);
     RETURN 'lifted the fence';
   ELSIF m.updated_at < clock_timestamp() - abandon_after THEN
     cleanup := id_gen.undo_move(m);
@@ -3147,7 +3311,8 @@ REVOKE EXECUTE ON FUNCTION id_gen.move_raise_sequences(id_gen.shard_moves) FROM 
 --                       fence), the source's publication, the source's connection string
 --                       to the target (it arrives with the driver's COMMIT);
 --   planned, subscribe  the target's subscription, recorded;
---   planned, slot       the move's slot on the source, recorded (slot_created);
+--   planned, slot       first its cleanup record (committed: a slot of that name must not
+--                       exist yet), then the move's slot on the source;
 --   planned, enable     the subscription enabled and refreshed; phase copying.
 --   copying, NULL/copy  one look at the initial copy (tables ready, rows copied); phase
 --                       catching_up once every table is ready. 55000 after 2 minutes without
@@ -3156,8 +3321,8 @@ REVOKE EXECUTE ON FUNCTION id_gen.move_raise_sequences(id_gen.shard_moves) FROM 
 --                       and the flip's commit);
 --   catching_up, lag    one look at the slot's lag, until it is small (10 minutes at most);
 --   catching_up, way_back   a reversible move: the target's publication and slot (revert.sql);
---   catching_up, arm    the fence's attempt recorded (source_fenced: the source's fence may
---                       be up from here until it is lifted or cut over);
+--   catching_up, arm    the fence's attempt recorded, and the source's fence as a cleanup
+--                       record (it may be up from here until it is lifted or cut over);
 --   catching_up, fence  one attempt at the fence and flip (below); phase cut_over.
 --   cut_over, NULL      the source lets go (id_gen.finish_cut_over); phase done, or
 --                       reversible (the driver stops there).
@@ -3217,11 +3382,19 @@ BEGIN
       END IF;
     END IF;
     outcome.next_step := '{"step": "slot"}';
+  ELSIF m.phase = 'planned' AND step->>'step' = 'slot' AND NOT id_gen.has_cleanup(m.move_id, 'replication_slot') THEN
+    -- The slot is recorded (and committed) before it is made; one of that name that exists
+    -- before is not this move's and is never taken over (shard_create_slot says so too).
+    IF id_gen.run_move_step(m, 'lag', 0, 10000) IS NOT NULL THEN
+      RAISE EXCEPTION 'id_gen: a replication slot named id_gen_move_% exists already on "%"', m.move_id, m.source_shard
+        USING ERRCODE = '42710',
+              HINT = 'id_gen neither uses nor drops a slot it did not create. Drop it (pg_drop_replication_slot) if it is a leftover, then move again.';
+    END IF;
+    PERFORM id_gen.record_move_cleanups(m, '{replication_slot}');
+    outcome.next_step := step;
   ELSIF m.phase = 'planned' AND step->>'step' = 'slot' THEN
-    IF NOT m.slot_created THEN
+    IF id_gen.run_move_step(m, 'lag', 0, 10000) IS NULL THEN
       PERFORM id_gen.run_move_step(m, 'create_slot', 0, 120000);
-      UPDATE id_gen.shard_moves sm SET slot_created = true, updated_at = clock_timestamp()
-      WHERE sm.move_id = m.move_id;
     END IF;
     outcome.next_step := '{"step": "enable"}';
   ELSIF m.phase = 'planned' AND step->>'step' = 'enable' THEN
@@ -3290,7 +3463,8 @@ BEGIN
     PERFORM id_gen.prepare_way_back(m);
     outcome.next_step := jsonb_build_object('step', 'arm', 'attempt', m.fence_attempts + 1, 'last', m.fence_attempts + 5);
   ELSIF m.phase = 'catching_up' AND step->>'step' = 'arm' THEN
-    UPDATE id_gen.shard_moves sm SET fence_attempts = attempt, source_fenced = true WHERE sm.move_id = m.move_id;
+    UPDATE id_gen.shard_moves sm SET fence_attempts = attempt WHERE sm.move_id = m.move_id;
+    PERFORM id_gen.record_move_cleanups(m, '{source_fence}');
     outcome.next_step := step || '{"step": "fence"}';
   ELSIF m.phase = 'catching_up' AND step->>'step' = 'fence' THEN
     -- The fence, in this one coordinator transaction: ACCESS EXCLUSIVE on the coordinator's
@@ -3423,9 +3597,11 @@ BEGIN
       err := err || ' (lifting the fence on the source failed too: ' || lift_err || ')';
     END IF;
     UPDATE id_gen.shard_moves sm
-    SET last_error = format('fence attempt %s: %s', attempt, err), updated_at = clock_timestamp(),
-        source_fenced = NOT unfenced
+    SET last_error = format('fence attempt %s: %s', attempt, err), updated_at = clock_timestamp()
     WHERE sm.move_id = m.move_id;
+    IF unfenced THEN
+      PERFORM id_gen.forget_cleanup(m.move_id, 'source_fence');
+    END IF;
     IF NOT unfenced OR err_state IN ('57014', '55006', '08006') THEN
       -- Cancelled, aborted elsewhere, a shard that does not answer, or the source keeps
       -- refusing to lift: no retry.
@@ -3630,6 +3806,8 @@ BEGIN
     VALUES (move_genes.lower_gene, move_genes.upper_gene, src, move_genes.target_shard, move_genes.keep_source,
             move_genes.reversible, pg_backend_pid())
     RETURNING * INTO m;
+    PERFORM id_gen.record_move_cleanups(m, CASE WHEN m.reversible THEN '{way_back}'::text[] ELSE '{}' END
+                                           || '{subscription,publication,sync_slots,source_copies,target_copies,markers,source_markers}');
     PERFORM pg_advisory_lock(id_gen.operation_session_lock_key(), m.move_id::integer);
     RAISE NOTICE 'id_gen: move % of genes % .. % from % to % (watch it in id_gen.moves)', m.move_id, m.lower_gene, m.upper_gene, src, m.target_shard;
     COMMIT;
@@ -3676,8 +3854,9 @@ BEGIN
   cleanup := id_gen.undo_move(m);
   -- force: give up on what only the target still holds (a target that is gone for good);
   -- what the source holds (fence, slot, publication) must be gone in any case.
-  source_left := (SELECT string_agg(part, '; ') FROM regexp_split_to_table(cleanup, '; ') part
-                  WHERE part ~ '^(unfence_source|drop_publication|replication slot|source markers)');
+  source_left := (SELECT string_agg(c.object_name || ': ' || coalesce(c.last_error, 'not cleaned up'), '; ' ORDER BY c.run_order DESC)
+                  FROM id_gen.operation_cleanups c
+                  WHERE c.operation_id = m.move_id AND c.node = m.source_shard AND c.policy <> 'on_success');
   UPDATE id_gen.shard_moves sm
   SET phase = CASE WHEN cleanup IS NULL OR (force AND source_left IS NULL) THEN 'aborted' ELSE 'failed' END,
       last_error = coalesce('abort incomplete: ' || cleanup, sm.last_error),
@@ -4440,19 +4619,46 @@ END $$;
 COMMENT ON FUNCTION id_gen.try_relayout_split_here(bigint) IS 'After a split''s fence, tries once (locks within 50 ms) to give each new range its own coordinator range partition; returns NULL when done (the caller commits) or why not.';
 REVOKE EXECUTE ON FUNCTION id_gen.try_relayout_split_here(bigint) FROM PUBLIC;
 
--- Undo of a split or merge that has not swapped on its shard. Returns NULL, or what could
--- not be undone.
-CREATE OR REPLACE FUNCTION id_gen.undo_split(s id_gen.route_splits) RETURNS text
+-- A split's or merge's cleanup records, made with it (start_split): on its shard, the
+-- triggers and new tables (policy on_failure) and the old partitions after the swap
+-- (on_success).
+CREATE OR REPLACE FUNCTION id_gen.record_split_cleanups(s id_gen.route_splits) RETURNS void
+LANGUAGE sql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT id_gen.record_cleanup(s.split_id, r.object, s.shard, r.object_name, r.policy, r.run_order)
+  FROM (VALUES ('new_tables', format('triggers and new tables of %s %s', s.kind, s.split_id), 'on_failure', 20),
+               ('old_tables', format('old partitions of genes %s .. %s', s.lower_gene, s.upper_gene), 'on_success', 10))
+       r(object, object_name, policy, run_order)
+$$;
+COMMENT ON FUNCTION id_gen.record_split_cleanups(id_gen.route_splits) IS 'Records what a split or merge may leave on its shard (id_gen.operation_cleanups): its triggers and new tables (cleaned up if it is rolled back) and the old partitions (dropped once it swapped).';
+REVOKE EXECUTE ON FUNCTION id_gen.record_split_cleanups(id_gen.route_splits) FROM PUBLIC;
+
+-- One cleanup record of a split or merge, for id_gen.run_cleanups. Idempotent.
+CREATE OR REPLACE FUNCTION id_gen.split_cleanup(s id_gen.route_splits, object text) RETURNS void
 LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-  PERFORM id_gen.remote_call(s.shard, 'shard_split_abort', ARRAY[s.split_id::text], 60000);
-  RETURN NULL;
-EXCEPTION WHEN OTHERS THEN
-  RETURN SQLERRM;
+  CASE object
+  WHEN 'new_tables' THEN
+    PERFORM id_gen.remote_call(s.shard, 'shard_split_abort', ARRAY[s.split_id::text], 60000);
+  WHEN 'old_tables' THEN
+    PERFORM id_gen.remote_call(s.shard, 'shard_split_cleanup', ARRAY[s.split_id::text], 120000);
+  ELSE
+    RAISE EXCEPTION 'id_gen: a split has no clean-up of "%"', object USING ERRCODE = '22023';
+  END CASE;
 END $$;
-COMMENT ON FUNCTION id_gen.undo_split(id_gen.route_splits) IS 'Rolls back a split or merge that has not swapped: its triggers and new tables on the shard go; returns what failed, or NULL.';
+COMMENT ON FUNCTION id_gen.split_cleanup(id_gen.route_splits, text) IS 'Cleans up one object of a split or merge on its shard (new_tables: its triggers and new tables, when it is rolled back; old_tables: the old partitions, once it swapped), for id_gen.run_cleanups.';
+REVOKE EXECUTE ON FUNCTION id_gen.split_cleanup(id_gen.route_splits, text) FROM PUBLIC;
+
+-- Undo of a split or merge that has not swapped on its shard: its cleanup records of a
+-- rolled-back operation. Returns NULL, or what could not be undone.
+CREATE OR REPLACE FUNCTION id_gen.undo_split(s id_gen.route_splits) RETURNS text
+LANGUAGE sql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT id_gen.run_cleanups(s.split_id, false) $$;
+COMMENT ON FUNCTION id_gen.undo_split(id_gen.route_splits) IS 'Rolls back a split or merge that has not swapped: its triggers and new tables on the shard go (its cleanup records of policies always and on_failure); returns what failed, or NULL.';
 REVOKE EXECUTE ON FUNCTION id_gen.undo_split(id_gen.route_splits) FROM PUBLIC;
 
 -- The steps of a split or merge, for the driver of long operations (id_gen.run_operation,
@@ -4585,7 +4791,7 @@ BEGIN
     END IF;
 
   ELSIF s.phase = 'swapped' AND step IS NULL THEN
-    PERFORM id_gen.remote_call(s.shard, 'shard_split_cleanup', ARRAY[s.split_id::text], 120000);
+    PERFORM id_gen.run_cleanups(s.split_id, true, NULL, false);
     outcome.next_step := '{"step": "relayout", "tries": 1}';
 
   ELSIF s.phase = 'swapped' AND step->>'step' = 'relayout' THEN
@@ -4772,6 +4978,7 @@ BEGIN
   INSERT INTO id_gen.route_splits (kind, lower_gene, at_gene, upper_gene, shard, runner_pid)
   VALUES (kind, s.lower_gene, at_gene, s.upper_gene, r.shard, pg_backend_pid())
   RETURNING * INTO s;
+  PERFORM id_gen.record_split_cleanups(s);
   PERFORM pg_advisory_lock(id_gen.operation_session_lock_key(), s.split_id::integer);
   RAISE NOTICE 'id_gen: % % of genes % .. % at % on shard "%" (watch it in id_gen.splits)', kind, s.split_id,
     s.lower_gene, s.upper_gene, at_gene, s.shard;
@@ -4883,7 +5090,7 @@ BEGIN
     -- this pass commits.)
     RETURN 'finished the swap here';
   ELSIF s.phase = 'swapped' THEN
-    PERFORM id_gen.remote_call(s.shard, 'shard_split_cleanup', ARRAY[s.split_id::text], 120000);
+    PERFORM id_gen.run_cleanups(s.split_id, true, NULL, false);
     res := NULL;
     FOR attempt IN 1 .. 20 LOOP
       EXIT WHEN NOT id_gen.split_needs_relayout(s);
@@ -5282,13 +5489,14 @@ BEGIN
   PERFORM id_gen.remote_call(m.source_shard, 'shard_detach_kept',
                             ARRAY[m.move_id::text, p.parts::text, p.id_columns::text, p.lower_genes::text, p.upper_genes::text], 600000);
   PERFORM id_gen.place_ranges(m.source_shard, m.lower_gene, m.upper_gene, false);
-  PERFORM id_gen.run_move_step(m, 'drop_subscription', 0, 30000);
-  PERFORM id_gen.run_move_step(m, 'drop_publication', 0, 30000);
-  PERFORM id_gen.run_move_step(m, 'forget_source_markers', 0, 10000);
-  PERFORM id_gen.run_move_step(m, 'forget_markers', 0, 10000);
+  -- The forward replication goes (the cleanup records of policy always but the way back);
+  -- the source's fence stays on its kept partitions, and what waits for the outcome stays
+  -- recorded (the way back, the copies of either side).
+  PERFORM id_gen.run_cleanups(m.move_id, true, '{subscription,publication,replication_slot,sync_slots,markers,source_markers}', false);
+  PERFORM id_gen.forget_cleanup(m.move_id, 'source_fence');
   PERFORM id_gen.remote_call(m.target_shard, 'shard_advance_way_back', ARRAY[m.move_id::text, m.back_lsn::text], 60000);
   PERFORM id_gen.remote_call(m.source_shard, 'shard_subscribe_way_back', ARRAY[m.move_id::text, p.parts::text], 30000);
-  UPDATE id_gen.shard_moves sm SET phase = 'reversible', updated_at = clock_timestamp(), source_fenced = false, last_error = NULL
+  UPDATE id_gen.shard_moves sm SET phase = 'reversible', updated_at = clock_timestamp(), last_error = NULL
   WHERE sm.move_id = m.move_id AND sm.phase = 'cut_over' RETURNING * INTO m;
   PERFORM id_gen.check_way_back(m);
   RETURN m;
@@ -5353,25 +5561,23 @@ COMMENT ON FUNCTION id_gen.drop_way_back(id_gen.shard_moves) IS 'Drops a reversi
 REVOKE EXECUTE ON FUNCTION id_gen.drop_way_back(id_gen.shard_moves) FROM PUBLIC;
 
 -- After a revert's flip committed: the way back goes, the source takes its partitions back,
--- the target lets go. Idempotent; raises on the first failing step.
+-- the target lets go (the move's cleanup records of a rolled-back move: the way back, then
+-- the target's copies). Idempotent; raises on the first failing step.
 CREATE OR REPLACE FUNCTION id_gen.finish_revert(m id_gen.shard_moves) RETURNS id_gen.shard_moves
 LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   p record := id_gen.move_parts(m.lower_gene, m.upper_gene);
-  r id_gen.shard_moves := id_gen.reversed(m);
 BEGIN
-  PERFORM id_gen.drop_way_back(m);
+  PERFORM id_gen.run_cleanups(m.move_id, false, '{way_back}', false);
   PERFORM id_gen.remote_call(m.source_shard, 'shard_reattach_kept',
                             ARRAY[m.move_id::text, p.parts::text, p.lower_genes::text, p.upper_genes::text], 60000);
   PERFORM id_gen.place_ranges(m.source_shard, m.lower_gene, m.upper_gene, true);
-  PERFORM id_gen.run_move_step(r, 'detach_source', 0, 30000);
-  PERFORM id_gen.place_ranges(m.target_shard, m.lower_gene, m.upper_gene, false);
-  PERFORM id_gen.run_move_step(r, 'drop_source', 0, 60000);
-  PERFORM id_gen.run_move_step(r, 'forget_markers', 0, 10000);
+  PERFORM id_gen.run_cleanups(m.move_id, false, NULL, false);
+  PERFORM id_gen.run_move_step(id_gen.reversed(m), 'forget_markers', 0, 10000);
   UPDATE id_gen.shard_moves sm SET phase = 'reverted', finished_at = clock_timestamp(), updated_at = clock_timestamp(),
-                                   source_fenced = false, last_error = NULL, back_lag_bytes = NULL, back_retained_bytes = NULL
+                                   last_error = NULL, back_lag_bytes = NULL, back_retained_bytes = NULL
   WHERE sm.move_id = m.move_id AND sm.phase = 'reverting' RETURNING * INTO m;
   RETURN m;
 END $$;
@@ -5415,8 +5621,8 @@ REVOKE EXECUTE ON FUNCTION id_gen.take_reversible_move(bigint, text) FROM PUBLIC
 --   reversible, revert_lag    one look at the way back's lag: the source catches up first
 --                             (5 minutes at most), so that the fence only waits for the last
 --                             changes;
---   reversible, revert_arm    the attempt recorded (source_fenced: the target's fence may be
---                             up from here until it is lifted or the revert flips);
+--   reversible, revert_arm    the attempt recorded, and the target's fence as a cleanup record
+--                             (it may be up from here until it is lifted or the revert flips);
 --   reversible, revert_fence  one attempt at the fence and flip back (below); phase reverting;
 --   reverting, NULL           the target's copies and the way back go (id_gen.finish_revert);
 --                             phase reverted.
@@ -5461,7 +5667,7 @@ BEGIN
       outcome.pause := 0.1;
     END IF;
   ELSIF m.phase = 'reversible' AND step->>'step' = 'revert_arm' THEN
-    UPDATE id_gen.shard_moves sm SET source_fenced = true WHERE sm.move_id = m.move_id;
+    PERFORM id_gen.record_move_cleanups(m, '{revert_fence}');
     outcome.next_step := step || '{"step": "revert_fence"}';
   ELSIF m.phase = 'reversible' AND step->>'step' = 'revert_fence' THEN
     -- The fence, in this one coordinator transaction: ACCESS EXCLUSIVE on the coordinator's
@@ -5487,6 +5693,8 @@ BEGIN
       IF NOT FOUND THEN
         RAISE EXCEPTION 'the move is no longer reversible' USING ERRCODE = '55006';
       END IF;
+      -- (The target's fence stays on its copies, which go with the revert's clean-up.)
+      PERFORM id_gen.forget_cleanup(m.move_id, 'revert_fence');
     EXCEPTION WHEN OTHERS OR query_canceled THEN
       -- Lift the target's fence while the coordinator's locks still hold its writers:
       -- once they go, those writers reach the target, which must take them.
@@ -5526,7 +5734,8 @@ BEGIN
     RETURN outcome;
   END IF;
   PERFORM id_gen.lift_revert_fence(m, 5000);
-  UPDATE id_gen.shard_moves sm SET source_fenced = false, last_error = format('revert fence attempt %s: %s', attempt, err),
+  PERFORM id_gen.forget_cleanup(m.move_id, 'revert_fence');
+  UPDATE id_gen.shard_moves sm SET last_error = format('revert fence attempt %s: %s', attempt, err),
                                    updated_at = clock_timestamp()
   WHERE sm.move_id = m.move_id;
   IF err_state IN ('57014', '55006') OR attempt >= 5 THEN
@@ -5564,16 +5773,13 @@ REVOKE EXECUTE ON PROCEDURE id_gen.revert_move(bigint) FROM PUBLIC;
 
 -- Ends a reversible move where it is (complete_move, or the supervisor when the way back
 -- keeps more WAL than id_gen.reversible_max_wal): the way back and the source's kept
--- partitions go.
+-- partitions go (the move's cleanup records of a completed move).
 CREATE OR REPLACE FUNCTION id_gen.end_way_back(m id_gen.shard_moves) RETURNS id_gen.shard_moves
 LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-  p record := id_gen.move_parts(m.lower_gene, m.upper_gene);
 BEGIN
-  PERFORM id_gen.drop_way_back(m);
-  PERFORM id_gen.remote_call(m.source_shard, 'shard_drop_kept', ARRAY[m.move_id::text, p.parts::text], 60000);
+  PERFORM id_gen.run_cleanups(m.move_id, true, NULL, false);
   PERFORM id_gen.run_move_step(m, 'forget_markers', 0, 10000);
   UPDATE id_gen.shard_moves sm SET phase = 'done', finished_at = clock_timestamp(), updated_at = clock_timestamp(),
                                    back_lag_bytes = NULL, back_retained_bytes = NULL, last_error = NULL
@@ -6269,11 +6475,11 @@ INSERT INTO id_gen.cluster_operations
   (operation_id, kind, phase, lower_gene, upper_gene, shard, target_shard, rows_copied, lag_bytes,
    fence_attempts, fence_started_at, fence_ended_at, runner_pid, started_at, updated_at, finished_at,
    last_error, recovered_by, keep_source, reversible, target_subscription, target_system_id,
-   source_fenced, slot_created, back_lsn, back_lag_bytes, back_retained_bytes, back_checked_at)
+   back_lsn, back_lag_bytes, back_retained_bytes, back_checked_at)
 SELECT move_id, 'move', phase, lower_gene, upper_gene, source_shard, target_shard, rows_copied, lag_bytes,
        fence_attempts, fence_started_at, fence_ended_at, runner_pid, started_at, updated_at, finished_at,
        last_error, recovered_by, keep_source, reversible, target_subscription, target_system_id,
-       source_fenced, slot_created, back_lsn, back_lag_bytes, back_retained_bytes, back_checked_at
+       back_lsn, back_lag_bytes, back_retained_bytes, back_checked_at
 FROM id_gen.shard_moves_until_0_7_2;
 INSERT INTO id_gen.cluster_operations
   (operation_id, kind, phase, lower_gene, at_gene, upper_gene, shard, rows_total, rows_copied,
@@ -6283,6 +6489,21 @@ SELECT split_id, kind, phase, lower_gene, at_gene, upper_gene, shard, rows_total
        fence_attempts, fence_started_at, fence_ended_at, runner_pid, started_at, updated_at, finished_at,
        last_error, recovered_by
 FROM id_gen.route_splits_until_0_7_2;
+-- The undo state of unfinished operations becomes cleanup records (id_gen.operation_cleanups):
+-- what each may have made, as if it had recorded it itself; a move's flags slot_created and
+-- source_fenced become the records of its slot and of its fence (a revert's fence while it
+-- is reversible). After a reversible move's cut-over only the way back and the copies of
+-- either side wait for its outcome.
+SELECT id_gen.record_move_cleanups(sm,
+         CASE WHEN sm.phase IN ('reversible', 'reverting') THEN '{way_back,source_copies,target_copies}'::text[]
+              ELSE CASE WHEN sm.reversible THEN '{way_back}'::text[] ELSE '{}' END
+                   || '{subscription,publication,sync_slots,source_copies,target_copies,markers,source_markers}' END
+         || CASE WHEN old.slot_created AND sm.phase NOT IN ('reversible', 'reverting') THEN '{replication_slot}'::text[] ELSE '{}' END
+         || CASE WHEN old.source_fenced AND sm.phase = 'reversible' THEN '{revert_fence}'::text[]
+                 WHEN old.source_fenced AND sm.phase NOT IN ('reversible', 'reverting') THEN '{source_fence}' ELSE '{}' END)
+FROM id_gen.shard_moves sm JOIN id_gen.shard_moves_until_0_7_2 old USING (move_id)
+WHERE sm.phase NOT IN ('done', 'aborted', 'reverted');
+SELECT id_gen.record_split_cleanups(rs) FROM id_gen.route_splits rs WHERE rs.phase NOT IN ('done', 'aborted');
 ALTER EXTENSION id_gen DROP TABLE id_gen.shard_moves_until_0_7_2;
 ALTER EXTENSION id_gen DROP TABLE id_gen.route_splits_until_0_7_2;
 DROP TABLE id_gen.shard_moves_until_0_7_2, id_gen.route_splits_until_0_7_2 CASCADE;

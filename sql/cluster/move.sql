@@ -31,10 +31,13 @@
 -- Invariants:
 --   * Until the flip commits, the source is authoritative and the routes unchanged;
 --     every step before it is undone by id_gen.abort_move.
---   * No replication slot outlives its move: the move creates its slot itself and
---     records that it did (slot_created); only then does an abort drop a slot of that
---     name. The table-sync slots are recognised by the subscription's oid and the
---     target's system identifier.
+--   * Nothing a move makes on a shard outlives it: each object is a cleanup record
+--     (id_gen.operation_cleanups, id_gen.record_move_cleanups) committed before the
+--     object is made, and goes by its policy when the move ends (id_gen.run_cleanups).
+--   * No replication slot outlives its move: the move creates its slot itself, and only
+--     after it recorded (and committed) that it will; a slot of that name that exists
+--     before is never taken over or dropped. The table-sync slots are recognised by the
+--     subscription's oid and the target's system identifier.
 --   * A fence never outlives its move: a move whose session is gone (a crash, a
 --     coordinator restart, an interrupted CALL) is picked up by id_gen.recover_move,
 --     which the move supervisor (a background worker on the coordinator) runs every few
@@ -48,7 +51,10 @@ CREATE OR REPLACE VIEW id_gen.moves AS
 SELECT move_id, lower_gene, upper_gene, source_shard, target_shard, phase,
        rows_copied, lag_bytes,
        round(extract(epoch FROM fence_ended_at - fence_started_at) * 1000, 1) AS fence_ms,
-       fence_attempts, source_fenced, started_at, finished_at,
+       fence_attempts,
+       EXISTS (SELECT FROM id_gen.operation_cleanups c
+               WHERE c.operation_id = move_id AND c.object IN ('source_fence', 'revert_fence')) AS source_fenced,
+       started_at, finished_at,
        coalesce(finished_at, clock_timestamp()) - started_at AS elapsed,
        last_error,
        id_gen.operation_runner(move_id, phase) AS runner,
@@ -162,7 +168,7 @@ BEGIN
     (23, 'cut_over', 'target', 'forget_markers', id_gen.remote_call_text('shard_forget_markers', ARRAY[id])),
     (24, 'abort', 'source', 'unfence_source', id_gen.remote_call_text('shard_unfence', ARRAY[p.parts::text])),
     (25, 'abort', 'source', 'drop_slot',
-     id_gen.remote_call_text('shard_drop_move_slots', ARRAY[id, coalesce(m.slot_created, false)::text,
+     id_gen.remote_call_text('shard_drop_move_slots', ARRAY[id, coalesce(id_gen.has_cleanup(m.move_id, 'replication_slot'), false)::text,
                                                            m.target_subscription::text, m.target_system_id])),
     (26, 'abort', 'target', 'detach_subscription', id_gen.remote_call_text('shard_detach_subscription', ARRAY[id])),
     (27, 'abort', 'target', 'empty_target', id_gen.remote_call_text('shard_empty_partitions', ARRAY[p.parts::text])),
@@ -235,69 +241,109 @@ END $$;
 COMMENT ON FUNCTION id_gen.send_move_secret(id_gen.shard_moves) IS 'Leaves the source''s connection string (with its password) in the target''s id_gen.move_secrets, as a bound parameter of a postgres_fdw INSERT; the target''s shard_subscribe reads and deletes it.';
 REVOKE EXECUTE ON FUNCTION id_gen.send_move_secret(id_gen.shard_moves) FROM PUBLIC;
 
--- Cleans up what a move that has not cut over left on its shards. Every step is tried;
--- returns the errors (NULL when everything is clean).
-CREATE OR REPLACE FUNCTION id_gen.undo_move(m id_gen.shard_moves) RETURNS text
+-- A move's cleanup records: every object a move may make on a shard, with its policy and
+-- order (id_gen.run_cleanups runs the highest run_order first). Records that the move may
+-- make `objects` (the caller commits before making them): the entry procedure those of the
+-- start (id_gen.move_genes); the step before the one that makes it the replication slot,
+-- the source's fence and a revert's fence.
+CREATE OR REPLACE FUNCTION id_gen.record_move_cleanups(m id_gen.shard_moves, objects text[]) RETURNS void
+LANGUAGE sql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT id_gen.record_cleanup(m.move_id, r.object, r.node, r.object_name, r.policy, r.run_order)
+  FROM (VALUES
+    ('way_back', m.target_shard, format('publication and slot id_gen_back_%s, and the subscription of that name on %s', m.move_id, m.source_shard), 'always', 95),
+    ('revert_fence', m.target_shard, format('fence triggers on the partitions of genes %s .. %s', m.lower_gene, m.upper_gene), 'on_failure', 85),
+    ('source_fence', m.source_shard, format('fence triggers on the partitions of genes %s .. %s', m.lower_gene, m.upper_gene), 'on_failure', 80),
+    ('subscription', m.target_shard, format('subscription id_gen_move_%s', m.move_id), 'always', 60),
+    ('publication', m.source_shard, format('publication id_gen_move_%s', m.move_id), 'always', 50),
+    ('replication_slot', m.source_shard, format('replication slot id_gen_move_%s', m.move_id), 'always', 45),
+    ('sync_slots', m.source_shard, format('table-sync slots of subscription id_gen_move_%s', m.move_id), 'always', 44),
+    ('source_copies', m.source_shard, format('partitions of genes %s .. %s%s', m.lower_gene, m.upper_gene,
+                                              CASE WHEN m.keep_source THEN ' (kept, renamed *_moved_' || m.move_id || ')' ELSE '' END), 'on_success', 40),
+    ('target_copies', m.target_shard, format('partitions of genes %s .. %s', m.lower_gene, m.upper_gene), 'on_failure', 30),
+    ('markers', m.target_shard, format('rows of move %s in id_gen.move_markers', m.move_id), 'always', 20),
+    ('source_markers', m.source_shard, format('rows of move %s in id_gen.move_markers', m.move_id), 'always', 10)
+  ) r(object, node, object_name, policy, run_order)
+  WHERE r.object = ANY (objects)
+$$;
+COMMENT ON FUNCTION id_gen.record_move_cleanups(id_gen.shard_moves, text[]) IS 'Records that a move may make the objects named, before it makes them (id_gen.operation_cleanups): way_back, revert_fence, source_fence, subscription, publication, replication_slot, sync_slots, source_copies, target_copies, markers, source_markers, each with its shard, policy and run_order.';
+REVOKE EXECUTE ON FUNCTION id_gen.record_move_cleanups(id_gen.shard_moves, text[]) FROM PUBLIC;
+
+-- One cleanup record of a move, for id_gen.run_cleanups (succeeded: the move completes;
+-- else it is rolled back, or reverted). Each is idempotent; an error is raised as it is.
+CREATE OR REPLACE FUNCTION id_gen.move_cleanup(m id_gen.shard_moves, object text, succeeded boolean) RETURNS void
 LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-  errors text;
-  msg text;
-  step text;
-  i integer;
+  p record;
   left_slots text;
 BEGIN
-  FOREACH step IN ARRAY ARRAY['unfence_source', 'detach_subscription', 'drop_subscription', 'drop_publication'] LOOP
-    BEGIN
-      PERFORM id_gen.run_move_step(m, step, 0, 10000);
-      IF step = 'unfence_source' THEN
-        UPDATE id_gen.shard_moves sm SET source_fenced = false WHERE sm.move_id = m.move_id;
-      END IF;
-    EXCEPTION WHEN OTHERS OR query_canceled THEN
-      GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT;
-      errors := concat_ws('; ', errors, step || ': ' || msg);
-    END;
-  END LOOP;
-  -- The slots: a walsender may take a moment to exit after its subscriber went away.
-  FOR i IN 1 .. 50 LOOP
-    BEGIN
-      left_slots := id_gen.run_move_step(m, 'drop_slot', 0, 10000);
-    EXCEPTION WHEN OTHERS OR query_canceled THEN
-      GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT;
-      left_slots := 'unknown: ' || msg;
-    END;
-    EXIT WHEN left_slots = '0';
-    PERFORM pg_sleep(0.2);
-  END LOOP;
-  IF left_slots <> '0' THEN
-    errors := concat_ws('; ', errors, format('replication slot %s on %s: %s', 'id_gen_move_' || m.move_id, m.source_shard, left_slots));
-  END IF;
-  BEGIN
-    PERFORM id_gen.run_move_step(m, 'empty_target', 0, 60000);
-    PERFORM id_gen.place_ranges(m.target_shard, m.lower_gene, m.upper_gene, false);
+  CASE object
+  WHEN 'way_back' THEN
+    PERFORM id_gen.drop_way_back(m);  -- (sql/cluster/revert.sql)
+  WHEN 'revert_fence' THEN
+    PERFORM id_gen.lift_revert_fence(m, 10000);
+  WHEN 'source_fence' THEN
+    PERFORM id_gen.run_move_step(m, 'unfence_source', 0, 10000);
+  WHEN 'subscription' THEN
+    IF NOT succeeded THEN  -- (its slot goes by itself: the source may not answer)
+      PERFORM id_gen.run_move_step(m, 'detach_subscription', 0, 10000);
+    END IF;
+    PERFORM id_gen.run_move_step(m, 'drop_subscription', 0, 30000);
+  WHEN 'publication' THEN
+    PERFORM id_gen.run_move_step(m, 'drop_publication', 0, 30000);
+  WHEN 'replication_slot', 'sync_slots' THEN
+    -- A walsender may take a moment to exit after its subscriber went away.
+    FOR i IN 1 .. 50 LOOP
+      left_slots := id_gen.remote_call(m.source_shard, 'shard_drop_move_slots',
+                                      CASE WHEN object = 'replication_slot' THEN ARRAY[m.move_id::text, 'true', NULL, NULL]
+                                           ELSE ARRAY[m.move_id::text, 'false', m.target_subscription::text, m.target_system_id] END,
+                                      10000);
+      EXIT WHEN left_slots = '0';
+      PERFORM pg_sleep(0.2);
+    END LOOP;
+    IF left_slots <> '0' THEN
+      RAISE EXCEPTION 'id_gen: % replication slot(s) of move % on "%" are still in use after 10 s', left_slots, m.move_id, m.source_shard
+        USING ERRCODE = '55006';
+    END IF;
+  WHEN 'source_copies' THEN
+    IF m.reversible THEN  -- (kept since the cut-over; the way back went first)
+      p := id_gen.move_parts(m.lower_gene, m.upper_gene);
+      PERFORM id_gen.remote_call(m.source_shard, 'shard_drop_kept', ARRAY[m.move_id::text, p.parts::text], 60000);
+    ELSE
+      PERFORM id_gen.run_move_step(m, 'detach_source', 0, 30000);
+      PERFORM id_gen.place_ranges(m.source_shard, m.lower_gene, m.upper_gene, false);
+      PERFORM id_gen.run_move_step(m, 'drop_source', 0, 60000);
+    END IF;
+  WHEN 'target_copies' THEN
+    IF m.phase = 'reverting' THEN  -- (the target owned them: detached and dropped)
+      PERFORM id_gen.run_move_step(id_gen.reversed(m), 'detach_source', 0, 30000);
+      PERFORM id_gen.place_ranges(m.target_shard, m.lower_gene, m.upper_gene, false);
+      PERFORM id_gen.run_move_step(id_gen.reversed(m), 'drop_source', 0, 60000);
+    ELSE
+      PERFORM id_gen.run_move_step(m, 'empty_target', 0, 60000);
+      PERFORM id_gen.place_ranges(m.target_shard, m.lower_gene, m.upper_gene, false);
+    END IF;
+  WHEN 'markers' THEN
     PERFORM id_gen.run_move_step(m, 'forget_markers', 0, 10000);
-  EXCEPTION WHEN OTHERS OR query_canceled THEN
-    GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT;
-    errors := concat_ws('; ', errors, 'target partitions: ' || msg);
-  END;
-  BEGIN
+  WHEN 'source_markers' THEN
     PERFORM id_gen.run_move_step(m, 'forget_source_markers', 0, 10000);
-  EXCEPTION WHEN OTHERS OR query_canceled THEN
-    GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT;
-    errors := concat_ws('; ', errors, 'source markers: ' || msg);
-  END;
-  IF m.reversible THEN
-    BEGIN
-      PERFORM id_gen.remote_call(m.target_shard, 'shard_drop_way_back', ARRAY[m.move_id::text], 30000);
-    EXCEPTION WHEN OTHERS OR query_canceled THEN
-      GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT;
-      errors := concat_ws('; ', errors, 'the way back on the target: ' || msg);
-    END;
-  END IF;
-  RETURN errors;
+  ELSE
+    RAISE EXCEPTION 'id_gen: a move has no clean-up of "%"', object USING ERRCODE = '22023';
+  END CASE;
 END $$;
-COMMENT ON FUNCTION id_gen.undo_move(id_gen.shard_moves) IS 'Removes what an unfinished move left on its shards (fence triggers, subscription, the slots it created, publication, the target''s copies); returns the errors, NULL when clean.';
+COMMENT ON FUNCTION id_gen.move_cleanup(id_gen.shard_moves, text, boolean) IS 'Cleans up one object of a move (see id_gen.record_move_cleanups) on its shard, for id_gen.run_cleanups; succeeded: the move completes, else it is rolled back or reverted.';
+REVOKE EXECUTE ON FUNCTION id_gen.move_cleanup(id_gen.shard_moves, text, boolean) FROM PUBLIC;
+
+-- Cleans up what a move that has not cut over left on its shards: its records of policies
+-- always and on_failure. Every one is tried; returns the errors (NULL when all is clean).
+CREATE OR REPLACE FUNCTION id_gen.undo_move(m id_gen.shard_moves) RETURNS text
+LANGUAGE sql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT id_gen.run_cleanups(m.move_id, false) $$;
+COMMENT ON FUNCTION id_gen.undo_move(id_gen.shard_moves) IS 'Removes what an unfinished move left on its shards (its cleanup records of policies always and on_failure: fence triggers, subscription, the slots it created, publication, the target''s copies); returns the errors, NULL when clean.';
 REVOKE EXECUTE ON FUNCTION id_gen.undo_move(id_gen.shard_moves) FROM PUBLIC;
 
 -- After the flip: the source lets go. Idempotent; raises on the first failing step.
@@ -310,18 +356,13 @@ BEGIN
   IF m.reversible THEN
     RETURN id_gen.open_way_back(m);
   END IF;
-  PERFORM id_gen.run_move_step(m, 'detach_source', 0, 30000);
-  PERFORM id_gen.place_ranges(m.source_shard, m.lower_gene, m.upper_gene, false);
-  PERFORM id_gen.run_move_step(m, 'drop_subscription', 0, 30000);
-  PERFORM id_gen.run_move_step(m, 'drop_publication', 0, 30000);
-  PERFORM id_gen.run_move_step(m, 'drop_source', 0, 60000);
-  PERFORM id_gen.run_move_step(m, 'forget_markers', 0, 10000);
+  PERFORM id_gen.run_cleanups(m.move_id, true, NULL, false);
   UPDATE id_gen.shard_moves SET phase = 'done', finished_at = clock_timestamp(), updated_at = clock_timestamp(),
-                                source_fenced = false, last_error = NULL
+                                last_error = NULL
   WHERE move_id = m.move_id AND phase = 'cut_over' RETURNING * INTO m;
   RETURN m;
 END $$;
-COMMENT ON FUNCTION id_gen.finish_cut_over(id_gen.shard_moves) IS 'Finishes a move that has cut over: the source detaches its partitions, forgets the ranges, the subscription (and its slot) and the publication go, the source''s copies are dropped unless keep_source.';
+COMMENT ON FUNCTION id_gen.finish_cut_over(id_gen.shard_moves) IS 'Finishes a move that has cut over: its cleanup records of policies always and on_success (the subscription with its slot, the publication, the source''s partitions detached and dropped unless keep_source, the markers).';
 REVOKE EXECUTE ON FUNCTION id_gen.finish_cut_over(id_gen.shard_moves) FROM PUBLIC;
 
 -- Shards whose last route push failed within 30 s: the supervisor leaves them out of its
@@ -378,14 +419,12 @@ BEGIN
                   THEN format('completed: the way back''s slot on %s was gone', m.target_shard)
                   ELSE format('completed: the way back kept %s of WAL on %s (id_gen.reversible_max_wal = %s)',
                               pg_size_pretty(m.back_retained_bytes), m.target_shard, max_wal) END;
-    ELSIF m.source_fenced AND m.source_shard <> ALL (down) THEN
-      PERFORM id_gen.lift_revert_fence(m, 10000);
-      UPDATE id_gen.shard_moves sm SET source_fenced = false WHERE sm.move_id = m.move_id;
+    ELSIF id_gen.has_cleanup(m.move_id, 'revert_fence') AND m.source_shard <> ALL (down) THEN
+      PERFORM id_gen.run_cleanups(m.move_id, false, '{revert_fence}', false);
       RETURN 'lifted the fence of an interrupted revert';
     END IF;
-  ELSIF m.source_fenced THEN
-    PERFORM id_gen.run_move_step(m, 'unfence_source', 0, 10000);
-    UPDATE id_gen.shard_moves sm SET source_fenced = false WHERE sm.move_id = m.move_id;
+  ELSIF id_gen.has_cleanup(m.move_id, 'source_fence') THEN
+    PERFORM id_gen.run_cleanups(m.move_id, false, '{source_fence}', false);
     RETURN 'lifted the fence';
   ELSIF m.updated_at < clock_timestamp() - abandon_after THEN
     cleanup := id_gen.undo_move(m);
@@ -507,7 +546,8 @@ REVOKE EXECUTE ON FUNCTION id_gen.move_raise_sequences(id_gen.shard_moves) FROM 
 --                       fence), the source's publication, the source's connection string
 --                       to the target (it arrives with the driver's COMMIT);
 --   planned, subscribe  the target's subscription, recorded;
---   planned, slot       the move's slot on the source, recorded (slot_created);
+--   planned, slot       first its cleanup record (committed: a slot of that name must not
+--                       exist yet), then the move's slot on the source;
 --   planned, enable     the subscription enabled and refreshed; phase copying.
 --   copying, NULL/copy  one look at the initial copy (tables ready, rows copied); phase
 --                       catching_up once every table is ready. 55000 after 2 minutes without
@@ -516,8 +556,8 @@ REVOKE EXECUTE ON FUNCTION id_gen.move_raise_sequences(id_gen.shard_moves) FROM 
 --                       and the flip's commit);
 --   catching_up, lag    one look at the slot's lag, until it is small (10 minutes at most);
 --   catching_up, way_back   a reversible move: the target's publication and slot (revert.sql);
---   catching_up, arm    the fence's attempt recorded (source_fenced: the source's fence may
---                       be up from here until it is lifted or cut over);
+--   catching_up, arm    the fence's attempt recorded, and the source's fence as a cleanup
+--                       record (it may be up from here until it is lifted or cut over);
 --   catching_up, fence  one attempt at the fence and flip (below); phase cut_over.
 --   cut_over, NULL      the source lets go (id_gen.finish_cut_over); phase done, or
 --                       reversible (the driver stops there).
@@ -577,11 +617,19 @@ BEGIN
       END IF;
     END IF;
     outcome.next_step := '{"step": "slot"}';
+  ELSIF m.phase = 'planned' AND step->>'step' = 'slot' AND NOT id_gen.has_cleanup(m.move_id, 'replication_slot') THEN
+    -- The slot is recorded (and committed) before it is made; one of that name that exists
+    -- before is not this move's and is never taken over (shard_create_slot says so too).
+    IF id_gen.run_move_step(m, 'lag', 0, 10000) IS NOT NULL THEN
+      RAISE EXCEPTION 'id_gen: a replication slot named id_gen_move_% exists already on "%"', m.move_id, m.source_shard
+        USING ERRCODE = '42710',
+              HINT = 'id_gen neither uses nor drops a slot it did not create. Drop it (pg_drop_replication_slot) if it is a leftover, then move again.';
+    END IF;
+    PERFORM id_gen.record_move_cleanups(m, '{replication_slot}');
+    outcome.next_step := step;
   ELSIF m.phase = 'planned' AND step->>'step' = 'slot' THEN
-    IF NOT m.slot_created THEN
+    IF id_gen.run_move_step(m, 'lag', 0, 10000) IS NULL THEN
       PERFORM id_gen.run_move_step(m, 'create_slot', 0, 120000);
-      UPDATE id_gen.shard_moves sm SET slot_created = true, updated_at = clock_timestamp()
-      WHERE sm.move_id = m.move_id;
     END IF;
     outcome.next_step := '{"step": "enable"}';
   ELSIF m.phase = 'planned' AND step->>'step' = 'enable' THEN
@@ -650,7 +698,8 @@ BEGIN
     PERFORM id_gen.prepare_way_back(m);
     outcome.next_step := jsonb_build_object('step', 'arm', 'attempt', m.fence_attempts + 1, 'last', m.fence_attempts + 5);
   ELSIF m.phase = 'catching_up' AND step->>'step' = 'arm' THEN
-    UPDATE id_gen.shard_moves sm SET fence_attempts = attempt, source_fenced = true WHERE sm.move_id = m.move_id;
+    UPDATE id_gen.shard_moves sm SET fence_attempts = attempt WHERE sm.move_id = m.move_id;
+    PERFORM id_gen.record_move_cleanups(m, '{source_fence}');
     outcome.next_step := step || '{"step": "fence"}';
   ELSIF m.phase = 'catching_up' AND step->>'step' = 'fence' THEN
     -- The fence, in this one coordinator transaction: ACCESS EXCLUSIVE on the coordinator's
@@ -783,9 +832,11 @@ BEGIN
       err := err || ' (lifting the fence on the source failed too: ' || lift_err || ')';
     END IF;
     UPDATE id_gen.shard_moves sm
-    SET last_error = format('fence attempt %s: %s', attempt, err), updated_at = clock_timestamp(),
-        source_fenced = NOT unfenced
+    SET last_error = format('fence attempt %s: %s', attempt, err), updated_at = clock_timestamp()
     WHERE sm.move_id = m.move_id;
+    IF unfenced THEN
+      PERFORM id_gen.forget_cleanup(m.move_id, 'source_fence');
+    END IF;
     IF NOT unfenced OR err_state IN ('57014', '55006', '08006') THEN
       -- Cancelled, aborted elsewhere, a shard that does not answer, or the source keeps
       -- refusing to lift: no retry.
@@ -990,6 +1041,8 @@ BEGIN
     VALUES (move_genes.lower_gene, move_genes.upper_gene, src, move_genes.target_shard, move_genes.keep_source,
             move_genes.reversible, pg_backend_pid())
     RETURNING * INTO m;
+    PERFORM id_gen.record_move_cleanups(m, CASE WHEN m.reversible THEN '{way_back}'::text[] ELSE '{}' END
+                                           || '{subscription,publication,sync_slots,source_copies,target_copies,markers,source_markers}');
     PERFORM pg_advisory_lock(id_gen.operation_session_lock_key(), m.move_id::integer);
     RAISE NOTICE 'id_gen: move % of genes % .. % from % to % (watch it in id_gen.moves)', m.move_id, m.lower_gene, m.upper_gene, src, m.target_shard;
     COMMIT;
@@ -1036,8 +1089,9 @@ BEGIN
   cleanup := id_gen.undo_move(m);
   -- force: give up on what only the target still holds (a target that is gone for good);
   -- what the source holds (fence, slot, publication) must be gone in any case.
-  source_left := (SELECT string_agg(part, '; ') FROM regexp_split_to_table(cleanup, '; ') part
-                  WHERE part ~ '^(unfence_source|drop_publication|replication slot|source markers)');
+  source_left := (SELECT string_agg(c.object_name || ': ' || coalesce(c.last_error, 'not cleaned up'), '; ' ORDER BY c.run_order DESC)
+                  FROM id_gen.operation_cleanups c
+                  WHERE c.operation_id = m.move_id AND c.node = m.source_shard AND c.policy <> 'on_success');
   UPDATE id_gen.shard_moves sm
   SET phase = CASE WHEN cleanup IS NULL OR (force AND source_left IS NULL) THEN 'aborted' ELSE 'failed' END,
       last_error = coalesce('abort incomplete: ' || cleanup, sm.last_error),

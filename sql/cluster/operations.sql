@@ -3,8 +3,9 @@
 -- sql/cluster/split.sql, sql/cluster/revert.sql, sql/cluster/rebalance.sql), which use it.
 -- It holds the advisory-lock keys, the views over the one catalog of operations
 -- (id_gen.cluster_operations: id_gen.operations for operators, id_gen.shard_moves and
--- id_gen.route_splits for the code of each kind) and the move supervisor's one recovery
--- loop (id_gen.recover_operations).
+-- id_gen.route_splits for the code of each kind), the cleanup records (id_gen.run_cleanups),
+-- the driver (id_gen.run_operation) and the move supervisor's one recovery loop
+-- (id_gen.recover_operations).
 --
 -- Advisory-lock keys, declared here and nowhere else (pg_locks shows them as classid; the
 -- second key of a two-key lock is objid, with objsubid = 2):
@@ -38,8 +39,8 @@ COMMENT ON FUNCTION id_gen.operation_session_lock_key() IS
 CREATE OR REPLACE VIEW id_gen.shard_moves AS
 SELECT operation_id AS move_id, lower_gene, upper_gene, shard AS source_shard, target_shard, phase,
        keep_source, rows_copied, lag_bytes, fence_attempts, target_subscription, runner_pid,
-       source_fenced, fence_started_at, fence_ended_at, started_at, updated_at, finished_at,
-       last_error, slot_created, target_system_id, recovered_by, reversible, back_lsn,
+       fence_started_at, fence_ended_at, started_at, updated_at, finished_at,
+       last_error, target_system_id, recovered_by, reversible, back_lsn,
        back_lag_bytes, back_retained_bytes, back_checked_at, kind
 FROM id_gen.cluster_operations
 WHERE kind = 'move'
@@ -127,6 +128,111 @@ AS $$
 $$;
 COMMENT ON FUNCTION id_gen.release_operation(bigint) IS 'Lets go of the session lock of the long operation if this session holds it (true), else does nothing (false).';
 REVOKE EXECUTE ON FUNCTION id_gen.release_operation(bigint) FROM PUBLIC;
+
+-- Cleanup records ----------------------------------------------------------------------------
+-- What an operation may leave on a shard is recorded in id_gen.operation_cleanups before it
+-- is made, in a transaction that commits first (the entry procedure's, or a step of its own
+-- that the driver commits), so that a session killed at any point leaves a record of
+-- everything it may have made. Each record has a policy: always (it goes whatever the
+-- outcome), on_failure (it goes when the operation is rolled back), on_success (deferred
+-- until the operation completes). id_gen.run_cleanups runs the records of an outcome, each
+-- by its kind's function (id_gen.move_cleanup, id_gen.split_cleanup), from the highest
+-- run_order down, and deletes each record it ran.
+--
+-- Invariants: every kind's clean-up of one object is idempotent (a record may name an object
+-- that was never made, or is gone already); a record goes only once its object is gone;
+-- once an outcome's records are all gone, so are the other outcome's (nothing is left to do
+-- for them).
+CREATE OR REPLACE FUNCTION id_gen.record_cleanup(operation_id bigint, object text, node text, object_name text,
+                                                 policy text, run_order integer) RETURNS void
+LANGUAGE sql STRICT
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+  INSERT INTO id_gen.operation_cleanups (operation_id, object, node, object_name, policy, run_order)
+  VALUES (record_cleanup.operation_id, record_cleanup.object, record_cleanup.node, record_cleanup.object_name,
+          record_cleanup.policy, record_cleanup.run_order)
+  ON CONFLICT DO NOTHING;
+END;
+COMMENT ON FUNCTION id_gen.record_cleanup(bigint, text, text, text, text, integer) IS 'Records that a long operation may leave object (object_name on shard node), to be cleaned up by policy (always, on_failure, on_success) in run_order (highest first); nothing if it is recorded already.';
+REVOKE EXECUTE ON FUNCTION id_gen.record_cleanup(bigint, text, text, text, text, integer) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION id_gen.has_cleanup(operation_id bigint, object text) RETURNS boolean
+LANGUAGE sql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+  SELECT EXISTS (SELECT FROM id_gen.operation_cleanups c
+                 WHERE c.operation_id OPERATOR(pg_catalog.=) has_cleanup.operation_id
+                   AND c.object OPERATOR(pg_catalog.=) has_cleanup.object);
+END;
+COMMENT ON FUNCTION id_gen.has_cleanup(bigint, text) IS 'Whether a long operation has a cleanup record of object (it may have made it, and it is not cleaned up yet).';
+
+CREATE OR REPLACE FUNCTION id_gen.forget_cleanup(operation_id bigint, object text) RETURNS void
+LANGUAGE sql STRICT
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+  DELETE FROM id_gen.operation_cleanups c
+  WHERE c.operation_id OPERATOR(pg_catalog.=) forget_cleanup.operation_id AND c.object OPERATOR(pg_catalog.=) forget_cleanup.object;
+END;
+COMMENT ON FUNCTION id_gen.forget_cleanup(bigint, text) IS 'Deletes a cleanup record whose object is gone (or was handed on: a fence lifted in a failed attempt, or one that a flip made part of the outcome).';
+REVOKE EXECUTE ON FUNCTION id_gen.forget_cleanup(bigint, text) FROM PUBLIC;
+
+-- Runs the cleanup records of an outcome (succeeded: always and on_success; else always
+-- and on_failure), only those of `objects` when it is not NULL. keep_going: try every one
+-- and return the failures ("object on shard: error; ..."), NULL when all went; otherwise
+-- the first failure is raised as it is.
+CREATE OR REPLACE FUNCTION id_gen.run_cleanups(operation_id bigint, succeeded boolean, objects text[] DEFAULT NULL,
+                                               keep_going boolean DEFAULT true) RETURNS text
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  c id_gen.operation_cleanups;
+  errors text;
+  msg text;
+BEGIN
+  IF operation_id IS NULL OR succeeded IS NULL OR keep_going IS NULL THEN
+    RAISE EXCEPTION 'id_gen: argument "%" must not be NULL',
+      CASE WHEN operation_id IS NULL THEN 'operation_id' WHEN succeeded IS NULL THEN 'succeeded' ELSE 'keep_going' END
+      USING ERRCODE = '22004';
+  END IF;
+  FOR c IN SELECT * FROM id_gen.operation_cleanups oc
+           WHERE oc.operation_id = run_cleanups.operation_id
+             AND oc.policy IN ('always', CASE WHEN succeeded THEN 'on_success' ELSE 'on_failure' END)
+             AND (objects IS NULL OR oc.object = ANY (objects))
+           ORDER BY oc.run_order DESC LOOP
+    IF keep_going THEN
+      BEGIN
+        PERFORM id_gen.run_cleanup(c.operation_id, c.object, succeeded);
+      EXCEPTION WHEN OTHERS OR query_canceled THEN  -- (a shard past its bound is 57014)
+        GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT;
+        UPDATE id_gen.operation_cleanups oc SET last_error = msg
+        WHERE (oc.operation_id, oc.object) = (c.operation_id, c.object);
+        errors := concat_ws('; ', errors, format('%s on %s: %s', c.object, c.node, msg));
+      END;
+    ELSE
+      PERFORM id_gen.run_cleanup(c.operation_id, c.object, succeeded);
+    END IF;
+  END LOOP;
+  IF errors IS NULL AND objects IS NULL THEN
+    DELETE FROM id_gen.operation_cleanups oc WHERE oc.operation_id = run_cleanups.operation_id;
+  END IF;
+  RETURN errors;
+END $$;
+COMMENT ON FUNCTION id_gen.run_cleanups(bigint, boolean, text[], boolean) IS 'Cleans up after a long operation: runs its cleanup records of the outcome (succeeded: policies always and on_success; else always and on_failure), only those of objects if given, highest run_order first, deleting each that went. keep_going tries every one and returns the failures (NULL when all went); else the first failure is raised. Once all of an outcome went, the other records go too.';
+REVOKE EXECUTE ON FUNCTION id_gen.run_cleanups(bigint, boolean, text[], boolean) FROM PUBLIC;
+
+-- One cleanup record, by its operation's kind; the record goes with it.
+CREATE OR REPLACE FUNCTION id_gen.run_cleanup(operation_id bigint, object text, succeeded boolean) RETURNS void
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  PERFORM id_gen.move_cleanup(sm, object, succeeded) FROM id_gen.shard_moves sm WHERE sm.move_id = run_cleanup.operation_id;
+  PERFORM id_gen.split_cleanup(rs, object) FROM id_gen.route_splits rs WHERE rs.split_id = run_cleanup.operation_id;
+  DELETE FROM id_gen.operation_cleanups oc WHERE (oc.operation_id, oc.object) = (run_cleanup.operation_id, run_cleanup.object);
+END $$;
+COMMENT ON FUNCTION id_gen.run_cleanup(bigint, text, boolean) IS 'Cleans up one record of a long operation by its kind (id_gen.move_cleanup, id_gen.split_cleanup) and deletes it.';
+REVOKE EXECUTE ON FUNCTION id_gen.run_cleanup(bigint, text, boolean) FROM PUBLIC;
 
 -- The driver ------------------------------------------------------------------------------
 -- One procedure runs a long operation to its end, or resumes it: CALL id_gen.run_operation(id)

@@ -84,13 +84,14 @@ BEGIN
   PERFORM id_gen.remote_call(m.source_shard, 'shard_detach_kept',
                             ARRAY[m.move_id::text, p.parts::text, p.id_columns::text, p.lower_genes::text, p.upper_genes::text], 600000);
   PERFORM id_gen.place_ranges(m.source_shard, m.lower_gene, m.upper_gene, false);
-  PERFORM id_gen.run_move_step(m, 'drop_subscription', 0, 30000);
-  PERFORM id_gen.run_move_step(m, 'drop_publication', 0, 30000);
-  PERFORM id_gen.run_move_step(m, 'forget_source_markers', 0, 10000);
-  PERFORM id_gen.run_move_step(m, 'forget_markers', 0, 10000);
+  -- The forward replication goes (the cleanup records of policy always but the way back);
+  -- the source's fence stays on its kept partitions, and what waits for the outcome stays
+  -- recorded (the way back, the copies of either side).
+  PERFORM id_gen.run_cleanups(m.move_id, true, '{subscription,publication,replication_slot,sync_slots,markers,source_markers}', false);
+  PERFORM id_gen.forget_cleanup(m.move_id, 'source_fence');
   PERFORM id_gen.remote_call(m.target_shard, 'shard_advance_way_back', ARRAY[m.move_id::text, m.back_lsn::text], 60000);
   PERFORM id_gen.remote_call(m.source_shard, 'shard_subscribe_way_back', ARRAY[m.move_id::text, p.parts::text], 30000);
-  UPDATE id_gen.shard_moves sm SET phase = 'reversible', updated_at = clock_timestamp(), source_fenced = false, last_error = NULL
+  UPDATE id_gen.shard_moves sm SET phase = 'reversible', updated_at = clock_timestamp(), last_error = NULL
   WHERE sm.move_id = m.move_id AND sm.phase = 'cut_over' RETURNING * INTO m;
   PERFORM id_gen.check_way_back(m);
   RETURN m;
@@ -155,25 +156,23 @@ COMMENT ON FUNCTION id_gen.drop_way_back(id_gen.shard_moves) IS 'Drops a reversi
 REVOKE EXECUTE ON FUNCTION id_gen.drop_way_back(id_gen.shard_moves) FROM PUBLIC;
 
 -- After a revert's flip committed: the way back goes, the source takes its partitions back,
--- the target lets go. Idempotent; raises on the first failing step.
+-- the target lets go (the move's cleanup records of a rolled-back move: the way back, then
+-- the target's copies). Idempotent; raises on the first failing step.
 CREATE OR REPLACE FUNCTION id_gen.finish_revert(m id_gen.shard_moves) RETURNS id_gen.shard_moves
 LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   p record := id_gen.move_parts(m.lower_gene, m.upper_gene);
-  r id_gen.shard_moves := id_gen.reversed(m);
 BEGIN
-  PERFORM id_gen.drop_way_back(m);
+  PERFORM id_gen.run_cleanups(m.move_id, false, '{way_back}', false);
   PERFORM id_gen.remote_call(m.source_shard, 'shard_reattach_kept',
                             ARRAY[m.move_id::text, p.parts::text, p.lower_genes::text, p.upper_genes::text], 60000);
   PERFORM id_gen.place_ranges(m.source_shard, m.lower_gene, m.upper_gene, true);
-  PERFORM id_gen.run_move_step(r, 'detach_source', 0, 30000);
-  PERFORM id_gen.place_ranges(m.target_shard, m.lower_gene, m.upper_gene, false);
-  PERFORM id_gen.run_move_step(r, 'drop_source', 0, 60000);
-  PERFORM id_gen.run_move_step(r, 'forget_markers', 0, 10000);
+  PERFORM id_gen.run_cleanups(m.move_id, false, NULL, false);
+  PERFORM id_gen.run_move_step(id_gen.reversed(m), 'forget_markers', 0, 10000);
   UPDATE id_gen.shard_moves sm SET phase = 'reverted', finished_at = clock_timestamp(), updated_at = clock_timestamp(),
-                                   source_fenced = false, last_error = NULL, back_lag_bytes = NULL, back_retained_bytes = NULL
+                                   last_error = NULL, back_lag_bytes = NULL, back_retained_bytes = NULL
   WHERE sm.move_id = m.move_id AND sm.phase = 'reverting' RETURNING * INTO m;
   RETURN m;
 END $$;
@@ -217,8 +216,8 @@ REVOKE EXECUTE ON FUNCTION id_gen.take_reversible_move(bigint, text) FROM PUBLIC
 --   reversible, revert_lag    one look at the way back's lag: the source catches up first
 --                             (5 minutes at most), so that the fence only waits for the last
 --                             changes;
---   reversible, revert_arm    the attempt recorded (source_fenced: the target's fence may be
---                             up from here until it is lifted or the revert flips);
+--   reversible, revert_arm    the attempt recorded, and the target's fence as a cleanup record
+--                             (it may be up from here until it is lifted or the revert flips);
 --   reversible, revert_fence  one attempt at the fence and flip back (below); phase reverting;
 --   reverting, NULL           the target's copies and the way back go (id_gen.finish_revert);
 --                             phase reverted.
@@ -263,7 +262,7 @@ BEGIN
       outcome.pause := 0.1;
     END IF;
   ELSIF m.phase = 'reversible' AND step->>'step' = 'revert_arm' THEN
-    UPDATE id_gen.shard_moves sm SET source_fenced = true WHERE sm.move_id = m.move_id;
+    PERFORM id_gen.record_move_cleanups(m, '{revert_fence}');
     outcome.next_step := step || '{"step": "revert_fence"}';
   ELSIF m.phase = 'reversible' AND step->>'step' = 'revert_fence' THEN
     -- The fence, in this one coordinator transaction: ACCESS EXCLUSIVE on the coordinator's
@@ -289,6 +288,8 @@ BEGIN
       IF NOT FOUND THEN
         RAISE EXCEPTION 'the move is no longer reversible' USING ERRCODE = '55006';
       END IF;
+      -- (The target's fence stays on its copies, which go with the revert's clean-up.)
+      PERFORM id_gen.forget_cleanup(m.move_id, 'revert_fence');
     EXCEPTION WHEN OTHERS OR query_canceled THEN
       -- Lift the target's fence while the coordinator's locks still hold its writers:
       -- once they go, those writers reach the target, which must take them.
@@ -328,7 +329,8 @@ BEGIN
     RETURN outcome;
   END IF;
   PERFORM id_gen.lift_revert_fence(m, 5000);
-  UPDATE id_gen.shard_moves sm SET source_fenced = false, last_error = format('revert fence attempt %s: %s', attempt, err),
+  PERFORM id_gen.forget_cleanup(m.move_id, 'revert_fence');
+  UPDATE id_gen.shard_moves sm SET last_error = format('revert fence attempt %s: %s', attempt, err),
                                    updated_at = clock_timestamp()
   WHERE sm.move_id = m.move_id;
   IF err_state IN ('57014', '55006') OR attempt >= 5 THEN
@@ -366,16 +368,13 @@ REVOKE EXECUTE ON PROCEDURE id_gen.revert_move(bigint) FROM PUBLIC;
 
 -- Ends a reversible move where it is (complete_move, or the supervisor when the way back
 -- keeps more WAL than id_gen.reversible_max_wal): the way back and the source's kept
--- partitions go.
+-- partitions go (the move's cleanup records of a completed move).
 CREATE OR REPLACE FUNCTION id_gen.end_way_back(m id_gen.shard_moves) RETURNS id_gen.shard_moves
 LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-  p record := id_gen.move_parts(m.lower_gene, m.upper_gene);
 BEGIN
-  PERFORM id_gen.drop_way_back(m);
-  PERFORM id_gen.remote_call(m.source_shard, 'shard_drop_kept', ARRAY[m.move_id::text, p.parts::text], 60000);
+  PERFORM id_gen.run_cleanups(m.move_id, true, NULL, false);
   PERFORM id_gen.run_move_step(m, 'forget_markers', 0, 10000);
   UPDATE id_gen.shard_moves sm SET phase = 'done', finished_at = clock_timestamp(), updated_at = clock_timestamp(),
                                    back_lag_bytes = NULL, back_retained_bytes = NULL, last_error = NULL

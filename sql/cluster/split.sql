@@ -329,19 +329,46 @@ END $$;
 COMMENT ON FUNCTION id_gen.try_relayout_split_here(bigint) IS 'After a split''s fence, tries once (locks within 50 ms) to give each new range its own coordinator range partition; returns NULL when done (the caller commits) or why not.';
 REVOKE EXECUTE ON FUNCTION id_gen.try_relayout_split_here(bigint) FROM PUBLIC;
 
--- Undo of a split or merge that has not swapped on its shard. Returns NULL, or what could
--- not be undone.
-CREATE OR REPLACE FUNCTION id_gen.undo_split(s id_gen.route_splits) RETURNS text
+-- A split's or merge's cleanup records, made with it (start_split): on its shard, the
+-- triggers and new tables (policy on_failure) and the old partitions after the swap
+-- (on_success).
+CREATE OR REPLACE FUNCTION id_gen.record_split_cleanups(s id_gen.route_splits) RETURNS void
+LANGUAGE sql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT id_gen.record_cleanup(s.split_id, r.object, s.shard, r.object_name, r.policy, r.run_order)
+  FROM (VALUES ('new_tables', format('triggers and new tables of %s %s', s.kind, s.split_id), 'on_failure', 20),
+               ('old_tables', format('old partitions of genes %s .. %s', s.lower_gene, s.upper_gene), 'on_success', 10))
+       r(object, object_name, policy, run_order)
+$$;
+COMMENT ON FUNCTION id_gen.record_split_cleanups(id_gen.route_splits) IS 'Records what a split or merge may leave on its shard (id_gen.operation_cleanups): its triggers and new tables (cleaned up if it is rolled back) and the old partitions (dropped once it swapped).';
+REVOKE EXECUTE ON FUNCTION id_gen.record_split_cleanups(id_gen.route_splits) FROM PUBLIC;
+
+-- One cleanup record of a split or merge, for id_gen.run_cleanups. Idempotent.
+CREATE OR REPLACE FUNCTION id_gen.split_cleanup(s id_gen.route_splits, object text) RETURNS void
 LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-  PERFORM id_gen.remote_call(s.shard, 'shard_split_abort', ARRAY[s.split_id::text], 60000);
-  RETURN NULL;
-EXCEPTION WHEN OTHERS THEN
-  RETURN SQLERRM;
+  CASE object
+  WHEN 'new_tables' THEN
+    PERFORM id_gen.remote_call(s.shard, 'shard_split_abort', ARRAY[s.split_id::text], 60000);
+  WHEN 'old_tables' THEN
+    PERFORM id_gen.remote_call(s.shard, 'shard_split_cleanup', ARRAY[s.split_id::text], 120000);
+  ELSE
+    RAISE EXCEPTION 'id_gen: a split has no clean-up of "%"', object USING ERRCODE = '22023';
+  END CASE;
 END $$;
-COMMENT ON FUNCTION id_gen.undo_split(id_gen.route_splits) IS 'Rolls back a split or merge that has not swapped: its triggers and new tables on the shard go; returns what failed, or NULL.';
+COMMENT ON FUNCTION id_gen.split_cleanup(id_gen.route_splits, text) IS 'Cleans up one object of a split or merge on its shard (new_tables: its triggers and new tables, when it is rolled back; old_tables: the old partitions, once it swapped), for id_gen.run_cleanups.';
+REVOKE EXECUTE ON FUNCTION id_gen.split_cleanup(id_gen.route_splits, text) FROM PUBLIC;
+
+-- Undo of a split or merge that has not swapped on its shard: its cleanup records of a
+-- rolled-back operation. Returns NULL, or what could not be undone.
+CREATE OR REPLACE FUNCTION id_gen.undo_split(s id_gen.route_splits) RETURNS text
+LANGUAGE sql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT id_gen.run_cleanups(s.split_id, false) $$;
+COMMENT ON FUNCTION id_gen.undo_split(id_gen.route_splits) IS 'Rolls back a split or merge that has not swapped: its triggers and new tables on the shard go (its cleanup records of policies always and on_failure); returns what failed, or NULL.';
 REVOKE EXECUTE ON FUNCTION id_gen.undo_split(id_gen.route_splits) FROM PUBLIC;
 
 -- The steps of a split or merge, for the driver of long operations (id_gen.run_operation,
@@ -474,7 +501,7 @@ BEGIN
     END IF;
 
   ELSIF s.phase = 'swapped' AND step IS NULL THEN
-    PERFORM id_gen.remote_call(s.shard, 'shard_split_cleanup', ARRAY[s.split_id::text], 120000);
+    PERFORM id_gen.run_cleanups(s.split_id, true, NULL, false);
     outcome.next_step := '{"step": "relayout", "tries": 1}';
 
   ELSIF s.phase = 'swapped' AND step->>'step' = 'relayout' THEN
@@ -661,6 +688,7 @@ BEGIN
   INSERT INTO id_gen.route_splits (kind, lower_gene, at_gene, upper_gene, shard, runner_pid)
   VALUES (kind, s.lower_gene, at_gene, s.upper_gene, r.shard, pg_backend_pid())
   RETURNING * INTO s;
+  PERFORM id_gen.record_split_cleanups(s);
   PERFORM pg_advisory_lock(id_gen.operation_session_lock_key(), s.split_id::integer);
   RAISE NOTICE 'id_gen: % % of genes % .. % at % on shard "%" (watch it in id_gen.splits)', kind, s.split_id,
     s.lower_gene, s.upper_gene, at_gene, s.shard;
@@ -772,7 +800,7 @@ BEGIN
     -- this pass commits.)
     RETURN 'finished the swap here';
   ELSIF s.phase = 'swapped' THEN
-    PERFORM id_gen.remote_call(s.shard, 'shard_split_cleanup', ARRAY[s.split_id::text], 120000);
+    PERFORM id_gen.run_cleanups(s.split_id, true, NULL, false);
     res := NULL;
     FOR attempt IN 1 .. 20 LOOP
       EXIT WHEN NOT id_gen.split_needs_relayout(s);

@@ -187,8 +187,6 @@ CREATE TABLE id_gen.cluster_operations (
     reversible       boolean     NOT NULL DEFAULT false,
     target_subscription oid,
     target_system_id text,
-    source_fenced    boolean     NOT NULL DEFAULT false,
-    slot_created     boolean     NOT NULL DEFAULT false,
     back_lsn         pg_lsn,
     back_lag_bytes   bigint,
     back_retained_bytes bigint,
@@ -214,12 +212,33 @@ COMMENT ON COLUMN id_gen.cluster_operations.target_shard IS 'A move: the shard t
 COMMENT ON COLUMN id_gen.cluster_operations.at_gene IS 'A split or merge: the upper gene of the lower half. A split makes [lower_gene, at_gene] and [at_gene + 1, upper_gene] of one range; a merge makes one range of those two.';
 COMMENT ON COLUMN id_gen.cluster_operations.runner_pid IS 'The backend that last ran the operation (id_gen.operations.runner says whether a session runs it now).';
 COMMENT ON COLUMN id_gen.cluster_operations.recovered_by IS 'What the move supervisor did to an operation whose session was gone (lifted a fence, finished a cut-over or swap, rolled it back), if anything.';
-COMMENT ON COLUMN id_gen.cluster_operations.slot_created IS 'A move: whether it created its replication slot on the source (only then does an abort drop a slot of that name).';
-COMMENT ON COLUMN id_gen.cluster_operations.source_fenced IS 'A move: whether the source''s fence (a trigger that refuses direct writes of the genes) may be up.';
 COMMENT ON COLUMN id_gen.cluster_operations.reversible IS 'A move made with move_genes(..., reversible => true): after the cut-over the target''s changes of the moved genes replicate back to the source''s kept partitions (phase reversible) until CALL id_gen.revert_move or CALL id_gen.complete_move.';
 COMMENT ON COLUMN id_gen.cluster_operations.back_lsn IS 'A reversible move: the target''s WAL position inside the fence, after the last change from the source was applied; the reverse replication starts there.';
 COMMENT ON COLUMN id_gen.cluster_operations.back_lag_bytes IS 'A reversible move: WAL of the target not yet confirmed by the source (reverse replication lag), as of back_checked_at.';
 COMMENT ON COLUMN id_gen.cluster_operations.back_retained_bytes IS 'A reversible move: WAL the target keeps for the reverse replication slot (grows while the source does not confirm), as of back_checked_at.';
+-- Cleanup records (sql/cluster/operations.sql, id_gen.run_cleanups): what an operation may
+-- leave on a shard, recorded (and committed) before it is made, with a policy saying when it
+-- goes. A record is deleted once its object is gone.
+CREATE TABLE id_gen.operation_cleanups (
+    operation_id bigint      NOT NULL REFERENCES id_gen.cluster_operations (operation_id) ON DELETE CASCADE,
+    object       text        NOT NULL,
+    node         text        NOT NULL,
+    object_name  text        NOT NULL,
+    policy       text        NOT NULL CHECK (policy IN ('always', 'on_failure', 'on_success')),
+    run_order    integer     NOT NULL,
+    recorded_at  timestamptz NOT NULL DEFAULT clock_timestamp(),
+    last_error   text,
+    PRIMARY KEY (operation_id, object)
+);
+SELECT pg_catalog.pg_extension_config_dump('id_gen.operation_cleanups', '');
+REVOKE ALL ON id_gen.operation_cleanups FROM PUBLIC;
+GRANT SELECT ON id_gen.operation_cleanups TO PUBLIC;
+COMMENT ON TABLE id_gen.operation_cleanups IS 'On a coordinator: what a long operation may have left on a shard (a replication slot, a subscription, a fence, copies of rows, ...), recorded before it is made. It goes when the operation ends: policy always whatever the outcome, on_failure when the operation is rolled back (abort, revert), on_success when it completes. A record left after an operation ended names what a forced abort left behind.';
+COMMENT ON COLUMN id_gen.operation_cleanups.object IS 'What is cleaned up, in the words of the operation''s kind (a move: way_back, source_copies, revert_fence, source_fence, subscription, publication, replication_slot, sync_slots, target_copies, markers, source_markers; a split or merge: split_tables).';
+COMMENT ON COLUMN id_gen.operation_cleanups.node IS 'The shard that holds it.';
+COMMENT ON COLUMN id_gen.operation_cleanups.object_name IS 'Its name on that shard, for an operator.';
+COMMENT ON COLUMN id_gen.operation_cleanups.run_order IS 'Clean-ups of one operation run from the highest run_order down (a subscription goes before its slot).';
+COMMENT ON COLUMN id_gen.operation_cleanups.last_error IS 'Why the last attempt to clean it up failed, if it did.';
 -- What a step of a long operation returns to the driver (id_gen.run_operation).
 CREATE TYPE id_gen.step_outcome AS (
     next_step     jsonb,

@@ -36,11 +36,11 @@ INSERT INTO id_gen.cluster_operations
   (operation_id, kind, phase, lower_gene, upper_gene, shard, target_shard, rows_copied, lag_bytes,
    fence_attempts, fence_started_at, fence_ended_at, runner_pid, started_at, updated_at, finished_at,
    last_error, recovered_by, keep_source, reversible, target_subscription, target_system_id,
-   source_fenced, slot_created, back_lsn, back_lag_bytes, back_retained_bytes, back_checked_at)
+   back_lsn, back_lag_bytes, back_retained_bytes, back_checked_at)
 SELECT move_id, 'move', phase, lower_gene, upper_gene, source_shard, target_shard, rows_copied, lag_bytes,
        fence_attempts, fence_started_at, fence_ended_at, runner_pid, started_at, updated_at, finished_at,
        last_error, recovered_by, keep_source, reversible, target_subscription, target_system_id,
-       source_fenced, slot_created, back_lsn, back_lag_bytes, back_retained_bytes, back_checked_at
+       back_lsn, back_lag_bytes, back_retained_bytes, back_checked_at
 FROM id_gen.shard_moves_until_0_7_2;
 INSERT INTO id_gen.cluster_operations
   (operation_id, kind, phase, lower_gene, at_gene, upper_gene, shard, rows_total, rows_copied,
@@ -50,6 +50,21 @@ SELECT split_id, kind, phase, lower_gene, at_gene, upper_gene, shard, rows_total
        fence_attempts, fence_started_at, fence_ended_at, runner_pid, started_at, updated_at, finished_at,
        last_error, recovered_by
 FROM id_gen.route_splits_until_0_7_2;
+-- The undo state of unfinished operations becomes cleanup records (id_gen.operation_cleanups):
+-- what each may have made, as if it had recorded it itself; a move's flags slot_created and
+-- source_fenced become the records of its slot and of its fence (a revert's fence while it
+-- is reversible). After a reversible move's cut-over only the way back and the copies of
+-- either side wait for its outcome.
+SELECT id_gen.record_move_cleanups(sm,
+         CASE WHEN sm.phase IN ('reversible', 'reverting') THEN '{way_back,source_copies,target_copies}'::text[]
+              ELSE CASE WHEN sm.reversible THEN '{way_back}'::text[] ELSE '{}' END
+                   || '{subscription,publication,sync_slots,source_copies,target_copies,markers,source_markers}' END
+         || CASE WHEN old.slot_created AND sm.phase NOT IN ('reversible', 'reverting') THEN '{replication_slot}'::text[] ELSE '{}' END
+         || CASE WHEN old.source_fenced AND sm.phase = 'reversible' THEN '{revert_fence}'::text[]
+                 WHEN old.source_fenced AND sm.phase NOT IN ('reversible', 'reverting') THEN '{source_fence}' ELSE '{}' END)
+FROM id_gen.shard_moves sm JOIN id_gen.shard_moves_until_0_7_2 old USING (move_id)
+WHERE sm.phase NOT IN ('done', 'aborted', 'reverted');
+SELECT id_gen.record_split_cleanups(rs) FROM id_gen.route_splits rs WHERE rs.phase NOT IN ('done', 'aborted');
 ALTER EXTENSION id_gen DROP TABLE id_gen.shard_moves_until_0_7_2;
 ALTER EXTENSION id_gen DROP TABLE id_gen.route_splits_until_0_7_2;
 DROP TABLE id_gen.shard_moves_until_0_7_2, id_gen.route_splits_until_0_7_2 CASCADE;

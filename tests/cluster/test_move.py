@@ -258,10 +258,16 @@ def test_c_the_target_killed_mid_copy():
         "no replication slot or publication is left on the source"
     assert routes() == S["before"][2], "the routes are unchanged"
     assert shard_state(s1) == S["before"][0], "the source's rows are unchanged"
+    assert c.one("SELECT string_agg(object || '@' || node, ',' ORDER BY object) FROM id_gen.operation_cleanups "
+                 "WHERE operation_id = (SELECT move_id FROM id_gen.moves WHERE lower_gene = 16384) AND policy <> 'on_success'") \
+        == "markers@shard_2,subscription@shard_2,target_copies@shard_2", \
+        "the cleanup records left name what only the dead target still holds"
     s2.start()
     c.execute(f"CALL id_gen.abort_move({c.one('SELECT move_id FROM id_gen.moves WHERE lower_gene = 16384')})")
     assert move_phase("lower_gene = 16384") == "aborted", "with the target back, abort_move finishes the clean-up"
     assert leftovers() == NOTHING_LEFT, "no slot, publication or subscription anywhere"
+    assert c.one("SELECT count(*) FROM id_gen.operation_cleanups WHERE operation_id = "
+                 "(SELECT move_id FROM id_gen.moves WHERE lower_gene = 16384)") == 0, "an abort that finished leaves no cleanup record"
     assert (shard_state(s2), s2.one("SELECT count(*) FROM pg_class WHERE relname = 'orders_g16384_32767'")) == (S["before"][1], 0), \
         "the target is as before the move"
 
@@ -299,6 +305,8 @@ def test_d_a_terminated_session_then_resume():
     mid = start_and_terminate_a_move(refuse_a_second_session=False)
     c.execute("CALL id_gen.move_genes(16384, 32767, 'shard_2')")
     assert f"{move_phase(f'move_id = {mid}')}/{leftovers()}" == f"done/{NOTHING_LEFT}", "the same CALL resumed the move and finished it"
+    assert c.one(f"SELECT count(*) FROM id_gen.operation_cleanups WHERE operation_id = {mid}") == 0, \
+        "a move that completed leaves no cleanup record"
     assert routes() == "0-16383@shard_2,16384-32767@shard_2,32768-49151@shard_2,49152-65535@shard_2", "shard_1 is empty now (a merge)"
     assert s1.one("SELECT (SELECT count(*) FROM orders) + (SELECT count(*) FROM audit)") == 0, "shard_1 holds no rows"
 

@@ -355,6 +355,9 @@ def test_e_reversible_move_reverted_under_load():
         assert c.one(f"SELECT phase || '/' || (back_retained_bytes IS NOT NULL) FROM id_gen.moves WHERE move_id = {mid}") \
             + "/" + first_route() == "reversible/true/0-2047@shard_2", \
             "a reversible move cut over: shard_2 serves genes 0 .. 2047, the view shows the way back's WAL"
+        assert c.one(f"SELECT string_agg(object, ',' ORDER BY object) FROM id_gen.operation_cleanups WHERE operation_id = {mid}") \
+            == "source_copies,target_copies,way_back", \
+            "after a reversible cut-over the forward replication is gone; the way back and both sides' copies wait for the outcome"
         poll_until("writers wrote on the target after the cut-over",
                    lambda: s2.one("SELECT count(*) FROM orders_g0_2047 WHERE owner_id > 10000000"), lambda n: n > 0, 60)
         c.execute(f"CALL id_gen.revert_move({mid})")
@@ -368,6 +371,7 @@ def test_e_reversible_move_reverted_under_load():
     out = load.check((t1, t1))
     report(*[f"reversible move reverted under load: {line}" for line in out.splitlines() if line.startswith("transactions")])
     assert nothing_left() == "0/0", "no slot, publication, subscription or copy left on either shard"
+    assert c.one(f"SELECT count(*) FROM id_gen.operation_cleanups WHERE operation_id = {mid}") == 0, "a reverted move leaves no cleanup record"
     assert in_step(), "distribution in step after the revert"
 
 
@@ -436,6 +440,7 @@ def test_e_complete_move_keeps_the_genes_on_the_target():
     c.execute(f"CALL id_gen.complete_move({mid})")
     assert f"{move_phase(mid)}/{first_route()}/{nothing_left()}" == "done/0-2047@shard_2/0/0", \
         "complete_move: the genes stay on shard_2, nothing of the way back is left"
+    assert c.one(f"SELECT count(*) FROM id_gen.operation_cleanups WHERE operation_id = {mid}") == 0, "a completed move leaves no cleanup record"
     assert c.one("SELECT count(*) - 30 || '/' || sum(amount) - 30 * 777777 FROM orders") == f"{before[0]}/{before[2]}", "every row there once"
 
 

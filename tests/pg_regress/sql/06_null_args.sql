@@ -64,6 +64,8 @@ SELECT CASE
     'jsonb_populate_record(NULL::id_gen.distributed_tables, ''{"schema_name": "id_gen", "table_name": "null_probe", "partitioned_name": "null_probe", "id_column": "max_id", "shard_definition": "-", "shard_stem": "null_probe", "coordinator_stem": "null_probe"}'')'
   WHEN typ = 'id_gen.shard_moves'::regtype THEN
     'jsonb_populate_record(NULL::id_gen.shard_moves, ''{"move_id": 0, "lower_gene": 0, "upper_gene": 0, "source_shard": "shard_a", "target_shard": "shard_b", "phase": "planned"}'')'
+  WHEN typ = 'id_gen.route_splits'::regtype THEN
+    'jsonb_populate_record(NULL::id_gen.route_splits, ''{"split_id": 0, "kind": "split", "lower_gene": 0, "at_gene": 0, "upper_gene": 1, "shard": "shard_a", "phase": "planned"}'')'
 END $$;
 
 -- names_arg(message, argument): the message names the argument (as a whole word).
