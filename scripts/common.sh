@@ -59,7 +59,7 @@ ensure_toolchain() {
   command -v clang >/dev/null || need+=(clang libclang-dev)
   # MariaDB 10.11 for the UDF plugin's tests (tests/e2e/07_mariadb.sh, bench/bench_mariadb.sh).
   command -v mariadbd >/dev/null || need+=(mariadb-server mariadb-client)
-  # pg_auto_failover for the central authority's automatic failover (tests/e2e/13_auto_failover.sh).
+  # pg_auto_failover for the central authority's automatic failover (tests/cluster/test_authority_failover.py).
   command -v pg_autoctl >/dev/null || need+=(postgresql-15-auto-failover pg-auto-failover-cli)
   if [ ${#need[@]} -gt 0 ]; then
     log "installing ${need[*]}"
