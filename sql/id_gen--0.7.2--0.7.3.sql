@@ -356,6 +356,34 @@ END $$;
 COMMENT ON FUNCTION id_gen.run_cleanups(bigint, boolean, text[], boolean) IS 'Cleans up after a long operation: runs its cleanup records of the outcome (succeeded: policies always and on_success; else always and on_failure), only those of objects if given, highest run_order first, deleting each that went. keep_going tries every one and returns the failures (NULL when all went); else the first failure is raised. Once all of an outcome went, the other records go too.';
 REVOKE EXECUTE ON FUNCTION id_gen.run_cleanups(bigint, boolean, text[], boolean) FROM PUBLIC;
 
+-- Rolls back an operation that has not reached the point of no return (a move before its
+-- flip, a split or merge before its swap): its cleanup records of a rolled-back operation
+-- (id_gen.run_cleanups), then the phase: aborted when all went, else failed with what is
+-- left in last_error (after `error`, why it was rolled back, when given). Returns what is
+-- left, NULL when nothing is.
+CREATE OR REPLACE FUNCTION id_gen.roll_back_operation(operation_id bigint, error text) RETURNS text
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  left_over text;
+BEGIN
+  IF operation_id IS NULL THEN
+    RAISE EXCEPTION 'id_gen: argument "operation_id" must not be NULL' USING ERRCODE = '22004';
+  END IF;
+  left_over := id_gen.run_cleanups(operation_id, false);
+  UPDATE id_gen.cluster_operations o
+  SET phase = CASE WHEN left_over IS NULL THEN 'aborted' ELSE 'failed' END,
+      finished_at = CASE WHEN left_over IS NULL THEN clock_timestamp() END,
+      last_error = CASE WHEN error IS NULL THEN coalesce('abort incomplete: ' || left_over, o.last_error)
+                        ELSE error || coalesce(' (clean-up incomplete: ' || left_over || ')', '') END,
+      updated_at = clock_timestamp()
+  WHERE o.operation_id = roll_back_operation.operation_id;
+  RETURN left_over;
+END $$;
+COMMENT ON FUNCTION id_gen.roll_back_operation(bigint, text) IS 'Rolls back a long operation that has not reached its point of no return: runs its cleanup records of a rolled-back operation and marks it aborted, or failed with what is left (after error, why, when given) in last_error; returns what is left, NULL when nothing is.';
+REVOKE EXECUTE ON FUNCTION id_gen.roll_back_operation(bigint, text) FROM PUBLIC;
+
 -- One cleanup record, by its operation's kind; the record goes with it.
 CREATE OR REPLACE FUNCTION id_gen.run_cleanup(operation_id bigint, object text, succeeded boolean) RETURNS void
 LANGUAGE plpgsql STRICT
@@ -3102,15 +3130,6 @@ END $$;
 COMMENT ON FUNCTION id_gen.move_cleanup(id_gen.shard_moves, text, boolean) IS 'Cleans up one object of a move (see id_gen.record_move_cleanups) on its shard, for id_gen.run_cleanups; succeeded: the move completes, else it is rolled back or reverted.';
 REVOKE EXECUTE ON FUNCTION id_gen.move_cleanup(id_gen.shard_moves, text, boolean) FROM PUBLIC;
 
--- Cleans up what a move that has not cut over left on its shards: its records of policies
--- always and on_failure. Every one is tried; returns the errors (NULL when all is clean).
-CREATE OR REPLACE FUNCTION id_gen.undo_move(m id_gen.shard_moves) RETURNS text
-LANGUAGE sql STRICT
-SET search_path = pg_catalog, pg_temp
-AS $$ SELECT id_gen.run_cleanups(m.move_id, false) $$;
-COMMENT ON FUNCTION id_gen.undo_move(id_gen.shard_moves) IS 'Removes what an unfinished move left on its shards (its cleanup records of policies always and on_failure: fence triggers, subscription, the slots it created, publication, the target''s copies); returns the errors, NULL when clean.';
-REVOKE EXECUTE ON FUNCTION id_gen.undo_move(id_gen.shard_moves) FROM PUBLIC;
-
 -- After the flip: the source lets go. Idempotent; raises on the first failing step.
 CREATE OR REPLACE FUNCTION id_gen.finish_cut_over(m id_gen.shard_moves) RETURNS id_gen.shard_moves
 LANGUAGE plpgsql STRICT
@@ -3192,12 +3211,7 @@ BEGIN
     PERFORM id_gen.run_cleanups(m.move_id, false, '{source_fence}', false);
     RETURN 'lifted the fence';
   ELSIF m.updated_at < clock_timestamp() - abandon_after THEN
-    cleanup := id_gen.undo_move(m);
-    UPDATE id_gen.shard_moves sm
-    SET phase = CASE WHEN cleanup IS NULL THEN 'aborted' ELSE 'failed' END,
-        finished_at = CASE WHEN cleanup IS NULL THEN clock_timestamp() END,
-        last_error = coalesce('abort incomplete: ' || cleanup, sm.last_error), updated_at = clock_timestamp()
-    WHERE sm.move_id = m.move_id;
+    cleanup := id_gen.roll_back_operation(m.move_id, NULL);
     RETURN CASE WHEN cleanup IS NULL THEN 'rolled back (left alone for ' || abandon_after || ')'
                 ELSE 'rollback incomplete: ' || cleanup END;
   END IF;
@@ -3537,7 +3551,7 @@ REVOKE EXECUTE ON FUNCTION id_gen.move_step(bigint, jsonb) FROM PUBLIC;
 -- What a failed step of a move means (the driver calls it, with the phase the step ran in,
 -- after the step's work was rolled back, with the coordinator's locks; its calls to shards
 -- were not):
---   planned or copying: the move is rolled back (id_gen.undo_move) and the CALL fails;
+--   planned or copying: the move is rolled back (id_gen.roll_back_operation) and the CALL fails;
 --     aborted when that clean-up succeeded, failed (abort_move finishes it) when not (a
 --     move that another session aborted meanwhile is left as it is: 55006);
 --   a fence attempt: the source's fence is lifted (three tries), the attempt recorded; the
@@ -3570,12 +3584,7 @@ BEGIN
     outcome.stop_sqlstate := '55006';
   ELSIF phase IN ('planned', 'copying') THEN
     outcome.stop_sqlstate := coalesce(err_state, '55000');
-    cleanup := id_gen.undo_move(m);
-    UPDATE id_gen.shard_moves sm
-    SET phase = CASE WHEN cleanup IS NULL THEN 'aborted' ELSE 'failed' END,
-        last_error = err || coalesce(' (clean-up: ' || cleanup || ')', ''),
-        finished_at = CASE WHEN cleanup IS NULL THEN clock_timestamp() END, updated_at = clock_timestamp()
-    WHERE sm.move_id = m.move_id;
+    cleanup := id_gen.roll_back_operation(m.move_id, err);
     outcome.stop_message := format('id_gen: move %s of genes %s .. %s to "%s" failed while copying: %s',
                                    m.move_id, m.lower_gene, m.upper_gene, m.target_shard, err);
     outcome.stop_detail := CASE WHEN cleanup IS NULL THEN 'The move was rolled back: routes, the source and its rows are unchanged, and no replication slot is left.'
@@ -3851,18 +3860,16 @@ BEGIN
             HINT = format('CALL id_gen.revert_move(%s) brings the genes back to %s with every write; CALL id_gen.complete_move(%s) keeps them on %s.',
                           m.move_id, m.source_shard, m.move_id, m.target_shard);
   END IF;
-  cleanup := id_gen.undo_move(m);
+  cleanup := id_gen.roll_back_operation(m.move_id, NULL);
   -- force: give up on what only the target still holds (a target that is gone for good);
-  -- what the source holds (fence, slot, publication) must be gone in any case.
+  -- what the source holds (fence, slot, publication) must be gone in any case. (Its
+  -- records stay, naming what is left on the target.)
   source_left := (SELECT string_agg(c.object_name || ': ' || coalesce(c.last_error, 'not cleaned up'), '; ' ORDER BY c.run_order DESC)
                   FROM id_gen.operation_cleanups c
                   WHERE c.operation_id = m.move_id AND c.node = m.source_shard AND c.policy <> 'on_success');
-  UPDATE id_gen.shard_moves sm
-  SET phase = CASE WHEN cleanup IS NULL OR (force AND source_left IS NULL) THEN 'aborted' ELSE 'failed' END,
-      last_error = coalesce('abort incomplete: ' || cleanup, sm.last_error),
-      finished_at = CASE WHEN cleanup IS NULL OR (force AND source_left IS NULL) THEN clock_timestamp() END,
-      updated_at = clock_timestamp()
-  WHERE sm.move_id = m.move_id;
+  IF cleanup IS NOT NULL AND force AND source_left IS NULL THEN
+    UPDATE id_gen.shard_moves sm SET phase = 'aborted', finished_at = clock_timestamp() WHERE sm.move_id = m.move_id;
+  END IF;
   COMMIT;
   IF cleanup IS NOT NULL AND NOT (force AND source_left IS NULL) THEN
     RAISE EXCEPTION 'id_gen: move % is only partly rolled back: %', move_id, cleanup
@@ -4652,15 +4659,6 @@ END $$;
 COMMENT ON FUNCTION id_gen.split_cleanup(id_gen.route_splits, text) IS 'Cleans up one object of a split or merge on its shard (new_tables: its triggers and new tables, when it is rolled back; old_tables: the old partitions, once it swapped), for id_gen.run_cleanups.';
 REVOKE EXECUTE ON FUNCTION id_gen.split_cleanup(id_gen.route_splits, text) FROM PUBLIC;
 
--- Undo of a split or merge that has not swapped on its shard: its cleanup records of a
--- rolled-back operation. Returns NULL, or what could not be undone.
-CREATE OR REPLACE FUNCTION id_gen.undo_split(s id_gen.route_splits) RETURNS text
-LANGUAGE sql STRICT
-SET search_path = pg_catalog, pg_temp
-AS $$ SELECT id_gen.run_cleanups(s.split_id, false) $$;
-COMMENT ON FUNCTION id_gen.undo_split(id_gen.route_splits) IS 'Rolls back a split or merge that has not swapped: its triggers and new tables on the shard go (its cleanup records of policies always and on_failure); returns what failed, or NULL.';
-REVOKE EXECUTE ON FUNCTION id_gen.undo_split(id_gen.route_splits) FROM PUBLIC;
-
 -- The steps of a split or merge, for the driver of long operations (id_gen.run_operation,
 -- sql/cluster/operations.sql), which commits after each step and sleeps `pause` seconds
 -- after the commit. A step does one unit of work of the current phase and never commits;
@@ -4852,11 +4850,7 @@ BEGIN
   IF NOT FOUND THEN
     RETURN outcome;
   ELSIF phase = 'planned' THEN
-    res := id_gen.undo_split(s);
-    UPDATE id_gen.route_splits rs SET phase = CASE WHEN res IS NULL THEN 'aborted' ELSE 'failed' END,
-           last_error = err || coalesce('; undo incomplete: ' || res, ''),
-           finished_at = CASE WHEN res IS NULL THEN clock_timestamp() END, updated_at = clock_timestamp()
-    WHERE rs.split_id = s.split_id;
+    res := id_gen.roll_back_operation(s.split_id, err);
     outcome.stop_message := format('id_gen: %s %s could not start on shard "%s": %s', s.kind, s.split_id, s.shard, err);
     outcome.stop_sqlstate := err_state;
     outcome.stop_hint := CASE WHEN res IS NULL THEN 'Nothing was changed; the routes are as they were.'
@@ -5045,11 +5039,7 @@ BEGIN
                           CASE s.kind WHEN 'split' THEN 'split_route' ELSE 'merge_routes' END, s.at_gene,
                           CASE s.kind WHEN 'split' THEN format('id_gen.merge_routes(%s)', s.at_gene) ELSE format('id_gen.split_route(%s)', s.at_gene) END);
   END IF;
-  res := id_gen.undo_split(s);
-  UPDATE id_gen.route_splits rs SET phase = CASE WHEN res IS NULL THEN 'aborted' ELSE 'failed' END,
-         last_error = coalesce('abort incomplete: ' || res, rs.last_error),
-         finished_at = CASE WHEN res IS NULL THEN clock_timestamp() END, updated_at = clock_timestamp()
-  WHERE rs.split_id = s.split_id;
+  res := id_gen.roll_back_operation(s.split_id, NULL);
   PERFORM id_gen.release_operation(s.split_id);
   IF res IS NOT NULL THEN
     RAISE WARNING 'id_gen: % % is not fully rolled back: %', s.kind, s.split_id, res;
@@ -5105,11 +5095,7 @@ BEGIN
     WHERE rs.split_id = s.split_id;
     RETURN 'dropped the old partitions';
   ELSIF s.updated_at < clock_timestamp() - abandon_after THEN
-    res := id_gen.undo_split(s);
-    UPDATE id_gen.route_splits rs SET phase = CASE WHEN res IS NULL THEN 'aborted' ELSE 'failed' END,
-           finished_at = CASE WHEN res IS NULL THEN clock_timestamp() END,
-           last_error = coalesce('abort incomplete: ' || res, rs.last_error), updated_at = clock_timestamp()
-    WHERE rs.split_id = s.split_id;
+    res := id_gen.roll_back_operation(s.split_id, NULL);
     RETURN CASE WHEN res IS NULL THEN 'rolled back (left alone for ' || abandon_after || ')' ELSE 'rollback incomplete: ' || res END;
   END IF;
   RETURN NULL;

@@ -337,15 +337,6 @@ END $$;
 COMMENT ON FUNCTION id_gen.move_cleanup(id_gen.shard_moves, text, boolean) IS 'Cleans up one object of a move (see id_gen.record_move_cleanups) on its shard, for id_gen.run_cleanups; succeeded: the move completes, else it is rolled back or reverted.';
 REVOKE EXECUTE ON FUNCTION id_gen.move_cleanup(id_gen.shard_moves, text, boolean) FROM PUBLIC;
 
--- Cleans up what a move that has not cut over left on its shards: its records of policies
--- always and on_failure. Every one is tried; returns the errors (NULL when all is clean).
-CREATE OR REPLACE FUNCTION id_gen.undo_move(m id_gen.shard_moves) RETURNS text
-LANGUAGE sql STRICT
-SET search_path = pg_catalog, pg_temp
-AS $$ SELECT id_gen.run_cleanups(m.move_id, false) $$;
-COMMENT ON FUNCTION id_gen.undo_move(id_gen.shard_moves) IS 'Removes what an unfinished move left on its shards (its cleanup records of policies always and on_failure: fence triggers, subscription, the slots it created, publication, the target''s copies); returns the errors, NULL when clean.';
-REVOKE EXECUTE ON FUNCTION id_gen.undo_move(id_gen.shard_moves) FROM PUBLIC;
-
 -- After the flip: the source lets go. Idempotent; raises on the first failing step.
 CREATE OR REPLACE FUNCTION id_gen.finish_cut_over(m id_gen.shard_moves) RETURNS id_gen.shard_moves
 LANGUAGE plpgsql STRICT
@@ -427,12 +418,7 @@ BEGIN
     PERFORM id_gen.run_cleanups(m.move_id, false, '{source_fence}', false);
     RETURN 'lifted the fence';
   ELSIF m.updated_at < clock_timestamp() - abandon_after THEN
-    cleanup := id_gen.undo_move(m);
-    UPDATE id_gen.shard_moves sm
-    SET phase = CASE WHEN cleanup IS NULL THEN 'aborted' ELSE 'failed' END,
-        finished_at = CASE WHEN cleanup IS NULL THEN clock_timestamp() END,
-        last_error = coalesce('abort incomplete: ' || cleanup, sm.last_error), updated_at = clock_timestamp()
-    WHERE sm.move_id = m.move_id;
+    cleanup := id_gen.roll_back_operation(m.move_id, NULL);
     RETURN CASE WHEN cleanup IS NULL THEN 'rolled back (left alone for ' || abandon_after || ')'
                 ELSE 'rollback incomplete: ' || cleanup END;
   END IF;
@@ -772,7 +758,7 @@ REVOKE EXECUTE ON FUNCTION id_gen.move_step(bigint, jsonb) FROM PUBLIC;
 -- What a failed step of a move means (the driver calls it, with the phase the step ran in,
 -- after the step's work was rolled back, with the coordinator's locks; its calls to shards
 -- were not):
---   planned or copying: the move is rolled back (id_gen.undo_move) and the CALL fails;
+--   planned or copying: the move is rolled back (id_gen.roll_back_operation) and the CALL fails;
 --     aborted when that clean-up succeeded, failed (abort_move finishes it) when not (a
 --     move that another session aborted meanwhile is left as it is: 55006);
 --   a fence attempt: the source's fence is lifted (three tries), the attempt recorded; the
@@ -805,12 +791,7 @@ BEGIN
     outcome.stop_sqlstate := '55006';
   ELSIF phase IN ('planned', 'copying') THEN
     outcome.stop_sqlstate := coalesce(err_state, '55000');
-    cleanup := id_gen.undo_move(m);
-    UPDATE id_gen.shard_moves sm
-    SET phase = CASE WHEN cleanup IS NULL THEN 'aborted' ELSE 'failed' END,
-        last_error = err || coalesce(' (clean-up: ' || cleanup || ')', ''),
-        finished_at = CASE WHEN cleanup IS NULL THEN clock_timestamp() END, updated_at = clock_timestamp()
-    WHERE sm.move_id = m.move_id;
+    cleanup := id_gen.roll_back_operation(m.move_id, err);
     outcome.stop_message := format('id_gen: move %s of genes %s .. %s to "%s" failed while copying: %s',
                                    m.move_id, m.lower_gene, m.upper_gene, m.target_shard, err);
     outcome.stop_detail := CASE WHEN cleanup IS NULL THEN 'The move was rolled back: routes, the source and its rows are unchanged, and no replication slot is left.'
@@ -1086,18 +1067,16 @@ BEGIN
             HINT = format('CALL id_gen.revert_move(%s) brings the genes back to %s with every write; CALL id_gen.complete_move(%s) keeps them on %s.',
                           m.move_id, m.source_shard, m.move_id, m.target_shard);
   END IF;
-  cleanup := id_gen.undo_move(m);
+  cleanup := id_gen.roll_back_operation(m.move_id, NULL);
   -- force: give up on what only the target still holds (a target that is gone for good);
-  -- what the source holds (fence, slot, publication) must be gone in any case.
+  -- what the source holds (fence, slot, publication) must be gone in any case. (Its
+  -- records stay, naming what is left on the target.)
   source_left := (SELECT string_agg(c.object_name || ': ' || coalesce(c.last_error, 'not cleaned up'), '; ' ORDER BY c.run_order DESC)
                   FROM id_gen.operation_cleanups c
                   WHERE c.operation_id = m.move_id AND c.node = m.source_shard AND c.policy <> 'on_success');
-  UPDATE id_gen.shard_moves sm
-  SET phase = CASE WHEN cleanup IS NULL OR (force AND source_left IS NULL) THEN 'aborted' ELSE 'failed' END,
-      last_error = coalesce('abort incomplete: ' || cleanup, sm.last_error),
-      finished_at = CASE WHEN cleanup IS NULL OR (force AND source_left IS NULL) THEN clock_timestamp() END,
-      updated_at = clock_timestamp()
-  WHERE sm.move_id = m.move_id;
+  IF cleanup IS NOT NULL AND force AND source_left IS NULL THEN
+    UPDATE id_gen.shard_moves sm SET phase = 'aborted', finished_at = clock_timestamp() WHERE sm.move_id = m.move_id;
+  END IF;
   COMMIT;
   IF cleanup IS NOT NULL AND NOT (force AND source_left IS NULL) THEN
     RAISE EXCEPTION 'id_gen: move % is only partly rolled back: %', move_id, cleanup

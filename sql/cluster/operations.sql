@@ -221,6 +221,34 @@ END $$;
 COMMENT ON FUNCTION id_gen.run_cleanups(bigint, boolean, text[], boolean) IS 'Cleans up after a long operation: runs its cleanup records of the outcome (succeeded: policies always and on_success; else always and on_failure), only those of objects if given, highest run_order first, deleting each that went. keep_going tries every one and returns the failures (NULL when all went); else the first failure is raised. Once all of an outcome went, the other records go too.';
 REVOKE EXECUTE ON FUNCTION id_gen.run_cleanups(bigint, boolean, text[], boolean) FROM PUBLIC;
 
+-- Rolls back an operation that has not reached the point of no return (a move before its
+-- flip, a split or merge before its swap): its cleanup records of a rolled-back operation
+-- (id_gen.run_cleanups), then the phase: aborted when all went, else failed with what is
+-- left in last_error (after `error`, why it was rolled back, when given). Returns what is
+-- left, NULL when nothing is.
+CREATE OR REPLACE FUNCTION id_gen.roll_back_operation(operation_id bigint, error text) RETURNS text
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  left_over text;
+BEGIN
+  IF operation_id IS NULL THEN
+    RAISE EXCEPTION 'id_gen: argument "operation_id" must not be NULL' USING ERRCODE = '22004';
+  END IF;
+  left_over := id_gen.run_cleanups(operation_id, false);
+  UPDATE id_gen.cluster_operations o
+  SET phase = CASE WHEN left_over IS NULL THEN 'aborted' ELSE 'failed' END,
+      finished_at = CASE WHEN left_over IS NULL THEN clock_timestamp() END,
+      last_error = CASE WHEN error IS NULL THEN coalesce('abort incomplete: ' || left_over, o.last_error)
+                        ELSE error || coalesce(' (clean-up incomplete: ' || left_over || ')', '') END,
+      updated_at = clock_timestamp()
+  WHERE o.operation_id = roll_back_operation.operation_id;
+  RETURN left_over;
+END $$;
+COMMENT ON FUNCTION id_gen.roll_back_operation(bigint, text) IS 'Rolls back a long operation that has not reached its point of no return: runs its cleanup records of a rolled-back operation and marks it aborted, or failed with what is left (after error, why, when given) in last_error; returns what is left, NULL when nothing is.';
+REVOKE EXECUTE ON FUNCTION id_gen.roll_back_operation(bigint, text) FROM PUBLIC;
+
 -- One cleanup record, by its operation's kind; the record goes with it.
 CREATE OR REPLACE FUNCTION id_gen.run_cleanup(operation_id bigint, object text, succeeded boolean) RETURNS void
 LANGUAGE plpgsql STRICT

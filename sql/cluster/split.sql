@@ -362,15 +362,6 @@ END $$;
 COMMENT ON FUNCTION id_gen.split_cleanup(id_gen.route_splits, text) IS 'Cleans up one object of a split or merge on its shard (new_tables: its triggers and new tables, when it is rolled back; old_tables: the old partitions, once it swapped), for id_gen.run_cleanups.';
 REVOKE EXECUTE ON FUNCTION id_gen.split_cleanup(id_gen.route_splits, text) FROM PUBLIC;
 
--- Undo of a split or merge that has not swapped on its shard: its cleanup records of a
--- rolled-back operation. Returns NULL, or what could not be undone.
-CREATE OR REPLACE FUNCTION id_gen.undo_split(s id_gen.route_splits) RETURNS text
-LANGUAGE sql STRICT
-SET search_path = pg_catalog, pg_temp
-AS $$ SELECT id_gen.run_cleanups(s.split_id, false) $$;
-COMMENT ON FUNCTION id_gen.undo_split(id_gen.route_splits) IS 'Rolls back a split or merge that has not swapped: its triggers and new tables on the shard go (its cleanup records of policies always and on_failure); returns what failed, or NULL.';
-REVOKE EXECUTE ON FUNCTION id_gen.undo_split(id_gen.route_splits) FROM PUBLIC;
-
 -- The steps of a split or merge, for the driver of long operations (id_gen.run_operation,
 -- sql/cluster/operations.sql), which commits after each step and sleeps `pause` seconds
 -- after the commit. A step does one unit of work of the current phase and never commits;
@@ -562,11 +553,7 @@ BEGIN
   IF NOT FOUND THEN
     RETURN outcome;
   ELSIF phase = 'planned' THEN
-    res := id_gen.undo_split(s);
-    UPDATE id_gen.route_splits rs SET phase = CASE WHEN res IS NULL THEN 'aborted' ELSE 'failed' END,
-           last_error = err || coalesce('; undo incomplete: ' || res, ''),
-           finished_at = CASE WHEN res IS NULL THEN clock_timestamp() END, updated_at = clock_timestamp()
-    WHERE rs.split_id = s.split_id;
+    res := id_gen.roll_back_operation(s.split_id, err);
     outcome.stop_message := format('id_gen: %s %s could not start on shard "%s": %s', s.kind, s.split_id, s.shard, err);
     outcome.stop_sqlstate := err_state;
     outcome.stop_hint := CASE WHEN res IS NULL THEN 'Nothing was changed; the routes are as they were.'
@@ -755,11 +742,7 @@ BEGIN
                           CASE s.kind WHEN 'split' THEN 'split_route' ELSE 'merge_routes' END, s.at_gene,
                           CASE s.kind WHEN 'split' THEN format('id_gen.merge_routes(%s)', s.at_gene) ELSE format('id_gen.split_route(%s)', s.at_gene) END);
   END IF;
-  res := id_gen.undo_split(s);
-  UPDATE id_gen.route_splits rs SET phase = CASE WHEN res IS NULL THEN 'aborted' ELSE 'failed' END,
-         last_error = coalesce('abort incomplete: ' || res, rs.last_error),
-         finished_at = CASE WHEN res IS NULL THEN clock_timestamp() END, updated_at = clock_timestamp()
-  WHERE rs.split_id = s.split_id;
+  res := id_gen.roll_back_operation(s.split_id, NULL);
   PERFORM id_gen.release_operation(s.split_id);
   IF res IS NOT NULL THEN
     RAISE WARNING 'id_gen: % % is not fully rolled back: %', s.kind, s.split_id, res;
@@ -815,11 +798,7 @@ BEGIN
     WHERE rs.split_id = s.split_id;
     RETURN 'dropped the old partitions';
   ELSIF s.updated_at < clock_timestamp() - abandon_after THEN
-    res := id_gen.undo_split(s);
-    UPDATE id_gen.route_splits rs SET phase = CASE WHEN res IS NULL THEN 'aborted' ELSE 'failed' END,
-           finished_at = CASE WHEN res IS NULL THEN clock_timestamp() END,
-           last_error = coalesce('abort incomplete: ' || res, rs.last_error), updated_at = clock_timestamp()
-    WHERE rs.split_id = s.split_id;
+    res := id_gen.roll_back_operation(s.split_id, NULL);
     RETURN CASE WHEN res IS NULL THEN 'rolled back (left alone for ' || abandon_after || ')' ELSE 'rollback incomplete: ' || res END;
   END IF;
   RETURN NULL;
