@@ -8,8 +8,10 @@
 # Every ```sql block of a file runs, in order, in one fresh database per file (a block may
 # use what an earlier one created; id_gen is installed first unless the first block
 # installs it), as a superuser, except:
-#   * a block right after a line `<!-- example not run: REASON -->` (it needs other servers,
-#     or is a fragment with placeholders): reported with its reason, not run;
+#   * a block right after a line `<!-- example not run: REASON -->` (it needs another
+#     database product, or an older version): reported with its reason, not run;
+#   * a block right after `<!-- example on a cluster: NAME -->` (a coordinator and shards):
+#     reported, and run by tests/cluster/test_guide_examples.py on real servers;
 #   * a block right after `<!-- example on its own server: NAME -->` runs in a database of
 #     its own for NAME (the guide's other server: a central authority, a node);
 #   * a line `-- as ROLE` switches to that role (SET ROLE) for the lines after it, `-- as a
@@ -35,6 +37,7 @@ blocks() {
   rm -f "$WORK"/*.sql "$WORK"/*.meta
   awk -v w="$WORK" '
     /^<!-- example not run: .* -->$/ { reason = $0; sub(/^<!-- example not run: /, "", reason); sub(/ -->$/, "", reason); next }
+    /^<!-- example on a cluster: .* -->$/ { reason = "runs on a cluster: tests/cluster/test_guide_examples.py"; next }
     /^<!-- example on its own server: [a-z0-9_]+ -->$/ { server = $7; next }
     /^```sql$/ { n++; inblock = 1; f = w "/" n ".sql"; printf "" > f
                  if (reason != "") print "skip " FNR " " reason > (w "/" n ".meta")
