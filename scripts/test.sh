@@ -54,28 +54,29 @@ if has regress; then
   make_kek /tmp/idg_regress_kek.hex
   cluster_start "$DIR" "$PORT" "id_gen.order_no_kek_file = '/tmp/idg_regress_kek.hex'" "id_gen.snowflake_node_id = 7"
   trap 'cluster_stop /tmp/idg_regress' EXIT
-  cpsql "$DIR" "$PORT" -c "CREATE DATABASE idg_regress" >/dev/null
-  OUT=/tmp/idg_regress/out; mkdir -p "$OUT"; chown postgres:postgres "$OUT"
-  TESTS=$(cd tests/pg_regress/sql && ls *.sql | sed 's/\.sql$//' | sort)
-  PG_REGRESS="$(dirname "$($PG_CONFIG --pgxs)")/../test/regress/pg_regress"
-  # --bindir: the 16-18 trees have another bindir compiled into pg_regress.
-  if ! env -u RUST_BACKTRACE "$PG_REGRESS" --use-existing --bindir="$PG_BIN" --host="$DIR" --port="$PORT" --user=postgres \
-      --dbname=idg_regress --inputdir=tests/pg_regress --outputdir="$OUT" $TESTS; then
-    cat "$OUT/regression.diffs" 2>/dev/null | head -200
-    exit 1
-  fi
+  # regress_suite DB INPUTDIR OUTDIR TOOL TEST...: one suite of PGXS's pg_regress (TOOL
+  # regress/pg_regress) or pg_isolation_regress (isolation/pg_isolation_regress) in database
+  # DB of this cluster; shows the diffs and fails the run when it fails. (--bindir: the 16-18
+  # trees have another bindir compiled into the tools.)
+  regress_suite() {
+    local db=$1 input=$2 out=$3 tool=$4; shift 4
+    cpsql "$DIR" "$PORT" -c "CREATE DATABASE $db" >/dev/null
+    mkdir -p "$out"; chown postgres:postgres "$out"
+    if ! env -u RUST_BACKTRACE "$(dirname "$($PG_CONFIG --pgxs)")/../test/$tool" --use-existing --bindir="$PG_BIN" \
+        --host="$DIR" --port="$PORT" --user=postgres --dbname="$db" --inputdir="$input" --outputdir="$out" "$@"; then
+      head -300 "$out/regression.diffs" 2>/dev/null
+      exit 1
+    fi
+  }
+  # shellcheck disable=SC2046  # (the file names: one word each)
+  regress_suite idg_regress tests/pg_regress /tmp/idg_regress/out regress/pg_regress \
+    $(cd tests/pg_regress/sql && ls *.sql | sed 's/\.sql$//' | sort)
   log "tier 3: isolation specs (pg_isolation_regress)"
   # Same cluster (its KEK is needed by key_rotation), own database: the specs empty the
   # order-number key table.
-  cpsql "$DIR" "$PORT" -c "CREATE DATABASE idg_isolation" >/dev/null
-  OUT_ISO=/tmp/idg_regress/out_iso; mkdir -p "$OUT_ISO"; chown postgres:postgres "$OUT_ISO"
-  SPECS=$(cd tests/isolation/specs && ls *.spec | sed 's/\.spec$//' | sort)
-  PG_ISOLATION_REGRESS="$(dirname "$($PG_CONFIG --pgxs)")/../test/isolation/pg_isolation_regress"
-  if ! env -u RUST_BACKTRACE "$PG_ISOLATION_REGRESS" --use-existing --bindir="$PG_BIN" --host="$DIR" --port="$PORT" --user=postgres \
-      --dbname=idg_isolation --inputdir=tests/isolation --outputdir="$OUT_ISO" $SPECS; then
-    cat "$OUT_ISO/regression.diffs" 2>/dev/null | head -300
-    exit 1
-  fi
+  # shellcheck disable=SC2046
+  regress_suite idg_isolation tests/isolation /tmp/idg_regress/out_iso isolation/pg_isolation_regress \
+    $(cd tests/isolation/specs && ls *.spec | sed 's/\.spec$//' | sort)
   log "tier 3: docs/catalog.md against the catalog"
   bash scripts/gen-reference.sh --check "$DIR" "$PORT"
   cluster_stop "$DIR"; trap - EXIT

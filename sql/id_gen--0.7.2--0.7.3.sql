@@ -38,6 +38,12 @@ DROP FUNCTION id_gen.take_reversible_move(bigint, text);
 DROP FUNCTION id_gen.recover_splits(interval, interval);
 -- Splits and merges are run by the driver of long operations (id_gen.run_operation) in steps:
 DROP PROCEDURE id_gen.run_split(bigint);
+-- The shard's subscription of a move or its way back is made by one function (with the
+-- relations to check, returning the oid); moves and splits refuse each other through one
+-- function over the one catalog (id_gen.refuse_during_operations):
+DROP FUNCTION id_gen.subscribe_with_secret(bigint, name, boolean);
+DROP FUNCTION id_gen.refuse_during_moves(text);
+DROP FUNCTION id_gen.refuse_during_splits(text);
 
 -- ===== sql/install/cluster_catalog.sql (the tables after -- @new-in-0.7.3) =====
 -- Long operations (sql/cluster/operations.sql): moves, splits and merges in one catalog,
@@ -294,19 +300,14 @@ REVOKE EXECUTE ON FUNCTION id_gen.record_cleanup(bigint, text, text, text, text,
 CREATE OR REPLACE FUNCTION id_gen.has_cleanup(operation_id bigint, object text) RETURNS boolean
 LANGUAGE sql STABLE STRICT
 SET search_path = pg_catalog, pg_temp
-BEGIN ATOMIC
-  SELECT EXISTS (SELECT FROM id_gen.operation_cleanups c
-                 WHERE c.operation_id OPERATOR(pg_catalog.=) has_cleanup.operation_id
-                   AND c.object OPERATOR(pg_catalog.=) has_cleanup.object);
-END;
+RETURN EXISTS (SELECT FROM id_gen.operation_cleanups c WHERE (c.operation_id, c.object) OPERATOR(pg_catalog.=) (has_cleanup.operation_id, has_cleanup.object));
 COMMENT ON FUNCTION id_gen.has_cleanup(bigint, text) IS 'Whether a long operation has a cleanup record of object (it may have made it, and it is not cleaned up yet).';
 
 CREATE OR REPLACE FUNCTION id_gen.forget_cleanup(operation_id bigint, object text) RETURNS void
 LANGUAGE sql STRICT
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
-  DELETE FROM id_gen.operation_cleanups c
-  WHERE c.operation_id OPERATOR(pg_catalog.=) forget_cleanup.operation_id AND c.object OPERATOR(pg_catalog.=) forget_cleanup.object;
+  DELETE FROM id_gen.operation_cleanups c WHERE (c.operation_id, c.object) OPERATOR(pg_catalog.=) (forget_cleanup.operation_id, forget_cleanup.object);
 END;
 COMMENT ON FUNCTION id_gen.forget_cleanup(bigint, text) IS 'Deletes a cleanup record whose object is gone (or was handed on: a fence lifted in a failed attempt, or one that a flip made part of the outcome).';
 REVOKE EXECUTE ON FUNCTION id_gen.forget_cleanup(bigint, text) FROM PUBLIC;
@@ -396,6 +397,30 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION id_gen.run_cleanup(bigint, text, boolean) IS 'Cleans up one record of a long operation by its kind (id_gen.move_cleanup, id_gen.split_cleanup) and deletes it.';
 REVOKE EXECUTE ON FUNCTION id_gen.run_cleanup(bigint, text, boolean) FROM PUBLIC;
+
+-- Routes and distributed tables stay put while a long operation is unfinished: a move
+-- relies on the placements and partitions it prepared, a split on the range it splits
+-- (set_route, drop_route, distribute_table, and a new move, split or merge ask here).
+CREATE OR REPLACE FUNCTION id_gen.refuse_during_operations(what text) RETURNS void
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  busy text;
+BEGIN
+  SELECT string_agg(format('%s %s (genes %s .. %s%s, %s)', o.kind, o.operation_id, o.lower_gene, o.upper_gene,
+                           CASE o.kind WHEN 'move' THEN ' to ' || o.target_shard ELSE ' at ' || o.at_gene END, o.phase),
+                    ', ' ORDER BY o.operation_id)
+    INTO busy
+  FROM id_gen.cluster_operations o WHERE o.phase NOT IN ('done', 'aborted', 'reverted');
+  IF busy IS NOT NULL THEN
+    RAISE EXCEPTION 'id_gen: cannot % while long operations are unfinished: %', what, busy
+      USING ERRCODE = '55006',
+            HINT = 'Finish each with the same CALL (id_gen.move_genes, split_route or merge_routes; CALL id_gen.run_operation(operation_id) resumes any kind), or roll it back with CALL id_gen.abort_move(id) or id_gen.abort_split(id). id_gen.operations lists them.';
+  END IF;
+END $$;
+COMMENT ON FUNCTION id_gen.refuse_during_operations(text) IS 'Raises 55006, naming them, while long operations (moves of genes, splits or merges of route ranges) are unfinished.';
+REVOKE EXECUTE ON FUNCTION id_gen.refuse_during_operations(text) FROM PUBLIC;
 
 -- The driver ------------------------------------------------------------------------------
 -- One procedure runs a long operation to its end, or resumes it: CALL id_gen.run_operation(id)
@@ -662,8 +687,9 @@ RETURN format('FROM (%s) TO (%s)', id_gen.gene_first_id(lower_gene),
 COMMENT ON FUNCTION id_gen.partition_bounds(integer, integer) IS 'The FOR VALUES bounds of the partition of genes lower_gene .. upper_gene: FROM (lower_gene << 47) TO ((upper_gene + 1) << 47), MAXVALUE for the last gene (65536 << 47 overflows).';
 
 -- ===== sql/cluster/guards.sql =====
--- Checks that refuse an operation before it starts: superuser only, no move in flight,
--- routes ready for distribution. Code only (CREATE OR REPLACE).
+-- Checks that refuse an operation before it starts: superuser only, routes ready for
+-- distribution (no long operation in flight: id_gen.refuse_during_operations, in
+-- sql/cluster/operations.sql with the catalog it reads). Code only (CREATE OR REPLACE).
 --
 -- Invariants: each raises a clear error with its SQLSTATE and a hint, and changes nothing.
 
@@ -679,28 +705,6 @@ BEGIN
   END IF;
 END $$;
 COMMENT ON FUNCTION id_gen.require_superuser(text) IS 'Raises 42501 unless the current user is a superuser.';
-
--- Routes and distributed tables stay put while a move is unfinished: a move relies on
--- the placements and partitions it prepared (sql/cluster/move.sql).
-CREATE OR REPLACE FUNCTION id_gen.refuse_during_moves(what text) RETURNS void
-LANGUAGE plpgsql STRICT
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-  busy text;
-BEGIN
-  SELECT string_agg(format('%s (genes %s .. %s to %s, %s)', m.move_id, m.lower_gene, m.upper_gene, m.target_shard, m.phase), ', ')
-    INTO busy
-  FROM id_gen.shard_moves m WHERE m.phase NOT IN ('done', 'aborted', 'reverted');
-  IF busy IS NOT NULL THEN
-    RAISE EXCEPTION 'id_gen: cannot % while moves are unfinished: %', what, busy
-      USING ERRCODE = '55006',
-            HINT = 'Finish each with the same CALL id_gen.move_genes(...) or roll it back with CALL id_gen.abort_move(move_id).';
-  END IF;
-  PERFORM id_gen.refuse_during_splits(what);
-END $$;
-COMMENT ON FUNCTION id_gen.refuse_during_moves(text) IS 'Raises 55006 while a move of genes, or a split or merge of route ranges, is unfinished.';
-REVOKE EXECUTE ON FUNCTION id_gen.refuse_during_moves(text) FROM PUBLIC;
 
 -- Every route must lead to a postgres_fdw server and every gene must have a route before
 -- a table can be distributed over them.
@@ -1611,7 +1615,7 @@ BEGIN
     RETURN 0;
   END IF;
   PERFORM id_gen.require_superuser('change the routes of distributed tables');
-  PERFORM id_gen.refuse_during_moves('change the routes of distributed tables');
+  PERFORM id_gen.refuse_during_operations('change the routes of distributed tables');
   PERFORM id_gen.check_routes_for_distribution();
   BEGIN
     FOR d IN SELECT t.schema_name, t.table_name FROM id_gen.distributed_tables t ORDER BY 1, 2 LOOP
@@ -1786,7 +1790,7 @@ BEGIN
   END IF;
 
   LOCK TABLE id_gen.shard_routes IN SHARE MODE;
-  PERFORM id_gen.refuse_during_moves('distribute a table');
+  PERFORM id_gen.refuse_during_operations('distribute a table');
   PERFORM id_gen.check_routes_for_distribution();
   EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', tbl);
 
@@ -2572,17 +2576,24 @@ REVOKE EXECUTE ON FUNCTION id_gen.shard_system_id() FROM PUBLIC;
 -- forgets that string. The password never appears in a statement text, log line, error or
 -- pg_stat_statements (whatever its track setting).
 -- A move's subscription does not connect (its tables come with REFRESH ... copy_data);
--- the way back of a reversible move (tables_now) connects to read its tables, which are
--- ready at once (copy_data = false), so no change streamed later is skipped.
-CREATE OR REPLACE FUNCTION id_gen.subscribe_with_secret(move_id bigint, tag name, tables_now boolean) RETURNS void
+-- the way back of a reversible move (way_back: subscription id_gen_back_<id>) connects to
+-- read its tables, which are ready at once (copy_data = false), so no change streamed later
+-- is skipped, and is enabled. Either refuses tables whose code an ordinary role controls
+-- (the apply worker would run it as a superuser). Returns the subscription's oid.
+CREATE OR REPLACE FUNCTION id_gen.subscribe_with_secret(move_id bigint, parts text[], way_back boolean) RETURNS oid
 LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
+  tag name := CASE WHEN way_back THEN 'id_gen_back_' ELSE 'id_gen_move_' END || move_id;
+  rel regclass;
   conn text;
   msg text;
   code text;
 BEGIN
+  FOREACH rel IN ARRAY id_gen.shard_relations(parts, true) LOOP
+    PERFORM id_gen.refuse_untrusted_table(rel, 'shard table');
+  END LOOP;
   IF NOT EXISTS (SELECT FROM pg_subscription s WHERE s.subname = tag) THEN
     SELECT s.conninfo INTO conn FROM id_gen.move_secrets s WHERE s.move_id = subscribe_with_secret.move_id;
     IF conn IS NULL THEN
@@ -2599,7 +2610,7 @@ BEGIN
       -- readable by pg_read_all_stats: this one is not tracked (a placeholder setting
       -- where the module is not loaded).
       PERFORM set_config('pg_stat_statements.track', 'none', true);
-      IF tables_now THEN
+      IF way_back THEN
         EXECUTE format('CREATE SUBSCRIPTION %I CONNECTION %L PUBLICATION %I WITH (create_slot = false, slot_name = %L, '
                        'copy_data = false, enabled = false)', tag, conn, tag, tag);
       ELSE
@@ -2613,24 +2624,18 @@ BEGIN
     END;
   END IF;
   DELETE FROM id_gen.move_secrets s WHERE s.move_id = subscribe_with_secret.move_id;
-END $$;
-COMMENT ON FUNCTION id_gen.subscribe_with_secret(bigint, name, boolean) IS 'Creates a move''s subscription (publication and slot of the same name; not enabled) from the connection string in id_gen.move_secrets, which it then deletes; tables_now: connect and take the tables as ready (the way back of a reversible move).';
-REVOKE EXECUTE ON FUNCTION id_gen.subscribe_with_secret(bigint, name, boolean) FROM PUBLIC;
-
-CREATE OR REPLACE FUNCTION id_gen.shard_subscribe(move_id bigint, parts text[]) RETURNS oid
-LANGUAGE plpgsql STRICT
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-  tag name := 'id_gen_move_' || move_id;
-  rel regclass;
-BEGIN
-  FOREACH rel IN ARRAY id_gen.shard_relations(parts, true) LOOP
-    PERFORM id_gen.refuse_untrusted_table(rel, 'shard table');
-  END LOOP;
-  PERFORM id_gen.subscribe_with_secret(move_id, tag, false);
+  IF way_back AND EXISTS (SELECT FROM pg_subscription s WHERE s.subname = tag AND NOT s.subenabled) THEN
+    EXECUTE format('ALTER SUBSCRIPTION %I ENABLE', tag);
+  END IF;
   RETURN (SELECT s.oid FROM pg_subscription s WHERE s.subname = tag);
 END $$;
+COMMENT ON FUNCTION id_gen.subscribe_with_secret(bigint, text[], boolean) IS 'Creates a move''s subscription (publication and slot of the same name; not enabled) for the shard tables of parts, from the connection string in id_gen.move_secrets, which it then deletes; way_back: the way back of a reversible move, connected, its tables taken as ready, and enabled. Returns its oid.';
+REVOKE EXECUTE ON FUNCTION id_gen.subscribe_with_secret(bigint, text[], boolean) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION id_gen.shard_subscribe(move_id bigint, parts text[]) RETURNS oid
+LANGUAGE sql STRICT
+SET search_path = pg_catalog, pg_temp
+RETURN id_gen.subscribe_with_secret(move_id, parts, false);
 COMMENT ON FUNCTION id_gen.shard_subscribe(bigint, text[]) IS 'On the target of a move: creates its subscription (not yet connected) from the connection string in id_gen.move_secrets, then forgets that string.';
 REVOKE EXECUTE ON FUNCTION id_gen.shard_subscribe(bigint, text[]) FROM PUBLIC;
 
@@ -3229,6 +3234,32 @@ AS $$ SELECT r.operation_id, r.action FROM id_gen.recover_operations(abandon_aft
 COMMENT ON FUNCTION id_gen.recover_moves(interval, interval) IS 'The name of id_gen.recover_operations until 0.7.2 (the move supervisor''s pass over moves, splits and merges no session runs); returns the operation ids and what was done. Superuser only.';
 REVOKE EXECUTE ON FUNCTION id_gen.recover_moves(interval, interval) FROM PUBLIC;
 
+-- A move's or a revert's wait for its replication to catch up, after one look at the lag:
+-- go on to next_step when 1 MB or less is left; look again in 0.1 s; or, once the step's
+-- deadline passed, stop with 55000 (`behind`: its message, %s for the bytes).
+CREATE OR REPLACE FUNCTION id_gen.lag_outcome(lag bigint, step jsonb, next_step jsonb, behind text, hint text)
+RETURNS id_gen.step_outcome
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  outcome id_gen.step_outcome;
+BEGIN
+  IF lag BETWEEN 0 AND 1048576 THEN
+    outcome.next_step := next_step;
+  ELSIF clock_timestamp() > (step->>'deadline')::timestamptz THEN
+    outcome.stop_message := format(behind, lag);
+    outcome.stop_sqlstate := '55000';
+    outcome.stop_hint := hint;
+  ELSE
+    outcome.next_step := step;
+    outcome.pause := 0.1;
+  END IF;
+  RETURN outcome;
+END $$;
+COMMENT ON FUNCTION id_gen.lag_outcome(bigint, jsonb, jsonb, text, text) IS 'For the steps of a move or a revert that wait for replication to catch up: where to go on after one look at the lag (next_step at 1 MB or less, the same step in 0.1 s), or the 55000 to stop with after the step''s deadline.';
+REVOKE EXECUTE ON FUNCTION id_gen.lag_outcome(bigint, jsonb, jsonb, text, text) FROM PUBLIC;
+
 -- Inside a fence: a marker written on m's source and awaited on m's target (apply is in
 -- commit order, so when it arrives every earlier change has been applied); 55000 after 3 s
 -- from `since`. `receiver` names m's target in the error: the move's target, or the
@@ -3461,17 +3492,12 @@ BEGIN
     WHERE sm.move_id = m.move_id AND sm.phase = 'catching_up';
     IF NOT FOUND THEN
       RAISE EXCEPTION 'id_gen: move % is no longer catching up (aborted in another session?)', m.move_id USING ERRCODE = '55006';
-    ELSIF lag BETWEEN 0 AND 1048576 THEN
-      outcome.next_step := CASE WHEN m.reversible THEN '{"step": "way_back"}'
-                                ELSE jsonb_build_object('step', 'arm', 'attempt', m.fence_attempts + 1, 'last', m.fence_attempts + 5) END;
-    ELSIF clock_timestamp() > (step->>'deadline')::timestamptz THEN
-      outcome.stop_message := format('id_gen: move %s: the target stays %s bytes behind after 10 minutes', m.move_id, lag);
-      outcome.stop_sqlstate := '55000';
-      outcome.stop_hint := 'The move stays in catching_up; call move_genes again later, or abort_move.';
-    ELSE
-      outcome.next_step := step;
-      outcome.pause := 0.1;
     END IF;
+    outcome := id_gen.lag_outcome(lag, step,
+                                  CASE WHEN m.reversible THEN '{"step": "way_back"}'
+                                       ELSE jsonb_build_object('step', 'arm', 'attempt', m.fence_attempts + 1, 'last', m.fence_attempts + 5) END,
+                                  format('id_gen: move %s: the target stays %%s bytes behind after 10 minutes', m.move_id),
+                                  'The move stays in catching_up; call move_genes again later, or abort_move.');
   ELSIF m.phase = 'catching_up' AND step->>'step' = 'way_back' THEN
     -- The way back exists before the fence: the target's publication and slot (sql/cluster/revert.sql).
     PERFORM id_gen.prepare_way_back(m);
@@ -3751,7 +3777,7 @@ BEGIN
       PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
     END IF;
   ELSE
-    PERFORM id_gen.refuse_during_splits('move genes');
+    PERFORM id_gen.refuse_during_operations('move genes');
     SELECT count(*), count(DISTINCT rr.shard), min(rr.lower_gene), max(rr.upper_gene), min(rr.shard)
       INTO n_ranges, n_shards, first_gene, last_gene, src
     FROM id_gen.route_ranges rr
@@ -4906,6 +4932,15 @@ DECLARE
   nxt record;
   what text := CASE kind WHEN 'split' THEN 'split a route range' ELSE 'merge route ranges' END;
 BEGIN
+  -- (at_gene is split_route's at_gene, merge_routes' upper_gene.)
+  IF at_gene IS NULL THEN
+    RAISE EXCEPTION 'id_gen: argument "%" must not be NULL', CASE kind WHEN 'split' THEN 'at_gene' ELSE 'upper_gene' END
+      USING ERRCODE = '22004';
+  ELSIF at_gene NOT BETWEEN 0 AND 65534 THEN
+    RAISE EXCEPTION 'id_gen: %, not %', CASE kind WHEN 'split' THEN 'a range can be split after genes 0 .. 65534'
+                                       ELSE 'a range that another follows ends at a gene in 0 .. 65534' END, at_gene
+      USING ERRCODE = '22003';
+  END IF;
   PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
   PERFORM id_gen.require_superuser(what);
   PERFORM pg_advisory_xact_lock(id_gen.operation_start_lock_key());
@@ -4928,7 +4963,7 @@ BEGIN
     CALL id_gen.run_operation(s.split_id);
     RETURN;
   END IF;
-  PERFORM id_gen.refuse_during_moves(what);
+  PERFORM id_gen.refuse_during_operations(what);
 
   SELECT * INTO r FROM id_gen.route_ranges rr WHERE rr.lower_gene <= at_gene AND rr.upper_gene >= at_gene;
   IF r IS NULL THEN
@@ -4984,29 +5019,13 @@ REVOKE EXECUTE ON PROCEDURE id_gen.start_split(text, integer) FROM PUBLIC;
 
 CREATE OR REPLACE PROCEDURE id_gen.split_route(at_gene integer)
 LANGUAGE plpgsql
-AS $$
-BEGIN
-  IF at_gene IS NULL THEN
-    RAISE EXCEPTION 'id_gen: argument "at_gene" must not be NULL' USING ERRCODE = '22004';
-  ELSIF at_gene NOT BETWEEN 0 AND 65534 THEN
-    RAISE EXCEPTION 'id_gen: a range can be split after genes 0 .. 65534, not %', at_gene USING ERRCODE = '22003';
-  END IF;
-  CALL id_gen.start_split('split', at_gene);
-END $$;
+AS $$ BEGIN CALL id_gen.start_split('split', at_gene); END $$;
 COMMENT ON PROCEDURE id_gen.split_route(integer) IS 'Splits the route range holding at_gene into [lower, at_gene] and [at_gene + 1, upper], both on the same shard, online: rows are copied on the shard while writes go on, and writes of that range pause only for a fence of milliseconds (see id_gen.splits). Resumable (same CALL) and abortable (id_gen.abort_split). Superuser only.';
 REVOKE EXECUTE ON PROCEDURE id_gen.split_route(integer) FROM PUBLIC;
 
 CREATE OR REPLACE PROCEDURE id_gen.merge_routes(upper_gene integer)
 LANGUAGE plpgsql
-AS $$
-BEGIN
-  IF upper_gene IS NULL THEN
-    RAISE EXCEPTION 'id_gen: argument "upper_gene" must not be NULL' USING ERRCODE = '22004';
-  ELSIF upper_gene NOT BETWEEN 0 AND 65534 THEN
-    RAISE EXCEPTION 'id_gen: a range that another follows ends at a gene in 0 .. 65534, not %', upper_gene USING ERRCODE = '22003';
-  END IF;
-  CALL id_gen.start_split('merge', upper_gene);
-END $$;
+AS $$ BEGIN CALL id_gen.start_split('merge', upper_gene); END $$;
 COMMENT ON PROCEDURE id_gen.merge_routes(integer) IS 'Merges the route range ending at upper_gene with the next one (both on one shard) online, the inverse of split_route: rows are copied on the shard while writes go on, then a fence of milliseconds. Resumable and abortable like a split. Superuser only.';
 REVOKE EXECUTE ON PROCEDURE id_gen.merge_routes(integer) FROM PUBLIC;
 
@@ -5102,26 +5121,6 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION id_gen.recover_split(bigint, interval) IS 'The move supervisor''s work on one split or merge no session runs (called by id_gen.recover_operations under its session lock): finishes one that swapped on its shard (the coordinator''s half, then the cleanup) and rolls back one left alone for abandon_after before that; returns what it did (NULL: nothing).';
 REVOKE EXECUTE ON FUNCTION id_gen.recover_split(bigint, interval) FROM PUBLIC;
-
--- Splits and merges in the way of other route changes and moves.
-CREATE OR REPLACE FUNCTION id_gen.refuse_during_splits(what text) RETURNS void
-LANGUAGE plpgsql STRICT
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-  busy text;
-BEGIN
-  SELECT string_agg(format('%s %s (genes %s .. %s at %s, %s)', s.kind, s.split_id, s.lower_gene, s.upper_gene, s.at_gene, s.phase), ', ')
-    INTO busy
-  FROM id_gen.route_splits s WHERE s.phase NOT IN ('done', 'aborted');
-  IF busy IS NOT NULL THEN
-    RAISE EXCEPTION 'id_gen: cannot % while route splits or merges are unfinished: %', what, busy
-      USING ERRCODE = '55006',
-            HINT = 'Finish each with the same CALL id_gen.split_route(...) or merge_routes(...), or roll it back with CALL id_gen.abort_split(split_id).';
-  END IF;
-END $$;
-COMMENT ON FUNCTION id_gen.refuse_during_splits(text) IS 'Raises 55006 while a split or merge of route ranges is unfinished.';
-REVOKE EXECUTE ON FUNCTION id_gen.refuse_during_splits(text) FROM PUBLIC;
 
 -- set_route and drop_route (route changes by hand) are in sql/cluster/routing.sql.
 
@@ -5284,22 +5283,9 @@ REVOKE EXECUTE ON FUNCTION id_gen.shard_detach_kept(bigint, text[], name[], inte
 
 -- On the source: the way back's subscription (from id_gen.move_secrets), not yet enabled.
 CREATE OR REPLACE FUNCTION id_gen.shard_subscribe_way_back(move_id bigint, parts text[]) RETURNS oid
-LANGUAGE plpgsql STRICT
+LANGUAGE sql STRICT
 SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-  tag name := 'id_gen_back_' || move_id;
-  rel regclass;
-BEGIN
-  FOREACH rel IN ARRAY id_gen.shard_relations(parts, true) LOOP
-    PERFORM id_gen.refuse_untrusted_table(rel, 'shard table');
-  END LOOP;
-  PERFORM id_gen.subscribe_with_secret(move_id, tag, true);
-  IF EXISTS (SELECT FROM pg_subscription s WHERE s.subname = tag AND NOT s.subenabled) THEN
-    EXECUTE format('ALTER SUBSCRIPTION %I ENABLE', tag);
-  END IF;
-  RETURN (SELECT s.oid FROM pg_subscription s WHERE s.subname = tag);
-END $$;
+RETURN id_gen.subscribe_with_secret(move_id, parts, true);
 COMMENT ON FUNCTION id_gen.shard_subscribe_way_back(bigint, text[]) IS 'On the source of a reversible move: creates and enables the subscription of the way back from the connection string in id_gen.move_secrets (then forgotten).';
 REVOKE EXECUTE ON FUNCTION id_gen.shard_subscribe_way_back(bigint, text[]) FROM PUBLIC;
 
@@ -5642,16 +5628,9 @@ BEGIN
         USING ERRCODE = '55000', HINT = format('The source cannot have every write: CALL id_gen.complete_move(%s), then move the genes back.', m.move_id);
     END IF;
     lag := split_part(res, ' ', 1)::bigint;
-    IF lag <= 1048576 THEN
-      outcome.next_step := '{"step": "revert_arm", "attempt": 1}';
-    ELSIF clock_timestamp() > (step->>'deadline')::timestamptz THEN
-      outcome.stop_message := format('id_gen: move %s: the source stays %s bytes behind the target after 5 minutes', m.move_id, lag);
-      outcome.stop_sqlstate := '55000';
-      outcome.stop_hint := 'Check the subscription id_gen_back_<move> on the source; call revert_move again later.';
-    ELSE
-      outcome.next_step := step;
-      outcome.pause := 0.1;
-    END IF;
+    outcome := id_gen.lag_outcome(lag, step, '{"step": "revert_arm", "attempt": 1}',
+                                  format('id_gen: move %s: the source stays %%s bytes behind the target after 5 minutes', m.move_id),
+                                  'Check the subscription id_gen_back_<move> on the source; call revert_move again later.');
   ELSIF m.phase = 'reversible' AND step->>'step' = 'revert_arm' THEN
     PERFORM id_gen.record_move_cleanups(m, '{revert_fence}');
     outcome.next_step := step || '{"step": "revert_fence"}';

@@ -385,7 +385,7 @@ BEGIN
     RETURN 0;
   END IF;
   PERFORM id_gen.require_superuser('change the routes of distributed tables');
-  PERFORM id_gen.refuse_during_moves('change the routes of distributed tables');
+  PERFORM id_gen.refuse_during_operations('change the routes of distributed tables');
   PERFORM id_gen.check_routes_for_distribution();
   BEGIN
     FOR d IN SELECT t.schema_name, t.table_name FROM id_gen.distributed_tables t ORDER BY 1, 2 LOOP
@@ -560,7 +560,7 @@ BEGIN
   END IF;
 
   LOCK TABLE id_gen.shard_routes IN SHARE MODE;
-  PERFORM id_gen.refuse_during_moves('distribute a table');
+  PERFORM id_gen.refuse_during_operations('distribute a table');
   PERFORM id_gen.check_routes_for_distribution();
   EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', tbl);
 

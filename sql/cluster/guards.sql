@@ -1,5 +1,6 @@
--- Checks that refuse an operation before it starts: superuser only, no move in flight,
--- routes ready for distribution. Code only (CREATE OR REPLACE).
+-- Checks that refuse an operation before it starts: superuser only, routes ready for
+-- distribution (no long operation in flight: id_gen.refuse_during_operations, in
+-- sql/cluster/operations.sql with the catalog it reads). Code only (CREATE OR REPLACE).
 --
 -- Invariants: each raises a clear error with its SQLSTATE and a hint, and changes nothing.
 
@@ -15,28 +16,6 @@ BEGIN
   END IF;
 END $$;
 COMMENT ON FUNCTION id_gen.require_superuser(text) IS 'Raises 42501 unless the current user is a superuser.';
-
--- Routes and distributed tables stay put while a move is unfinished: a move relies on
--- the placements and partitions it prepared (sql/cluster/move.sql).
-CREATE OR REPLACE FUNCTION id_gen.refuse_during_moves(what text) RETURNS void
-LANGUAGE plpgsql STRICT
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-  busy text;
-BEGIN
-  SELECT string_agg(format('%s (genes %s .. %s to %s, %s)', m.move_id, m.lower_gene, m.upper_gene, m.target_shard, m.phase), ', ')
-    INTO busy
-  FROM id_gen.shard_moves m WHERE m.phase NOT IN ('done', 'aborted', 'reverted');
-  IF busy IS NOT NULL THEN
-    RAISE EXCEPTION 'id_gen: cannot % while moves are unfinished: %', what, busy
-      USING ERRCODE = '55006',
-            HINT = 'Finish each with the same CALL id_gen.move_genes(...) or roll it back with CALL id_gen.abort_move(move_id).';
-  END IF;
-  PERFORM id_gen.refuse_during_splits(what);
-END $$;
-COMMENT ON FUNCTION id_gen.refuse_during_moves(text) IS 'Raises 55006 while a move of genes, or a split or merge of route ranges, is unfinished.';
-REVOKE EXECUTE ON FUNCTION id_gen.refuse_during_moves(text) FROM PUBLIC;
 
 -- Every route must lead to a postgres_fdw server and every gene must have a route before
 -- a table can be distributed over them.

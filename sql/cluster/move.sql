@@ -436,6 +436,32 @@ AS $$ SELECT r.operation_id, r.action FROM id_gen.recover_operations(abandon_aft
 COMMENT ON FUNCTION id_gen.recover_moves(interval, interval) IS 'The name of id_gen.recover_operations until 0.7.2 (the move supervisor''s pass over moves, splits and merges no session runs); returns the operation ids and what was done. Superuser only.';
 REVOKE EXECUTE ON FUNCTION id_gen.recover_moves(interval, interval) FROM PUBLIC;
 
+-- A move's or a revert's wait for its replication to catch up, after one look at the lag:
+-- go on to next_step when 1 MB or less is left; look again in 0.1 s; or, once the step's
+-- deadline passed, stop with 55000 (`behind`: its message, %s for the bytes).
+CREATE OR REPLACE FUNCTION id_gen.lag_outcome(lag bigint, step jsonb, next_step jsonb, behind text, hint text)
+RETURNS id_gen.step_outcome
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  outcome id_gen.step_outcome;
+BEGIN
+  IF lag BETWEEN 0 AND 1048576 THEN
+    outcome.next_step := next_step;
+  ELSIF clock_timestamp() > (step->>'deadline')::timestamptz THEN
+    outcome.stop_message := format(behind, lag);
+    outcome.stop_sqlstate := '55000';
+    outcome.stop_hint := hint;
+  ELSE
+    outcome.next_step := step;
+    outcome.pause := 0.1;
+  END IF;
+  RETURN outcome;
+END $$;
+COMMENT ON FUNCTION id_gen.lag_outcome(bigint, jsonb, jsonb, text, text) IS 'For the steps of a move or a revert that wait for replication to catch up: where to go on after one look at the lag (next_step at 1 MB or less, the same step in 0.1 s), or the 55000 to stop with after the step''s deadline.';
+REVOKE EXECUTE ON FUNCTION id_gen.lag_outcome(bigint, jsonb, jsonb, text, text) FROM PUBLIC;
+
 -- Inside a fence: a marker written on m's source and awaited on m's target (apply is in
 -- commit order, so when it arrives every earlier change has been applied); 55000 after 3 s
 -- from `since`. `receiver` names m's target in the error: the move's target, or the
@@ -668,17 +694,12 @@ BEGIN
     WHERE sm.move_id = m.move_id AND sm.phase = 'catching_up';
     IF NOT FOUND THEN
       RAISE EXCEPTION 'id_gen: move % is no longer catching up (aborted in another session?)', m.move_id USING ERRCODE = '55006';
-    ELSIF lag BETWEEN 0 AND 1048576 THEN
-      outcome.next_step := CASE WHEN m.reversible THEN '{"step": "way_back"}'
-                                ELSE jsonb_build_object('step', 'arm', 'attempt', m.fence_attempts + 1, 'last', m.fence_attempts + 5) END;
-    ELSIF clock_timestamp() > (step->>'deadline')::timestamptz THEN
-      outcome.stop_message := format('id_gen: move %s: the target stays %s bytes behind after 10 minutes', m.move_id, lag);
-      outcome.stop_sqlstate := '55000';
-      outcome.stop_hint := 'The move stays in catching_up; call move_genes again later, or abort_move.';
-    ELSE
-      outcome.next_step := step;
-      outcome.pause := 0.1;
     END IF;
+    outcome := id_gen.lag_outcome(lag, step,
+                                  CASE WHEN m.reversible THEN '{"step": "way_back"}'
+                                       ELSE jsonb_build_object('step', 'arm', 'attempt', m.fence_attempts + 1, 'last', m.fence_attempts + 5) END,
+                                  format('id_gen: move %s: the target stays %%s bytes behind after 10 minutes', m.move_id),
+                                  'The move stays in catching_up; call move_genes again later, or abort_move.');
   ELSIF m.phase = 'catching_up' AND step->>'step' = 'way_back' THEN
     -- The way back exists before the fence: the target's publication and slot (sql/cluster/revert.sql).
     PERFORM id_gen.prepare_way_back(m);
@@ -958,7 +979,7 @@ BEGIN
       PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
     END IF;
   ELSE
-    PERFORM id_gen.refuse_during_splits('move genes');
+    PERFORM id_gen.refuse_during_operations('move genes');
     SELECT count(*), count(DISTINCT rr.shard), min(rr.lower_gene), max(rr.upper_gene), min(rr.shard)
       INTO n_ranges, n_shards, first_gene, last_gene, src
     FROM id_gen.route_ranges rr

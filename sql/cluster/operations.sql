@@ -159,19 +159,14 @@ REVOKE EXECUTE ON FUNCTION id_gen.record_cleanup(bigint, text, text, text, text,
 CREATE OR REPLACE FUNCTION id_gen.has_cleanup(operation_id bigint, object text) RETURNS boolean
 LANGUAGE sql STABLE STRICT
 SET search_path = pg_catalog, pg_temp
-BEGIN ATOMIC
-  SELECT EXISTS (SELECT FROM id_gen.operation_cleanups c
-                 WHERE c.operation_id OPERATOR(pg_catalog.=) has_cleanup.operation_id
-                   AND c.object OPERATOR(pg_catalog.=) has_cleanup.object);
-END;
+RETURN EXISTS (SELECT FROM id_gen.operation_cleanups c WHERE (c.operation_id, c.object) OPERATOR(pg_catalog.=) (has_cleanup.operation_id, has_cleanup.object));
 COMMENT ON FUNCTION id_gen.has_cleanup(bigint, text) IS 'Whether a long operation has a cleanup record of object (it may have made it, and it is not cleaned up yet).';
 
 CREATE OR REPLACE FUNCTION id_gen.forget_cleanup(operation_id bigint, object text) RETURNS void
 LANGUAGE sql STRICT
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
-  DELETE FROM id_gen.operation_cleanups c
-  WHERE c.operation_id OPERATOR(pg_catalog.=) forget_cleanup.operation_id AND c.object OPERATOR(pg_catalog.=) forget_cleanup.object;
+  DELETE FROM id_gen.operation_cleanups c WHERE (c.operation_id, c.object) OPERATOR(pg_catalog.=) (forget_cleanup.operation_id, forget_cleanup.object);
 END;
 COMMENT ON FUNCTION id_gen.forget_cleanup(bigint, text) IS 'Deletes a cleanup record whose object is gone (or was handed on: a fence lifted in a failed attempt, or one that a flip made part of the outcome).';
 REVOKE EXECUTE ON FUNCTION id_gen.forget_cleanup(bigint, text) FROM PUBLIC;
@@ -261,6 +256,30 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION id_gen.run_cleanup(bigint, text, boolean) IS 'Cleans up one record of a long operation by its kind (id_gen.move_cleanup, id_gen.split_cleanup) and deletes it.';
 REVOKE EXECUTE ON FUNCTION id_gen.run_cleanup(bigint, text, boolean) FROM PUBLIC;
+
+-- Routes and distributed tables stay put while a long operation is unfinished: a move
+-- relies on the placements and partitions it prepared, a split on the range it splits
+-- (set_route, drop_route, distribute_table, and a new move, split or merge ask here).
+CREATE OR REPLACE FUNCTION id_gen.refuse_during_operations(what text) RETURNS void
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  busy text;
+BEGIN
+  SELECT string_agg(format('%s %s (genes %s .. %s%s, %s)', o.kind, o.operation_id, o.lower_gene, o.upper_gene,
+                           CASE o.kind WHEN 'move' THEN ' to ' || o.target_shard ELSE ' at ' || o.at_gene END, o.phase),
+                    ', ' ORDER BY o.operation_id)
+    INTO busy
+  FROM id_gen.cluster_operations o WHERE o.phase NOT IN ('done', 'aborted', 'reverted');
+  IF busy IS NOT NULL THEN
+    RAISE EXCEPTION 'id_gen: cannot % while long operations are unfinished: %', what, busy
+      USING ERRCODE = '55006',
+            HINT = 'Finish each with the same CALL (id_gen.move_genes, split_route or merge_routes; CALL id_gen.run_operation(operation_id) resumes any kind), or roll it back with CALL id_gen.abort_move(id) or id_gen.abort_split(id). id_gen.operations lists them.';
+  END IF;
+END $$;
+COMMENT ON FUNCTION id_gen.refuse_during_operations(text) IS 'Raises 55006, naming them, while long operations (moves of genes, splits or merges of route ranges) are unfinished.';
+REVOKE EXECUTE ON FUNCTION id_gen.refuse_during_operations(text) FROM PUBLIC;
 
 -- The driver ------------------------------------------------------------------------------
 -- One procedure runs a long operation to its end, or resumes it: CALL id_gen.run_operation(id)

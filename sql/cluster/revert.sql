@@ -251,16 +251,9 @@ BEGIN
         USING ERRCODE = '55000', HINT = format('The source cannot have every write: CALL id_gen.complete_move(%s), then move the genes back.', m.move_id);
     END IF;
     lag := split_part(res, ' ', 1)::bigint;
-    IF lag <= 1048576 THEN
-      outcome.next_step := '{"step": "revert_arm", "attempt": 1}';
-    ELSIF clock_timestamp() > (step->>'deadline')::timestamptz THEN
-      outcome.stop_message := format('id_gen: move %s: the source stays %s bytes behind the target after 5 minutes', m.move_id, lag);
-      outcome.stop_sqlstate := '55000';
-      outcome.stop_hint := 'Check the subscription id_gen_back_<move> on the source; call revert_move again later.';
-    ELSE
-      outcome.next_step := step;
-      outcome.pause := 0.1;
-    END IF;
+    outcome := id_gen.lag_outcome(lag, step, '{"step": "revert_arm", "attempt": 1}',
+                                  format('id_gen: move %s: the source stays %%s bytes behind the target after 5 minutes', m.move_id),
+                                  'Check the subscription id_gen_back_<move> on the source; call revert_move again later.');
   ELSIF m.phase = 'reversible' AND step->>'step' = 'revert_arm' THEN
     PERFORM id_gen.record_move_cleanups(m, '{revert_fence}');
     outcome.next_step := step || '{"step": "revert_fence"}';

@@ -609,6 +609,15 @@ DECLARE
   nxt record;
   what text := CASE kind WHEN 'split' THEN 'split a route range' ELSE 'merge route ranges' END;
 BEGIN
+  -- (at_gene is split_route's at_gene, merge_routes' upper_gene.)
+  IF at_gene IS NULL THEN
+    RAISE EXCEPTION 'id_gen: argument "%" must not be NULL', CASE kind WHEN 'split' THEN 'at_gene' ELSE 'upper_gene' END
+      USING ERRCODE = '22004';
+  ELSIF at_gene NOT BETWEEN 0 AND 65534 THEN
+    RAISE EXCEPTION 'id_gen: %, not %', CASE kind WHEN 'split' THEN 'a range can be split after genes 0 .. 65534'
+                                       ELSE 'a range that another follows ends at a gene in 0 .. 65534' END, at_gene
+      USING ERRCODE = '22003';
+  END IF;
   PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
   PERFORM id_gen.require_superuser(what);
   PERFORM pg_advisory_xact_lock(id_gen.operation_start_lock_key());
@@ -631,7 +640,7 @@ BEGIN
     CALL id_gen.run_operation(s.split_id);
     RETURN;
   END IF;
-  PERFORM id_gen.refuse_during_moves(what);
+  PERFORM id_gen.refuse_during_operations(what);
 
   SELECT * INTO r FROM id_gen.route_ranges rr WHERE rr.lower_gene <= at_gene AND rr.upper_gene >= at_gene;
   IF r IS NULL THEN
@@ -687,29 +696,13 @@ REVOKE EXECUTE ON PROCEDURE id_gen.start_split(text, integer) FROM PUBLIC;
 
 CREATE OR REPLACE PROCEDURE id_gen.split_route(at_gene integer)
 LANGUAGE plpgsql
-AS $$
-BEGIN
-  IF at_gene IS NULL THEN
-    RAISE EXCEPTION 'id_gen: argument "at_gene" must not be NULL' USING ERRCODE = '22004';
-  ELSIF at_gene NOT BETWEEN 0 AND 65534 THEN
-    RAISE EXCEPTION 'id_gen: a range can be split after genes 0 .. 65534, not %', at_gene USING ERRCODE = '22003';
-  END IF;
-  CALL id_gen.start_split('split', at_gene);
-END $$;
+AS $$ BEGIN CALL id_gen.start_split('split', at_gene); END $$;
 COMMENT ON PROCEDURE id_gen.split_route(integer) IS 'Splits the route range holding at_gene into [lower, at_gene] and [at_gene + 1, upper], both on the same shard, online: rows are copied on the shard while writes go on, and writes of that range pause only for a fence of milliseconds (see id_gen.splits). Resumable (same CALL) and abortable (id_gen.abort_split). Superuser only.';
 REVOKE EXECUTE ON PROCEDURE id_gen.split_route(integer) FROM PUBLIC;
 
 CREATE OR REPLACE PROCEDURE id_gen.merge_routes(upper_gene integer)
 LANGUAGE plpgsql
-AS $$
-BEGIN
-  IF upper_gene IS NULL THEN
-    RAISE EXCEPTION 'id_gen: argument "upper_gene" must not be NULL' USING ERRCODE = '22004';
-  ELSIF upper_gene NOT BETWEEN 0 AND 65534 THEN
-    RAISE EXCEPTION 'id_gen: a range that another follows ends at a gene in 0 .. 65534, not %', upper_gene USING ERRCODE = '22003';
-  END IF;
-  CALL id_gen.start_split('merge', upper_gene);
-END $$;
+AS $$ BEGIN CALL id_gen.start_split('merge', upper_gene); END $$;
 COMMENT ON PROCEDURE id_gen.merge_routes(integer) IS 'Merges the route range ending at upper_gene with the next one (both on one shard) online, the inverse of split_route: rows are copied on the shard while writes go on, then a fence of milliseconds. Resumable and abortable like a split. Superuser only.';
 REVOKE EXECUTE ON PROCEDURE id_gen.merge_routes(integer) FROM PUBLIC;
 
@@ -805,25 +798,5 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION id_gen.recover_split(bigint, interval) IS 'The move supervisor''s work on one split or merge no session runs (called by id_gen.recover_operations under its session lock): finishes one that swapped on its shard (the coordinator''s half, then the cleanup) and rolls back one left alone for abandon_after before that; returns what it did (NULL: nothing).';
 REVOKE EXECUTE ON FUNCTION id_gen.recover_split(bigint, interval) FROM PUBLIC;
-
--- Splits and merges in the way of other route changes and moves.
-CREATE OR REPLACE FUNCTION id_gen.refuse_during_splits(what text) RETURNS void
-LANGUAGE plpgsql STRICT
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-  busy text;
-BEGIN
-  SELECT string_agg(format('%s %s (genes %s .. %s at %s, %s)', s.kind, s.split_id, s.lower_gene, s.upper_gene, s.at_gene, s.phase), ', ')
-    INTO busy
-  FROM id_gen.route_splits s WHERE s.phase NOT IN ('done', 'aborted');
-  IF busy IS NOT NULL THEN
-    RAISE EXCEPTION 'id_gen: cannot % while route splits or merges are unfinished: %', what, busy
-      USING ERRCODE = '55006',
-            HINT = 'Finish each with the same CALL id_gen.split_route(...) or merge_routes(...), or roll it back with CALL id_gen.abort_split(split_id).';
-  END IF;
-END $$;
-COMMENT ON FUNCTION id_gen.refuse_during_splits(text) IS 'Raises 55006 while a split or merge of route ranges is unfinished.';
-REVOKE EXECUTE ON FUNCTION id_gen.refuse_during_splits(text) FROM PUBLIC;
 
 -- set_route and drop_route (route changes by hand) are in sql/cluster/routing.sql.

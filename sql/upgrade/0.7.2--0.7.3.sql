@@ -31,6 +31,12 @@ DROP FUNCTION id_gen.take_reversible_move(bigint, text);
 DROP FUNCTION id_gen.recover_splits(interval, interval);
 -- Splits and merges are run by the driver of long operations (id_gen.run_operation) in steps:
 DROP PROCEDURE id_gen.run_split(bigint);
+-- The shard's subscription of a move or its way back is made by one function (with the
+-- relations to check, returning the oid); moves and splits refuse each other through one
+-- function over the one catalog (id_gen.refuse_during_operations):
+DROP FUNCTION id_gen.subscribe_with_secret(bigint, name, boolean);
+DROP FUNCTION id_gen.refuse_during_moves(text);
+DROP FUNCTION id_gen.refuse_during_splits(text);
 -- @after-code
 INSERT INTO id_gen.cluster_operations
   (operation_id, kind, phase, lower_gene, upper_gene, shard, target_shard, rows_copied, lag_bytes,

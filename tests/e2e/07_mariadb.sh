@@ -100,13 +100,13 @@ chmod 0644 "$M/plugin/id_gen_mysql.cnf"
 install -o mysql -g mysql -m 0444 "$SO" "$M/plugin/libid_gen_mysql.so"
 FUNCS="id_gen_shard_gene:INTEGER id_gen_shard_of:INTEGER id_gen_seq_of:INTEGER id_gen_compose_id:INTEGER
        id_gen_encode_order_no:STRING id_gen_encode_order_no_bin:STRING id_gen_decode_order_no:INTEGER"
-create_functions() {
-  local f
-  for f in $FUNCS; do
-    mcli "$M" -e "CREATE FUNCTION ${f%%:*} RETURNS ${f##*:} SONAME 'libid_gen_mysql.so'"
-  done
-}
+# The SQL of docs/guide/mariadb.md runs as it stands there: guide_block N prints its N-th
+# ```sql block (1: the CREATE FUNCTIONs, 2: the seed's table, trigger and a first INSERT).
+guide_block() { awk -v n="$1" '/^```sql$/ { k++; on = (k == n); next } /^```/ { on = 0 } on' docs/guide/mariadb.md; }
+create_functions() { guide_block 1 | mcli "$M"; }
 create_functions
+assert_eq "$(mcli "$M" -e "SELECT COUNT(*) FROM mysql.func WHERE dl = 'libid_gen_mysql.so'")" "$(echo $FUNCS | wc -w)" \
+  "the guide's CREATE FUNCTIONs load every function of the plugin ($(echo $FUNCS))"
 mcli "$M" -e "CREATE DATABASE shop"
 assert_eq "$(m "SELECT CONCAT_WS(' ', id_gen_shard_gene(42), id_gen_shard_gene(0), id_gen_shard_gene(1), id_gen_shard_gene(45346343212), id_gen_shard_gene('alice'), id_gen_shard_gene('42'))")" \
   "16043 55408 24031 14299 13795 3541" "README check values in MariaDB"
@@ -167,29 +167,12 @@ pass "group/world-readable KEK file: $e"
 chmod 0400 "$M/keys/kek.hex"
 assert_eq "$(m "SELECT COUNT(*) FROM golden_no WHERE id_gen_decode_order_no(order_no) <=> order_id")" "1000" "right KEK back: every number decodes again (reloaded without a restart)"
 
-# --- The seed's test_order on a MariaDB SEQUENCE -------------------------------------------------
+# --- The seed's test_order on a MariaDB SEQUENCE (the guide's block) ----------------------------
+guide_block 2 | mcli "$M" shop
+assert_eq "$(m "SELECT GROUP_CONCAT(CONCAT(buyer_uid, ':', shard_gene, ':', id_gen_seq_of(order_id), ':', order_no_kv) ORDER BY id_gen_seq_of(order_id) SEPARATOR ' ') FROM test_order")" \
+  "42:16043:1:2 42:16043:2:2 7:$(m "SELECT id_gen_shard_gene(7)"):3:2" "the guide's three orders: two of buyer 42 with its gene, one of buyer 7, key version 2"
+m "DELETE FROM test_order; ALTER SEQUENCE orders_seq RESTART WITH 1"
 mcli "$M" shop <<'SQL'
-CREATE SEQUENCE orders_seq START WITH 1 INCREMENT BY 1 MINVALUE 1 MAXVALUE 140737488355327 CACHE 1000 NOCYCLE;
-CREATE TABLE `test_order` (
-  `order_id` BIGINT(20) UNSIGNED NOT NULL COMMENT '订单号: ((xxhash(buyer_uid)^murmurhash(buyer_uid))&0xFFFF)<<47|(号段ID&0x7FFFFFFFFFFF)',
-  `order_no` VARBINARY(16) NOT NULL COMMENT '外部订单号 (UUIDv8, 16 bytes)',
-  `order_no_kv` INT NOT NULL COMMENT '密钥版本',
-  `buyer_uid` BIGINT(20) NOT NULL,
-  `shard_gene` SMALLINT UNSIGNED GENERATED ALWAYS AS (`order_id` >> 47) VIRTUAL COMMENT '分片基因冗余，便于查询',
-  PRIMARY KEY (`order_id`) USING BTREE,
-  INDEX `idx_order_no` (`order_no`) USING BTREE,
-  INDEX `idx_buyer_uid` (`buyer_uid`) USING BTREE
-) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
-DELIMITER //
-CREATE TRIGGER test_order_fill BEFORE INSERT ON test_order FOR EACH ROW
-BEGIN
-  IF NEW.order_id IS NULL OR NEW.order_id = 0 THEN
-    SET NEW.order_id = id_gen_compose_id(id_gen_shard_gene(NEW.buyer_uid), NEXT VALUE FOR orders_seq);
-  END IF;
-  SET NEW.order_no = id_gen_encode_order_no_bin(NEW.order_id);
-  SET NEW.order_no_kv = ORD(SUBSTRING(NEW.order_no, 3, 1));
-END//
-DELIMITER ;
 -- INSERT ... SELECT checks omitted NOT NULL columns before the trigger runs: name them as NULL.
 INSERT INTO test_order (order_id, order_no, order_no_kv, buyer_uid) SELECT NULL, NULL, NULL, owner FROM golden_int;
 SQL

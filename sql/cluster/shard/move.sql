@@ -291,17 +291,24 @@ REVOKE EXECUTE ON FUNCTION id_gen.shard_system_id() FROM PUBLIC;
 -- forgets that string. The password never appears in a statement text, log line, error or
 -- pg_stat_statements (whatever its track setting).
 -- A move's subscription does not connect (its tables come with REFRESH ... copy_data);
--- the way back of a reversible move (tables_now) connects to read its tables, which are
--- ready at once (copy_data = false), so no change streamed later is skipped.
-CREATE OR REPLACE FUNCTION id_gen.subscribe_with_secret(move_id bigint, tag name, tables_now boolean) RETURNS void
+-- the way back of a reversible move (way_back: subscription id_gen_back_<id>) connects to
+-- read its tables, which are ready at once (copy_data = false), so no change streamed later
+-- is skipped, and is enabled. Either refuses tables whose code an ordinary role controls
+-- (the apply worker would run it as a superuser). Returns the subscription's oid.
+CREATE OR REPLACE FUNCTION id_gen.subscribe_with_secret(move_id bigint, parts text[], way_back boolean) RETURNS oid
 LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
+  tag name := CASE WHEN way_back THEN 'id_gen_back_' ELSE 'id_gen_move_' END || move_id;
+  rel regclass;
   conn text;
   msg text;
   code text;
 BEGIN
+  FOREACH rel IN ARRAY id_gen.shard_relations(parts, true) LOOP
+    PERFORM id_gen.refuse_untrusted_table(rel, 'shard table');
+  END LOOP;
   IF NOT EXISTS (SELECT FROM pg_subscription s WHERE s.subname = tag) THEN
     SELECT s.conninfo INTO conn FROM id_gen.move_secrets s WHERE s.move_id = subscribe_with_secret.move_id;
     IF conn IS NULL THEN
@@ -318,7 +325,7 @@ BEGIN
       -- readable by pg_read_all_stats: this one is not tracked (a placeholder setting
       -- where the module is not loaded).
       PERFORM set_config('pg_stat_statements.track', 'none', true);
-      IF tables_now THEN
+      IF way_back THEN
         EXECUTE format('CREATE SUBSCRIPTION %I CONNECTION %L PUBLICATION %I WITH (create_slot = false, slot_name = %L, '
                        'copy_data = false, enabled = false)', tag, conn, tag, tag);
       ELSE
@@ -332,24 +339,18 @@ BEGIN
     END;
   END IF;
   DELETE FROM id_gen.move_secrets s WHERE s.move_id = subscribe_with_secret.move_id;
-END $$;
-COMMENT ON FUNCTION id_gen.subscribe_with_secret(bigint, name, boolean) IS 'Creates a move''s subscription (publication and slot of the same name; not enabled) from the connection string in id_gen.move_secrets, which it then deletes; tables_now: connect and take the tables as ready (the way back of a reversible move).';
-REVOKE EXECUTE ON FUNCTION id_gen.subscribe_with_secret(bigint, name, boolean) FROM PUBLIC;
-
-CREATE OR REPLACE FUNCTION id_gen.shard_subscribe(move_id bigint, parts text[]) RETURNS oid
-LANGUAGE plpgsql STRICT
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-  tag name := 'id_gen_move_' || move_id;
-  rel regclass;
-BEGIN
-  FOREACH rel IN ARRAY id_gen.shard_relations(parts, true) LOOP
-    PERFORM id_gen.refuse_untrusted_table(rel, 'shard table');
-  END LOOP;
-  PERFORM id_gen.subscribe_with_secret(move_id, tag, false);
+  IF way_back AND EXISTS (SELECT FROM pg_subscription s WHERE s.subname = tag AND NOT s.subenabled) THEN
+    EXECUTE format('ALTER SUBSCRIPTION %I ENABLE', tag);
+  END IF;
   RETURN (SELECT s.oid FROM pg_subscription s WHERE s.subname = tag);
 END $$;
+COMMENT ON FUNCTION id_gen.subscribe_with_secret(bigint, text[], boolean) IS 'Creates a move''s subscription (publication and slot of the same name; not enabled) for the shard tables of parts, from the connection string in id_gen.move_secrets, which it then deletes; way_back: the way back of a reversible move, connected, its tables taken as ready, and enabled. Returns its oid.';
+REVOKE EXECUTE ON FUNCTION id_gen.subscribe_with_secret(bigint, text[], boolean) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION id_gen.shard_subscribe(move_id bigint, parts text[]) RETURNS oid
+LANGUAGE sql STRICT
+SET search_path = pg_catalog, pg_temp
+RETURN id_gen.subscribe_with_secret(move_id, parts, false);
 COMMENT ON FUNCTION id_gen.shard_subscribe(bigint, text[]) IS 'On the target of a move: creates its subscription (not yet connected) from the connection string in id_gen.move_secrets, then forgets that string.';
 REVOKE EXECUTE ON FUNCTION id_gen.shard_subscribe(bigint, text[]) FROM PUBLIC;
 

@@ -156,22 +156,9 @@ REVOKE EXECUTE ON FUNCTION id_gen.shard_detach_kept(bigint, text[], name[], inte
 
 -- On the source: the way back's subscription (from id_gen.move_secrets), not yet enabled.
 CREATE OR REPLACE FUNCTION id_gen.shard_subscribe_way_back(move_id bigint, parts text[]) RETURNS oid
-LANGUAGE plpgsql STRICT
+LANGUAGE sql STRICT
 SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-  tag name := 'id_gen_back_' || move_id;
-  rel regclass;
-BEGIN
-  FOREACH rel IN ARRAY id_gen.shard_relations(parts, true) LOOP
-    PERFORM id_gen.refuse_untrusted_table(rel, 'shard table');
-  END LOOP;
-  PERFORM id_gen.subscribe_with_secret(move_id, tag, true);
-  IF EXISTS (SELECT FROM pg_subscription s WHERE s.subname = tag AND NOT s.subenabled) THEN
-    EXECUTE format('ALTER SUBSCRIPTION %I ENABLE', tag);
-  END IF;
-  RETURN (SELECT s.oid FROM pg_subscription s WHERE s.subname = tag);
-END $$;
+RETURN id_gen.subscribe_with_secret(move_id, parts, true);
 COMMENT ON FUNCTION id_gen.shard_subscribe_way_back(bigint, text[]) IS 'On the source of a reversible move: creates and enables the subscription of the way back from the connection string in id_gen.move_secrets (then forgotten).';
 REVOKE EXECUTE ON FUNCTION id_gen.shard_subscribe_way_back(bigint, text[]) FROM PUBLIC;
 
