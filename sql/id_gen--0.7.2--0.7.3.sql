@@ -5067,6 +5067,31 @@ END $$;
 COMMENT ON PROCEDURE id_gen.abort_split(bigint) IS 'Rolls back a split or merge that has not swapped: the shard drops its triggers and new tables; the routes never changed. Superuser only.';
 REVOKE EXECUTE ON PROCEDURE id_gen.abort_split(bigint) FROM PUBLIC;
 
+-- The supervisor's bounded form of the coordinator's half of a swap (relayout false: the
+-- step finish_here of split_step) or of the re-layout after a split (true: the step
+-- relayout): up to 20 tries 50 ms apart, each taking its locks within 50 ms, so that the
+-- coordinator's writers never wait longer; 55P03 with the last reason when none got them.
+CREATE OR REPLACE FUNCTION id_gen.split_here_within_a_second(s id_gen.route_splits, relayout boolean) RETURNS void
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  res text;
+BEGIN
+  FOR attempt IN 1 .. 20 LOOP
+    EXIT WHEN relayout AND NOT id_gen.split_needs_relayout(s);
+    res := CASE WHEN relayout THEN id_gen.try_relayout_split_here(s.split_id)
+                ELSE id_gen.try_finish_split_here(s.split_id, coalesce(s.fence_started_at, clock_timestamp()), 0) END;
+    EXIT WHEN res IS NULL;
+    PERFORM pg_sleep(0.05);
+  END LOOP;
+  IF res IS NOT NULL THEN
+    RAISE EXCEPTION 'the coordinator''s tables stayed busy: %', res USING ERRCODE = '55P03';
+  END IF;
+END $$;
+COMMENT ON FUNCTION id_gen.split_here_within_a_second(id_gen.route_splits, boolean) IS 'For the move supervisor: the coordinator''s half of a split''s or merge''s swap (relayout false) or the re-layout after a split (true), up to 20 tries of 50 ms locks, 50 ms apart; 55P03 when none succeeded.';
+REVOKE EXECUTE ON FUNCTION id_gen.split_here_within_a_second(id_gen.route_splits, boolean) FROM PUBLIC;
+
 -- A split or merge whose session is gone, for the recovery loop (id_gen.recover_operations
 -- in sql/cluster/operations.sql), which holds its session lock and records what this
 -- returns, or the error it raises. A failed one (its rollback incomplete) waits for
@@ -5086,30 +5111,13 @@ BEGIN
   END IF;
   state := id_gen.remote_call(s.shard, 'shard_split_state', ARRAY[s.split_id::text], 10000);
   IF s.phase = 'swapping' AND state = 'swapped' THEN
-    -- (Locks within 50 ms, a few tries: the coordinator's writers never wait longer.)
-    FOR attempt IN 1 .. 20 LOOP
-      res := id_gen.try_finish_split_here(s.split_id, coalesce(s.fence_started_at, clock_timestamp()), 0);
-      EXIT WHEN res IS NULL;
-      PERFORM pg_sleep(0.05);
-    END LOOP;
-    IF res IS NOT NULL THEN
-      RAISE EXCEPTION 'the coordinator''s tables stayed busy: %', res USING ERRCODE = '55P03';
-    END IF;
+    PERFORM id_gen.split_here_within_a_second(s, false);
     -- (The cleanup, a remote call, waits for the next pass: these locks last until
     -- this pass commits.)
     RETURN 'finished the swap here';
   ELSIF s.phase = 'swapped' THEN
     PERFORM id_gen.run_cleanups(s.split_id, true, NULL, false);
-    res := NULL;
-    FOR attempt IN 1 .. 20 LOOP
-      EXIT WHEN NOT id_gen.split_needs_relayout(s);
-      res := id_gen.try_relayout_split_here(s.split_id);
-      EXIT WHEN res IS NULL;
-      PERFORM pg_sleep(0.05);
-    END LOOP;
-    IF res IS NOT NULL THEN
-      RAISE EXCEPTION 'the coordinator''s tables stayed busy: %', res USING ERRCODE = '55P03';
-    END IF;
+    PERFORM id_gen.split_here_within_a_second(s, true);
     UPDATE id_gen.route_splits rs SET phase = 'done', finished_at = clock_timestamp(), updated_at = clock_timestamp()
     WHERE rs.split_id = s.split_id;
     RETURN 'dropped the old partitions';
