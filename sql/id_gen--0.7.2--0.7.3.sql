@@ -3040,7 +3040,11 @@ COMMENT ON FUNCTION id_gen.send_move_secret(id_gen.shard_moves) IS 'Leaves the s
 REVOKE EXECUTE ON FUNCTION id_gen.send_move_secret(id_gen.shard_moves) FROM PUBLIC;
 
 -- A move's cleanup records: every object a move may make on a shard, with its policy and
--- order (id_gen.run_cleanups runs the highest run_order first). Records that the move may
+-- order (id_gen.run_cleanups runs the highest run_order first: a fence goes first, so that
+-- writes flow again whatever else is slow; a subscription before its slot; the way back
+-- before the source's kept partitions). A revert's fence goes whatever the outcome: the
+-- revert's flip forgets it (the target's copies go with the revert), and a move completed
+-- while an interrupted revert's fence is up (complete_move, the WAL bound) lifts it. Records that the move may
 -- make `objects` (the caller commits before making them): the entry procedure those of the
 -- start (id_gen.move_genes); the step before the one that makes it the replication slot,
 -- the source's fence and a revert's fence.
@@ -3051,8 +3055,8 @@ AS $$
   SELECT id_gen.record_cleanup(m.move_id, r.object, r.node, r.object_name, r.policy, r.run_order)
   FROM (VALUES
     ('way_back', m.target_shard, format('publication and slot id_gen_back_%s, and the subscription of that name on %s', m.move_id, m.source_shard), 'always', 95),
-    ('revert_fence', m.target_shard, format('fence triggers on the partitions of genes %s .. %s', m.lower_gene, m.upper_gene), 'on_failure', 85),
-    ('source_fence', m.source_shard, format('fence triggers on the partitions of genes %s .. %s', m.lower_gene, m.upper_gene), 'on_failure', 80),
+    ('source_fence', m.source_shard, format('fence triggers on the partitions of genes %s .. %s', m.lower_gene, m.upper_gene), 'on_failure', 99),
+    ('revert_fence', m.target_shard, format('fence triggers on the partitions of genes %s .. %s', m.lower_gene, m.upper_gene), 'always', 98),
     ('subscription', m.target_shard, format('subscription id_gen_move_%s', m.move_id), 'always', 60),
     ('publication', m.source_shard, format('publication id_gen_move_%s', m.move_id), 'always', 50),
     ('replication_slot', m.source_shard, format('replication slot id_gen_move_%s', m.move_id), 'always', 45),
@@ -3199,7 +3203,10 @@ BEGIN
   ELSIF m.phase = 'reversible' THEN
     -- Left open on purpose: only a fence of an interrupted revert is lifted, and a way
     -- back that keeps too much WAL on the target is ended (the genes stay there).
-    IF m.back_retained_bytes > pg_size_bytes(max_wal)
+    IF id_gen.has_cleanup(m.move_id, 'revert_fence') AND m.source_shard <> ALL (down) THEN
+      PERFORM id_gen.run_cleanups(m.move_id, false, '{revert_fence}', false);
+      RETURN 'lifted the fence of an interrupted revert';
+    ELSIF m.back_retained_bytes > pg_size_bytes(max_wal)
        OR (m.back_retained_bytes IS NULL AND m.last_error LIKE 'the way back''s slot is missing%') THEN
       -- Over the bound, or the slot is gone already (dropped by an earlier pass whose
       -- clean-up on the source failed): no way back is left; the genes stay on the target.
@@ -3208,9 +3215,6 @@ BEGIN
                   THEN format('completed: the way back''s slot on %s was gone', m.target_shard)
                   ELSE format('completed: the way back kept %s of WAL on %s (id_gen.reversible_max_wal = %s)',
                               pg_size_pretty(m.back_retained_bytes), m.target_shard, max_wal) END;
-    ELSIF id_gen.has_cleanup(m.move_id, 'revert_fence') AND m.source_shard <> ALL (down) THEN
-      PERFORM id_gen.run_cleanups(m.move_id, false, '{revert_fence}', false);
-      RETURN 'lifted the fence of an interrupted revert';
     END IF;
   ELSIF id_gen.has_cleanup(m.move_id, 'source_fence') THEN
     PERFORM id_gen.run_cleanups(m.move_id, false, '{source_fence}', false);
@@ -5249,8 +5253,11 @@ BEGIN
     EXECUTE format('ALTER SUBSCRIPTION %I DISABLE', tag);
     EXECUTE format('ALTER SUBSCRIPTION %I SET (slot_name = NONE)', tag);
   END IF;
+  -- (The target's connection string waits here until the cut-over subscribes with it; a
+  -- move rolled back before that leaves it, and it goes now.)
+  DELETE FROM id_gen.move_secrets s WHERE s.move_id = shard_detach_way_back.move_id;
 END $$;
-COMMENT ON FUNCTION id_gen.shard_detach_way_back(bigint) IS 'On the source of a reversible move: disables the way back''s subscription and lets go of its slot (dropped on the target first), so that DROP SUBSCRIPTION does not need the target.';
+COMMENT ON FUNCTION id_gen.shard_detach_way_back(bigint) IS 'On the source of a reversible move: disables the way back''s subscription and lets go of its slot (dropped on the target first), so that DROP SUBSCRIPTION does not need the target; forgets the target''s connection string if it is still there.';
 REVOKE EXECUTE ON FUNCTION id_gen.shard_detach_way_back(bigint) FROM PUBLIC;
 
 -- On the source at the cut-over of a reversible move: the partitions leave the table but

@@ -409,6 +409,31 @@ def test_e_coordinator_killed_mid_revert_the_supervisor_lifts_the_fence():
         "the direct write made on the target after the fence was lifted is on the source after the revert"
 
 
+def test_e_complete_move_after_an_interrupted_revert_lifts_its_fence():
+    # A revert killed with its fence up on the target, then complete_move (or the supervisor,
+    # whichever takes the move first): the target keeps the genes and takes writes again.
+    c, s1, s2 = S["c"], S["s1"], S["s2"]
+    mid = reversible_move(0, 2047)
+    s1.execute(f"ALTER SUBSCRIPTION id_gen_back_{mid} DISABLE")  # the marker never arrives: the fence waits
+    call = Background(c, f"CALL id_gen.revert_move({mid})")
+    poll_until("the revert's fence is up on the target", fence_triggers_on_target, lambda n: n > 0, 30)
+    restart_after_kill9(c)
+    call.join()
+
+    def complete():  # (the supervisor holds the move only for its pass: 55006 meanwhile)
+        state = c.sqlstate(f"CALL id_gen.complete_move({mid})")
+        return "busy" if state == "55006" else state
+
+    poll_until("complete_move takes the move", complete, None, 60)
+    assert f"{move_phase(mid)}/{fence_triggers_on_target()}/{first_route()}/{nothing_left()}" == "done/0/0-2047@shard_2/0/0", \
+        "complete_move after an interrupted revert: done, the target's fence lifted, the genes on shard_2, nothing of the way back left"
+    assert c.one(f"SELECT count(*) FROM id_gen.operation_cleanups WHERE operation_id = {mid}") == 0, "no cleanup record is left"
+    owner = S["rev_inside"][0]
+    assert s2.sqlstate(f"INSERT INTO orders (id, owner_id, amount) VALUES (id_gen.gene_order_id('orders', {owner}::bigint), {owner}, 1)") \
+        is None, "direct writes on the target work"
+    c.execute("SET client_min_messages = warning", "CALL id_gen.move_genes(0, 2047, 'shard_1')")  # (as the next test expects)
+
+
 def test_e_a_revert_interrupted_after_its_flip_is_finished_by_the_supervisor():
     c, s1 = S["c"], S["s1"]
     mid = reversible_move(0, 2047)

@@ -148,16 +148,20 @@ INSERT INTO id_gen.route_splits (kind, lower_gene, at_gene, upper_gene, shard, p
 VALUES ('merge', 4096, 8191, 16383, 's1', 'done', 10, 10);
 INSERT INTO id_gen.shard_moves (lower_gene, upper_gene, source_shard, target_shard, phase, slot_created, source_fenced)
 VALUES (16384, 32767, 's1', 's2', 'catching_up', true, true);
+INSERT INTO id_gen.shard_moves (lower_gene, upper_gene, source_shard, target_shard, phase, reversible, source_fenced)
+VALUES (32768, 40000, 's1', 's2', 'reversible', true, true), (40001, 50000, 's1', 's2', 'reverting', true, true);
+INSERT INTO id_gen.shard_moves (lower_gene, upper_gene, source_shard, target_shard, phase, slot_created)
+VALUES (50001, 60000, 's1', 's2', 'failed', true), (60001, 65535, 's1', 's2', 'cut_over', true);
 SQL
 q v72 "ALTER EXTENSION id_gen UPDATE TO '$NEW'" >/dev/null
 assert_eq "$(q v72 "SELECT string_agg(operation_id || ':' || kind || ':' || phase || ':' || source_shard || '>' || target_shard, ',' ORDER BY operation_id) FROM id_gen.operations")" \
-  "1:move:reversible:s1>s2,2:merge:done:s1>s1,3:move:catching_up:s1>s2" "the moves and splits of 0.7.2 are long operations of $NEW, ids kept"
+  "1:move:reversible:s1>s2,2:merge:done:s1>s1,3:move:catching_up:s1>s2,4:move:reversible:s1>s2,5:move:reverting:s1>s2,6:move:failed:s1>s2,7:move:cut_over:s1>s2" "the moves and splits of 0.7.2 are long operations of $NEW, ids kept"
 assert_eq "$(q v72 "SELECT string_agg(move_id || ':' || reversible || ':' || coalesce(back_lag_bytes, 0) || ':' || runner || ':' || source_fenced, ',' ORDER BY move_id) FROM id_gen.moves")/$(q v72 "SELECT split_id || ':' || percent_copied FROM id_gen.splits")" \
-  "1:true:42:no session:false,3:false:0:no session:true/2:100.0" "id_gen.moves and id_gen.splits show them as before"
+  "1:true:42:no session:false,3:false:0:no session:true,4:true:0:no session:true,5:true:0:no session:false,6:false:0:no session:false,7:false:0:no session:false/2:100.0" "id_gen.moves and id_gen.splits show them as before"
 assert_eq "$(q v72 "SELECT string_agg(operation_id || ':' || objects, ' ') FROM (SELECT operation_id, string_agg(object || '@' || node, ',' ORDER BY object) AS objects FROM id_gen.operation_cleanups GROUP BY 1 ORDER BY 1) c")" \
-  "1:source_copies@s1,target_copies@s2,way_back@s2 3:markers@s2,publication@s1,replication_slot@s1,source_copies@s1,source_fence@s1,source_markers@s1,subscription@s2,sync_slots@s1,target_copies@s2" \
-  "the flags of unfinished moves became cleanup records (a reversible one keeps those that wait for its outcome; the slot and the fence of slot_created and source_fenced)"
-assert_eq "$(q v72 "SELECT nextval('id_gen.move_ids')")" "4" "new operations are numbered after them"
+  "1:source_copies@s1,target_copies@s2,way_back@s2 3:markers@s2,publication@s1,replication_slot@s1,source_copies@s1,source_fence@s1,source_markers@s1,subscription@s2,sync_slots@s1,target_copies@s2 4:revert_fence@s2,source_copies@s1,target_copies@s2,way_back@s2 5:source_copies@s1,target_copies@s2,way_back@s2 6:markers@s2,publication@s1,replication_slot@s1,source_copies@s1,source_markers@s1,subscription@s2,sync_slots@s1,target_copies@s2 7:markers@s2,publication@s1,replication_slot@s1,source_copies@s1,source_markers@s1,subscription@s2,sync_slots@s1,target_copies@s2" \
+  "the flags of unfinished moves became cleanup records in every phase (a reversible or reverting one keeps those that wait for its outcome, and a reversible one's source_fenced is its revert's fence; slot_created and source_fenced are the slot and the fence)"
+assert_eq "$(q v72 "SELECT nextval('id_gen.move_ids')")" "8" "new operations are numbered after them"
 q v72 "$SCHEMA_SQL" > "$E2E_DIR/upgraded_v72.txt"
 if ! diff -u "$E2E_DIR/fresh.txt" "$E2E_DIR/upgraded_v72.txt" > "$E2E_DIR/schema_v72.diff"; then
   head -40 "$E2E_DIR/schema_v72.diff" >&2

@@ -114,8 +114,11 @@ BEGIN
     EXECUTE format('ALTER SUBSCRIPTION %I DISABLE', tag);
     EXECUTE format('ALTER SUBSCRIPTION %I SET (slot_name = NONE)', tag);
   END IF;
+  -- (The target's connection string waits here until the cut-over subscribes with it; a
+  -- move rolled back before that leaves it, and it goes now.)
+  DELETE FROM id_gen.move_secrets s WHERE s.move_id = shard_detach_way_back.move_id;
 END $$;
-COMMENT ON FUNCTION id_gen.shard_detach_way_back(bigint) IS 'On the source of a reversible move: disables the way back''s subscription and lets go of its slot (dropped on the target first), so that DROP SUBSCRIPTION does not need the target.';
+COMMENT ON FUNCTION id_gen.shard_detach_way_back(bigint) IS 'On the source of a reversible move: disables the way back''s subscription and lets go of its slot (dropped on the target first), so that DROP SUBSCRIPTION does not need the target; forgets the target''s connection string if it is still there.';
 REVOKE EXECUTE ON FUNCTION id_gen.shard_detach_way_back(bigint) FROM PUBLIC;
 
 -- On the source at the cut-over of a reversible move: the partitions leave the table but
