@@ -24,9 +24,11 @@ pub enum Epoch {
     /// A shard's route version and the partitions of its distributed tables
     /// (`routing_guard/shard_state.rs`).
     ShardRouting = 3,
+    /// A coordinator's route table as shard slots (`route_hash.rs`).
+    CoordinatorRoutes = 4,
 }
 
-const COUNT: usize = 4;
+const COUNT: usize = 5;
 
 static COUNTERS: AtomicPtr<AtomicU64> = AtomicPtr::new(std::ptr::null_mut());
 
@@ -70,4 +72,36 @@ pub fn bump_at_commit(which: Epoch) {
             c.fetch_add(1, Ordering::AcqRel);
         }
     });
+}
+
+/// Runs `f` with the latest snapshot active. A cache that an epoch invalidates is loaded
+/// this way: it is kept under the epoch read before loading, so it must include everything
+/// that committed before that epoch was read, also what committed after the statement's own
+/// snapshot was taken (a routing-guard claim that waited for a re-partition reloads after it).
+pub fn with_latest_snapshot<R>(f: impl FnOnce() -> R) -> R {
+    struct Pop;
+    impl Drop for Pop {
+        fn drop(&mut self) {
+            // SAFETY: pops the snapshot pushed below, at the same nesting level.
+            unsafe { pg_sys::PopActiveSnapshot() };
+        }
+    }
+    // SAFETY: inside a transaction; PushActiveSnapshot copies the static latest snapshot.
+    unsafe { pg_sys::PushActiveSnapshot(pg_sys::GetLatestSnapshot()) };
+    let _pop = Pop;
+    f()
+}
+
+/// Whether this database has the catalog a cache is loaded from (`probe` is a query of one
+/// boolean): the library is preloaded for the whole server, and a database may have no
+/// id_gen, or an older version of it.
+pub fn catalog_present(
+    client: &pgrx::spi::SpiClient<'_>,
+    probe: &str,
+) -> pgrx::spi::SpiResult<bool> {
+    Ok(client
+        .select(probe, None, &[])?
+        .first()
+        .get_one::<bool>()?
+        .unwrap_or(false))
 }

@@ -21,6 +21,7 @@ mod grants;
 mod gucs;
 mod layout;
 mod order_no;
+mod route_hash;
 mod routing;
 mod routing_guard;
 mod segments;
@@ -59,9 +60,21 @@ extension_sql_file!(
         layout::shard_gene_uuid
     ]
 );
-extension_sql_file!("../sql/cluster/names.sql", name = "names", requires = ["ids"]);
-extension_sql_file!("../sql/cluster/guards.sql", name = "guards", requires = ["names"]);
-extension_sql_file!("../sql/cluster/remote.sql", name = "remote", requires = ["guards"]);
+extension_sql_file!(
+    "../sql/cluster/names.sql",
+    name = "names",
+    requires = ["ids"]
+);
+extension_sql_file!(
+    "../sql/cluster/guards.sql",
+    name = "guards",
+    requires = ["names"]
+);
+extension_sql_file!(
+    "../sql/cluster/remote.sql",
+    name = "remote",
+    requires = ["guards"]
+);
 extension_sql_file!(
     "../sql/cluster/relations.sql",
     name = "relations",
@@ -87,19 +100,31 @@ extension_sql_file!(
     name = "shard_move",
     requires = ["shard_tables"]
 );
-extension_sql_file!("../sql/cluster/move.sql", name = "move", requires = ["shard_move"]);
+extension_sql_file!(
+    "../sql/cluster/move.sql",
+    name = "move",
+    requires = ["shard_move"]
+);
 extension_sql_file!(
     "../sql/cluster/shard/split.sql",
     name = "shard_split",
     requires = ["move"]
 );
-extension_sql_file!("../sql/cluster/split.sql", name = "split", requires = ["shard_split"]);
+extension_sql_file!(
+    "../sql/cluster/split.sql",
+    name = "split",
+    requires = ["shard_split"]
+);
 extension_sql_file!(
     "../sql/cluster/shard/revert.sql",
     name = "shard_revert",
     requires = ["split"]
 );
-extension_sql_file!("../sql/cluster/revert.sql", name = "revert", requires = ["shard_revert"]);
+extension_sql_file!(
+    "../sql/cluster/revert.sql",
+    name = "revert",
+    requires = ["shard_revert"]
+);
 extension_sql_file!(
     "../sql/cluster/rebalance.sql",
     name = "rebalance",
@@ -120,6 +145,16 @@ extension_sql_file!(
     "../sql/cluster/shard/routing.sql",
     name = "shard_routing",
     requires = ["routing"]
+);
+extension_sql_file!(
+    "../sql/cluster/route_hash.sql",
+    name = "route_hash",
+    requires = [
+        "shard_routing",
+        route_hash::gene_route_hash,
+        route_hash::gene_route_hash_extended,
+        route_hash::route_hash_changed
+    ]
 );
 extension_sql_file!("../sql/install/finalize.sql", finalize);
 

@@ -39,7 +39,8 @@ pub fn register() {
 /// One pass, by the installed version of id_gen's SQL: `recover_operations` from 0.7.3,
 /// `recover_moves` from 0.4.0 (it recovers splits too from 0.5.0), nothing before.
 const PASS_SQL: &str = "SELECT count(*) FROM id_gen.recover_operations(make_interval(secs => $1))";
-const PASS_SQL_BEFORE_0_7_3: &str = "SELECT count(*) FROM id_gen.recover_moves(make_interval(secs => $1))";
+const PASS_SQL_BEFORE_0_7_3: &str =
+    "SELECT count(*) FROM id_gen.recover_moves(make_interval(secs => $1))";
 
 #[pg_guard]
 #[unsafe(no_mangle)]

@@ -249,3 +249,17 @@ CREATE TYPE id_gen.step_outcome AS (
     stop_hint     text
 );
 COMMENT ON TYPE id_gen.step_outcome IS 'What a step of a long operation (or its failure handler) tells the driver id_gen.run_operation: where to go on in the phase (next_step; NULL: from the start of the phase as it is now), how many seconds to pause after the commit, or an error to stop with (stop_message with its SQLSTATE, detail and hint), raised after the commit.';
+-- Shard slots (sql/cluster/route_hash.sql): the number of each shard in the hash partitions
+-- of a coordinator table partitioned by id_gen.gene_route_ops.
+CREATE TABLE id_gen.shard_slots (
+    shard       text        PRIMARY KEY,
+    slot        integer     NOT NULL UNIQUE CHECK (slot BETWEEN 0 AND 1022),
+    assigned_at timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+SELECT pg_catalog.pg_extension_config_dump('id_gen.shard_slots', '');
+REVOKE ALL ON id_gen.shard_slots FROM PUBLIC;
+GRANT SELECT ON id_gen.shard_slots TO PUBLIC;
+COMMENT ON TABLE id_gen.shard_slots IS 'On a coordinator: each shard''s slot, the remainder of its hash partitions (FOR VALUES WITH (MODULUS 1024, REMAINDER slot)) in tables partitioned by id_gen.gene_route_ops. Given by id_gen.assign_shard_slot; a slot is never changed or reused.';
+COMMENT ON COLUMN id_gen.shard_slots.shard IS 'The shard (a postgres_fdw server named in id_gen.shard_routes).';
+COMMENT ON COLUMN id_gen.shard_slots.slot IS 'Its slot, 0 .. 1022 (1023 is the slot of genes without a route).';
+COMMENT ON COLUMN id_gen.shard_slots.assigned_at IS 'When the slot was given.';

@@ -145,6 +145,11 @@ COMMENT ON FUNCTION id_gen.gene_order_id_bytes(text, uuid) IS 'gene_order_id_byt
 COMMENT ON FUNCTION id_gen.fill_gene_id() IS 'BEFORE INSERT OR UPDATE row trigger: fill_gene_id(''id_col'', ''owner_col'', ''sequence'') fills a NULL bigint/bytea id from the owner column; an UPDATE that moves the owner to another gene while keeping the id is refused (23514).';
 COMMENT ON FUNCTION id_gen.shard_routing_changed() IS 'On a shard: every backend reloads its routing view (route version, partitions of distributed tables) once this transaction commits. Called by the shard functions that change them.';
 REVOKE EXECUTE ON FUNCTION id_gen.shard_routing_changed() FROM PUBLIC;
+COMMENT ON FUNCTION id_gen.gene_route_hash_extended(bigint, bigint) IS 'Support function 2 of the operator class id_gen.gene_route_ops: the hash that puts an id into the hash partition (modulus 1024) of the slot of the shard its gene routes to (the seed is ignored).';
+COMMENT ON FUNCTION id_gen.gene_route_hash(bigint) IS 'Support function 1 of the operator class id_gen.gene_route_ops: the slot of the shard an id routes to (1023: none).';
+COMMENT ON FUNCTION id_gen.route_slot(bigint) IS 'The slot (id_gen.shard_slots) of the shard an id routes to, as the hash partitions of id_gen.gene_route_ops see it now; NULL when its gene has no route or its shard no slot.';
+COMMENT ON FUNCTION id_gen.route_hash_changed() IS 'Called by the statement triggers of id_gen.shard_routes and id_gen.shard_slots: re-plans the tables partitioned by id_gen.gene_route_ops and makes every backend reload its shard slots once this transaction commits.';
+REVOKE EXECUTE ON FUNCTION id_gen.route_hash_changed() FROM PUBLIC;
 -- src/connect_bound.rs
 COMMENT ON FUNCTION id_gen.arm_connect_bound(integer) IS 'Arms a timer that interrupts a wait (a connect to another server) after ms, like a cancel; id_gen.remote_send bounds its connects with it. Superuser only.';
 REVOKE EXECUTE ON FUNCTION id_gen.arm_connect_bound(integer) FROM PUBLIC;

@@ -37,6 +37,12 @@ DROP PROCEDURE id_gen.run_split(bigint);
 DROP FUNCTION id_gen.subscribe_with_secret(bigint, name, boolean);
 DROP FUNCTION id_gen.refuse_during_moves(text);
 DROP FUNCTION id_gen.refuse_during_splits(text);
+-- Routing by shard slots (sql/cluster/route_hash.sql makes the operator class
+-- id_gen.gene_route_ops over these; id_gen.shard_slots comes with the catalog):
+-- @rust-function gene_route_hash
+-- @rust-function gene_route_hash_extended
+-- @rust-function route_slot
+-- @rust-function route_hash_changed
 -- @after-code
 INSERT INTO id_gen.cluster_operations
   (operation_id, kind, phase, lower_gene, upper_gene, shard, target_shard, rows_copied, lag_bytes,

@@ -25,7 +25,9 @@ use pgrx::pg_sys;
 /// # Safety
 /// Called by the function manager with two non-NULL arguments.
 #[no_mangle]
-pub unsafe extern "C-unwind" fn id_gen_route_claim(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
+pub unsafe extern "C-unwind" fn id_gen_route_claim(
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> pg_sys::Datum {
     let mut shard_version: i64 = 0;
     // SAFETY: fcinfo comes from the function manager; the guarded part reports its own
     // PostgreSQL errors.
@@ -66,7 +68,9 @@ unsafe fn claim(fcinfo: pg_sys::FunctionCallInfo, shard_version: &mut i64) -> Op
         raise_pg(
             Code::ERRCODE_INVALID_PARAMETER_VALUE,
             format!("id_gen: gene {gene} is out of range (allowed: 0 .. 65535)"),
-            Some("The gene of an owner is id_gen.shard_gene(owner); of an id, id_gen.shard_of(id)."),
+            Some(
+                "The gene of an owner is id_gen.shard_gene(owner); of an id, id_gen.shard_of(id).",
+            ),
         );
     }
     if declared < 0 {
@@ -93,7 +97,11 @@ unsafe fn claim(fcinfo: pg_sys::FunctionCallInfo, shard_version: &mut i64) -> Op
                     if attempt == 0 {
                         break;
                     }
-                    return Some(Verdict::gene_not_owned(gene, state.version, known_owner(gene)));
+                    return Some(Verdict::gene_not_owned(
+                        gene,
+                        state.version,
+                        known_owner(gene),
+                    ));
                 }
             }
         }
@@ -148,7 +156,11 @@ unsafe fn claim(fcinfo: pg_sys::FunctionCallInfo, shard_version: &mut i64) -> Op
         return None;
     }
     let state = shard_state::current(true);
-    Some(Verdict::gene_not_owned(gene, state.version, known_owner(gene)))
+    Some(Verdict::gene_not_owned(
+        gene,
+        state.version,
+        known_owner(gene),
+    ))
 }
 
 /// The lock a claim takes on a table for the current user: ROW EXCLUSIVE if it may write
@@ -160,7 +172,12 @@ fn lock_mode_for(table: pg_sys::Oid) -> Option<pg_sys::LOCKMODE> {
         // SAFETY: a catalog privilege check by oid that reports a missing table instead of
         // raising; any of the bits in `mode` suffices.
         let result = unsafe {
-            pg_sys::pg_class_aclcheck_ext(table, pg_sys::GetUserId(), mode as pg_sys::AclMode, &mut missing)
+            pg_sys::pg_class_aclcheck_ext(
+                table,
+                pg_sys::GetUserId(),
+                mode as pg_sys::AclMode,
+                &mut missing,
+            )
         };
         !missing && result == pg_sys::AclResult::ACLCHECK_OK
     };

@@ -31,7 +31,9 @@
 //! ERROR there, a cancel included, longjmps through frames that hold nothing to drop.
 //! Not checked: ids a join is never asked for (a LIMIT above it stops it early).
 
-use super::plan_check::{binary_args, children, guarded_id_column, is_relation_scan, operator_name, strip_relabel};
+use super::plan_check::{
+    binary_args, children, guarded_id_column, is_relation_scan, operator_name, strip_relabel,
+};
 use super::plan_check::{guard_of, Guarded};
 use super::raise::Verdict;
 use super::shard_state;
@@ -153,7 +155,15 @@ unsafe fn wrap(node: *mut pg_sys::PlanState, change: impl FnOnce(&mut Wrapped)) 
             if !wrapped {
                 // (A node not wrapped yet gets a fresh entry: one left at its address by a
                 // freed node whose callback did not run must not lend it its roles.)
-                m.insert(node as usize, Wrapped { next, at_end: false, check: None, drains: [None; 2] });
+                m.insert(
+                    node as usize,
+                    Wrapped {
+                        next,
+                        at_end: false,
+                        check: None,
+                        drains: [None; 2],
+                    },
+                );
             }
             if let Some(entry) = m.get_mut(&(node as usize)) {
                 change(entry);
@@ -162,8 +172,10 @@ unsafe fn wrap(node: *mut pg_sys::PlanState, change: impl FnOnce(&mut Wrapped)) 
         if !wrapped {
             // The entry goes with the node: at the reset of the query context it lives in.
             let cxt = (*(*node).state).es_query_cxt;
-            let cb = pg_sys::MemoryContextAllocZero(cxt, std::mem::size_of::<pg_sys::MemoryContextCallback>())
-                as *mut pg_sys::MemoryContextCallback;
+            let cb = pg_sys::MemoryContextAllocZero(
+                cxt,
+                std::mem::size_of::<pg_sys::MemoryContextCallback>(),
+            ) as *mut pg_sys::MemoryContextCallback;
             (*cb).func = Some(forget_node);
             (*cb).arg = node as *mut std::ffi::c_void;
             pg_sys::MemoryContextRegisterResetCallback(cxt, cb);
@@ -189,7 +201,10 @@ unsafe fn walk(ps: *mut pg_sys::PlanState) {
     }
     // SAFETY: every node of an initialised tree is a valid PlanState of its tag.
     unsafe {
-        if matches!((*ps).type_, T_HashJoinState | T_MergeJoinState | T_NestLoopState) {
+        if matches!(
+            (*ps).type_,
+            T_HashJoinState | T_MergeJoinState | T_NestLoopState
+        ) {
             watch_join(ps);
         }
         for c in children(ps) {
@@ -208,7 +223,12 @@ enum Source {
 
 /// The sources of output column `resno` of `ps`, followed through the nodes that pass
 /// columns on (joins, Append, Hash, Sort, Material, Memoize, Gather, subqueries, ...).
-unsafe fn column_sources(ps: *mut pg_sys::PlanState, resno: i16, depth: u32, out: &mut Vec<Source>) {
+unsafe fn column_sources(
+    ps: *mut pg_sys::PlanState,
+    resno: i16,
+    depth: u32,
+    out: &mut Vec<Source>,
+) {
     use pg_sys::NodeTag::*;
     if ps.is_null() || depth > 64 {
         out.push(Source::Other);
@@ -222,7 +242,9 @@ unsafe fn column_sources(ps: *mut pg_sys::PlanState, resno: i16, depth: u32, out
             out.push(Source::Other);
             return;
         }
-        let expr = strip_relabel((*(tlist[resno as usize - 1] as *mut pg_sys::TargetEntry)).expr as *mut pg_sys::Node);
+        let expr = strip_relabel(
+            (*(tlist[resno as usize - 1] as *mut pg_sys::TargetEntry)).expr as *mut pg_sys::Node,
+        );
         if expr.is_null() || (*expr).type_ != T_Var {
             out.push(Source::Other);
             return;
@@ -236,7 +258,12 @@ unsafe fn column_sources(ps: *mut pg_sys::PlanState, resno: i16, depth: u32, out
                 // An index column: the index's target list names the table's column.
                 let itl = super::list_pointers((*(plan as *mut pg_sys::IndexOnlyScan)).indextlist);
                 let heap = (attno >= 1 && attno as usize <= itl.len())
-                    .then(|| strip_relabel((*(itl[attno as usize - 1] as *mut pg_sys::TargetEntry)).expr as *mut pg_sys::Node))
+                    .then(|| {
+                        strip_relabel(
+                            (*(itl[attno as usize - 1] as *mut pg_sys::TargetEntry)).expr
+                                as *mut pg_sys::Node,
+                        )
+                    })
                     .filter(|e| !e.is_null() && (**e).type_ == T_Var);
                 match heap {
                     Some(e) => out.push(Source::Column(ps, (*(e as *mut pg_sys::Var)).varattno)),
@@ -251,7 +278,12 @@ unsafe fn column_sources(ps: *mut pg_sys::PlanState, resno: i16, depth: u32, out
         }
         match tag {
             T_SubqueryScanState if varno == (*(plan as *mut pg_sys::Scan)).scanrelid as i32 => {
-                column_sources((*(ps as *mut pg_sys::SubqueryScanState)).subplan, attno, depth + 1, out)
+                column_sources(
+                    (*(ps as *mut pg_sys::SubqueryScanState)).subplan,
+                    attno,
+                    depth + 1,
+                    out,
+                )
             }
             // (Their target lists are OUTER_VAR placeholders: column attno of each child.)
             T_AppendState | T_MergeAppendState => {
@@ -259,15 +291,22 @@ unsafe fn column_sources(ps: *mut pg_sys::PlanState, resno: i16, depth: u32, out
                     column_sources(c, attno, depth + 1, out);
                 }
             }
-            _ if varno == pg_sys::OUTER_VAR => column_sources((*ps).lefttree, attno, depth + 1, out),
-            _ if varno == pg_sys::INNER_VAR => column_sources((*ps).righttree, attno, depth + 1, out),
+            _ if varno == pg_sys::OUTER_VAR => {
+                column_sources((*ps).lefttree, attno, depth + 1, out)
+            }
+            _ if varno == pg_sys::INNER_VAR => {
+                column_sources((*ps).righttree, attno, depth + 1, out)
+            }
             _ => out.push(Source::Other),
         }
     }
 }
 
 /// The child of a join that produces one side of a join clause, and the column there.
-unsafe fn join_input(ps: *mut pg_sys::PlanState, var: *mut pg_sys::Var) -> Option<(*mut pg_sys::PlanState, i16)> {
+unsafe fn join_input(
+    ps: *mut pg_sys::PlanState,
+    var: *mut pg_sys::Var,
+) -> Option<(*mut pg_sys::PlanState, i16)> {
     // SAFETY: `var` is a Var of the join's clause; the join's children are valid.
     unsafe {
         match (*var).varno {
@@ -287,21 +326,34 @@ unsafe fn watch_join(ps: *mut pg_sys::PlanState) {
         let mut clauses = super::list_pointers((*join).joinqual);
         clauses.extend(super::list_pointers((*plan).qual));
         match (*ps).type_ {
-            T_HashJoinState => clauses.extend(super::list_pointers((*(plan as *mut pg_sys::HashJoin)).hashclauses)),
-            T_MergeJoinState => clauses.extend(super::list_pointers((*(plan as *mut pg_sys::MergeJoin)).mergeclauses)),
+            T_HashJoinState => clauses.extend(super::list_pointers(
+                (*(plan as *mut pg_sys::HashJoin)).hashclauses,
+            )),
+            T_MergeJoinState => clauses.extend(super::list_pointers(
+                (*(plan as *mut pg_sys::MergeJoin)).mergeclauses,
+            )),
             _ => {}
         }
         for c in clauses {
             let c = c as *mut pg_sys::Node;
-            if c.is_null() || (*c).type_ != T_OpExpr || operator_name((*(c as *mut pg_sys::OpExpr)).opno) != b"=" {
+            if c.is_null()
+                || (*c).type_ != T_OpExpr
+                || operator_name((*(c as *mut pg_sys::OpExpr)).opno) != b"="
+            {
                 continue;
             }
-            let Some((l, r)) = binary_args(c as *mut pg_sys::OpExpr) else { continue };
+            let Some((l, r)) = binary_args(c as *mut pg_sys::OpExpr) else {
+                continue;
+            };
             if (*l).type_ != T_Var || (*r).type_ != T_Var {
                 continue;
             }
             for (id_side, value_side) in [(l, r), (r, l)] {
-                watch_side(ps, id_side as *mut pg_sys::Var, value_side as *mut pg_sys::Var);
+                watch_side(
+                    ps,
+                    id_side as *mut pg_sys::Var,
+                    value_side as *mut pg_sys::Var,
+                );
             }
         }
     }
@@ -309,7 +361,11 @@ unsafe fn watch_join(ps: *mut pg_sys::PlanState) {
 
 /// Watches the input of `value_side` when `id_side` reaches a guarded id column and the
 /// values do not come from this shard's partitioned tables.
-unsafe fn watch_side(ps: *mut pg_sys::PlanState, id_side: *mut pg_sys::Var, value_side: *mut pg_sys::Var) {
+unsafe fn watch_side(
+    ps: *mut pg_sys::PlanState,
+    id_side: *mut pg_sys::Var,
+    value_side: *mut pg_sys::Var,
+) {
     use pg_sys::NodeTag::*;
     // SAFETY: both Vars belong to the join `ps`; the sources are scan states of its tree.
     unsafe {
@@ -317,7 +373,8 @@ unsafe fn watch_side(ps: *mut pg_sys::PlanState, id_side: *mut pg_sys::Var, valu
         if typ != pg_sys::INT8OID && typ != pg_sys::INT4OID && typ != pg_sys::INT2OID {
             return;
         }
-        let (Some((id_child, id_col)), Some((value_child, value_col))) = (join_input(ps, id_side), join_input(ps, value_side))
+        let (Some((id_child, id_col)), Some((value_child, value_col))) =
+            (join_input(ps, id_side), join_input(ps, value_side))
         else {
             return;
         };
@@ -338,9 +395,13 @@ unsafe fn watch_side(ps: *mut pg_sys::PlanState, id_side: *mut pg_sys::Var, valu
         let mut tombstone = None;
         let mut fenced: Vec<pg_sys::Oid> = vec![];
         for s in &ids {
-            let Source::Column(scan, attno) = s else { continue };
+            let Source::Column(scan, attno) = s else {
+                continue;
+            };
             let rel = (*(*scan as *mut pg_sys::ScanState)).ss_currentRelation;
-            let Some(id_attnum) = guarded_id_column(rel) else { continue };
+            let Some(id_attnum) = guarded_id_column(rel) else {
+                continue;
+            };
             if id_attnum != 0 && id_attnum != *attno {
                 continue;
             }
@@ -385,7 +446,9 @@ unsafe fn watch_side(ps: *mut pg_sys::PlanState, id_side: *mut pg_sys::Var, valu
                 return;
             }
             let next = match (*node).type_ {
-                pg_sys::NodeTag::T_HashState => passed_from(node, col, (*node).lefttree, pg_sys::OUTER_VAR),
+                pg_sys::NodeTag::T_HashState => {
+                    passed_from(node, col, (*node).lefttree, pg_sys::OUTER_VAR)
+                }
                 pg_sys::NodeTag::T_HashJoinState if (*(*node).plan).parallel_aware => {
                     passed_from(node, col, (*node).lefttree, pg_sys::OUTER_VAR)
                         .or_else(|| passed_from(node, col, (*node).righttree, pg_sys::INNER_VAR))
@@ -395,7 +458,12 @@ unsafe fn watch_side(ps: *mut pg_sys::PlanState, id_side: *mut pg_sys::Var, valu
             let Some((n, c)) = next else { return };
             (node, col) = (n, c);
         }
-        let check = ValueCheck { attno: col, typ, owned, fenced };
+        let check = ValueCheck {
+            attno: col,
+            typ,
+            owned,
+            fenced,
+        };
         wrap(node, |w| w.check = Some(check));
         // The input to read to its end when the join ends early: a merge join's value side
         // (it ends when the table's side runs out), a hash join's probe side (it ends at
@@ -407,19 +475,35 @@ unsafe fn watch_side(ps: *mut pg_sys::PlanState, id_side: *mut pg_sys::Var, valu
             return;
         }
         let drain = match (*ps).type_ {
-            T_MergeJoinState if node == value_child => Some(Drain { node, hash: std::ptr::null_mut() }),
+            T_MergeJoinState if node == value_child => Some(Drain {
+                node,
+                hash: std::ptr::null_mut(),
+            }),
             T_HashJoinState if node == value_child && value_child == (*ps).lefttree => {
-                Some(Drain { node, hash: std::ptr::null_mut() })
+                Some(Drain {
+                    node,
+                    hash: std::ptr::null_mut(),
+                })
             }
-            T_HashJoinState if value_child == (*ps).righttree && node == (*value_child).lefttree => {
-                Some(Drain { node, hash: value_child })
+            T_HashJoinState
+                if value_child == (*ps).righttree && node == (*value_child).lefttree =>
+            {
+                Some(Drain {
+                    node,
+                    hash: value_child,
+                })
             }
             T_NestLoopState
                 if node == value_child
                     && value_child == (*ps).righttree
-                    && (*((*ps).plan as *mut pg_sys::NestLoop)).nestParams.is_null() =>
+                    && (*((*ps).plan as *mut pg_sys::NestLoop))
+                        .nestParams
+                        .is_null() =>
             {
-                Some(Drain { node, hash: std::ptr::null_mut() })
+                Some(Drain {
+                    node,
+                    hash: std::ptr::null_mut(),
+                })
             }
             _ => None,
         };
@@ -450,7 +534,11 @@ unsafe fn passed_from(
         let tlist = super::list_pointers((*(*node).plan).targetlist);
         let te = *tlist.get((col as usize).checked_sub(1)?)?;
         let e = strip_relabel((*(te as *mut pg_sys::TargetEntry)).expr as *mut pg_sys::Node);
-        if child.is_null() || e.is_null() || (*e).type_ != pg_sys::NodeTag::T_Var || (*(e as *mut pg_sys::Var)).varno != varno {
+        if child.is_null()
+            || e.is_null()
+            || (*e).type_ != pg_sys::NodeTag::T_Var
+            || (*(e as *mut pg_sys::Var)).varno != varno
+        {
             return None;
         }
         // (A Hash node returned here is passed through by the caller's loop.)
@@ -470,7 +558,9 @@ unsafe fn join_pass_starts(ps: *mut pg_sys::PlanState) -> bool {
     unsafe {
         match (*ps).type_ {
             // (EXEC_MJ_INITIALIZE_OUTER and HJ_BUILD_HASHTABLE of the executor's state machines.)
-            pg_sys::NodeTag::T_MergeJoinState => (*(ps as *mut pg_sys::MergeJoinState)).mj_JoinState == 1,
+            pg_sys::NodeTag::T_MergeJoinState => {
+                (*(ps as *mut pg_sys::MergeJoinState)).mj_JoinState == 1
+            }
             pg_sys::NodeTag::T_HashJoinState => {
                 let hj = ps as *mut pg_sys::HashJoinState;
                 (*hj).hj_JoinState == 1 && (*hj).hj_HashTable.is_null()
@@ -496,7 +586,14 @@ fn set_at_end(node: *mut pg_sys::PlanState, at_end: bool) {
 unsafe extern "C-unwind" fn run_wrapped(ps: *mut pg_sys::PlanState) -> *mut pg_sys::TupleTableSlot {
     let key = ps as usize;
     let Some((next, was_at_end, value_col, drains)) = WRAPPED.with(|w| {
-        w.borrow().get(&key).map(|x| (x.next, x.at_end, x.check.as_ref().map(|c| (c.attno, c.typ)), x.drains))
+        w.borrow().get(&key).map(|x| {
+            (
+                x.next,
+                x.at_end,
+                x.check.as_ref().map(|c| (c.attno, c.typ)),
+                x.drains,
+            )
+        })
     }) else {
         // SAFETY: not ours any more (cannot happen: the entry is made before wrapping).
         return unsafe { ((*ps).ExecProcNodeReal.expect("a node's own function"))(ps) };
@@ -533,7 +630,9 @@ unsafe extern "C-unwind" fn run_wrapped(ps: *mut pg_sys::PlanState) -> *mut pg_s
         }
         return slot;
     }
-    let Some((attno, typ)) = value_col else { return slot };
+    let Some((attno, typ)) = value_col else {
+        return slot;
+    };
     // SAFETY: a slot that is not empty is valid; its first attno columns can be deformed.
     let value = unsafe {
         if attno < 1 {
@@ -556,7 +655,11 @@ unsafe extern "C-unwind" fn run_wrapped(ps: *mut pg_sys::PlanState) -> *mut pg_s
         return slot; // no shard holds negative ids
     }
     let gene = ((value >> 47) & 0xFFFF) as u16;
-    let judgement = WRAPPED.with(|w| w.borrow().get(&key).and_then(|x| x.check.as_ref()?.judge(gene)));
+    let judgement = WRAPPED.with(|w| {
+        w.borrow()
+            .get(&key)
+            .and_then(|x| x.check.as_ref()?.judge(gene))
+    });
     let Some(j) = judgement else { return slot };
     let mut verdict: Option<Verdict> = None;
     // SAFETY: `verdict` is this frame's local.
@@ -578,7 +681,10 @@ unsafe fn drain(join: *mut pg_sys::PlanState, d: Drain) {
     // SAFETY: `join` is a hash join state when `d.hash` is set; `d.hash` is its Hash node.
     unsafe {
         if via_hash {
-            if !(*(join as *mut pg_sys::HashJoinState)).hj_HashTable.is_null() {
+            if !(*(join as *mut pg_sys::HashJoinState))
+                .hj_HashTable
+                .is_null()
+            {
                 return; // the table was built: its input was read to its end
             }
             if !(*d.hash).chgParam.is_null() {

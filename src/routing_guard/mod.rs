@@ -106,7 +106,10 @@ unsafe extern "C-unwind" fn executor_start_guarded(
     unsafe { *verdict = executor_start_checked(query_desc, eflags) };
 }
 
-unsafe fn executor_start_checked(query_desc: *mut pg_sys::QueryDesc, eflags: i32) -> Option<raise::Verdict> {
+unsafe fn executor_start_checked(
+    query_desc: *mut pg_sys::QueryDesc,
+    eflags: i32,
+) -> Option<raise::Verdict> {
     let guarding = eflags & pg_sys::EXEC_FLAG_EXPLAIN_ONLY as i32 == 0
         && !BUSY.with(|b| b.get())
         && crate::gucs::ROUTING_GUARD.get();

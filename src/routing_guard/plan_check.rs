@@ -153,11 +153,15 @@ pub(super) unsafe fn children(ps: *mut pg_sys::PlanState) -> Vec<*mut pg_sys::Pl
         let mut out: Vec<*mut pg_sys::PlanState> = match (*ps).type_ {
             T_AppendState => {
                 let a = ps as *mut pg_sys::AppendState;
-                (0..(*a).as_nplans as usize).map(|i| *(*a).appendplans.add(i)).collect()
+                (0..(*a).as_nplans as usize)
+                    .map(|i| *(*a).appendplans.add(i))
+                    .collect()
             }
             T_MergeAppendState => {
                 let m = ps as *mut pg_sys::MergeAppendState;
-                (0..(*m).ms_nplans as usize).map(|i| *(*m).mergeplans.add(i)).collect()
+                (0..(*m).ms_nplans as usize)
+                    .map(|i| *(*m).mergeplans.add(i))
+                    .collect()
             }
             T_SubqueryScanState => vec![(*(ps as *mut pg_sys::SubqueryScanState)).subplan],
             _ => vec![],
@@ -195,11 +199,18 @@ pub(super) unsafe fn operator_name(opno: pg_sys::Oid) -> Vec<u8> {
 }
 
 /// The two arguments of a binary OpExpr.
-pub(super) unsafe fn binary_args(e: *mut pg_sys::OpExpr) -> Option<(*mut pg_sys::Node, *mut pg_sys::Node)> {
+pub(super) unsafe fn binary_args(
+    e: *mut pg_sys::OpExpr,
+) -> Option<(*mut pg_sys::Node, *mut pg_sys::Node)> {
     // SAFETY: an OpExpr's args is a List of expressions.
     unsafe {
         let args = super::list_pointers((*e).args);
-        (args.len() == 2).then(|| (strip_relabel(args[0] as *mut pg_sys::Node), strip_relabel(args[1] as *mut pg_sys::Node)))
+        (args.len() == 2).then(|| {
+            (
+                strip_relabel(args[0] as *mut pg_sys::Node),
+                strip_relabel(args[1] as *mut pg_sys::Node),
+            )
+        })
     }
 }
 
@@ -230,7 +241,10 @@ unsafe fn run_real(ps: *mut pg_sys::PlanState) -> *mut pg_sys::TupleTableSlot {
 }
 
 #[pgrx::pg_guard]
-unsafe extern "C-unwind" fn scan_verdict(ps: *mut pg_sys::PlanState, verdict: *mut Option<Verdict>) {
+unsafe extern "C-unwind" fn scan_verdict(
+    ps: *mut pg_sys::PlanState,
+    verdict: *mut Option<Verdict>,
+) {
     // SAFETY: an armed scan state has an open relation; `verdict` is the caller's local.
     unsafe {
         let rel = (*(ps as *mut pg_sys::ScanState)).ss_currentRelation;
@@ -285,21 +299,27 @@ unsafe fn selects_by_column(plan: *mut pg_sys::Plan, attnum: i16) -> bool {
         let mut quals = super::list_pointers((*plan).qual);
         let mut index_columns: Vec<i16> = vec![];
         match (*plan).type_ {
-            pg_sys::NodeTag::T_IndexScan => quals.extend(super::list_pointers((*(plan as *mut pg_sys::IndexScan)).indexqualorig)),
-            pg_sys::NodeTag::T_BitmapHeapScan => {
-                quals.extend(super::list_pointers((*(plan as *mut pg_sys::BitmapHeapScan)).bitmapqualorig))
-            }
-            pg_sys::NodeTag::T_TidScan => quals.extend(super::list_pointers((*(plan as *mut pg_sys::TidScan)).tidquals)),
-            pg_sys::NodeTag::T_TidRangeScan => {
-                quals.extend(super::list_pointers((*(plan as *mut pg_sys::TidRangeScan)).tidrangequals))
-            }
+            pg_sys::NodeTag::T_IndexScan => quals.extend(super::list_pointers(
+                (*(plan as *mut pg_sys::IndexScan)).indexqualorig,
+            )),
+            pg_sys::NodeTag::T_BitmapHeapScan => quals.extend(super::list_pointers(
+                (*(plan as *mut pg_sys::BitmapHeapScan)).bitmapqualorig,
+            )),
+            pg_sys::NodeTag::T_TidScan => quals.extend(super::list_pointers(
+                (*(plan as *mut pg_sys::TidScan)).tidquals,
+            )),
+            pg_sys::NodeTag::T_TidRangeScan => quals.extend(super::list_pointers(
+                (*(plan as *mut pg_sys::TidRangeScan)).tidrangequals,
+            )),
             pg_sys::NodeTag::T_IndexOnlyScan => {
                 // Its index conditions and its filter name index columns (INDEX_VAR), which
                 // the index's target list maps to the table's.
                 let s = plan as *mut pg_sys::IndexOnlyScan;
                 quals.extend(super::list_pointers((*s).indexqual));
                 for te in super::list_pointers((*s).indextlist) {
-                    let e = strip_relabel((*(te as *mut pg_sys::TargetEntry)).expr as *mut pg_sys::Node);
+                    let e = strip_relabel(
+                        (*(te as *mut pg_sys::TargetEntry)).expr as *mut pg_sys::Node,
+                    );
                     index_columns.push(if !e.is_null() && (*e).type_ == pg_sys::NodeTag::T_Var {
                         (*(e as *mut pg_sys::Var)).varattno
                     } else {
@@ -344,8 +364,14 @@ struct Bounds {
 }
 
 impl Bounds {
-    const BOTH: Bounds = Bounds { lower: true, upper: true };
-    const NONE: Bounds = Bounds { lower: false, upper: false };
+    const BOTH: Bounds = Bounds {
+        lower: true,
+        upper: true,
+    };
+    const NONE: Bounds = Bounds {
+        lower: false,
+        upper: false,
+    };
     fn add(&mut self, other: Bounds) {
         self.lower |= other.lower;
         self.upper |= other.upper;
@@ -363,15 +389,23 @@ unsafe fn clause_bounds(n: *mut pg_sys::Node, is_id: &dyn Fn(*mut pg_sys::Node) 
         match (*n).type_ {
             T_OpExpr => {
                 let e = n as *mut pg_sys::OpExpr;
-                let Some((l, r)) = binary_args(e) else { return Bounds::NONE };
+                let Some((l, r)) = binary_args(e) else {
+                    return Bounds::NONE;
+                };
                 let (id_left, id_right) = (is_id(l), is_id(r));
                 if id_left == id_right {
                     return Bounds::NONE;
                 }
                 match (operator_name((*e).opno).as_slice(), id_left) {
                     (b"=", _) => Bounds::BOTH,
-                    (b"<" | b"<=", true) | (b">" | b">=", false) => Bounds { lower: false, upper: true },
-                    (b">" | b">=", true) | (b"<" | b"<=", false) => Bounds { lower: true, upper: false },
+                    (b"<" | b"<=", true) | (b">" | b">=", false) => Bounds {
+                        lower: false,
+                        upper: true,
+                    },
+                    (b">" | b">=", true) | (b"<" | b"<=", false) => Bounds {
+                        lower: true,
+                        upper: false,
+                    },
                     _ => Bounds::NONE,
                 }
             }
@@ -379,7 +413,11 @@ unsafe fn clause_bounds(n: *mut pg_sys::Node, is_id: &dyn Fn(*mut pg_sys::Node) 
                 // id = ANY (array), id IN (list)
                 let e = n as *mut pg_sys::ScalarArrayOpExpr;
                 let args = super::list_pointers((*e).args);
-                if (*e).useOr && args.len() == 2 && is_id(args[0] as *mut pg_sys::Node) && operator_name((*e).opno) == b"=" {
+                if (*e).useOr
+                    && args.len() == 2
+                    && is_id(args[0] as *mut pg_sys::Node)
+                    && operator_name((*e).opno) == b"="
+                {
                     Bounds::BOTH
                 } else {
                     Bounds::NONE
@@ -409,7 +447,10 @@ unsafe fn clause_bounds(n: *mut pg_sys::Node, is_id: &dyn Fn(*mut pg_sys::Node) 
                     }
                     _ => {
                         // NOT (id IS DISTINCT FROM x): id IS NOT DISTINCT FROM x
-                        let inner = args.first().map(|a| *a as *mut pg_sys::Node).unwrap_or(std::ptr::null_mut());
+                        let inner = args
+                            .first()
+                            .map(|a| *a as *mut pg_sys::Node)
+                            .unwrap_or(std::ptr::null_mut());
                         if !inner.is_null() && (*inner).type_ == T_DistinctExpr {
                             // (A DistinctExpr is laid out as an OpExpr.)
                             match binary_args(inner as *mut pg_sys::OpExpr) {
@@ -426,7 +467,9 @@ unsafe fn clause_bounds(n: *mut pg_sys::Node, is_id: &dyn Fn(*mut pg_sys::Node) 
                 // id IN (SELECT ...) as a (hashed) subplan: its test compares the id with the
                 // subquery's column; a correlated subplan gets the id as an argument.
                 let sp = n as *mut pg_sys::SubPlan;
-                let by_argument = super::list_pointers((*sp).args).into_iter().any(|a| is_id(a as *mut pg_sys::Node));
+                let by_argument = super::list_pointers((*sp).args)
+                    .into_iter()
+                    .any(|a| is_id(a as *mut pg_sys::Node));
                 let by_test = {
                     let b = clause_bounds((*sp).testexpr, is_id);
                     b.lower && b.upper

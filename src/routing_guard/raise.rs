@@ -41,7 +41,9 @@ fn relation_name(rel: pg_sys::Oid) -> String {
         if name.is_null() {
             format!("relation {}", rel.to_u32())
         } else {
-            std::ffi::CStr::from_ptr(name).to_string_lossy().into_owned()
+            std::ffi::CStr::from_ptr(name)
+                .to_string_lossy()
+                .into_owned()
         }
     }
 }
@@ -84,7 +86,9 @@ impl Verdict {
             ROUTE_CHANGED,
             format!("id_gen: this shard does not own gene {gene}"),
             match owner {
-                Some(o) => format!("The shard is at route version {version}; gene {gene} is on shard \"{o}\"."),
+                Some(o) => format!(
+                    "The shard is at route version {version}; gene {gene} is on shard \"{o}\"."
+                ),
                 None => format!("The shard is at route version {version}."),
             },
             HINT_CHANGED,
@@ -143,7 +147,11 @@ pub unsafe fn raise(v: Verdict) -> ! {
             errmsg(PERCENT_S.as_ptr(), v.message);
             errdetail(PERCENT_S.as_ptr(), v.detail);
             errhint(PERCENT_S.as_ptr(), v.hint);
-            errfinish(c"routing_guard/raise.rs".as_ptr(), line!() as c_int, c"id_gen_route_guard".as_ptr());
+            errfinish(
+                c"routing_guard/raise.rs".as_ptr(),
+                line!() as c_int,
+                c"id_gen_route_guard".as_ptr(),
+            );
         }
     }
     unreachable!("an ERROR does not return")

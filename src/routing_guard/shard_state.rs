@@ -72,7 +72,9 @@ pub fn current(fresh: bool) -> Rc<ShardState> {
         // (REPEATABLE READ), so it serves this caller only and is not cached.
         return Rc::new(super::quietly(|| load(epoch)));
     }
-    let loaded = Rc::new(super::quietly(|| with_latest_snapshot(|| load(epoch))));
+    let loaded = Rc::new(super::quietly(|| {
+        epochs::with_latest_snapshot(|| load(epoch))
+    }));
     CACHE.with(|c| *c.borrow_mut() = Some(loaded.clone()));
     loaded
 }
@@ -88,23 +90,6 @@ impl ShardState {
     }
 }
 
-/// Runs `f` with the latest snapshot active: the view must include what committed after
-/// this statement's snapshot was taken (a claim that waited for a re-partition reloads
-/// after it, and must see it).
-fn with_latest_snapshot<R>(f: impl FnOnce() -> R) -> R {
-    struct Pop;
-    impl Drop for Pop {
-        fn drop(&mut self) {
-            // SAFETY: pops the snapshot pushed below, at the same nesting level.
-            unsafe { pg_sys::PopActiveSnapshot() };
-        }
-    }
-    // SAFETY: inside a transaction; PushActiveSnapshot copies the static latest snapshot.
-    unsafe { pg_sys::PushActiveSnapshot(pg_sys::GetLatestSnapshot()) };
-    let _pop = Pop;
-    f()
-}
-
 fn load(epoch: u64) -> ShardState {
     let mut state = ShardState {
         epoch,
@@ -113,17 +98,11 @@ fn load(epoch: u64) -> ShardState {
         relids: HashSet::new(),
     };
     let rows: Result<Vec<(i64, u32, u32, i32, i32)>, pgrx::spi::Error> = Spi::connect(|client| {
-        // A database without id_gen 0.6.0 (the library is preloaded for the whole server).
-        let present = client
-            .select(
-                "SELECT pg_catalog.to_regprocedure('id_gen.shard_routing_snapshot()') IS NOT NULL",
-                None,
-                &[],
-            )?
-            .first()
-            .get_one::<bool>()?
-            .unwrap_or(false);
-        if !present {
+        // (Since id_gen 0.6.0.)
+        if !epochs::catalog_present(
+            &client,
+            "SELECT pg_catalog.to_regprocedure('id_gen.shard_routing_snapshot()') IS NOT NULL",
+        )? {
             return Ok(vec![]);
         }
         let mut out = vec![];

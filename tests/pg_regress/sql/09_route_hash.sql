@@ -1,0 +1,66 @@
+-- Routing by shard slots (sql/cluster/route_hash.sql, src/route_hash.rs): a table
+-- partitioned BY HASH (id id_gen.gene_route_ops), one partition per shard slot, is pruned
+-- and routed by the route table, also after route changes, in and across transactions.
+-- (Local partitions stand in for a coordinator's foreign tables: the routing is the same.)
+DELETE FROM id_gen.shard_routes;
+-- 64 ranges of 1024 genes, alternating between two shards; a third shard without a slot.
+SELECT count(id_gen.set_route(k * 1024 + 1023, CASE WHEN k % 2 = 0 THEN 'east' ELSE 'west' END)) AS ranges
+FROM generate_series(0, 63) k;
+SELECT id_gen.assign_shard_slot('east') AS east, id_gen.assign_shard_slot('west') AS west,
+       id_gen.assign_shard_slot('east') AS east_again;
+SELECT shard, slot FROM id_gen.shard_slots ORDER BY slot;
+SELECT try($$SELECT id_gen.assign_shard_slot('')$$);
+SELECT id_gen.route_slot(id_gen.gene_first_id(0)) AS gene_0, id_gen.route_slot(id_gen.gene_last_id(1024)) AS gene_1024,
+       id_gen.route_slot(-5) AS negative_id;
+
+CREATE TABLE rh (id bigint NOT NULL, v text) PARTITION BY HASH (id id_gen.gene_route_ops);
+CREATE TABLE rh_east PARTITION OF rh FOR VALUES WITH (MODULUS 1024, REMAINDER 0);
+CREATE TABLE rh_west PARTITION OF rh FOR VALUES WITH (MODULUS 1024, REMAINDER 1);
+-- Tuple routing: one row per gene; every row lands in its route's partition.
+INSERT INTO rh SELECT id_gen.compose_id(g, 1), 'x' FROM generate_series(0, 65535) g;
+SELECT tableoid::regclass AS partition, count(*) AS rows,
+       bool_and(id_gen.route(id) = CASE tableoid WHEN 'rh_east'::regclass THEN 'east' ELSE 'west' END) AS all_routed_here
+FROM rh GROUP BY 1 ORDER BY 1;
+-- A negative id has no gene, and no partition.
+SELECT try($$INSERT INTO rh VALUES (-1, 'x')$$);
+-- Pruning at planning, and at executor start in a generic plan.
+EXPLAIN (COSTS OFF) SELECT * FROM rh WHERE id = id_gen.compose_id(1500, 1);
+PREPARE by_id(bigint) AS SELECT tableoid::regclass, v FROM rh WHERE id = $1;
+SET plan_cache_mode = force_generic_plan;
+EXPLAIN (COSTS OFF) EXECUTE by_id(id_gen.compose_id(1500, 1));
+EXPLAIN (COSTS OFF) EXECUTE by_id(id_gen.compose_id(2500, 1));
+-- A route change in this transaction re-routes at once, and is forgotten by its rollback.
+BEGIN;
+SELECT id_gen.set_route(1023, 'west');
+SELECT id_gen.route_slot(id_gen.compose_id(5, 1)) AS slot_inside;
+EXPLAIN (COSTS OFF) EXECUTE by_id(id_gen.compose_id(5, 1));
+ROLLBACK;
+SELECT id_gen.route_slot(id_gen.compose_id(5, 1)) AS slot_after_rollback;
+EXPLAIN (COSTS OFF) EXECUTE by_id(id_gen.compose_id(5, 1));
+-- Committed: the plan of a custom plan is pruned anew.
+SET plan_cache_mode = force_custom_plan;
+EXPLAIN (COSTS OFF) EXECUTE by_id(id_gen.compose_id(5, 1));
+SELECT id_gen.set_route(1023, 'west');
+EXPLAIN (COSTS OFF) EXECUTE by_id(id_gen.compose_id(5, 1));
+SELECT id_gen.set_route(1023, 'east');
+RESET plan_cache_mode;
+-- A shard without a slot: its genes hash to slot 1023, which no partition has.
+SELECT id_gen.set_route(1023, 'north');
+SELECT id_gen.route_slot(id_gen.compose_id(5, 1)) AS slot_of_north;
+SELECT count(*) AS found_by_id FROM rh WHERE id = id_gen.compose_id(5, 1);
+SELECT try($$INSERT INTO rh VALUES (id_gen.compose_id(6, 2), 'y')$$);
+SELECT id_gen.set_route(1023, 'east');
+-- Hash joins and aggregates of bigints keep PostgreSQL's own hash: it takes the first hash
+-- family of bigint = in pg_amop's order (amopfamily), and that is integer_ops, not ours.
+SELECT (SELECT f.opfname FROM pg_opfamily f WHERE f.oid = a.amopfamily) AS first_hash_family
+FROM pg_amop a WHERE a.amopopr = '=(bigint,bigint)'::regoperator AND a.amopmethod = (SELECT m.oid FROM pg_am m WHERE m.amname = 'hash') ORDER BY a.amopfamily LIMIT 1;
+SET enable_mergejoin = off;
+SET enable_nestloop = off;
+SELECT count(*) AS joined FROM rh a JOIN rh b USING (id);
+SELECT count(*) AS distinct_ids FROM (SELECT DISTINCT id FROM rh) d;
+RESET enable_mergejoin;
+RESET enable_nestloop;
+DROP TABLE rh;
+DELETE FROM id_gen.shard_slots;
+DELETE FROM id_gen.shard_routes;
+SELECT id_gen.set_route(32767, 'east'), id_gen.set_route(65535, 'west');
