@@ -46,7 +46,7 @@ DROP FUNCTION id_gen.refuse_during_moves(text);
 DROP FUNCTION id_gen.refuse_during_splits(text);
 -- Routing by shard slots (sql/cluster/route_hash.sql makes the operator class
 -- id_gen.gene_route_ops over these; id_gen.shard_slots comes with the catalog):
--- src/route_hash.rs:106
+-- src/route_hash/mod.rs:102
 -- id_gen::route_hash::gene_route_hash
 CREATE OR REPLACE FUNCTION "gene_route_hash"(
 	"id" bigint /* i64 */
@@ -55,7 +55,7 @@ IMMUTABLE STRICT PARALLEL SAFE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'gene_route_hash_wrapper';
 COMMENT ON FUNCTION id_gen.gene_route_hash(bigint) IS 'Support function 1 of the operator class id_gen.gene_route_ops: the slot of the shard an id routes to (1023: none).';
--- src/route_hash.rs:99
+-- src/route_hash/mod.rs:95
 -- id_gen::route_hash::gene_route_hash_extended
 CREATE OR REPLACE FUNCTION "gene_route_hash_extended"(
 	"id" bigint, /* i64 */
@@ -65,7 +65,7 @@ IMMUTABLE STRICT PARALLEL SAFE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'gene_route_hash_extended_wrapper';
 COMMENT ON FUNCTION id_gen.gene_route_hash_extended(bigint, bigint) IS 'Support function 2 of the operator class id_gen.gene_route_ops: the hash that puts an id into the hash partition (modulus 1024) of the slot of the shard its gene routes to (the seed is ignored).';
--- src/route_hash.rs:113
+-- src/route_hash/mod.rs:109
 -- id_gen::route_hash::route_slot
 CREATE OR REPLACE FUNCTION "route_slot"(
 	"id" bigint /* i64 */
@@ -74,7 +74,7 @@ STRICT STABLE PARALLEL SAFE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'route_slot_wrapper';
 COMMENT ON FUNCTION id_gen.route_slot(bigint) IS 'The slot (id_gen.shard_slots) of the shard an id routes to, as the hash partitions of id_gen.gene_route_ops see it now; NULL when its gene has no route or its shard no slot.';
--- src/route_hash.rs:122
+-- src/route_hash/mod.rs:118
 -- id_gen::route_hash::route_hash_changed
 CREATE OR REPLACE FUNCTION "route_hash_changed"() RETURNS void
 STRICT VOLATILE PARALLEL UNSAFE

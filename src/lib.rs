@@ -177,6 +177,7 @@ pub extern "C-unwind" fn _PG_init() {
         supervisor::register();
     }
     routing_guard::install();
+    route_hash::planner::install();
     // SAFETY: reserves the "id_gen." GUC prefix; called once per process at load time.
     unsafe { pg_sys::MarkGUCPrefixReserved(c"id_gen".as_ptr()) };
 }

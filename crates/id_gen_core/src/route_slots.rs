@@ -106,6 +106,20 @@ impl RouteSlots {
         }
     }
 
+    /// The slot of every gene of `low ..= high` if it is one and the same shard's.
+    pub fn single_slot(&self, low: u16, high: u16) -> Option<u16> {
+        if low > high {
+            return None;
+        }
+        let first = self.uppers.partition_point(|&u| u < low);
+        let last = self.uppers.partition_point(|&u| u < high);
+        let slot = *self.slots.get(first)?;
+        (last < self.slots.len()
+            && slot != NO_SLOT
+            && self.slots[first..=last].iter().all(|&s| s == slot))
+        .then_some(slot)
+    }
+
     /// Number of route ranges.
     pub fn len(&self) -> usize {
         self.uppers.len()
@@ -145,6 +159,33 @@ mod tests {
         let partial = RouteSlots::from_rows([(99, Some(0))]).unwrap();
         assert_eq!(partial.slot_of_gene(100), NO_SLOT);
         assert_eq!(RouteSlots::default().slot_of_gene(5), NO_SLOT);
+    }
+
+    #[test]
+    fn one_slot_for_a_span_of_genes() {
+        let r = RouteSlots::from_rows([
+            (99, Some(0)),
+            (199, Some(1)),
+            (299, Some(1)),
+            (65535, Some(0)),
+        ])
+        .unwrap();
+        assert_eq!(r.single_slot(5, 5), Some(0));
+        assert_eq!(r.single_slot(0, 99), Some(0));
+        assert_eq!(r.single_slot(99, 100), None);
+        assert_eq!(r.single_slot(100, 299), Some(1));
+        assert_eq!(r.single_slot(150, 300), None);
+        assert_eq!(r.single_slot(300, 65535), Some(0));
+        assert_eq!(r.single_slot(7, 3), None);
+        let partial = RouteSlots::from_rows([(99, Some(0)), (199, None)]).unwrap();
+        assert_eq!(partial.single_slot(100, 150), None);
+        assert_eq!(partial.single_slot(50, 250), None);
+        assert_eq!(
+            RouteSlots::from_rows([(99, Some(0))])
+                .unwrap()
+                .single_slot(50, 100),
+            None
+        );
     }
 
     #[test]

@@ -20,6 +20,8 @@
 //! Invariant: a gene without a route, or routed to a shard without a slot, hashes to
 //! `NO_SLOT`, which no partition has (an INSERT fails with 23514, a lookup finds nothing).
 
+pub mod planner;
+
 use crate::epochs::{self, Epoch};
 use id_gen_core::route_slots::{partition_hash, RouteSlots, NO_SLOT};
 use pgrx::prelude::*;
@@ -149,4 +151,10 @@ fn route_hash_changed() {
         // (and applied locally at the next command counter increment).
         unsafe { pg_sys::CacheInvalidateRelcacheByRelid(relid) };
     }
+}
+
+/// The one slot that every gene of `low ..= high` routes to, if there is one and it is a
+/// shard's.
+pub fn single_slot(low: u16, high: u16) -> Option<u16> {
+    current().single_slot(low, high)
 }
