@@ -21,6 +21,7 @@ mod grants;
 mod gucs;
 mod layout;
 mod order_no;
+mod pg_list;
 mod route_hash;
 mod routing;
 mod routing_guard;

@@ -21,6 +21,7 @@
 //!   * a plan made this way depends on the parent (its OID is added to the plan's
 //!     relations), so a route change, which invalidates the parent, re-plans it.
 
+use crate::pg_list::list_pointers;
 use pgrx::pg_sys;
 
 static PREV_PLANNER: std::sync::OnceLock<pg_sys::planner_hook_type> = std::sync::OnceLock::new();
@@ -103,20 +104,6 @@ unsafe extern "C-unwind" fn planner(
 }
 
 /// # Safety
-/// `list` is NULL or a valid pointer list.
-unsafe fn list_ptrs(list: *mut pg_sys::List) -> Vec<*mut std::ffi::c_void> {
-    if list.is_null() {
-        return vec![];
-    }
-    // SAFETY: a valid List has `length` cells.
-    unsafe {
-        (0..(*list).length as usize)
-            .map(|i| (*(*list).elements.add(i)).ptr_value)
-            .collect()
-    }
-}
-
-/// # Safety
 /// `node` is NULL or a valid expression tree.
 unsafe fn conjuncts(node: *mut pg_sys::Node, out: &mut Vec<*mut pg_sys::Node>) {
     if node.is_null() {
@@ -127,7 +114,7 @@ unsafe fn conjuncts(node: *mut pg_sys::Node, out: &mut Vec<*mut pg_sys::Node>) {
         if (*node).type_ == pg_sys::NodeTag::T_BoolExpr
             && (*(node as *mut pg_sys::BoolExpr)).boolop == pg_sys::BoolExprType::AND_EXPR
         {
-            for arg in list_ptrs((*(node as *mut pg_sys::BoolExpr)).args) {
+            for arg in list_pointers((*(node as *mut pg_sys::BoolExpr)).args) {
                 conjuncts(arg as *mut pg_sys::Node, out);
             }
         } else {
@@ -265,7 +252,7 @@ unsafe fn id_bounds(
             let Some(cmp) = Cmp::of_operator((*op).opno.to_u32()) else {
                 continue;
             };
-            let args = list_ptrs((*op).args);
+            let args = list_pointers((*op).args);
             if args.len() != 2 {
                 continue;
             }
@@ -327,7 +314,7 @@ unsafe fn route_ranges(
         {
             return parents;
         }
-        let entries = list_ptrs((*parse).rtable);
+        let entries = list_pointers((*parse).rtable);
         let candidates: Vec<usize> = entries
             .iter()
             .enumerate()

@@ -237,7 +237,7 @@ unsafe fn column_sources(
     // SAFETY: `ps` is a valid plan state; its plan's target list is a List of TargetEntry.
     unsafe {
         let plan = (*ps).plan;
-        let tlist = super::list_pointers((*plan).targetlist);
+        let tlist = crate::pg_list::list_pointers((*plan).targetlist);
         if resno < 1 || resno as usize > tlist.len() {
             out.push(Source::Other);
             return;
@@ -256,7 +256,9 @@ unsafe fn column_sources(
             let scanrelid = (*(plan as *mut pg_sys::Scan)).scanrelid as i32;
             if tag == T_IndexOnlyScanState && varno == pg_sys::INDEX_VAR {
                 // An index column: the index's target list names the table's column.
-                let itl = super::list_pointers((*(plan as *mut pg_sys::IndexOnlyScan)).indextlist);
+                let itl = crate::pg_list::list_pointers(
+                    (*(plan as *mut pg_sys::IndexOnlyScan)).indextlist,
+                );
                 let heap = (attno >= 1 && attno as usize <= itl.len())
                     .then(|| {
                         strip_relabel(
@@ -323,13 +325,13 @@ unsafe fn watch_join(ps: *mut pg_sys::PlanState) {
     unsafe {
         let plan = (*ps).plan;
         let join = plan as *mut pg_sys::Join;
-        let mut clauses = super::list_pointers((*join).joinqual);
-        clauses.extend(super::list_pointers((*plan).qual));
+        let mut clauses = crate::pg_list::list_pointers((*join).joinqual);
+        clauses.extend(crate::pg_list::list_pointers((*plan).qual));
         match (*ps).type_ {
-            T_HashJoinState => clauses.extend(super::list_pointers(
+            T_HashJoinState => clauses.extend(crate::pg_list::list_pointers(
                 (*(plan as *mut pg_sys::HashJoin)).hashclauses,
             )),
-            T_MergeJoinState => clauses.extend(super::list_pointers(
+            T_MergeJoinState => clauses.extend(crate::pg_list::list_pointers(
                 (*(plan as *mut pg_sys::MergeJoin)).mergeclauses,
             )),
             _ => {}
@@ -531,7 +533,7 @@ unsafe fn passed_from(
 ) -> Option<(*mut pg_sys::PlanState, i16)> {
     // SAFETY: `node` is a valid plan state; its target list is a List of TargetEntry.
     unsafe {
-        let tlist = super::list_pointers((*(*node).plan).targetlist);
+        let tlist = crate::pg_list::list_pointers((*(*node).plan).targetlist);
         let te = *tlist.get((col as usize).checked_sub(1)?)?;
         let e = strip_relabel((*(te as *mut pg_sys::TargetEntry)).expr as *mut pg_sys::Node);
         if child.is_null()

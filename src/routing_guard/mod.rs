@@ -145,22 +145,6 @@ unsafe fn executor_start_checked(
     None
 }
 
-/// The pointers of a List of pointers (NIL: none).
-///
-/// # Safety
-/// `list` must be NIL or a valid pointer List.
-unsafe fn list_pointers(list: *mut pg_sys::List) -> Vec<*mut std::ffi::c_void> {
-    if list.is_null() {
-        return vec![];
-    }
-    // SAFETY: a valid List holds `length` cells of pointers.
-    unsafe {
-        (0..(*list).length as usize)
-            .map(|i| (*(*list).elements.add(i)).ptr_value)
-            .collect()
-    }
-}
-
 /// The version check of `SET id_gen.route_version`: only for statements that touch a
 /// distributed table of this shard (or one of its partitions).
 unsafe fn check_declared_version(
@@ -173,7 +157,7 @@ unsafe fn check_declared_version(
     }
     // SAFETY: the range table of a planned statement is a List of RangeTblEntry.
     let touched = unsafe {
-        list_pointers((*stmt).rtable).into_iter().any(|p| {
+        crate::pg_list::list_pointers((*stmt).rtable).into_iter().any(|p| {
             let rte = p as *mut pg_sys::RangeTblEntry;
             (*rte).rtekind == pg_sys::RTEKind::RTE_RELATION && state.relids.contains(&(*rte).relid)
         })

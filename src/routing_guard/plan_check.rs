@@ -204,7 +204,7 @@ pub(super) unsafe fn binary_args(
 ) -> Option<(*mut pg_sys::Node, *mut pg_sys::Node)> {
     // SAFETY: an OpExpr's args is a List of expressions.
     unsafe {
-        let args = super::list_pointers((*e).args);
+        let args = crate::pg_list::list_pointers((*e).args);
         (args.len() == 2).then(|| {
             (
                 strip_relabel(args[0] as *mut pg_sys::Node),
@@ -260,7 +260,7 @@ unsafe extern "C-unwind" fn scan_verdict(
 unsafe fn sub_plan_states(list: *mut pg_sys::List) -> Vec<*mut pg_sys::PlanState> {
     // SAFETY: initPlan/subPlan are Lists of SubPlanState (or NIL).
     unsafe {
-        super::list_pointers(list)
+        crate::pg_list::list_pointers(list)
             .into_iter()
             .map(|p| (*(p as *mut pg_sys::SubPlanState)).planstate)
             .collect()
@@ -296,27 +296,27 @@ unsafe fn selects_by_column(plan: *mut pg_sys::Plan, attnum: i16) -> bool {
     // SAFETY: `plan` is the Plan node of a relation scan state.
     unsafe {
         let scanrelid = (*(plan as *mut pg_sys::Scan)).scanrelid as i32;
-        let mut quals = super::list_pointers((*plan).qual);
+        let mut quals = crate::pg_list::list_pointers((*plan).qual);
         let mut index_columns: Vec<i16> = vec![];
         match (*plan).type_ {
-            pg_sys::NodeTag::T_IndexScan => quals.extend(super::list_pointers(
+            pg_sys::NodeTag::T_IndexScan => quals.extend(crate::pg_list::list_pointers(
                 (*(plan as *mut pg_sys::IndexScan)).indexqualorig,
             )),
-            pg_sys::NodeTag::T_BitmapHeapScan => quals.extend(super::list_pointers(
+            pg_sys::NodeTag::T_BitmapHeapScan => quals.extend(crate::pg_list::list_pointers(
                 (*(plan as *mut pg_sys::BitmapHeapScan)).bitmapqualorig,
             )),
-            pg_sys::NodeTag::T_TidScan => quals.extend(super::list_pointers(
+            pg_sys::NodeTag::T_TidScan => quals.extend(crate::pg_list::list_pointers(
                 (*(plan as *mut pg_sys::TidScan)).tidquals,
             )),
-            pg_sys::NodeTag::T_TidRangeScan => quals.extend(super::list_pointers(
+            pg_sys::NodeTag::T_TidRangeScan => quals.extend(crate::pg_list::list_pointers(
                 (*(plan as *mut pg_sys::TidRangeScan)).tidrangequals,
             )),
             pg_sys::NodeTag::T_IndexOnlyScan => {
                 // Its index conditions and its filter name index columns (INDEX_VAR), which
                 // the index's target list maps to the table's.
                 let s = plan as *mut pg_sys::IndexOnlyScan;
-                quals.extend(super::list_pointers((*s).indexqual));
-                for te in super::list_pointers((*s).indextlist) {
+                quals.extend(crate::pg_list::list_pointers((*s).indexqual));
+                for te in crate::pg_list::list_pointers((*s).indextlist) {
                     let e = strip_relabel(
                         (*(te as *mut pg_sys::TargetEntry)).expr as *mut pg_sys::Node,
                     );
@@ -412,7 +412,7 @@ unsafe fn clause_bounds(n: *mut pg_sys::Node, is_id: &dyn Fn(*mut pg_sys::Node) 
             T_ScalarArrayOpExpr => {
                 // id = ANY (array), id IN (list)
                 let e = n as *mut pg_sys::ScalarArrayOpExpr;
-                let args = super::list_pointers((*e).args);
+                let args = crate::pg_list::list_pointers((*e).args);
                 if (*e).useOr
                     && args.len() == 2
                     && is_id(args[0] as *mut pg_sys::Node)
@@ -425,7 +425,7 @@ unsafe fn clause_bounds(n: *mut pg_sys::Node, is_id: &dyn Fn(*mut pg_sys::Node) 
             }
             T_BoolExpr => {
                 let b = n as *mut pg_sys::BoolExpr;
-                let args = super::list_pointers((*b).args);
+                let args = crate::pg_list::list_pointers((*b).args);
                 match (*b).boolop {
                     pg_sys::BoolExprType::AND_EXPR => {
                         let mut all = Bounds::NONE;
@@ -467,7 +467,7 @@ unsafe fn clause_bounds(n: *mut pg_sys::Node, is_id: &dyn Fn(*mut pg_sys::Node) 
                 // id IN (SELECT ...) as a (hashed) subplan: its test compares the id with the
                 // subquery's column; a correlated subplan gets the id as an argument.
                 let sp = n as *mut pg_sys::SubPlan;
-                let by_argument = super::list_pointers((*sp).args)
+                let by_argument = crate::pg_list::list_pointers((*sp).args)
                     .into_iter()
                     .any(|a| is_id(a as *mut pg_sys::Node));
                 let by_test = {
@@ -483,7 +483,7 @@ unsafe fn clause_bounds(n: *mut pg_sys::Node, is_id: &dyn Fn(*mut pg_sys::Node) 
             T_AlternativeSubPlan => {
                 let alt = n as *mut pg_sys::AlternativeSubPlan;
                 let mut all = Bounds::NONE;
-                for p in super::list_pointers((*alt).subplans) {
+                for p in crate::pg_list::list_pointers((*alt).subplans) {
                     all.add(clause_bounds(p as *mut pg_sys::Node, is_id));
                 }
                 all
