@@ -44,6 +44,8 @@ DROP PROCEDURE id_gen.run_split(bigint);
 DROP FUNCTION id_gen.subscribe_with_secret(bigint, name, boolean);
 DROP FUNCTION id_gen.refuse_during_moves(text);
 DROP FUNCTION id_gen.refuse_during_splits(text);
+-- distribute_table takes a layout (per_range, or per_shard over id_gen.gene_route_ops):
+DROP FUNCTION id_gen.distribute_table(regclass, name, name, text);
 -- Routing by shard slots (sql/cluster/route_hash.sql makes the operator class
 -- id_gen.gene_route_ops over these; id_gen.shard_slots comes with the catalog):
 -- src/route_hash/mod.rs:102
@@ -175,6 +177,12 @@ CREATE TYPE id_gen.step_outcome AS (
     stop_hint     text
 );
 COMMENT ON TYPE id_gen.step_outcome IS 'What a step of a long operation (or its failure handler) tells the driver id_gen.run_operation: where to go on in the phase (next_step; NULL: from the start of the phase as it is now), how many seconds to pause after the commit, or an error to stop with (stop_message with its SQLSTATE, detail and hint), raised after the commit.';
+-- How the coordinator holds a distributed table (sql/cluster/distribute.sql): per_range (a
+-- range partition per route range, each holding a foreign table) or per_shard (a hash
+-- partition per shard over id_gen.gene_route_ops, a foreign table over the shard's table).
+ALTER TABLE id_gen.distributed_tables ADD COLUMN layout text NOT NULL DEFAULT 'per_range'
+  CHECK (layout IN ('per_range', 'per_shard'));
+COMMENT ON COLUMN id_gen.distributed_tables.layout IS 'per_range: the partitioned table has one range partition per route range, each holding a foreign table over the shard''s partition of those genes (relations grow with the route ranges); per_shard: one hash partition per shard (id_gen.gene_route_ops, remainder = the shard''s slot), a foreign table over the shard''s whole table (relations grow with the shards only).';
 -- Shard slots (sql/cluster/route_hash.sql): the number of each shard in the hash partitions
 -- of a coordinator table partitioned by id_gen.gene_route_ops.
 CREATE TABLE id_gen.shard_slots (
@@ -738,6 +746,18 @@ RETURN format('FROM (%s) TO (%s)', id_gen.gene_first_id(lower_gene),
               CASE WHEN upper_gene = 65535 THEN 'MAXVALUE' ELSE id_gen.gene_first_id(upper_gene + 1)::text END);
 COMMENT ON FUNCTION id_gen.partition_bounds(integer, integer) IS 'The FOR VALUES bounds of the partition of genes lower_gene .. upper_gene: FROM (lower_gene << 47) TO ((upper_gene + 1) << 47), MAXVALUE for the last gene (65536 << 47 overflows).';
 
+CREATE OR REPLACE FUNCTION id_gen.slot_partition_name(stem name, slot integer) RETURNS name
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN id_gen.fit_name(stem, '_slot' || slot);
+COMMENT ON FUNCTION id_gen.slot_partition_name(name, integer) IS 'Name of the coordinator''s partition of a per_shard distributed table that holds the rows of the shard with this slot (id_gen.shard_slots): <coordinator stem>_slot<slot>, a foreign table over the shard''s table.';
+
+CREATE OR REPLACE FUNCTION id_gen.slot_partition_bound_text(slot integer) RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN format('FOR VALUES WITH (modulus 1024, remainder %s)', slot);
+COMMENT ON FUNCTION id_gen.slot_partition_bound_text(integer) IS 'The partition bound of a shard slot''s partition as pg_get_expr(relpartbound) prints it (hash, modulus 1024, remainder slot).';
+
 -- ===== sql/cluster/guards.sql =====
 -- Checks that refuse an operation before it starts: superuser only, routes ready for
 -- distribution (no long operation in flight: id_gen.refuse_during_operations, in
@@ -1295,6 +1315,16 @@ GRANT EXECUTE ON FUNCTION id_gen.copy_grants(regclass, regclass) TO PUBLIC;
 -- continue on the new shard. Point lookups by id prune to one foreign table; lookups by
 -- owner prune with id BETWEEN owner_first_id(o) AND owner_last_id(o).
 --
+-- With layout => 'per_shard' the partitioned table is PARTITION BY HASH (id
+-- id_gen.gene_route_ops) instead, with one partition per shard (FOR VALUES WITH (MODULUS
+-- 1024, REMAINDER <its slot in id_gen.shard_slots>)), a foreign table over the shard's whole
+-- table (its partitions hold exactly the genes it owns). The route table routes
+-- (sql/cluster/route_hash.sql): PostgreSQL prunes WHERE id = ... and routes inserted rows by
+-- the hash of the id, and id_gen's planner hook sends a two-sided id range of one shard (a
+-- lookup by owner) to that shard's partition; so the relations here, a new backend's first
+-- statement and a route change's work here do not grow with the number of route ranges.
+-- Splits and merges change only the route table here; moves are not built for it yet.
+--
 -- Inserts that name only the owner: PostgreSQL routes a row to its partition before any
 -- trigger of the partition runs, and a column DEFAULT cannot read another column. So
 -- when a sequence is given, the table's name becomes a view over the partitioned table
@@ -1488,6 +1518,59 @@ END $$;
 COMMENT ON FUNCTION id_gen.range_partition(id_gen.distributed_tables, integer, integer) IS 'The coordinator''s range partition of a distributed table for genes lower_gene .. upper_gene, found by its bound; created (with the table''s owner and grants) when missing.';
 REVOKE EXECUTE ON FUNCTION id_gen.range_partition(id_gen.distributed_tables, integer, integer) FROM PUBLIC;
 
+-- A per_shard table's partition for one shard (created when missing): a foreign table over
+-- the shard's whole table, FOR VALUES WITH (MODULUS 1024, REMAINDER <the shard's slot>).
+-- The shard's table holds exactly the genes the shard owns (its partitions; the rest falls
+-- into its tombstone, which refuses writes), so the foreign table never shows another
+-- shard's rows.
+CREATE OR REPLACE FUNCTION id_gen.slot_partition(d id_gen.distributed_tables, shard text) RETURNS regclass
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  parts regclass := format('%I.%I', d.schema_name, d.partitioned_name)::regclass;
+  slot integer := id_gen.assign_shard_slot(shard);
+  pname name := id_gen.slot_partition_name(d.coordinator_stem, slot);
+  part regclass;
+BEGIN
+  SELECT c.oid::regclass INTO part FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+  WHERE i.inhparent = parts AND pg_get_expr(c.relpartbound, c.oid) = id_gen.slot_partition_bound_text(slot);
+  IF part IS NOT NULL THEN
+    RETURN part;
+  END IF;
+  IF to_regclass(format('%I.%I', d.schema_name, pname)) IS NOT NULL THEN
+    RAISE EXCEPTION 'id_gen: relation %.% already exists, and it is not a partition of %', quote_ident(d.schema_name), quote_ident(pname), parts
+      USING ERRCODE = '42P07', HINT = 'id_gen names the partitions of per_shard distributed tables <stem>_slot<slot>; rename that relation.';
+  END IF;
+  EXECUTE format('CREATE FOREIGN TABLE %I.%I PARTITION OF %s FOR VALUES WITH (MODULUS 1024, REMAINDER %s) '
+                 'SERVER %I OPTIONS (schema_name %L, table_name %L)',
+                 d.schema_name, pname, parts, slot, shard, d.schema_name, d.table_name);
+  part := format('%I.%I', d.schema_name, pname)::regclass;
+  PERFORM id_gen.inherit_parent_settings(parts, part,
+    format('id_gen: the rows of %s on shard %s (slot %s; its table %I.%I)', parts, shard, slot, d.schema_name, d.table_name));
+  RETURN part;
+END $$;
+COMMENT ON FUNCTION id_gen.slot_partition(id_gen.distributed_tables, text) IS 'The partition of a per_shard distributed table for one shard: a foreign table over the shard''s table, FOR VALUES WITH (MODULUS 1024, REMAINDER <the shard''s slot>), with the table''s owner and grants; created when missing.';
+REVOKE EXECUTE ON FUNCTION id_gen.slot_partition(id_gen.distributed_tables, text) FROM PUBLIC;
+
+-- The rows of genes lower_gene .. upper_gene of a distributed table, as a FROM item: the
+-- range partition (per_range; its genes must be one route range) or the table restricted
+-- to the genes' ids (per_shard; the id-range router sends a range of one shard to it alone).
+CREATE OR REPLACE FUNCTION id_gen.genes_rows(d id_gen.distributed_tables, lower_gene integer, upper_gene integer) RETURNS text
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  IF d.layout = 'per_shard' THEN
+    RETURN format('(SELECT * FROM %I.%I WHERE %I OPERATOR(pg_catalog.>=) %s AND %I OPERATOR(pg_catalog.<=) %s) AS genes',
+                  d.schema_name, d.partitioned_name, d.id_column, id_gen.gene_first_id(lower_gene),
+                  d.id_column, id_gen.gene_last_id(upper_gene));
+  END IF;
+  RETURN id_gen.range_partition(d, lower_gene, upper_gene)::text;
+END $$;
+COMMENT ON FUNCTION id_gen.genes_rows(id_gen.distributed_tables, integer, integer) IS 'The rows of a route range of a distributed table as a FROM item: its range partition (per_range) or the table restricted to the range''s ids (per_shard).';
+REVOKE EXECUTE ON FUNCTION id_gen.genes_rows(id_gen.distributed_tables, integer, integer) FROM PUBLIC;
+
 -- Gives shards that already committed new ranges of a table their old ranges back
 -- (pushed: [{"shard": ..., "old": ...}]); their rows come back under the same lock.
 -- Returns the errors, NULL when every shard answered.
@@ -1557,7 +1640,7 @@ BEGIN
   -- A range partition whose bounds are no longer a route range is split or merged; with
   -- rows, this transaction would copy them under the lock above and the shards' table
   -- locks. Only on request (set_route(..., copy_rows => true)).
-  IF NOT coalesce(copy_rows, false) THEN
+  IF NOT coalesce(copy_rows, false) AND d.layout = 'per_range' THEN
     FOR cur IN
       SELECT c.oid::regclass AS part, pg_get_expr(c.relpartbound, c.oid) AS bound
       FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
@@ -1614,6 +1697,14 @@ BEGIN
       PERFORM id_gen.push_shard_table(r.shard, d.schema_name, d.table_name, r.genes);
     END LOOP;
 
+    -- per_shard: one partition per shard that owns genes (a shard that owns none keeps its
+    -- partition, over an empty table); the route table itself routes.
+    IF d.layout = 'per_shard' THEN
+      FOR r IN SELECT DISTINCT rr.shard FROM id_gen.route_ranges rr ORDER BY 1 LOOP
+        PERFORM id_gen.slot_partition(d, r.shard);
+      END LOOP;
+      RETURN jsonb_build_object('schema_name', d.schema_name, 'table_name', d.table_name, 'pushed', pushed);
+    END IF;
     -- Range partitions whose bounds are no longer a route range go first, so that the new
     -- ones never overlap them. Each holds only a foreign table (dropped with it).
     FOR cur IN
@@ -1723,7 +1814,7 @@ COMMENT ON FUNCTION id_gen.insert_distributed_row() IS 'INSTEAD OF INSERT trigge
 -- Grants of one relation, repeated on another (the owner's own rights are implied).
 
 CREATE OR REPLACE FUNCTION id_gen.distribute_table(tbl regclass, id_column name, owner_column name DEFAULT NULL,
-                                        sequence text DEFAULT NULL) RETURNS void
+                                        sequence text DEFAULT NULL, layout text DEFAULT 'per_range') RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -1757,6 +1848,12 @@ BEGIN
     RAISE EXCEPTION 'id_gen: argument "tbl" must not be NULL' USING ERRCODE = '22004';
   ELSIF id_column IS NULL THEN
     RAISE EXCEPTION 'id_gen: argument "id_column" must not be NULL' USING ERRCODE = '22004';
+  ELSIF distribute_table.layout IS NULL THEN
+    RAISE EXCEPTION 'id_gen: argument "layout" must not be NULL' USING ERRCODE = '22004';
+  ELSIF distribute_table.layout NOT IN ('per_range', 'per_shard') THEN
+    RAISE EXCEPTION 'id_gen: unknown layout "%"', distribute_table.layout
+      USING ERRCODE = '22023',
+            HINT = 'per_range: a range partition per route range here (moves supported); per_shard: a partition per shard here, whatever the number of route ranges (moves not yet).';
   END IF;
   PERFORM id_gen.require_superuser('distribute tables');
   PERFORM id_gen.quiet_ddl();
@@ -1894,15 +1991,17 @@ BEGIN
   END LOOP;
   EXECUTE format('ALTER TABLE %s RENAME TO %I', tbl, old_name);
   EXECUTE format('CREATE TABLE %I.%I (LIKE %I.%I INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING COMMENTS '
-                 'INCLUDING STORAGE INCLUDING COMPRESSION) PARTITION BY RANGE (%I)',
-                 sch, parts, sch, old_name, id_column);
+                 'INCLUDING STORAGE INCLUDING COMPRESSION) PARTITION BY %s',
+                 sch, parts, sch, old_name,
+                 CASE distribute_table.layout WHEN 'per_shard' THEN format('HASH (%I id_gen.gene_route_ops)', id_column)
+                                              ELSE format('RANGE (%I)', id_column) END);
   EXECUTE format('ALTER TABLE %I.%I OWNER TO %I', sch, parts, table_owner);
   EXECUTE format('COMMENT ON TABLE %I.%I IS %L', sch, parts,
                  coalesce(obj_description(tbl, 'pg_class') || E'\n', '')
                  || format('id_gen: distributed by %s over the shards of id_gen.shard_routes (see id_gen.distribution).', id_column));
   INSERT INTO id_gen.distributed_tables (schema_name, table_name, partitioned_name, id_column, owner_column, sequence,
-                                         shard_definition, shard_stem, coordinator_stem)
-  VALUES (sch, tab, parts, id_column, owner_column, sequence, definition, shard_stem, coordinator_stem);
+                                         shard_definition, shard_stem, coordinator_stem, layout)
+  VALUES (sch, tab, parts, id_column, owner_column, sequence, definition, shard_stem, coordinator_stem, distribute_table.layout);
   pushed := id_gen.sync_distributed_table(sch, tab);
   BEGIN
 
@@ -1950,8 +2049,8 @@ BEGIN
   RAISE NOTICE 'id_gen: %.% is distributed over % shards; % existing rows moved to them',
     quote_ident(sch), quote_ident(tab), (SELECT count(DISTINCT shard) FROM id_gen.shard_routes), moved;
 END $$;
-COMMENT ON FUNCTION id_gen.distribute_table(regclass, name, name, text) IS 'Turns a plain table into a table partitioned by RANGE on its bigint id column, one partition per route range holding a postgres_fdw foreign table over that shard''s local partition of the range; creates the shards'' tables and moves existing rows. With owner_column and sequence, the table''s name becomes a view that computes missing ids from the owner. Superuser only.';
-REVOKE EXECUTE ON FUNCTION id_gen.distribute_table(regclass, name, name, text) FROM PUBLIC;
+COMMENT ON FUNCTION id_gen.distribute_table(regclass, name, name, text, text) IS 'Turns a plain table into a distributed table: here, partitioned on its bigint id column, with layout per_range (a RANGE partition per route range, each holding a postgres_fdw foreign table over the shard''s partition of the range) or per_shard (a HASH partition per shard over id_gen.gene_route_ops, a foreign table over the shard''s table: relations do not grow with the route ranges; moves not yet); creates the shards'' tables and moves existing rows. With owner_column and sequence, the table''s name becomes a view that computes missing ids from the owner. Superuser only.';
+REVOKE EXECUTE ON FUNCTION id_gen.distribute_table(regclass, name, name, text, text) FROM PUBLIC;
 
 -- The distribution of distributed tables by route range.
 CREATE OR REPLACE VIEW id_gen.distribution AS
@@ -1965,20 +2064,23 @@ SELECT format('%I.%I', d.schema_name, d.table_name) AS relation,
        r.shard,
        id_gen.gene_first_id(r.lower_gene) AS first_id,
        id_gen.gene_last_id(r.upper_gene) AS last_id,
-       format('%I.%I', d.schema_name, id_gen.partition_name(d.coordinator_stem, r.lower_gene, r.upper_gene)) AS partition,
+       format('%I.%I', d.schema_name,
+              CASE d.layout WHEN 'per_shard' THEN id_gen.slot_partition_name(d.coordinator_stem, sl.slot)
+                            ELSE id_gen.partition_name(d.coordinator_stem, r.lower_gene, r.upper_gene) END) AS partition,
        EXISTS (SELECT FROM pg_catalog.pg_class c
                JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
                JOIN pg_catalog.pg_inherits i ON i.inhrelid = c.oid
                JOIN pg_catalog.pg_foreign_table ft ON ft.ftrelid = c.oid
                JOIN pg_catalog.pg_foreign_server s ON s.oid = ft.ftserver
                WHERE n.nspname = d.schema_name
-                 AND c.relname = id_gen.fit_name(id_gen.partition_name(d.coordinator_stem, r.lower_gene, r.upper_gene), '_fdw')
+                 AND c.relname = CASE d.layout WHEN 'per_shard' THEN id_gen.slot_partition_name(d.coordinator_stem, sl.slot)
+                                 ELSE id_gen.fit_name(id_gen.partition_name(d.coordinator_stem, r.lower_gene, r.upper_gene), '_fdw') END
                  AND s.srvname = r.shard)
        AND EXISTS (SELECT FROM id_gen.shard_placements p
                    WHERE (p.schema_name, p.table_name, p.shard) = (d.schema_name, d.table_name, r.shard)
                      AND int4range(r.lower_gene, r.upper_gene, '[]') = ANY (p.gene_ranges)) AS in_step
-FROM id_gen.distributed_tables d CROSS JOIN ranges r;
-COMMENT ON VIEW id_gen.distribution IS 'Each distributed table by route range: shard, id bounds, partition, and whether its foreign table and the shard''s placement match the route table (in_step; false after a failed sync: run SELECT id_gen.sync_distributed_tables()).';
+FROM id_gen.distributed_tables d CROSS JOIN ranges r LEFT JOIN id_gen.shard_slots sl ON sl.shard = r.shard;
+COMMENT ON VIEW id_gen.distribution IS 'Each distributed table by route range: shard, id bounds, the partition here that holds its rows (per_range: the range''s own; per_shard: the shard''s), and whether its foreign table and the shard''s placement match the route table (in_step; false after a failed sync: run SELECT id_gen.sync_distributed_tables()).';
 GRANT SELECT ON id_gen.distribution TO PUBLIC;
 
 -- ===== sql/cluster/ddl_follower.sql =====
@@ -3353,6 +3455,7 @@ BEGIN
   FOR d IN SELECT t AS dt, rr.lower_gene AS lo, rr.upper_gene AS hi
            FROM id_gen.distributed_tables t CROSS JOIN id_gen.route_ranges rr
            WHERE rr.lower_gene >= lock_range_partitions.lower_gene AND rr.upper_gene <= lock_range_partitions.upper_gene
+             AND t.layout = 'per_range'
            ORDER BY t.schema_name, t.table_name, rr.lower_gene LOOP
     EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', id_gen.range_partition(d.dt, d.lo, d.hi));
   END LOOP;
@@ -3375,7 +3478,8 @@ BEGIN
                           WHERE rr.lower_gene >= flip_routes.lower_gene AND rr.upper_gene <= flip_routes.upper_gene);
   FOR d IN SELECT t AS dt, rr.lower_gene AS lo, rr.upper_gene AS hi
            FROM id_gen.distributed_tables t CROSS JOIN id_gen.route_ranges rr
-           WHERE rr.lower_gene >= flip_routes.lower_gene AND rr.upper_gene <= flip_routes.upper_gene LOOP
+           WHERE rr.lower_gene >= flip_routes.lower_gene AND rr.upper_gene <= flip_routes.upper_gene
+             AND t.layout = 'per_range' LOOP
     PERFORM id_gen.point_partition(d.dt, id_gen.range_partition(d.dt, d.lo, d.hi), d.lo, d.hi, flip_routes.shard);
   END LOOP;
 END $$;
@@ -3852,6 +3956,13 @@ BEGIN
     ELSIF NOT EXISTS (SELECT FROM id_gen.distributed_tables) THEN
       RAISE EXCEPTION 'id_gen: there are no distributed tables, so there is nothing to move'
         USING ERRCODE = '55000', HINT = 'Change the routes with id_gen.set_route.';
+    ELSIF EXISTS (SELECT FROM id_gen.distributed_tables t WHERE t.layout = 'per_shard') THEN
+      RAISE EXCEPTION 'id_gen: moves of per_shard distributed tables are not built yet: %',
+                      (SELECT string_agg(format('%I.%I', t.schema_name, t.table_name), ', ' ORDER BY 1)
+                       FROM id_gen.distributed_tables t WHERE t.layout = 'per_shard')
+        USING ERRCODE = '0A000',
+              DETAIL = 'A move copies the genes of every distributed table at once; these tables are laid out per shard here (distribute_table(..., layout => ''per_shard'')).',
+              HINT = 'Splits and merges of route ranges work with them (CALL id_gen.split_route, id_gen.merge_routes). To move genes, distribute with the default layout per_range.';
     ELSIF src = target_shard THEN
       RAISE EXCEPTION 'id_gen: genes % .. % are on shard "%" already', lower_gene, upper_gene, target_shard
         USING ERRCODE = '22023';
@@ -4524,7 +4635,7 @@ DECLARE
   part regclass;
 BEGIN
   PERFORM id_gen.quiet_ddl();
-  FOR d IN SELECT * FROM id_gen.distributed_tables t ORDER BY t.schema_name, t.table_name LOOP
+  FOR d IN SELECT * FROM id_gen.distributed_tables t WHERE t.layout = 'per_range' ORDER BY t.schema_name, t.table_name LOOP
     FOREACH g IN ARRAY id_gen.split_sources(s) LOOP
       part := id_gen.find_range_partition(d, lower(g), upper(g) - 1);
       IF part IS NOT NULL THEN
@@ -4546,7 +4657,8 @@ LANGUAGE sql STABLE STRICT
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
   SELECT EXISTS (SELECT FROM id_gen.distributed_tables d, pg_catalog.unnest(id_gen.split_sources(s)) g
-                 WHERE id_gen.find_range_partition(d, pg_catalog.lower(g), pg_catalog.upper(g) OPERATOR(pg_catalog.-) 1) IS NOT NULL);
+                 WHERE d.layout OPERATOR(pg_catalog.=) 'per_range'
+                   AND id_gen.find_range_partition(d, pg_catalog.lower(g), pg_catalog.upper(g) OPERATOR(pg_catalog.-) 1) IS NOT NULL);
 END;
 COMMENT ON FUNCTION id_gen.split_needs_relayout(id_gen.route_splits) IS 'Whether a coordinator range partition of a range that a split or merge replaced is still there.';
 REVOKE EXECUTE ON FUNCTION id_gen.split_needs_relayout(id_gen.route_splits) FROM PUBLIC;
@@ -4564,6 +4676,7 @@ DECLARE
 BEGIN
   FOR x IN SELECT t.schema_name, t.table_name, r, id_gen.find_range_partition(t, lower(r), upper(r) - 1) AS part
            FROM id_gen.distributed_tables t, unnest(id_gen.split_sources(s)) r
+           WHERE t.layout = 'per_range'
            ORDER BY t.schema_name, t.table_name, r LOOP
     -- (Before the shard's swap: a table without the range's partition would stop a split
     -- after it, with the range refused.)
@@ -4600,7 +4713,7 @@ BEGIN
     RAISE EXCEPTION 'id_gen: only a split nests its new ranges in the old range partition' USING ERRCODE = '55000';
   END IF;
   PERFORM id_gen.quiet_ddl();
-  FOR d IN SELECT * FROM id_gen.distributed_tables t ORDER BY t.schema_name, t.table_name LOOP
+  FOR d IN SELECT * FROM id_gen.distributed_tables t WHERE t.layout = 'per_range' ORDER BY t.schema_name, t.table_name LOOP
     part := id_gen.find_range_partition(d, s.lower_gene, s.upper_gene);
     IF part IS NULL THEN
       RAISE EXCEPTION 'id_gen: %.% has no range partition of genes % .. %', quote_ident(d.schema_name), quote_ident(d.table_name),
@@ -5878,7 +5991,7 @@ BEGIN
     shard := r.shard;
     row_count := 0;
     FOR d IN SELECT * FROM id_gen.distributed_tables t ORDER BY t.schema_name, t.table_name LOOP
-      EXECUTE format('SELECT count(*) FROM %s', id_gen.range_partition(d, r.lower_gene, r.upper_gene)) INTO n;
+      EXECUTE format('SELECT count(*) FROM %s', id_gen.genes_rows(d, r.lower_gene, r.upper_gene)) INTO n;
       row_count := row_count + n;
     END LOOP;
     RETURN NEXT;
@@ -5905,7 +6018,7 @@ BEGIN
   FOR d IN SELECT * FROM id_gen.distributed_tables t ORDER BY t.schema_name, t.table_name LOOP
     q := q || CASE WHEN q = '' THEN '' ELSE ' UNION ALL ' END
            || format('SELECT (%I OPERATOR(pg_catalog.>>) 47)::integer AS gene, count(*) AS n FROM %s GROUP BY 1',
-                     d.id_column, id_gen.range_partition(d, lower_gene, upper_gene));
+                     d.id_column, id_gen.genes_rows(d, lower_gene, upper_gene));
   END LOOP;
   IF q = '' THEN
     RETURN;

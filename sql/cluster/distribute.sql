@@ -13,6 +13,16 @@
 -- continue on the new shard. Point lookups by id prune to one foreign table; lookups by
 -- owner prune with id BETWEEN owner_first_id(o) AND owner_last_id(o).
 --
+-- With layout => 'per_shard' the partitioned table is PARTITION BY HASH (id
+-- id_gen.gene_route_ops) instead, with one partition per shard (FOR VALUES WITH (MODULUS
+-- 1024, REMAINDER <its slot in id_gen.shard_slots>)), a foreign table over the shard's whole
+-- table (its partitions hold exactly the genes it owns). The route table routes
+-- (sql/cluster/route_hash.sql): PostgreSQL prunes WHERE id = ... and routes inserted rows by
+-- the hash of the id, and id_gen's planner hook sends a two-sided id range of one shard (a
+-- lookup by owner) to that shard's partition; so the relations here, a new backend's first
+-- statement and a route change's work here do not grow with the number of route ranges.
+-- Splits and merges change only the route table here; moves are not built for it yet.
+--
 -- Inserts that name only the owner: PostgreSQL routes a row to its partition before any
 -- trigger of the partition runs, and a column DEFAULT cannot read another column. So
 -- when a sequence is given, the table's name becomes a view over the partitioned table
@@ -206,6 +216,59 @@ END $$;
 COMMENT ON FUNCTION id_gen.range_partition(id_gen.distributed_tables, integer, integer) IS 'The coordinator''s range partition of a distributed table for genes lower_gene .. upper_gene, found by its bound; created (with the table''s owner and grants) when missing.';
 REVOKE EXECUTE ON FUNCTION id_gen.range_partition(id_gen.distributed_tables, integer, integer) FROM PUBLIC;
 
+-- A per_shard table's partition for one shard (created when missing): a foreign table over
+-- the shard's whole table, FOR VALUES WITH (MODULUS 1024, REMAINDER <the shard's slot>).
+-- The shard's table holds exactly the genes the shard owns (its partitions; the rest falls
+-- into its tombstone, which refuses writes), so the foreign table never shows another
+-- shard's rows.
+CREATE OR REPLACE FUNCTION id_gen.slot_partition(d id_gen.distributed_tables, shard text) RETURNS regclass
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  parts regclass := format('%I.%I', d.schema_name, d.partitioned_name)::regclass;
+  slot integer := id_gen.assign_shard_slot(shard);
+  pname name := id_gen.slot_partition_name(d.coordinator_stem, slot);
+  part regclass;
+BEGIN
+  SELECT c.oid::regclass INTO part FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+  WHERE i.inhparent = parts AND pg_get_expr(c.relpartbound, c.oid) = id_gen.slot_partition_bound_text(slot);
+  IF part IS NOT NULL THEN
+    RETURN part;
+  END IF;
+  IF to_regclass(format('%I.%I', d.schema_name, pname)) IS NOT NULL THEN
+    RAISE EXCEPTION 'id_gen: relation %.% already exists, and it is not a partition of %', quote_ident(d.schema_name), quote_ident(pname), parts
+      USING ERRCODE = '42P07', HINT = 'id_gen names the partitions of per_shard distributed tables <stem>_slot<slot>; rename that relation.';
+  END IF;
+  EXECUTE format('CREATE FOREIGN TABLE %I.%I PARTITION OF %s FOR VALUES WITH (MODULUS 1024, REMAINDER %s) '
+                 'SERVER %I OPTIONS (schema_name %L, table_name %L)',
+                 d.schema_name, pname, parts, slot, shard, d.schema_name, d.table_name);
+  part := format('%I.%I', d.schema_name, pname)::regclass;
+  PERFORM id_gen.inherit_parent_settings(parts, part,
+    format('id_gen: the rows of %s on shard %s (slot %s; its table %I.%I)', parts, shard, slot, d.schema_name, d.table_name));
+  RETURN part;
+END $$;
+COMMENT ON FUNCTION id_gen.slot_partition(id_gen.distributed_tables, text) IS 'The partition of a per_shard distributed table for one shard: a foreign table over the shard''s table, FOR VALUES WITH (MODULUS 1024, REMAINDER <the shard''s slot>), with the table''s owner and grants; created when missing.';
+REVOKE EXECUTE ON FUNCTION id_gen.slot_partition(id_gen.distributed_tables, text) FROM PUBLIC;
+
+-- The rows of genes lower_gene .. upper_gene of a distributed table, as a FROM item: the
+-- range partition (per_range; its genes must be one route range) or the table restricted
+-- to the genes' ids (per_shard; the id-range router sends a range of one shard to it alone).
+CREATE OR REPLACE FUNCTION id_gen.genes_rows(d id_gen.distributed_tables, lower_gene integer, upper_gene integer) RETURNS text
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  IF d.layout = 'per_shard' THEN
+    RETURN format('(SELECT * FROM %I.%I WHERE %I OPERATOR(pg_catalog.>=) %s AND %I OPERATOR(pg_catalog.<=) %s) AS genes',
+                  d.schema_name, d.partitioned_name, d.id_column, id_gen.gene_first_id(lower_gene),
+                  d.id_column, id_gen.gene_last_id(upper_gene));
+  END IF;
+  RETURN id_gen.range_partition(d, lower_gene, upper_gene)::text;
+END $$;
+COMMENT ON FUNCTION id_gen.genes_rows(id_gen.distributed_tables, integer, integer) IS 'The rows of a route range of a distributed table as a FROM item: its range partition (per_range) or the table restricted to the range''s ids (per_shard).';
+REVOKE EXECUTE ON FUNCTION id_gen.genes_rows(id_gen.distributed_tables, integer, integer) FROM PUBLIC;
+
 -- Gives shards that already committed new ranges of a table their old ranges back
 -- (pushed: [{"shard": ..., "old": ...}]); their rows come back under the same lock.
 -- Returns the errors, NULL when every shard answered.
@@ -275,7 +338,7 @@ BEGIN
   -- A range partition whose bounds are no longer a route range is split or merged; with
   -- rows, this transaction would copy them under the lock above and the shards' table
   -- locks. Only on request (set_route(..., copy_rows => true)).
-  IF NOT coalesce(copy_rows, false) THEN
+  IF NOT coalesce(copy_rows, false) AND d.layout = 'per_range' THEN
     FOR cur IN
       SELECT c.oid::regclass AS part, pg_get_expr(c.relpartbound, c.oid) AS bound
       FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
@@ -332,6 +395,14 @@ BEGIN
       PERFORM id_gen.push_shard_table(r.shard, d.schema_name, d.table_name, r.genes);
     END LOOP;
 
+    -- per_shard: one partition per shard that owns genes (a shard that owns none keeps its
+    -- partition, over an empty table); the route table itself routes.
+    IF d.layout = 'per_shard' THEN
+      FOR r IN SELECT DISTINCT rr.shard FROM id_gen.route_ranges rr ORDER BY 1 LOOP
+        PERFORM id_gen.slot_partition(d, r.shard);
+      END LOOP;
+      RETURN jsonb_build_object('schema_name', d.schema_name, 'table_name', d.table_name, 'pushed', pushed);
+    END IF;
     -- Range partitions whose bounds are no longer a route range go first, so that the new
     -- ones never overlap them. Each holds only a foreign table (dropped with it).
     FOR cur IN
@@ -441,7 +512,7 @@ COMMENT ON FUNCTION id_gen.insert_distributed_row() IS 'INSTEAD OF INSERT trigge
 -- Grants of one relation, repeated on another (the owner's own rights are implied).
 
 CREATE OR REPLACE FUNCTION id_gen.distribute_table(tbl regclass, id_column name, owner_column name DEFAULT NULL,
-                                        sequence text DEFAULT NULL) RETURNS void
+                                        sequence text DEFAULT NULL, layout text DEFAULT 'per_range') RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -475,6 +546,12 @@ BEGIN
     RAISE EXCEPTION 'id_gen: argument "tbl" must not be NULL' USING ERRCODE = '22004';
   ELSIF id_column IS NULL THEN
     RAISE EXCEPTION 'id_gen: argument "id_column" must not be NULL' USING ERRCODE = '22004';
+  ELSIF distribute_table.layout IS NULL THEN
+    RAISE EXCEPTION 'id_gen: argument "layout" must not be NULL' USING ERRCODE = '22004';
+  ELSIF distribute_table.layout NOT IN ('per_range', 'per_shard') THEN
+    RAISE EXCEPTION 'id_gen: unknown layout "%"', distribute_table.layout
+      USING ERRCODE = '22023',
+            HINT = 'per_range: a range partition per route range here (moves supported); per_shard: a partition per shard here, whatever the number of route ranges (moves not yet).';
   END IF;
   PERFORM id_gen.require_superuser('distribute tables');
   PERFORM id_gen.quiet_ddl();
@@ -612,15 +689,17 @@ BEGIN
   END LOOP;
   EXECUTE format('ALTER TABLE %s RENAME TO %I', tbl, old_name);
   EXECUTE format('CREATE TABLE %I.%I (LIKE %I.%I INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING COMMENTS '
-                 'INCLUDING STORAGE INCLUDING COMPRESSION) PARTITION BY RANGE (%I)',
-                 sch, parts, sch, old_name, id_column);
+                 'INCLUDING STORAGE INCLUDING COMPRESSION) PARTITION BY %s',
+                 sch, parts, sch, old_name,
+                 CASE distribute_table.layout WHEN 'per_shard' THEN format('HASH (%I id_gen.gene_route_ops)', id_column)
+                                              ELSE format('RANGE (%I)', id_column) END);
   EXECUTE format('ALTER TABLE %I.%I OWNER TO %I', sch, parts, table_owner);
   EXECUTE format('COMMENT ON TABLE %I.%I IS %L', sch, parts,
                  coalesce(obj_description(tbl, 'pg_class') || E'\n', '')
                  || format('id_gen: distributed by %s over the shards of id_gen.shard_routes (see id_gen.distribution).', id_column));
   INSERT INTO id_gen.distributed_tables (schema_name, table_name, partitioned_name, id_column, owner_column, sequence,
-                                         shard_definition, shard_stem, coordinator_stem)
-  VALUES (sch, tab, parts, id_column, owner_column, sequence, definition, shard_stem, coordinator_stem);
+                                         shard_definition, shard_stem, coordinator_stem, layout)
+  VALUES (sch, tab, parts, id_column, owner_column, sequence, definition, shard_stem, coordinator_stem, distribute_table.layout);
   pushed := id_gen.sync_distributed_table(sch, tab);
   BEGIN
 
@@ -668,8 +747,8 @@ BEGIN
   RAISE NOTICE 'id_gen: %.% is distributed over % shards; % existing rows moved to them',
     quote_ident(sch), quote_ident(tab), (SELECT count(DISTINCT shard) FROM id_gen.shard_routes), moved;
 END $$;
-COMMENT ON FUNCTION id_gen.distribute_table(regclass, name, name, text) IS 'Turns a plain table into a table partitioned by RANGE on its bigint id column, one partition per route range holding a postgres_fdw foreign table over that shard''s local partition of the range; creates the shards'' tables and moves existing rows. With owner_column and sequence, the table''s name becomes a view that computes missing ids from the owner. Superuser only.';
-REVOKE EXECUTE ON FUNCTION id_gen.distribute_table(regclass, name, name, text) FROM PUBLIC;
+COMMENT ON FUNCTION id_gen.distribute_table(regclass, name, name, text, text) IS 'Turns a plain table into a distributed table: here, partitioned on its bigint id column, with layout per_range (a RANGE partition per route range, each holding a postgres_fdw foreign table over the shard''s partition of the range) or per_shard (a HASH partition per shard over id_gen.gene_route_ops, a foreign table over the shard''s table: relations do not grow with the route ranges; moves not yet); creates the shards'' tables and moves existing rows. With owner_column and sequence, the table''s name becomes a view that computes missing ids from the owner. Superuser only.';
+REVOKE EXECUTE ON FUNCTION id_gen.distribute_table(regclass, name, name, text, text) FROM PUBLIC;
 
 -- The distribution of distributed tables by route range.
 CREATE OR REPLACE VIEW id_gen.distribution AS
@@ -683,18 +762,21 @@ SELECT format('%I.%I', d.schema_name, d.table_name) AS relation,
        r.shard,
        id_gen.gene_first_id(r.lower_gene) AS first_id,
        id_gen.gene_last_id(r.upper_gene) AS last_id,
-       format('%I.%I', d.schema_name, id_gen.partition_name(d.coordinator_stem, r.lower_gene, r.upper_gene)) AS partition,
+       format('%I.%I', d.schema_name,
+              CASE d.layout WHEN 'per_shard' THEN id_gen.slot_partition_name(d.coordinator_stem, sl.slot)
+                            ELSE id_gen.partition_name(d.coordinator_stem, r.lower_gene, r.upper_gene) END) AS partition,
        EXISTS (SELECT FROM pg_catalog.pg_class c
                JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
                JOIN pg_catalog.pg_inherits i ON i.inhrelid = c.oid
                JOIN pg_catalog.pg_foreign_table ft ON ft.ftrelid = c.oid
                JOIN pg_catalog.pg_foreign_server s ON s.oid = ft.ftserver
                WHERE n.nspname = d.schema_name
-                 AND c.relname = id_gen.fit_name(id_gen.partition_name(d.coordinator_stem, r.lower_gene, r.upper_gene), '_fdw')
+                 AND c.relname = CASE d.layout WHEN 'per_shard' THEN id_gen.slot_partition_name(d.coordinator_stem, sl.slot)
+                                 ELSE id_gen.fit_name(id_gen.partition_name(d.coordinator_stem, r.lower_gene, r.upper_gene), '_fdw') END
                  AND s.srvname = r.shard)
        AND EXISTS (SELECT FROM id_gen.shard_placements p
                    WHERE (p.schema_name, p.table_name, p.shard) = (d.schema_name, d.table_name, r.shard)
                      AND int4range(r.lower_gene, r.upper_gene, '[]') = ANY (p.gene_ranges)) AS in_step
-FROM id_gen.distributed_tables d CROSS JOIN ranges r;
-COMMENT ON VIEW id_gen.distribution IS 'Each distributed table by route range: shard, id bounds, partition, and whether its foreign table and the shard''s placement match the route table (in_step; false after a failed sync: run SELECT id_gen.sync_distributed_tables()).';
+FROM id_gen.distributed_tables d CROSS JOIN ranges r LEFT JOIN id_gen.shard_slots sl ON sl.shard = r.shard;
+COMMENT ON VIEW id_gen.distribution IS 'Each distributed table by route range: shard, id bounds, the partition here that holds its rows (per_range: the range''s own; per_shard: the shard''s), and whether its foreign table and the shard''s placement match the route table (in_step; false after a failed sync: run SELECT id_gen.sync_distributed_tables()).';
 GRANT SELECT ON id_gen.distribution TO PUBLIC;

@@ -503,6 +503,7 @@ BEGIN
   FOR d IN SELECT t AS dt, rr.lower_gene AS lo, rr.upper_gene AS hi
            FROM id_gen.distributed_tables t CROSS JOIN id_gen.route_ranges rr
            WHERE rr.lower_gene >= lock_range_partitions.lower_gene AND rr.upper_gene <= lock_range_partitions.upper_gene
+             AND t.layout = 'per_range'
            ORDER BY t.schema_name, t.table_name, rr.lower_gene LOOP
     EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', id_gen.range_partition(d.dt, d.lo, d.hi));
   END LOOP;
@@ -525,7 +526,8 @@ BEGIN
                           WHERE rr.lower_gene >= flip_routes.lower_gene AND rr.upper_gene <= flip_routes.upper_gene);
   FOR d IN SELECT t AS dt, rr.lower_gene AS lo, rr.upper_gene AS hi
            FROM id_gen.distributed_tables t CROSS JOIN id_gen.route_ranges rr
-           WHERE rr.lower_gene >= flip_routes.lower_gene AND rr.upper_gene <= flip_routes.upper_gene LOOP
+           WHERE rr.lower_gene >= flip_routes.lower_gene AND rr.upper_gene <= flip_routes.upper_gene
+             AND t.layout = 'per_range' LOOP
     PERFORM id_gen.point_partition(d.dt, id_gen.range_partition(d.dt, d.lo, d.hi), d.lo, d.hi, flip_routes.shard);
   END LOOP;
 END $$;
@@ -1002,6 +1004,13 @@ BEGIN
     ELSIF NOT EXISTS (SELECT FROM id_gen.distributed_tables) THEN
       RAISE EXCEPTION 'id_gen: there are no distributed tables, so there is nothing to move'
         USING ERRCODE = '55000', HINT = 'Change the routes with id_gen.set_route.';
+    ELSIF EXISTS (SELECT FROM id_gen.distributed_tables t WHERE t.layout = 'per_shard') THEN
+      RAISE EXCEPTION 'id_gen: moves of per_shard distributed tables are not built yet: %',
+                      (SELECT string_agg(format('%I.%I', t.schema_name, t.table_name), ', ' ORDER BY 1)
+                       FROM id_gen.distributed_tables t WHERE t.layout = 'per_shard')
+        USING ERRCODE = '0A000',
+              DETAIL = 'A move copies the genes of every distributed table at once; these tables are laid out per shard here (distribute_table(..., layout => ''per_shard'')).',
+              HINT = 'Splits and merges of route ranges work with them (CALL id_gen.split_route, id_gen.merge_routes). To move genes, distribute with the default layout per_range.';
     ELSIF src = target_shard THEN
       RAISE EXCEPTION 'id_gen: genes % .. % are on shard "%" already', lower_gene, upper_gene, target_shard
         USING ERRCODE = '22023';

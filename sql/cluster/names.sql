@@ -55,3 +55,15 @@ SET search_path = pg_catalog, pg_temp
 RETURN format('FROM (%s) TO (%s)', id_gen.gene_first_id(lower_gene),
               CASE WHEN upper_gene = 65535 THEN 'MAXVALUE' ELSE id_gen.gene_first_id(upper_gene + 1)::text END);
 COMMENT ON FUNCTION id_gen.partition_bounds(integer, integer) IS 'The FOR VALUES bounds of the partition of genes lower_gene .. upper_gene: FROM (lower_gene << 47) TO ((upper_gene + 1) << 47), MAXVALUE for the last gene (65536 << 47 overflows).';
+
+CREATE OR REPLACE FUNCTION id_gen.slot_partition_name(stem name, slot integer) RETURNS name
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN id_gen.fit_name(stem, '_slot' || slot);
+COMMENT ON FUNCTION id_gen.slot_partition_name(name, integer) IS 'Name of the coordinator''s partition of a per_shard distributed table that holds the rows of the shard with this slot (id_gen.shard_slots): <coordinator stem>_slot<slot>, a foreign table over the shard''s table.';
+
+CREATE OR REPLACE FUNCTION id_gen.slot_partition_bound_text(slot integer) RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN format('FOR VALUES WITH (modulus 1024, remainder %s)', slot);
+COMMENT ON FUNCTION id_gen.slot_partition_bound_text(integer) IS 'The partition bound of a shard slot''s partition as pg_get_expr(relpartbound) prints it (hash, modulus 1024, remainder slot).';

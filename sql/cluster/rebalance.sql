@@ -29,7 +29,7 @@ BEGIN
     shard := r.shard;
     row_count := 0;
     FOR d IN SELECT * FROM id_gen.distributed_tables t ORDER BY t.schema_name, t.table_name LOOP
-      EXECUTE format('SELECT count(*) FROM %s', id_gen.range_partition(d, r.lower_gene, r.upper_gene)) INTO n;
+      EXECUTE format('SELECT count(*) FROM %s', id_gen.genes_rows(d, r.lower_gene, r.upper_gene)) INTO n;
       row_count := row_count + n;
     END LOOP;
     RETURN NEXT;
@@ -56,7 +56,7 @@ BEGIN
   FOR d IN SELECT * FROM id_gen.distributed_tables t ORDER BY t.schema_name, t.table_name LOOP
     q := q || CASE WHEN q = '' THEN '' ELSE ' UNION ALL ' END
            || format('SELECT (%I OPERATOR(pg_catalog.>>) 47)::integer AS gene, count(*) AS n FROM %s GROUP BY 1',
-                     d.id_column, id_gen.range_partition(d, lower_gene, upper_gene));
+                     d.id_column, id_gen.genes_rows(d, lower_gene, upper_gene));
   END LOOP;
   IF q = '' THEN
     RETURN;

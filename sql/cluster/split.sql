@@ -145,7 +145,7 @@ DECLARE
   part regclass;
 BEGIN
   PERFORM id_gen.quiet_ddl();
-  FOR d IN SELECT * FROM id_gen.distributed_tables t ORDER BY t.schema_name, t.table_name LOOP
+  FOR d IN SELECT * FROM id_gen.distributed_tables t WHERE t.layout = 'per_range' ORDER BY t.schema_name, t.table_name LOOP
     FOREACH g IN ARRAY id_gen.split_sources(s) LOOP
       part := id_gen.find_range_partition(d, lower(g), upper(g) - 1);
       IF part IS NOT NULL THEN
@@ -167,7 +167,8 @@ LANGUAGE sql STABLE STRICT
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
   SELECT EXISTS (SELECT FROM id_gen.distributed_tables d, pg_catalog.unnest(id_gen.split_sources(s)) g
-                 WHERE id_gen.find_range_partition(d, pg_catalog.lower(g), pg_catalog.upper(g) OPERATOR(pg_catalog.-) 1) IS NOT NULL);
+                 WHERE d.layout OPERATOR(pg_catalog.=) 'per_range'
+                   AND id_gen.find_range_partition(d, pg_catalog.lower(g), pg_catalog.upper(g) OPERATOR(pg_catalog.-) 1) IS NOT NULL);
 END;
 COMMENT ON FUNCTION id_gen.split_needs_relayout(id_gen.route_splits) IS 'Whether a coordinator range partition of a range that a split or merge replaced is still there.';
 REVOKE EXECUTE ON FUNCTION id_gen.split_needs_relayout(id_gen.route_splits) FROM PUBLIC;
@@ -185,6 +186,7 @@ DECLARE
 BEGIN
   FOR x IN SELECT t.schema_name, t.table_name, r, id_gen.find_range_partition(t, lower(r), upper(r) - 1) AS part
            FROM id_gen.distributed_tables t, unnest(id_gen.split_sources(s)) r
+           WHERE t.layout = 'per_range'
            ORDER BY t.schema_name, t.table_name, r LOOP
     -- (Before the shard's swap: a table without the range's partition would stop a split
     -- after it, with the range refused.)
@@ -221,7 +223,7 @@ BEGIN
     RAISE EXCEPTION 'id_gen: only a split nests its new ranges in the old range partition' USING ERRCODE = '55000';
   END IF;
   PERFORM id_gen.quiet_ddl();
-  FOR d IN SELECT * FROM id_gen.distributed_tables t ORDER BY t.schema_name, t.table_name LOOP
+  FOR d IN SELECT * FROM id_gen.distributed_tables t WHERE t.layout = 'per_range' ORDER BY t.schema_name, t.table_name LOOP
     part := id_gen.find_range_partition(d, s.lower_gene, s.upper_gene);
     IF part IS NULL THEN
       RAISE EXCEPTION 'id_gen: %.% has no range partition of genes % .. %', quote_ident(d.schema_name), quote_ident(d.table_name),

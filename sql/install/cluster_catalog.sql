@@ -249,6 +249,12 @@ CREATE TYPE id_gen.step_outcome AS (
     stop_hint     text
 );
 COMMENT ON TYPE id_gen.step_outcome IS 'What a step of a long operation (or its failure handler) tells the driver id_gen.run_operation: where to go on in the phase (next_step; NULL: from the start of the phase as it is now), how many seconds to pause after the commit, or an error to stop with (stop_message with its SQLSTATE, detail and hint), raised after the commit.';
+-- How the coordinator holds a distributed table (sql/cluster/distribute.sql): per_range (a
+-- range partition per route range, each holding a foreign table) or per_shard (a hash
+-- partition per shard over id_gen.gene_route_ops, a foreign table over the shard's table).
+ALTER TABLE id_gen.distributed_tables ADD COLUMN layout text NOT NULL DEFAULT 'per_range'
+  CHECK (layout IN ('per_range', 'per_shard'));
+COMMENT ON COLUMN id_gen.distributed_tables.layout IS 'per_range: the partitioned table has one range partition per route range, each holding a foreign table over the shard''s partition of those genes (relations grow with the route ranges); per_shard: one hash partition per shard (id_gen.gene_route_ops, remainder = the shard''s slot), a foreign table over the shard''s whole table (relations grow with the shards only).';
 -- Shard slots (sql/cluster/route_hash.sql): the number of each shard in the hash partitions
 -- of a coordinator table partitioned by id_gen.gene_route_ops.
 CREATE TABLE id_gen.shard_slots (

@@ -37,6 +37,8 @@ DROP PROCEDURE id_gen.run_split(bigint);
 DROP FUNCTION id_gen.subscribe_with_secret(bigint, name, boolean);
 DROP FUNCTION id_gen.refuse_during_moves(text);
 DROP FUNCTION id_gen.refuse_during_splits(text);
+-- distribute_table takes a layout (per_range, or per_shard over id_gen.gene_route_ops):
+DROP FUNCTION id_gen.distribute_table(regclass, name, name, text);
 -- Routing by shard slots (sql/cluster/route_hash.sql makes the operator class
 -- id_gen.gene_route_ops over these; id_gen.shard_slots comes with the catalog):
 -- @rust-function gene_route_hash

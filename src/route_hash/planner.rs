@@ -231,14 +231,14 @@ unsafe fn value_now(expr: *mut pg_sys::Node, bound_params: pg_sys::ParamListInfo
     }
 }
 
-/// The id bounds `[low, high]` that the conjuncts put on column `attno` of entry `rti`.
+/// The id bounds `[low, high]` that the conjuncts put on the key, a column `(rti, attno)`
+/// of the conjuncts' query level.
 ///
 /// # Safety
 /// The conjuncts are valid expressions.
 unsafe fn id_bounds(
     quals: &[*mut pg_sys::Node],
-    rti: u32,
-    attno: i16,
+    key: (u32, i16),
     bound_params: pg_sys::ParamListInfo,
 ) -> (Option<i64>, Option<i64>) {
     let (mut low, mut high): (Option<i64>, Option<i64>) = (None, None);
@@ -260,7 +260,7 @@ unsafe fn id_bounds(
                 let n = n as *mut pg_sys::Node;
                 (*n).type_ == pg_sys::NodeTag::T_Var && {
                     let v = n as *mut pg_sys::Var;
-                    (*v).varno as u32 == rti && (*v).varattno == attno && (*v).varlevelsup == 0
+                    ((*v).varno as u32, (*v).varattno) == key && (*v).varlevelsup == 0
                 }
             };
             // id OP value, or value OP id (then the comparison turns around).
@@ -301,51 +301,109 @@ unsafe fn route_ranges(
     bound_params: pg_sys::ParamListInfo,
 ) -> Vec<pg_sys::Oid> {
     let mut parents = vec![];
-    // SAFETY: reads and rewrites the query's own nodes; see the notes at each step.
+    // SAFETY: reads the query's own nodes.
     unsafe {
         let command = (*parse).commandType;
-        if ![
+        if [
             pg_sys::CmdType::CMD_SELECT,
             pg_sys::CmdType::CMD_UPDATE,
             pg_sys::CmdType::CMD_DELETE,
         ]
         .contains(&command)
-            || (*parse).jointree.is_null()
         {
-            return parents;
+            if let Some(opclass) = gene_route_opclass() {
+                route_level(parse, opclass, bound_params, &[], &mut parents);
+            }
         }
-        let entries = list_pointers((*parse).rtable);
-        let candidates: Vec<usize> = entries
-            .iter()
-            .enumerate()
-            .filter(|(_, &e)| {
-                let rte = e as *mut pg_sys::RangeTblEntry;
-                (*rte).rtekind == pg_sys::RTEKind::RTE_RELATION
-                    && (*rte).inh
-                    && (*rte).relkind as u8 == pg_sys::RELKIND_PARTITIONED_TABLE
-                    && (*rte).tablesample.is_null()
-                    && (*rte).securityQuals.is_null()
-            })
-            .map(|(i, _)| i)
-            .collect();
-        if candidates.is_empty() {
-            return parents;
+    }
+    parents
+}
+
+/// Whether `rte` is a table that may be partitioned by `id_gen.gene_route_ops`.
+///
+/// # Safety
+/// `rte` is a valid range table entry.
+unsafe fn is_candidate(rte: *mut pg_sys::RangeTblEntry) -> bool {
+    // SAFETY: reads plain fields of a valid entry.
+    unsafe {
+        (*rte).rtekind == pg_sys::RTEKind::RTE_RELATION
+            && (*rte).inh
+            && (*rte).relkind as u8 == pg_sys::RELKIND_PARTITIONED_TABLE
+            && (*rte).tablesample.is_null()
+            && (*rte).securityQuals.is_null()
+    }
+}
+
+/// One query level: its tables partitioned by `id_gen.gene_route_ops`, bounded by its own
+/// conjuncts and by `outer` (the conjuncts of the level above, with the column of this level's
+/// output that they bound, when this level is a view over one such table); then the
+/// subqueries in its FROM list, each with the conjuncts of this level that bound its output.
+///
+/// # Safety
+/// `query` is a query being planned (or a subquery of it).
+unsafe fn route_level(
+    query: *mut pg_sys::Query,
+    opclass: pg_sys::Oid,
+    bound_params: pg_sys::ParamListInfo,
+    outer: &[(*mut pg_sys::Node, i16)],
+    parents: &mut Vec<pg_sys::Oid>,
+) {
+    // SAFETY: reads and rewrites the query's own nodes; see the notes at each step.
+    unsafe {
+        if (*query).jointree.is_null()
+            || (*query).commandType != pg_sys::CmdType::CMD_SELECT && !outer.is_empty()
+        {
+            return;
         }
-        let Some(opclass) = gene_route_opclass() else {
-            return parents;
-        };
         let mut quals = vec![];
-        conjuncts((*(*parse).jointree).quals, &mut quals);
-        if quals.is_empty() {
-            return parents;
-        }
-        for i in candidates {
-            let rte = entries[i] as *mut pg_sys::RangeTblEntry;
+        conjuncts((*(*query).jointree).quals, &mut quals);
+        let entries = list_pointers((*query).rtable);
+        // A view (or subquery) that is one table, unfiltered by anything that would change
+        // which rows a bound on its output selects: the bounds above apply to the table.
+        let from = list_pointers((*(*query).jointree).fromlist);
+        let plain_view = from.len() == 1
+            && (*(from[0] as *mut pg_sys::Node)).type_ == pg_sys::NodeTag::T_RangeTblRef
+            && (*query).setOperations.is_null()
+            && (*query).groupClause.is_null()
+            && (*query).distinctClause.is_null()
+            && !(*query).hasAggs
+            && !(*query).hasWindowFuncs
+            && !(*query).hasTargetSRFs
+            && (*query).limitCount.is_null()
+            && (*query).limitOffset.is_null();
+        for (i, &e) in entries.iter().enumerate() {
+            let rte = e as *mut pg_sys::RangeTblEntry;
             let rti = i as u32 + 1;
+            if !is_candidate(rte) {
+                continue;
+            }
             let Some(attno) = route_key((*rte).relid, opclass) else {
                 continue;
             };
-            let (Some(low), Some(high)) = id_bounds(&quals, rti, attno, bound_params) else {
+            let mut bounds = id_bounds(&quals, (rti, attno), bound_params);
+            if plain_view && (*(from[0] as *mut pg_sys::RangeTblRef)).rtindex as u32 == rti {
+                // The output columns that are the key, and what the level above says of them.
+                for (k, &te) in list_pointers((*query).targetList).iter().enumerate() {
+                    let te = te as *mut pg_sys::TargetEntry;
+                    let expr = (*te).expr as *mut pg_sys::Node;
+                    if (*te).resjunk || (*expr).type_ != pg_sys::NodeTag::T_Var {
+                        continue;
+                    }
+                    let v = expr as *mut pg_sys::Var;
+                    if ((*v).varno as u32, (*v).varattno, (*v).varlevelsup) != (rti, attno, 0) {
+                        continue;
+                    }
+                    let column = k as i16 + 1;
+                    let above: Vec<_> = outer
+                        .iter()
+                        .filter(|(_, c)| *c == column)
+                        .map(|(q, _)| *q)
+                        .collect();
+                    let (low, high) = id_bounds_of_column(&above, column, bound_params);
+                    bounds = (max_of(bounds.0, low), min_of(bounds.1, high));
+                }
+            }
+            let (Some(low), Some(high)) = bounds else {
                 continue;
             };
             if low < 0 || low > high {
@@ -356,13 +414,107 @@ unsafe fn route_ranges(
             };
             let parent = (*rte).relid;
             if let Some(part) = partition_of_slot(rte, slot) {
-                if take_partition(parse, rte, part) {
+                if take_partition(query, rte, part) {
                     parents.push(parent);
                 }
             }
         }
+        // Subqueries in FROM (a view is one): the conjuncts of this level go with them.
+        for (i, &e) in entries.iter().enumerate() {
+            let rte = e as *mut pg_sys::RangeTblEntry;
+            if (*rte).rtekind != pg_sys::RTEKind::RTE_SUBQUERY || (*rte).subquery.is_null() {
+                continue;
+            }
+            let rti = i as u32 + 1;
+            let mut passed = vec![];
+            for &q in &quals {
+                if let Some(column) = bounded_column(q, rti) {
+                    passed.push((q, column));
+                }
+            }
+            route_level((*rte).subquery, opclass, bound_params, &passed, parents);
+        }
     }
-    parents
+}
+
+/// The bounds that conjuncts of the level above put on output column `column` of the
+/// subquery they were found on (each conjunct names that subquery's entry).
+///
+/// # Safety
+/// The conjuncts are valid expressions, each a comparison of one Var.
+unsafe fn id_bounds_of_column(
+    quals: &[*mut pg_sys::Node],
+    column: i16,
+    bound_params: pg_sys::ParamListInfo,
+) -> (Option<i64>, Option<i64>) {
+    let mut bounds = (None, None);
+    for &q in quals {
+        // SAFETY: bounded_column found a Var of this column in `q`.
+        let Some(varno) = (unsafe { var_of(q) }) else {
+            continue;
+        };
+        // SAFETY: as above.
+        let (low, high) = unsafe { id_bounds(&[q], (varno, column), bound_params) };
+        bounds = (max_of(bounds.0, low), min_of(bounds.1, high));
+    }
+    bounds
+}
+
+/// The column of entry `rti` that a two-argument comparison of bigints compares, if one side
+/// is a Var of it.
+///
+/// # Safety
+/// `q` is a valid expression.
+unsafe fn bounded_column(q: *mut pg_sys::Node, rti: u32) -> Option<i16> {
+    // SAFETY: the tags say which nodes they are.
+    unsafe {
+        if (*q).type_ != pg_sys::NodeTag::T_OpExpr {
+            return None;
+        }
+        let op = q as *mut pg_sys::OpExpr;
+        Cmp::of_operator((*op).opno.to_u32())?;
+        list_pointers((*op).args).into_iter().find_map(|a| {
+            let a = a as *mut pg_sys::Node;
+            if (*a).type_ != pg_sys::NodeTag::T_Var {
+                return None;
+            }
+            let v = a as *mut pg_sys::Var;
+            ((*v).varno as u32 == rti && (*v).varlevelsup == 0).then_some((*v).varattno)
+        })
+    }
+}
+
+/// The range table index of the Var a comparison compares (see `bounded_column`).
+///
+/// # Safety
+/// `q` is a valid OpExpr.
+unsafe fn var_of(q: *mut pg_sys::Node) -> Option<u32> {
+    // SAFETY: as in bounded_column.
+    unsafe {
+        list_pointers((*(q as *mut pg_sys::OpExpr)).args)
+            .into_iter()
+            .find_map(|a| {
+                let a = a as *mut pg_sys::Node;
+                ((*a).type_ == pg_sys::NodeTag::T_Var)
+                    .then(|| (*(a as *mut pg_sys::Var)).varno as u32)
+            })
+    }
+}
+
+fn max_of(a: Option<i64>, b: Option<i64>) -> Option<i64> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(x.max(y)),
+        (x, None) => x,
+        (None, y) => y,
+    }
+}
+
+fn min_of(a: Option<i64>, b: Option<i64>) -> Option<i64> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(x.min(y)),
+        (x, None) => x,
+        (None, y) => y,
+    }
 }
 
 /// The partition of the parent of `rte` whose remainder is `slot`, when the parent has the

@@ -157,10 +157,13 @@ unsafe fn check_declared_version(
     }
     // SAFETY: the range table of a planned statement is a List of RangeTblEntry.
     let touched = unsafe {
-        crate::pg_list::list_pointers((*stmt).rtable).into_iter().any(|p| {
-            let rte = p as *mut pg_sys::RangeTblEntry;
-            (*rte).rtekind == pg_sys::RTEKind::RTE_RELATION && state.relids.contains(&(*rte).relid)
-        })
+        crate::pg_list::list_pointers((*stmt).rtable)
+            .into_iter()
+            .any(|p| {
+                let rte = p as *mut pg_sys::RangeTblEntry;
+                (*rte).rtekind == pg_sys::RTEKind::RTE_RELATION
+                    && state.relids.contains(&(*rte).relid)
+            })
     };
     if !touched {
         return None;

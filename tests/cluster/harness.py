@@ -258,7 +258,7 @@ def _children(pid):
 
 def coordinator_with_shards(cluster, shards=2, coordinator_conf=(), shard_conf=(), routes=(
         (16383, "shard_1"), (32767, "shard_1"), (65535, "shard_2")), tables=(), distribute=(),
-        shard_step=1000, mapping="user 'postgres'"):
+        shard_step=1000, mapping="user 'postgres'", layout="per_range"):
     """The sharded deployment most tests start from: a coordinator that is also the segment
     authority of sequence 'orders' (step 1000), with postgres_fdw and dblink, routes as
     given, and table orders (id, owner_id, amount, note) distributed by owner over shards
@@ -266,7 +266,7 @@ def coordinator_with_shards(cluster, shards=2, coordinator_conf=(), shard_conf=(
     shard's number giving one) whose 'orders' sequence (step `shard_step`) takes its segments
     from the coordinator; `tables` are more CREATE TABLE statements, `distribute` more
     distribute_table argument lists (SQL text), `mapping` the options of the coordinator's
-    user mappings. Returns (coordinator, {i: shard node})."""
+    user mappings, `layout` that of orders here. Returns (coordinator, {i: shard node})."""
     c = cluster.node("coordinator", conf=list(coordinator_conf))
     route_sql = "\n".join(f"SELECT id_gen.set_route({up}, '{shard}');" for up, shard in routes)
     table_sql = "\n".join(tables)
@@ -298,7 +298,7 @@ def coordinator_with_shards(cluster, shards=2, coordinator_conf=(), shard_conf=(
             CREATE USER MAPPING FOR postgres SERVER shard_{i} OPTIONS ({mapping});
         """)
     c.execute("SET client_min_messages = warning",
-              *[f"SELECT id_gen.distribute_table({args})" for args in ("'orders', 'id', 'owner_id', 'orders'", *distribute)])
+              *[f"SELECT id_gen.distribute_table({args})" for args in (f"'orders', 'id', 'owner_id', 'orders', layout => '{layout}'", *distribute)])
     return c, nodes
 
 

@@ -71,6 +71,14 @@ EXPLAIN (COSTS OFF) SELECT count(*) FROM rh WHERE id_gen.gene_last_id(2047) >= i
 EXPLAIN (COSTS OFF) SELECT count(*) FROM rh WHERE id BETWEEN 0 AND id_gen.gene_first_id(1024);
 SELECT count(*) AS across_two_shards FROM rh WHERE id BETWEEN 0 AND id_gen.gene_first_id(1024);
 EXPLAIN (COSTS OFF) SELECT count(*) FROM rh WHERE id >= id_gen.owner_first_id(42);
+-- Through a view (a per_shard distributed table with a sequence is one) and a subquery:
+-- the bounds on their output reach the table; not through a LIMIT.
+CREATE VIEW rh_view AS SELECT * FROM rh;
+EXPLAIN (COSTS OFF) SELECT v FROM rh_view WHERE id BETWEEN id_gen.owner_first_id(42) AND id_gen.owner_last_id(42);
+EXPLAIN (COSTS OFF) SELECT n FROM (SELECT id AS n FROM rh WHERE v IS NOT NULL) s
+WHERE n >= id_gen.owner_first_id(42) AND n <= id_gen.owner_last_id(42);
+EXPLAIN (COSTS OFF) SELECT id FROM (SELECT id FROM rh LIMIT 5) s WHERE id BETWEEN id_gen.owner_first_id(42) AND id_gen.owner_last_id(42);
+DROP VIEW rh_view;
 -- Parameters of a custom plan count; the plan cache keeps custom plans (the generic one,
 -- over every partition, costs more).
 PREPARE by_owner(bigint) AS SELECT count(*) FROM rh WHERE id BETWEEN id_gen.owner_first_id($1) AND id_gen.owner_last_id($1);

@@ -1,0 +1,203 @@
+"""Fleet scale: distributed tables laid out per shard on the coordinator
+(distribute_table(..., layout => 'per_shard'), docs/design.md §11.7) over 4,096 route ranges
+alternating between three shards, every server on PostgreSQL's default max_connections and
+max_locks_per_transaction.
+
+(a) the coordinator holds one partition per shard for each table, whatever the number of
+    ranges, and a new backend's first lookup by id opens none of the others.
+(b) inserts that name only the owner land on the owner's shard with owner-affine ids;
+    lookups by id and by owner (prepared too) reach exactly one shard (EXPLAIN VERBOSE: one
+    Foreign Scan, on the owner's partition); a cross-shard aggregate sees every row once.
+(c) a split and then a merge of a range under load (writers through the coordinator inside
+    and outside the range): every committed row is there once, the rows per owner match the
+    writers' log, the coordinator's relations stay the same, and lookups still reach one
+    shard.
+(d) a move is refused (0A000: not built for per_shard tables yet), and nothing changes.
+"""
+import threading
+
+import psycopg
+import pytest
+
+import harness
+from harness import LOGICAL, coordinator_with_shards, poll_until, report
+
+RANGES = 4096
+SHARDS = 3
+DEFAULTS = ["max_connections = 100"]  # PostgreSQL's default (the harness uses 40)
+S = {}
+
+
+def shard_of_range(k):
+    return f"shard_{k % SHARDS + 1}"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def servers(cluster):
+    routes = tuple((k * (65536 // RANGES) + 65536 // RANGES - 1, shard_of_range(k)) for k in range(RANGES))
+    c, shards = coordinator_with_shards(
+        cluster, shards=SHARDS, coordinator_conf=DEFAULTS, shard_conf=LOGICAL + DEFAULTS, routes=routes,
+        layout="per_shard",
+        tables=["CREATE TABLE items (id bigint PRIMARY KEY, owner_id bigint NOT NULL, qty integer NOT NULL DEFAULT 1);",
+                "CREATE TABLE events (id bigint PRIMARY KEY, owner_id bigint NOT NULL, kind integer);"],
+        distribute=["'items', 'id', 'owner_id', 'orders', layout => 'per_shard'",
+                    "'events', 'id', 'owner_id', layout => 'per_shard'"])
+    S.update(c=c, shards=shards)
+    yield
+
+
+def explain(sql, *params):
+    """The plan's lines, for a statement through the coordinator."""
+    with S["c"].connect() as conn:
+        return [r[0] for r in conn.execute(f"EXPLAIN (VERBOSE, COSTS OFF) {sql}", params).fetchall()]
+
+
+def foreign_scans(plan):
+    return [line.strip() for line in plan if "Foreign Scan" in line or "Foreign Update" in line
+            or "Foreign Delete" in line]
+
+
+def owners_on(shard, n, first=1):
+    return S["c"].column(f"SELECT o FROM generate_series({first}, {first} + 100000) o "
+                         f"WHERE id_gen.route_owner(o::bigint) = '{shard}' LIMIT {n}")
+
+
+def coordinator_relations():
+    """Relations behind the distributed tables here (partitions and foreign tables)."""
+    return S["c"].one("SELECT count(*) FROM pg_inherits i JOIN pg_class p ON p.oid = i.inhparent "
+                      "WHERE p.relname IN ('orders_shards', 'items_shards', 'events')")
+
+
+def test_a_one_partition_per_shard():
+    c = S["c"]
+    assert c.one("SELECT count(*) FROM id_gen.route_ranges") == RANGES
+    assert c.one("SELECT max_locks_per_transaction FROM (SELECT current_setting('max_locks_per_transaction')::int "
+                 "AS max_locks_per_transaction) s") == 64
+    assert coordinator_relations() == 3 * SHARDS
+    assert c.one("SELECT string_agg(DISTINCT layout, ',') FROM id_gen.distributed_tables") == "per_shard"
+    assert c.one("SELECT bool_and(in_step) FROM id_gen.distribution") is True
+    # Each shard holds its ranges as its partitions (a third of them each).
+    for i, s in S["shards"].items():
+        parts = s.one("SELECT count(*) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+                      "WHERE i.inhparent = 'orders'::regclass AND c.relname ~ '_g[0-9]+_[0-9]+$'")
+        assert parts == sum(1 for k in range(RANGES) if shard_of_range(k) == f"shard_{i}")
+    # A new backend's first lookup by id opens one partition, not one per range.
+    with c.connect() as conn:
+        conn.execute("SELECT * FROM orders WHERE id = 42").fetchall()
+        opened = conn.execute("SELECT count(*) FROM pg_locks WHERE pid = pg_backend_pid() AND locktype = 'relation'").fetchone()[0]
+    assert opened < 20, f"relations locked by a first lookup: {opened}"
+
+
+def test_b_inserts_and_lookups_reach_one_shard():
+    c = S["c"]
+    for i in range(1, SHARDS + 1):
+        for o in owners_on(f"shard_{i}", 20):
+            c.execute(f"INSERT INTO orders (owner_id, amount) VALUES ({o}, 1)",
+                      f"INSERT INTO items (owner_id, qty) VALUES ({o}, 2)")
+    assert c.one("SELECT count(*) FROM orders") == 20 * SHARDS
+    assert c.one("SELECT bool_and(id_gen.shard_of(id) = id_gen.shard_gene(owner_id)) FROM orders") is True
+    for i, s in S["shards"].items():
+        assert s.one("SELECT count(*) FROM orders") == 20, f"rows on shard_{i}"
+    o = owners_on("shard_2", 1)[0]
+    row_id = c.one(f"SELECT id FROM orders WHERE owner_id = {o}")
+    part = c.one("SELECT 'public.' || id_gen.slot_partition_name('orders_shards', slot) FROM id_gen.shard_slots "
+                 "WHERE shard = 'shard_2'")
+    by_id = foreign_scans(explain(f"SELECT * FROM orders WHERE id = {row_id}"))
+    assert len(by_id) == 1 and part in by_id[0], by_id
+    by_owner = foreign_scans(explain(
+        f"SELECT * FROM orders WHERE owner_id = {o} AND id BETWEEN id_gen.owner_first_id({o}) AND id_gen.owner_last_id({o})"))
+    assert len(by_owner) == 1 and part in by_owner[0], by_owner
+    upd = foreign_scans(explain(
+        f"UPDATE orders SET amount = amount + 1 WHERE id BETWEEN id_gen.owner_first_id({o}) AND id_gen.owner_last_id({o})"))
+    assert len(upd) == 1 and part in upd[0], upd
+    with c.connect() as conn:
+        conn.execute("PREPARE by_owner(bigint) AS SELECT count(*) FROM orders "
+                     "WHERE id BETWEEN id_gen.owner_first_id($1) AND id_gen.owner_last_id($1)")
+        for _ in range(8):
+            assert conn.execute(f"EXECUTE by_owner({o})").fetchone()[0] >= 1
+        plan = [r[0] for r in conn.execute(f"EXPLAIN (VERBOSE, COSTS OFF) EXECUTE by_owner({o})").fetchall()]
+    assert len(foreign_scans(plan)) == 1, plan
+    everywhere = foreign_scans(explain("SELECT count(*), sum(amount) FROM orders"))
+    assert len(everywhere) == SHARDS, everywhere
+    assert c.one("SELECT count(*) FROM orders o JOIN items i USING (owner_id)") == 20 * SHARDS
+
+
+class Writers:
+    """Threads inserting through the coordinator for owners inside and outside a range
+    until stopped; each keeps the count of rows per owner it committed."""
+
+    def __init__(self, owners):
+        self.committed = {o: 0 for o in owners}
+        self.errors = []
+        self.stop = threading.Event()
+        self.lock = threading.Lock()
+        self.threads = [threading.Thread(target=self.run, args=(owners[i::2],), daemon=True) for i in range(2)]
+        for t in self.threads:
+            t.start()
+
+    def run(self, owners):
+        try:
+            with psycopg.connect(S["c"].dsn(), autocommit=True) as conn:
+                k = 0
+                while not self.stop.is_set():
+                    o = owners[k % len(owners)]
+                    k += 1
+                    conn.execute("INSERT INTO orders (owner_id, amount) VALUES (%s, 1)", (o,))
+                    with self.lock:
+                        self.committed[o] += 1
+        except Exception as e:  # noqa: BLE001 - reported by finish()
+            self.errors.append(e)
+
+    def total(self):
+        with self.lock:
+            return sum(self.committed.values())
+
+    def finish(self):
+        self.stop.set()
+        for t in self.threads:
+            t.join(60)
+            assert not t.is_alive(), "a writer did not stop within 60 s"
+        assert not self.errors, self.errors
+        return self.committed
+
+
+def test_c_split_and_merge_under_load():
+    c = S["c"]
+    # The range of genes 16 .. 31 (route range 1, on shard_2), and owners in it and elsewhere.
+    lower, upper = 16, 31
+    assert harness.routes(c).split(",")[1] == f"{lower}-{upper}@shard_2"
+    inside = c.column(f"SELECT o FROM generate_series(200000, 2000000) o "
+                      f"WHERE id_gen.shard_gene(o::bigint) BETWEEN {lower} AND {upper} LIMIT 6")
+    outside = owners_on("shard_1", 3, first=300000) + owners_on("shard_3", 3, first=300000)
+    assert len(inside) == 6
+    before = coordinator_relations()
+    load = Writers(inside + outside)
+    poll_until("writers committed rows", load.total, lambda n: n >= 50, 60)
+    c.execute("SET client_min_messages = warning", f"CALL id_gen.split_route({lower + 7})")
+    assert harness.routes(c).split(",")[1:3] == [f"{lower}-{lower + 7}@shard_2", f"{lower + 8}-{upper}@shard_2"]
+    n = load.total()
+    poll_until("writers committed rows after the split", load.total, lambda m: m >= n + 50, 60)
+    c.execute("SET client_min_messages = warning", f"CALL id_gen.merge_routes({lower + 7})")
+    assert harness.routes(c).split(",")[1] == f"{lower}-{upper}@shard_2"
+    n = load.total()
+    poll_until("writers committed rows after the merge", load.total, lambda m: m >= n + 50, 60)
+    committed = load.finish()
+    got = dict(c.execute(
+        f"SELECT owner_id, count(*) FROM orders WHERE owner_id IN ({','.join(map(str, committed))}) GROUP BY 1"))
+    assert got == {o: n for o, n in committed.items() if n}, (got, committed)
+    assert c.one("SELECT count(*) = count(DISTINCT id) FROM orders") is True
+    assert c.one("SELECT string_agg(kind || ':' || phase, ',' ORDER BY split_id) FROM id_gen.splits") == "split:done,merge:done"
+    assert coordinator_relations() == before
+    o = inside[0]
+    scans = foreign_scans(explain(f"SELECT * FROM orders WHERE id BETWEEN id_gen.owner_first_id({o}) AND id_gen.owner_last_id({o})"))
+    assert len(scans) == 1 and "slot" in scans[0], scans
+    report(f"per_shard split and merge under load: {sum(committed.values())} rows written through the coordinator, none lost")
+
+
+def test_d_a_move_is_refused():
+    c = S["c"]
+    before = harness.routes(c)
+    err = c.error("CALL id_gen.move_genes(16, 31, 'shard_1')")
+    assert err is not None and err.sqlstate == "0A000", err
+    assert harness.routes(c) == before
+    assert c.one("SELECT count(*) FROM id_gen.operations WHERE kind = 'move'") == 0
