@@ -6,7 +6,7 @@
 //! ours, but a lookup by owner, `id BETWEEN owner_first_id(o) AND owner_last_id(o)`, and any
 //! two-sided id range would reach every shard. Before the standard planner runs, this hook
 //! looks at the statement's top-level conjunction for bounds of the partition key on both
-//! sides whose values are known now (constants, stable functions of them, and parameters of a
+//! sides whose values are known now (constants, immutable functions of them, and parameters of a
 //! custom plan); when every gene between them routes to one slot and that slot has a
 //! partition, the range table entry becomes that partition (as if the statement had named
 //! it). A generic plan of a parameterised range keeps all partitions: it costs more than
@@ -600,6 +600,10 @@ unsafe fn take_partition(
             let _ = parse;
             ((*rte).requiredPerms, (*rte).checkAsUser)
         };
+        #[cfg(not(feature = "pg15"))]
+        if (*rte).perminfoindex == 0 {
+            return false;
+        }
         #[cfg(not(feature = "pg15"))]
         let perminfo = pg_sys::getRTEPermissionInfo((*parse).rteperminfos, rte);
         #[cfg(not(feature = "pg15"))]

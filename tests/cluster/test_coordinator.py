@@ -129,7 +129,7 @@ def test_a_argument_checks():
     assert c.sqlstate("SELECT id_gen.distribute_table('child', 'id')") == "0A000", "a table with foreign keys"
     assert c.sqlstate("SET ROLE app", "SELECT id_gen.distribute_table('orders', 'id')") == "42501", \
         "a role without EXECUTE"
-    grant = "EXECUTE ON FUNCTION id_gen.distribute_table(regclass, name, name, text)"
+    grant = "EXECUTE ON FUNCTION id_gen.distribute_table(regclass, name, name, text, text)"
     e = c.error(f"GRANT {grant} TO app", "SET ROLE app", "SELECT id_gen.distribute_table('orders', 'id')")
     c.execute(f"REVOKE {grant} FROM app")
     assert e is not None and e.sqlstate == "42501" and \
