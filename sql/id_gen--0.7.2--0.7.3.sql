@@ -13,6 +13,11 @@
 -- remote_send, remote_receive, remote_call, remote_call_text, remote_link_conninfo and
 -- remote_link_failed; shard_conninfo becomes subscription_conninfo. All are internal
 -- (superuser only); the old names go here, the new ones come with the code files.
+-- id_gen.distributed_tables gains a column (layout) in the catalog part below, and PostgreSQL
+-- 15 refuses to alter a table whose row type a function with an SQL-standard body uses: the
+-- two such functions of 0.7.2 go first (the code files make them again, over the new row).
+DROP FUNCTION id_gen.split_needs_relayout(id_gen.route_splits);
+DROP FUNCTION id_gen.find_range_partition(id_gen.distributed_tables, integer, integer);
 DROP FUNCTION id_gen.shard_call(text, text, text[], integer);
 DROP FUNCTION id_gen.shard_call_text(text, text[]);
 DROP FUNCTION id_gen.shard_exec(text, text, integer);

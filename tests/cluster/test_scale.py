@@ -13,7 +13,12 @@ max_locks_per_transaction.
     writers' log, the coordinator's relations stay the same, and lookups still reach one
     shard.
 (d) a move is refused (0A000: not built for per_shard tables yet), and nothing changes.
+(e) pg_dump of the coordinator restored into another database: the same rows through it, and
+    lookups by owner still reach one shard (the shard slots and the partitions' bounds come
+    back together).
 """
+import os
+import subprocess
 import threading
 
 import psycopg
@@ -33,7 +38,7 @@ def shard_of_range(k):
 
 
 @pytest.fixture(scope="module", autouse=True)
-def servers(cluster):
+def servers(cluster, tmp_path_factory):
     routes = tuple((k * (65536 // RANGES) + 65536 // RANGES - 1, shard_of_range(k)) for k in range(RANGES))
     c, shards = coordinator_with_shards(
         cluster, shards=SHARDS, coordinator_conf=DEFAULTS, shard_conf=LOGICAL + DEFAULTS, routes=routes,
@@ -42,13 +47,13 @@ def servers(cluster):
                 "CREATE TABLE events (id bigint PRIMARY KEY, owner_id bigint NOT NULL, kind integer);"],
         distribute=["'items', 'id', 'owner_id', 'orders', layout => 'per_shard'",
                     "'events', 'id', 'owner_id', layout => 'per_shard'"])
-    S.update(c=c, shards=shards)
+    S.update(c=c, shards=shards, work=str(tmp_path_factory.mktemp("scale")))
     yield
 
 
-def explain(sql, *params):
+def explain(sql, *params, dbname="postgres"):
     """The plan's lines, for a statement through the coordinator."""
-    with S["c"].connect() as conn:
+    with S["c"].connect(dbname) as conn:
         return [r[0] for r in conn.execute(f"EXPLAIN (VERBOSE, COSTS OFF) {sql}", params).fetchall()]
 
 
@@ -201,3 +206,24 @@ def test_d_a_move_is_refused():
     assert err is not None and err.sqlstate == "0A000", err
     assert harness.routes(c) == before
     assert c.one("SELECT count(*) FROM id_gen.operations WHERE kind = 'move'") == 0
+
+
+def test_e_dump_and_restore_of_the_coordinator():
+    c = S["c"]
+    dump = os.path.join(S["work"], "coordinator.dump")
+    common = ["-h", c.dir, "-p", str(c.port), "-U", "postgres"]
+    env = {k: v for k, v in os.environ.items() if k != "RUST_BACKTRACE"}
+    subprocess.run([f"{harness.PG_BIN}/pg_dump", *common, "-Fc", "-f", dump, "postgres"], check=True, env=env, timeout=300)
+    c.execute("CREATE DATABASE restored")
+    r = subprocess.run([f"{harness.PG_BIN}/pg_restore", *common, "-d", "restored", dump], env=env, timeout=300,
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert r.returncode == 0, r.stdout
+    sums = "SELECT count(*) || '/' || sum(amount) FROM orders"
+    assert c.one(sums, dbname="restored") == c.one(sums)
+    assert c.one("SELECT count(*) FROM id_gen.shard_slots", dbname="restored") == SHARDS
+    o = owners_on("shard_3", 1)[0]
+    scans = foreign_scans(explain(
+        f"SELECT * FROM orders WHERE id BETWEEN id_gen.owner_first_id({o}) AND id_gen.owner_last_id({o})", dbname="restored"))
+    assert len(scans) == 1 and "slot" in scans[0], scans
+    c.execute(f"INSERT INTO orders (owner_id, amount) VALUES ({o}, 5)", dbname="restored")
+    assert S["shards"][3].one(f"SELECT count(*) FROM orders WHERE owner_id = {o} AND amount = 5") == 1
