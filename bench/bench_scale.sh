@@ -1,19 +1,21 @@
 # Sourced by bench/bench.sh (`bench/bench.sh --scale` runs only this): what the number of route
 # ranges costs a coordinator (docs/design.md §11.7). One coordinator and SCALE_SHARDS shards
-# (default 2) on this machine; one database per fleet size on every server, each with its own
-# route table of N ranges alternating between the shards (N = SCALE_SIZES, default 16 256 1024
-# 4096), so that all sizes are up at once and measured side by side in interleaved rounds;
-# in each, SCALE_TABLES tables (default 1) of 20,000 rows each laid out per_shard and, for
-# comparison, the same laid out per_range. Every server has max_locks_per_transaction raised
-# (the per_range tables need it at 2,048 ranges and up; per_shard ones do not).
+# (default 2) on this machine; one database per fleet size and layout on every server
+# (per_shard_<N>, per_range_<N>), each with its own route table of N ranges alternating
+# between the shards (N = SCALE_SIZES, default 16 256 1024 4096) and SCALE_TABLES tables
+# (default 1) of 20,000 rows laid out that way, so that all sizes are up at once and measured
+# side by side in interleaved rounds. Every server has max_locks_per_transaction raised (the
+# per_range tables need it at 2,048 ranges and up; per_shard ones do not) and wal_level =
+# logical (moves).
 # Per size and layout, pgbench -c 2 -j 2 for SCALE_T seconds per round (median of
 # SCALE_ROUNDS rounds, sizes in alternating order, ratios against the 16-range database of
 # the same layout with the spread over the rounds):
 #   point lookup by id, prepared and simple protocol; a lookup on a new connection each time
 #   (-C); a lookup by owner (prepared); INSERT by owner; a cross-shard aggregate;
 # once per size and layout: the planning time of a new backend's first lookup (EXPLAIN
-# SUMMARY), its memory after one lookup, and the durations of distribute_table, a split of
-# one range (split_route) and a route change. Figures, never a gate.
+# SUMMARY), its memory after one lookup, and the durations of distribute_table, a route
+# change, a split of one range (split_route) and, per_range only, a move of one range
+# (move_genes). Figures, never a gate.
 
 SC_COO=/tmp/idg_bench_sc_coord SC_COO_P=54480
 sc_shard_dir() { echo "/tmp/idg_bench_sc_shard$1"; }
