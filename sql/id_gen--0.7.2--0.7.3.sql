@@ -1368,6 +1368,25 @@ GRANT EXECUTE ON FUNCTION id_gen.copy_grants(regclass, regclass) TO PUBLIC;
 --     distributed tables of a schema; a derived name held by another relation is an
 --     error (42P07), never shared.
 
+-- The catalog row of a distributed table (42704 when it is not one).
+CREATE OR REPLACE FUNCTION id_gen.distributed_table(schema_name name, table_name name) RETURNS id_gen.distributed_tables
+LANGUAGE plpgsql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  d id_gen.distributed_tables;
+BEGIN
+  SELECT * INTO d FROM id_gen.distributed_tables t
+  WHERE (t.schema_name, t.table_name) = (distributed_table.schema_name, distributed_table.table_name);
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'id_gen: %.% is not a distributed table', quote_ident(schema_name), quote_ident(table_name)
+      USING ERRCODE = '42704', HINT = 'Distributed tables are listed in id_gen.distributed_tables.';
+  END IF;
+  RETURN d;
+END $$;
+COMMENT ON FUNCTION id_gen.distributed_table(name, name) IS 'The row of id_gen.distributed_tables of a distributed table; 42704 when the table is not one.';
+REVOKE EXECUTE ON FUNCTION id_gen.distributed_table(name, name) FROM PUBLIC;
+
 -- Tells one shard which genes of a table it owns (id_gen.shard_apply_ranges there, in a
 -- transaction of its own) and records it in id_gen.shard_placements.
 CREATE OR REPLACE FUNCTION id_gen.push_shard_table(shard text, schema_name name, table_name name,
@@ -1381,8 +1400,7 @@ DECLARE
   code text;
   result text;
 BEGIN
-  SELECT * INTO d FROM id_gen.distributed_tables t
-  WHERE (t.schema_name, t.table_name) = (push_shard_table.schema_name, push_shard_table.table_name);
+  d := id_gen.distributed_table(push_shard_table.schema_name, push_shard_table.table_name);
   BEGIN
     -- shard_apply_ranges locks the table and then each partition; a writer that holds a
     -- partition (the coordinator writes to partitions by name) and then needs the table
@@ -1493,33 +1511,59 @@ END $$;
 COMMENT ON FUNCTION id_gen.add_foreign_partition(id_gen.distributed_tables, regclass, integer, integer, text) IS 'Adds to a coordinator range partition the foreign table of genes lower_gene .. upper_gene on a shard (its partition of those genes there), with the range partition''s owner and grants.';
 REVOKE EXECUTE ON FUNCTION id_gen.add_foreign_partition(id_gen.distributed_tables, regclass, integer, integer, text) FROM PUBLIC;
 
--- The coordinator's range partition of genes lo .. hi (created when missing).
-CREATE OR REPLACE FUNCTION id_gen.range_partition(d id_gen.distributed_tables, lower_gene integer, upper_gene integer) RETURNS regclass
+-- The partition of a distributed table's coordinator table whose bound prints as `bound`
+-- (pg_get_expr of relpartbound), or NULL. Partitions are found by bound, never by name.
+CREATE OR REPLACE FUNCTION id_gen.partition_with_bound(d id_gen.distributed_tables, bound text) RETURNS regclass
+LANGUAGE sql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+  SELECT c.oid::regclass FROM pg_catalog.pg_inherits i JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) i.inhrelid
+  WHERE i.inhparent OPERATOR(pg_catalog.=) pg_catalog.format('%I.%I', d.schema_name, d.partitioned_name)::regclass
+    AND pg_catalog.pg_get_expr(c.relpartbound, c.oid) OPERATOR(pg_catalog.=) bound;
+END;
+COMMENT ON FUNCTION id_gen.partition_with_bound(id_gen.distributed_tables, text) IS 'The partition of a distributed table''s coordinator table whose bound prints (pg_get_expr) as bound, or NULL.';
+REVOKE EXECUTE ON FUNCTION id_gen.partition_with_bound(id_gen.distributed_tables, text) FROM PUBLIC;
+
+-- The partition with `bound`, created when missing as `pname` by `create_sql` (a format:
+-- %1$s the new partition's qualified name, %2$s the coordinator table) with the table's
+-- owner and grants and the comment `about`. A relation that has the name but is not that
+-- partition is refused (42P07).
+CREATE OR REPLACE FUNCTION id_gen.ensure_partition(d id_gen.distributed_tables, bound text, pname name, create_sql text, about text)
+RETURNS regclass
 LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   parts regclass := format('%I.%I', d.schema_name, d.partitioned_name)::regclass;
-  bound text := id_gen.partition_bound_text(lower_gene, upper_gene);
-  pname name := id_gen.partition_name(d.coordinator_stem, lower_gene, upper_gene);
-  part regclass;
+  part regclass := id_gen.partition_with_bound(d, bound);
 BEGIN
-  SELECT c.oid::regclass INTO part FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-  WHERE i.inhparent = parts AND pg_get_expr(c.relpartbound, c.oid) = bound;
   IF part IS NOT NULL THEN
     RETURN part;
   END IF;
   IF to_regclass(format('%I.%I', d.schema_name, pname)) IS NOT NULL THEN
     RAISE EXCEPTION 'id_gen: relation %.% already exists, and it is not a partition of %', quote_ident(d.schema_name), quote_ident(pname), parts
-      USING ERRCODE = '42P07', HINT = 'id_gen names the partitions of distributed tables <stem>_g<lower>_<upper>; rename that relation.';
+      USING ERRCODE = '42P07', HINT = format('id_gen names this partition of %s (%s) %I; rename that relation.', parts, bound, pname);
   END IF;
-  EXECUTE format('CREATE TABLE %I.%I PARTITION OF %s FOR VALUES %s PARTITION BY RANGE (%I)',
-                 d.schema_name, pname, parts, id_gen.partition_bounds(lower_gene, upper_gene), d.id_column);
+  EXECUTE format(create_sql, format('%I.%I', d.schema_name, pname), parts);
   part := format('%I.%I', d.schema_name, pname)::regclass;
-  PERFORM id_gen.inherit_parent_settings(parts, part,
-    format('id_gen: genes %s .. %s of %s (kept in step with id_gen.shard_routes)', lower_gene, upper_gene, parts));
+  PERFORM id_gen.inherit_parent_settings(parts, part, about);
   RETURN part;
 END $$;
+COMMENT ON FUNCTION id_gen.ensure_partition(id_gen.distributed_tables, text, name, text, text) IS 'The partition of a distributed table''s coordinator table with this bound, created when missing (name pname, statement create_sql, the table''s owner and grants, comment about); 42P07 when another relation has the name.';
+REVOKE EXECUTE ON FUNCTION id_gen.ensure_partition(id_gen.distributed_tables, text, name, text, text) FROM PUBLIC;
+
+-- The coordinator's range partition of genes lo .. hi (created when missing).
+CREATE OR REPLACE FUNCTION id_gen.range_partition(d id_gen.distributed_tables, lower_gene integer, upper_gene integer) RETURNS regclass
+LANGUAGE sql STRICT
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+  SELECT id_gen.ensure_partition(d, id_gen.partition_bound_text(lower_gene, upper_gene),
+    id_gen.partition_name(d.coordinator_stem, lower_gene, upper_gene),
+    pg_catalog.format('CREATE TABLE %%1$s PARTITION OF %%2$s FOR VALUES %s PARTITION BY RANGE (%I)',
+                      id_gen.partition_bounds(lower_gene, upper_gene), d.id_column),
+    pg_catalog.format('id_gen: genes %s .. %s of %I.%I (kept in step with id_gen.shard_routes)',
+                      lower_gene, upper_gene, d.schema_name, d.partitioned_name));
+END;
 COMMENT ON FUNCTION id_gen.range_partition(id_gen.distributed_tables, integer, integer) IS 'The coordinator''s range partition of a distributed table for genes lower_gene .. upper_gene, found by its bound; created (with the table''s owner and grants) when missing.';
 REVOKE EXECUTE ON FUNCTION id_gen.range_partition(id_gen.distributed_tables, integer, integer) FROM PUBLIC;
 
@@ -1533,27 +1577,14 @@ LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-  parts regclass := format('%I.%I', d.schema_name, d.partitioned_name)::regclass;
   slot integer := id_gen.assign_shard_slot(shard);
-  pname name := id_gen.slot_partition_name(d.coordinator_stem, slot);
-  part regclass;
 BEGIN
-  SELECT c.oid::regclass INTO part FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-  WHERE i.inhparent = parts AND pg_get_expr(c.relpartbound, c.oid) = id_gen.slot_partition_bound_text(slot);
-  IF part IS NOT NULL THEN
-    RETURN part;
-  END IF;
-  IF to_regclass(format('%I.%I', d.schema_name, pname)) IS NOT NULL THEN
-    RAISE EXCEPTION 'id_gen: relation %.% already exists, and it is not a partition of %', quote_ident(d.schema_name), quote_ident(pname), parts
-      USING ERRCODE = '42P07', HINT = 'id_gen names the partitions of per_shard distributed tables <stem>_slot<slot>; rename that relation.';
-  END IF;
-  EXECUTE format('CREATE FOREIGN TABLE %I.%I PARTITION OF %s FOR VALUES WITH (MODULUS 1024, REMAINDER %s) '
-                 'SERVER %I OPTIONS (schema_name %L, table_name %L)',
-                 d.schema_name, pname, parts, slot, shard, d.schema_name, d.table_name);
-  part := format('%I.%I', d.schema_name, pname)::regclass;
-  PERFORM id_gen.inherit_parent_settings(parts, part,
-    format('id_gen: the rows of %s on shard %s (slot %s; its table %I.%I)', parts, shard, slot, d.schema_name, d.table_name));
-  RETURN part;
+  RETURN id_gen.ensure_partition(d, id_gen.slot_partition_bound_text(slot),
+    id_gen.slot_partition_name(d.coordinator_stem, slot),
+    format('CREATE FOREIGN TABLE %%1$s PARTITION OF %%2$s FOR VALUES WITH (MODULUS 1024, REMAINDER %s) '
+           'SERVER %I OPTIONS (schema_name %L, table_name %L)', slot, shard, d.schema_name, d.table_name),
+    format('id_gen: the rows of %I.%I on shard %s (slot %s; its table %I.%I)',
+           d.schema_name, d.partitioned_name, shard, slot, d.schema_name, d.table_name));
 END $$;
 COMMENT ON FUNCTION id_gen.slot_partition(id_gen.distributed_tables, text) IS 'The partition of a per_shard distributed table for one shard: a foreign table over the shard''s table, FOR VALUES WITH (MODULUS 1024, REMAINDER <the shard''s slot>), with the table''s owner and grants; created when missing.';
 REVOKE EXECUTE ON FUNCTION id_gen.slot_partition(id_gen.distributed_tables, text) FROM PUBLIC;
@@ -1588,8 +1619,7 @@ DECLARE
   p jsonb;
   errors text;
 BEGIN
-  SELECT * INTO d FROM id_gen.distributed_tables t
-  WHERE (t.schema_name, t.table_name) = (restore_shard_ranges.schema_name, restore_shard_ranges.table_name);
+  d := id_gen.distributed_table(restore_shard_ranges.schema_name, restore_shard_ranges.table_name);
   FOR p IN SELECT x FROM jsonb_array_elements(coalesce(pushed, '[]')) x LOOP
     BEGIN
       PERFORM id_gen.remote_call(p->>'shard', 'shard_apply_ranges',
@@ -1624,12 +1654,7 @@ DECLARE
   hint text;
   undo_errors text;
 BEGIN
-  SELECT * INTO d FROM id_gen.distributed_tables t
-  WHERE (t.schema_name, t.table_name) = (sync_distributed_table.schema_name, sync_distributed_table.table_name);
-  IF NOT FOUND THEN
-    RAISE EXCEPTION 'id_gen: %.% is not a distributed table', quote_ident(schema_name), quote_ident(table_name)
-      USING ERRCODE = '42704', HINT = 'Distributed tables are listed in id_gen.distributed_tables.';
-  END IF;
+  d := id_gen.distributed_table(sync_distributed_table.schema_name, sync_distributed_table.table_name);
   parts := to_regclass(format('%I.%I', d.schema_name, d.partitioned_name));
   IF parts IS NULL THEN
     RAISE EXCEPTION 'id_gen: the partitioned table %.% of distributed table %.% is missing', quote_ident(d.schema_name),
@@ -3963,7 +3988,7 @@ BEGIN
         USING ERRCODE = '55000', HINT = 'Change the routes with id_gen.set_route.';
     ELSIF EXISTS (SELECT FROM id_gen.distributed_tables t WHERE t.layout = 'per_shard') THEN
       RAISE EXCEPTION 'id_gen: moves of per_shard distributed tables are not built yet: %',
-                      (SELECT string_agg(format('%I.%I', t.schema_name, t.table_name), ', ' ORDER BY 1)
+                      (SELECT string_agg(format('%I.%I', t.schema_name, t.table_name), ', ' ORDER BY t.schema_name, t.table_name)
                        FROM id_gen.distributed_tables t WHERE t.layout = 'per_shard')
         USING ERRCODE = '0A000',
               DETAIL = 'A move copies the genes of every distributed table at once; these tables are laid out per shard here (distribute_table(..., layout => ''per_shard'')).',
@@ -4596,9 +4621,7 @@ RETURNS regclass
 LANGUAGE sql STABLE STRICT
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
-  SELECT c.oid::regclass FROM pg_catalog.pg_inherits i JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) i.inhrelid
-  WHERE i.inhparent OPERATOR(pg_catalog.=) pg_catalog.format('%I.%I', d.schema_name, d.partitioned_name)::regclass
-    AND pg_catalog.pg_get_expr(c.relpartbound, c.oid) OPERATOR(pg_catalog.=) id_gen.partition_bound_text(lower_gene, upper_gene);
+  SELECT id_gen.partition_with_bound(d, id_gen.partition_bound_text(lower_gene, upper_gene));
 END;
 COMMENT ON FUNCTION id_gen.find_range_partition(id_gen.distributed_tables, integer, integer) IS 'The coordinator''s range partition of a distributed table whose bound is exactly genes lower_gene .. upper_gene, or NULL.';
 REVOKE EXECUTE ON FUNCTION id_gen.find_range_partition(id_gen.distributed_tables, integer, integer) FROM PUBLIC;

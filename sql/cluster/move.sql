@@ -1006,7 +1006,7 @@ BEGIN
         USING ERRCODE = '55000', HINT = 'Change the routes with id_gen.set_route.';
     ELSIF EXISTS (SELECT FROM id_gen.distributed_tables t WHERE t.layout = 'per_shard') THEN
       RAISE EXCEPTION 'id_gen: moves of per_shard distributed tables are not built yet: %',
-                      (SELECT string_agg(format('%I.%I', t.schema_name, t.table_name), ', ' ORDER BY 1)
+                      (SELECT string_agg(format('%I.%I', t.schema_name, t.table_name), ', ' ORDER BY t.schema_name, t.table_name)
                        FROM id_gen.distributed_tables t WHERE t.layout = 'per_shard')
         USING ERRCODE = '0A000',
               DETAIL = 'A move copies the genes of every distributed table at once; these tables are laid out per shard here (distribute_table(..., layout => ''per_shard'')).',

@@ -101,9 +101,7 @@ RETURNS regclass
 LANGUAGE sql STABLE STRICT
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
-  SELECT c.oid::regclass FROM pg_catalog.pg_inherits i JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) i.inhrelid
-  WHERE i.inhparent OPERATOR(pg_catalog.=) pg_catalog.format('%I.%I', d.schema_name, d.partitioned_name)::regclass
-    AND pg_catalog.pg_get_expr(c.relpartbound, c.oid) OPERATOR(pg_catalog.=) id_gen.partition_bound_text(lower_gene, upper_gene);
+  SELECT id_gen.partition_with_bound(d, id_gen.partition_bound_text(lower_gene, upper_gene));
 END;
 COMMENT ON FUNCTION id_gen.find_range_partition(id_gen.distributed_tables, integer, integer) IS 'The coordinator''s range partition of a distributed table whose bound is exactly genes lower_gene .. upper_gene, or NULL.';
 REVOKE EXECUTE ON FUNCTION id_gen.find_range_partition(id_gen.distributed_tables, integer, integer) FROM PUBLIC;

@@ -353,6 +353,15 @@ def routes(coordinator):
                            "FROM id_gen.route_ranges")
 
 
+def owners(node, condition, n, first=1, span=2000000):
+    """n owner ids o from first up to first + span for which the SQL `condition` on o (a
+    bigint) holds, in order; fails when fewer exist."""
+    found = node.column(f"SELECT o FROM generate_series({first}::bigint, {first + span}::bigint) o "
+                        f"WHERE {condition} LIMIT {n}")
+    assert len(found) == n, f"only {len(found)} of {n} owners from {first} satisfy {condition}"
+    return found
+
+
 LOGICAL = ["wal_level = logical", "max_wal_senders = 10", "max_replication_slots = 10"]
 
 

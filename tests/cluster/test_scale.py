@@ -63,8 +63,7 @@ def foreign_scans(plan):
 
 
 def owners_on(shard, n, first=1):
-    return S["c"].column(f"SELECT o FROM generate_series({first}, {first} + 100000) o "
-                         f"WHERE id_gen.route_owner(o::bigint) = '{shard}' LIMIT {n}")
+    return harness.owners(S["c"], f"id_gen.route_owner(o) = '{shard}'", n, first, span=100000)
 
 
 def coordinator_relations():
