@@ -1378,11 +1378,11 @@ DECLARE
 BEGIN
   SELECT * INTO d FROM id_gen.distributed_tables t
   WHERE (t.schema_name, t.table_name) = (distributed_table.schema_name, distributed_table.table_name);
-  IF NOT FOUND THEN
-    RAISE EXCEPTION 'id_gen: %.% is not a distributed table', quote_ident(schema_name), quote_ident(table_name)
-      USING ERRCODE = '42704', HINT = 'Distributed tables are listed in id_gen.distributed_tables.';
+  IF FOUND THEN
+    RETURN d;
   END IF;
-  RETURN d;
+  RAISE EXCEPTION 'id_gen: %.% is not a distributed table', quote_ident(schema_name), quote_ident(table_name)
+    USING ERRCODE = '42704', HINT = 'Distributed tables are listed in id_gen.distributed_tables.';
 END $$;
 COMMENT ON FUNCTION id_gen.distributed_table(name, name) IS 'The row of id_gen.distributed_tables of a distributed table; 42704 when the table is not one.';
 REVOKE EXECUTE ON FUNCTION id_gen.distributed_table(name, name) FROM PUBLIC;

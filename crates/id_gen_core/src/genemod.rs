@@ -172,17 +172,12 @@ pub fn decode_mod_id(id: i64, shard_bits: u32) -> Result<(i64, i64), GeneModErro
 mod tests {
     use super::*;
 
-    /// xorshift64* — a tiny deterministic generator so the property tests need no crates.
-    struct XorShift(u64);
-    impl XorShift {
-        fn next(&mut self) -> u64 {
-            let mut x = self.0;
-            x ^= x >> 12;
-            x ^= x << 25;
-            x ^= x >> 27;
-            self.0 = x;
-            x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-        }
+    use crate::test_rng::XorShift;
+
+    trait Owners {
+        fn owner(&mut self) -> i64;
+    }
+    impl Owners for XorShift {
         fn owner(&mut self) -> i64 {
             // Mix full-range values with small ones and the extremes.
             match self.next() % 8 {

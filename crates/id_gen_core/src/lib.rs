@@ -20,3 +20,5 @@ pub mod routing;
 pub mod segment;
 pub mod serial;
 pub mod snowflake;
+#[cfg(test)]
+mod test_rng;

@@ -671,20 +671,7 @@ mod tests {
     const LEAD: i64 = 5_000;
     const NOW: i64 = 1_709_164_800_000; // 2024-02-29T00:00:00Z
 
-    struct XorShift(u64);
-    impl XorShift {
-        fn next(&mut self) -> u64 {
-            let mut x = self.0;
-            x ^= x >> 12;
-            x ^= x << 25;
-            x ^= x >> 27;
-            self.0 = x;
-            x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-        }
-        fn below(&mut self, n: u64) -> u64 {
-            self.next() % n
-        }
-    }
+    use crate::test_rng::XorShift;
 
     fn default() -> SnowflakeLayout {
         SnowflakeLayout::default()
