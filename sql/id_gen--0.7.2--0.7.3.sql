@@ -1524,11 +1524,12 @@ END;
 COMMENT ON FUNCTION id_gen.partition_with_bound(id_gen.distributed_tables, text) IS 'The partition of a distributed table''s coordinator table whose bound prints (pg_get_expr) as bound, or NULL.';
 REVOKE EXECUTE ON FUNCTION id_gen.partition_with_bound(id_gen.distributed_tables, text) FROM PUBLIC;
 
--- The partition with `bound`, created when missing as `pname` by `create_sql` (a format:
--- %1$s the new partition's qualified name, %2$s the coordinator table) with the table's
--- owner and grants and the comment `about`. A relation that has the name but is not that
--- partition is refused (42P07).
-CREATE OR REPLACE FUNCTION id_gen.ensure_partition(d id_gen.distributed_tables, bound text, pname name, create_sql text, about text)
+-- The partition with `bound`, created when missing: CREATE [FOREIGN] TABLE pname PARTITION
+-- OF the coordinator table `definition` (its bound and the rest, one string, never formatted
+-- again: names may hold a %), with the table's owner and grants and the comment `about`. A
+-- relation that has the name but is not that partition is refused (42P07).
+CREATE OR REPLACE FUNCTION id_gen.ensure_partition(d id_gen.distributed_tables, bound text, pname name, is_foreign boolean,
+                                                   definition text, about text)
 RETURNS regclass
 LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
@@ -1544,13 +1545,14 @@ BEGIN
     RAISE EXCEPTION 'id_gen: relation %.% already exists, and it is not a partition of %', quote_ident(d.schema_name), quote_ident(pname), parts
       USING ERRCODE = '42P07', HINT = format('id_gen names this partition of %s (%s) %I; rename that relation.', parts, bound, pname);
   END IF;
-  EXECUTE format(create_sql, format('%I.%I', d.schema_name, pname), parts);
+  EXECUTE format('CREATE %s %I.%I PARTITION OF %s %s', CASE WHEN is_foreign THEN 'FOREIGN TABLE' ELSE 'TABLE' END,
+                 d.schema_name, pname, parts, definition);
   part := format('%I.%I', d.schema_name, pname)::regclass;
   PERFORM id_gen.inherit_parent_settings(parts, part, about);
   RETURN part;
 END $$;
-COMMENT ON FUNCTION id_gen.ensure_partition(id_gen.distributed_tables, text, name, text, text) IS 'The partition of a distributed table''s coordinator table with this bound, created when missing (name pname, statement create_sql, the table''s owner and grants, comment about); 42P07 when another relation has the name.';
-REVOKE EXECUTE ON FUNCTION id_gen.ensure_partition(id_gen.distributed_tables, text, name, text, text) FROM PUBLIC;
+COMMENT ON FUNCTION id_gen.ensure_partition(id_gen.distributed_tables, text, name, boolean, text, text) IS 'The partition of a distributed table''s coordinator table with this bound, created when missing (CREATE [FOREIGN] TABLE pname PARTITION OF the table definition, with the table''s owner and grants and the comment about); 42P07 when another relation has the name.';
+REVOKE EXECUTE ON FUNCTION id_gen.ensure_partition(id_gen.distributed_tables, text, name, boolean, text, text) FROM PUBLIC;
 
 -- The coordinator's range partition of genes lo .. hi (created when missing).
 CREATE OR REPLACE FUNCTION id_gen.range_partition(d id_gen.distributed_tables, lower_gene integer, upper_gene integer) RETURNS regclass
@@ -1558,9 +1560,8 @@ LANGUAGE sql STRICT
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
   SELECT id_gen.ensure_partition(d, id_gen.partition_bound_text(lower_gene, upper_gene),
-    id_gen.partition_name(d.coordinator_stem, lower_gene, upper_gene),
-    pg_catalog.format('CREATE TABLE %%1$s PARTITION OF %%2$s FOR VALUES %s PARTITION BY RANGE (%I)',
-                      id_gen.partition_bounds(lower_gene, upper_gene), d.id_column),
+    id_gen.partition_name(d.coordinator_stem, lower_gene, upper_gene), false,
+    pg_catalog.format('FOR VALUES %s PARTITION BY RANGE (%I)', id_gen.partition_bounds(lower_gene, upper_gene), d.id_column),
     pg_catalog.format('id_gen: genes %s .. %s of %I.%I (kept in step with id_gen.shard_routes)',
                       lower_gene, upper_gene, d.schema_name, d.partitioned_name));
 END;
@@ -1580,9 +1581,9 @@ DECLARE
   slot integer := id_gen.assign_shard_slot(shard);
 BEGIN
   RETURN id_gen.ensure_partition(d, id_gen.slot_partition_bound_text(slot),
-    id_gen.slot_partition_name(d.coordinator_stem, slot),
-    format('CREATE FOREIGN TABLE %%1$s PARTITION OF %%2$s FOR VALUES WITH (MODULUS 1024, REMAINDER %s) '
-           'SERVER %I OPTIONS (schema_name %L, table_name %L)', slot, shard, d.schema_name, d.table_name),
+    id_gen.slot_partition_name(d.coordinator_stem, slot), true,
+    format('FOR VALUES WITH (MODULUS 1024, REMAINDER %s) SERVER %I OPTIONS (schema_name %L, table_name %L)',
+           slot, shard, d.schema_name, d.table_name),
     format('id_gen: the rows of %I.%I on shard %s (slot %s; its table %I.%I)',
            d.schema_name, d.partitioned_name, shard, slot, d.schema_name, d.table_name));
 END $$;

@@ -112,6 +112,30 @@ EXPLAIN (COSTS OFF) SELECT v FROM rh2 WHERE id BETWEEN id_gen.owner_first_id(42)
 SELECT count(*) AS rows_of_the_gene FROM rh2 WHERE id BETWEEN id_gen.owner_first_id(42) AND id_gen.owner_last_id(42);
 DROP TABLE rh2;
 DROP TABLE rh;
+-- The coordinator's partitions are created from one string (sql/cluster/distribute.sql,
+-- ensure_partition): names with a % in them are names like any other. A range partition,
+-- and a slot partition (a foreign table; it never connects here).
+CREATE EXTENSION postgres_fdw;
+CREATE SERVER "sh%ard" FOREIGN DATA WRAPPER postgres_fdw;
+CREATE TABLE "odd%_shards" ("i%d" bigint NOT NULL) PARTITION BY RANGE ("i%d");
+CREATE TABLE "odd%h_shards" ("i%d" bigint NOT NULL) PARTITION BY HASH ("i%d" id_gen.gene_route_ops);
+CREATE TABLE odd_row AS SELECT jsonb_populate_record(NULL::id_gen.distributed_tables,
+  '{"schema_name": "public", "table_name": "odd%", "partitioned_name": "odd%_shards", "id_column": "i%d",
+    "shard_stem": "odd%", "coordinator_stem": "odd%", "layout": "per_range"}') AS d;
+CREATE TABLE odd_hash_row AS SELECT jsonb_populate_record(NULL::id_gen.distributed_tables,
+  '{"schema_name": "public", "table_name": "odd%h", "partitioned_name": "odd%h_shards", "id_column": "i%d",
+    "shard_stem": "odd%h", "coordinator_stem": "odd%h", "layout": "per_shard"}') AS d;
+SELECT id_gen.range_partition(d, 0, 1023) AS range_partition, id_gen.range_partition(d, 0, 1023) AS found_again FROM odd_row;
+SELECT id_gen.slot_partition(d, 'sh%ard') AS slot_partition FROM odd_hash_row;
+SELECT c.relname, c.relkind, pg_get_expr(c.relpartbound, c.oid) AS bound
+FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+WHERE i.inhparent IN ('"odd%_shards"'::regclass, '"odd%h_shards"'::regclass) ORDER BY 1;
+-- A relation that has a partition's name but is not that partition.
+CREATE TABLE "odd%_g1024_2047" (x int);
+SELECT try($$SELECT id_gen.range_partition(d, 1024, 2047) FROM odd_row$$);
+DROP TABLE "odd%_shards", "odd%h_shards", "odd%_g1024_2047", odd_row, odd_hash_row;
+DROP SERVER "sh%ard";
+DROP EXTENSION postgres_fdw;
 DELETE FROM id_gen.shard_slots;
 DELETE FROM id_gen.shard_routes;
 SELECT id_gen.set_route(32767, 'east'), id_gen.set_route(65535, 'west');
