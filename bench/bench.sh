@@ -43,6 +43,8 @@ once() {
   printf '%s\n' '\timing on' "$1;" | P -At |
     awk '/^Time: / { t = $2; next } { v = $0 } END { print v, t }'
 }
+# ms COMMAND...: the wall time of a command in ms (its output discarded).
+ms() { local t0 t1; t0=$(date +%s%N); "$@" >/dev/null; t1=$(date +%s%N); echo $(( (t1 - t0) / 1000000 )); }
 # stats: median, min and max of the numbers on stdin, one a line.
 stats() {
   sort -g | awk '{ v[NR] = $1 } END { print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2), v[1], v[NR] }'

@@ -25,7 +25,6 @@ flq() { cpsql "$FL_COO" "$FL_COO_P" -d fleet -At "$@"; }
 fli() { local i=$1; shift; cpsql "$(fl_dir "$i")" "$(fl_port "$i")" -At "$@"; }
 # The instance of shard k (1-based).
 fl_inst_of() { echo $(( ($1 - 1) % FL_INST + 1 )); }
-ms() { local t0 t1; t0=$(date +%s%N); "$@" >/dev/null; t1=$(date +%s%N); echo $(( (t1 - t0) / 1000000 )); }
 # fl_rounds SQL: runs SQL FL_ROUNDS times in one session; prints "median min max" of its
 # wall time (ms, psql's \timing) and, last, the dblink connections the session then holds.
 fl_rounds() {

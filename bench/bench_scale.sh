@@ -30,8 +30,6 @@ SC_CONF=("shared_buffers = 64MB" "max_connections = 60" "max_locks_per_transacti
 trap 'cluster_stop "$SC_COO"; for i in $(seq "$SC_SHARDS"); do cluster_stop "$(sc_shard_dir "$i")"; done' EXIT
 scq() { local db=$1; shift; cpsql "$SC_COO" "$SC_COO_P" -d "$db" -At "$@"; }
 scs() { local i=$1 db=$2; shift 2; cpsql "$(sc_shard_dir "$i")" "$(sc_shard_port "$i")" -d "$db" -At "$@"; }
-# ms COMMAND...: the wall time of a command in ms.
-ms() { local t0 t1; t0=$(date +%s%N); "$@" >/dev/null; t1=$(date +%s%N); echo $(( (t1 - t0) / 1000000 )); }
 
 echo
 echo "-- 9. fleet scale: route ranges ${SC_SIZES[*]} alternating over $SC_SHARDS shards, $SC_TABLES table(s) of $SC_ROWS rows, per_shard against per_range (pgbench -c 2 -j 2 -T $SC_T, median of $SC_ROUNDS rounds, sizes interleaved; ratio to the ${SC_SIZES[0]}-range database of the same layout, (min..max) over the rounds)"
