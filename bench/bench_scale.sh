@@ -11,7 +11,10 @@
 # SCALE_ROUNDS rounds, sizes in alternating order, ratios against the 16-range database of
 # the same layout with the spread over the rounds):
 #   point lookup by id, prepared and simple protocol; a lookup on a new connection each time
-#   (-C); a lookup by owner (prepared); INSERT by owner; a cross-shard aggregate;
+#   (-C); a lookup by owner (prepared); INSERT by owner; a cross-shard aggregate; and the
+#   latency of a lookup by id through the coordinator as a multiple of the same lookup on
+#   the shard (shard_1's rows, pgbench on shard_1 directly, simple protocol); once, the
+#   sixth execution of a prepared lookup on the shard (the plan cache's generic plan);
 # once per size and layout: the planning time of a new backend's first lookup (EXPLAIN
 # SUMMARY), its memory after one lookup, and the durations of distribute_table, a route
 # change, a split of one range (split_route) and, per_range only, a move of one range
@@ -37,7 +40,7 @@ for i in $(seq "$SC_SHARDS"); do
   cluster_start "$(sc_shard_dir "$i")" "$(sc_shard_port "$i")" "${SC_CONF[@]}"
 done
 cluster_start "$SC_COO" "$SC_COO_P" "${SC_CONF[@]}"
-declare -A DIST_MS SPLIT_MS MOVE_MS ROUTE_MS PLAN_MS MEM_KB
+declare -A DIST_MS SPLIT_MS MOVE_MS ROUTE_MS PLAN_MS MEM_KB GENERIC_MS
 # One database per size and layout (a split or a route change then touches only that layout).
 for n in "${SC_SIZES[@]}"; do
   for layout in per_shard per_range; do
@@ -94,15 +97,26 @@ done
 sc_pgb() {
   local db=$1 t=$2 out; shift 2
   # shellcheck disable=SC2068
-  out=$("$PG_BIN/pgbench" -n -U postgres -h "$SC_COO" -p "$SC_COO_P" -c 2 -j 2 -T "$t" "$@" "$db" 2>&1) || { printf '%s\n' "$out" | tail -5 >&2; return 1; }
+  out=$("$PG_BIN/pgbench" -n -U postgres -h "${SC_PGB_HOST:-$SC_COO}" -p "${SC_PGB_PORT:-$SC_COO_P}" -c 2 -j 2 -T "$t" "$@" "$db" 2>&1) || { printf '%s\n' "$out" | tail -5 >&2; return 1; }
   printf '%s\n' "$out" | awk '/^latency average = / { l = $4 } /^tps = / { t = $3 } /^number of failed transactions: / { f = $5 }
     END { if (t == "" || l == "" || (f != "" && f != 0)) exit 1; print t, l }' || { printf '%s\n' "$out" | tail -5 >&2; return 1; }
 }
+# The same lookups by id of shard_1's rows (simple protocol), through the coordinator and on
+# shard_1 itself (the shard's table has the coordinator's table's name): the coordinator's
+# latency as a multiple of the shard's, per size and layout. (Prepared statements on the
+# shard are measured once per size below: their sixth execution builds a generic plan.)
+declare -A ON_SHARD VIA_COO
+for n in "${SC_SIZES[@]}"; do
+  for layout in per_shard per_range; do
+    mapfile -t IDS < <(scq "${layout}_$n" -c "SELECT id FROM orders_1 WHERE id_gen.route_gene((id >> 47)::integer) = 'shard_1' ORDER BY hashint8(id) LIMIT $SC_VALUES")
+    ON_SHARD[$n.$layout]=$(sc_scripts "shard1_${n}_$layout" "SELECT * FROM orders_1 WHERE id = :v;" "${IDS[@]}")
+  done
+done
 # What each measure runs: "MODE SCRIPTS-ARRAY".
 MEASURES=("prepared lookup by id|-M prepared|BY_ID" "simple lookup by id|-M simple|BY_ID"
           "lookup by id, new connection each (-C)|-M simple -C|BY_ID" "prepared lookup by owner|-M prepared|BY_OWNER"
           "INSERT by owner|-M simple|INS" "cross-shard aggregate|-M simple|AGG")
-declare -A TPS
+declare -A TPS ON_SHARD_TPS
 for r in $(seq "$SC_ROUNDS"); do
   if [ $((r % 2)) -eq 1 ]; then order=("${SC_SIZES[@]}"); else order=(); for ((k = ${#SC_SIZES[@]} - 1; k >= 0; k--)); do order+=("${SC_SIZES[k]}"); done; fi
   for m in "${!MEASURES[@]}"; do
@@ -117,10 +131,29 @@ for r in $(seq "$SC_ROUNDS"); do
       done
     done
   done
+  for n in "${order[@]}"; do
+    for layout in per_shard per_range; do
+      # shellcheck disable=SC2086
+      res=$(sc_pgb "${layout}_$n" "$SC_T" -M simple ${ON_SHARD[$n.$layout]})
+      VIA_COO[$n.$layout]+="${res% *} "
+      # shellcheck disable=SC2086
+      res=$(SC_PGB_HOST=$(sc_shard_dir 1) SC_PGB_PORT=$(sc_shard_port 1) sc_pgb "${layout}_$n" "$SC_T" -M simple ${ON_SHARD[$n.$layout]})
+      ON_SHARD_TPS[$n.$layout]+="${res% *} "
+    done
+  done
 done
 for n in "${SC_SIZES[@]}"; do
   for layout in per_shard per_range; do
     db=${layout}_$n
+    # On shard_1, a prepared lookup's sixth execution, where PostgreSQL's plan cache builds a
+    # generic plan once to compare its cost (over every partition of the table), for a second
+    # statement of a session (the first also fills the relation cache).
+    GENERIC_MS[$n.$layout]=$(printf '%s\n' "PREPARE a(bigint) AS SELECT * FROM orders_1 WHERE id = \$1;" \
+        "PREPARE b(bigint) AS SELECT * FROM orders_1 WHERE id = \$1;" \
+        "EXECUTE a(1); EXECUTE a(1); EXECUTE a(1); EXECUTE a(1); EXECUTE a(1); EXECUTE a(1);" \
+        "EXECUTE b(1); EXECUTE b(1); EXECUTE b(1); EXECUTE b(1); EXECUTE b(1);" '\timing on' "EXECUTE b(1);" \
+      | scs 1 "$db" -f - | sed -n 's/^Time: \([0-9.]*\) ms.*/\1/p')
+    [ -n "${GENERIC_MS[$n.$layout]}" ] || { echo "bench: no timing of the prepared lookup on shard_1 ($db)" >&2; exit 1; }
     # A new backend's first lookup: planning time (EXPLAIN SUMMARY) and its memory after it.
     PLAN_MS[$n.$layout]=$(scq "$db" -c "EXPLAIN (SUMMARY) SELECT * FROM orders_1 WHERE id = 42" | sed -n 's/^Planning Time: \([0-9.]*\) ms/\1/p')
     MEM_KB[$n.$layout]=$(scq "$db" -c "SELECT * FROM orders_1 WHERE id = 42" -c "SELECT (sum(total_bytes) / 1024)::bigint FROM pg_backend_memory_contexts")
@@ -151,7 +184,17 @@ for m in "${!MEASURES[@]}"; do
   done
 done
 for layout in per_shard per_range; do
+  printf '%-48s' "lookup by id: coordinator / shard latency, $layout"
+  for n in "${SC_SIZES[@]}"; do
+    read -r -a a <<< "${ON_SHARD_TPS[$n.$layout]}"; read -r -a b <<< "${VIA_COO[$n.$layout]}"
+    RUNS=(); for k in "${!a[@]}"; do RUNS+=("${a[k]} ${b[k]}"); done
+    printf ' %27s' "$(fmt_ratio $(ratio_stats 0 1) x)"
+  done
+  echo
+done
+for layout in per_shard per_range; do
   printf '%-48s' "first lookup's planning (ms), $layout"; for n in "${SC_SIZES[@]}"; do printf ' %27s' "${PLAN_MS[$n.$layout]}"; done; echo
+  printf '%-48s' "shard: prepared lookup's 6th execution (ms), $layout"; for n in "${SC_SIZES[@]}"; do printf ' %27s' "${GENERIC_MS[$n.$layout]}"; done; echo
   printf '%-48s' "backend memory after it (kB), $layout"; for n in "${SC_SIZES[@]}"; do printf ' %27s' "${MEM_KB[$n.$layout]}"; done; echo
   printf '%-48s' "distribute_table (ms), $layout"; for n in "${SC_SIZES[@]}"; do printf ' %27s' "${DIST_MS[$n.$layout]}"; done; echo
   printf '%-48s' "route change, $SC_TABLES table(s) (ms), $layout"; for n in "${SC_SIZES[@]}"; do printf ' %27s' "${ROUTE_MS[$n.$layout]}"; done; echo

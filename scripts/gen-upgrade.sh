@@ -30,8 +30,12 @@ mapfile -t CODE < <(grep -o '"\.\./sql/cluster/[^"]*\.sql"' src/lib.rs | tr -d '
 [ ${#CODE[@]} -gt 0 ] || { echo "no sql/cluster/ files named by extension_sql_file! in src/lib.rs" >&2; exit 1; }
 for f in "${CODE[@]}"; do [ -f "$f" ] || { echo "src/lib.rs names $f, which does not exist" >&2; exit 1; }; done
 # Every code file must be in that list: a file left out would be missing from updates.
+# (A lookup, not `printf | grep -q`: grep -q exits at its first match, and under pipefail the
+# SIGPIPE that printf may then get failed this check at random on a busy machine.)
+declare -A LOADED
+for f in "${CODE[@]}"; do LOADED[$f]=1; done
 while read -r f; do
-  printf '%s\n' "${CODE[@]}" | grep -qxF "$f" || { echo "$f is not loaded by src/lib.rs (extension_sql_file!)" >&2; exit 1; }
+  [ -n "${LOADED[$f]:-}" ] || { echo "$f is not loaded by src/lib.rs (extension_sql_file!)" >&2; exit 1; }
 done < <(find sql/cluster -name '*.sql' | sort)
 # The catalog tables new in $TO: sql/install/cluster_catalog.sql from the line after this marker
 # on, so that the update creates them from the same text as the install script.

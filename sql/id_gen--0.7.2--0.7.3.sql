@@ -817,6 +817,99 @@ END $$;
 COMMENT ON FUNCTION id_gen.check_routes_for_distribution() IS 'Raises unless every gene has a route and every routed shard is a postgres_fdw foreign server.';
 REVOKE EXECUTE ON FUNCTION id_gen.check_routes_for_distribution() FROM PUBLIC;
 
+-- The lock table -------------------------------------------------------------------------
+-- PostgreSQL sizes its shared lock table at start: max_locks_per_transaction × (the server
+-- processes that can hold locks + max_prepared_transactions). One transaction may use all of
+-- it, and creating a relation takes a lock that lasts until COMMIT, so a transaction that
+-- creates many partitions can run out ("out of shared memory", 53200) half way. The
+-- processes: max_connections + autovacuum workers (+ their launcher) + max_worker_processes +
+-- max_wal_senders; PostgreSQL 18 counts autovacuum_worker_slots and two special workers.
+CREATE OR REPLACE FUNCTION id_gen.lock_table_room() RETURNS jsonb
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+RETURN (SELECT jsonb_build_object('per_transaction', x.per_xact, 'processes', x.processes,
+                                  'capacity', x.per_xact * x.processes,
+                                  'held', (SELECT count(*) FROM pg_locks l WHERE NOT l.fastpath))
+        FROM (SELECT current_setting('max_locks_per_transaction')::bigint AS per_xact,
+                     current_setting('max_connections')::bigint + current_setting('max_worker_processes')::bigint
+                     + current_setting('max_wal_senders')::bigint + current_setting('max_prepared_transactions')::bigint
+                     + coalesce(current_setting('autovacuum_worker_slots', true)::bigint OPERATOR(pg_catalog.+) 2,
+                                current_setting('autovacuum_max_workers')::bigint OPERATOR(pg_catalog.+) 1) AS processes) x);
+COMMENT ON FUNCTION id_gen.lock_table_room() IS 'This server''s shared lock table: {"per_transaction": max_locks_per_transaction, "processes": the process slots it is sized for, "capacity": their product, "held": the locks in it now (pg_locks, fast-path locks left out)}. Read by distribute_table here and on each shard before it creates partitions.';
+REVOKE EXECUTE ON FUNCTION id_gen.lock_table_room() FROM PUBLIC;
+
+-- Refuses (53400) a transaction that would take `needed` locks on `place` (the coordinator,
+-- or a shard) when its lock table, with the locks held there now, has no room for them.
+CREATE OR REPLACE FUNCTION id_gen.require_lock_room(place text, room jsonb, needed bigint, what text, detail text, hint text)
+RETURNS void
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  capacity bigint := (room ->> 'capacity')::bigint;
+  held bigint := (room ->> 'held')::bigint;
+  processes bigint := (room ->> 'processes')::bigint;
+BEGIN
+  IF needed + held <= capacity THEN
+    RETURN;
+  END IF;
+  RAISE EXCEPTION 'id_gen: % takes about % locks in one transaction on %, and its lock table has room for % (% held now)',
+                  what, needed, place, capacity, held
+    USING ERRCODE = '53400',
+          DETAIL = format('The lock table holds max_locks_per_transaction (%s) × %s server processes = %s locks. %s',
+                          room ->> 'per_transaction', processes, capacity, detail),
+          HINT = format('Set max_locks_per_transaction to at least %s on %s and restart it; %s',
+                        ceil((needed + held)::numeric / processes)::bigint, place, hint);
+END $$;
+COMMENT ON FUNCTION id_gen.require_lock_room(text, jsonb, bigint, text, text, text) IS 'Raises 53400 (with the max_locks_per_transaction that would do) when a transaction of needed locks does not fit in a server''s lock table (id_gen.lock_table_room) next to the locks held there now.';
+REVOKE EXECUTE ON FUNCTION id_gen.require_lock_room(text, jsonb, bigint, text, text, text) FROM PUBLIC;
+
+-- Before distribute_table changes anything: whether the coordinator and every shard can
+-- create the table's partitions in one transaction each. Each object created holds a lock
+-- until COMMIT, and the lock table counts objects (one entry per object, whatever the modes):
+-- a table or index and its row type or constraint, so 2 per relation with its indexes, and
+-- a TOAST table and its index (measured on PostgreSQL 15 to 18).
+--   coordinator: per_range 4 per route range (the range partition and its foreign table),
+--                per_shard 2 per shard; plus the old table and its indexes.
+--   shard:       one partition per route range it owns, plus its tombstone and partition of
+--                negative ids, each 2 x (1 + the table's unique indexes) + 2 for TOAST.
+-- Refused above the lock table's documented size; PostgreSQL may find room for a little
+-- more in spare shared memory, but nothing promises it.
+CREATE OR REPLACE FUNCTION id_gen.check_lock_room_to_distribute(tbl regclass, layout text) RETURNS void
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  n_indexes bigint := (SELECT count(*) FROM pg_constraint c WHERE c.conrelid = tbl AND c.contype IN ('p', 'u'));
+  toast bigint := CASE WHEN (SELECT c.reltoastrelid FROM pg_class c WHERE c.oid = tbl) <> 0 THEN 2 ELSE 0 END;
+  per_partition bigint := 2 * (1 + n_indexes) + toast;
+  -- Catalog and other locks of the same transaction.
+  margin constant bigint := 20;
+  old_table bigint := 2 * (1 + (SELECT count(*) FROM pg_index i WHERE i.indrelid = tbl)) + toast;
+  n_ranges bigint := (SELECT count(*) FROM id_gen.route_ranges);
+  n_shards bigint := (SELECT count(DISTINCT rr.shard) FROM id_gen.route_ranges rr);
+  s record;
+BEGIN
+  PERFORM id_gen.require_lock_room('the coordinator', id_gen.lock_table_room(),
+    CASE WHEN layout = 'per_shard' THEN 2 * n_shards ELSE 4 * n_ranges END + old_table + margin,
+    format('distributing %s', tbl),
+    CASE WHEN layout = 'per_shard' THEN format('Layout per_shard makes one foreign table per shard here (%s shards).', n_shards)
+         ELSE format('Layout per_range makes two relations per route range here (%s ranges).', n_ranges) END,
+    CASE WHEN layout = 'per_shard' THEN 'or distribute the table over fewer shards.'
+         ELSE 'or distribute with layout => ''per_shard'' (one relation per shard here), or merge route ranges first (id_gen.merge_routes).' END);
+  FOR s IN SELECT rr.shard, count(*) AS n FROM id_gen.route_ranges rr GROUP BY rr.shard ORDER BY rr.shard LOOP
+    PERFORM id_gen.require_lock_room(format('shard %s', s.shard),
+      id_gen.remote_exec(s.shard, 'SELECT id_gen.lock_table_room()', 10000)::jsonb,
+      (s.n + 2) * per_partition + 2 * (1 + n_indexes) + margin,
+      format('distributing %s', tbl),
+      format('The shard makes one partition per route range it owns (%s), and its table has %s unique index(es)%s per partition.',
+             s.n, n_indexes, CASE WHEN toast > 0 THEN ' and a TOAST table' ELSE '' END),
+      'or give the shard fewer route ranges first (id_gen.merge_routes, id_gen.move_genes).');
+  END LOOP;
+END $$;
+COMMENT ON FUNCTION id_gen.check_lock_room_to_distribute(regclass, text) IS 'Refuses (53400, with the max_locks_per_transaction that would do) a distribute_table whose partitions would not fit in the lock table of the coordinator or of a shard, before anything is changed.';
+REVOKE EXECUTE ON FUNCTION id_gen.check_lock_room_to_distribute(regclass, text) FROM PUBLIC;
+
 -- ===== sql/cluster/remote.sql =====
 -- The one remote path: every statement id_gen runs on another server (a shard) goes
 -- through id_gen.remote_exec, over dblink, with the shard's foreign server and the caller's
@@ -1153,61 +1246,55 @@ COMMENT ON FUNCTION id_gen.remote_call_text(text, text[]) IS 'The statement remo
 -- Walks the objects the table's maintenance can execute: the table and its partitions
 -- and indexes, their constraints, defaults, triggers, policies and rules, the functions,
 -- operators and types those use, domain constraints and composite attributes; returns
--- the first function owned by a role that is not a superuser, or NULL.
+-- the first function (by signature) owned by a role that is not a superuser, or NULL.
+-- One recursive query whose UNION visits each object once: O(objects), however many
+-- partitions the table has (a shard's table may have thousands), and no cap on the walk.
 CREATE OR REPLACE FUNCTION id_gen.untrusted_code(rel regclass) RETURNS text
-LANGUAGE plpgsql STABLE STRICT
+LANGUAGE sql STABLE STRICT
 SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-  seen text[] := '{}';
-  todo text[] := ARRAY['pg_class:' || rel::oid];
-  cur text;
-  cls regclass;
-  obj oid;
-  found text;
-BEGIN
-  WHILE cardinality(todo) > 0 AND cardinality(seen) < 10000 LOOP
-    cur := todo[1];
-    todo := todo[2:];
-    CONTINUE WHEN cur = ANY (seen);
-    seen := seen || cur;
-    cls := split_part(cur, ':', 1)::regclass;
-    obj := split_part(cur, ':', 2)::oid;
-    IF cls = 'pg_proc'::regclass THEN
-      SELECT format('function %s (owned by %s, who is not a superuser)', p.oid::regprocedure, quote_ident(r.rolname))
-        INTO found
-      FROM pg_proc p JOIN pg_roles r ON r.oid = p.proowner
-      WHERE p.oid = obj AND NOT r.rolsuper;
-      IF found IS NOT NULL THEN
-        RETURN found;
-      END IF;
-    END IF;
-    -- What this object uses.
-    todo := todo || ARRAY(
-      SELECT d.refclassid::regclass::text || ':' || d.refobjid
-      FROM pg_depend d
-      WHERE d.classid = cls AND d.objid = obj
-        AND d.refclassid IN ('pg_proc'::regclass, 'pg_operator'::regclass, 'pg_type'::regclass)
-      UNION
-      SELECT 'pg_class:' || t.typrelid FROM pg_type t
-      WHERE cls = 'pg_type'::regclass AND t.oid = obj AND t.typrelid <> 0);
-    -- What belongs to it: a relation's constraints, defaults, triggers, policies, its own
-    -- rules, indexes and partitions; a domain's constraints.
-    IF cls IN ('pg_class'::regclass, 'pg_type'::regclass) THEN
-      todo := todo || ARRAY(
-        SELECT d.classid::regclass::text || ':' || d.objid
-        FROM pg_depend d
-        WHERE d.refclassid = cls AND d.refobjid = obj
-          AND (d.classid IN ('pg_constraint'::regclass, 'pg_attrdef'::regclass, 'pg_trigger'::regclass,
-                             'pg_policy'::regclass, 'pg_class'::regclass)
-               OR (d.classid = 'pg_rewrite'::regclass
-                   AND EXISTS (SELECT FROM pg_rewrite rw WHERE rw.oid = d.objid AND rw.ev_class = obj)))
-          AND NOT (d.classid = 'pg_class'::regclass
-                   AND (SELECT c.relkind FROM pg_class c WHERE c.oid = d.objid) NOT IN ('r', 'p', 'i', 'I', 'f')));
-    END IF;
-  END LOOP;
-  RETURN NULL;
-END $$;
+BEGIN ATOMIC
+  WITH RECURSIVE walk(cls, obj) AS (
+    SELECT 'pg_catalog.pg_class'::pg_catalog.regclass, rel::pg_catalog.oid
+    UNION
+    SELECT n.cls, n.obj
+    FROM walk w
+    CROSS JOIN LATERAL (
+      -- What this object uses.
+      SELECT d.refclassid::pg_catalog.regclass, d.refobjid FROM pg_catalog.pg_depend d
+      WHERE d.classid OPERATOR(pg_catalog.=) w.cls AND d.objid OPERATOR(pg_catalog.=) w.obj
+        AND d.refclassid OPERATOR(pg_catalog.=) ANY (ARRAY['pg_catalog.pg_proc'::pg_catalog.regclass,
+              'pg_catalog.pg_operator'::pg_catalog.regclass, 'pg_catalog.pg_type'::pg_catalog.regclass]::pg_catalog.oid[])
+      UNION ALL
+      SELECT 'pg_catalog.pg_class'::pg_catalog.regclass, t.typrelid FROM pg_catalog.pg_type t
+      WHERE w.cls OPERATOR(pg_catalog.=) 'pg_catalog.pg_type'::pg_catalog.regclass AND t.oid OPERATOR(pg_catalog.=) w.obj
+        AND t.typrelid OPERATOR(pg_catalog.<>) 0::pg_catalog.oid
+      UNION ALL
+      -- What belongs to it: a relation's constraints, defaults, triggers, policies, its own
+      -- rules, indexes and partitions; a domain's constraints.
+      SELECT d.classid::pg_catalog.regclass, d.objid FROM pg_catalog.pg_depend d
+      WHERE w.cls OPERATOR(pg_catalog.=) ANY (ARRAY['pg_catalog.pg_class'::pg_catalog.regclass,
+              'pg_catalog.pg_type'::pg_catalog.regclass]::pg_catalog.oid[])
+        AND d.refclassid OPERATOR(pg_catalog.=) w.cls AND d.refobjid OPERATOR(pg_catalog.=) w.obj
+        AND (d.classid OPERATOR(pg_catalog.=) ANY (ARRAY['pg_catalog.pg_constraint'::pg_catalog.regclass,
+               'pg_catalog.pg_attrdef'::pg_catalog.regclass, 'pg_catalog.pg_trigger'::pg_catalog.regclass,
+               'pg_catalog.pg_policy'::pg_catalog.regclass, 'pg_catalog.pg_class'::pg_catalog.regclass]::pg_catalog.oid[])
+             OR (d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_rewrite'::pg_catalog.regclass
+                 AND EXISTS (SELECT FROM pg_catalog.pg_rewrite rw
+                             WHERE rw.oid OPERATOR(pg_catalog.=) d.objid AND rw.ev_class OPERATOR(pg_catalog.=) w.obj)))
+        AND NOT (d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+                 AND (SELECT c.relkind FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) d.objid)
+                     OPERATOR(pg_catalog.<>) ALL (ARRAY['r', 'p', 'i', 'I', 'f']::"char"[]))
+    ) n(cls, obj)
+  )
+  SELECT pg_catalog.format('function %s (owned by %s, who is not a superuser)', p.oid::pg_catalog.regprocedure,
+                           pg_catalog.quote_ident(r.rolname))
+  FROM walk w
+  JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) w.obj
+  JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) p.proowner
+  WHERE w.cls OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass AND NOT r.rolsuper
+  ORDER BY p.oid::pg_catalog.regprocedure::pg_catalog.text
+  LIMIT 1;
+END;
 COMMENT ON FUNCTION id_gen.untrusted_code(regclass) IS 'The first function owned by a non-superuser that maintaining the table could run (its constraints, defaults, indexes, triggers, policies, rules, column types and partitions), or NULL. id_gen refuses to copy, move or re-partition such tables as a superuser.';
 REVOKE EXECUTE ON FUNCTION id_gen.untrusted_code(regclass) FROM PUBLIC;
 
@@ -1245,6 +1332,18 @@ SET search_path = pg_catalog, pg_temp
 RETURN format('FOR VALUES FROM (%L) TO (%s)', id_gen.gene_first_id(lower_gene),
               CASE WHEN upper_gene = 65535 THEN 'MAXVALUE' ELSE quote_literal(id_gen.gene_first_id(upper_gene + 1)) END);
 COMMENT ON FUNCTION id_gen.partition_bound_text(integer, integer) IS 'The partition bound of genes lower_gene .. upper_gene as pg_get_expr(relpartbound) prints it: how shards and coordinators recognise a range''s partition whatever its name.';
+
+-- Every partition of a table by the text of its bound, in one pass (one deparse per
+-- partition): {"<bound>": <oid>}. Callers that look up many bounds use it instead of a
+-- search per bound, which would cost O(partitions) each.
+CREATE OR REPLACE FUNCTION id_gen.partitions_by_bound(parent regclass) RETURNS jsonb
+LANGUAGE sql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+RETURN (SELECT coalesce(jsonb_object_agg(pg_get_expr(c.relpartbound, c.oid), c.oid::bigint), '{}')
+        FROM pg_inherits i JOIN pg_class c ON c.oid OPERATOR(pg_catalog.=) i.inhrelid
+        WHERE i.inhparent OPERATOR(pg_catalog.=) parent);
+COMMENT ON FUNCTION id_gen.partitions_by_bound(regclass) IS 'The partitions of a partitioned table as a jsonb object from the text of each bound (pg_get_expr of relpartbound) to its oid, built in one pass: how shards and coordinators find many partitions by bound in O(partitions) in all.';
+REVOKE EXECUTE ON FUNCTION id_gen.partitions_by_bound(regclass) FROM PUBLIC;
 
 -- The word ALTER needs for a relation: TABLE, FOREIGN TABLE or VIEW.
 CREATE OR REPLACE FUNCTION id_gen.relation_kind_word(rel regclass) RETURNS text
@@ -1512,22 +1611,34 @@ COMMENT ON FUNCTION id_gen.add_foreign_partition(id_gen.distributed_tables, regc
 REVOKE EXECUTE ON FUNCTION id_gen.add_foreign_partition(id_gen.distributed_tables, regclass, integer, integer, text) FROM PUBLIC;
 
 -- The partition of a distributed table's coordinator table whose bound prints as `bound`
--- (pg_get_expr of relpartbound), or NULL. Partitions are found by bound, never by name.
-CREATE OR REPLACE FUNCTION id_gen.partition_with_bound(d id_gen.distributed_tables, bound text) RETURNS regclass
-LANGUAGE sql STABLE STRICT
+-- (pg_get_expr of relpartbound), or NULL. Partitions are found by bound, never by name
+-- alone: the one named `pname` (the name id_gen gives it) is checked first, in O(1); only
+-- when it is not that partition are all partitions searched.
+CREATE OR REPLACE FUNCTION id_gen.partition_with_bound(d id_gen.distributed_tables, bound text, pname name) RETURNS regclass
+LANGUAGE plpgsql STABLE STRICT
 SET search_path = pg_catalog, pg_temp
-BEGIN ATOMIC
-  SELECT c.oid::regclass FROM pg_catalog.pg_inherits i JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) i.inhrelid
-  WHERE i.inhparent OPERATOR(pg_catalog.=) pg_catalog.format('%I.%I', d.schema_name, d.partitioned_name)::regclass
-    AND pg_catalog.pg_get_expr(c.relpartbound, c.oid) OPERATOR(pg_catalog.=) bound;
-END;
-COMMENT ON FUNCTION id_gen.partition_with_bound(id_gen.distributed_tables, text) IS 'The partition of a distributed table''s coordinator table whose bound prints (pg_get_expr) as bound, or NULL.';
-REVOKE EXECUTE ON FUNCTION id_gen.partition_with_bound(id_gen.distributed_tables, text) FROM PUBLIC;
+AS $$
+DECLARE
+  parts regclass := format('%I.%I', d.schema_name, d.partitioned_name)::regclass;
+  named regclass := to_regclass(format('%I.%I', d.schema_name, pname));
+BEGIN
+  IF named IS NOT NULL AND EXISTS (SELECT FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+                                   WHERE i.inhrelid = named AND i.inhparent = parts
+                                     AND pg_get_expr(c.relpartbound, c.oid) = bound) THEN
+    RETURN named;
+  END IF;
+  RETURN (id_gen.partitions_by_bound(parts) ->> bound)::oid::regclass;
+END $$;
+COMMENT ON FUNCTION id_gen.partition_with_bound(id_gen.distributed_tables, text, name) IS 'The partition of a distributed table''s coordinator table whose bound prints (pg_get_expr) as bound, or NULL: the relation named pname when it is that partition (O(1)), else found among all partitions by its bound.';
+REVOKE EXECUTE ON FUNCTION id_gen.partition_with_bound(id_gen.distributed_tables, text, name) FROM PUBLIC;
 
 -- The partition with `bound`, created when missing: CREATE [FOREIGN] TABLE pname PARTITION
 -- OF the coordinator table `definition` (its bound and the rest, one string, never formatted
 -- again: names may hold a %), with the table's owner and grants and the comment `about`. A
--- relation that has the name but is not that partition is refused (42P07).
+-- relation that has the name but is not that partition is refused (42P07). When the name is
+-- free the partition is created without a search (O(1)); a partition of the same bound
+-- under another name (renamed by hand) makes PostgreSQL refuse the overlap (42P17, naming
+-- it). id_gen.sync_distributed_table finds such partitions by bound before it gets here.
 CREATE OR REPLACE FUNCTION id_gen.ensure_partition(d id_gen.distributed_tables, bound text, pname name, is_foreign boolean,
                                                    definition text, about text)
 RETURNS regclass
@@ -1536,12 +1647,13 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   parts regclass := format('%I.%I', d.schema_name, d.partitioned_name)::regclass;
-  part regclass := id_gen.partition_with_bound(d, bound);
+  part regclass;
 BEGIN
-  IF part IS NOT NULL THEN
-    RETURN part;
-  END IF;
   IF to_regclass(format('%I.%I', d.schema_name, pname)) IS NOT NULL THEN
+    part := id_gen.partition_with_bound(d, bound, pname);
+    IF part IS NOT NULL THEN
+      RETURN part;
+    END IF;
     RAISE EXCEPTION 'id_gen: relation %.% already exists, and it is not a partition of %', quote_ident(d.schema_name), quote_ident(pname), parts
       USING ERRCODE = '42P07', HINT = format('id_gen names this partition of %s (%s) %I; rename that relation.', parts, bound, pname);
   END IF;
@@ -1551,7 +1663,7 @@ BEGIN
   PERFORM id_gen.inherit_parent_settings(parts, part, about);
   RETURN part;
 END $$;
-COMMENT ON FUNCTION id_gen.ensure_partition(id_gen.distributed_tables, text, name, boolean, text, text) IS 'The partition of a distributed table''s coordinator table with this bound, created when missing (CREATE [FOREIGN] TABLE pname PARTITION OF the table definition, with the table''s owner and grants and the comment about); 42P07 when another relation has the name.';
+COMMENT ON FUNCTION id_gen.ensure_partition(id_gen.distributed_tables, text, name, boolean, text, text) IS 'The partition of a distributed table''s coordinator table with this bound, created when missing (CREATE [FOREIGN] TABLE pname PARTITION OF the table definition, with the table''s owner and grants and the comment about); 42P07 when another relation has the name. O(1) when the partition has its name or the name is free.';
 REVOKE EXECUTE ON FUNCTION id_gen.ensure_partition(id_gen.distributed_tables, text, name, boolean, text, text) FROM PUBLIC;
 
 -- The coordinator's range partition of genes lo .. hi (created when missing).
@@ -1654,6 +1766,10 @@ DECLARE
   detail text;
   hint text;
   undo_errors text;
+  -- The bounds of the route ranges and the partitions by bound, each built once: a sync
+  -- costs O(ranges), not a search of every partition per range.
+  route_bounds jsonb;
+  present jsonb;
 BEGIN
   d := id_gen.distributed_table(sync_distributed_table.schema_name, sync_distributed_table.table_name);
   parts := to_regclass(format('%I.%I', d.schema_name, d.partitioned_name));
@@ -1667,6 +1783,9 @@ BEGIN
   -- is in flight while the shards re-partition).
   EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', parts);
   PERFORM id_gen.quiet_ddl();
+  SELECT coalesce(jsonb_object_agg(id_gen.partition_bound_text(rr.lower_gene, rr.upper_gene), true), '{}')
+  INTO route_bounds FROM id_gen.route_ranges rr;
+  present := id_gen.partitions_by_bound(parts);
 
   -- A range partition whose bounds are no longer a route range is split or merged; with
   -- rows, this transaction would copy them under the lock above and the shards' table
@@ -1677,8 +1796,7 @@ BEGIN
       FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
       WHERE i.inhparent = parts
     LOOP
-      CONTINUE WHEN EXISTS (SELECT FROM id_gen.route_ranges rr
-                            WHERE id_gen.partition_bound_text(rr.lower_gene, rr.upper_gene) = cur.bound);
+      CONTINUE WHEN route_bounds ? cur.bound;
       -- Asked on the shards in transactions of their own: a postgres_fdw read from here
       -- would hold a lock on the shard's partition until this transaction ends, and the
       -- shard's re-partition below would wait for it.
@@ -1743,8 +1861,7 @@ BEGIN
       FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
       WHERE i.inhparent = parts
     LOOP
-      CONTINUE WHEN EXISTS (SELECT FROM id_gen.route_ranges rr
-                            WHERE id_gen.partition_bound_text(rr.lower_gene, rr.upper_gene) = cur.bound);
+      CONTINUE WHEN route_bounds ? cur.bound;
       IF cur.relkind <> 'p' OR EXISTS (SELECT FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
                                        WHERE i.inhparent = cur.part AND c.relkind <> 'f') THEN
         RAISE EXCEPTION 'id_gen: partition % of % holds local data, and id_gen does not drop it', cur.part, parts
@@ -1753,8 +1870,10 @@ BEGIN
       EXECUTE format('ALTER TABLE %s DETACH PARTITION %s', parts, cur.part);
       EXECUTE format('DROP TABLE %s', cur.part);
     END LOOP;
+    -- (present still names the partitions kept: those dropped above had no route's bound.)
     FOR r IN SELECT * FROM id_gen.route_ranges ORDER BY lower_gene LOOP
-      PERFORM id_gen.point_partition(d, id_gen.range_partition(d, r.lower_gene, r.upper_gene),
+      PERFORM id_gen.point_partition(d, coalesce((present ->> id_gen.partition_bound_text(r.lower_gene, r.upper_gene))::oid::regclass,
+                                                 id_gen.range_partition(d, r.lower_gene, r.upper_gene)),
                                      r.lower_gene, r.upper_gene, r.shard);
     END LOOP;
   EXCEPTION WHEN OTHERS OR query_canceled THEN
@@ -1973,6 +2092,7 @@ BEGIN
   PERFORM id_gen.refuse_during_operations('distribute a table');
   PERFORM id_gen.check_routes_for_distribution();
   EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', tbl);
+  PERFORM id_gen.check_lock_room_to_distribute(tbl, distribute_table.layout);
 
   -- The shards' table, partitioned by id: columns, NOT NULL, defaults (but the id's: ids come from the
   -- coordinator or from gene_order_id on the shard), primary key, unique and check
@@ -2179,6 +2299,7 @@ DECLARE
   parts regclass;
   r record;
   renamed boolean;
+  slot_numbers integer[];
   stack text;
 BEGIN
   -- Runs as whoever ran the command, with their rights.
@@ -2207,6 +2328,7 @@ BEGIN
   BEGIN
     SELECT coalesce(array_agg(t ORDER BY t.schema_name, t.table_name), '{}') INTO dts FROM id_gen.distributed_tables t;
     first_gene_bound := (SELECT min(sr.upper_gene) FROM id_gen.shard_routes sr);
+    slot_numbers := (SELECT coalesce(array_agg(sl.slot), '{}') FROM id_gen.shard_slots sl);
     RAISE EXCEPTION USING ERRCODE = 'P0004';  -- (assert_failure: never raised otherwise here)
   EXCEPTION WHEN assert_failure THEN
     NULL;
@@ -2217,7 +2339,8 @@ BEGIN
     IF front IS NULL OR parts IS NULL THEN
       -- Renamed (refused), not dropped (then there is nothing left to follow): its schema
       -- was renamed by this command, a view over the partitioned table lives on under
-      -- another name, or the range partitions hang under a parent of another name.
+      -- another name, or the range partitions (per_range) or the shards' partitions
+      -- (per_shard) hang under a parent of another name.
       renamed := (tg_tag = 'ALTER SCHEMA' AND NOT EXISTS (SELECT FROM pg_namespace n WHERE n.nspname = d.schema_name))
         OR (front IS NULL AND parts IS NOT NULL
             AND EXISTS (SELECT FROM pg_depend dep JOIN pg_rewrite rw ON rw.oid = dep.objid
@@ -2227,7 +2350,13 @@ BEGIN
             AND EXISTS (SELECT FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
                         JOIN pg_inherits i ON i.inhrelid = c.oid
                         WHERE n.nspname = d.schema_name
-                          AND c.relname = id_gen.partition_name(d.coordinator_stem, 0, first_gene_bound)));
+                          AND c.relname = id_gen.partition_name(d.coordinator_stem, 0, first_gene_bound)))
+        OR (parts IS NULL AND d.layout = 'per_shard'
+            AND EXISTS (SELECT FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                        JOIN pg_inherits i ON i.inhrelid = c.oid
+                        WHERE n.nspname = d.schema_name
+                          AND c.relname = ANY (ARRAY(SELECT id_gen.slot_partition_name(d.coordinator_stem, x)
+                                                     FROM unnest(slot_numbers) x))));
       IF renamed THEN
         RAISE EXCEPTION 'id_gen: %.% is a distributed table; it cannot be renamed or moved to another schema',
                         quote_ident(d.schema_name), quote_ident(d.table_name)
@@ -2308,6 +2437,8 @@ COMMENT ON EVENT TRIGGER id_gen_guard_extension_drop IS 'Refuses DROP EXTENSION 
 --     when its partition bound is exactly that range; its name is then made
 --     <stem>_g<lo>_<hi>, and a foreign relation of that name is an error (42P07), never
 --     adopted.
+--   * A re-partition costs id_gen O(partitions): the wanted ranges and the partitions are
+--     matched through maps by bound text built once per call, never by a search per range.
 
 -- Makes a shard's table hold exactly one partition per route range in gene_ranges.
 CREATE OR REPLACE FUNCTION id_gen.shard_apply_ranges(schema_name name, table_name name, id_column name, stem name,
@@ -2321,12 +2452,15 @@ DECLARE
   part record;
   wanted int4range;
   pname name;
-  bound text;
   detached regclass[] := '{}';
   candidate regclass;
   lowest bigint;
   highest bigint;
   adopted boolean;
+  -- The wanted ranges by the text of their partition bound, and the bounds of the partitions
+  -- kept: each computed once, so that one pass costs O(ranges), not O(ranges^2).
+  wanted_by_bound jsonb;
+  kept_bounds jsonb;
   n_created integer := 0;
   n_adopted integer := 0;
   n_detached integer := 0;
@@ -2361,14 +2495,15 @@ BEGIN
   -- Rows are moved, not written anew: no user trigger fires for them.
   PERFORM set_config('session_replication_role', 'replica', true);
 
+  SELECT coalesce(jsonb_object_agg(id_gen.partition_bound_text(lower(g), upper(g) - 1), g::text), '{}')
+  INTO wanted_by_bound FROM unnest(gene_ranges) g;
   -- Partitions whose bound is not a wanted range are detached ...
   FOR part IN SELECT c.oid::regclass AS rel, c.relname, pg_get_expr(c.relpartbound, c.oid) AS bound
               FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
               WHERE i.inhparent = parent ORDER BY c.relname LOOP
     -- The tombstone and the partition of negative ids (sql/cluster/shard/routing.sql) stay.
     CONTINUE WHEN part.bound IN ('DEFAULT', id_gen.negative_bound_text());
-    wanted := (SELECT g FROM unnest(gene_ranges) g
-               WHERE id_gen.partition_bound_text(lower(g), upper(g) - 1) = part.bound LIMIT 1);
+    wanted := (wanted_by_bound ->> part.bound)::int4range;
     IF wanted IS NOT NULL THEN
       pname := id_gen.partition_name(stem, lower(wanted), upper(wanted) - 1);
       IF part.relname <> pname THEN
@@ -2382,10 +2517,9 @@ BEGIN
   END LOOP;
   -- ... each missing range adopts a detached table whose rows all fall inside it (no copy;
   -- ATTACH checks the bounds), or starts empty ...
+  kept_bounds := id_gen.partitions_by_bound(parent);
   FOR wanted IN SELECT g FROM unnest(gene_ranges) g ORDER BY g LOOP
-    bound := id_gen.partition_bound_text(lower(wanted), upper(wanted) - 1);
-    CONTINUE WHEN EXISTS (SELECT FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-                          WHERE i.inhparent = parent AND pg_get_expr(c.relpartbound, c.oid) = bound);
+    CONTINUE WHEN kept_bounds ? id_gen.partition_bound_text(lower(wanted), upper(wanted) - 1);
     pname := id_gen.partition_name(stem, lower(wanted), upper(wanted) - 1);
     candidate := to_regclass(format('%I.%I', schema_name, pname));
     IF candidate IS NOT NULL AND NOT candidate = ANY (detached) THEN
@@ -4622,7 +4756,8 @@ RETURNS regclass
 LANGUAGE sql STABLE STRICT
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
-  SELECT id_gen.partition_with_bound(d, id_gen.partition_bound_text(lower_gene, upper_gene));
+  SELECT id_gen.partition_with_bound(d, id_gen.partition_bound_text(lower_gene, upper_gene),
+                                     id_gen.partition_name(d.coordinator_stem, lower_gene, upper_gene));
 END;
 COMMENT ON FUNCTION id_gen.find_range_partition(id_gen.distributed_tables, integer, integer) IS 'The coordinator''s range partition of a distributed table whose bound is exactly genes lower_gene .. upper_gene, or NULL.';
 REVOKE EXECUTE ON FUNCTION id_gen.find_range_partition(id_gen.distributed_tables, integer, integer) FROM PUBLIC;
@@ -6547,8 +6682,10 @@ BEGIN ATOMIC
              FROM id_gen.shard_tables st) t ON t.parent IS NOT NULL
   LEFT JOIN pg_inherits i ON i.inhparent OPERATOR(pg_catalog.=) t.parent
   LEFT JOIN pg_class c ON c.oid OPERATOR(pg_catalog.=) i.inhrelid
-  LEFT JOIN LATERAL (SELECT regexp_match(pg_get_expr(c.relpartbound, c.oid),
-                                         '^FOR VALUES FROM \(''(-?\d+)''\) TO \((?:''(-?\d+)''|(MAXVALUE))\)$') AS m) m ON true
+  -- A function in FROM runs once per partition (a subquery here would be pulled up, and its
+  -- expression deparsed and matched again for each use of m below).
+  LEFT JOIN LATERAL regexp_match(pg_get_expr(c.relpartbound, c.oid),
+                                 '^FOR VALUES FROM \(''(-?\d+)''\) TO \((?:''(-?\d+)''|(MAXVALUE))\)$') AS m(m) ON true
   -- The order in which route_claim locks: a move's fence locks in the same order.
   ORDER BY t.schema_name, t.table_name, c.oid;
 END;

@@ -62,6 +62,7 @@ DECLARE
   parts regclass;
   r record;
   renamed boolean;
+  slot_numbers integer[];
   stack text;
 BEGIN
   -- Runs as whoever ran the command, with their rights.
@@ -90,6 +91,7 @@ BEGIN
   BEGIN
     SELECT coalesce(array_agg(t ORDER BY t.schema_name, t.table_name), '{}') INTO dts FROM id_gen.distributed_tables t;
     first_gene_bound := (SELECT min(sr.upper_gene) FROM id_gen.shard_routes sr);
+    slot_numbers := (SELECT coalesce(array_agg(sl.slot), '{}') FROM id_gen.shard_slots sl);
     RAISE EXCEPTION USING ERRCODE = 'P0004';  -- (assert_failure: never raised otherwise here)
   EXCEPTION WHEN assert_failure THEN
     NULL;
@@ -100,7 +102,8 @@ BEGIN
     IF front IS NULL OR parts IS NULL THEN
       -- Renamed (refused), not dropped (then there is nothing left to follow): its schema
       -- was renamed by this command, a view over the partitioned table lives on under
-      -- another name, or the range partitions hang under a parent of another name.
+      -- another name, or the range partitions (per_range) or the shards' partitions
+      -- (per_shard) hang under a parent of another name.
       renamed := (tg_tag = 'ALTER SCHEMA' AND NOT EXISTS (SELECT FROM pg_namespace n WHERE n.nspname = d.schema_name))
         OR (front IS NULL AND parts IS NOT NULL
             AND EXISTS (SELECT FROM pg_depend dep JOIN pg_rewrite rw ON rw.oid = dep.objid
@@ -110,7 +113,13 @@ BEGIN
             AND EXISTS (SELECT FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
                         JOIN pg_inherits i ON i.inhrelid = c.oid
                         WHERE n.nspname = d.schema_name
-                          AND c.relname = id_gen.partition_name(d.coordinator_stem, 0, first_gene_bound)));
+                          AND c.relname = id_gen.partition_name(d.coordinator_stem, 0, first_gene_bound)))
+        OR (parts IS NULL AND d.layout = 'per_shard'
+            AND EXISTS (SELECT FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                        JOIN pg_inherits i ON i.inhrelid = c.oid
+                        WHERE n.nspname = d.schema_name
+                          AND c.relname = ANY (ARRAY(SELECT id_gen.slot_partition_name(d.coordinator_stem, x)
+                                                     FROM unnest(slot_numbers) x))));
       IF renamed THEN
         RAISE EXCEPTION 'id_gen: %.% is a distributed table; it cannot be renamed or moved to another schema',
                         quote_ident(d.schema_name), quote_ident(d.table_name)

@@ -205,22 +205,34 @@ COMMENT ON FUNCTION id_gen.add_foreign_partition(id_gen.distributed_tables, regc
 REVOKE EXECUTE ON FUNCTION id_gen.add_foreign_partition(id_gen.distributed_tables, regclass, integer, integer, text) FROM PUBLIC;
 
 -- The partition of a distributed table's coordinator table whose bound prints as `bound`
--- (pg_get_expr of relpartbound), or NULL. Partitions are found by bound, never by name.
-CREATE OR REPLACE FUNCTION id_gen.partition_with_bound(d id_gen.distributed_tables, bound text) RETURNS regclass
-LANGUAGE sql STABLE STRICT
+-- (pg_get_expr of relpartbound), or NULL. Partitions are found by bound, never by name
+-- alone: the one named `pname` (the name id_gen gives it) is checked first, in O(1); only
+-- when it is not that partition are all partitions searched.
+CREATE OR REPLACE FUNCTION id_gen.partition_with_bound(d id_gen.distributed_tables, bound text, pname name) RETURNS regclass
+LANGUAGE plpgsql STABLE STRICT
 SET search_path = pg_catalog, pg_temp
-BEGIN ATOMIC
-  SELECT c.oid::regclass FROM pg_catalog.pg_inherits i JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) i.inhrelid
-  WHERE i.inhparent OPERATOR(pg_catalog.=) pg_catalog.format('%I.%I', d.schema_name, d.partitioned_name)::regclass
-    AND pg_catalog.pg_get_expr(c.relpartbound, c.oid) OPERATOR(pg_catalog.=) bound;
-END;
-COMMENT ON FUNCTION id_gen.partition_with_bound(id_gen.distributed_tables, text) IS 'The partition of a distributed table''s coordinator table whose bound prints (pg_get_expr) as bound, or NULL.';
-REVOKE EXECUTE ON FUNCTION id_gen.partition_with_bound(id_gen.distributed_tables, text) FROM PUBLIC;
+AS $$
+DECLARE
+  parts regclass := format('%I.%I', d.schema_name, d.partitioned_name)::regclass;
+  named regclass := to_regclass(format('%I.%I', d.schema_name, pname));
+BEGIN
+  IF named IS NOT NULL AND EXISTS (SELECT FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+                                   WHERE i.inhrelid = named AND i.inhparent = parts
+                                     AND pg_get_expr(c.relpartbound, c.oid) = bound) THEN
+    RETURN named;
+  END IF;
+  RETURN (id_gen.partitions_by_bound(parts) ->> bound)::oid::regclass;
+END $$;
+COMMENT ON FUNCTION id_gen.partition_with_bound(id_gen.distributed_tables, text, name) IS 'The partition of a distributed table''s coordinator table whose bound prints (pg_get_expr) as bound, or NULL: the relation named pname when it is that partition (O(1)), else found among all partitions by its bound.';
+REVOKE EXECUTE ON FUNCTION id_gen.partition_with_bound(id_gen.distributed_tables, text, name) FROM PUBLIC;
 
 -- The partition with `bound`, created when missing: CREATE [FOREIGN] TABLE pname PARTITION
 -- OF the coordinator table `definition` (its bound and the rest, one string, never formatted
 -- again: names may hold a %), with the table's owner and grants and the comment `about`. A
--- relation that has the name but is not that partition is refused (42P07).
+-- relation that has the name but is not that partition is refused (42P07). When the name is
+-- free the partition is created without a search (O(1)); a partition of the same bound
+-- under another name (renamed by hand) makes PostgreSQL refuse the overlap (42P17, naming
+-- it). id_gen.sync_distributed_table finds such partitions by bound before it gets here.
 CREATE OR REPLACE FUNCTION id_gen.ensure_partition(d id_gen.distributed_tables, bound text, pname name, is_foreign boolean,
                                                    definition text, about text)
 RETURNS regclass
@@ -229,12 +241,13 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   parts regclass := format('%I.%I', d.schema_name, d.partitioned_name)::regclass;
-  part regclass := id_gen.partition_with_bound(d, bound);
+  part regclass;
 BEGIN
-  IF part IS NOT NULL THEN
-    RETURN part;
-  END IF;
   IF to_regclass(format('%I.%I', d.schema_name, pname)) IS NOT NULL THEN
+    part := id_gen.partition_with_bound(d, bound, pname);
+    IF part IS NOT NULL THEN
+      RETURN part;
+    END IF;
     RAISE EXCEPTION 'id_gen: relation %.% already exists, and it is not a partition of %', quote_ident(d.schema_name), quote_ident(pname), parts
       USING ERRCODE = '42P07', HINT = format('id_gen names this partition of %s (%s) %I; rename that relation.', parts, bound, pname);
   END IF;
@@ -244,7 +257,7 @@ BEGIN
   PERFORM id_gen.inherit_parent_settings(parts, part, about);
   RETURN part;
 END $$;
-COMMENT ON FUNCTION id_gen.ensure_partition(id_gen.distributed_tables, text, name, boolean, text, text) IS 'The partition of a distributed table''s coordinator table with this bound, created when missing (CREATE [FOREIGN] TABLE pname PARTITION OF the table definition, with the table''s owner and grants and the comment about); 42P07 when another relation has the name.';
+COMMENT ON FUNCTION id_gen.ensure_partition(id_gen.distributed_tables, text, name, boolean, text, text) IS 'The partition of a distributed table''s coordinator table with this bound, created when missing (CREATE [FOREIGN] TABLE pname PARTITION OF the table definition, with the table''s owner and grants and the comment about); 42P07 when another relation has the name. O(1) when the partition has its name or the name is free.';
 REVOKE EXECUTE ON FUNCTION id_gen.ensure_partition(id_gen.distributed_tables, text, name, boolean, text, text) FROM PUBLIC;
 
 -- The coordinator's range partition of genes lo .. hi (created when missing).
@@ -347,6 +360,10 @@ DECLARE
   detail text;
   hint text;
   undo_errors text;
+  -- The bounds of the route ranges and the partitions by bound, each built once: a sync
+  -- costs O(ranges), not a search of every partition per range.
+  route_bounds jsonb;
+  present jsonb;
 BEGIN
   d := id_gen.distributed_table(sync_distributed_table.schema_name, sync_distributed_table.table_name);
   parts := to_regclass(format('%I.%I', d.schema_name, d.partitioned_name));
@@ -360,6 +377,9 @@ BEGIN
   -- is in flight while the shards re-partition).
   EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', parts);
   PERFORM id_gen.quiet_ddl();
+  SELECT coalesce(jsonb_object_agg(id_gen.partition_bound_text(rr.lower_gene, rr.upper_gene), true), '{}')
+  INTO route_bounds FROM id_gen.route_ranges rr;
+  present := id_gen.partitions_by_bound(parts);
 
   -- A range partition whose bounds are no longer a route range is split or merged; with
   -- rows, this transaction would copy them under the lock above and the shards' table
@@ -370,8 +390,7 @@ BEGIN
       FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
       WHERE i.inhparent = parts
     LOOP
-      CONTINUE WHEN EXISTS (SELECT FROM id_gen.route_ranges rr
-                            WHERE id_gen.partition_bound_text(rr.lower_gene, rr.upper_gene) = cur.bound);
+      CONTINUE WHEN route_bounds ? cur.bound;
       -- Asked on the shards in transactions of their own: a postgres_fdw read from here
       -- would hold a lock on the shard's partition until this transaction ends, and the
       -- shard's re-partition below would wait for it.
@@ -436,8 +455,7 @@ BEGIN
       FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
       WHERE i.inhparent = parts
     LOOP
-      CONTINUE WHEN EXISTS (SELECT FROM id_gen.route_ranges rr
-                            WHERE id_gen.partition_bound_text(rr.lower_gene, rr.upper_gene) = cur.bound);
+      CONTINUE WHEN route_bounds ? cur.bound;
       IF cur.relkind <> 'p' OR EXISTS (SELECT FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
                                        WHERE i.inhparent = cur.part AND c.relkind <> 'f') THEN
         RAISE EXCEPTION 'id_gen: partition % of % holds local data, and id_gen does not drop it', cur.part, parts
@@ -446,8 +464,10 @@ BEGIN
       EXECUTE format('ALTER TABLE %s DETACH PARTITION %s', parts, cur.part);
       EXECUTE format('DROP TABLE %s', cur.part);
     END LOOP;
+    -- (present still names the partitions kept: those dropped above had no route's bound.)
     FOR r IN SELECT * FROM id_gen.route_ranges ORDER BY lower_gene LOOP
-      PERFORM id_gen.point_partition(d, id_gen.range_partition(d, r.lower_gene, r.upper_gene),
+      PERFORM id_gen.point_partition(d, coalesce((present ->> id_gen.partition_bound_text(r.lower_gene, r.upper_gene))::oid::regclass,
+                                                 id_gen.range_partition(d, r.lower_gene, r.upper_gene)),
                                      r.lower_gene, r.upper_gene, r.shard);
     END LOOP;
   EXCEPTION WHEN OTHERS OR query_canceled THEN
@@ -666,6 +686,7 @@ BEGIN
   PERFORM id_gen.refuse_during_operations('distribute a table');
   PERFORM id_gen.check_routes_for_distribution();
   EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', tbl);
+  PERFORM id_gen.check_lock_room_to_distribute(tbl, distribute_table.layout);
 
   -- The shards' table, partitioned by id: columns, NOT NULL, defaults (but the id's: ids come from the
   -- coordinator or from gene_order_id on the shard), primary key, unique and check

@@ -12,61 +12,55 @@
 -- Walks the objects the table's maintenance can execute: the table and its partitions
 -- and indexes, their constraints, defaults, triggers, policies and rules, the functions,
 -- operators and types those use, domain constraints and composite attributes; returns
--- the first function owned by a role that is not a superuser, or NULL.
+-- the first function (by signature) owned by a role that is not a superuser, or NULL.
+-- One recursive query whose UNION visits each object once: O(objects), however many
+-- partitions the table has (a shard's table may have thousands), and no cap on the walk.
 CREATE OR REPLACE FUNCTION id_gen.untrusted_code(rel regclass) RETURNS text
-LANGUAGE plpgsql STABLE STRICT
+LANGUAGE sql STABLE STRICT
 SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-  seen text[] := '{}';
-  todo text[] := ARRAY['pg_class:' || rel::oid];
-  cur text;
-  cls regclass;
-  obj oid;
-  found text;
-BEGIN
-  WHILE cardinality(todo) > 0 AND cardinality(seen) < 10000 LOOP
-    cur := todo[1];
-    todo := todo[2:];
-    CONTINUE WHEN cur = ANY (seen);
-    seen := seen || cur;
-    cls := split_part(cur, ':', 1)::regclass;
-    obj := split_part(cur, ':', 2)::oid;
-    IF cls = 'pg_proc'::regclass THEN
-      SELECT format('function %s (owned by %s, who is not a superuser)', p.oid::regprocedure, quote_ident(r.rolname))
-        INTO found
-      FROM pg_proc p JOIN pg_roles r ON r.oid = p.proowner
-      WHERE p.oid = obj AND NOT r.rolsuper;
-      IF found IS NOT NULL THEN
-        RETURN found;
-      END IF;
-    END IF;
-    -- What this object uses.
-    todo := todo || ARRAY(
-      SELECT d.refclassid::regclass::text || ':' || d.refobjid
-      FROM pg_depend d
-      WHERE d.classid = cls AND d.objid = obj
-        AND d.refclassid IN ('pg_proc'::regclass, 'pg_operator'::regclass, 'pg_type'::regclass)
-      UNION
-      SELECT 'pg_class:' || t.typrelid FROM pg_type t
-      WHERE cls = 'pg_type'::regclass AND t.oid = obj AND t.typrelid <> 0);
-    -- What belongs to it: a relation's constraints, defaults, triggers, policies, its own
-    -- rules, indexes and partitions; a domain's constraints.
-    IF cls IN ('pg_class'::regclass, 'pg_type'::regclass) THEN
-      todo := todo || ARRAY(
-        SELECT d.classid::regclass::text || ':' || d.objid
-        FROM pg_depend d
-        WHERE d.refclassid = cls AND d.refobjid = obj
-          AND (d.classid IN ('pg_constraint'::regclass, 'pg_attrdef'::regclass, 'pg_trigger'::regclass,
-                             'pg_policy'::regclass, 'pg_class'::regclass)
-               OR (d.classid = 'pg_rewrite'::regclass
-                   AND EXISTS (SELECT FROM pg_rewrite rw WHERE rw.oid = d.objid AND rw.ev_class = obj)))
-          AND NOT (d.classid = 'pg_class'::regclass
-                   AND (SELECT c.relkind FROM pg_class c WHERE c.oid = d.objid) NOT IN ('r', 'p', 'i', 'I', 'f')));
-    END IF;
-  END LOOP;
-  RETURN NULL;
-END $$;
+BEGIN ATOMIC
+  WITH RECURSIVE walk(cls, obj) AS (
+    SELECT 'pg_catalog.pg_class'::pg_catalog.regclass, rel::pg_catalog.oid
+    UNION
+    SELECT n.cls, n.obj
+    FROM walk w
+    CROSS JOIN LATERAL (
+      -- What this object uses.
+      SELECT d.refclassid::pg_catalog.regclass, d.refobjid FROM pg_catalog.pg_depend d
+      WHERE d.classid OPERATOR(pg_catalog.=) w.cls AND d.objid OPERATOR(pg_catalog.=) w.obj
+        AND d.refclassid OPERATOR(pg_catalog.=) ANY (ARRAY['pg_catalog.pg_proc'::pg_catalog.regclass,
+              'pg_catalog.pg_operator'::pg_catalog.regclass, 'pg_catalog.pg_type'::pg_catalog.regclass]::pg_catalog.oid[])
+      UNION ALL
+      SELECT 'pg_catalog.pg_class'::pg_catalog.regclass, t.typrelid FROM pg_catalog.pg_type t
+      WHERE w.cls OPERATOR(pg_catalog.=) 'pg_catalog.pg_type'::pg_catalog.regclass AND t.oid OPERATOR(pg_catalog.=) w.obj
+        AND t.typrelid OPERATOR(pg_catalog.<>) 0::pg_catalog.oid
+      UNION ALL
+      -- What belongs to it: a relation's constraints, defaults, triggers, policies, its own
+      -- rules, indexes and partitions; a domain's constraints.
+      SELECT d.classid::pg_catalog.regclass, d.objid FROM pg_catalog.pg_depend d
+      WHERE w.cls OPERATOR(pg_catalog.=) ANY (ARRAY['pg_catalog.pg_class'::pg_catalog.regclass,
+              'pg_catalog.pg_type'::pg_catalog.regclass]::pg_catalog.oid[])
+        AND d.refclassid OPERATOR(pg_catalog.=) w.cls AND d.refobjid OPERATOR(pg_catalog.=) w.obj
+        AND (d.classid OPERATOR(pg_catalog.=) ANY (ARRAY['pg_catalog.pg_constraint'::pg_catalog.regclass,
+               'pg_catalog.pg_attrdef'::pg_catalog.regclass, 'pg_catalog.pg_trigger'::pg_catalog.regclass,
+               'pg_catalog.pg_policy'::pg_catalog.regclass, 'pg_catalog.pg_class'::pg_catalog.regclass]::pg_catalog.oid[])
+             OR (d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_rewrite'::pg_catalog.regclass
+                 AND EXISTS (SELECT FROM pg_catalog.pg_rewrite rw
+                             WHERE rw.oid OPERATOR(pg_catalog.=) d.objid AND rw.ev_class OPERATOR(pg_catalog.=) w.obj)))
+        AND NOT (d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+                 AND (SELECT c.relkind FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) d.objid)
+                     OPERATOR(pg_catalog.<>) ALL (ARRAY['r', 'p', 'i', 'I', 'f']::"char"[]))
+    ) n(cls, obj)
+  )
+  SELECT pg_catalog.format('function %s (owned by %s, who is not a superuser)', p.oid::pg_catalog.regprocedure,
+                           pg_catalog.quote_ident(r.rolname))
+  FROM walk w
+  JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) w.obj
+  JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) p.proowner
+  WHERE w.cls OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass AND NOT r.rolsuper
+  ORDER BY p.oid::pg_catalog.regprocedure::pg_catalog.text
+  LIMIT 1;
+END;
 COMMENT ON FUNCTION id_gen.untrusted_code(regclass) IS 'The first function owned by a non-superuser that maintaining the table could run (its constraints, defaults, indexes, triggers, policies, rules, column types and partitions), or NULL. id_gen refuses to copy, move or re-partition such tables as a superuser.';
 REVOKE EXECUTE ON FUNCTION id_gen.untrusted_code(regclass) FROM PUBLIC;
 
@@ -104,6 +98,18 @@ SET search_path = pg_catalog, pg_temp
 RETURN format('FOR VALUES FROM (%L) TO (%s)', id_gen.gene_first_id(lower_gene),
               CASE WHEN upper_gene = 65535 THEN 'MAXVALUE' ELSE quote_literal(id_gen.gene_first_id(upper_gene + 1)) END);
 COMMENT ON FUNCTION id_gen.partition_bound_text(integer, integer) IS 'The partition bound of genes lower_gene .. upper_gene as pg_get_expr(relpartbound) prints it: how shards and coordinators recognise a range''s partition whatever its name.';
+
+-- Every partition of a table by the text of its bound, in one pass (one deparse per
+-- partition): {"<bound>": <oid>}. Callers that look up many bounds use it instead of a
+-- search per bound, which would cost O(partitions) each.
+CREATE OR REPLACE FUNCTION id_gen.partitions_by_bound(parent regclass) RETURNS jsonb
+LANGUAGE sql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+RETURN (SELECT coalesce(jsonb_object_agg(pg_get_expr(c.relpartbound, c.oid), c.oid::bigint), '{}')
+        FROM pg_inherits i JOIN pg_class c ON c.oid OPERATOR(pg_catalog.=) i.inhrelid
+        WHERE i.inhparent OPERATOR(pg_catalog.=) parent);
+COMMENT ON FUNCTION id_gen.partitions_by_bound(regclass) IS 'The partitions of a partitioned table as a jsonb object from the text of each bound (pg_get_expr of relpartbound) to its oid, built in one pass: how shards and coordinators find many partitions by bound in O(partitions) in all.';
+REVOKE EXECUTE ON FUNCTION id_gen.partitions_by_bound(regclass) FROM PUBLIC;
 
 -- The word ALTER needs for a relation: TABLE, FOREIGN TABLE or VIEW.
 CREATE OR REPLACE FUNCTION id_gen.relation_kind_word(rel regclass) RETURNS text

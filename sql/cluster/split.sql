@@ -101,7 +101,8 @@ RETURNS regclass
 LANGUAGE sql STABLE STRICT
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
-  SELECT id_gen.partition_with_bound(d, id_gen.partition_bound_text(lower_gene, upper_gene));
+  SELECT id_gen.partition_with_bound(d, id_gen.partition_bound_text(lower_gene, upper_gene),
+                                     id_gen.partition_name(d.coordinator_stem, lower_gene, upper_gene));
 END;
 COMMENT ON FUNCTION id_gen.find_range_partition(id_gen.distributed_tables, integer, integer) IS 'The coordinator''s range partition of a distributed table whose bound is exactly genes lower_gene .. upper_gene, or NULL.';
 REVOKE EXECUTE ON FUNCTION id_gen.find_range_partition(id_gen.distributed_tables, integer, integer) FROM PUBLIC;

@@ -1,6 +1,6 @@
 """Fleet scale: distributed tables laid out per shard on the coordinator
 (distribute_table(..., layout => 'per_shard'), docs/design.md §11.7) over 4,096 route ranges
-alternating between three shards, every server on PostgreSQL's default max_connections and
+alternating between four shards, every server on PostgreSQL's default max_connections and
 max_locks_per_transaction.
 
 (a) the coordinator holds one partition per shard for each table, whatever the number of
@@ -12,10 +12,14 @@ max_locks_per_transaction.
     and outside the range): every committed row is there once, the rows per owner match the
     writers' log, the coordinator's relations stay the same, and lookups still reach one
     shard.
-(d) a move is refused (0A000: not built for per_shard tables yet), and nothing changes.
+(d) a move is refused (0A000: not built for per_shard tables yet), and nothing changes; so is
+    a rename of a per_shard table (0A000).
 (e) pg_dump of the coordinator restored into another database: the same rows through it, and
     lookups by owner still reach one shard (the shard slots and the partitions' bounds come
     back together).
+(f) a distribution whose partitions would not fit the lock table of a shard (a table with many
+    indexes) or of the coordinator (per_range, with max_locks_per_transaction lowered) is
+    refused with 53400 and the setting that would do, before anything changes.
 """
 import os
 import subprocess
@@ -28,7 +32,7 @@ import harness
 from harness import LOGICAL, coordinator_with_shards, poll_until, report
 
 RANGES = 4096
-SHARDS = 3
+SHARDS = 4  # 1,024 ranges each: a shard's lock table holds the partitions of orders (TOAST) on defaults
 DEFAULTS = ["max_connections = 100"]  # PostgreSQL's default (the harness uses 40)
 S = {}
 
@@ -197,13 +201,19 @@ def test_c_split_and_merge_under_load():
     report(f"per_shard split and merge under load: {sum(committed.values())} rows written through the coordinator, none lost")
 
 
-def test_d_a_move_is_refused():
+def test_d_a_move_and_a_rename_are_refused():
     c = S["c"]
     before = harness.routes(c)
     err = c.error("CALL id_gen.move_genes(16, 31, 'shard_1')")
     assert err is not None and err.sqlstate == "0A000", err
     assert harness.routes(c) == before
     assert c.one("SELECT count(*) FROM id_gen.operations WHERE kind = 'move'") == 0
+    # Nor can a per_shard table be renamed: its partitions and the shards' tables are found
+    # by its name (the partitioned table behind a view, and a table without one).
+    for statement in ("ALTER TABLE orders_shards RENAME TO orders_x", "ALTER TABLE events RENAME TO events_x",
+                      "ALTER VIEW orders RENAME TO orders_y"):
+        assert c.sqlstate(statement) == "0A000", statement
+    assert c.one("SELECT count(*) FROM pg_class WHERE relname IN ('orders', 'orders_shards', 'events')") == 3
 
 
 def test_e_dump_and_restore_of_the_coordinator():
@@ -225,3 +235,50 @@ def test_e_dump_and_restore_of_the_coordinator():
     assert len(scans) == 1 and "slot" in scans[0], scans
     c.execute(f"INSERT INTO orders (owner_id, amount) VALUES ({o}, 5)", dbname="restored")
     assert S["shards"][3].one(f"SELECT count(*) FROM orders WHERE owner_id = {o} AND amount = 5") == 1
+
+
+def test_f_a_distribution_too_big_for_a_lock_table_is_refused_first():
+    """distribute_table counts the locks its one transaction takes on the coordinator and on
+    each shard (a relation created holds its lock until COMMIT, and so do its indexes and TOAST
+    table) against that server's lock table before it changes anything: 53400, with the
+    max_locks_per_transaction that would do, instead of "out of shared memory" half way."""
+    c, shards = S["c"], S["shards"]
+    c.execute("CREATE TABLE wide (id bigint PRIMARY KEY, a int, b int, c int, d int, note text, "
+              "UNIQUE (a, id), UNIQUE (b, id), UNIQUE (c, id), UNIQUE (d, id))",
+              "INSERT INTO wide SELECT g, g, g, g, g, 'x' FROM generate_series(1, 10) g")
+    # per_shard: four foreign tables here, but (1,024 ranges + tombstone + negatives) x (the
+    # table and 5 indexes with their row type and constraints, TOAST table and index) on each
+    # shard: about 14,000 locks.
+    err = c.error("SELECT id_gen.distribute_table('wide', 'id', layout => 'per_shard')")
+    assert err is not None and err.sqlstate == "53400", err
+    assert "on shard shard_1" in err.diag.message_primary, err.diag.message_primary
+    needed = int(err.diag.message_primary.split(" takes about ")[1].split()[0])
+    assert needed > 8 * (RANGES // SHARDS), err.diag.message_primary
+    room = shards[1].one("SELECT id_gen.lock_table_room()")
+    at_least = int(err.diag.message_hint.split("max_locks_per_transaction to at least ")[1].split()[0])
+    assert at_least * room["processes"] >= needed > room["capacity"], (err.diag.message_hint, room)
+    # Nothing changed, here or on a shard.
+    assert c.one("SELECT count(*) || '/' || (SELECT relkind::text FROM pg_class WHERE oid = 'wide'::regclass) FROM wide") == "10/r"
+    assert c.one("SELECT count(*) FROM id_gen.distributed_tables WHERE table_name = 'wide'") == 0
+    for s in shards.values():
+        assert s.one("SELECT to_regclass('public.wide') IS NULL") is True
+
+    # per_range: two relations and their row types per route range here (16,384 and more) do
+    # not fit a coordinator with max_locks_per_transaction = 32.
+    c.execute("ALTER SYSTEM SET max_locks_per_transaction = 32")
+    c.restart()
+    try:
+        c.execute("CREATE TABLE flat (id bigint PRIMARY KEY)", "INSERT INTO flat VALUES (1), (2)")
+        err = c.error("SELECT id_gen.distribute_table('flat', 'id')")
+        assert err is not None and err.sqlstate == "53400", err
+        assert "on the coordinator" in err.diag.message_primary and "per_shard" in err.diag.message_hint, err
+        room = c.one("SELECT id_gen.lock_table_room()")
+        at_least = int(err.diag.message_hint.split("max_locks_per_transaction to at least ")[1].split()[0])
+        assert room["per_transaction"] == 32 and at_least * room["processes"] >= 4 * RANGES > room["capacity"], (err.diag.message_hint, room)
+        assert c.one("SELECT count(*) || '/' || (SELECT relkind::text FROM pg_class WHERE oid = 'flat'::regclass) FROM flat") == "2/r"
+        for s in shards.values():
+            assert s.one("SELECT to_regclass('public.flat') IS NULL") is True
+    finally:
+        c.execute("ALTER SYSTEM RESET max_locks_per_transaction")
+        c.restart()
+    report(f"distribute_table refused before any change: {needed} locks on a shard, 4 x {RANGES} on a coordinator with 32 per transaction")

@@ -71,8 +71,10 @@ BEGIN ATOMIC
              FROM id_gen.shard_tables st) t ON t.parent IS NOT NULL
   LEFT JOIN pg_inherits i ON i.inhparent OPERATOR(pg_catalog.=) t.parent
   LEFT JOIN pg_class c ON c.oid OPERATOR(pg_catalog.=) i.inhrelid
-  LEFT JOIN LATERAL (SELECT regexp_match(pg_get_expr(c.relpartbound, c.oid),
-                                         '^FOR VALUES FROM \(''(-?\d+)''\) TO \((?:''(-?\d+)''|(MAXVALUE))\)$') AS m) m ON true
+  -- A function in FROM runs once per partition (a subquery here would be pulled up, and its
+  -- expression deparsed and matched again for each use of m below).
+  LEFT JOIN LATERAL regexp_match(pg_get_expr(c.relpartbound, c.oid),
+                                 '^FOR VALUES FROM \(''(-?\d+)''\) TO \((?:''(-?\d+)''|(MAXVALUE))\)$') AS m(m) ON true
   -- The order in which route_claim locks: a move's fence locks in the same order.
   ORDER BY t.schema_name, t.table_name, c.oid;
 END;

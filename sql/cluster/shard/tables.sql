@@ -20,6 +20,8 @@
 --     when its partition bound is exactly that range; its name is then made
 --     <stem>_g<lo>_<hi>, and a foreign relation of that name is an error (42P07), never
 --     adopted.
+--   * A re-partition costs id_gen O(partitions): the wanted ranges and the partitions are
+--     matched through maps by bound text built once per call, never by a search per range.
 
 -- Makes a shard's table hold exactly one partition per route range in gene_ranges.
 CREATE OR REPLACE FUNCTION id_gen.shard_apply_ranges(schema_name name, table_name name, id_column name, stem name,
@@ -33,12 +35,15 @@ DECLARE
   part record;
   wanted int4range;
   pname name;
-  bound text;
   detached regclass[] := '{}';
   candidate regclass;
   lowest bigint;
   highest bigint;
   adopted boolean;
+  -- The wanted ranges by the text of their partition bound, and the bounds of the partitions
+  -- kept: each computed once, so that one pass costs O(ranges), not O(ranges^2).
+  wanted_by_bound jsonb;
+  kept_bounds jsonb;
   n_created integer := 0;
   n_adopted integer := 0;
   n_detached integer := 0;
@@ -73,14 +78,15 @@ BEGIN
   -- Rows are moved, not written anew: no user trigger fires for them.
   PERFORM set_config('session_replication_role', 'replica', true);
 
+  SELECT coalesce(jsonb_object_agg(id_gen.partition_bound_text(lower(g), upper(g) - 1), g::text), '{}')
+  INTO wanted_by_bound FROM unnest(gene_ranges) g;
   -- Partitions whose bound is not a wanted range are detached ...
   FOR part IN SELECT c.oid::regclass AS rel, c.relname, pg_get_expr(c.relpartbound, c.oid) AS bound
               FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
               WHERE i.inhparent = parent ORDER BY c.relname LOOP
     -- The tombstone and the partition of negative ids (sql/cluster/shard/routing.sql) stay.
     CONTINUE WHEN part.bound IN ('DEFAULT', id_gen.negative_bound_text());
-    wanted := (SELECT g FROM unnest(gene_ranges) g
-               WHERE id_gen.partition_bound_text(lower(g), upper(g) - 1) = part.bound LIMIT 1);
+    wanted := (wanted_by_bound ->> part.bound)::int4range;
     IF wanted IS NOT NULL THEN
       pname := id_gen.partition_name(stem, lower(wanted), upper(wanted) - 1);
       IF part.relname <> pname THEN
@@ -94,10 +100,9 @@ BEGIN
   END LOOP;
   -- ... each missing range adopts a detached table whose rows all fall inside it (no copy;
   -- ATTACH checks the bounds), or starts empty ...
+  kept_bounds := id_gen.partitions_by_bound(parent);
   FOR wanted IN SELECT g FROM unnest(gene_ranges) g ORDER BY g LOOP
-    bound := id_gen.partition_bound_text(lower(wanted), upper(wanted) - 1);
-    CONTINUE WHEN EXISTS (SELECT FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-                          WHERE i.inhparent = parent AND pg_get_expr(c.relpartbound, c.oid) = bound);
+    CONTINUE WHEN kept_bounds ? id_gen.partition_bound_text(lower(wanted), upper(wanted) - 1);
     pname := id_gen.partition_name(stem, lower(wanted), upper(wanted) - 1);
     candidate := to_regclass(format('%I.%I', schema_name, pname));
     IF candidate IS NOT NULL AND NOT candidate = ANY (detached) THEN
