@@ -868,7 +868,7 @@ REVOKE EXECUTE ON FUNCTION id_gen.require_lock_room(text, jsonb, bigint, text, t
 -- create the table's partitions in one transaction each. Each object created holds a lock
 -- until COMMIT, and the lock table counts objects (one entry per object, whatever the modes):
 -- a table or index and its row type or constraint, so 2 per relation with its indexes, and
--- a TOAST table and its index (measured on PostgreSQL 15 to 18).
+-- a TOAST table and its index (counted in pg_locks on PostgreSQL 15).
 --   coordinator: per_range 4 per route range (the range partition and its foreign table),
 --                per_shard 2 per shard; plus the old table and its indexes.
 --   shard:       one partition per route range it owns, plus its tombstone and partition of
