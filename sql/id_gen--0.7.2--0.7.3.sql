@@ -1783,9 +1783,11 @@ BEGIN
   -- is in flight while the shards re-partition).
   EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', parts);
   PERFORM id_gen.quiet_ddl();
-  SELECT coalesce(jsonb_object_agg(id_gen.partition_bound_text(rr.lower_gene, rr.upper_gene), true), '{}')
-  INTO route_bounds FROM id_gen.route_ranges rr;
-  present := id_gen.partitions_by_bound(parts);
+  IF d.layout = 'per_range' THEN  -- (a per_shard table has no partition per range)
+    SELECT coalesce(jsonb_object_agg(id_gen.partition_bound_text(rr.lower_gene, rr.upper_gene), true), '{}')
+    INTO route_bounds FROM id_gen.route_ranges rr;
+    present := id_gen.partitions_by_bound(parts);
+  END IF;
 
   -- A range partition whose bounds are no longer a route range is split or merged; with
   -- rows, this transaction would copy them under the lock above and the shards' table
@@ -2350,13 +2352,10 @@ BEGIN
             AND EXISTS (SELECT FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
                         JOIN pg_inherits i ON i.inhrelid = c.oid
                         WHERE n.nspname = d.schema_name
-                          AND c.relname = id_gen.partition_name(d.coordinator_stem, 0, first_gene_bound)))
-        OR (parts IS NULL AND d.layout = 'per_shard'
-            AND EXISTS (SELECT FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-                        JOIN pg_inherits i ON i.inhrelid = c.oid
-                        WHERE n.nspname = d.schema_name
-                          AND c.relname = ANY (ARRAY(SELECT id_gen.slot_partition_name(d.coordinator_stem, x)
-                                                     FROM unnest(slot_numbers) x))));
+                          AND c.relname = ANY (CASE d.layout
+                                                 WHEN 'per_shard' THEN ARRAY(SELECT id_gen.slot_partition_name(d.coordinator_stem, x)
+                                                                             FROM unnest(slot_numbers) x)
+                                                 ELSE ARRAY[id_gen.partition_name(d.coordinator_stem, 0, first_gene_bound)] END)));
       IF renamed THEN
         RAISE EXCEPTION 'id_gen: %.% is a distributed table; it cannot be renamed or moved to another schema',
                         quote_ident(d.schema_name), quote_ident(d.table_name)

@@ -113,13 +113,10 @@ BEGIN
             AND EXISTS (SELECT FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
                         JOIN pg_inherits i ON i.inhrelid = c.oid
                         WHERE n.nspname = d.schema_name
-                          AND c.relname = id_gen.partition_name(d.coordinator_stem, 0, first_gene_bound)))
-        OR (parts IS NULL AND d.layout = 'per_shard'
-            AND EXISTS (SELECT FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-                        JOIN pg_inherits i ON i.inhrelid = c.oid
-                        WHERE n.nspname = d.schema_name
-                          AND c.relname = ANY (ARRAY(SELECT id_gen.slot_partition_name(d.coordinator_stem, x)
-                                                     FROM unnest(slot_numbers) x))));
+                          AND c.relname = ANY (CASE d.layout
+                                                 WHEN 'per_shard' THEN ARRAY(SELECT id_gen.slot_partition_name(d.coordinator_stem, x)
+                                                                             FROM unnest(slot_numbers) x)
+                                                 ELSE ARRAY[id_gen.partition_name(d.coordinator_stem, 0, first_gene_bound)] END)));
       IF renamed THEN
         RAISE EXCEPTION 'id_gen: %.% is a distributed table; it cannot be renamed or moved to another schema',
                         quote_ident(d.schema_name), quote_ident(d.table_name)

@@ -377,9 +377,11 @@ BEGIN
   -- is in flight while the shards re-partition).
   EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', parts);
   PERFORM id_gen.quiet_ddl();
-  SELECT coalesce(jsonb_object_agg(id_gen.partition_bound_text(rr.lower_gene, rr.upper_gene), true), '{}')
-  INTO route_bounds FROM id_gen.route_ranges rr;
-  present := id_gen.partitions_by_bound(parts);
+  IF d.layout = 'per_range' THEN  -- (a per_shard table has no partition per range)
+    SELECT coalesce(jsonb_object_agg(id_gen.partition_bound_text(rr.lower_gene, rr.upper_gene), true), '{}')
+    INTO route_bounds FROM id_gen.route_ranges rr;
+    present := id_gen.partitions_by_bound(parts);
+  END IF;
 
   -- A range partition whose bounds are no longer a route range is split or merged; with
   -- rows, this transaction would copy them under the lock above and the shards' table
