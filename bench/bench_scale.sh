@@ -17,8 +17,8 @@
 #   sixth execution of a prepared lookup on the shard (the plan cache's generic plan);
 # once per size and layout: the planning time of a new backend's first lookup (EXPLAIN
 # SUMMARY), its memory after one lookup, and the durations of distribute_table, a route
-# change, a split of one range (split_route) and, per_range only, a move of one range
-# (move_genes). Figures, never a gate.
+# change, a split of one range (split_route) and a move of one range (move_genes, with its
+# fence). Figures, never a gate.
 
 SC_COO=/tmp/idg_bench_sc_coord SC_COO_P=54480
 sc_shard_dir() { echo "/tmp/idg_bench_sc_shard$1"; }
@@ -40,7 +40,7 @@ for i in $(seq "$SC_SHARDS"); do
   cluster_start "$(sc_shard_dir "$i")" "$(sc_shard_port "$i")" "${SC_CONF[@]}"
 done
 cluster_start "$SC_COO" "$SC_COO_P" "${SC_CONF[@]}"
-declare -A DIST_MS SPLIT_MS MOVE_MS ROUTE_MS PLAN_MS MEM_KB GENERIC_MS
+declare -A DIST_MS SPLIT_MS MOVE_MS FENCE_MS ROUTE_MS PLAN_MS MEM_KB GENERIC_MS
 # One database per size and layout (a split or a route change then touches only that layout).
 for n in "${SC_SIZES[@]}"; do
   for layout in per_shard per_range; do
@@ -158,15 +158,15 @@ for n in "${SC_SIZES[@]}"; do
     PLAN_MS[$n.$layout]=$(scq "$db" -c "EXPLAIN (SUMMARY) SELECT * FROM orders_1 WHERE id = 42" | sed -n 's/^Planning Time: \([0-9.]*\) ms/\1/p')
     MEM_KB[$n.$layout]=$(scq "$db" -c "SELECT * FROM orders_1 WHERE id = 42" -c "SELECT (sum(total_bytes) / 1024)::bigint FROM pg_backend_memory_contexts")
     # A route change (every table re-derived from the route table, the shards in step already),
-    # a split of the second range, and (per_range only) a move of the third range.
+    # a split of the second range, and a move of the third range (with its fence).
     ROUTE_MS[$n.$layout]=$(ms scq "$db" -c "SET client_min_messages = warning" -c "SELECT id_gen.sync_distributed_tables()")
     lo=$((65536 / n)); hi=$((2 * 65536 / n - 1))
     SPLIT_MS[$n.$layout]=$(ms scq "$db" -c "SET client_min_messages = warning" -c "CALL id_gen.split_route($(( (lo + hi) / 2 )))")
-    if [ "$layout" = per_range ]; then
-      lo=$((2 * 65536 / n)); hi=$((3 * 65536 / n - 1))
-      to=$(scq "$db" -c "SELECT CASE WHEN id_gen.route_gene($lo) = 'shard_1' THEN 'shard_2' ELSE 'shard_1' END")
-      MOVE_MS[$n]=$(ms scq "$db" -c "SET client_min_messages = warning" -c "CALL id_gen.move_genes($lo, $hi, '$to')")
-    fi
+    lo=$((2 * 65536 / n)); hi=$((3 * 65536 / n - 1))
+    to=$(scq "$db" -c "SELECT CASE WHEN id_gen.route_gene($lo) = 'shard_1' THEN 'shard_2' ELSE 'shard_1' END")
+    MOVE_MS[$n.$layout]=$(ms scq "$db" -c "SET client_min_messages = warning" -c "CALL id_gen.move_genes($lo, $hi, '$to')")
+    FENCE_MS[$n.$layout]=$(scq "$db" -c "SELECT fence_ms FROM id_gen.moves WHERE lower_gene = $lo AND phase = 'done'")
+    [ -n "${FENCE_MS[$n.$layout]}" ] || { echo "bench: the move of genes $lo .. $hi ($db) did not finish" >&2; exit 1; }
   done
 done
 base=${SC_SIZES[0]}
@@ -199,6 +199,7 @@ for layout in per_shard per_range; do
   printf '%-48s' "distribute_table (ms), $layout"; for n in "${SC_SIZES[@]}"; do printf ' %27s' "${DIST_MS[$n.$layout]}"; done; echo
   printf '%-48s' "route change, $SC_TABLES table(s) (ms), $layout"; for n in "${SC_SIZES[@]}"; do printf ' %27s' "${ROUTE_MS[$n.$layout]}"; done; echo
   printf '%-48s' "split_route of one range (ms), $layout"; for n in "${SC_SIZES[@]}"; do printf ' %27s' "${SPLIT_MS[$n.$layout]}"; done; echo
+  printf '%-48s' "move_genes of one range (ms), $layout"; for n in "${SC_SIZES[@]}"; do printf ' %27s' "${MOVE_MS[$n.$layout]}"; done; echo
+  printf '%-48s' "  its fence (ms), $layout"; for n in "${SC_SIZES[@]}"; do printf ' %27s' "${FENCE_MS[$n.$layout]}"; done; echo
 done
-printf '%-48s' "move_genes of one range (ms), per_range"; for n in "${SC_SIZES[@]}"; do printf ' %27s' "${MOVE_MS[$n]}"; done; echo
-echo "(per_shard: one foreign table per shard here; per_range: two relations per range; one database per size and layout. tps of the ${SC_SIZES[0]}-range database, then x that. Moves of per_shard tables are not built yet.)"
+echo "(per_shard: one foreign table per shard here; per_range: two relations per range; one database per size and layout. tps of the ${SC_SIZES[0]}-range database, then x that.)"

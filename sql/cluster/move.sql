@@ -1,7 +1,10 @@
 -- Online moves of route ranges between shards (CALL id_gen.move_genes), on PostgreSQL's
 -- logical replication. Built on the layout of sql/cluster/distribute.sql: a route range is one
--- partition on its shard and one range partition holding one foreign table on the
--- coordinator, so a move copies whole tables and re-points one foreign table per table.
+-- partition on its shard, and on the coordinator one range partition holding one foreign
+-- table (per_range), so a move copies whole tables and re-points one foreign table per
+-- table; or (per_shard) a share of the foreign table over the shard's whole table, so the
+-- target keeps its copies out of its table until the fence (hidden copies,
+-- sql/cluster/shard/move.sql) and the fence re-lays both shards' tables.
 -- Code only (CREATE OR REPLACE); the tables are in sql/install/cluster_catalog.sql, and what runs
 -- on the shards is in sql/cluster/shard/move.sql.
 --
@@ -23,6 +26,13 @@
 --                the target's local sequences raised above the source's, then the routes
 --                and the foreign tables flipped to the target. COMMIT lifts the fence;
 --                waiting writers re-route to the target.
+--                per_shard tables: ACCESS EXCLUSIVE on their partitioned tables here as well
+--                (their foreign tables read the shards' whole tables); before
+--                the flip the target attaches its hidden copies, and after lifting its fence
+--                the source detaches the moved partitions, so that once COMMIT lifts the
+--                fence every row is read once, from the target. A fence that fails, or whose
+--                coordinator dies before COMMIT, is undone under the same locks
+--                (id_gen.undo_shown_copies: cleanup record shown_copies).
 --   cut_over     the source detaches its partitions (direct writes of those genes get
 --                23514 there), drops the subscription (and with it the slot) and the
 --                publication, and drops the detached partitions unless keep_source.
@@ -117,7 +127,32 @@ END $$;
 COMMENT ON FUNCTION id_gen.move_parts(integer, integer) IS 'The shards'' partitions of the route ranges within lower_gene .. upper_gene, for every distributed table (qualified names, id columns, genes).';
 REVOKE EXECUTE ON FUNCTION id_gen.move_parts(integer, integer) FROM PUBLIC;
 
--- The steps of a move, by name, in order: what move_genes runs and what dry_run prints.
+-- The parts of move_parts that belong to per_shard tables: their copies are hidden on the
+-- target until the fence, and the fence detaches them from the source (sql/cluster/shard/move.sql).
+CREATE OR REPLACE FUNCTION id_gen.per_shard_move_parts(lower_gene integer, upper_gene integer,
+                                                       OUT parts text[], OUT lower_genes integer[], OUT upper_genes integer[])
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  IF lower_gene IS NULL OR upper_gene IS NULL THEN
+    RAISE EXCEPTION 'id_gen: argument "%" must not be NULL', CASE WHEN lower_gene IS NULL THEN 'lower_gene' ELSE 'upper_gene' END
+      USING ERRCODE = '22004';
+  END IF;
+  SELECT coalesce(array_agg(format('%I.%I', d.schema_name, id_gen.partition_name(d.shard_stem, r.lower_gene, r.upper_gene))
+                            ORDER BY d.schema_name, d.table_name, r.lower_gene), '{}'),
+         coalesce(array_agg(r.lower_gene ORDER BY d.schema_name, d.table_name, r.lower_gene), '{}'),
+         coalesce(array_agg(r.upper_gene ORDER BY d.schema_name, d.table_name, r.lower_gene), '{}')
+    INTO parts, lower_genes, upper_genes
+  FROM id_gen.distributed_tables d
+  CROSS JOIN id_gen.route_ranges r
+  WHERE d.layout = 'per_shard' AND r.lower_gene >= per_shard_move_parts.lower_gene AND r.upper_gene <= per_shard_move_parts.upper_gene;
+END $$;
+COMMENT ON FUNCTION id_gen.per_shard_move_parts(integer, integer) IS 'The shards'' partitions of the route ranges within lower_gene .. upper_gene of the per_shard distributed tables (qualified names, genes): the target hides their copies until the move''s fence, which detaches them from the source.';
+REVOKE EXECUTE ON FUNCTION id_gen.per_shard_move_parts(integer, integer) FROM PUBLIC;
+
+-- The steps of a move, by name, in order: what move_genes runs and what dry_run prints
+-- (with per_shard tables, the steps that hide their copies on the target until the fence).
 -- server is 'source', 'target' or 'coordinator' (a comment: done locally). Every shard
 -- command is SELECT id_gen.shard_...(<literals>), but two subscription commands that
 -- PostgreSQL runs only outside functions; none carries a password.
@@ -130,49 +165,66 @@ DECLARE
   id text := coalesce(m.move_id::text, 'N');
   tag text := 'id_gen_move_' || coalesce(m.move_id::text, 'N');
   p record;
+  ps record;
 BEGIN
   IF m.lower_gene IS NULL OR m.upper_gene IS NULL OR m.source_shard IS NULL OR m.target_shard IS NULL THEN
     RAISE EXCEPTION 'id_gen: argument "m" must not be NULL (it needs genes and shards)' USING ERRCODE = '22004';
   END IF;
   p := id_gen.move_parts(m.lower_gene, m.upper_gene);
-  RETURN QUERY VALUES
+  ps := id_gen.per_shard_move_parts(m.lower_gene, m.upper_gene);
+  -- The steps marked per_shard exist only when the move has partitions of per_shard tables.
+  RETURN QUERY SELECT v.* FROM (VALUES
     (1, 'copying', 'coordinator', 'prepare_target',
      format('-- %s gets the partitions of route ranges %s (id_gen.shard_apply_ranges): it creates the tables and empty partitions from the coordinator''s definitions', m.target_shard, p.ranges)),
     (2, 'copying', 'target', 'fence_target', id_gen.remote_call_text('shard_fence_incoming', ARRAY[id, m.source_shard, p.parts::text])),
-    (3, 'copying', 'source', 'create_publication',
+    (3, 'copying', 'target', 'hide_incoming', id_gen.remote_call_text('shard_hide_incoming', ARRAY[id, ps.parts::text])),
+    (4, 'copying', 'source', 'create_publication',
      id_gen.remote_call_text('shard_create_publication', ARRAY[id, p.parts::text, p.id_columns::text, p.lower_genes::text, p.upper_genes::text])),
-    (4, 'copying', 'coordinator', 'send_connection',
+    (5, 'copying', 'coordinator', 'send_connection',
      format('-- through postgres_fdw: INSERT INTO id_gen.move_secrets (move_id, conninfo) VALUES ($1, $2) on %s, with $2 = %s', m.target_shard, id_gen.subscription_conninfo(m.source_shard, true))),
-    (5, 'copying', 'target', 'create_subscription', id_gen.remote_call_text('shard_subscribe', ARRAY[id, p.parts::text])),
-    (6, 'copying', 'source', 'create_slot', id_gen.remote_call_text('shard_create_slot', ARRAY[id])),
-    (7, 'copying', 'target', 'enable_subscription', id_gen.remote_call_text('shard_enable_subscription', ARRAY[id])),
-    (8, 'copying', 'target', 'refresh_subscription', format('ALTER SUBSCRIPTION %I REFRESH PUBLICATION WITH (copy_data = true)', tag)),
-    (9, 'copying', 'target', 'sync_state', id_gen.remote_call_text('shard_subscription_state', ARRAY[id])),
-    (10, 'copying', 'target', 'count_target', id_gen.remote_call_text('shard_rows_copied', ARRAY[p.parts::text])),
-    (11, 'catching_up', 'source', 'lag', id_gen.remote_call_text('shard_move_lag', ARRAY[id])),
-    (12, 'catching_up', 'coordinator', 'fence_coordinator',
+    (6, 'copying', 'target', 'create_subscription', id_gen.remote_call_text('shard_subscribe', ARRAY[id, p.parts::text])),
+    (7, 'copying', 'source', 'create_slot', id_gen.remote_call_text('shard_create_slot', ARRAY[id])),
+    (8, 'copying', 'target', 'enable_subscription', id_gen.remote_call_text('shard_enable_subscription', ARRAY[id])),
+    (9, 'copying', 'target', 'refresh_subscription', format('ALTER SUBSCRIPTION %I REFRESH PUBLICATION WITH (copy_data = true)', tag)),
+    (10, 'copying', 'target', 'sync_state', id_gen.remote_call_text('shard_subscription_state', ARRAY[id])),
+    (11, 'copying', 'target', 'count_target', id_gen.remote_call_text('shard_rows_copied', ARRAY[p.parts::text])),
+    (12, 'catching_up', 'source', 'lag', id_gen.remote_call_text('shard_move_lag', ARRAY[id])),
+    (13, 'catching_up', 'coordinator', 'fence_coordinator',
      '-- LOCK TABLE <range partitions of the moved genes> IN ACCESS EXCLUSIVE MODE  (writers of these genes wait; others do not)'),
-    (13, 'catching_up', 'source', 'fence_source', id_gen.remote_call_text('shard_fence', ARRAY[id, m.target_shard, p.parts::text])),
-    (14, 'catching_up', 'source', 'marker', id_gen.remote_call_text('shard_write_marker', ARRAY[id, '<attempt>'])),
-    (15, 'catching_up', 'target', 'await_marker', id_gen.remote_call_text('shard_has_marker', ARRAY[id, '<attempt>'])),
-    (16, 'catching_up', 'coordinator', 'flip',
+    (14, 'catching_up', 'coordinator', 'fence_coordinator_shards',
+     '-- LOCK TABLE <each per_shard table> IN ACCESS EXCLUSIVE MODE  (its statements wait for the fence, then route by the new routes)'),
+    (15, 'catching_up', 'source', 'fence_source', id_gen.remote_call_text('shard_fence', ARRAY[id, m.target_shard, p.parts::text])),
+    (16, 'catching_up', 'source', 'marker', id_gen.remote_call_text('shard_write_marker', ARRAY[id, '<attempt>'])),
+    (17, 'catching_up', 'target', 'await_marker', id_gen.remote_call_text('shard_has_marker', ARRAY[id, '<attempt>'])),
+    (18, 'catching_up', 'target', 'show_incoming',
+     id_gen.remote_call_text('shard_show_incoming', ARRAY[id, ps.parts::text, ps.lower_genes::text, ps.upper_genes::text])),
+    (19, 'catching_up', 'coordinator', 'flip',
      format('-- UPDATE id_gen.shard_routes SET shard = %L for %s; swap each range partition''s foreign table to %s; then (next step) the target''s fence is lifted, and COMMIT lifts the coordinator''s', m.target_shard, p.ranges, m.target_shard)),
-    (17, 'catching_up', 'target', 'unfence_target', id_gen.remote_call_text('shard_unfence', ARRAY[p.parts::text])),
-    (18, 'cut_over', 'source', 'detach_source', id_gen.remote_call_text('shard_detach_moved', ARRAY[id, p.parts::text])),
-    (19, 'cut_over', 'coordinator', 'forget_source',
+    (20, 'catching_up', 'target', 'unfence_target', id_gen.remote_call_text('shard_unfence', ARRAY[p.parts::text])),
+    (21, 'catching_up', 'source', 'detach_source_in_fence', id_gen.remote_call_text('shard_detach_moved', ARRAY[id, ps.parts::text])),
+    (22, 'cut_over', 'source', 'detach_source', id_gen.remote_call_text('shard_detach_moved', ARRAY[id, p.parts::text])),
+    (23, 'cut_over', 'coordinator', 'forget_source',
      format('-- %s no longer owns route ranges %s (id_gen.shard_apply_ranges)', m.source_shard, p.ranges)),
-    (20, 'cut_over', 'target', 'drop_subscription', format('DROP SUBSCRIPTION IF EXISTS %I', tag)),
-    (21, 'cut_over', 'source', 'drop_publication', id_gen.remote_call_text('shard_drop_publication', ARRAY[id])),
-    (22, 'cut_over', 'source', 'drop_source',
+    (24, 'cut_over', 'target', 'settle_target', id_gen.remote_call_text('shard_settle_incoming', ARRAY[ps.parts::text])),
+    (25, 'cut_over', 'target', 'drop_subscription', format('DROP SUBSCRIPTION IF EXISTS %I', tag)),
+    (26, 'cut_over', 'source', 'drop_publication', id_gen.remote_call_text('shard_drop_publication', ARRAY[id])),
+    (27, 'cut_over', 'source', 'drop_source',
      id_gen.remote_call_text('shard_drop_moved', ARRAY[id, p.parts::text, (NOT coalesce(m.keep_source, false))::text])),
-    (23, 'cut_over', 'target', 'forget_markers', id_gen.remote_call_text('shard_forget_markers', ARRAY[id])),
-    (24, 'abort', 'source', 'unfence_source', id_gen.remote_call_text('shard_unfence', ARRAY[p.parts::text])),
-    (25, 'abort', 'source', 'drop_slot',
+    (28, 'cut_over', 'target', 'forget_markers', id_gen.remote_call_text('shard_forget_markers', ARRAY[id])),
+    (29, 'abort', 'source', 'reattach_source',
+     id_gen.remote_call_text('shard_reattach_moved', ARRAY[id, ps.parts::text, ps.lower_genes::text, ps.upper_genes::text])),
+    (30, 'abort', 'source', 'unfence_source', id_gen.remote_call_text('shard_unfence', ARRAY[p.parts::text])),
+    (31, 'abort', 'source', 'drop_slot',
      id_gen.remote_call_text('shard_drop_move_slots', ARRAY[id, coalesce(id_gen.has_cleanup(m.move_id, 'replication_slot'), false)::text,
                                                            m.target_subscription::text, m.target_system_id])),
-    (26, 'abort', 'target', 'detach_subscription', id_gen.remote_call_text('shard_detach_subscription', ARRAY[id])),
-    (27, 'abort', 'target', 'empty_target', id_gen.remote_call_text('shard_empty_partitions', ARRAY[p.parts::text])),
-    (28, 'abort', 'source', 'forget_source_markers', id_gen.remote_call_text('shard_forget_markers', ARRAY[id]));
+    (32, 'abort', 'target', 'detach_subscription', id_gen.remote_call_text('shard_detach_subscription', ARRAY[id])),
+    (33, 'abort', 'target', 'empty_target', id_gen.remote_call_text('shard_empty_partitions', ARRAY[p.parts::text])),
+    (34, 'abort', 'target', 'drop_hidden', id_gen.remote_call_text('shard_drop_hidden', ARRAY[ps.parts::text])),
+    (35, 'abort', 'source', 'forget_source_markers', id_gen.remote_call_text('shard_forget_markers', ARRAY[id]))
+  ) v(step, phase, server, name, command)
+  WHERE cardinality(ps.parts) > 0
+     OR v.name NOT IN ('hide_incoming', 'fence_coordinator_shards', 'show_incoming', 'detach_source_in_fence',
+                       'settle_target', 'reattach_source', 'drop_hidden');
 END $$;
 COMMENT ON FUNCTION id_gen.move_commands(id_gen.shard_moves) IS 'The steps of a move with the statement each server runs (what move_genes executes and dry_run prints); no statement carries a password.';
 REVOKE EXECUTE ON FUNCTION id_gen.move_commands(id_gen.shard_moves) FROM PUBLIC;
@@ -244,12 +296,13 @@ REVOKE EXECUTE ON FUNCTION id_gen.send_move_secret(id_gen.shard_moves) FROM PUBL
 -- A move's cleanup records: every object a move may make on a shard, with its policy and
 -- order (id_gen.run_cleanups runs the highest run_order first: a fence goes first, so that
 -- writes flow again whatever else is slow; a subscription before its slot; the way back
--- before the source's kept partitions). A revert's fence goes whatever the outcome: the
+-- before the source's kept partitions; the fence's re-layout of per_shard tables is undone
+-- before the source's fence goes). A revert's fence goes whatever the outcome: the
 -- revert's flip forgets it (the target's copies go with the revert), and a move completed
 -- while an interrupted revert's fence is up (complete_move, the WAL bound) lifts it. Records that the move may
 -- make `objects` (the caller commits before making them): the entry procedure those of the
 -- start (id_gen.move_genes); the step before the one that makes it the replication slot,
--- the source's fence and a revert's fence.
+-- the source's fence (with the shown copies of per_shard tables) and a revert's fence.
 CREATE OR REPLACE FUNCTION id_gen.record_move_cleanups(m id_gen.shard_moves, objects text[]) RETURNS void
 LANGUAGE sql STRICT
 SET search_path = pg_catalog, pg_temp
@@ -257,6 +310,8 @@ AS $$
   SELECT id_gen.record_cleanup(m.move_id, r.object, r.node, r.object_name, r.policy, r.run_order)
   FROM (VALUES
     ('way_back', m.target_shard, format('publication and slot id_gen_back_%s, and the subscription of that name on %s', m.move_id, m.source_shard), 'always', 95),
+    ('shown_copies', m.target_shard, format('the fence''s copies of per_shard tables attached on %s and partitions detached on %s (genes %s .. %s)',
+                                            m.target_shard, m.source_shard, m.lower_gene, m.upper_gene), 'on_failure', 100),
     ('source_fence', m.source_shard, format('fence triggers on the partitions of genes %s .. %s', m.lower_gene, m.upper_gene), 'on_failure', 99),
     ('revert_fence', m.target_shard, format('fence triggers on the partitions of genes %s .. %s', m.lower_gene, m.upper_gene), 'always', 98),
     ('subscription', m.target_shard, format('subscription id_gen_move_%s', m.move_id), 'always', 60),
@@ -271,7 +326,7 @@ AS $$
   ) r(object, node, object_name, policy, run_order)
   WHERE r.object = ANY (objects)
 $$;
-COMMENT ON FUNCTION id_gen.record_move_cleanups(id_gen.shard_moves, text[]) IS 'Records that a move may make the objects named, before it makes them (id_gen.operation_cleanups): way_back, revert_fence, source_fence, subscription, publication, replication_slot, sync_slots, source_copies, target_copies, markers, source_markers, each with its shard, policy and run_order.';
+COMMENT ON FUNCTION id_gen.record_move_cleanups(id_gen.shard_moves, text[]) IS 'Records that a move may make the objects named, before it makes them (id_gen.operation_cleanups): way_back, shown_copies, revert_fence, source_fence, subscription, publication, replication_slot, sync_slots, source_copies, target_copies, markers, source_markers, each with its shard, policy and run_order.';
 REVOKE EXECUTE ON FUNCTION id_gen.record_move_cleanups(id_gen.shard_moves, text[]) FROM PUBLIC;
 
 -- One cleanup record of a move, for id_gen.run_cleanups (succeeded: the move completes;
@@ -289,6 +344,8 @@ BEGIN
     PERFORM id_gen.drop_way_back(m);  -- (sql/cluster/revert.sql)
   WHEN 'revert_fence' THEN
     PERFORM id_gen.lift_revert_fence(m, 10000);
+  WHEN 'shown_copies' THEN
+    PERFORM id_gen.undo_shown_copies(m);
   WHEN 'source_fence' THEN
     PERFORM id_gen.run_move_step(m, 'unfence_source', 0, 10000);
   WHEN 'subscription' THEN
@@ -329,6 +386,9 @@ BEGIN
     ELSE
       PERFORM id_gen.run_move_step(m, 'empty_target', 0, 60000);
       PERFORM id_gen.place_ranges(m.target_shard, m.lower_gene, m.upper_gene, false);
+      IF cardinality((id_gen.per_shard_move_parts(m.lower_gene, m.upper_gene)).parts) > 0 THEN
+        PERFORM id_gen.run_move_step(m, 'drop_hidden', 0, 30000);
+      END IF;
     END IF;
   WHEN 'markers' THEN
     PERFORM id_gen.run_move_step(m, 'forget_markers', 0, 10000);
@@ -348,6 +408,9 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
   PERFORM id_gen.run_move_step(m, 'unfence_target', 0, 10000);
+  IF cardinality((id_gen.per_shard_move_parts(m.lower_gene, m.upper_gene)).parts) > 0 THEN
+    PERFORM id_gen.run_move_step(m, 'settle_target', 0, 10000);
+  END IF;
   IF m.reversible THEN
     RETURN id_gen.open_way_back(m);
   END IF;
@@ -418,8 +481,10 @@ BEGIN
                   ELSE format('completed: the way back kept %s of WAL on %s (id_gen.reversible_max_wal = %s)',
                               pg_size_pretty(m.back_retained_bytes), m.target_shard, max_wal) END;
     END IF;
-  ELSIF id_gen.has_cleanup(m.move_id, 'source_fence') THEN
-    PERFORM id_gen.run_cleanups(m.move_id, false, '{source_fence}', false);
+  ELSIF id_gen.has_cleanup(m.move_id, 'source_fence') OR id_gen.has_cleanup(m.move_id, 'shown_copies') THEN
+    -- (A fence of per_shard tables that died before its flip committed: its re-layout of the
+    -- two shards is undone first, under the coordinator's locks.)
+    PERFORM id_gen.run_cleanups(m.move_id, false, '{shown_copies,source_fence}', false);
     RETURN 'lifted the fence';
   ELSIF m.updated_at < clock_timestamp() - abandon_after THEN
     cleanup := id_gen.roll_back_operation(m.move_id, NULL);
@@ -511,6 +576,51 @@ END $$;
 COMMENT ON FUNCTION id_gen.lock_range_partitions(integer, integer) IS 'ACCESS EXCLUSIVE on the coordinator''s range partitions of the route ranges within lower_gene .. upper_gene (the fence of a move or a revert).';
 REVOKE EXECUTE ON FUNCTION id_gen.lock_range_partitions(integer, integer) FROM PUBLIC;
 
+-- The fence of a move with per_shard tables, on the coordinator: ACCESS EXCLUSIVE on each
+-- per_shard table's partitioned table, in name order. Not on the partitions of the two
+-- shards alone: a statement routes its rows (INSERT) or prunes its partitions (lookups) by
+-- the routes before it locks the partition, so one that waited there would go on to the
+-- source after the flip; waiting for the partitioned table, which every statement locks
+-- before it plans or routes, it plans again by the new routes. So every statement of those
+-- tables waits for the fence (milliseconds), on every shard.
+CREATE OR REPLACE FUNCTION id_gen.lock_per_shard_tables() RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  d id_gen.distributed_tables;
+BEGIN
+  FOR d IN SELECT * FROM id_gen.distributed_tables t WHERE t.layout = 'per_shard' ORDER BY t.schema_name, t.table_name LOOP
+    EXECUTE format('LOCK TABLE %I.%I IN ACCESS EXCLUSIVE MODE', d.schema_name, d.partitioned_name);
+  END LOOP;
+END $$;
+COMMENT ON FUNCTION id_gen.lock_per_shard_tables() IS 'ACCESS EXCLUSIVE on the partitioned table of every per_shard distributed table (the fence of a move with per_shard tables: the shards'' tables change in it, and statements that waited must route again).';
+REVOKE EXECUTE ON FUNCTION id_gen.lock_per_shard_tables() FROM PUBLIC;
+
+-- Undoes what the fence of a move with per_shard tables did on the shards when its flip did
+-- not commit (a failed fence, or its coordinator died before its COMMIT): the target's copies
+-- are hidden again and the source's partitions attached again, both under the coordinator's
+-- locks of the per_shard tables (lock_timeout 2 s), so that no statement here sees the
+-- rows twice or not at all. Idempotent; nothing without per_shard tables.
+CREATE OR REPLACE FUNCTION id_gen.undo_shown_copies(m id_gen.shard_moves) RETURNS void
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  saved text := current_setting('lock_timeout');
+BEGIN
+  IF cardinality((id_gen.per_shard_move_parts(m.lower_gene, m.upper_gene)).parts) = 0 THEN
+    RETURN;
+  END IF;
+  PERFORM set_config('lock_timeout', '2s', true);
+  PERFORM id_gen.lock_per_shard_tables();
+  PERFORM set_config('lock_timeout', saved, true);
+  PERFORM id_gen.run_move_step(m, 'hide_incoming', 0, 10000);
+  PERFORM id_gen.run_move_step(m, 'reattach_source', 0, 120000);
+END $$;
+COMMENT ON FUNCTION id_gen.undo_shown_copies(id_gen.shard_moves) IS 'After a fence of a move with per_shard tables whose flip did not commit: hides the target''s copies and attaches the source''s moved partitions again, under the coordinator''s locks of the per_shard tables.';
+REVOKE EXECUTE ON FUNCTION id_gen.undo_shown_copies(id_gen.shard_moves) FROM PUBLIC;
+
 -- The flip of a move or a revert: the route ranges within the genes go to `shard`, and
 -- each range partition's foreign table is swapped to it (under the fence's locks).
 CREATE OR REPLACE FUNCTION id_gen.flip_routes(lower_gene integer, upper_gene integer, shard text) RETURNS void
@@ -596,6 +706,9 @@ DECLARE
   lag bigint;
   t0 timestamptz;
   target_unfenced boolean := false;
+  target_shown boolean := false;
+  source_detached boolean := false;
+  per_shard boolean;
   err text;
   err_state text;
   attempt integer := (step->>'attempt')::integer;
@@ -604,6 +717,9 @@ BEGIN
     RAISE EXCEPTION 'id_gen: argument "move_id" must not be NULL' USING ERRCODE = '22004';
   END IF;
   SELECT * INTO m FROM id_gen.shard_moves sm WHERE sm.move_id = move_step.move_id;
+  IF m.move_id IS NOT NULL THEN  -- (neither this nor the assignment changes FOUND)
+    per_shard := cardinality((id_gen.per_shard_move_parts(m.lower_gene, m.upper_gene)).parts) > 0;
+  END IF;
   IF NOT FOUND THEN
     outcome.stop_message := format('id_gen: there is no move %s', move_id);
     outcome.stop_sqlstate := '42704';
@@ -617,6 +733,12 @@ BEGIN
   ELSIF m.phase = 'planned' AND step IS NULL THEN
     PERFORM id_gen.place_ranges(m.target_shard, m.lower_gene, m.upper_gene, true);
     PERFORM id_gen.run_move_step(m, 'fence_target', 0, 10000);
+    IF per_shard THEN
+      -- The target's copies of per_shard tables stay out of its tables until the fence, and
+      -- the coordinator has the target's partition of each (for the flip) from now on.
+      PERFORM id_gen.run_move_step(m, 'hide_incoming', 0, 10000);
+      PERFORM id_gen.slot_partition(d, m.target_shard) FROM id_gen.distributed_tables d WHERE d.layout = 'per_shard';
+    END IF;
     PERFORM id_gen.run_move_step(m, 'create_publication');
     IF m.target_subscription IS NULL THEN
       PERFORM id_gen.send_move_secret(m);
@@ -689,6 +811,10 @@ BEGIN
 
   ELSIF m.phase = 'catching_up' AND step IS NULL THEN
     PERFORM id_gen.run_move_step(m, 'fence_target', 0, 10000);
+    IF id_gen.has_cleanup(m.move_id, 'shown_copies') THEN
+      -- (a fence of per_shard tables whose session died before its flip committed)
+      PERFORM id_gen.run_cleanups(m.move_id, false, '{shown_copies}', false);
+    END IF;
     outcome.next_step := jsonb_build_object('step', 'lag', 'deadline', clock_timestamp() + interval '10 min');
   ELSIF m.phase = 'catching_up' AND step->>'step' = 'lag' THEN
     lag := id_gen.run_move_step(m, 'lag', 0, 10000)::bigint;
@@ -712,7 +838,7 @@ BEGIN
     outcome.next_step := jsonb_build_object('step', 'arm', 'attempt', m.fence_attempts + 1, 'last', m.fence_attempts + 5);
   ELSIF m.phase = 'catching_up' AND step->>'step' = 'arm' THEN
     UPDATE id_gen.shard_moves sm SET fence_attempts = attempt WHERE sm.move_id = m.move_id;
-    PERFORM id_gen.record_move_cleanups(m, '{source_fence}');
+    PERFORM id_gen.record_move_cleanups(m, CASE WHEN per_shard THEN '{shown_copies,source_fence}'::text[] ELSE '{source_fence}' END);
     outcome.next_step := step || '{"step": "fence"}';
   ELSIF m.phase = 'catching_up' AND step->>'step' = 'fence' THEN
     -- The fence, in this one coordinator transaction: ACCESS EXCLUSIVE on the coordinator's
@@ -729,6 +855,9 @@ BEGIN
     END IF;
     PERFORM id_gen.quiet_ddl();
     PERFORM id_gen.lock_range_partitions(m.lower_gene, m.upper_gene);
+    IF per_shard THEN
+      PERFORM id_gen.lock_per_shard_tables();
+    END IF;
     BEGIN
       PERFORM id_gen.run_move_step(m, 'fence_source', attempt, 5000);
       PERFORM id_gen.pass_marker(m, attempt, t0, 'target');
@@ -739,11 +868,23 @@ BEGIN
         UPDATE id_gen.shard_moves sm SET back_lsn = id_gen.remote_call(m.target_shard, 'shard_current_lsn', '{}', 5000)::pg_lsn
         WHERE sm.move_id = m.move_id;
       END IF;
+      IF per_shard THEN
+        -- The target's copies join its tables (no scan), while the coordinator holds every
+        -- statement of the per_shard tables.
+        target_shown := true;
+        PERFORM id_gen.run_move_step(m, 'show_incoming', 0, 5000);
+      END IF;
       PERFORM id_gen.flip_routes(m.lower_gene, m.upper_gene, m.target_shard);
       -- The target owns the genes from here on: its fence goes while the coordinator
       -- still holds their writers (which then reach the target, which must take them).
       target_unfenced := true;
       PERFORM id_gen.run_move_step(m, 'unfence_target', 0, 5000);
+      IF per_shard THEN
+        -- Last: the source's moved partitions leave its tables (the coordinator reads them
+        -- whole), so that after the COMMIT every row is read once, from the target.
+        source_detached := true;
+        PERFORM id_gen.run_move_step(m, 'detach_source_in_fence', 0, 5000);
+      END IF;
       UPDATE id_gen.shard_moves sm
       SET phase = 'cut_over', lag_bytes = 0, fence_started_at = t0, fence_ended_at = clock_timestamp(),
           updated_at = clock_timestamp(), last_error = NULL
@@ -758,6 +899,16 @@ BEGIN
           PERFORM id_gen.run_move_step(m, 'fence_target', 0, 5000);
         EXCEPTION WHEN OTHERS OR query_canceled THEN
           err := err || ' (fencing the target again failed: ' || SQLERRM || ')';
+        END;
+      END IF;
+      -- The re-layout of per_shard tables is undone under the same locks (the source's
+      -- partitions before its fence goes: unfence_source finds them by name).
+      IF target_shown OR source_detached THEN
+        BEGIN
+          PERFORM id_gen.run_move_step(m, 'hide_incoming', 0, 5000);
+          PERFORM id_gen.run_move_step(m, 'reattach_source', 0, 60000);
+        EXCEPTION WHEN OTHERS OR query_canceled THEN
+          err := err || ' (undoing the re-layout of per_shard tables failed: ' || SQLERRM || ')';
         END;
       END IF;
       BEGIN
@@ -829,6 +980,11 @@ BEGIN
     -- Routes and foreign tables are as they were; the coordinator's locks went with the step.
     FOR i IN 1 .. 3 LOOP
       BEGIN
+        -- (per_shard tables: the fence's re-layout of the two shards is undone first; a no-op
+        -- when the step's own handler did it)
+        IF id_gen.has_cleanup(m.move_id, 'shown_copies') THEN
+          PERFORM id_gen.undo_shown_copies(m);
+        END IF;
         PERFORM id_gen.run_move_step(m, 'unfence_source', 0, 10000);
         unfenced := true;
       EXCEPTION WHEN OTHERS OR query_canceled THEN
@@ -843,6 +999,7 @@ BEGIN
     SET last_error = format('fence attempt %s: %s', attempt, err), updated_at = clock_timestamp()
     WHERE sm.move_id = m.move_id;
     IF unfenced THEN
+      PERFORM id_gen.forget_cleanup(m.move_id, 'shown_copies');
       PERFORM id_gen.forget_cleanup(m.move_id, 'source_fence');
     END IF;
     IF NOT unfenced OR err_state IN ('57014', '55006', '08006') THEN
@@ -1004,13 +1161,13 @@ BEGIN
     ELSIF NOT EXISTS (SELECT FROM id_gen.distributed_tables) THEN
       RAISE EXCEPTION 'id_gen: there are no distributed tables, so there is nothing to move'
         USING ERRCODE = '55000', HINT = 'Change the routes with id_gen.set_route.';
-    ELSIF EXISTS (SELECT FROM id_gen.distributed_tables t WHERE t.layout = 'per_shard') THEN
-      RAISE EXCEPTION 'id_gen: moves of per_shard distributed tables are not built yet: %',
+    ELSIF move_genes.reversible AND EXISTS (SELECT FROM id_gen.distributed_tables t WHERE t.layout = 'per_shard') THEN
+      RAISE EXCEPTION 'id_gen: reversible moves of per_shard distributed tables are not built yet: %',
                       (SELECT string_agg(format('%I.%I', t.schema_name, t.table_name), ', ' ORDER BY t.schema_name, t.table_name)
                        FROM id_gen.distributed_tables t WHERE t.layout = 'per_shard')
         USING ERRCODE = '0A000',
               DETAIL = 'A move copies the genes of every distributed table at once; these tables are laid out per shard here (distribute_table(..., layout => ''per_shard'')).',
-              HINT = 'Splits and merges of route ranges work with them (CALL id_gen.split_route, id_gen.merge_routes). To move genes, distribute with the default layout per_range.';
+              HINT = 'Move without reversible => true (the move itself works with them), or distribute with the default layout per_range.';
     ELSIF src = target_shard THEN
       RAISE EXCEPTION 'id_gen: genes % .. % are on shard "%" already', lower_gene, upper_gene, target_shard
         USING ERRCODE = '22023';

@@ -234,7 +234,7 @@ SELECT pg_catalog.pg_extension_config_dump('id_gen.operation_cleanups', '');
 REVOKE ALL ON id_gen.operation_cleanups FROM PUBLIC;
 GRANT SELECT ON id_gen.operation_cleanups TO PUBLIC;
 COMMENT ON TABLE id_gen.operation_cleanups IS 'On a coordinator: what a long operation may have left on a shard (a replication slot, a subscription, a fence, copies of rows, ...), recorded before it is made. It goes when the operation ends: policy always whatever the outcome, on_failure when the operation is rolled back (abort, revert), on_success when it completes. A record left after an operation ended names what a forced abort left behind.';
-COMMENT ON COLUMN id_gen.operation_cleanups.object IS 'What is cleaned up, in the words of the operation''s kind (a move: way_back, source_copies, revert_fence, source_fence, subscription, publication, replication_slot, sync_slots, target_copies, markers, source_markers; a split or merge: split_tables).';
+COMMENT ON COLUMN id_gen.operation_cleanups.object IS 'What is cleaned up, in the words of the operation''s kind (a move: way_back, shown_copies, source_copies, revert_fence, source_fence, subscription, publication, replication_slot, sync_slots, target_copies, markers, source_markers; a split or merge: split_tables).';
 COMMENT ON COLUMN id_gen.operation_cleanups.node IS 'The shard that holds it.';
 COMMENT ON COLUMN id_gen.operation_cleanups.object_name IS 'Its name on that shard, for an operator.';
 COMMENT ON COLUMN id_gen.operation_cleanups.run_order IS 'Clean-ups of one operation run from the highest run_order down (a subscription goes before its slot).';

@@ -12,8 +12,11 @@ max_locks_per_transaction.
     and outside the range): every committed row is there once, the rows per owner match the
     writers' log, the coordinator's relations stay the same, and lookups still reach one
     shard.
-(d) a move is refused (0A000: not built for per_shard tables yet), and nothing changes; so is
-    a rename of a per_shard table (0A000).
+(d) a move of a range under load (writers through the coordinator, a reader of the whole
+    table): no read sees a row twice, every committed row is there once, the rows are on the
+    target alone and nothing of the move is left; a coordinator killed in the fence after it
+    re-laid both shards: the supervisor undoes it, and the same CALL moves the genes; a
+    reversible move (not built for per_shard tables) and a rename are refused (0A000).
 (e) pg_dump of the coordinator restored into another database: the same rows through it, and
     lookups by owner still reach one shard (the shard slots and the partitions' bounds come
     back together).
@@ -29,7 +32,7 @@ import psycopg
 import pytest
 
 import harness
-from harness import LOGICAL, coordinator_with_shards, poll_until, report
+from harness import LOGICAL, Background, coordinator_with_shards, poll_until, report
 
 RANGES = 4096
 SHARDS = 4  # 1,024 ranges each: a shard's lock table holds the partitions of orders (TOAST) on defaults
@@ -201,13 +204,153 @@ def test_c_split_and_merge_under_load():
     report(f"per_shard split and merge under load: {sum(committed.values())} rows written through the coordinator, none lost")
 
 
-def test_d_a_move_and_a_rename_are_refused():
+class DoubleReader:
+    """A thread that reads the whole table through the coordinator until stopped and keeps
+    every answer in which a row appeared twice (count(*) <> count(DISTINCT id)), and the
+    number of reads; errors end it and are reported by finish()."""
+
+    def __init__(self):
+        self.doubles, self.reads, self.errors = [], 0, []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        try:
+            with psycopg.connect(S["c"].dsn(), autocommit=True) as conn:
+                while not self.stop.is_set():
+                    n, distinct = conn.execute("SELECT count(*), count(DISTINCT id) FROM orders").fetchone()
+                    self.reads += 1
+                    if n != distinct:
+                        self.doubles.append((n, distinct))
+        except Exception as e:  # noqa: BLE001 - reported by finish()
+            self.errors.append(e)
+
+    def finish(self):
+        self.stop.set()
+        self.thread.join(60)
+        assert not self.thread.is_alive(), "the reader did not stop within 60 s"
+        assert not self.errors, self.errors
+        return self.reads, self.doubles
+
+
+def hidden_copies(shard):
+    return shard.one("SELECT count(*) FROM pg_constraint WHERE conname = 'id_gen_incoming_bound'")
+
+
+def test_d_a_move_of_per_shard_tables_under_load():
+    """A move of one route range of per_shard tables, with writers through the coordinator
+    inside and outside the range and a reader of the whole table: the target's copies stay
+    out of its tables until the fence (the coordinator reads a shard's table whole), the
+    fence shows them and detaches the source's under the coordinator's locks of both shards,
+    so no read sees a row twice, and every committed row is there once afterwards."""
+    c, shards = S["c"], S["shards"]
+    lower, upper = 32, 47  # route range 2, on shard_3
+    assert harness.routes(c).split(",")[2] == f"{lower}-{upper}@shard_3"
+    inside = c.column(f"SELECT o FROM generate_series(400000, 4000000) o "
+                      f"WHERE id_gen.shard_gene(o::bigint) BETWEEN {lower} AND {upper} LIMIT 6")
+    outside = owners_on("shard_3", 3, first=400000) + owners_on("shard_4", 3, first=400000)
+    assert len(inside) == 6
+    before = coordinator_relations()
+    load, reader = Writers(inside + outside), DoubleReader()
+    poll_until("writers committed rows", load.total, lambda n: n >= 50, 60)
+    c.execute("SET client_min_messages = warning", f"CALL id_gen.move_genes({lower}, {upper}, 'shard_4')")
+    n = load.total()
+    poll_until("writers committed rows after the move", load.total, lambda m: m >= n + 50, 60)
+    committed = load.finish()
+    reads, doubles = reader.finish()
+    assert doubles == [], f"{len(doubles)} of {reads} whole-table reads saw rows twice: {doubles[:5]}"
+    assert reads >= 3, f"only {reads} whole-table reads ran during the move"
+    got = dict(c.execute(
+        f"SELECT owner_id, count(*) FROM orders WHERE owner_id IN ({','.join(map(str, committed))}) GROUP BY 1"))
+    assert got == {o: n for o, n in committed.items() if n}, (got, committed)
+    assert c.one("SELECT count(*) = count(DISTINCT id) FROM orders") is True
+    assert harness.routes(c).split(",")[2] == f"{lower}-{upper}@shard_4"
+    assert c.one("SELECT phase FROM id_gen.moves") == "done"
+    assert coordinator_relations() == before
+    # The rows are on the target alone, in a partition of its table; nothing of the move is left.
+    o = inside[0]
+    assert (shards[3].one(f"SELECT count(*) FROM orders WHERE owner_id = {o}"),
+            shards[4].one(f"SELECT count(*) FROM orders WHERE owner_id = {o}")) == (0, committed[o])
+    part = f"orders_g{lower}_{upper}"
+    assert shards[4].one(f"SELECT count(*) FROM pg_inherits WHERE inhrelid = 'public.{part}'::regclass") == 1
+    assert shards[3].one(f"SELECT to_regclass('public.{part}') IS NULL") is True
+    assert (hidden_copies(shards[3]), hidden_copies(shards[4])) == (0, 0)
+    for s in shards.values():
+        assert s.one("SELECT count(*) FROM pg_subscription") + s.one("SELECT count(*) FROM pg_replication_slots") == 0
+    part4 = c.one("SELECT 'public.' || id_gen.slot_partition_name('orders_shards', slot) FROM id_gen.shard_slots "
+                  "WHERE shard = 'shard_4'")
+    row_id = c.one(f"SELECT max(id) FROM orders WHERE owner_id = {o}")
+    for sql in (f"SELECT * FROM orders WHERE id = {row_id}",
+                f"SELECT * FROM orders WHERE id BETWEEN id_gen.owner_first_id({o}) AND id_gen.owner_last_id({o})"):
+        scans = foreign_scans(explain(sql))
+        assert len(scans) == 1 and part4 in scans[0], (sql, scans)
+    report(f"per_shard move under load: {sum(committed.values())} rows written through the coordinator, "
+           f"{reads} whole-table reads, none saw a row twice; fence "
+           f"{c.one('SELECT fence_ms FROM id_gen.moves')} ms")
+
+
+SLOW_CUT_OVER = """
+    CREATE FUNCTION public.slow_cut_over() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+      IF OLD.phase = 'catching_up' AND NEW.phase = 'cut_over' THEN
+        PERFORM pg_sleep(60);
+      END IF;
+      RETURN NEW;
+    END $$;
+    CREATE TRIGGER slow_cut_over BEFORE UPDATE ON id_gen.cluster_operations FOR EACH ROW EXECUTE FUNCTION public.slow_cut_over();
+"""
+
+
+def test_d_a_coordinator_killed_after_the_fence_re_laid_the_shards():
+    """The coordinator dies in a move's fence after the target showed its copies and the
+    source detached its partitions, before the flip committed: the move supervisor undoes
+    both under the coordinator's locks (routes still say source), and the same CALL then
+    moves the genes."""
+    c, shards = S["c"], S["shards"]
+    lower, upper = 48, 63  # route range 3, on shard_4
+    assert harness.routes(c).split(",")[3] == f"{lower}-{upper}@shard_4"
+    owner = c.one(f"SELECT o FROM generate_series(500000, 5000000) o WHERE id_gen.shard_gene(o::bigint) BETWEEN {lower} AND {upper} LIMIT 1")
+    c.execute(*[f"INSERT INTO orders (owner_id, amount) VALUES ({owner}, 7)"] * 5)
+    total = c.one("SELECT count(*) FROM orders")
+    c.script(SLOW_CUT_OVER)
+    move = Background(c, f"CALL id_gen.move_genes({lower}, {upper}, 'shard_1')")
+    poll_until("the fence detached the source's partitions", lambda: shards[4].one(
+        "SELECT count(*) FROM pg_class WHERE relname LIKE 'id_gen_moved_%'"), lambda n: n == 3, 60, interval=0.05)
+    assert hidden_copies(shards[1]) == 3 and shards[1].one(
+        f"SELECT count(*) FROM pg_inherits WHERE inhrelid = 'public.orders_g{lower}_{upper}'::regclass") == 1, \
+        "the target's copies are shown"
+    c.kill9()
+    move.join()
+    c.start()
+    c.execute("DROP TRIGGER slow_cut_over ON id_gen.cluster_operations", "DROP FUNCTION public.slow_cut_over()")
+    poll_until("the move supervisor undid the fence's re-layout", lambda: c.one(
+        f"SELECT phase || '/' || source_fenced || '/' || coalesce(recovered_by LIKE 'lifted the fence%', false) FROM id_gen.moves "
+        f"WHERE lower_gene = {lower}"), "catching_up/false/true", 60)
+    assert harness.routes(c).split(",")[3] == f"{lower}-{upper}@shard_4"
+    assert shards[4].one("SELECT count(*) FROM pg_class WHERE relname LIKE 'id_gen_moved_%'") == 0
+    assert shards[4].one(f"SELECT count(*) FROM orders WHERE owner_id = {owner} AND amount = 7") == 5, "the source's partition is back"
+    assert shards[1].one(f"SELECT count(*) FROM pg_inherits WHERE inhrelid = 'public.orders_g{lower}_{upper}'::regclass") == 0
+    assert hidden_copies(shards[1]) == 3, "the target's copies are hidden again"
+    assert c.one("SELECT count(*) || '/' || count(DISTINCT id) FROM orders") == f"{total}/{total}"
+    assert c.one(f"SELECT count(*) FROM orders WHERE owner_id = {owner} AND amount = 7") == 5
+    c.execute("SET client_min_messages = warning", f"CALL id_gen.move_genes({lower}, {upper}, 'shard_1')")
+    assert harness.routes(c).split(",")[3] == f"{lower}-{upper}@shard_1"
+    assert c.one("SELECT count(*) || '/' || count(DISTINCT id) FROM orders") == f"{total}/{total}"
+    assert shards[1].one(f"SELECT count(*) FROM orders WHERE owner_id = {owner} AND amount = 7") == 5
+    assert (hidden_copies(shards[1]), hidden_copies(shards[4])) == (0, 0)
+
+
+def test_d_refusals():
+    """A reversible move of per_shard tables is not built yet (0A000), and nothing changes;
+    nor can a per_shard table be renamed (0A000)."""
     c = S["c"]
     before = harness.routes(c)
-    err = c.error("CALL id_gen.move_genes(16, 31, 'shard_1')")
+    moves = c.one("SELECT count(*) FROM id_gen.moves")
+    err = c.error("CALL id_gen.move_genes(16, 31, 'shard_1', reversible => true)")
     assert err is not None and err.sqlstate == "0A000", err
     assert harness.routes(c) == before
-    assert c.one("SELECT count(*) FROM id_gen.operations WHERE kind = 'move'") == 0
+    assert c.one("SELECT count(*) FROM id_gen.moves") == moves
     # Nor can a per_shard table be renamed: its partitions and the shards' tables are found
     # by its name (the partitioned table behind a view, and a table without one).
     for statement in ("ALTER TABLE orders_shards RENAME TO orders_x", "ALTER TABLE events RENAME TO events_x",

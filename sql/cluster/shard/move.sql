@@ -139,6 +139,192 @@ RETURN id_gen.put_fence(move_id, source_shard, parts, true);
 COMMENT ON FUNCTION id_gen.shard_fence_incoming(bigint, text, text[]) IS 'On the target of a move: its partitions of the moved genes refuse direct writes, route claims and reads by id (IG002) until the cut-over lifts the fence; replication still fills them.';
 REVOKE EXECUTE ON FUNCTION id_gen.shard_fence_incoming(bigint, text, text[]) FROM PUBLIC;
 
+-- Hidden copies (the target of a move of per_shard tables). The coordinator's foreign table
+-- of a per_shard table reads a shard's whole table, so until the cut-over the target's
+-- incoming partitions of such a table must not be part of it (their rows would be read from
+-- both shards). They are created as partitions (the parent's columns, indexes, defaults),
+-- given a CHECK equal to their bound (id_gen_incoming_bound: attaching them again needs no
+-- scan) and detached, keeping their names, which the subscription applies to. The fence
+-- attaches them (shard_show_incoming) and, if it fails, hides them again; the CHECK goes
+-- when the move has cut over (shard_settle_incoming), or the tables when it is rolled back
+-- (shard_drop_hidden). shard_apply_ranges leaves a hidden copy alone.
+CREATE OR REPLACE FUNCTION id_gen.shard_hide_incoming(move_id bigint, parts text[]) RETURNS integer
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  rel regclass;
+  parent regclass;
+  n integer := 0;
+BEGIN
+  PERFORM set_config('lock_timeout', '5s', true);
+  PERFORM id_gen.quiet_ddl();
+  FOREACH rel IN ARRAY id_gen.shard_relations(parts, false) LOOP
+    SELECT x.inhparent::regclass INTO parent FROM pg_inherits x WHERE x.inhrelid = rel;
+    CONTINUE WHEN parent IS NULL;
+    IF NOT EXISTS (SELECT FROM pg_constraint c WHERE c.conrelid = rel AND c.conname = 'id_gen_incoming_bound') THEN
+      EXECUTE format('ALTER TABLE %s ADD CONSTRAINT id_gen_incoming_bound CHECK (%s)', rel, pg_get_partition_constraintdef(rel));
+    END IF;
+    EXECUTE format('ALTER TABLE %s DETACH PARTITION %s', parent, rel);
+    EXECUTE format('COMMENT ON TABLE %s IS %L', rel,
+                   format('id_gen: incoming copy of move %s, hidden from %s until the move cuts over', move_id, parent));
+    n := n + 1;
+  END LOOP;
+  IF n > 0 THEN
+    PERFORM id_gen.shard_routing_changed();
+  END IF;
+  RETURN n;
+END $$;
+COMMENT ON FUNCTION id_gen.shard_hide_incoming(bigint, text[]) IS 'On the target of a move of per_shard tables: detaches the incoming partitions (keeping their names, with a CHECK of their bounds), so that the shard''s table, which the coordinator reads whole, does not show them before the cut-over; idempotent.';
+REVOKE EXECUTE ON FUNCTION id_gen.shard_hide_incoming(bigint, text[]) FROM PUBLIC;
+
+-- A detached partition of a move joins its table again: the distributed table on this shard
+-- whose partition of genes lower_gene .. upper_gene bears rel's name (55000 when none).
+-- Returns that table. (Hidden copies, a failed fence's source, a reverted move's kept
+-- partitions.)
+CREATE OR REPLACE FUNCTION id_gen.attach_moved_part(rel regclass, lower_gene integer, upper_gene integer) RETURNS regclass
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  parent regclass;
+BEGIN
+  SELECT format('%I.%I', t.schema_name, t.table_name)::regclass INTO parent
+  FROM id_gen.shard_tables t JOIN pg_class c ON c.oid = rel JOIN pg_namespace ns ON ns.oid = c.relnamespace
+  WHERE t.schema_name = ns.nspname AND id_gen.partition_name(t.stem, lower_gene, upper_gene) = c.relname;
+  IF parent IS NULL THEN
+    RAISE EXCEPTION 'id_gen: no distributed table on this shard owns %', rel USING ERRCODE = '55000';
+  END IF;
+  EXECUTE format('ALTER TABLE %s ATTACH PARTITION %s FOR VALUES %s', parent, rel, id_gen.partition_bounds(lower_gene, upper_gene));
+  RETURN parent;
+END $$;
+COMMENT ON FUNCTION id_gen.attach_moved_part(regclass, integer, integer) IS 'On a shard: attaches a partition that a move detached (rel, of genes lower_gene .. upper_gene) to the distributed table whose partition name it bears; returns that table.';
+REVOKE EXECUTE ON FUNCTION id_gen.attach_moved_part(regclass, integer, integer) FROM PUBLIC;
+
+-- In the fence of a move of per_shard tables: the hidden copies join their tables (no scan:
+-- their CHECK implies the bounds; the tombstone, empty, is checked). Idempotent.
+CREATE OR REPLACE FUNCTION id_gen.shard_show_incoming(move_id bigint, parts text[], lower_genes integer[],
+                                                      upper_genes integer[]) RETURNS integer
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  rel regclass;
+  parent regclass;
+  n integer := 0;
+BEGIN
+  PERFORM set_config('lock_timeout', '2s', true);
+  PERFORM id_gen.quiet_ddl();
+  FOR i IN 1 .. cardinality(parts) LOOP
+    rel := to_regclass(parts[i]);
+    IF rel IS NULL THEN
+      RAISE EXCEPTION 'id_gen: the incoming copy % of move % is missing on this shard', parts[i], move_id USING ERRCODE = '55000';
+    END IF;
+    CONTINUE WHEN EXISTS (SELECT FROM pg_inherits x WHERE x.inhrelid = rel);
+    parent := id_gen.attach_moved_part(rel, lower_genes[i], upper_genes[i]);
+    EXECUTE format('COMMENT ON TABLE %s IS %L', rel,
+                   format('id_gen: genes %s .. %s of %s on this shard (kept by the coordinator)', lower_genes[i], upper_genes[i], parent));
+    n := n + 1;
+  END LOOP;
+  IF n > 0 THEN
+    PERFORM id_gen.shard_routing_changed();
+  END IF;
+  RETURN n;
+END $$;
+COMMENT ON FUNCTION id_gen.shard_show_incoming(bigint, text[], integer[], integer[]) IS 'On the target of a move of per_shard tables, in its fence: attaches the hidden incoming copies to their tables (no scan; their move fence stays until the coordinator''s flip); idempotent.';
+REVOKE EXECUTE ON FUNCTION id_gen.shard_show_incoming(bigint, text[], integer[], integer[]) FROM PUBLIC;
+
+-- After the cut-over: the CHECK of a shown copy goes (a later merge may widen its bounds).
+CREATE OR REPLACE FUNCTION id_gen.shard_settle_incoming(parts text[]) RETURNS integer
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  rel regclass;
+  n integer := 0;
+BEGIN
+  PERFORM set_config('lock_timeout', '5s', true);
+  FOREACH rel IN ARRAY id_gen.shard_relations(parts, false) LOOP
+    IF EXISTS (SELECT FROM pg_constraint c WHERE c.conrelid = rel AND c.conname = 'id_gen_incoming_bound')
+       AND EXISTS (SELECT FROM pg_inherits x WHERE x.inhrelid = rel) THEN
+      EXECUTE format('ALTER TABLE %s DROP CONSTRAINT id_gen_incoming_bound', rel);
+      n := n + 1;
+    END IF;
+  END LOOP;
+  RETURN n;
+END $$;
+COMMENT ON FUNCTION id_gen.shard_settle_incoming(text[]) IS 'On the target of a move of per_shard tables after its cut-over: drops the bound CHECK of the copies, now partitions.';
+REVOKE EXECUTE ON FUNCTION id_gen.shard_settle_incoming(text[]) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION id_gen.is_hidden_copy(rel regclass) RETURNS boolean
+LANGUAGE sql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+  SELECT NOT EXISTS (SELECT FROM pg_catalog.pg_inherits x WHERE x.inhrelid OPERATOR(pg_catalog.=) rel)
+     AND EXISTS (SELECT FROM pg_catalog.pg_constraint c
+                 WHERE c.conrelid OPERATOR(pg_catalog.=) rel AND c.conname OPERATOR(pg_catalog.=) 'id_gen_incoming_bound');
+END;
+COMMENT ON FUNCTION id_gen.is_hidden_copy(regclass) IS 'On a shard: whether rel is the hidden incoming copy of a move (not a partition, with the id_gen_incoming_bound CHECK).';
+REVOKE EXECUTE ON FUNCTION id_gen.is_hidden_copy(regclass) FROM PUBLIC;
+
+-- A rolled-back move: its hidden copies go (only tables that are still hidden copies).
+CREATE OR REPLACE FUNCTION id_gen.shard_drop_hidden(parts text[]) RETURNS integer
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  rel regclass;
+  n integer := 0;
+BEGIN
+  PERFORM set_config('lock_timeout', '5s', true);
+  FOREACH rel IN ARRAY id_gen.shard_relations(parts, false) LOOP
+    IF id_gen.is_hidden_copy(rel) THEN
+      EXECUTE format('DROP TABLE %s', rel);
+      n := n + 1;
+    END IF;
+  END LOOP;
+  RETURN n;
+END $$;
+COMMENT ON FUNCTION id_gen.shard_drop_hidden(text[]) IS 'On the target of a rolled-back move of per_shard tables: drops its hidden incoming copies.';
+REVOKE EXECUTE ON FUNCTION id_gen.shard_drop_hidden(text[]) FROM PUBLIC;
+
+
+-- In a failed fence or its recovery: the source's partitions that the fence detached
+-- (renamed by shard_detach_moved) join their tables again, under their names. The bounds
+-- are checked by a scan: this is the failure path only (the detach is the fence's last
+-- remote step, so only a coordinator that dies before its COMMIT leads here). Idempotent.
+CREATE OR REPLACE FUNCTION id_gen.shard_reattach_moved(move_id bigint, parts text[], lower_genes integer[],
+                                                       upper_genes integer[]) RETURNS integer
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  rel regclass;
+  s name;
+  n integer := 0;
+BEGIN
+  PERFORM set_config('lock_timeout', '5s', true);
+  PERFORM id_gen.quiet_ddl();
+  FOR i IN 1 .. cardinality(parts) LOOP
+    s := (parse_ident(parts[i]))[1];
+    rel := to_regclass(format('%I.%I', s, id_gen.moved_partition_name(move_id, parts[i])));
+    CONTINUE WHEN rel IS NULL;
+    IF to_regclass(parts[i]) IS NOT NULL THEN
+      RAISE EXCEPTION 'id_gen: % exists again on this shard; the detached partition of move % stays %', parts[i], move_id, rel
+        USING ERRCODE = '55000';
+    END IF;
+    EXECUTE format('ALTER TABLE %s RENAME TO %I', rel, (parse_ident(parts[i]))[2]);
+    PERFORM id_gen.attach_moved_part(rel, lower_genes[i], upper_genes[i]);
+    n := n + 1;
+  END LOOP;
+  IF n > 0 THEN
+    PERFORM id_gen.shard_routing_changed();
+  END IF;
+  RETURN n;
+END $$;
+COMMENT ON FUNCTION id_gen.shard_reattach_moved(bigint, text[], integer[], integer[]) IS 'On the source of a move of per_shard tables whose fence failed after detaching its partitions: renames them back and attaches them again (their move fence stays until it is lifted); idempotent.';
+REVOKE EXECUTE ON FUNCTION id_gen.shard_reattach_moved(bigint, text[], integer[], integer[]) FROM PUBLIC;
+
 -- DISABLE takes SHARE ROW EXCLUSIVE: long readers of the partition do not block it (DROP
 -- TRIGGER would need ACCESS EXCLUSIVE). Partitions already detached are skipped.
 CREATE OR REPLACE FUNCTION id_gen.shard_unfence(parts text[]) RETURNS integer

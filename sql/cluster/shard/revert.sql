@@ -183,14 +183,7 @@ BEGIN
       RAISE EXCEPTION 'id_gen: the kept partition % of move % is missing on this shard', parts[i], move_id USING ERRCODE = '55000';
     END IF;
     CONTINUE WHEN EXISTS (SELECT FROM pg_inherits x WHERE x.inhrelid = rel);
-    SELECT format('%I.%I', t.schema_name, t.table_name)::regclass INTO parent
-    FROM id_gen.shard_tables t JOIN pg_class c ON c.oid = rel JOIN pg_namespace ns ON ns.oid = c.relnamespace
-    WHERE t.schema_name = ns.nspname AND id_gen.partition_name(t.stem, lower_genes[i], upper_genes[i]) = c.relname;
-    IF parent IS NULL THEN
-      RAISE EXCEPTION 'id_gen: no distributed table on this shard owns %', rel USING ERRCODE = '55000';
-    END IF;
-    EXECUTE format('ALTER TABLE %s ATTACH PARTITION %s FOR VALUES %s', parent, rel,
-                   id_gen.partition_bounds(lower_genes[i], upper_genes[i]));
+    parent := id_gen.attach_moved_part(rel, lower_genes[i], upper_genes[i]);  -- (sql/cluster/shard/move.sql)
     EXECUTE format('ALTER TABLE %s DROP CONSTRAINT IF EXISTS id_gen_kept_bound', rel);
     EXECUTE format('DROP TRIGGER IF EXISTS id_gen_move_fence ON %s', rel);
     EXECUTE format('COMMENT ON TABLE %s IS %L', rel,

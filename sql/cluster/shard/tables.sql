@@ -20,6 +20,8 @@
 --     when its partition bound is exactly that range; its name is then made
 --     <stem>_g<lo>_<hi>, and a foreign relation of that name is an error (42P07), never
 --     adopted.
+--   * A move's hidden incoming copy (sql/cluster/shard/move.sql: not a partition, with the
+--     id_gen_incoming_bound CHECK) is left as it is: the move's fence attaches it.
 --   * A re-partition costs id_gen O(partitions): the wanted ranges and the partitions are
 --     matched through maps by bound text built once per call, never by a search per range.
 
@@ -105,6 +107,8 @@ BEGIN
     CONTINUE WHEN kept_bounds ? id_gen.partition_bound_text(lower(wanted), upper(wanted) - 1);
     pname := id_gen.partition_name(stem, lower(wanted), upper(wanted) - 1);
     candidate := to_regclass(format('%I.%I', schema_name, pname));
+    -- (A move's incoming copy of a per_shard table stays hidden until its fence shows it.)
+    CONTINUE WHEN candidate IS NOT NULL AND id_gen.is_hidden_copy(candidate) AND NOT candidate = ANY (detached);
     IF candidate IS NOT NULL AND NOT candidate = ANY (detached) THEN
       RAISE EXCEPTION 'id_gen: relation %.% already exists on this shard, and it is not a partition of %',
                       quote_ident(schema_name), quote_ident(pname), parent
