@@ -157,6 +157,11 @@ extension_sql_file!(
         route_hash::route_hash_changed
     ]
 );
+extension_sql_file!(
+    "../sql/cluster/convert.sql",
+    name = "convert",
+    requires = ["route_hash"]
+);
 extension_sql_file!("../sql/install/finalize.sql", finalize);
 
 /// Every subsystem's shared memory, in the order it is attached.

@@ -49,7 +49,7 @@ q fresh "CREATE EXTENSION id_gen" >/dev/null
 # Everything a user can see of the extension, normalised (default ACLs made explicit).
 SCHEMA_SQL=$(cat <<'SQL'
 SELECT 'fn ' || p.oid::regprocedure || ' ' || p.provolatile::text || p.proisstrict::text || p.proparallel::text
-       || p.prosecdef::text || ' ' || coalesce(p.proconfig::text, '') || ' ' || pg_get_function_result(p.oid)
+       || p.prosecdef::text || ' ' || coalesce(p.proconfig::text, '') || ' ' || coalesce(pg_get_function_result(p.oid), 'procedure')
        || ' ' || pg_get_function_arguments(p.oid) || ' ' || coalesce(p.probin, '') || ' '
        || md5(p.prosrc) || ' acl=' || ARRAY(SELECT a::text FROM unnest(coalesce(p.proacl, acldefault('f', p.proowner))) a ORDER BY 1)::text
        || ' comment=' || coalesce(md5(obj_description(p.oid, 'pg_proc')), '-')
