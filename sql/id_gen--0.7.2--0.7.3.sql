@@ -609,8 +609,13 @@ BEGIN
   WHERE sm.phase = 'reversible' AND (sm.back_checked_at IS NULL OR sm.back_checked_at < clock_timestamp() - interval '10 s')
     AND sm.target_shard <> ALL (down);
   -- (grace: a CALL that just failed is usually called again by its operator at once.)
+  -- (A move whose fence may have re-laid per_shard tables on its shards is taken at once: no
+  -- session holds it, so a fence died there, and the coordinator reads the shards' tables.)
   FOR o IN SELECT * FROM id_gen.cluster_operations co
-           WHERE co.phase NOT IN ('done', 'aborted', 'reverted') AND co.updated_at < clock_timestamp() - grace
+           WHERE co.phase NOT IN ('done', 'aborted', 'reverted')
+             AND (co.updated_at < clock_timestamp() - grace
+                  OR EXISTS (SELECT FROM id_gen.operation_cleanups oc
+                             WHERE oc.operation_id = co.operation_id AND oc.object = 'shown_copies'))
            ORDER BY co.operation_id LOOP
     -- A move's target (fenced again before the cut-over, the bound of a reversible move's
     -- WAL) and a split's shard are needed in any case.
@@ -1427,7 +1432,9 @@ GRANT EXECUTE ON FUNCTION id_gen.copy_grants(regclass, regclass) TO PUBLIC;
 -- the hash of the id, and id_gen's planner hook sends a two-sided id range of one shard (a
 -- lookup by owner) to that shard's partition; so the relations here, a new backend's first
 -- statement and a route change's work here do not grow with the number of route ranges.
--- Splits and merges change only the route table here; moves are not built for it yet.
+-- Splits and merges change only the route table here; moves re-lay both shards in their fence
+-- (sql/cluster/move.sql), and convert_to_per_shard (sql/cluster/convert.sql) turns a per_range
+-- table into this layout.
 --
 -- Inserts that name only the owner: PostgreSQL routes a row to its partition before any
 -- trigger of the partition runs, and a column DEFAULT cannot read another column. So
@@ -2998,6 +3005,26 @@ END $$;
 COMMENT ON FUNCTION id_gen.shard_detach_moved(bigint, text[]) IS 'On the source of a move after its cut-over: detaches the moved partitions (direct writes and id reads of those genes then get IG001 there, from the tombstone) and renames them id_gen_moved_<move>_<hash>.';
 REVOKE EXECUTE ON FUNCTION id_gen.shard_detach_moved(bigint, text[]) FROM PUBLIC;
 
+-- Whether a fence of a move of per_shard tables left this shard re-laid: a copy of parts
+-- attached here with its bound CHECK (the target showed it), or a part detached and renamed
+-- by the move (the source let it go). The coordinator locks its tables to undo it only then.
+CREATE OR REPLACE FUNCTION id_gen.shard_relayout_pending(move_id bigint, parts text[]) RETURNS boolean
+LANGUAGE sql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+  SELECT EXISTS (SELECT FROM pg_catalog.unnest(parts) p
+                 WHERE (pg_catalog.to_regclass(p) IS NOT NULL
+                        AND EXISTS (SELECT FROM pg_catalog.pg_inherits x WHERE x.inhrelid OPERATOR(pg_catalog.=) pg_catalog.to_regclass(p))
+                        AND EXISTS (SELECT FROM pg_catalog.pg_constraint c
+                                    WHERE c.conrelid OPERATOR(pg_catalog.=) pg_catalog.to_regclass(p)
+                                      AND c.conname OPERATOR(pg_catalog.=) 'id_gen_incoming_bound'))
+                    OR (pg_catalog.to_regclass(p) IS NULL
+                        AND pg_catalog.to_regclass(pg_catalog.format('%I.%I', (pg_catalog.parse_ident(p))[1],
+                                                                     id_gen.moved_partition_name(move_id, p))) IS NOT NULL));
+END;
+COMMENT ON FUNCTION id_gen.shard_relayout_pending(bigint, text[]) IS 'On a shard: whether the fence of a move of per_shard tables left it re-laid (a copy of parts attached with its bound CHECK, or a part detached and renamed by the move), which the coordinator must undo if the flip did not commit.';
+REVOKE EXECUTE ON FUNCTION id_gen.shard_relayout_pending(bigint, text[]) FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION id_gen.shard_drop_moved(move_id bigint, parts text[], drop_tables boolean) RETURNS integer
 LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
@@ -3653,6 +3680,12 @@ BEGIN
   WHEN 'shown_copies' THEN
     PERFORM id_gen.undo_shown_copies(m);
   WHEN 'source_fence' THEN
+    -- (per_shard tables: the source's partitions that a fence detached are attached again
+    -- first, whatever became of the target, which shown_copies, run before, could not reach;
+    -- unfence_source finds partitions by their names)
+    IF cardinality((id_gen.per_shard_move_parts(m.lower_gene, m.upper_gene)).parts) > 0 THEN
+      PERFORM id_gen.run_move_step(m, 'reattach_source', 0, 120000);
+    END IF;
     PERFORM id_gen.run_move_step(m, 'unfence_source', 0, 10000);
   WHEN 'subscription' THEN
     IF NOT succeeded THEN  -- (its slot goes by itself: the source may not answer)
@@ -3914,8 +3947,16 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   saved text := current_setting('lock_timeout');
+  ps record;
 BEGIN
-  IF cardinality((id_gen.per_shard_move_parts(m.lower_gene, m.upper_gene)).parts) = 0 THEN
+  ps := id_gen.per_shard_move_parts(m.lower_gene, m.upper_gene);
+  IF cardinality(ps.parts) = 0 THEN
+    RETURN;
+  END IF;
+  -- The locks are held until the caller's transaction ends (an abort's other clean-ups, the
+  -- supervisor's pass): taken only when a shard is re-laid indeed.
+  IF NOT (id_gen.remote_call(m.target_shard, 'shard_relayout_pending', ARRAY[m.move_id::text, ps.parts::text], 10000)::boolean
+          OR id_gen.remote_call(m.source_shard, 'shard_relayout_pending', ARRAY[m.move_id::text, ps.parts::text], 10000)::boolean) THEN
     RETURN;
   END IF;
   PERFORM set_config('lock_timeout', '2s', true);
@@ -4178,18 +4219,18 @@ BEGIN
         -- The target's copies join its tables (no scan), while the coordinator holds every
         -- statement of the per_shard tables.
         target_shown := true;
-        PERFORM id_gen.run_move_step(m, 'show_incoming', 0, 5000);
+        PERFORM id_gen.run_move_step(m, 'show_incoming', 0, 8000);
       END IF;
       PERFORM id_gen.flip_routes(m.lower_gene, m.upper_gene, m.target_shard);
       -- The target owns the genes from here on: its fence goes while the coordinator
       -- still holds their writers (which then reach the target, which must take them).
       target_unfenced := true;
-      PERFORM id_gen.run_move_step(m, 'unfence_target', 0, 5000);
+      PERFORM id_gen.run_move_step(m, 'unfence_target', 0, 8000);
       IF per_shard THEN
         -- Last: the source's moved partitions leave its tables (the coordinator reads them
         -- whole), so that after the COMMIT every row is read once, from the target.
         source_detached := true;
-        PERFORM id_gen.run_move_step(m, 'detach_source_in_fence', 0, 5000);
+        PERFORM id_gen.run_move_step(m, 'detach_source_in_fence', 0, 8000);
       END IF;
       UPDATE id_gen.shard_moves sm
       SET phase = 'cut_over', lag_bytes = 0, fence_started_at = t0, fence_ended_at = clock_timestamp(),
@@ -7225,7 +7266,18 @@ FOR EACH STATEMENT EXECUTE FUNCTION id_gen.follow_route_slots();
 --   * Re-running the CALL after an interruption finishes it: step 1 is one transaction, and
 --     step 2 starts from what is left of the old tree.
 --   * Nothing else may depend on the old partitioned table (a view of the user's, say):
---     refused before anything changes (2BP01), as distribute_table refuses it.
+--     refused before anything changes (2BP01), as distribute_table refuses it; nor may it
+--     have row security, policies or triggers here (0A000), which the new one would lack.
+--   * Only a table that bears the old tree's comment (id_gen.old_tree_comment) is dropped.
+
+-- The comment that marks the old partitioned table of a conversion (the only table it drops).
+CREATE OR REPLACE FUNCTION id_gen.old_tree_comment(schema_name name, table_name name) RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN pg_catalog.format('id_gen: the range partitions of %I.%I before its conversion to per_shard, dropped by id_gen.convert_to_per_shard',
+                         schema_name, table_name);
+COMMENT ON FUNCTION id_gen.old_tree_comment(name, name) IS 'The comment id_gen.convert_to_per_shard gives the old partitioned table of a conversion; it drops only a table that bears it.';
+REVOKE EXECUTE ON FUNCTION id_gen.old_tree_comment(name, name) FROM PUBLIC;
 
 CREATE OR REPLACE PROCEDURE id_gen.convert_to_per_shard(tbl regclass, batch integer DEFAULT 200)
 LANGUAGE plpgsql
@@ -7268,7 +7320,8 @@ BEGIN
   old_name := id_gen.fit_name(d.partitioned_name, '_per_range');
   new_name := id_gen.fit_name(d.partitioned_name, '_per_shard');
 
-  IF d.layout = 'per_shard' AND pg_catalog.to_regclass(pg_catalog.format('%I.%I', sch, old_name)) IS NULL THEN
+  IF d.layout = 'per_shard' AND pg_catalog.obj_description(pg_catalog.to_regclass(pg_catalog.format('%I.%I', sch, old_name)), 'pg_class')
+                               IS DISTINCT FROM id_gen.old_tree_comment(d.schema_name, d.table_name) THEN
     RAISE NOTICE 'id_gen: %.% is laid out per_shard already', pg_catalog.quote_ident(sch), pg_catalog.quote_ident(d.table_name);
     RETURN;
   ELSIF d.layout = 'per_range' THEN
@@ -7291,6 +7344,13 @@ BEGIN
     IF dependents IS NOT NULL THEN
       RAISE EXCEPTION 'id_gen: other objects depend on %: %', parts, dependents
         USING ERRCODE = '2BP01', HINT = 'Drop those views, convert the table, then create them again.';
+    END IF;
+    -- What the new table would not carry: row security and user triggers here.
+    IF EXISTS (SELECT FROM pg_catalog.pg_class c WHERE c.oid = parts AND (c.relrowsecurity OR c.relforcerowsecurity))
+       OR EXISTS (SELECT FROM pg_catalog.pg_policy pol WHERE pol.polrelid = parts)
+       OR EXISTS (SELECT FROM pg_catalog.pg_trigger t WHERE t.tgrelid = parts AND NOT t.tgisinternal) THEN
+      RAISE EXCEPTION 'id_gen: % has row security, policies or triggers on the coordinator, which the conversion does not carry over', parts
+        USING ERRCODE = '0A000', HINT = 'Remove them, convert the table, then create them again on the new table.';
     END IF;
     -- The new table and its partitions, under a name of their own; nobody reads them yet.
     SELECT pg_catalog.pg_get_userbyid(c.relowner) INTO owner_name FROM pg_catalog.pg_class c WHERE c.oid = parts;
@@ -7315,8 +7375,14 @@ BEGIN
     EXECUTE pg_catalog.format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', parts);
     EXECUTE pg_catalog.format('ALTER TABLE %s RENAME TO %I', parts, old_name);
     EXECUTE pg_catalog.format('ALTER TABLE %I.%I RENAME TO %I', sch, new_name, d.partitioned_name);
+    -- The old tree says whose it is: only a table with this comment is dropped below.
+    EXECUTE pg_catalog.format('COMMENT ON TABLE %I.%I IS %L', sch, old_name, id_gen.old_tree_comment(d.schema_name, d.table_name));
     IF d.sequence IS NOT NULL THEN
-      EXECUTE pg_catalog.format('CREATE OR REPLACE VIEW %I.%I AS SELECT * FROM %I.%I', sch, d.table_name, sch, d.partitioned_name);
+      -- (The view keeps its options, grants, defaults and trigger.)
+      EXECUTE pg_catalog.format('CREATE OR REPLACE VIEW %I.%I%s AS SELECT * FROM %I.%I', sch, d.table_name,
+        coalesce((SELECT ' WITH (' || pg_catalog.array_to_string(c.reloptions, ', ') || ')' FROM pg_catalog.pg_class c
+                  WHERE c.oid = pg_catalog.format('%I.%I', sch, d.table_name)::regclass AND c.reloptions IS NOT NULL), ''),
+        sch, d.partitioned_name);
     END IF;
     UPDATE id_gen.distributed_tables t SET layout = 'per_shard'
     WHERE (t.schema_name, t.table_name) = (d.schema_name, d.table_name);
@@ -7331,6 +7397,11 @@ BEGIN
     PERFORM id_gen.quiet_ddl();
     old_tree := pg_catalog.to_regclass(pg_catalog.format('%I.%I', sch, old_name));
     EXIT WHEN old_tree IS NULL;
+    IF pg_catalog.obj_description(old_tree, 'pg_class') IS DISTINCT FROM id_gen.old_tree_comment(d.schema_name, d.table_name) THEN
+      RAISE EXCEPTION 'id_gen: % is not the old partitioned table of a conversion of %.%', old_tree,
+                      pg_catalog.quote_ident(sch), pg_catalog.quote_ident(d.table_name)
+        USING ERRCODE = '42P07', HINT = 'id_gen drops only what its conversion left; rename that relation.';
+    END IF;
     n := 0;
     FOR part IN SELECT pg_catalog.quote_ident(ns.nspname) || '.' || pg_catalog.quote_ident(c.relname)
                FROM pg_catalog.pg_inherits i JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid

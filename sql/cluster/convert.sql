@@ -20,7 +20,18 @@
 --   * Re-running the CALL after an interruption finishes it: step 1 is one transaction, and
 --     step 2 starts from what is left of the old tree.
 --   * Nothing else may depend on the old partitioned table (a view of the user's, say):
---     refused before anything changes (2BP01), as distribute_table refuses it.
+--     refused before anything changes (2BP01), as distribute_table refuses it; nor may it
+--     have row security, policies or triggers here (0A000), which the new one would lack.
+--   * Only a table that bears the old tree's comment (id_gen.old_tree_comment) is dropped.
+
+-- The comment that marks the old partitioned table of a conversion (the only table it drops).
+CREATE OR REPLACE FUNCTION id_gen.old_tree_comment(schema_name name, table_name name) RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN pg_catalog.format('id_gen: the range partitions of %I.%I before its conversion to per_shard, dropped by id_gen.convert_to_per_shard',
+                         schema_name, table_name);
+COMMENT ON FUNCTION id_gen.old_tree_comment(name, name) IS 'The comment id_gen.convert_to_per_shard gives the old partitioned table of a conversion; it drops only a table that bears it.';
+REVOKE EXECUTE ON FUNCTION id_gen.old_tree_comment(name, name) FROM PUBLIC;
 
 CREATE OR REPLACE PROCEDURE id_gen.convert_to_per_shard(tbl regclass, batch integer DEFAULT 200)
 LANGUAGE plpgsql
@@ -63,7 +74,8 @@ BEGIN
   old_name := id_gen.fit_name(d.partitioned_name, '_per_range');
   new_name := id_gen.fit_name(d.partitioned_name, '_per_shard');
 
-  IF d.layout = 'per_shard' AND pg_catalog.to_regclass(pg_catalog.format('%I.%I', sch, old_name)) IS NULL THEN
+  IF d.layout = 'per_shard' AND pg_catalog.obj_description(pg_catalog.to_regclass(pg_catalog.format('%I.%I', sch, old_name)), 'pg_class')
+                               IS DISTINCT FROM id_gen.old_tree_comment(d.schema_name, d.table_name) THEN
     RAISE NOTICE 'id_gen: %.% is laid out per_shard already', pg_catalog.quote_ident(sch), pg_catalog.quote_ident(d.table_name);
     RETURN;
   ELSIF d.layout = 'per_range' THEN
@@ -86,6 +98,13 @@ BEGIN
     IF dependents IS NOT NULL THEN
       RAISE EXCEPTION 'id_gen: other objects depend on %: %', parts, dependents
         USING ERRCODE = '2BP01', HINT = 'Drop those views, convert the table, then create them again.';
+    END IF;
+    -- What the new table would not carry: row security and user triggers here.
+    IF EXISTS (SELECT FROM pg_catalog.pg_class c WHERE c.oid = parts AND (c.relrowsecurity OR c.relforcerowsecurity))
+       OR EXISTS (SELECT FROM pg_catalog.pg_policy pol WHERE pol.polrelid = parts)
+       OR EXISTS (SELECT FROM pg_catalog.pg_trigger t WHERE t.tgrelid = parts AND NOT t.tgisinternal) THEN
+      RAISE EXCEPTION 'id_gen: % has row security, policies or triggers on the coordinator, which the conversion does not carry over', parts
+        USING ERRCODE = '0A000', HINT = 'Remove them, convert the table, then create them again on the new table.';
     END IF;
     -- The new table and its partitions, under a name of their own; nobody reads them yet.
     SELECT pg_catalog.pg_get_userbyid(c.relowner) INTO owner_name FROM pg_catalog.pg_class c WHERE c.oid = parts;
@@ -110,8 +129,14 @@ BEGIN
     EXECUTE pg_catalog.format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', parts);
     EXECUTE pg_catalog.format('ALTER TABLE %s RENAME TO %I', parts, old_name);
     EXECUTE pg_catalog.format('ALTER TABLE %I.%I RENAME TO %I', sch, new_name, d.partitioned_name);
+    -- The old tree says whose it is: only a table with this comment is dropped below.
+    EXECUTE pg_catalog.format('COMMENT ON TABLE %I.%I IS %L', sch, old_name, id_gen.old_tree_comment(d.schema_name, d.table_name));
     IF d.sequence IS NOT NULL THEN
-      EXECUTE pg_catalog.format('CREATE OR REPLACE VIEW %I.%I AS SELECT * FROM %I.%I', sch, d.table_name, sch, d.partitioned_name);
+      -- (The view keeps its options, grants, defaults and trigger.)
+      EXECUTE pg_catalog.format('CREATE OR REPLACE VIEW %I.%I%s AS SELECT * FROM %I.%I', sch, d.table_name,
+        coalesce((SELECT ' WITH (' || pg_catalog.array_to_string(c.reloptions, ', ') || ')' FROM pg_catalog.pg_class c
+                  WHERE c.oid = pg_catalog.format('%I.%I', sch, d.table_name)::regclass AND c.reloptions IS NOT NULL), ''),
+        sch, d.partitioned_name);
     END IF;
     UPDATE id_gen.distributed_tables t SET layout = 'per_shard'
     WHERE (t.schema_name, t.table_name) = (d.schema_name, d.table_name);
@@ -126,6 +151,11 @@ BEGIN
     PERFORM id_gen.quiet_ddl();
     old_tree := pg_catalog.to_regclass(pg_catalog.format('%I.%I', sch, old_name));
     EXIT WHEN old_tree IS NULL;
+    IF pg_catalog.obj_description(old_tree, 'pg_class') IS DISTINCT FROM id_gen.old_tree_comment(d.schema_name, d.table_name) THEN
+      RAISE EXCEPTION 'id_gen: % is not the old partitioned table of a conversion of %.%', old_tree,
+                      pg_catalog.quote_ident(sch), pg_catalog.quote_ident(d.table_name)
+        USING ERRCODE = '42P07', HINT = 'id_gen drops only what its conversion left; rename that relation.';
+    END IF;
     n := 0;
     FOR part IN SELECT pg_catalog.quote_ident(ns.nspname) || '.' || pg_catalog.quote_ident(c.relname)
                FROM pg_catalog.pg_inherits i JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid

@@ -21,7 +21,9 @@
 -- the hash of the id, and id_gen's planner hook sends a two-sided id range of one shard (a
 -- lookup by owner) to that shard's partition; so the relations here, a new backend's first
 -- statement and a route change's work here do not grow with the number of route ranges.
--- Splits and merges change only the route table here; moves are not built for it yet.
+-- Splits and merges change only the route table here; moves re-lay both shards in their fence
+-- (sql/cluster/move.sql), and convert_to_per_shard (sql/cluster/convert.sql) turns a per_range
+-- table into this layout.
 --
 -- Inserts that name only the owner: PostgreSQL routes a row to its partition before any
 -- trigger of the partition runs, and a column DEFAULT cannot read another column. So

@@ -347,6 +347,12 @@ BEGIN
   WHEN 'shown_copies' THEN
     PERFORM id_gen.undo_shown_copies(m);
   WHEN 'source_fence' THEN
+    -- (per_shard tables: the source's partitions that a fence detached are attached again
+    -- first, whatever became of the target, which shown_copies, run before, could not reach;
+    -- unfence_source finds partitions by their names)
+    IF cardinality((id_gen.per_shard_move_parts(m.lower_gene, m.upper_gene)).parts) > 0 THEN
+      PERFORM id_gen.run_move_step(m, 'reattach_source', 0, 120000);
+    END IF;
     PERFORM id_gen.run_move_step(m, 'unfence_source', 0, 10000);
   WHEN 'subscription' THEN
     IF NOT succeeded THEN  -- (its slot goes by itself: the source may not answer)
@@ -608,8 +614,16 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   saved text := current_setting('lock_timeout');
+  ps record;
 BEGIN
-  IF cardinality((id_gen.per_shard_move_parts(m.lower_gene, m.upper_gene)).parts) = 0 THEN
+  ps := id_gen.per_shard_move_parts(m.lower_gene, m.upper_gene);
+  IF cardinality(ps.parts) = 0 THEN
+    RETURN;
+  END IF;
+  -- The locks are held until the caller's transaction ends (an abort's other clean-ups, the
+  -- supervisor's pass): taken only when a shard is re-laid indeed.
+  IF NOT (id_gen.remote_call(m.target_shard, 'shard_relayout_pending', ARRAY[m.move_id::text, ps.parts::text], 10000)::boolean
+          OR id_gen.remote_call(m.source_shard, 'shard_relayout_pending', ARRAY[m.move_id::text, ps.parts::text], 10000)::boolean) THEN
     RETURN;
   END IF;
   PERFORM set_config('lock_timeout', '2s', true);
@@ -872,18 +886,18 @@ BEGIN
         -- The target's copies join its tables (no scan), while the coordinator holds every
         -- statement of the per_shard tables.
         target_shown := true;
-        PERFORM id_gen.run_move_step(m, 'show_incoming', 0, 5000);
+        PERFORM id_gen.run_move_step(m, 'show_incoming', 0, 8000);
       END IF;
       PERFORM id_gen.flip_routes(m.lower_gene, m.upper_gene, m.target_shard);
       -- The target owns the genes from here on: its fence goes while the coordinator
       -- still holds their writers (which then reach the target, which must take them).
       target_unfenced := true;
-      PERFORM id_gen.run_move_step(m, 'unfence_target', 0, 5000);
+      PERFORM id_gen.run_move_step(m, 'unfence_target', 0, 8000);
       IF per_shard THEN
         -- Last: the source's moved partitions leave its tables (the coordinator reads them
         -- whole), so that after the COMMIT every row is read once, from the target.
         source_detached := true;
-        PERFORM id_gen.run_move_step(m, 'detach_source_in_fence', 0, 5000);
+        PERFORM id_gen.run_move_step(m, 'detach_source_in_fence', 0, 8000);
       END IF;
       UPDATE id_gen.shard_moves sm
       SET phase = 'cut_over', lag_bytes = 0, fence_started_at = t0, fence_ended_at = clock_timestamp(),

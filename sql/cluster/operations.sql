@@ -403,8 +403,13 @@ BEGIN
   WHERE sm.phase = 'reversible' AND (sm.back_checked_at IS NULL OR sm.back_checked_at < clock_timestamp() - interval '10 s')
     AND sm.target_shard <> ALL (down);
   -- (grace: a CALL that just failed is usually called again by its operator at once.)
+  -- (A move whose fence may have re-laid per_shard tables on its shards is taken at once: no
+  -- session holds it, so a fence died there, and the coordinator reads the shards' tables.)
   FOR o IN SELECT * FROM id_gen.cluster_operations co
-           WHERE co.phase NOT IN ('done', 'aborted', 'reverted') AND co.updated_at < clock_timestamp() - grace
+           WHERE co.phase NOT IN ('done', 'aborted', 'reverted')
+             AND (co.updated_at < clock_timestamp() - grace
+                  OR EXISTS (SELECT FROM id_gen.operation_cleanups oc
+                             WHERE oc.operation_id = co.operation_id AND oc.object = 'shown_copies'))
            ORDER BY co.operation_id LOOP
     -- A move's target (fenced again before the cut-over, the bound of a reversible move's
     -- WAL) and a split's shard are needed in any case.

@@ -353,7 +353,9 @@ def test_i_conversion_to_per_shard_under_load():
     t0, n0 = time.monotonic(), len(committed)
     notices = c.notices("CALL id_gen.convert_to_per_shard('orders', batch => 2)")
     took, n = time.monotonic() - t0, len(committed)
+    looked_up = lookups[0]
     poll_until("writers committed rows after the conversion", lambda: len(committed), lambda m: m >= n + 100, 60)
+    poll_until("prepared lookups ran after the conversion", lambda: lookups[0], lambda m: m > looked_up + 10, 60)
     stop.set()
     for t in threads:
         t.join(60)
