@@ -3484,6 +3484,15 @@ END $$;
 COMMENT ON FUNCTION id_gen.per_shard_move_parts(integer, integer) IS 'The shards'' partitions of the route ranges within lower_gene .. upper_gene of the per_shard distributed tables (qualified names, genes): the target hides their copies until the move''s fence, which detaches them from the source.';
 REVOKE EXECUTE ON FUNCTION id_gen.per_shard_move_parts(integer, integer) FROM PUBLIC;
 
+-- Whether a move re-lays per_shard tables (hidden copies, the fence's attach and detach):
+-- whenever one exists, as a move copies every distributed table's partitions of its genes.
+CREATE OR REPLACE FUNCTION id_gen.has_per_shard_tables() RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT EXISTS (SELECT FROM id_gen.distributed_tables t WHERE t.layout = 'per_shard') $$;
+COMMENT ON FUNCTION id_gen.has_per_shard_tables() IS 'Whether a distributed table is laid out per_shard here (then moves hide the target''s copies until the fence and re-lay both shards in it).';
+REVOKE EXECUTE ON FUNCTION id_gen.has_per_shard_tables() FROM PUBLIC;
+
 -- The steps of a move, by name, in order: what move_genes runs and what dry_run prints
 -- (with per_shard tables, the steps that hide their copies on the target until the fence).
 -- server is 'source', 'target' or 'coordinator' (a comment: done locally). Every shard
@@ -3683,7 +3692,7 @@ BEGIN
     -- (per_shard tables: the source's partitions that a fence detached are attached again
     -- first, whatever became of the target, which shown_copies, run before, could not reach;
     -- unfence_source finds partitions by their names)
-    IF cardinality((id_gen.per_shard_move_parts(m.lower_gene, m.upper_gene)).parts) > 0 THEN
+    IF id_gen.has_per_shard_tables() THEN
       PERFORM id_gen.run_move_step(m, 'reattach_source', 0, 120000);
     END IF;
     PERFORM id_gen.run_move_step(m, 'unfence_source', 0, 10000);
@@ -3725,7 +3734,7 @@ BEGIN
     ELSE
       PERFORM id_gen.run_move_step(m, 'empty_target', 0, 60000);
       PERFORM id_gen.place_ranges(m.target_shard, m.lower_gene, m.upper_gene, false);
-      IF cardinality((id_gen.per_shard_move_parts(m.lower_gene, m.upper_gene)).parts) > 0 THEN
+      IF id_gen.has_per_shard_tables() THEN
         PERFORM id_gen.run_move_step(m, 'drop_hidden', 0, 30000);
       END IF;
     END IF;
@@ -3747,7 +3756,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
   PERFORM id_gen.run_move_step(m, 'unfence_target', 0, 10000);
-  IF cardinality((id_gen.per_shard_move_parts(m.lower_gene, m.upper_gene)).parts) > 0 THEN
+  IF id_gen.has_per_shard_tables() THEN
     PERFORM id_gen.run_move_step(m, 'settle_target', 0, 10000);
   END IF;
   IF m.reversible THEN
@@ -3949,10 +3958,10 @@ DECLARE
   saved text := current_setting('lock_timeout');
   ps record;
 BEGIN
-  ps := id_gen.per_shard_move_parts(m.lower_gene, m.upper_gene);
-  IF cardinality(ps.parts) = 0 THEN
+  IF NOT id_gen.has_per_shard_tables() THEN
     RETURN;
   END IF;
+  ps := id_gen.per_shard_move_parts(m.lower_gene, m.upper_gene);
   -- The locks are held until the caller's transaction ends (an abort's other clean-ups, the
   -- supervisor's pass): taken only when a shard is re-laid indeed.
   IF NOT (id_gen.remote_call(m.target_shard, 'shard_relayout_pending', ARRAY[m.move_id::text, ps.parts::text], 10000)::boolean
@@ -4064,9 +4073,7 @@ BEGIN
     RAISE EXCEPTION 'id_gen: argument "move_id" must not be NULL' USING ERRCODE = '22004';
   END IF;
   SELECT * INTO m FROM id_gen.shard_moves sm WHERE sm.move_id = move_step.move_id;
-  IF m.move_id IS NOT NULL THEN  -- (neither this nor the assignment changes FOUND)
-    per_shard := cardinality((id_gen.per_shard_move_parts(m.lower_gene, m.upper_gene)).parts) > 0;
-  END IF;
+  per_shard := id_gen.has_per_shard_tables();  -- (an assignment leaves FOUND as it is)
   IF NOT FOUND THEN
     outcome.stop_message := format('id_gen: there is no move %s', move_id);
     outcome.stop_sqlstate := '42704';
@@ -4508,7 +4515,7 @@ BEGIN
     ELSIF NOT EXISTS (SELECT FROM id_gen.distributed_tables) THEN
       RAISE EXCEPTION 'id_gen: there are no distributed tables, so there is nothing to move'
         USING ERRCODE = '55000', HINT = 'Change the routes with id_gen.set_route.';
-    ELSIF move_genes.reversible AND EXISTS (SELECT FROM id_gen.distributed_tables t WHERE t.layout = 'per_shard') THEN
+    ELSIF move_genes.reversible AND id_gen.has_per_shard_tables() THEN
       RAISE EXCEPTION 'id_gen: reversible moves of per_shard distributed tables are not built yet: %',
                       (SELECT string_agg(format('%I.%I', t.schema_name, t.table_name), ', ' ORDER BY t.schema_name, t.table_name)
                        FROM id_gen.distributed_tables t WHERE t.layout = 'per_shard')
