@@ -258,7 +258,7 @@ def _children(pid):
 
 def coordinator_with_shards(cluster, shards=2, coordinator_conf=(), shard_conf=(), routes=(
         (16383, "shard_1"), (32767, "shard_1"), (65535, "shard_2")), tables=(), distribute=(),
-        shard_step=1000, mapping="user 'postgres'", layout="per_range"):
+        shard_step=1000, mapping="user 'postgres'", layout="per_range", version=None):
     """The sharded deployment most tests start from: a coordinator that is also the segment
     authority of sequence 'orders' (step 1000), with postgres_fdw and dblink, routes as
     given, and table orders (id, owner_id, amount, note) distributed by owner over shards
@@ -266,12 +266,16 @@ def coordinator_with_shards(cluster, shards=2, coordinator_conf=(), shard_conf=(
     shard's number giving one) whose 'orders' sequence (step `shard_step`) takes its segments
     from the coordinator; `tables` are more CREATE TABLE statements, `distribute` more
     distribute_table argument lists (SQL text), `mapping` the options of the coordinator's
-    user mappings, `layout` that of orders here. Returns (coordinator, {i: shard node})."""
+    user mappings, `layout` that of orders here; `version` an older version of the extension to
+    install everywhere instead of the current one (its install script must be in the
+    extension directory; orders is then laid out as that version does). Returns
+    (coordinator, {i: shard node})."""
+    create = f"CREATE EXTENSION id_gen VERSION '{version}'" if version else "CREATE EXTENSION id_gen"
     c = cluster.node("coordinator", conf=list(coordinator_conf))
     route_sql = "\n".join(f"SELECT id_gen.set_route({up}, '{shard}');" for up, shard in routes)
     table_sql = "\n".join(tables)
     c.script(f"""
-        CREATE EXTENSION id_gen; CREATE EXTENSION postgres_fdw; CREATE EXTENSION dblink;
+        {create}; CREATE EXTENSION postgres_fdw; CREATE EXTENSION dblink;
         SELECT id_gen.create_sequence('orders', step => 1000);
         CREATE ROLE id_authority LOGIN;
         GRANT UPDATE (max_id) ON id_gen.sequences TO id_authority;
@@ -285,7 +289,7 @@ def coordinator_with_shards(cluster, shards=2, coordinator_conf=(), shard_conf=(
         conf = shard_conf(i) if callable(shard_conf) else shard_conf
         s = nodes[i] = cluster.node(f"shard_{i}", conf=list(conf))
         s.script(f"""
-            CREATE EXTENSION id_gen; CREATE EXTENSION postgres_fdw;
+            {create}; CREATE EXTENSION postgres_fdw;
             CREATE SERVER central FOREIGN DATA WRAPPER postgres_fdw
               OPTIONS (host '{c.dir}', port '{c.port}', dbname 'postgres', connect_timeout '2',
                        options '-c synchronous_commit=on');
@@ -297,8 +301,9 @@ def coordinator_with_shards(cluster, shards=2, coordinator_conf=(), shard_conf=(
               OPTIONS (host '{s.dir}', port '{s.port}', dbname 'postgres', connect_timeout '2');
             CREATE USER MAPPING FOR postgres SERVER shard_{i} OPTIONS ({mapping});
         """)
+    orders = "'orders', 'id', 'owner_id', 'orders'" + (f", layout => '{layout}'" if not version else "")
     c.execute("SET client_min_messages = warning",
-              *[f"SELECT id_gen.distribute_table({args})" for args in (f"'orders', 'id', 'owner_id', 'orders', layout => '{layout}'", *distribute)])
+              *[f"SELECT id_gen.distribute_table({args})" for args in (orders, *distribute)])
     return c, nodes
 
 
