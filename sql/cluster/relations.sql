@@ -9,18 +9,21 @@
 -- first that does not).
 
 -- Which code could run when a superuser maintains this table -----------------------------
--- Walks the objects the table's maintenance can execute: the table and its partitions
--- and indexes, their constraints, defaults, triggers, policies and rules, the functions,
--- operators and types those use, domain constraints and composite attributes; returns
--- the first function (by signature) owned by a role that is not a superuser, or NULL.
--- One recursive query whose UNION visits each object once: O(objects), however many
--- partitions the table has (a shard's table may have thousands), and no cap on the walk.
-CREATE OR REPLACE FUNCTION id_gen.untrusted_code(rel regclass) RETURNS text
+-- Walks the objects the table's maintenance can execute: the table and the partitions
+-- given (with their own partitions only if given too) and their indexes, their
+-- constraints, defaults, triggers, policies and rules, the functions, operators and types
+-- those use, domain constraints and composite attributes; returns the first function (by
+-- signature) owned by a role that is not a superuser, or NULL. One recursive query whose
+-- UNION visits each object once: O(objects), and no cap on the walk. A partition is
+-- visited only when listed, so that a shard that changes a few of its thousands of
+-- partitions checks those (shard_apply_ranges); untrusted_code(rel) lists them all.
+CREATE OR REPLACE FUNCTION id_gen.untrusted_code(rel regclass, partitions regclass[]) RETURNS text
 LANGUAGE sql STABLE STRICT
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
   WITH RECURSIVE walk(cls, obj) AS (
-    SELECT 'pg_catalog.pg_class'::pg_catalog.regclass, rel::pg_catalog.oid
+    SELECT 'pg_catalog.pg_class'::pg_catalog.regclass, r.oid
+    FROM pg_catalog.unnest(rel::pg_catalog.oid OPERATOR(pg_catalog.||) partitions::pg_catalog.oid[]) r(oid)
     UNION
     SELECT n.cls, n.obj
     FROM walk w
@@ -50,6 +53,14 @@ BEGIN ATOMIC
         AND NOT (d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
                  AND (SELECT c.relkind FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) d.objid)
                      OPERATOR(pg_catalog.<>) ALL (ARRAY['r', 'p', 'i', 'I', 'f']::"char"[]))
+        -- The partitions of a partitioned table or index are not walked into (the listed
+        -- ones are where the walk starts; an index of theirs is reached from them).
+        AND NOT (d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+                 AND w.cls OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+                 AND EXISTS (SELECT FROM pg_catalog.pg_class c
+                             WHERE c.oid OPERATOR(pg_catalog.=) d.objid AND c.relispartition)
+                 AND EXISTS (SELECT FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) w.obj
+                             AND c.relkind OPERATOR(pg_catalog.=) ANY (ARRAY['p', 'I']::"char"[])))
     ) n(cls, obj)
   )
   SELECT pg_catalog.format('function %s (owned by %s, who is not a superuser)', p.oid::pg_catalog.regprocedure,
@@ -61,15 +72,23 @@ BEGIN ATOMIC
   ORDER BY p.oid::pg_catalog.regprocedure::pg_catalog.text
   LIMIT 1;
 END;
+COMMENT ON FUNCTION id_gen.untrusted_code(regclass, regclass[]) IS 'The first function owned by a non-superuser that maintaining the table and the partitions listed could run (their constraints, defaults, indexes, triggers, policies, rules and column types; partitions not listed are left out), or NULL.';
+REVOKE EXECUTE ON FUNCTION id_gen.untrusted_code(regclass, regclass[]) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION id_gen.untrusted_code(rel regclass) RETURNS text
+LANGUAGE sql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+RETURN id_gen.untrusted_code(rel, ARRAY(SELECT t.relid FROM pg_catalog.pg_partition_tree(rel) t
+                                        WHERE t.level OPERATOR(pg_catalog.>) 0));
 COMMENT ON FUNCTION id_gen.untrusted_code(regclass) IS 'The first function owned by a non-superuser that maintaining the table could run (its constraints, defaults, indexes, triggers, policies, rules, column types and partitions), or NULL. id_gen refuses to copy, move or re-partition such tables as a superuser.';
 REVOKE EXECUTE ON FUNCTION id_gen.untrusted_code(regclass) FROM PUBLIC;
 
-CREATE OR REPLACE FUNCTION id_gen.refuse_untrusted_table(rel regclass, what text) RETURNS void
+CREATE OR REPLACE FUNCTION id_gen.refuse_untrusted_table(rel regclass, what text, partitions regclass[]) RETURNS void
 LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-  code text := id_gen.untrusted_code(rel);
+  code text := id_gen.untrusted_code(rel, partitions);
   owner_name name;
   owner_super boolean;
 BEGIN
@@ -88,7 +107,15 @@ BEGIN
             HINT = 'The coordinator creates the shards'' tables itself; a table of that name made by another role is not adopted. Rename or drop it (or ALTER TABLE ... OWNER TO a superuser).';
   END IF;
 END $$;
-COMMENT ON FUNCTION id_gen.refuse_untrusted_table(regclass, text) IS 'Raises 42501 when maintaining the table could run code owned by a non-superuser (id_gen.untrusted_code), or when a shard table is owned by a role that is neither a superuser nor the caller.';
+COMMENT ON FUNCTION id_gen.refuse_untrusted_table(regclass, text, regclass[]) IS 'Raises 42501 when maintaining the table and the partitions listed could run code owned by a non-superuser (id_gen.untrusted_code), or when a shard table is owned by a role that is neither a superuser nor the caller.';
+REVOKE EXECUTE ON FUNCTION id_gen.refuse_untrusted_table(regclass, text, regclass[]) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION id_gen.refuse_untrusted_table(rel regclass, what text) RETURNS void
+LANGUAGE sql STRICT
+SET search_path = pg_catalog, pg_temp
+RETURN id_gen.refuse_untrusted_table(rel, what, ARRAY(SELECT t.relid FROM pg_catalog.pg_partition_tree(rel) t
+                                                      WHERE t.level OPERATOR(pg_catalog.>) 0));
+COMMENT ON FUNCTION id_gen.refuse_untrusted_table(regclass, text) IS 'Raises 42501 when maintaining the table or any of its partitions could run code owned by a non-superuser (id_gen.untrusted_code), or when a shard table is owned by a role that is neither a superuser nor the caller.';
 REVOKE EXECUTE ON FUNCTION id_gen.refuse_untrusted_table(regclass, text) FROM PUBLIC;
 
 -- The partition bound of genes lower_gene .. upper_gene exactly as pg_get_expr prints it.

@@ -269,3 +269,6 @@ COMMENT ON TABLE id_gen.shard_slots IS 'On a coordinator: each shard''s slot, th
 COMMENT ON COLUMN id_gen.shard_slots.shard IS 'The shard (a postgres_fdw server named in id_gen.shard_routes).';
 COMMENT ON COLUMN id_gen.shard_slots.slot IS 'Its slot, 0 .. 1022 (1023 is the slot of genes without a route).';
 COMMENT ON COLUMN id_gen.shard_slots.assigned_at IS 'When the slot was given.';
+
+-- @new-in-0.7.4
+-- (No catalog table is new in 0.7.4.)

@@ -18,7 +18,9 @@ each other's state.)
 (e) a row outside a shard's genes is refused on the shard (IG001, by its tombstone).
 (f) set_route: a change that would strand rows is refused and changes nothing; a change
     over an empty range re-points the coordinator's partition and re-partitions both shards
-    in one transaction, and new rows follow it; drop_route of the top bound is refused.
+    in one transaction, and new rows follow it; drop_route of the top bound is refused. A
+    shard's re-partition looks only at the ranges that changed, unless its partitions are not
+    those it recorded (then at all, and it repairs the table).
 (g) an application that routes by itself inserts on the shard with gene_order_id over an
     authority-backed sequence; the row is found through the coordinator; no id twice.
 (h) a shard down: lookups and inserts pruned to other shards work; its own rows and full
@@ -279,6 +281,34 @@ def test_f_route_changes():
     assert S[3].sqlstate(f"INSERT INTO orders (id, owner_id) VALUES (id_gen.compose_id({lo}, 999999), {owner})") == "IG001", \
         "shard_3 now refuses ids of those genes"
 
+
+def test_f_a_shard_looks_only_at_the_ranges_that_changed():
+    """shard_apply_ranges, what a route change, a move and a split call on a shard: a call
+    whose ranges differ in a few from those the last one recorded looks only at their
+    partitions (its result says how many changed); a call with the recorded ranges (a
+    repair: sync_distributed_tables) looks at every partition and renames one renamed by hand."""
+    s3 = S[3]
+    apply = ("SELECT id_gen.shard_apply_ranges(schema_name, table_name, id_column, stem, {}, definition) "
+             "FROM id_gen.shard_tables WHERE table_name = 'orders'")
+    ranges = s3.one("SELECT gene_ranges::text FROM id_gen.shard_tables WHERE table_name = 'orders'")
+    rows, parts = s3.one("SELECT count(*) FROM orders"), shard_parts(3)
+    first = parts.split(" FOR VALUES")[0]
+    s3.execute(f"ALTER TABLE {first} RENAME TO renamed_by_hand")
+    assert s3.one(apply.format("gene_ranges")) == "created 0, adopted 0, detached 0, copied 0 rows", \
+        "the recorded ranges again: every partition looked at"
+    assert shard_parts(3) == parts, "and the renamed one has its name back"
+    # The last range split in two and merged back, by hand (the coordinator's table is not read meanwhile).
+    lo, hi = s3.one("SELECT lower(r) || ',' || upper(r) FROM id_gen.shard_tables, "
+                    "LATERAL (SELECT gene_ranges[cardinality(gene_ranges)] r) x WHERE table_name = 'orders'").split(",")
+    lo, hi = int(lo), int(hi)
+    mid = (lo + hi) // 2
+    split = f"""(SELECT array_agg(r ORDER BY r) FROM (SELECT unnest(gene_ranges[1:cardinality(gene_ranges) - 1]) r
+                 UNION ALL SELECT int4range({lo}, {mid}) UNION ALL SELECT int4range({mid}, {hi})) x)"""
+    assert s3.one(apply.format(split)).endswith("(3 of 3 ranges changed)"), "the split: the short way"
+    assert s3.one("SELECT count(*) FROM id_gen.shard_tables t, unnest(t.gene_ranges) WHERE t.table_name = 'orders'") == 3
+    assert s3.one("SELECT count(*) FROM orders") == rows, "no row lost by the split"
+    assert s3.one(apply.format(f"'{ranges}'::int4range[]")).endswith("(3 of 2 ranges changed)"), "the merge: the short way"
+    assert (shard_parts(3), s3.one("SELECT count(*) FROM orders")) == (parts, rows), "the table as it was"
 
 def test_g_application_routes_by_itself():
     c = S["c"]

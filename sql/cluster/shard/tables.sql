@@ -24,6 +24,12 @@
 --     id_gen_incoming_bound CHECK) is left as it is: the move's fence attaches it.
 --   * A re-partition costs id_gen O(partitions): the wanted ranges and the partitions are
 --     matched through maps by bound text built once per call, never by a search per range.
+--     A change of a few ranges (a move's target and source, a route change) costs O(ranges
+--     changed) in catalog work: when the table's partitions are those id_gen.shard_tables
+--     recorded (their number matches, and each changed range's partition, found by name,
+--     has that range's bound or is absent), only the changed ranges' partitions are
+--     looked at, deparsed and checked for untrusted code. Otherwise, and for a call with
+--     the recorded ranges (a repair), every partition is.
 
 -- Makes a shard's table hold exactly one partition per route range in gene_ranges.
 CREATE OR REPLACE FUNCTION id_gen.shard_apply_ranges(schema_name name, table_name name, id_column name, stem name,
@@ -51,6 +57,16 @@ DECLARE
   n_detached integer := 0;
   copied bigint := 0;
   n bigint;
+  -- The fast path: only the ranges that differ from those recorded.
+  recorded int4range[];
+  changed_only boolean := false;
+  removed int4range[];
+  added int4range[];
+  changed_names name[];
+  changed_parts jsonb;
+  n_changed_attached integer;
+  n_attached integer;
+  touched regclass[];
 BEGIN
   -- Each statement below must see every row committed before the lock was granted.
   IF current_setting('transaction_isolation') <> 'read committed' THEN
@@ -76,16 +92,49 @@ BEGIN
   -- Every writer of the table, through the coordinator or directly, finishes first (and
   -- later ones wait until this transaction ends).
   EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', parent);
-  PERFORM id_gen.refuse_untrusted_table(parent, 'shard table');
+  -- (Read after the lock: what the last change, committed before it, recorded.)
+  SELECT t.gene_ranges INTO recorded FROM id_gen.shard_tables t
+  WHERE t.schema_name = shard_apply_ranges.schema_name AND t.table_name = shard_apply_ranges.table_name
+    AND t.stem = shard_apply_ranges.stem;
+  IF recorded IS NOT NULL THEN
+    removed := ARRAY(SELECT r FROM unnest(recorded) r EXCEPT SELECT g FROM unnest(gene_ranges) g);
+    added := ARRAY(SELECT g FROM unnest(gene_ranges) g EXCEPT SELECT r FROM unnest(recorded) r);
+    changed_names := ARRAY(SELECT id_gen.partition_name(stem, lower(g), upper(g) - 1) FROM unnest(removed || added) g);
+    -- The changed ranges' partitions that are attached, by bound (a move's fence may have
+    -- attached the target's or detached the source's already).
+    SELECT coalesce(jsonb_object_agg(pg_get_expr(c.relpartbound, c.oid), c.oid::bigint), '{}'), count(*)
+    INTO changed_parts, n_changed_attached
+    FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+    WHERE i.inhparent = parent AND c.relname = ANY (changed_names);
+    SELECT count(*) INTO n_attached FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+    WHERE i.inhparent = parent
+      AND c.relname NOT IN (id_gen.fit_name(stem, '_not_owned'), id_gen.fit_name(stem, '_negative'));
+    -- Each attached one has its range's bound, and the others are those recorded.
+    -- (A call with the recorded ranges, sync_distributed_tables after a failure, looks at
+    -- every partition and so repairs names.)
+    changed_only := cardinality(removed) + cardinality(added) > 0
+                    AND n_changed_attached = (SELECT count(*) FROM unnest(removed || added) g
+                                          WHERE changed_parts ? id_gen.partition_bound_text(lower(g), upper(g) - 1))
+                    AND n_attached = cardinality(recorded) - cardinality(removed) + n_changed_attached;
+  END IF;
+  IF changed_only THEN
+    touched := ARRAY(SELECT c.oid::regclass FROM pg_class c
+                     WHERE c.relname = ANY (changed_names)
+                       AND c.relnamespace = (SELECT ns.oid FROM pg_namespace ns WHERE ns.nspname = schema_name));
+    PERFORM id_gen.refuse_untrusted_table(parent, 'shard table', touched);
+  ELSE
+    PERFORM id_gen.refuse_untrusted_table(parent, 'shard table');
+  END IF;
   -- Rows are moved, not written anew: no user trigger fires for them.
   PERFORM set_config('session_replication_role', 'replica', true);
 
   SELECT coalesce(jsonb_object_agg(id_gen.partition_bound_text(lower(g), upper(g) - 1), g::text), '{}')
-  INTO wanted_by_bound FROM unnest(gene_ranges) g;
+  INTO wanted_by_bound FROM unnest(CASE WHEN changed_only THEN added ELSE gene_ranges END) g;
   -- Partitions whose bound is not a wanted range are detached ...
   FOR part IN SELECT c.oid::regclass AS rel, c.relname, pg_get_expr(c.relpartbound, c.oid) AS bound
               FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-              WHERE i.inhparent = parent ORDER BY c.relname LOOP
+              WHERE i.inhparent = parent AND (NOT changed_only OR c.relname = ANY (changed_names))
+              ORDER BY c.relname LOOP
     -- The tombstone and the partition of negative ids (sql/cluster/shard/routing.sql) stay.
     CONTINUE WHEN part.bound IN ('DEFAULT', id_gen.negative_bound_text());
     wanted := (wanted_by_bound ->> part.bound)::int4range;
@@ -102,8 +151,14 @@ BEGIN
   END LOOP;
   -- ... each missing range adopts a detached table whose rows all fall inside it (no copy;
   -- ATTACH checks the bounds), or starts empty ...
-  kept_bounds := id_gen.partitions_by_bound(parent);
-  FOR wanted IN SELECT g FROM unnest(gene_ranges) g ORDER BY g LOOP
+  IF changed_only THEN
+    SELECT coalesce(jsonb_object_agg(pg_get_expr(c.relpartbound, c.oid), c.oid::bigint), '{}') INTO kept_bounds
+    FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+    WHERE i.inhparent = parent AND c.relname = ANY (changed_names);
+  ELSE
+    kept_bounds := id_gen.partitions_by_bound(parent);
+  END IF;
+  FOR wanted IN SELECT g FROM unnest(CASE WHEN changed_only THEN added ELSE gene_ranges END) g ORDER BY g LOOP
     CONTINUE WHEN kept_bounds ? id_gen.partition_bound_text(lower(wanted), upper(wanted) - 1);
     pname := id_gen.partition_name(stem, lower(wanted), upper(wanted) - 1);
     candidate := to_regclass(format('%I.%I', schema_name, pname));
@@ -159,7 +214,9 @@ BEGIN
   ON CONFLICT ON CONSTRAINT shard_tables_pkey DO UPDATE
   SET id_column = excluded.id_column, gene_ranges = excluded.gene_ranges, definition = excluded.definition,
       stem = excluded.stem, updated_at = now();
-  RETURN format('created %s, adopted %s, detached %s, copied %s rows', n_created, n_adopted, n_detached, copied);
+  RETURN format('created %s, adopted %s, detached %s, copied %s rows%s', n_created, n_adopted, n_detached, copied,
+                CASE WHEN changed_only THEN format(' (%s of %s ranges changed)', cardinality(removed) + cardinality(added),
+                                                   cardinality(gene_ranges)) ELSE '' END);
 END $$;
 COMMENT ON FUNCTION id_gen.shard_apply_ranges(name, name, name, name, int4range[], text, integer) IS 'On a shard (called by the coordinator over dblink): creates the table if missing and makes it hold one partition per route range in gene_ranges, under ACCESS EXCLUSIVE and in READ COMMITTED, so that rows committed while it waited for the lock are copied too; records the ranges in id_gen.shard_tables.';
 REVOKE EXECUTE ON FUNCTION id_gen.shard_apply_ranges(name, name, name, name, int4range[], text, integer) FROM PUBLIC;

@@ -50,6 +50,7 @@ SELECT CASE
   WHEN typ = 'regrole'::regtype THEN '''pg_monitor'''
   -- a catalog table with a bigint column stands in for a user table
   WHEN typ = 'regclass'::regtype THEN '''id_gen.sequences'''
+  WHEN typ = 'regclass[]'::regtype THEN 'ARRAY[''id_gen.sequences'']::regclass[]'
   WHEN typ = 'name'::regtype THEN
     CASE WHEN arg IN ('id_column', 'owner_column') THEN '''max_id'''
          WHEN arg = 'schema_name' THEN '''id_gen'''

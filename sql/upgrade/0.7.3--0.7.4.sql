@@ -1,0 +1,5 @@
+-- Catalog changes and new C functions, 0.7.3 -> 0.7.4 (by hand): none. The code files
+-- (appended by scripts/gen-upgrade.sh) add id_gen.untrusted_code(regclass, regclass[]) and
+-- id_gen.refuse_untrusted_table(regclass, text, regclass[]), over which the one- and two-
+-- argument versions are rewritten, and give id_gen.shard_apply_ranges its path for a change
+-- of a few ranges.
