@@ -100,7 +100,7 @@ if has e2e; then
   log "tier 4: multi-node tests (pytest, tests/cluster)"
   PY=$(ensure_python_env)
   SECONDS=0
-  # IDG_CLUSTER_SKIP: modules left out (.ci/run on 16 and 17: what does not depend on the version).
+  # IDG_CLUSTER_SKIP: modules left out (.ci/run on 16, 17 and 18: what takes no version branch of its own).
   skip=(); for m in ${IDG_CLUSTER_SKIP:-}; do skip+=("--ignore=$m"); log "tests/cluster: $m left out (IDG_CLUSTER_SKIP)"; done
   (cd tests/cluster && PG_BIN="$PG_BIN" "$PY" -m pytest -q -p no:cacheprovider --durations=0 "${skip[@]}" .)
   echo "  (tests/cluster: ${SECONDS} s)" >&2
