@@ -19,8 +19,8 @@ each other's state.)
 (f) set_route: a change that would strand rows is refused and changes nothing; a change
     over an empty range re-points the coordinator's partition and re-partitions both shards
     in one transaction, and new rows follow it; drop_route of the top bound is refused. A
-    shard's re-partition looks only at the ranges that changed, unless its partitions are not
-    those it recorded (then at all, and it repairs the table).
+    shard's re-partition looks only at the ranges that changed; one with the ranges it
+    recorded looks at every partition (a repair: a partition renamed by hand is named again).
 (g) an application that routes by itself inserts on the shard with gene_order_id over an
     authority-backed sequence; the row is found through the coordinator; no id twice.
 (h) a shard down: lookups and inserts pruned to other shards work; its own rows and full
