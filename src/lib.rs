@@ -145,7 +145,8 @@ extension_sql_file!(
 extension_sql_file!(
     "../sql/cluster/shard/routing.sql",
     name = "shard_routing",
-    requires = ["routing"]
+    // (shard_routing_snapshot is a SQL function whose body calls partition_gene_range.)
+    requires = ["routing", routing_guard::shard_state::partition_gene_range]
 );
 extension_sql_file!(
     "../sql/cluster/route_hash.sql",

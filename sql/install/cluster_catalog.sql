@@ -272,3 +272,6 @@ COMMENT ON COLUMN id_gen.shard_slots.assigned_at IS 'When the slot was given.';
 
 -- @new-in-0.7.4
 -- (No catalog table is new in 0.7.4.)
+
+-- @new-in-0.7.5
+-- (No catalog table is new in 0.7.5.)

@@ -4,7 +4,7 @@
 //!
 //! | file | holds |
 //! |---|---|
-//! | `shard_state.rs` | the backend's cached view of the shard: route version, partitions per distributed table |
+//! | `shard_state.rs` | the backend's cached views of the shard: route version and tables (checked per transaction); partitions per distributed table (claims, joins) |
 //! | `plan_check.rs` | the executor-start check: arms scans of a table's tombstone or of a fenced partition to refuse when they run |
 //! | `join_check.rs` | joins by id: watches the ids a join compares with a guarded table's id column and refuses genes not owned or fenced |
 //! | `claim.rs` | `id_gen.route_claim(gene, version)`: check, then lock the gene's partitions |
@@ -151,8 +151,8 @@ unsafe fn check_declared_version(
     stmt: *mut pg_sys::PlannedStmt,
     declared: i64,
 ) -> Option<raise::Verdict> {
-    let state = shard_state::current(false);
-    if state.tables.is_empty() {
+    let view = shard_state::version_view(false);
+    if view.parents.is_empty() {
         return None;
     }
     // SAFETY: the range table of a planned statement is a List of RangeTblEntry.
@@ -161,17 +161,16 @@ unsafe fn check_declared_version(
             .into_iter()
             .any(|p| {
                 let rte = p as *mut pg_sys::RangeTblEntry;
-                (*rte).rtekind == pg_sys::RTEKind::RTE_RELATION
-                    && state.relids.contains(&(*rte).relid)
+                (*rte).rtekind == pg_sys::RTEKind::RTE_RELATION && view.is_distributed((*rte).relid)
             })
     };
     if !touched {
         return None;
     }
-    if declared < state.version {
+    if declared < view.version {
         // Re-read before refusing: the coordinator may have pushed another version since
         // (after a restore, even a lower one).
-        let fresh = shard_state::current(true);
+        let fresh = shard_state::version_view(true);
         if declared < fresh.version {
             return Some(raise::Verdict::stale(fresh.version, declared));
         }

@@ -56,7 +56,7 @@ fn known_version() -> String {
     if unsafe { pg_sys::ParallelWorkerNumber >= 0 || pg_sys::IsInParallelMode() } {
         return "(see id_gen.shard_route_state)".into();
     }
-    super::shard_state::current(false).version.to_string()
+    super::shard_state::version_view(false).version.to_string()
 }
 
 impl Verdict {

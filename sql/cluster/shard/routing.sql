@@ -61,25 +61,37 @@ RETURNS TABLE (version bigint, parent oid, part oid, lower_gene integer, upper_g
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
-  SELECT v.version, t.parent, c.oid,
-         CASE WHEN m.m IS NOT NULL THEN (m.m[1]::bigint OPERATOR(pg_catalog.>>) 47)::integer END,
-         CASE WHEN m.m IS NULL THEN NULL
-              WHEN m.m[3] IS NOT NULL THEN 65535
-              ELSE ((m.m[2]::bigint OPERATOR(pg_catalog.>>) 47) OPERATOR(pg_catalog.-) 1)::integer END
+  SELECT v.version, t.parent, c.oid, g.g[1], g.g[2]
   FROM (SELECT coalesce((SELECT s.version FROM id_gen.shard_route_state s), 0) AS version) v
   LEFT JOIN (SELECT st.schema_name, st.table_name, to_regclass(format('%I.%I', st.schema_name, st.table_name))::oid AS parent
              FROM id_gen.shard_tables st) t ON t.parent IS NOT NULL
   LEFT JOIN pg_inherits i ON i.inhparent OPERATOR(pg_catalog.=) t.parent
   LEFT JOIN pg_class c ON c.oid OPERATOR(pg_catalog.=) i.inhrelid
-  -- A function in FROM runs once per partition (a subquery here would be pulled up, and its
-  -- expression deparsed and matched again for each use of m below).
-  LEFT JOIN LATERAL regexp_match(pg_get_expr(c.relpartbound, c.oid),
-                                 '^FOR VALUES FROM \(''(-?\d+)''\) TO \((?:''(-?\d+)''|(MAXVALUE))\)$') AS m(m) ON true
+  -- The bound's genes, decoded from the catalog's node tree (a deparse with pg_get_expr and
+  -- a pattern match cost 30-100 us per partition). A function in FROM runs once per
+  -- partition (a subquery here would be pulled up, and called again for each use of g).
+  LEFT JOIN LATERAL id_gen.partition_gene_range(c.relpartbound) AS g(g) ON true
   -- The order in which route_claim locks: a move's fence locks in the same order.
   ORDER BY t.schema_name, t.table_name, c.oid;
 END;
 COMMENT ON FUNCTION id_gen.shard_routing_snapshot() IS 'On a shard: its route version and, per distributed table (by schema and name), each partition with its gene range (NULL for the tombstone and the partition of negative ids). Loaded by the routing guard of every backend after a change.';
 GRANT EXECUTE ON FUNCTION id_gen.shard_routing_snapshot() TO PUBLIC;
+
+-- What the version check of every transaction loads (src/routing_guard/shard_state.rs,
+-- VersionView): the version and the distributed tables, one row per table, however many
+-- partitions they have.
+CREATE OR REPLACE FUNCTION id_gen.shard_routing_tables()
+RETURNS TABLE (version bigint, parent oid)
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+  SELECT v.version, t.parent
+  FROM (SELECT coalesce((SELECT s.version FROM id_gen.shard_route_state s), 0) AS version) v
+  LEFT JOIN (SELECT to_regclass(format('%I.%I', st.schema_name, st.table_name))::oid AS parent
+             FROM id_gen.shard_tables st) t ON t.parent IS NOT NULL;
+END;
+COMMENT ON FUNCTION id_gen.shard_routing_tables() IS 'On a shard: its route version and its distributed tables (their oids; one row with a NULL table when it has none). Loaded by the route-version check of every backend after a change; id_gen.shard_routing_snapshot() gives the partitions too.';
+GRANT EXECUTE ON FUNCTION id_gen.shard_routing_tables() TO PUBLIC;
 
 -- Shard: tombstones --------------------------------------------------------------------------
 -- The attribute number of a partition's partition-key column (the id) in the partition.

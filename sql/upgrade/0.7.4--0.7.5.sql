@@ -1,0 +1,7 @@
+-- Catalog changes and new C functions, 0.7.4 -> 0.7.5 (by hand): the Rust function
+-- id_gen.partition_gene_range(pg_node_tree), which decodes a partition's gene range from its
+-- bound. The code files (appended by scripts/gen-upgrade.sh) rewrite
+-- id_gen.shard_routing_snapshot() over it instead of pg_get_expr and a pattern match, and
+-- add id_gen.shard_routing_tables(), the one row per table that the route-version check of
+-- a shard's backends loads.
+-- @rust-function partition_gene_range
