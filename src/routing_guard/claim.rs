@@ -8,11 +8,13 @@
 //! Invariants: locks are taken table by table in the order of schema and name (a move's
 //! fence locks its partitions in that order too), each parent before its partition, and
 //! only on tables the caller holds a privilege on, never stronger than LOCK TABLE would
-//! grant it; after locking, each partition is
-//! checked in the relcache (still a partition, not fenced), and the whole claim is redone
-//! from a fresh view when the routing epoch moved while it waited; a refusal is always
-//! decided on a fresh view. The SQL-callable symbol is an unguarded shim so that it can
-//! raise IG-class errors (see `raise.rs`).
+//! grant it; the gene's partition is found after its parent is locked, in PostgreSQL's
+//! partition descriptor by a binary search (no view of every partition is loaded; the
+//! descriptor is the one PostgreSQL's planner builds and keeps anyway); after locking, each partition is checked in the relcache
+//! (still a partition, not fenced), and the whole claim is redone from a fresh view when
+//! the routing epoch moved while it waited; a refusal is always decided on a fresh view.
+//! The SQL-callable symbol is an unguarded shim so that it can raise IG-class errors (see
+//! `raise.rs`).
 
 use super::plan_check::{guard_of, Guarded};
 use super::raise::Verdict;
@@ -82,56 +84,69 @@ unsafe fn claim(fcinfo: pg_sys::FunctionCallInfo, shard_version: &mut i64) -> Op
     }
     let gene = gene as u16;
     for attempt in 0..4 {
-        let state = shard_state::current(attempt > 0);
-        if declared < state.version {
+        if attempt > 0 {
+            // SAFETY: processes pending invalidations, so that the relcache (partition
+            // descriptors of tables this claim does not lock) is as of now.
+            unsafe { pg_sys::AcceptInvalidationMessages() };
+        }
+        let view = shard_state::version_view(attempt > 0);
+        if declared < view.version {
             if attempt == 0 {
                 continue;
             }
-            return Some(Verdict::stale(state.version, declared));
+            return Some(Verdict::stale(view.version, declared));
         }
-        let mut partitions = Vec::with_capacity(state.tables.len());
-        for t in &state.tables {
-            match t.partition_of(gene) {
-                Some(p) => partitions.push((t.parent, p.relid)),
-                None => {
-                    if attempt == 0 {
+        // Table by table in the view's order (schema, name), parent before partition, as
+        // every statement on the table locks them: a re-partition (ACCESS EXCLUSIVE on the
+        // parent, then its partitions) waits for this transaction instead of deadlocking
+        // with it. The gene's partition is looked up after the parent is locked, in the
+        // parent's partition descriptor, which that lock has brought up to date.
+        // Only tables the caller may use are locked, each in the mode its rights allow (as
+        // LOCK TABLE would): ROW EXCLUSIVE where it may write, which fences wait for;
+        // ACCESS SHARE where it may only read, which only a detach waits for. A role
+        // without rights on a table, or with SELECT only, cannot hold up that table's
+        // fences; the gene must be owned in every table all the same.
+        let mut locked = Vec::with_capacity(view.tables.len());
+        let mut owned = true;
+        for &parent in &view.tables {
+            let mode = lock_mode_for(parent);
+            // SAFETY: heavyweight locks on relation oids, released at transaction end; a
+            // relcache lookup inside the transaction.
+            unsafe {
+                if let Some(mode) = mode {
+                    pg_sys::LockRelationOid(parent, mode);
+                }
+                match shard_state::partition_holding_gene(parent, gene) {
+                    Some(relid) => {
+                        if let Some(mode) = mode {
+                            pg_sys::LockRelationOid(relid, mode);
+                            locked.push(relid);
+                        }
+                    }
+                    None => {
+                        owned = false;
                         break;
                     }
-                    return Some(Verdict::gene_not_owned(
-                        gene,
-                        state.version,
-                        known_owner(gene),
-                    ));
                 }
             }
         }
-        if partitions.len() < state.tables.len() {
-            continue;
-        }
-        // Parent before partition, as every statement on the table locks them: a
-        // re-partition (ACCESS EXCLUSIVE on the parent, then its partitions) waits for this
-        // transaction instead of deadlocking with it.
-        // Only tables the caller may use, each in the mode its rights allow (as LOCK TABLE
-        // would): ROW EXCLUSIVE where it may write, which fences wait for; ACCESS SHARE where
-        // it may only read, which only a detach waits for. A role without rights on a
-        // table, or with SELECT only, cannot hold up that table's fences.
-        let partitions: Vec<(pg_sys::Oid, pg_sys::Oid, pg_sys::LOCKMODE)> = partitions
-            .into_iter()
-            .filter_map(|(parent, relid)| lock_mode_for(parent).map(|mode| (parent, relid, mode)))
-            .collect();
-        for &(parent, relid, mode) in &partitions {
-            // SAFETY: heavyweight locks on relation oids, released at transaction end.
-            unsafe {
-                pg_sys::LockRelationOid(parent, mode);
-                pg_sys::LockRelationOid(relid, mode);
+        if !owned {
+            if attempt == 0 {
+                continue;
             }
+            let fresh = shard_state::version_view(true);
+            return Some(Verdict::gene_not_owned(
+                gene,
+                fresh.version,
+                known_owner(gene),
+            ));
         }
-        let epoch = state.loaded_at_epoch();
+        let epoch = view.loaded_at_epoch();
         if epoch != 0 && shard_state::epoch_now() != epoch {
-            continue; // partitions changed while we waited: look again
+            continue; // the routing changed while we waited: look again
         }
         let mut moved = false;
-        for &(_, relid, _) in &partitions {
+        for &relid in &locked {
             // SAFETY: the relation is locked by us; the relcache entry is current.
             unsafe {
                 let rel = pg_sys::RelationIdGetRelation(relid);
@@ -152,13 +167,13 @@ unsafe fn claim(fcinfo: pg_sys::FunctionCallInfo, shard_version: &mut i64) -> Op
             continue;
         }
         super::mark_checked();
-        *shard_version = state.version;
+        *shard_version = view.version;
         return None;
     }
-    let state = shard_state::current(true);
+    let view = shard_state::version_view(true);
     Some(Verdict::gene_not_owned(
         gene,
-        state.version,
+        view.version,
         known_owner(gene),
     ))
 }

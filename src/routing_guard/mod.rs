@@ -4,7 +4,7 @@
 //!
 //! | file | holds |
 //! |---|---|
-//! | `shard_state.rs` | the backend's cached views of the shard: route version and tables (checked per transaction); partitions per distributed table (claims, joins) |
+//! | `shard_state.rs` | the backend's cached views of the shard: route version and tables (version check, claims); partitions per distributed table (join check); a gene's partition from the partition descriptor |
 //! | `plan_check.rs` | the executor-start check: arms scans of a table's tombstone or of a fenced partition to refuse when they run |
 //! | `join_check.rs` | joins by id: watches the ids a join compares with a guarded table's id column and refuses genes not owned or fenced |
 //! | `claim.rs` | `id_gen.route_claim(gene, version)`: check, then lock the gene's partitions |

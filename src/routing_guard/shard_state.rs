@@ -1,8 +1,10 @@
 //! The backend's cached views of this shard's routing: the route version the coordinator
 //! last pushed (`id_gen.shard_route_state`) and, for every distributed table in
 //! `id_gen.shard_tables`, the partitions that hold its gene ranges and its tombstone
-//! (`ShardState`, for claims and joins); and the version with the tables alone
-//! (`VersionView`, for the version check of every transaction: one row per table to load).
+//! (`ShardState`, for the join check); and the version with the tables alone
+//! (`VersionView`, for the version check of every transaction and for claims: one row per
+//! table to load), with `partition_holding_gene`, which finds a gene's partition in
+//! PostgreSQL's partition descriptor.
 //!
 //! Also `id_gen.partition_gene_range(pg_node_tree)`: a partition's gene range, decoded from
 //! its bound without deparsing it (the shard's snapshot function calls it per partition).
@@ -37,15 +39,6 @@ pub struct DistributedTable {
     pub unranged: Vec<pg_sys::Oid>,
 }
 
-impl DistributedTable {
-    /// The partition that holds `gene`, if this shard owns it.
-    pub fn partition_of(&self, gene: u16) -> Option<&Partition> {
-        self.partitions
-            .iter()
-            .find(|p| p.lower <= gene && gene <= p.upper)
-    }
-}
-
 /// What this backend knows of the shard's routing.
 pub struct ShardState {
     epoch: u64,
@@ -67,6 +60,8 @@ thread_local! {
 pub struct VersionView {
     epoch: u64,
     pub version: i64,
+    /// The distributed tables by schema and name (the order in which claims lock them).
+    pub tables: Vec<pg_sys::Oid>,
     pub parents: HashSet<pg_sys::Oid>,
     /// Partitions asked about, and whether their parent is in `parents`.
     partitions: RefCell<std::collections::HashMap<pg_sys::Oid, bool>>,
@@ -112,6 +107,10 @@ fn cached<T>(
 }
 
 impl VersionView {
+    pub fn loaded_at_epoch(&self) -> u64 {
+        self.epoch
+    }
+
     /// Whether `relid` is a distributed table of this shard or one of its partitions (a
     /// partition's parent is looked up once per view).
     pub fn is_distributed(&self, relid: pg_sys::Oid) -> bool {
@@ -138,6 +137,69 @@ impl VersionView {
     }
 }
 
+/// The partition of the distributed table `parent` whose range holds the first id of
+/// `gene`, found in the parent's partition descriptor (PostgreSQL's own, which its planner
+/// builds and keeps in the relcache): a binary search, whatever the number of partitions.
+/// None when the gene falls in the DEFAULT partition (the tombstone), in no partition, or
+/// the table is gone or not range-partitioned: this shard does not own the gene there. The
+/// key is the bigint id (a shard table is `PARTITION BY RANGE (id)`, made by id_gen from a
+/// bigint id column: `distribute_table` refuses other types).
+///
+/// # Safety
+/// Inside a transaction. The answer is as of the relcache: current after the caller has
+/// locked `parent` (a lock processes pending invalidations), a hint otherwise.
+pub unsafe fn partition_holding_gene(parent: pg_sys::Oid, gene: u16) -> Option<pg_sys::Oid> {
+    let key = (gene as i64) << 47;
+    // SAFETY: the relcache entry is held open (reference counted) until RelationClose; the
+    // descriptor and its bound info live in the entry's memory and stay valid while it is
+    // open (PostgreSQL keeps a rebuilt entry's old descriptor until then); every index
+    // read is below the array's length (ndatums datums, ndatums + 1 indexes for a range
+    // bound, nparts oids).
+    unsafe {
+        let rel = pg_sys::RelationIdGetRelation(parent);
+        if rel.is_null() {
+            return None;
+        }
+        let found = (|| {
+            if (*(*rel).rd_rel).relkind as u8 != pg_sys::RELKIND_PARTITIONED_TABLE {
+                return None;
+            }
+            let desc = pg_sys::RelationGetPartitionDesc(rel, false);
+            if desc.is_null() || (*desc).boundinfo.is_null() {
+                return None;
+            }
+            let bound = (*desc).boundinfo;
+            if (*bound).strategy as u8 != b'r' {
+                return None;
+            }
+            // The greatest bound <= key (-1: none), as PostgreSQL's tuple routing finds it;
+            // the partition it begins is indexes[that + 1] (-1: a gap, the DEFAULT).
+            let below_or_at = |i: usize| -> bool {
+                let kind = *(*(*bound).kind.add(i));
+                match kind {
+                    pg_sys::PartitionRangeDatumKind::PARTITION_RANGE_DATUM_MINVALUE => true,
+                    pg_sys::PartitionRangeDatumKind::PARTITION_RANGE_DATUM_MAXVALUE => false,
+                    _ => (*(*(*bound).datums.add(i))).value() as i64 <= key,
+                }
+            };
+            let (mut lo, mut hi) = (0usize, (*bound).ndatums.max(0) as usize);
+            while lo < hi {
+                let mid = lo + (hi - lo) / 2;
+                if below_or_at(mid) {
+                    lo = mid + 1;
+                } else {
+                    hi = mid;
+                }
+            }
+            // lo = the number of bounds <= key, so the greatest one is lo - 1.
+            let index = *(*bound).indexes.add(lo);
+            (index >= 0 && index < (*desc).nparts).then(|| *(*desc).oids.add(index as usize))
+        })();
+        pg_sys::RelationClose(rel);
+        found
+    }
+}
+
 fn load_version_view(epoch: u64) -> VersionView {
     let rows: Result<Option<Vec<(i64, u32)>>, pgrx::spi::Error> = Spi::connect(|client| {
         // (Since id_gen 0.7.5; before, the whole view says the same.)
@@ -161,6 +223,7 @@ fn load_version_view(epoch: u64) -> VersionView {
         return VersionView {
             epoch,
             version: full.version,
+            tables: full.tables.iter().map(|t| t.parent).collect(),
             parents: full.tables.iter().map(|t| t.parent).collect(),
             partitions: RefCell::default(),
         };
@@ -168,13 +231,14 @@ fn load_version_view(epoch: u64) -> VersionView {
     let mut view = VersionView {
         epoch,
         version: 0,
+        tables: vec![],
         parents: HashSet::new(),
         partitions: RefCell::default(),
     };
     for (version, parent) in rows {
         view.version = version;
-        if parent != 0 {
-            view.parents.insert(pg_sys::Oid::from(parent));
+        if parent != 0 && view.parents.insert(pg_sys::Oid::from(parent)) {
+            view.tables.push(pg_sys::Oid::from(parent));
         }
     }
     view
@@ -183,12 +247,6 @@ fn load_version_view(epoch: u64) -> VersionView {
 /// The epoch as it is now (claims compare it after taking their locks).
 pub fn epoch_now() -> u64 {
     epochs::current(Epoch::ShardRouting)
-}
-
-impl ShardState {
-    pub fn loaded_at_epoch(&self) -> u64 {
-        self.epoch
-    }
 }
 
 fn load(epoch: u64) -> ShardState {

@@ -352,6 +352,62 @@ class Sleeper(Background):
         return self.join()
 
 
+class CoordinatorLoad:
+    """Clients of a coordinator's `orders` throughout a change: two writers inserting by
+    owner through it (owners 700000.. and 800000.., each committed (id, owner) kept in
+    `committed`) and a session running a prepared lookup of `some_id` (which must find one
+    row); every error kept. `goes_on(what)` waits for progress of both kinds and fails at
+    once with a client's error; `end()` stops them and fails on any error."""
+
+    def __init__(self, coordinator, some_id):
+        self.c, self.committed, self.errors, self.lookups = coordinator, [], [], 0
+        self.stop = threading.Event()
+        self.threads = [threading.Thread(target=self._write, args=(b,), daemon=True) for b in (700000, 800000)]
+        self.threads.append(threading.Thread(target=self._look_up, args=(some_id,), daemon=True))
+        for t in self.threads:
+            t.start()
+
+    def _write(self, owner_base):
+        try:
+            with psycopg.connect(self.c.dsn(), autocommit=True) as conn:
+                k = 0
+                while not self.stop.is_set():
+                    k += 1
+                    owner = owner_base + k % 50
+                    row = conn.execute("INSERT INTO orders (owner_id, amount) VALUES (%s, 1) RETURNING id",
+                                       (owner,)).fetchone()
+                    self.committed.append((row[0], owner))
+        except Exception as e:  # noqa: BLE001 - reported by goes_on() and end()
+            self.errors.append(e)
+
+    def _look_up(self, some_id):
+        try:
+            with psycopg.connect(self.c.dsn(), autocommit=True) as conn:
+                conn.execute("PREPARE by_id(bigint) AS SELECT count(*) FROM orders WHERE id = $1")
+                while not self.stop.is_set():
+                    got = conn.execute(f"EXECUTE by_id({some_id})").fetchone()[0]
+                    assert got == 1, f"the prepared lookup of {some_id} found {got} rows"
+                    self.lookups += 1
+        except Exception as e:  # noqa: BLE001 - reported by goes_on() and end()
+            self.errors.append(e)
+
+    def goes_on(self, what, rows=50, lookups=10):
+        """Waits until the writers committed `rows` more rows and the lookup ran `lookups`
+        more times (60 s at most); fails at once, with the error, when a client failed."""
+        n, m = len(self.committed), self.lookups
+        progress = poll_until(f"clients make progress {what}", lambda: (
+            len(self.committed) - n, self.lookups - m, [str(e) for e in self.errors]),
+            lambda v: v[2] != [] or (v[0] >= rows and v[1] >= lookups), 60)
+        assert progress[2] == [], f"a client failed {what}: {progress[2]}"
+
+    def end(self):
+        self.stop.set()
+        for t in self.threads:
+            t.join(60)
+            assert not t.is_alive(), "a client did not stop within 60 s"
+        assert self.errors == [], self.errors
+
+
 def routes(coordinator):
     """The route table as `lower-upper@shard,...`, ordered by gene."""
     return coordinator.one("SELECT string_agg(lower_gene || '-' || upper_gene || '@' || shard, ',' ORDER BY lower_gene) "

@@ -29,13 +29,11 @@ each other's state.)
     statement fails, every committed row is there once, one foreign table per shard is left
     on the coordinator and the shards' tables are unchanged.
 """
-import threading
 import time
 
-import psycopg
 import pytest
 
-from harness import poll_until, report
+from harness import CoordinatorLoad, report
 
 SHARDS = (1, 2, 3)
 S = {}  # what the tests pass on: nodes, ids
@@ -349,49 +347,14 @@ def test_i_conversion_to_per_shard_under_load():
     c = S["c"]
     total = c.one("SELECT count(*) FROM orders")
     shard_before = [shard_parts(i) for i in SHARDS]
-    some_id = c.one("SELECT max(id) FROM orders")
-    committed, errors, lookups = [], [], [0]
-    stop = threading.Event()
-
-    def write(owner_base):
-        try:
-            with psycopg.connect(c.dsn(), autocommit=True) as conn:
-                k = 0
-                while not stop.is_set():
-                    k += 1
-                    row = conn.execute("INSERT INTO orders (owner_id, amount) VALUES (%s, 1) RETURNING id",
-                                       (owner_base + k % 50,)).fetchone()
-                    committed.append(row[0])
-        except Exception as e:  # noqa: BLE001 - asserted below
-            errors.append(e)
-
-    def look_up():
-        try:
-            with psycopg.connect(c.dsn(), autocommit=True) as conn:
-                conn.execute("PREPARE by_id(bigint) AS SELECT count(*) FROM orders WHERE id = $1")
-                while not stop.is_set():
-                    assert conn.execute(f"EXECUTE by_id({some_id})").fetchone()[0] == 1
-                    lookups[0] += 1
-        except Exception as e:  # noqa: BLE001 - asserted below
-            errors.append(e)
-
-    threads = [threading.Thread(target=write, args=(b,), daemon=True) for b in (700000, 800000)]
-    threads.append(threading.Thread(target=look_up, daemon=True))
-    for t in threads:
-        t.start()
-    poll_until("writers committed rows", lambda: len(committed), lambda n: n >= 100, 60)
-    t0, n0 = time.monotonic(), len(committed)
+    load = CoordinatorLoad(c, c.one("SELECT max(id) FROM orders"))
+    load.goes_on("before the conversion", rows=100)
+    t0, n0 = time.monotonic(), len(load.committed)
     notices = c.notices("CALL id_gen.convert_to_per_shard('orders', batch => 2)")
-    took, n = time.monotonic() - t0, len(committed)
-    looked_up = lookups[0]
-    poll_until("writers committed rows after the conversion", lambda: len(committed), lambda m: m >= n + 100, 60)
-    poll_until("prepared lookups ran after the conversion", lambda: lookups[0], lambda m: m > looked_up + 10, 60)
-    stop.set()
-    for t in threads:
-        t.join(60)
-        assert not t.is_alive(), "a client did not stop within 60 s"
-    assert errors == [], errors
-    assert lookups[0] > 0
+    took, n = time.monotonic() - t0, len(load.committed)
+    load.goes_on("after the conversion", rows=100)
+    load.end()
+    committed = [i for i, _ in load.committed]
     assert any("converted to per_shard (5 old range partitions dropped)" in x for x in notices), notices
     assert c.one("SELECT layout FROM id_gen.distributed_tables WHERE table_name = 'orders'") == "per_shard"
     assert c.one("""SELECT string_agg(relname || ':' || relkind::text, ',' ORDER BY relname) FROM pg_class
@@ -405,6 +368,7 @@ def test_i_conversion_to_per_shard_under_load():
     # (By owner: an id = ANY (array) over the genes of several shards is refused by them per_shard.)
     got = set(c.column("SELECT id FROM orders WHERE owner_id BETWEEN 700000 AND 700049 OR owner_id BETWEEN 800000 AND 800049"))
     assert got == set(committed), (len(got), len(committed))
+    some_id = committed[0]
     plan = c.column(f"EXPLAIN (COSTS OFF) SELECT * FROM orders WHERE id = {some_id}")
     assert foreign_scans(plan) == 1, plan
     assert c.one("SELECT has_table_privilege('app', 'orders_shards', 'INSERT')"), "grants carried over"
@@ -412,4 +376,4 @@ def test_i_conversion_to_per_shard_under_load():
     assert any("laid out per_shard already" in x for x in c.notices("CALL id_gen.convert_to_per_shard('orders')")), \
         "a second CALL finds nothing to do"
     report(f"convert_to_per_shard under load: {took * 1000:.0f} ms for the CALL, {n - n0} rows committed meanwhile, "
-           f"{len(committed)} in all, {lookups[0]} prepared lookups, 0 failed")
+           f"{len(committed)} in all, {load.lookups} prepared lookups, 0 failed")

@@ -15,13 +15,11 @@ through the coordinator and a session running a prepared lookup throughout.
 import os
 import shutil
 import subprocess
-import threading
 import time
 
-import psycopg
 import pytest
 
-from harness import LOGICAL, PG_BIN, coordinator_with_shards, poll_until, report, routes
+from harness import LOGICAL, PG_BIN, CoordinatorLoad, coordinator_with_shards, report, routes
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 OLD = "0.6.0"
@@ -48,60 +46,6 @@ def servers(cluster):
             os.remove(script)
 
 
-class Load:
-    """Two writers inserting by owner through the coordinator's view (each committed id kept
-    with its owner) and a session running a prepared lookup of one id; every error kept."""
-
-    def __init__(self, c):
-        self.c, self.committed, self.errors, self.lookups = c, [], [], [0]
-        self.stop = threading.Event()
-        some_id = c.one("SELECT min(id) FROM orders")
-        self.threads = [threading.Thread(target=self._write, args=(b,), daemon=True) for b in (700000, 800000)]
-        self.threads.append(threading.Thread(target=self._look_up, args=(some_id,), daemon=True))
-        for t in self.threads:
-            t.start()
-
-    def _write(self, owner_base):
-        try:
-            with psycopg.connect(self.c.dsn(), autocommit=True) as conn:
-                k = 0
-                while not self.stop.is_set():
-                    k += 1
-                    owner = owner_base + k % 50
-                    row = conn.execute("INSERT INTO orders (owner_id, amount) VALUES (%s, 1) RETURNING id",
-                                       (owner,)).fetchone()
-                    self.committed.append((row[0], owner))
-        except Exception as e:  # noqa: BLE001 - asserted by the tests
-            self.errors.append(e)
-
-    def _look_up(self, some_id):
-        try:
-            with psycopg.connect(self.c.dsn(), autocommit=True) as conn:
-                conn.execute("PREPARE by_id(bigint) AS SELECT count(*) FROM orders WHERE id = $1")
-                while not self.stop.is_set():
-                    got = conn.execute(f"EXECUTE by_id({some_id})").fetchone()[0]
-                    assert got == 1, f"the prepared lookup of {some_id} found {got} rows"
-                    self.lookups[0] += 1
-        except Exception as e:  # noqa: BLE001 - asserted by the tests
-            self.errors.append(e)
-
-    def goes_on(self, what):
-        """Waits until both kinds of client made progress (at least 50 more rows, 10 more
-        lookups); fails at once, with the error, when a client failed."""
-        n, m = len(self.committed), self.lookups[0]
-        progress = poll_until(f"clients make progress {what}", lambda: (
-            len(self.committed) - n, self.lookups[0] - m, [str(e) for e in self.errors]),
-            lambda v: v[2] != [] or (v[0] >= 50 and v[1] >= 10), 60)
-        assert progress[2] == [], f"a client failed {what}: {progress[2]}"
-
-    def end(self):
-        self.stop.set()
-        for t in self.threads:
-            t.join(60)
-            assert not t.is_alive(), "a client did not stop within 60 s"
-        assert self.errors == [], self.errors
-
-
 def versions():
     return [S["c"].one("SELECT extversion FROM pg_extension WHERE extname = 'id_gen'")] + \
         [s.one("SELECT extversion FROM pg_extension WHERE extname = 'id_gen'") for s in S["shards"].values()]
@@ -117,7 +61,7 @@ def test_a_update_under_load():
     c = S["c"]
     assert versions() == [OLD] * 3, "the fleet starts at the released 0.6.0"
     S["shard_tables"] = shard_tables()
-    S["load"] = load = Load(c)
+    S["load"] = load = CoordinatorLoad(c, c.one("SELECT min(id) FROM orders"))
     load.goes_on("before the update")
     t0 = time.monotonic()
     for s in [*S["shards"].values(), c]:
@@ -175,5 +119,5 @@ def test_c_nothing_lost_and_the_fleet_moves():
     assert routes(c) == "0-16383@shard_1,16384-32767@shard_2,32768-65535@shard_2", routes(c)
     assert placement(load.committed) == total, "a move after the conversion loses nothing"
     report(f"update from {OLD} under load: 3 servers in {S['update_s']:.1f} s, then convert_to_per_shard in "
-           f"{S['convert_ms']:.0f} ms; {len(load.committed)} rows committed and {load.lookups[0]} prepared "
+           f"{S['convert_ms']:.0f} ms; {len(load.committed)} rows committed and {load.lookups} prepared "
            f"lookups meanwhile, 0 failed, 0 lost")

@@ -77,9 +77,9 @@ END;
 COMMENT ON FUNCTION id_gen.shard_routing_snapshot() IS 'On a shard: its route version and, per distributed table (by schema and name), each partition with its gene range (NULL for the tombstone and the partition of negative ids). Loaded by the routing guard of every backend after a change.';
 GRANT EXECUTE ON FUNCTION id_gen.shard_routing_snapshot() TO PUBLIC;
 
--- What the version check of every transaction loads (src/routing_guard/shard_state.rs,
--- VersionView): the version and the distributed tables, one row per table, however many
--- partitions they have.
+-- What the version check of every transaction and route_claim load
+-- (src/routing_guard/shard_state.rs, VersionView): the version and the distributed tables,
+-- one row per table, however many partitions they have.
 CREATE OR REPLACE FUNCTION id_gen.shard_routing_tables()
 RETURNS TABLE (version bigint, parent oid)
 LANGUAGE sql STABLE SECURITY DEFINER
@@ -87,10 +87,12 @@ SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
   SELECT v.version, t.parent
   FROM (SELECT coalesce((SELECT s.version FROM id_gen.shard_route_state s), 0) AS version) v
-  LEFT JOIN (SELECT to_regclass(format('%I.%I', st.schema_name, st.table_name))::oid AS parent
-             FROM id_gen.shard_tables st) t ON t.parent IS NOT NULL;
+  LEFT JOIN (SELECT st.schema_name, st.table_name, to_regclass(format('%I.%I', st.schema_name, st.table_name))::oid AS parent
+             FROM id_gen.shard_tables st) t ON t.parent IS NOT NULL
+  -- The order in which route_claim locks: a move's fence locks in the same order.
+  ORDER BY t.schema_name, t.table_name;
 END;
-COMMENT ON FUNCTION id_gen.shard_routing_tables() IS 'On a shard: its route version and its distributed tables (their oids; one row with a NULL table when it has none). Loaded by the route-version check of every backend after a change; id_gen.shard_routing_snapshot() gives the partitions too.';
+COMMENT ON FUNCTION id_gen.shard_routing_tables() IS 'On a shard: its route version and its distributed tables (their oids; one row with a NULL table when it has none). Loaded by the route-version check and route_claim of every backend after a change (a claim finds the gene''s partitions in PostgreSQL''s partition descriptors); id_gen.shard_routing_snapshot() gives the partitions too.';
 GRANT EXECUTE ON FUNCTION id_gen.shard_routing_tables() TO PUBLIC;
 
 -- Shard: tombstones --------------------------------------------------------------------------
