@@ -2679,6 +2679,10 @@ BEGIN
   FOREACH rel IN ARRAY id_gen.shard_relations(parts, false) LOOP
     SELECT x.inhparent::regclass INTO parent FROM pg_inherits x WHERE x.inhrelid = rel;
     CONTINUE WHEN parent IS NULL;
+    -- The parent first, as every statement locks them (the DETACH below needs it anyway): the
+    -- CHECK locks the partition, and a reader of the whole table that holds the parent and
+    -- waits for the partition would otherwise deadlock with us.
+    EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', parent);
     IF NOT EXISTS (SELECT FROM pg_constraint c WHERE c.conrelid = rel AND c.conname = 'id_gen_incoming_bound') THEN
       EXECUTE format('ALTER TABLE %s ADD CONSTRAINT id_gen_incoming_bound CHECK (%s)', rel, pg_get_partition_constraintdef(rel));
     END IF;
