@@ -43,10 +43,8 @@ pub struct DistributedTable {
 pub struct ShardState {
     epoch: u64,
     pub version: i64,
-    /// By schema and table name: claims lock in this order, as a move's fence does.
+    /// By schema and table name.
     pub tables: Vec<DistributedTable>,
-    /// Parents, partitions and tombstones: the relations whose statements are checked.
-    pub relids: HashSet<pg_sys::Oid>,
 }
 
 thread_local! {
@@ -254,7 +252,6 @@ fn load(epoch: u64) -> ShardState {
         epoch,
         version: 0,
         tables: vec![],
-        relids: HashSet::new(),
     };
     let rows: Result<Vec<(i64, u32, u32, i32, i32)>, pgrx::spi::Error> = Spi::connect(|client| {
         // (Since id_gen 0.6.0.)
@@ -283,10 +280,6 @@ fn load(epoch: u64) -> ShardState {
             continue;
         }
         let parent = pg_sys::Oid::from(parent);
-        state.relids.insert(parent);
-        if part != 0 {
-            state.relids.insert(pg_sys::Oid::from(part));
-        }
         let table = match state.tables.iter_mut().find(|t| t.parent == parent) {
             Some(t) => t,
             None => {
