@@ -10,7 +10,7 @@
 -- id_gen.shard_routing_snapshot() over it instead of pg_get_expr and a pattern match, and
 -- add id_gen.shard_routing_tables(), the one row per table that the route-version check of
 -- a shard's backends loads.
--- src/routing_guard/shard_state.rs:334
+-- src/routing_guard/shard_state.rs:324
 -- id_gen::routing_guard::shard_state::partition_gene_range
 
 CREATE OR REPLACE FUNCTION id_gen."partition_gene_range"("bound" pg_node_tree) RETURNS INT[]

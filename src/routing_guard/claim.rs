@@ -134,10 +134,10 @@ unsafe fn claim(fcinfo: pg_sys::FunctionCallInfo, shard_version: &mut i64) -> Op
             if attempt == 0 {
                 continue;
             }
-            let fresh = shard_state::version_view(true);
+            // (The view of attempts after the first is fresh.)
             return Some(Verdict::gene_not_owned(
                 gene,
-                fresh.version,
+                view.version,
                 known_owner(gene),
             ));
         }

@@ -152,7 +152,7 @@ unsafe fn check_declared_version(
     declared: i64,
 ) -> Option<raise::Verdict> {
     let view = shard_state::version_view(false);
-    if view.parents.is_empty() {
+    if view.tables.is_empty() {
         return None;
     }
     // SAFETY: the range table of a planned statement is a List of RangeTblEntry.

@@ -19,9 +19,9 @@
 //! may be taken, under the statement's, for that caller only (not cached).
 
 use crate::epochs::{self, Epoch};
+use id_gen_core::layout::SEQ_BITS;
 use pgrx::prelude::*;
 use std::cell::RefCell;
-use std::collections::HashSet;
 use std::rc::Rc;
 
 /// One partition of a distributed table: genes `lower ..= upper`.
@@ -60,8 +60,7 @@ pub struct VersionView {
     pub version: i64,
     /// The distributed tables by schema and name (the order in which claims lock them).
     pub tables: Vec<pg_sys::Oid>,
-    pub parents: HashSet<pg_sys::Oid>,
-    /// Partitions asked about, and whether their parent is in `parents`.
+    /// Partitions asked about, and whether their parent is in `tables`.
     partitions: RefCell<std::collections::HashMap<pg_sys::Oid, bool>>,
 }
 
@@ -112,7 +111,7 @@ impl VersionView {
     /// Whether `relid` is a distributed table of this shard or one of its partitions (a
     /// partition's parent is looked up once per view).
     pub fn is_distributed(&self, relid: pg_sys::Oid) -> bool {
-        if self.parents.contains(&relid) {
+        if self.tables.contains(&relid) {
             return true;
         }
         // SAFETY: a syscache lookup by oid inside a transaction.
@@ -129,7 +128,7 @@ impl VersionView {
             )
         })
         .unwrap_or_else(|e| crate::errors::spi_failed(e));
-        let known = parent.is_some_and(|p| self.parents.contains(&p));
+        let known = parent.is_some_and(|p| self.tables.contains(&p));
         self.partitions.borrow_mut().insert(relid, known);
         known
     }
@@ -147,7 +146,7 @@ impl VersionView {
 /// Inside a transaction. The answer is as of the relcache: current after the caller has
 /// locked `parent` (a lock processes pending invalidations), a hint otherwise.
 pub unsafe fn partition_holding_gene(parent: pg_sys::Oid, gene: u16) -> Option<pg_sys::Oid> {
-    let key = (gene as i64) << 47;
+    let key = (gene as i64) << SEQ_BITS;
     // SAFETY: the relcache entry is held open (reference counted) until RelationClose; the
     // descriptor and its bound info live in the entry's memory and stay valid while it is
     // open (PostgreSQL keeps a rebuilt entry's old descriptor until then); every index
@@ -222,7 +221,6 @@ fn load_version_view(epoch: u64) -> VersionView {
             epoch,
             version: full.version,
             tables: full.tables.iter().map(|t| t.parent).collect(),
-            parents: full.tables.iter().map(|t| t.parent).collect(),
             partitions: RefCell::default(),
         };
     };
@@ -230,12 +228,11 @@ fn load_version_view(epoch: u64) -> VersionView {
         epoch,
         version: 0,
         tables: vec![],
-        parents: HashSet::new(),
         partitions: RefCell::default(),
     };
     for (version, parent) in rows {
         view.version = version;
-        if parent != 0 && view.parents.insert(pg_sys::Oid::from(parent)) {
+        if parent != 0 {
             view.tables.push(pg_sys::Oid::from(parent));
         }
     }
@@ -349,11 +346,11 @@ fn partition_gene_range(bound: &str) -> Option<Vec<i32>> {
             return None;
         }
         let lower_gene = match range_datum((*spec).lowerdatums)? {
-            RangeDatum::Value(v) => (v >> 47) as i32,
+            RangeDatum::Value(v) => (v >> SEQ_BITS) as i32,
             RangeDatum::MinValue | RangeDatum::MaxValue => return None,
         };
         let upper_gene = match range_datum((*spec).upperdatums)? {
-            RangeDatum::Value(v) => ((v >> 47) - 1) as i32,
+            RangeDatum::Value(v) => ((v >> SEQ_BITS) - 1) as i32,
             RangeDatum::MaxValue => 65535,
             RangeDatum::MinValue => return None,
         };
