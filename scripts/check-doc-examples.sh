@@ -19,7 +19,7 @@
 # A block passes when the errors it raised are exactly those it documents, each as a
 # comment line `-- ERROR:  <message>` (the message as psql prints it, verbosity default).
 # Fails when a block raises an error it does not document, or documents one it did not
-# raise. Tier 3 of scripts/test.sh runs it.
+# raise. Tier 2 of scripts/test.sh runs it.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 cd "$REPO_ROOT"

