@@ -601,7 +601,7 @@ BEGIN
   ELSIF distribute_table.layout NOT IN ('per_range', 'per_shard') THEN
     RAISE EXCEPTION 'id_gen: unknown layout "%"', distribute_table.layout
       USING ERRCODE = '22023',
-            HINT = 'per_range: a range partition per route range here (moves supported); per_shard: a partition per shard here, whatever the number of route ranges (reversible moves not yet).';
+            HINT = 'per_range: a range partition per route range here (moves supported); per_shard: a partition per shard here, whatever the number of route ranges.';
   END IF;
   PERFORM id_gen.require_superuser('distribute tables');
   PERFORM id_gen.quiet_ddl();
@@ -798,7 +798,7 @@ BEGIN
   RAISE NOTICE 'id_gen: %.% is distributed over % shards; % existing rows moved to them',
     quote_ident(sch), quote_ident(tab), (SELECT count(DISTINCT shard) FROM id_gen.shard_routes), moved;
 END $$;
-COMMENT ON FUNCTION id_gen.distribute_table(regclass, name, name, text, text) IS 'Turns a plain table into a distributed table: here, partitioned on its bigint id column, with layout per_range (a RANGE partition per route range, each holding a postgres_fdw foreign table over the shard''s partition of the range) or per_shard (a HASH partition per shard over id_gen.gene_route_ops, a foreign table over the shard''s table: relations do not grow with the route ranges; reversible moves not yet); creates the shards'' tables and moves existing rows. With owner_column and sequence, the table''s name becomes a view that computes missing ids from the owner. Superuser only.';
+COMMENT ON FUNCTION id_gen.distribute_table(regclass, name, name, text, text) IS 'Turns a plain table into a distributed table: here, partitioned on its bigint id column, with layout per_range (a RANGE partition per route range, each holding a postgres_fdw foreign table over the shard''s partition of the range) or per_shard (a HASH partition per shard over id_gen.gene_route_ops, a foreign table over the shard''s table: relations do not grow with the route ranges); creates the shards'' tables and moves existing rows. With owner_column and sequence, the table''s name becomes a view that computes missing ids from the owner. Superuser only.';
 REVOKE EXECUTE ON FUNCTION id_gen.distribute_table(regclass, name, name, text, text) FROM PUBLIC;
 
 -- The distribution of distributed tables by route range.

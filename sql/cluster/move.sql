@@ -1182,13 +1182,6 @@ BEGIN
     ELSIF NOT EXISTS (SELECT FROM id_gen.distributed_tables) THEN
       RAISE EXCEPTION 'id_gen: there are no distributed tables, so there is nothing to move'
         USING ERRCODE = '55000', HINT = 'Change the routes with id_gen.set_route.';
-    ELSIF move_genes.reversible AND id_gen.has_per_shard_tables() THEN
-      RAISE EXCEPTION 'id_gen: reversible moves of per_shard distributed tables are not built yet: %',
-                      (SELECT string_agg(format('%I.%I', t.schema_name, t.table_name), ', ' ORDER BY t.schema_name, t.table_name)
-                       FROM id_gen.distributed_tables t WHERE t.layout = 'per_shard')
-        USING ERRCODE = '0A000',
-              DETAIL = 'A move copies the genes of every distributed table at once; these tables are laid out per shard here (distribute_table(..., layout => ''per_shard'')).',
-              HINT = 'Move without reversible => true (the move itself works with them), or distribute with the default layout per_range.';
     ELSIF src = target_shard THEN
       RAISE EXCEPTION 'id_gen: genes % .. % are on shard "%" already', lower_gene, upper_gene, target_shard
         USING ERRCODE = '22023';

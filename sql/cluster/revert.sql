@@ -89,6 +89,7 @@ BEGIN
   -- recorded (the way back, the copies of either side).
   PERFORM id_gen.run_cleanups(m.move_id, true, '{subscription,publication,replication_slot,sync_slots,markers,source_markers}', false);
   PERFORM id_gen.forget_cleanup(m.move_id, 'source_fence');
+  PERFORM id_gen.forget_cleanup(m.move_id, 'shown_copies');  -- (per_shard tables: the fence committed)
   PERFORM id_gen.remote_call(m.target_shard, 'shard_advance_way_back', ARRAY[m.move_id::text, m.back_lsn::text], 60000);
   PERFORM id_gen.remote_call(m.source_shard, 'shard_subscribe_way_back', ARRAY[m.move_id::text, p.parts::text], 30000);
   UPDATE id_gen.shard_moves sm SET phase = 'reversible', updated_at = clock_timestamp(), last_error = NULL
@@ -120,18 +121,52 @@ END $$;
 COMMENT ON FUNCTION id_gen.check_way_back(id_gen.shard_moves) IS 'Reads a reversible move''s reverse replication lag and retained WAL on the target into id_gen.shard_moves.';
 REVOKE EXECUTE ON FUNCTION id_gen.check_way_back(id_gen.shard_moves) FROM PUBLIC;
 
--- A revert's fence, lifted: the target takes direct writes again and the source's kept
--- partitions refuse them again (a failed fence attempt, or the supervisor after a crash).
+-- Undoes what a revert's fence did to per_shard tables on the shards when its flip did not
+-- commit (a failed fence attempt, or its coordinator died before its COMMIT): the source's
+-- kept partitions leave its tables again and the target's partitions, detached and renamed
+-- by the fence, join its tables again, both under the coordinator's locks of the per_shard
+-- tables (lock_timeout 2 s), so that no statement here sees the rows twice or not at all.
+-- Idempotent; nothing without per_shard tables, or when neither shard is re-laid.
+CREATE OR REPLACE FUNCTION id_gen.undo_revert_relayout(m id_gen.shard_moves) RETURNS void
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  saved text := current_setting('lock_timeout');
+  ps record;
+BEGIN
+  IF NOT id_gen.has_per_shard_tables() THEN
+    RETURN;
+  END IF;
+  ps := id_gen.per_shard_move_parts(m.lower_gene, m.upper_gene);
+  IF NOT (id_gen.remote_call(m.source_shard, 'shard_relayout_pending', ARRAY[m.move_id::text, ps.parts::text], 10000)::boolean
+          OR id_gen.remote_call(m.target_shard, 'shard_relayout_pending', ARRAY[m.move_id::text, ps.parts::text], 10000)::boolean) THEN
+    RETURN;
+  END IF;
+  PERFORM set_config('lock_timeout', '2s', true);
+  PERFORM id_gen.lock_per_shard_tables();
+  PERFORM set_config('lock_timeout', saved, true);
+  PERFORM id_gen.remote_call(m.source_shard, 'shard_hide_kept', ARRAY[m.move_id::text, ps.parts::text], 10000);
+  PERFORM id_gen.run_move_step(id_gen.reversed(m), 'reattach_source', 0, 120000);
+END $$;
+COMMENT ON FUNCTION id_gen.undo_revert_relayout(id_gen.shard_moves) IS 'After a revert''s fence of a move with per_shard tables whose flip did not commit: detaches the source''s kept partitions again and attaches the target''s partitions again, under the coordinator''s locks of the per_shard tables.';
+REVOKE EXECUTE ON FUNCTION id_gen.undo_revert_relayout(id_gen.shard_moves) FROM PUBLIC;
+
+-- A revert's fence, lifted: its re-layout of per_shard tables undone, the target takes direct
+-- writes again and the source's kept partitions refuse them again (a failed fence attempt,
+-- or the supervisor after a crash).
 CREATE OR REPLACE FUNCTION id_gen.lift_revert_fence(m id_gen.shard_moves, timeout_ms integer) RETURNS void
 LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+  -- (first: unfence_source finds the target's partitions by their names)
+  PERFORM id_gen.undo_revert_relayout(m);
   PERFORM id_gen.run_move_step(id_gen.reversed(m), 'unfence_source', 0, 10000);
   PERFORM id_gen.remote_call(m.source_shard, 'shard_open_kept',
                             ARRAY[m.move_id::text, (id_gen.move_parts(m.lower_gene, m.upper_gene)).parts::text, 'false'], timeout_ms);
 END $$;
-COMMENT ON FUNCTION id_gen.lift_revert_fence(id_gen.shard_moves, integer) IS 'Lifts a revert''s fence: the target''s fence triggers are disabled and the source''s kept partitions refuse direct writes again.';
+COMMENT ON FUNCTION id_gen.lift_revert_fence(id_gen.shard_moves, integer) IS 'Lifts a revert''s fence: its re-layout of per_shard tables is undone, the target''s fence triggers are disabled and the source''s kept partitions refuse direct writes again.';
 REVOKE EXECUTE ON FUNCTION id_gen.lift_revert_fence(id_gen.shard_moves, integer) FROM PUBLIC;
 
 -- The way back goes: first the target's publication and slot (the slot is what keeps WAL
@@ -216,9 +251,12 @@ REVOKE EXECUTE ON FUNCTION id_gen.take_reversible_move(bigint, text) FROM PUBLIC
 --   reversible, revert_lag    one look at the way back's lag: the source catches up first
 --                             (5 minutes at most), so that the fence only waits for the last
 --                             changes;
---   reversible, revert_arm    the attempt recorded, and the target's fence as a cleanup record
---                             (it may be up from here until it is lifted or the revert flips);
---   reversible, revert_fence  one attempt at the fence and flip back (below); phase reverting;
+--   reversible, revert_arm    the attempt recorded in fence_attempts (numbered on from the
+--                             move's, so that each attempt's marker is new), and the target's
+--                             fence as a cleanup record (it may be up from here until it is
+--                             lifted or the revert flips);
+--   reversible, revert_fence  one attempt at the fence and flip back (below; with per_shard
+--                             tables it re-lays both shards); phase reverting;
 --   reverting, NULL           the target's copies and the way back go (id_gen.finish_revert);
 --                             phase reverted.
 CREATE OR REPLACE FUNCTION id_gen.revert_step(m id_gen.shard_moves, step jsonb) RETURNS id_gen.step_outcome
@@ -234,6 +272,7 @@ DECLARE
   err text;
   err_state text;
   attempt integer := (step->>'attempt')::integer;
+  per_shard boolean := id_gen.has_per_shard_tables();
 BEGIN
   IF m.move_id IS NULL THEN
     RAISE EXCEPTION 'id_gen: argument "m" must not be NULL (it is the move, read by id_gen.move_step)' USING ERRCODE = '22004';
@@ -251,10 +290,14 @@ BEGIN
         USING ERRCODE = '55000', HINT = format('The source cannot have every write: CALL id_gen.complete_move(%s), then move the genes back.', m.move_id);
     END IF;
     lag := split_part(res, ' ', 1)::bigint;
-    outcome := id_gen.lag_outcome(lag, step, '{"step": "revert_arm", "attempt": 1}',
+    -- (Attempts are numbered on from the move's fence attempts, so that a revert after one
+    -- that failed never writes a marker of the same number again.)
+    outcome := id_gen.lag_outcome(lag, step,
+                                  jsonb_build_object('step', 'revert_arm', 'attempt', m.fence_attempts + 1, 'last', m.fence_attempts + 5),
                                   format('id_gen: move %s: the source stays %%s bytes behind the target after 5 minutes', m.move_id),
                                   'Check the subscription id_gen_back_<move> on the source; call revert_move again later.');
   ELSIF m.phase = 'reversible' AND step->>'step' = 'revert_arm' THEN
+    UPDATE id_gen.shard_moves sm SET fence_attempts = attempt WHERE sm.move_id = m.move_id;
     PERFORM id_gen.record_move_cleanups(m, '{revert_fence}');
     outcome.next_step := step || '{"step": "revert_fence"}';
   ELSIF m.phase = 'reversible' AND step->>'step' = 'revert_fence' THEN
@@ -267,15 +310,28 @@ BEGIN
     PERFORM pg_catalog.set_config('lock_timeout', '500ms', true);
     PERFORM id_gen.quiet_ddl();
     PERFORM id_gen.lock_range_partitions(m.lower_gene, m.upper_gene);
+    IF per_shard THEN
+      PERFORM id_gen.lock_per_shard_tables();
+    END IF;
     BEGIN
       PERFORM id_gen.run_move_step(r, 'fence_source', 1000 + attempt, 5000);
       PERFORM id_gen.pass_marker(r, 1000 + attempt, t0, 'source');
       PERFORM id_gen.remote_call(m.source_shard, 'shard_open_kept',
                                 ARRAY[m.move_id::text, (id_gen.move_parts(m.lower_gene, m.upper_gene)).parts::text, 'true'], 5000);
+      IF per_shard THEN
+        -- The coordinator reads a per_shard table's shards whole: the source's kept partitions
+        -- join its tables (no scan: their CHECK implies the bounds) ...
+        PERFORM id_gen.run_move_step(r, 'show_incoming', 0, 8000);
+      END IF;
       PERFORM id_gen.move_raise_sequences(r);
       PERFORM id_gen.flip_routes(m.lower_gene, m.upper_gene, m.source_shard);
+      IF per_shard THEN
+        -- ... and, last, the target's partitions leave its tables (detached and renamed), so
+        -- that after the COMMIT every row is read once, from the source.
+        PERFORM id_gen.run_move_step(r, 'detach_source_in_fence', 0, 8000);
+      END IF;
       UPDATE id_gen.shard_moves sm
-      SET phase = 'reverting', fence_attempts = sm.fence_attempts + 1, fence_started_at = t0, fence_ended_at = clock_timestamp(),
+      SET phase = 'reverting', fence_started_at = t0, fence_ended_at = clock_timestamp(),
           updated_at = clock_timestamp(), last_error = NULL
       WHERE sm.move_id = m.move_id AND sm.phase = 'reversible';
       IF NOT FOUND THEN
@@ -326,13 +382,13 @@ BEGIN
   UPDATE id_gen.shard_moves sm SET last_error = format('revert fence attempt %s: %s', attempt, err),
                                    updated_at = clock_timestamp()
   WHERE sm.move_id = m.move_id;
-  IF err_state IN ('57014', '55006') OR attempt >= 5 THEN
+  IF err_state IN ('57014', '55006') OR attempt >= coalesce((step->>'last')::integer, 5) THEN
     outcome.stop_message := format('id_gen: move %s: could not revert: %s', m.move_id, err);
     outcome.stop_sqlstate := coalesce(err_state, '55000');
     outcome.stop_detail := 'The fence was lifted; the target still serves the genes and the source follows it.';
     outcome.stop_hint := format('CALL id_gen.revert_move(%s) tries again.', m.move_id);
   ELSE
-    outcome.next_step := jsonb_build_object('step', 'revert_arm', 'attempt', attempt + 1);
+    outcome.next_step := step || jsonb_build_object('step', 'revert_arm', 'attempt', attempt + 1);
     outcome.pause := 0.5;
   END IF;
   RETURN outcome;

@@ -275,3 +275,6 @@ COMMENT ON COLUMN id_gen.shard_slots.assigned_at IS 'When the slot was given.';
 
 -- @new-in-0.7.5
 -- (No catalog table is new in 0.7.5.)
+
+-- @new-in-0.7.6
+-- (No catalog table is new in 0.7.6.)

@@ -16,7 +16,9 @@ max_locks_per_transaction.
     table): no read sees a row twice, every committed row is there once, the rows are on the
     target alone and nothing of the move is left; a coordinator killed in the fence after it
     re-laid both shards: the supervisor undoes it, and the same CALL moves the genes; a
-    reversible move (not built for per_shard tables) and a rename are refused (0A000).
+    reversible move under load, a revert whose fence fails after re-laying both shards
+    (undone, nothing seen twice or missing), the revert under load, then a reversible move
+    completed; a rename is refused (0A000).
 (e) pg_dump of the coordinator restored into another database: the same rows through it, and
     lookups by owner still reach one shard (the shard slots and the partitions' bounds come
     back together).
@@ -341,18 +343,109 @@ def test_d_a_coordinator_killed_after_the_fence_re_laid_the_shards():
     assert (hidden_copies(shards[1]), hidden_copies(shards[4])) == (0, 0)
 
 
-def test_d_refusals():
-    """A reversible move of per_shard tables is not built yet (0A000), and nothing changes;
-    nor can a per_shard table be renamed (0A000)."""
+FAILING_REVERT_FLIP = """
+    CREATE FUNCTION public.failing_revert_flip() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+      IF OLD.phase = 'reversible' AND NEW.phase = 'reverting' THEN
+        RAISE EXCEPTION 'test: the revert''s flip fails' USING ERRCODE = '55000';
+      END IF;
+      RETURN NEW;
+    END $$;
+    CREATE TRIGGER failing_revert_flip BEFORE UPDATE ON id_gen.cluster_operations FOR EACH ROW EXECUTE FUNCTION public.failing_revert_flip();
+"""
+
+
+def kept_partitions(shard):
+    return shard.one("SELECT count(*) FROM pg_constraint WHERE conname = 'id_gen_kept_bound'")
+
+
+def test_d_a_reversible_move_of_per_shard_tables_reverted_and_completed():
+    """A reversible move of per_shard tables under load (writers through the coordinator and
+    a reader of the whole table), then a revert whose fence fails after it re-laid both shards
+    (the source's kept partitions attached, the target's detached): each attempt is undone
+    under the coordinator's locks; then the revert under load; then a reversible move
+    completed. No read sees a row twice, every committed row is there once, on the shard that
+    owns its gene, and nothing of the moves is left."""
+    c, shards = S["c"], S["shards"]
+    lower, upper = 16, 31  # route range 1, on shard_2 (test_c merged it back)
+    assert harness.routes(c).split(",")[1] == f"{lower}-{upper}@shard_2"
+    inside = c.column(f"SELECT o FROM generate_series(600000, 6000000) o "
+                      f"WHERE id_gen.shard_gene(o::bigint) BETWEEN {lower} AND {upper} LIMIT 6")
+    outside = owners_on("shard_2", 3, first=600000) + owners_on("shard_3", 3, first=600000)
+    assert len(inside) == 6
+    o = inside[0]
+    part = f"public.orders_g{lower}_{upper}"
+    load, reader = Writers(inside + outside), DoubleReader()
+    poll_until("writers committed rows", load.total, lambda n: n >= 50, 60)
+    c.execute("SET client_min_messages = warning", f"CALL id_gen.move_genes({lower}, {upper}, 'shard_1', reversible => true)")
+    move = c.one("SELECT max(move_id) FROM id_gen.moves")
+    assert c.one(f"SELECT phase FROM id_gen.moves WHERE move_id = {move}") == "reversible"
+    assert harness.routes(c).split(",")[1] == f"{lower}-{upper}@shard_1"
+    # The source keeps its partitions out of its tables, under their names, in step with the target.
+    assert kept_partitions(shards[2]) == 3
+    assert shards[2].one(f"SELECT count(*) FROM pg_inherits WHERE inhrelid = '{part}'::regclass") == 0
+    n = load.total()
+    poll_until("writers committed rows after the move", load.total, lambda m: m >= n + 50, 60)
+
+    # A revert whose flip fails after the fence re-laid both shards: every attempt is undone.
+    c.script(FAILING_REVERT_FLIP)
+    err = c.error(f"CALL id_gen.revert_move({move})")
+    c.execute("DROP TRIGGER failing_revert_flip ON id_gen.cluster_operations", "DROP FUNCTION public.failing_revert_flip()")
+    assert err is not None and "the revert's flip fails" in str(err), err
+    assert c.one(f"SELECT phase FROM id_gen.moves WHERE move_id = {move}") == "reversible"
+    assert harness.routes(c).split(",")[1] == f"{lower}-{upper}@shard_1"
+    assert shards[2].one(f"SELECT count(*) FROM pg_inherits WHERE inhrelid = '{part}'::regclass") == 0, "kept, hidden again"
+    assert shards[1].one(f"SELECT count(*) FROM pg_inherits WHERE inhrelid = '{part}'::regclass") == 1, "attached again"
+    assert shards[1].one("SELECT count(*) FROM pg_class WHERE relname LIKE 'id_gen_moved_%'") == 0
+    n = load.total()
+    poll_until("writers committed rows after the failed revert", load.total, lambda m: m >= n + 50, 60)
+
+    # The revert, under load.
+    c.execute("SET client_min_messages = warning", f"CALL id_gen.revert_move({move})")
+    assert c.one(f"SELECT phase FROM id_gen.moves WHERE move_id = {move}") == "reverted"
+    assert harness.routes(c).split(",")[1] == f"{lower}-{upper}@shard_2"
+    n = load.total()
+    poll_until("writers committed rows after the revert", load.total, lambda m: m >= n + 50, 60)
+    committed = load.finish()
+    reads, doubles = reader.finish()
+    assert doubles == [], f"{len(doubles)} of {reads} whole-table reads saw rows twice: {doubles[:5]}"
+    assert reads >= 3, f"only {reads} whole-table reads ran"
+    got = dict(c.execute(
+        f"SELECT owner_id, count(*) FROM orders WHERE owner_id IN ({','.join(map(str, committed))}) GROUP BY 1"))
+    assert got == {k: v for k, v in committed.items() if v}, (got, committed)
+    assert c.one("SELECT count(*) = count(DISTINCT id) FROM orders") is True
+    assert (shards[1].one(f"SELECT count(*) FROM orders WHERE owner_id = {o}"),
+            shards[2].one(f"SELECT count(*) FROM orders WHERE owner_id = {o}")) == (0, committed[o])
+    assert shards[2].one(f"SELECT count(*) FROM pg_inherits WHERE inhrelid = '{part}'::regclass") == 1
+    assert shards[1].one(f"SELECT to_regclass('{part}') IS NULL") is True
+    assert (kept_partitions(shards[1]), kept_partitions(shards[2])) == (0, 0)
+    for s in shards.values():
+        assert s.one("SELECT count(*) FROM pg_class WHERE relname LIKE 'id_gen_moved_%'") == 0
+        assert s.one("SELECT count(*) FROM pg_subscription") + s.one("SELECT count(*) FROM pg_replication_slots") == 0
+        assert s.one("SELECT count(*) FROM pg_trigger WHERE tgname = 'id_gen_move_fence' AND tgenabled <> 'D'") == 0
+    report(f"per_shard reversible move, a failed revert and the revert under load: {sum(committed.values())} rows "
+           f"written through the coordinator, {reads} whole-table reads, none saw a row twice; revert fence "
+           f"{c.one(f'SELECT fence_ms FROM id_gen.moves WHERE move_id = {move}')} ms")
+
+    # A reversible move completed: the genes stay on the target, the source's kept partitions go.
+    c.execute("SET client_min_messages = warning", f"CALL id_gen.move_genes({lower}, {upper}, 'shard_1', reversible => true)")
+    move = c.one("SELECT max(move_id) FROM id_gen.moves")
+    c.execute("SET client_min_messages = warning", f"CALL id_gen.complete_move({move})")
+    assert c.one(f"SELECT phase FROM id_gen.moves WHERE move_id = {move}") == "done"
+    assert harness.routes(c).split(",")[1] == f"{lower}-{upper}@shard_1"
+    assert (shards[1].one(f"SELECT count(*) FROM orders WHERE owner_id = {o}"),
+            shards[2].one(f"SELECT count(*) FROM orders WHERE owner_id = {o}")) == (committed[o], 0)
+    assert shards[2].one(f"SELECT to_regclass('{part}') IS NULL") is True
+    assert c.one("SELECT count(*) = count(DISTINCT id) FROM orders") is True
+    for s in shards.values():
+        assert kept_partitions(s) == 0
+        assert s.one("SELECT count(*) FROM pg_subscription") + s.one("SELECT count(*) FROM pg_replication_slots") == 0
+
+
+def test_d_renames_are_refused():
+    """A per_shard table cannot be renamed (0A000): its partitions and the shards' tables are
+    found by its name (the partitioned table behind a view, and a table without one)."""
     c = S["c"]
-    before = harness.routes(c)
-    moves = c.one("SELECT count(*) FROM id_gen.moves")
-    err = c.error("CALL id_gen.move_genes(16, 31, 'shard_1', reversible => true)")
-    assert err is not None and err.sqlstate == "0A000", err
-    assert harness.routes(c) == before
-    assert c.one("SELECT count(*) FROM id_gen.moves") == moves
-    # Nor can a per_shard table be renamed: its partitions and the shards' tables are found
-    # by its name (the partitioned table behind a view, and a table without one).
     for statement in ("ALTER TABLE orders_shards RENAME TO orders_x", "ALTER TABLE events RENAME TO events_x",
                       "ALTER VIEW orders RENAME TO orders_y"):
         assert c.sqlstate(statement) == "0A000", statement

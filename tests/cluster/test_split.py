@@ -360,7 +360,7 @@ def test_e_reversible_move_reverted_under_load():
         poll_until("writers wrote on the target after the cut-over",
                    lambda: s2.one("SELECT count(*) FROM orders_g0_2047 WHERE owner_id > 10000000"), lambda n: n > 0, 60)
         c.execute(f"CALL id_gen.revert_move({mid})")
-        report(c.one(f"SELECT 'revert: fence ' || fence_ms || ' ms, attempts ' || fence_attempts "
+        report(c.one(f"SELECT 'revert: fence ' || fence_ms || ' ms, fence attempts of the move and the revert ' || fence_attempts "
                      f"|| coalesce(', last error: ' || last_error, '') FROM id_gen.moves WHERE move_id = {mid}"))
         t1 = time.time()
         load.wait_for_more("after the revert", n=50)

@@ -396,8 +396,10 @@ COMMENT ON FUNCTION id_gen.shard_detach_moved(bigint, text[]) IS 'On the source 
 REVOKE EXECUTE ON FUNCTION id_gen.shard_detach_moved(bigint, text[]) FROM PUBLIC;
 
 -- Whether a fence of a move of per_shard tables left this shard re-laid: a copy of parts
--- attached here with its bound CHECK (the target showed it), or a part detached and renamed
--- by the move (the source let it go). The coordinator locks its tables to undo it only then.
+-- attached here with its bound CHECK (the target showed it; or, in a revert's fence, the
+-- source showed its kept partition, with the CHECK id_gen_kept_bound), or a part detached
+-- and renamed by the move (the source let it go; or, in a revert's fence, the target). The
+-- coordinator locks its tables to undo it only then.
 CREATE OR REPLACE FUNCTION id_gen.shard_relayout_pending(move_id bigint, parts text[]) RETURNS boolean
 LANGUAGE sql STABLE STRICT
 SET search_path = pg_catalog, pg_temp
@@ -407,12 +409,12 @@ BEGIN ATOMIC
                         AND EXISTS (SELECT FROM pg_catalog.pg_inherits x WHERE x.inhrelid OPERATOR(pg_catalog.=) pg_catalog.to_regclass(p))
                         AND EXISTS (SELECT FROM pg_catalog.pg_constraint c
                                     WHERE c.conrelid OPERATOR(pg_catalog.=) pg_catalog.to_regclass(p)
-                                      AND c.conname OPERATOR(pg_catalog.=) 'id_gen_incoming_bound'))
+                                      AND c.conname OPERATOR(pg_catalog.=) ANY ('{id_gen_incoming_bound,id_gen_kept_bound}')))
                     OR (pg_catalog.to_regclass(p) IS NULL
                         AND pg_catalog.to_regclass(pg_catalog.format('%I.%I', (pg_catalog.parse_ident(p))[1],
                                                                      id_gen.moved_partition_name(move_id, p))) IS NOT NULL));
 END;
-COMMENT ON FUNCTION id_gen.shard_relayout_pending(bigint, text[]) IS 'On a shard: whether the fence of a move of per_shard tables left it re-laid (a copy of parts attached with its bound CHECK, or a part detached and renamed by the move), which the coordinator must undo if the flip did not commit.';
+COMMENT ON FUNCTION id_gen.shard_relayout_pending(bigint, text[]) IS 'On a shard: whether the fence of a move (or of a revert) of per_shard tables left it re-laid (a copy of parts, or a kept partition, attached with its bound CHECK, or a part detached and renamed by the move), which the coordinator must undo if the flip did not commit.';
 REVOKE EXECUTE ON FUNCTION id_gen.shard_relayout_pending(bigint, text[]) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION id_gen.shard_drop_moved(move_id bigint, parts text[], drop_tables boolean) RETURNS integer

@@ -90,14 +90,23 @@ DECLARE
   pid integer;
 BEGIN
   EXECUTE format('DROP PUBLICATION IF EXISTS %I', tag);
-  SELECT s.active_pid INTO pid FROM pg_replication_slots s WHERE s.slot_name = tag;
-  IF pid IS NOT NULL THEN
-    PERFORM pg_terminate_backend(pid);
-    PERFORM pg_sleep(0.2);
-  END IF;
-  IF EXISTS (SELECT FROM pg_replication_slots s WHERE s.slot_name = tag AND NOT s.active) THEN
-    PERFORM pg_drop_replication_slot(tag);
-  END IF;
+  -- The source's subscription is still enabled (it may be down: this side goes first), so its
+  -- apply worker connects again as soon as its walsender is gone (at once, when its last
+  -- start is older than wal_retrieve_retry_interval): the walsender is ended and waited for
+  -- (1 s at most), and the slot dropped right after, up to 50 times.
+  FOR i IN 1 .. 50 LOOP
+    SELECT s.active_pid INTO pid FROM pg_replication_slots s WHERE s.slot_name = tag;
+    EXIT WHEN NOT FOUND;
+    IF pid IS NOT NULL THEN
+      PERFORM pg_terminate_backend(pid, 1000);
+    END IF;
+    BEGIN
+      PERFORM pg_drop_replication_slot(tag);
+      EXIT;
+    EXCEPTION WHEN object_in_use THEN
+      PERFORM pg_sleep(0.05);
+    END;
+  END LOOP;
   RETURN CASE WHEN EXISTS (SELECT FROM pg_replication_slots s WHERE s.slot_name = tag) THEN 'slot still active' ELSE 'dropped' END;
 END $$;
 COMMENT ON FUNCTION id_gen.shard_drop_way_back(bigint) IS 'On the target of a reversible move: drops the way back''s publication and slot.';
@@ -123,6 +132,10 @@ REVOKE EXECUTE ON FUNCTION id_gen.shard_detach_way_back(bigint) FROM PUBLIC;
 
 -- On the source at the cut-over of a reversible move: the partitions leave the table but
 -- keep their names (the way back applies to them by name) and get a CHECK of their bounds.
+-- Those of per_shard tables left the table in the move's fence, renamed
+-- id_gen_moved_<move>_<hash> (shard_detach_moved): they get their names back. Also, in a
+-- revert's fence that failed (or its recovery), the kept partitions that fence attached
+-- leave the table again.
 CREATE OR REPLACE FUNCTION id_gen.shard_detach_kept(move_id bigint, parts text[], id_columns name[],
                                                     lower_genes integer[], upper_genes integer[]) RETURNS integer
 LANGUAGE plpgsql STRICT
@@ -137,7 +150,11 @@ BEGIN
   PERFORM id_gen.quiet_ddl();
   FOR i IN 1 .. cardinality(parts) LOOP
     rel := to_regclass(parts[i]);
-    CONTINUE WHEN rel IS NULL;
+    IF rel IS NULL THEN
+      rel := to_regclass(format('%I.%I', (parse_ident(parts[i]))[1], id_gen.moved_partition_name(move_id, parts[i])));
+      CONTINUE WHEN rel IS NULL;
+      EXECUTE format('ALTER TABLE %s RENAME TO %I', rel, (parse_ident(parts[i]))[2]);
+    END IF;
     SELECT x.inhparent::regclass INTO parent FROM pg_inherits x WHERE x.inhrelid = rel;
     IF parent IS NOT NULL THEN
       EXECUTE format('ALTER TABLE %s DETACH PARTITION %s', parent, rel);
@@ -154,7 +171,7 @@ BEGIN
   PERFORM id_gen.shard_routing_changed();
   RETURN n;
 END $$;
-COMMENT ON FUNCTION id_gen.shard_detach_kept(bigint, text[], name[], integer[], integer[]) IS 'On the source of a reversible move at its cut-over: detaches the moved partitions, keeping their names (the way back applies to them) and adding a CHECK of their bounds (so re-attaching needs no scan).';
+COMMENT ON FUNCTION id_gen.shard_detach_kept(bigint, text[], name[], integer[], integer[]) IS 'On the source of a reversible move at its cut-over: detaches the moved partitions, keeping their names (the way back applies to them; those of per_shard tables, detached in the fence, get their names back) and adding a CHECK of their bounds (so re-attaching needs no scan); idempotent.';
 REVOKE EXECUTE ON FUNCTION id_gen.shard_detach_kept(bigint, text[], name[], integer[], integer[]) FROM PUBLIC;
 
 -- On the source: the way back's subscription (from id_gen.move_secrets), not yet enabled.
@@ -165,7 +182,9 @@ RETURN id_gen.subscribe_with_secret(move_id, parts, true);
 COMMENT ON FUNCTION id_gen.shard_subscribe_way_back(bigint, text[]) IS 'On the source of a reversible move: creates and enables the subscription of the way back from the connection string in id_gen.move_secrets (then forgotten).';
 REVOKE EXECUTE ON FUNCTION id_gen.shard_subscribe_way_back(bigint, text[]) FROM PUBLIC;
 
--- On the source, after a revert's flip: the kept partitions rejoin the table.
+-- On the source, after a revert's flip: the kept partitions rejoin the table (those of
+-- per_shard tables joined it in the revert's fence) and lose the move's CHECK and fence
+-- trigger. Idempotent.
 CREATE OR REPLACE FUNCTION id_gen.shard_reattach_kept(move_id bigint, parts text[], lower_genes integer[], upper_genes integer[]) RETURNS integer
 LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
@@ -182,8 +201,13 @@ BEGIN
     IF rel IS NULL THEN
       RAISE EXCEPTION 'id_gen: the kept partition % of move % is missing on this shard', parts[i], move_id USING ERRCODE = '55000';
     END IF;
-    CONTINUE WHEN EXISTS (SELECT FROM pg_inherits x WHERE x.inhrelid = rel);
-    parent := id_gen.attach_moved_part(rel, lower_genes[i], upper_genes[i]);  -- (sql/cluster/shard/move.sql)
+    SELECT x.inhparent::regclass INTO parent FROM pg_inherits x WHERE x.inhrelid = rel;
+    CONTINUE WHEN parent IS NOT NULL
+              AND NOT EXISTS (SELECT FROM pg_constraint c WHERE c.conrelid = rel AND c.conname = 'id_gen_kept_bound')
+              AND NOT EXISTS (SELECT FROM pg_trigger t WHERE t.tgrelid = rel AND t.tgname = 'id_gen_move_fence');
+    IF parent IS NULL THEN
+      parent := id_gen.attach_moved_part(rel, lower_genes[i], upper_genes[i]);  -- (sql/cluster/shard/move.sql)
+    END IF;
     EXECUTE format('ALTER TABLE %s DROP CONSTRAINT IF EXISTS id_gen_kept_bound', rel);
     EXECUTE format('DROP TRIGGER IF EXISTS id_gen_move_fence ON %s', rel);
     EXECUTE format('COMMENT ON TABLE %s IS %L', rel,
@@ -193,8 +217,39 @@ BEGIN
   PERFORM id_gen.shard_routing_changed();
   RETURN n;
 END $$;
-COMMENT ON FUNCTION id_gen.shard_reattach_kept(bigint, text[], integer[], integer[]) IS 'On the source of a reverted move: attaches the kept partitions to their tables again (no scan: their CHECK implies the bounds) and removes the move''s fence trigger from them.';
+COMMENT ON FUNCTION id_gen.shard_reattach_kept(bigint, text[], integer[], integer[]) IS 'On the source of a reverted move: attaches the kept partitions to their tables again (no scan: their CHECK implies the bounds; those of per_shard tables were attached in the revert''s fence) and removes the move''s CHECK and fence trigger from them; idempotent.';
 REVOKE EXECUTE ON FUNCTION id_gen.shard_reattach_kept(bigint, text[], integer[], integer[]) FROM PUBLIC;
+
+-- On the source, when a revert's fence that attached kept partitions of per_shard tables
+-- (shard_show_incoming) did not commit: they leave the table again under their names; the
+-- CHECK and the fence trigger are still on them. Idempotent.
+CREATE OR REPLACE FUNCTION id_gen.shard_hide_kept(move_id bigint, parts text[]) RETURNS integer
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  rel regclass;
+  parent regclass;
+  n integer := 0;
+BEGIN
+  PERFORM set_config('lock_timeout', '5s', true);
+  PERFORM id_gen.quiet_ddl();
+  FOREACH rel IN ARRAY id_gen.shard_relations(parts, false) LOOP
+    SELECT x.inhparent::regclass INTO parent FROM pg_inherits x WHERE x.inhrelid = rel;
+    CONTINUE WHEN parent IS NULL
+               OR NOT EXISTS (SELECT FROM pg_constraint c WHERE c.conrelid = rel AND c.conname = 'id_gen_kept_bound');
+    EXECUTE format('ALTER TABLE %s DETACH PARTITION %s', parent, rel);
+    EXECUTE format('COMMENT ON TABLE %s IS %L', rel,
+                   format('id_gen: kept in step with the target of reversible move %s (revert_move or complete_move ends it)', move_id));
+    n := n + 1;
+  END LOOP;
+  IF n > 0 THEN
+    PERFORM id_gen.shard_routing_changed();
+  END IF;
+  RETURN n;
+END $$;
+COMMENT ON FUNCTION id_gen.shard_hide_kept(bigint, text[]) IS 'On the source of a reversible move of per_shard tables whose revert''s fence did not commit: detaches the kept partitions that fence attached (keeping their names, CHECK and fence trigger); idempotent.';
+REVOKE EXECUTE ON FUNCTION id_gen.shard_hide_kept(bigint, text[]) FROM PUBLIC;
 
 -- On the source, inside a revert's fence (open) or when that fence fails (not open): the
 -- move's fence trigger on the kept partitions, which refuses writes other than the way

@@ -54,29 +54,6 @@ RETURN (SELECT s.shards[i] FROM id_gen.shard_route_state s,
 COMMENT ON FUNCTION id_gen.shard_known_owner(integer) IS 'On a shard: the shard that owns a gene according to the routes the coordinator last pushed here (NULL if unknown); named in the DETAIL of IG001.';
 GRANT EXECUTE ON FUNCTION id_gen.shard_known_owner(integer) TO PUBLIC;
 
--- What src/routing_guard/shard_state.rs loads: the version, then per distributed table
--- its partitions with their gene ranges (a tombstone: NULL genes).
-CREATE OR REPLACE FUNCTION id_gen.shard_routing_snapshot()
-RETURNS TABLE (version bigint, parent oid, part oid, lower_gene integer, upper_gene integer)
-LANGUAGE sql STABLE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-BEGIN ATOMIC
-  SELECT v.version, t.parent, c.oid, g.g[1], g.g[2]
-  FROM (SELECT coalesce((SELECT s.version FROM id_gen.shard_route_state s), 0) AS version) v
-  LEFT JOIN (SELECT st.schema_name, st.table_name, to_regclass(format('%I.%I', st.schema_name, st.table_name))::oid AS parent
-             FROM id_gen.shard_tables st) t ON t.parent IS NOT NULL
-  LEFT JOIN pg_inherits i ON i.inhparent OPERATOR(pg_catalog.=) t.parent
-  LEFT JOIN pg_class c ON c.oid OPERATOR(pg_catalog.=) i.inhrelid
-  -- The bound's genes, decoded from the catalog's node tree (a deparse with pg_get_expr and
-  -- a pattern match cost 30-100 us per partition). A function in FROM runs once per
-  -- partition (a subquery here would be pulled up, and called again for each use of g).
-  LEFT JOIN LATERAL id_gen.partition_gene_range(c.relpartbound) AS g(g) ON true
-  -- The order in which route_claim locks: a move's fence locks in the same order.
-  ORDER BY t.schema_name, t.table_name, c.oid;
-END;
-COMMENT ON FUNCTION id_gen.shard_routing_snapshot() IS 'On a shard: its route version and, per distributed table (by schema and name), each partition with its gene range (NULL for the tombstone and the partition of negative ids). Loaded by the routing guard of every backend after a change.';
-GRANT EXECUTE ON FUNCTION id_gen.shard_routing_snapshot() TO PUBLIC;
-
 -- What the version check of every transaction and route_claim load
 -- (src/routing_guard/shard_state.rs, VersionView): the version and the distributed tables,
 -- one row per table, however many partitions they have.
@@ -94,6 +71,28 @@ BEGIN ATOMIC
 END;
 COMMENT ON FUNCTION id_gen.shard_routing_tables() IS 'On a shard: its route version and its distributed tables (their oids; one row with a NULL table when it has none). Loaded by the route-version check and route_claim of every backend after a change (a claim finds the gene''s partitions in PostgreSQL''s partition descriptors); id_gen.shard_routing_snapshot() gives the partitions too.';
 GRANT EXECUTE ON FUNCTION id_gen.shard_routing_tables() TO PUBLIC;
+
+-- What src/routing_guard/shard_state.rs loads: the version, then per distributed table
+-- its partitions with their gene ranges (a tombstone: NULL genes).
+CREATE OR REPLACE FUNCTION id_gen.shard_routing_snapshot()
+RETURNS TABLE (version bigint, parent oid, part oid, lower_gene integer, upper_gene integer)
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+  SELECT t.version, t.parent, c.oid, g.g[1], g.g[2]
+  -- (the version and the tables in the order in which route_claim locks, which a move's
+  -- fence follows too; one row with a NULL table when there is none)
+  FROM id_gen.shard_routing_tables() WITH ORDINALITY AS t(version, parent, n)
+  LEFT JOIN pg_inherits i ON i.inhparent OPERATOR(pg_catalog.=) t.parent
+  LEFT JOIN pg_class c ON c.oid OPERATOR(pg_catalog.=) i.inhrelid
+  -- The bound's genes, decoded from the catalog's node tree (a deparse with pg_get_expr and
+  -- a pattern match cost 30-100 us per partition). A function in FROM runs once per
+  -- partition (a subquery here would be pulled up, and called again for each use of g).
+  LEFT JOIN LATERAL id_gen.partition_gene_range(c.relpartbound) AS g(g) ON true
+  ORDER BY t.n, c.oid;
+END;
+COMMENT ON FUNCTION id_gen.shard_routing_snapshot() IS 'On a shard: its route version and, per distributed table (by schema and name), each partition with its gene range (NULL for the tombstone and the partition of negative ids). Loaded by the routing guard of every backend after a change.';
+GRANT EXECUTE ON FUNCTION id_gen.shard_routing_snapshot() TO PUBLIC;
 
 -- Shard: tombstones --------------------------------------------------------------------------
 -- The attribute number of a partition's partition-key column (the id) in the partition.

@@ -1,0 +1,5 @@
+-- Catalog changes and new C functions, 0.7.5 -> 0.7.6 (by hand): none. The code files
+-- (appended by scripts/gen-upgrade.sh) make reversible moves work with per_shard tables
+-- (sql/cluster/revert.sql and sql/cluster/shard/revert.sql: the revert's fence re-lays both
+-- shards, and undoes it when it fails) and build id_gen.shard_routing_snapshot() over
+-- id_gen.shard_routing_tables().
