@@ -133,9 +133,7 @@ REVOKE EXECUTE ON FUNCTION id_gen.shard_detach_way_back(bigint) FROM PUBLIC;
 -- On the source at the cut-over of a reversible move: the partitions leave the table but
 -- keep their names (the way back applies to them by name) and get a CHECK of their bounds.
 -- Those of per_shard tables left the table in the move's fence, renamed
--- id_gen_moved_<move>_<hash> (shard_detach_moved): they get their names back. Also, in a
--- revert's fence that failed (or its recovery), the kept partitions that fence attached
--- leave the table again.
+-- id_gen_moved_<move>_<hash> (shard_detach_moved): they get their names back. Idempotent.
 CREATE OR REPLACE FUNCTION id_gen.shard_detach_kept(move_id bigint, parts text[], id_columns name[],
                                                     lower_genes integer[], upper_genes integer[]) RETURNS integer
 LANGUAGE plpgsql STRICT
