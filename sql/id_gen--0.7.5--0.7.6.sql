@@ -3845,34 +3845,48 @@ END $$;
 COMMENT ON FUNCTION id_gen.lock_per_shard_tables() IS 'ACCESS EXCLUSIVE on the partitioned table of every per_shard distributed table (the fence of a move with per_shard tables: the shards'' tables change in it, and statements that waited must route again).';
 REVOKE EXECUTE ON FUNCTION id_gen.lock_per_shard_tables() FROM PUBLIC;
 
--- Undoes what the fence of a move with per_shard tables did on the shards when its flip did
--- not commit (a failed fence, or its coordinator died before its COMMIT): the target's copies
--- are hidden again and the source's partitions attached again, both under the coordinator's
--- locks of the per_shard tables (lock_timeout 2 s), so that no statement here sees the
--- rows twice or not at all. Idempotent; nothing without per_shard tables.
-CREATE OR REPLACE FUNCTION id_gen.undo_shown_copies(m id_gen.shard_moves) RETURNS void
+-- Before a fence's re-layout of per_shard tables is undone (a move's: undo_shown_copies; a
+-- revert's: undo_revert_relayout): whether either shard of m is re-laid indeed, and if so
+-- the coordinator's locks of the per_shard tables (lock_timeout 2 s), held until the
+-- caller's transaction ends (an abort's other clean-ups, the supervisor's pass), so that no
+-- statement here sees the rows twice or not at all. False without per_shard tables.
+CREATE OR REPLACE FUNCTION id_gen.lock_per_shard_tables_if_relaid(m id_gen.shard_moves) RETURNS boolean
 LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   saved text := current_setting('lock_timeout');
-  ps record;
+  parts text;
 BEGIN
   IF NOT id_gen.has_per_shard_tables() THEN
-    RETURN;
+    RETURN false;
   END IF;
-  ps := id_gen.per_shard_move_parts(m.lower_gene, m.upper_gene);
-  -- The locks are held until the caller's transaction ends (an abort's other clean-ups, the
-  -- supervisor's pass): taken only when a shard is re-laid indeed.
-  IF NOT (id_gen.remote_call(m.target_shard, 'shard_relayout_pending', ARRAY[m.move_id::text, ps.parts::text], 10000)::boolean
-          OR id_gen.remote_call(m.source_shard, 'shard_relayout_pending', ARRAY[m.move_id::text, ps.parts::text], 10000)::boolean) THEN
-    RETURN;
+  parts := (id_gen.per_shard_move_parts(m.lower_gene, m.upper_gene)).parts::text;
+  IF NOT (id_gen.remote_call(m.target_shard, 'shard_relayout_pending', ARRAY[m.move_id::text, parts], 10000)::boolean
+          OR id_gen.remote_call(m.source_shard, 'shard_relayout_pending', ARRAY[m.move_id::text, parts], 10000)::boolean) THEN
+    RETURN false;
   END IF;
   PERFORM set_config('lock_timeout', '2s', true);
   PERFORM id_gen.lock_per_shard_tables();
   PERFORM set_config('lock_timeout', saved, true);
-  PERFORM id_gen.run_move_step(m, 'hide_incoming', 0, 10000);
-  PERFORM id_gen.run_move_step(m, 'reattach_source', 0, 120000);
+  RETURN true;
+END $$;
+COMMENT ON FUNCTION id_gen.lock_per_shard_tables_if_relaid(id_gen.shard_moves) IS 'Whether the fence of move m (or of its revert) left either shard re-laid (id_gen.shard_relayout_pending there); if so, takes the coordinator''s locks of the per_shard tables first, for the undo.';
+REVOKE EXECUTE ON FUNCTION id_gen.lock_per_shard_tables_if_relaid(id_gen.shard_moves) FROM PUBLIC;
+
+-- Undoes what the fence of a move with per_shard tables did on the shards when its flip did
+-- not commit (a failed fence, or its coordinator died before its COMMIT): the target's copies
+-- are hidden again and the source's partitions attached again, both under the coordinator's
+-- locks of the per_shard tables. Idempotent; nothing without per_shard tables.
+CREATE OR REPLACE FUNCTION id_gen.undo_shown_copies(m id_gen.shard_moves) RETURNS void
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  IF id_gen.lock_per_shard_tables_if_relaid(m) THEN
+    PERFORM id_gen.run_move_step(m, 'hide_incoming', 0, 10000);
+    PERFORM id_gen.run_move_step(m, 'reattach_source', 0, 120000);
+  END IF;
 END $$;
 COMMENT ON FUNCTION id_gen.undo_shown_copies(id_gen.shard_moves) IS 'After a fence of a move with per_shard tables whose flip did not commit: hides the target''s copies and attaches the source''s moved partitions again, under the coordinator''s locks of the per_shard tables.';
 REVOKE EXECUTE ON FUNCTION id_gen.undo_shown_copies(id_gen.shard_moves) FROM PUBLIC;
@@ -5888,7 +5902,8 @@ REVOKE EXECUTE ON FUNCTION id_gen.shard_detach_way_back(bigint) FROM PUBLIC;
 -- On the source at the cut-over of a reversible move: the partitions leave the table but
 -- keep their names (the way back applies to them by name) and get a CHECK of their bounds.
 -- Those of per_shard tables left the table in the move's fence, renamed
--- id_gen_moved_<move>_<hash> (shard_detach_moved): they get their names back. Idempotent.
+-- id_gen_moved_<move>_<hash> (shard_detach_moved): they get their names back. Also what
+-- undoes a failed revert's fence on the source (undo_revert_relayout). Idempotent.
 CREATE OR REPLACE FUNCTION id_gen.shard_detach_kept(move_id bigint, parts text[], id_columns name[],
                                                     lower_genes integer[], upper_genes integer[]) RETURNS integer
 LANGUAGE plpgsql STRICT
@@ -5972,37 +5987,6 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION id_gen.shard_reattach_kept(bigint, text[], integer[], integer[]) IS 'On the source of a reverted move: attaches the kept partitions to their tables again (no scan: their CHECK implies the bounds; those of per_shard tables were attached in the revert''s fence) and removes the move''s CHECK and fence trigger from them; idempotent.';
 REVOKE EXECUTE ON FUNCTION id_gen.shard_reattach_kept(bigint, text[], integer[], integer[]) FROM PUBLIC;
-
--- On the source, when a revert's fence that attached kept partitions of per_shard tables
--- (shard_show_incoming) did not commit: they leave the table again under their names; the
--- CHECK and the fence trigger are still on them. Idempotent.
-CREATE OR REPLACE FUNCTION id_gen.shard_hide_kept(move_id bigint, parts text[]) RETURNS integer
-LANGUAGE plpgsql STRICT
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-  rel regclass;
-  parent regclass;
-  n integer := 0;
-BEGIN
-  PERFORM set_config('lock_timeout', '5s', true);
-  PERFORM id_gen.quiet_ddl();
-  FOREACH rel IN ARRAY id_gen.shard_relations(parts, false) LOOP
-    SELECT x.inhparent::regclass INTO parent FROM pg_inherits x WHERE x.inhrelid = rel;
-    CONTINUE WHEN parent IS NULL
-               OR NOT EXISTS (SELECT FROM pg_constraint c WHERE c.conrelid = rel AND c.conname = 'id_gen_kept_bound');
-    EXECUTE format('ALTER TABLE %s DETACH PARTITION %s', parent, rel);
-    EXECUTE format('COMMENT ON TABLE %s IS %L', rel,
-                   format('id_gen: kept in step with the target of reversible move %s (revert_move or complete_move ends it)', move_id));
-    n := n + 1;
-  END LOOP;
-  IF n > 0 THEN
-    PERFORM id_gen.shard_routing_changed();
-  END IF;
-  RETURN n;
-END $$;
-COMMENT ON FUNCTION id_gen.shard_hide_kept(bigint, text[]) IS 'On the source of a reversible move of per_shard tables whose revert''s fence did not commit: detaches the kept partitions that fence attached (keeping their names, CHECK and fence trigger); idempotent.';
-REVOKE EXECUTE ON FUNCTION id_gen.shard_hide_kept(bigint, text[]) FROM PUBLIC;
 
 -- On the source, inside a revert's fence (open) or when that fence fails (not open): the
 -- move's fence trigger on the kept partitions, which refuses writes other than the way
@@ -6177,31 +6161,23 @@ REVOKE EXECUTE ON FUNCTION id_gen.check_way_back(id_gen.shard_moves) FROM PUBLIC
 
 -- Undoes what a revert's fence did to per_shard tables on the shards when its flip did not
 -- commit (a failed fence attempt, or its coordinator died before its COMMIT): the source's
--- kept partitions leave its tables again and the target's partitions, detached and renamed
--- by the fence, join its tables again, both under the coordinator's locks of the per_shard
--- tables (lock_timeout 2 s), so that no statement here sees the rows twice or not at all.
--- Idempotent; nothing without per_shard tables, or when neither shard is re-laid.
+-- kept partitions leave its tables again (shard_detach_kept, as at the cut-over; their CHECK
+-- and fence trigger are still on them) and the target's partitions, detached and renamed by
+-- the fence, join its tables again, both under the coordinator's locks of the per_shard
+-- tables. Idempotent; nothing without per_shard tables, or when neither shard is re-laid.
 CREATE OR REPLACE FUNCTION id_gen.undo_revert_relayout(m id_gen.shard_moves) RETURNS void
 LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-  saved text := current_setting('lock_timeout');
-  ps record;
+  p record;
 BEGIN
-  IF NOT id_gen.has_per_shard_tables() THEN
-    RETURN;
+  IF id_gen.lock_per_shard_tables_if_relaid(m) THEN
+    p := id_gen.move_parts(m.lower_gene, m.upper_gene);
+    PERFORM id_gen.remote_call(m.source_shard, 'shard_detach_kept',
+                              ARRAY[m.move_id::text, p.parts::text, p.id_columns::text, p.lower_genes::text, p.upper_genes::text], 60000);
+    PERFORM id_gen.run_move_step(id_gen.reversed(m), 'reattach_source', 0, 120000);
   END IF;
-  ps := id_gen.per_shard_move_parts(m.lower_gene, m.upper_gene);
-  IF NOT (id_gen.remote_call(m.source_shard, 'shard_relayout_pending', ARRAY[m.move_id::text, ps.parts::text], 10000)::boolean
-          OR id_gen.remote_call(m.target_shard, 'shard_relayout_pending', ARRAY[m.move_id::text, ps.parts::text], 10000)::boolean) THEN
-    RETURN;
-  END IF;
-  PERFORM set_config('lock_timeout', '2s', true);
-  PERFORM id_gen.lock_per_shard_tables();
-  PERFORM set_config('lock_timeout', saved, true);
-  PERFORM id_gen.remote_call(m.source_shard, 'shard_hide_kept', ARRAY[m.move_id::text, ps.parts::text], 10000);
-  PERFORM id_gen.run_move_step(id_gen.reversed(m), 'reattach_source', 0, 120000);
 END $$;
 COMMENT ON FUNCTION id_gen.undo_revert_relayout(id_gen.shard_moves) IS 'After a revert''s fence of a move with per_shard tables whose flip did not commit: detaches the source''s kept partitions again and attaches the target''s partitions again, under the coordinator''s locks of the per_shard tables.';
 REVOKE EXECUTE ON FUNCTION id_gen.undo_revert_relayout(id_gen.shard_moves) FROM PUBLIC;

@@ -612,34 +612,48 @@ END $$;
 COMMENT ON FUNCTION id_gen.lock_per_shard_tables() IS 'ACCESS EXCLUSIVE on the partitioned table of every per_shard distributed table (the fence of a move with per_shard tables: the shards'' tables change in it, and statements that waited must route again).';
 REVOKE EXECUTE ON FUNCTION id_gen.lock_per_shard_tables() FROM PUBLIC;
 
--- Undoes what the fence of a move with per_shard tables did on the shards when its flip did
--- not commit (a failed fence, or its coordinator died before its COMMIT): the target's copies
--- are hidden again and the source's partitions attached again, both under the coordinator's
--- locks of the per_shard tables (lock_timeout 2 s), so that no statement here sees the
--- rows twice or not at all. Idempotent; nothing without per_shard tables.
-CREATE OR REPLACE FUNCTION id_gen.undo_shown_copies(m id_gen.shard_moves) RETURNS void
+-- Before a fence's re-layout of per_shard tables is undone (a move's: undo_shown_copies; a
+-- revert's: undo_revert_relayout): whether either shard of m is re-laid indeed, and if so
+-- the coordinator's locks of the per_shard tables (lock_timeout 2 s), held until the
+-- caller's transaction ends (an abort's other clean-ups, the supervisor's pass), so that no
+-- statement here sees the rows twice or not at all. False without per_shard tables.
+CREATE OR REPLACE FUNCTION id_gen.lock_per_shard_tables_if_relaid(m id_gen.shard_moves) RETURNS boolean
 LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   saved text := current_setting('lock_timeout');
-  ps record;
+  parts text;
 BEGIN
   IF NOT id_gen.has_per_shard_tables() THEN
-    RETURN;
+    RETURN false;
   END IF;
-  ps := id_gen.per_shard_move_parts(m.lower_gene, m.upper_gene);
-  -- The locks are held until the caller's transaction ends (an abort's other clean-ups, the
-  -- supervisor's pass): taken only when a shard is re-laid indeed.
-  IF NOT (id_gen.remote_call(m.target_shard, 'shard_relayout_pending', ARRAY[m.move_id::text, ps.parts::text], 10000)::boolean
-          OR id_gen.remote_call(m.source_shard, 'shard_relayout_pending', ARRAY[m.move_id::text, ps.parts::text], 10000)::boolean) THEN
-    RETURN;
+  parts := (id_gen.per_shard_move_parts(m.lower_gene, m.upper_gene)).parts::text;
+  IF NOT (id_gen.remote_call(m.target_shard, 'shard_relayout_pending', ARRAY[m.move_id::text, parts], 10000)::boolean
+          OR id_gen.remote_call(m.source_shard, 'shard_relayout_pending', ARRAY[m.move_id::text, parts], 10000)::boolean) THEN
+    RETURN false;
   END IF;
   PERFORM set_config('lock_timeout', '2s', true);
   PERFORM id_gen.lock_per_shard_tables();
   PERFORM set_config('lock_timeout', saved, true);
-  PERFORM id_gen.run_move_step(m, 'hide_incoming', 0, 10000);
-  PERFORM id_gen.run_move_step(m, 'reattach_source', 0, 120000);
+  RETURN true;
+END $$;
+COMMENT ON FUNCTION id_gen.lock_per_shard_tables_if_relaid(id_gen.shard_moves) IS 'Whether the fence of move m (or of its revert) left either shard re-laid (id_gen.shard_relayout_pending there); if so, takes the coordinator''s locks of the per_shard tables first, for the undo.';
+REVOKE EXECUTE ON FUNCTION id_gen.lock_per_shard_tables_if_relaid(id_gen.shard_moves) FROM PUBLIC;
+
+-- Undoes what the fence of a move with per_shard tables did on the shards when its flip did
+-- not commit (a failed fence, or its coordinator died before its COMMIT): the target's copies
+-- are hidden again and the source's partitions attached again, both under the coordinator's
+-- locks of the per_shard tables. Idempotent; nothing without per_shard tables.
+CREATE OR REPLACE FUNCTION id_gen.undo_shown_copies(m id_gen.shard_moves) RETURNS void
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  IF id_gen.lock_per_shard_tables_if_relaid(m) THEN
+    PERFORM id_gen.run_move_step(m, 'hide_incoming', 0, 10000);
+    PERFORM id_gen.run_move_step(m, 'reattach_source', 0, 120000);
+  END IF;
 END $$;
 COMMENT ON FUNCTION id_gen.undo_shown_copies(id_gen.shard_moves) IS 'After a fence of a move with per_shard tables whose flip did not commit: hides the target''s copies and attaches the source''s moved partitions again, under the coordinator''s locks of the per_shard tables.';
 REVOKE EXECUTE ON FUNCTION id_gen.undo_shown_copies(id_gen.shard_moves) FROM PUBLIC;

@@ -123,31 +123,23 @@ REVOKE EXECUTE ON FUNCTION id_gen.check_way_back(id_gen.shard_moves) FROM PUBLIC
 
 -- Undoes what a revert's fence did to per_shard tables on the shards when its flip did not
 -- commit (a failed fence attempt, or its coordinator died before its COMMIT): the source's
--- kept partitions leave its tables again and the target's partitions, detached and renamed
--- by the fence, join its tables again, both under the coordinator's locks of the per_shard
--- tables (lock_timeout 2 s), so that no statement here sees the rows twice or not at all.
--- Idempotent; nothing without per_shard tables, or when neither shard is re-laid.
+-- kept partitions leave its tables again (shard_detach_kept, as at the cut-over; their CHECK
+-- and fence trigger are still on them) and the target's partitions, detached and renamed by
+-- the fence, join its tables again, both under the coordinator's locks of the per_shard
+-- tables. Idempotent; nothing without per_shard tables, or when neither shard is re-laid.
 CREATE OR REPLACE FUNCTION id_gen.undo_revert_relayout(m id_gen.shard_moves) RETURNS void
 LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-  saved text := current_setting('lock_timeout');
-  ps record;
+  p record;
 BEGIN
-  IF NOT id_gen.has_per_shard_tables() THEN
-    RETURN;
+  IF id_gen.lock_per_shard_tables_if_relaid(m) THEN
+    p := id_gen.move_parts(m.lower_gene, m.upper_gene);
+    PERFORM id_gen.remote_call(m.source_shard, 'shard_detach_kept',
+                              ARRAY[m.move_id::text, p.parts::text, p.id_columns::text, p.lower_genes::text, p.upper_genes::text], 60000);
+    PERFORM id_gen.run_move_step(id_gen.reversed(m), 'reattach_source', 0, 120000);
   END IF;
-  ps := id_gen.per_shard_move_parts(m.lower_gene, m.upper_gene);
-  IF NOT (id_gen.remote_call(m.source_shard, 'shard_relayout_pending', ARRAY[m.move_id::text, ps.parts::text], 10000)::boolean
-          OR id_gen.remote_call(m.target_shard, 'shard_relayout_pending', ARRAY[m.move_id::text, ps.parts::text], 10000)::boolean) THEN
-    RETURN;
-  END IF;
-  PERFORM set_config('lock_timeout', '2s', true);
-  PERFORM id_gen.lock_per_shard_tables();
-  PERFORM set_config('lock_timeout', saved, true);
-  PERFORM id_gen.remote_call(m.source_shard, 'shard_hide_kept', ARRAY[m.move_id::text, ps.parts::text], 10000);
-  PERFORM id_gen.run_move_step(id_gen.reversed(m), 'reattach_source', 0, 120000);
 END $$;
 COMMENT ON FUNCTION id_gen.undo_revert_relayout(id_gen.shard_moves) IS 'After a revert''s fence of a move with per_shard tables whose flip did not commit: detaches the source''s kept partitions again and attaches the target''s partitions again, under the coordinator''s locks of the per_shard tables.';
 REVOKE EXECUTE ON FUNCTION id_gen.undo_revert_relayout(id_gen.shard_moves) FROM PUBLIC;

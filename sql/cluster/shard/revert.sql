@@ -133,7 +133,8 @@ REVOKE EXECUTE ON FUNCTION id_gen.shard_detach_way_back(bigint) FROM PUBLIC;
 -- On the source at the cut-over of a reversible move: the partitions leave the table but
 -- keep their names (the way back applies to them by name) and get a CHECK of their bounds.
 -- Those of per_shard tables left the table in the move's fence, renamed
--- id_gen_moved_<move>_<hash> (shard_detach_moved): they get their names back. Idempotent.
+-- id_gen_moved_<move>_<hash> (shard_detach_moved): they get their names back. Also what
+-- undoes a failed revert's fence on the source (undo_revert_relayout). Idempotent.
 CREATE OR REPLACE FUNCTION id_gen.shard_detach_kept(move_id bigint, parts text[], id_columns name[],
                                                     lower_genes integer[], upper_genes integer[]) RETURNS integer
 LANGUAGE plpgsql STRICT
@@ -217,37 +218,6 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION id_gen.shard_reattach_kept(bigint, text[], integer[], integer[]) IS 'On the source of a reverted move: attaches the kept partitions to their tables again (no scan: their CHECK implies the bounds; those of per_shard tables were attached in the revert''s fence) and removes the move''s CHECK and fence trigger from them; idempotent.';
 REVOKE EXECUTE ON FUNCTION id_gen.shard_reattach_kept(bigint, text[], integer[], integer[]) FROM PUBLIC;
-
--- On the source, when a revert's fence that attached kept partitions of per_shard tables
--- (shard_show_incoming) did not commit: they leave the table again under their names; the
--- CHECK and the fence trigger are still on them. Idempotent.
-CREATE OR REPLACE FUNCTION id_gen.shard_hide_kept(move_id bigint, parts text[]) RETURNS integer
-LANGUAGE plpgsql STRICT
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-  rel regclass;
-  parent regclass;
-  n integer := 0;
-BEGIN
-  PERFORM set_config('lock_timeout', '5s', true);
-  PERFORM id_gen.quiet_ddl();
-  FOREACH rel IN ARRAY id_gen.shard_relations(parts, false) LOOP
-    SELECT x.inhparent::regclass INTO parent FROM pg_inherits x WHERE x.inhrelid = rel;
-    CONTINUE WHEN parent IS NULL
-               OR NOT EXISTS (SELECT FROM pg_constraint c WHERE c.conrelid = rel AND c.conname = 'id_gen_kept_bound');
-    EXECUTE format('ALTER TABLE %s DETACH PARTITION %s', parent, rel);
-    EXECUTE format('COMMENT ON TABLE %s IS %L', rel,
-                   format('id_gen: kept in step with the target of reversible move %s (revert_move or complete_move ends it)', move_id));
-    n := n + 1;
-  END LOOP;
-  IF n > 0 THEN
-    PERFORM id_gen.shard_routing_changed();
-  END IF;
-  RETURN n;
-END $$;
-COMMENT ON FUNCTION id_gen.shard_hide_kept(bigint, text[]) IS 'On the source of a reversible move of per_shard tables whose revert''s fence did not commit: detaches the kept partitions that fence attached (keeping their names, CHECK and fence trigger); idempotent.';
-REVOKE EXECUTE ON FUNCTION id_gen.shard_hide_kept(bigint, text[]) FROM PUBLIC;
 
 -- On the source, inside a revert's fence (open) or when that fence fails (not open): the
 -- move's fence trigger on the kept partitions, which refuses writes other than the way
