@@ -353,8 +353,9 @@ COMMENT ON FUNCTION id_gen.revert_step(id_gen.shard_moves, jsonb) IS 'One step o
 REVOKE EXECUTE ON FUNCTION id_gen.revert_step(id_gen.shard_moves, jsonb) FROM PUBLIC;
 
 -- A failed revert fence: the target's fence is lifted (again), the attempt recorded; the next
--- one after 0.5 s, five in all, unless the error was a cancel or an abort elsewhere. Other
--- failed revert steps: nothing (the error is raised as it is).
+-- one after 0.5 s, five in all, unless the error was a cancel or an abort elsewhere (the
+-- hint then names a way back that keeps failing on the source). Other failed revert steps:
+-- nothing (the error is raised as it is).
 CREATE OR REPLACE FUNCTION id_gen.revert_step_failed(move_id bigint, phase text, step jsonb, err text, err_state text)
 RETURNS id_gen.step_outcome
 LANGUAGE plpgsql
@@ -364,6 +365,7 @@ DECLARE
   outcome id_gen.step_outcome;
   m id_gen.shard_moves;
   attempt integer := (step->>'attempt')::integer;
+  errors bigint;
 BEGIN
   SELECT * INTO m FROM id_gen.shard_moves sm WHERE sm.move_id = revert_step_failed.move_id;
   IF NOT FOUND OR phase IS DISTINCT FROM 'reversible' OR step->>'step' IS DISTINCT FROM 'revert_fence' THEN
@@ -379,6 +381,17 @@ BEGIN
     outcome.stop_sqlstate := coalesce(err_state, '55000');
     outcome.stop_detail := 'The fence was lifted; the target still serves the genes and the source follows it.';
     outcome.stop_hint := format('CALL id_gen.revert_move(%s) tries again.', m.move_id);
+    -- A source that cannot keep up because its way back keeps failing is named as such.
+    BEGIN
+      errors := id_gen.remote_call(m.source_shard, 'shard_way_back_errors', ARRAY[m.move_id::text], 5000)::bigint;
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
+      errors := NULL;
+    END;
+    IF errors > 0 THEN
+      outcome.stop_hint := format('The subscription id_gen_back_%s on %s stopped on an error %s time(s) (pg_stat_subscription_stats): '
+                                  'its server log says why. Once it applies again, CALL id_gen.revert_move(%s).',
+                                  m.move_id, m.source_shard, errors, m.move_id);
+    END IF;
   ELSE
     outcome.next_step := step || jsonb_build_object('step', 'revert_arm', 'attempt', attempt + 1);
     outcome.pause := 0.5;

@@ -423,6 +423,13 @@ def owners(node, condition, n, first=1, span=2000000):
     return found
 
 
+def way_back_apply_errors(source, move_id):
+    """How many times the way back of reversible move move_id stopped on an error on its
+    source (pg_stat_subscription_stats; a healthy way back has none)."""
+    return source.one(f"SELECT coalesce(sum(apply_error_count), 0)::int FROM pg_stat_subscription_stats "
+                      f"WHERE subname = 'id_gen_back_{move_id}'")
+
+
 LOGICAL = ["wal_level = logical", "max_wal_senders = 10", "max_replication_slots = 10"]
 
 

@@ -387,6 +387,9 @@ def test_d_a_reversible_move_of_per_shard_tables_reverted_and_completed():
     n = load.total()
     poll_until("writers committed rows after the move", load.total, lambda m: m >= n + 50, 60)
 
+    # The source follows the target: nothing of what the move copied comes back to it.
+    assert harness.way_back_apply_errors(shards[2], move) == 0
+
     # A revert whose flip fails after the fence re-laid both shards: every attempt is undone.
     c.script(FAILING_REVERT_FLIP)
     err = c.error(f"CALL id_gen.revert_move({move})")

@@ -23,7 +23,9 @@ latency limits became figures that are reported, not asserted.)
     the coordinator killed mid-revert (fence up): the supervisor lifts the fence; a revert
     whose clean-up fails after its flip, then a kill -9 of the coordinator: the supervisor
     finishes it; complete_move leaves nothing of the way back; a way back holding more than
-    id_gen.reversible_max_wal is completed by the supervisor.
+    id_gen.reversible_max_wal is completed by the supervisor; a way back that stops on an
+    error on the source fails the revert with a hint naming it, and once mended the revert
+    passes.
 (f) plan_rebalance proposes steps for skewed shards; rebalance() is a dry run;
     rebalance(dry_run => false) brings the busiest shard within 1.15 x the mean, and every
     row is as it was.
@@ -359,6 +361,7 @@ def test_e_reversible_move_reverted_under_load():
             "after a reversible cut-over the forward replication is gone; the way back and both sides' copies wait for the outcome"
         poll_until("writers wrote on the target after the cut-over",
                    lambda: s2.one("SELECT count(*) FROM orders_g0_2047 WHERE owner_id > 10000000"), lambda n: n > 0, 60)
+        assert harness.way_back_apply_errors(S["s1"], mid) == 0, "the way back applied every change on shard_1 (none came back twice)"
         c.execute(f"CALL id_gen.revert_move({mid})")
         report(c.one(f"SELECT 'revert: fence ' || fence_ms || ' ms, fence attempts of the move and the revert ' || fence_attempts "
                      f"|| coalesce(', last error: ' || last_error, '') FROM id_gen.moves WHERE move_id = {mid}"))
@@ -484,6 +487,35 @@ def test_e_a_way_back_over_reversible_max_wal_is_completed():
             "a way back holding more than id_gen.reversible_max_wal (2MB) of WAL: the supervisor completed the move, nothing left"
     finally:
         c.execute("ALTER SYSTEM RESET id_gen.reversible_max_wal", "SELECT pg_reload_conf()")
+
+
+def test_e_b_a_way_back_stopped_by_a_conflict_is_named_and_the_revert_then_passes():
+    """A way back that keeps stopping on an error on the source (a row put into a kept
+    partition behind the fence, with session_replication_role = replica, that the target
+    then writes too): revert_move fails after its five fence attempts, each undone, with a
+    hint naming the subscription and its errors; once the row is gone the way back applies
+    again, and the revert passes with the target's row on the source once."""
+    c, s2 = S["c"], S["s2"]
+    assert first_route() == "0-2047@shard_2", "test_e_complete_move left genes 0 .. 2047 on shard_2"
+    c.execute("SET client_min_messages = warning", "CALL id_gen.move_genes(0, 2047, 'shard_1', reversible => true)")
+    mid = c.one("SELECT max(move_id) FROM id_gen.moves")
+    assert f"{move_phase(mid)}/{first_route()}" == "reversible/0-2047@shard_1"
+    owner = owners_in(0, 2047, 1, 40000001)[0]
+    row = f"id_gen.compose_id(id_gen.shard_gene({owner}::bigint), 4000000000)"
+    s2.execute("SET session_replication_role = replica",
+               f"INSERT INTO orders_g0_2047 (id, owner_id, amount) VALUES ({row}, {owner}, 1)")
+    c.execute(f"INSERT INTO orders (id, owner_id, amount) VALUES ({row}, {owner}, 2)")
+    poll_until("the way back stops on the conflicting row", lambda: harness.way_back_apply_errors(s2, mid), lambda n: n > 0, 60)
+    err = c.error(f"CALL id_gen.revert_move({mid})")
+    assert err is not None and err.sqlstate == "55000" and "did not catch up" in str(err), err
+    assert f"The subscription id_gen_back_{mid} on shard_2 stopped on an error" in (err.diag.message_hint or ""), err.diag.message_hint
+    assert f"{move_phase(mid)}/{first_route()}" == "reversible/0-2047@shard_1", "the failed revert changed nothing"
+    s2.execute("SET session_replication_role = replica", f"DELETE FROM orders_g0_2047 WHERE id = {row}")
+    c.execute("SET client_min_messages = warning", f"CALL id_gen.revert_move({mid})")
+    assert f"{move_phase(mid)}/{first_route()}" == "reverted/0-2047@shard_2"
+    assert c.one(f"SELECT string_agg(amount::text, ',') FROM orders WHERE id = {row}") == "2", "the target's row, once"
+    assert nothing_left() == "0/0"
+    assert in_step()
 
 
 # --- (f) the rebalancer ----------------------------------------------------------------------------

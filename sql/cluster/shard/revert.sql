@@ -5,11 +5,24 @@
 -- Invariants: see sql/cluster/revert.sql. The kept partitions refuse direct writes (the
 -- move's fence trigger) until revert_move opens them.
 
+-- Where a reversible move's way back starts, read in the fence once the marker arrived: the
+-- end of the WAL inserted so far, so past the commit of every change the move applied (not
+-- pg_current_wal_lsn, the end of what was written out: the apply worker commits
+-- asynchronously, and a commit not yet written would go back to the source as a duplicate).
+-- The xid this call takes makes its commit a WAL record after that point, which the WAL
+-- writer flushes in a few hundred milliseconds even on an idle shard: the slot can be
+-- advanced only to flushed WAL (shard_advance_way_back waits for it).
 CREATE OR REPLACE FUNCTION id_gen.shard_current_lsn() RETURNS text
-LANGUAGE sql VOLATILE
+LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
-RETURN pg_catalog.pg_current_wal_lsn()::text;
-COMMENT ON FUNCTION id_gen.shard_current_lsn() IS 'On a shard: its current WAL position (where a reversible move''s way back starts).';
+AS $$
+DECLARE
+  at pg_lsn := pg_catalog.pg_current_wal_insert_lsn();
+BEGIN
+  PERFORM pg_catalog.pg_current_xact_id();
+  RETURN at::text;
+END $$;
+COMMENT ON FUNCTION id_gen.shard_current_lsn() IS 'On a shard: the end of its WAL inserted so far (where a reversible move''s way back starts: past every change the move applied), in a transaction whose commit is WAL after it.';
 REVOKE EXECUTE ON FUNCTION id_gen.shard_current_lsn() FROM PUBLIC;
 
 -- On the target, before the fence: the publication of the way back (idempotent).
@@ -61,7 +74,22 @@ BEGIN
       USING ERRCODE = '55000', HINT = 'Without it the source cannot follow: complete the move (CALL id_gen.complete_move).';
   END IF;
   IF at < lsn THEN
+    -- A slot is advanced at most to the WAL flushed: wait for lsn to be (the WAL writer
+    -- flushes shard_current_lsn's commit, past it, in well under a second; 10 s at most).
+    FOR i IN 1 .. 1000 LOOP
+      EXIT WHEN pg_current_wal_flush_lsn() >= lsn;
+      PERFORM pg_sleep(0.01);
+    END LOOP;
+    IF pg_current_wal_flush_lsn() < lsn THEN
+      RAISE EXCEPTION 'id_gen: move %: the WAL of this shard was not flushed to % within 10 s (flushed to %)', move_id, lsn, pg_current_wal_flush_lsn()
+        USING ERRCODE = '55000', HINT = 'The move stays in phase cut_over; the move supervisor finishes the cut-over on its next pass.';
+    END IF;
     PERFORM pg_replication_slot_advance(tag, lsn);
+    SELECT s.confirmed_flush_lsn INTO at FROM pg_replication_slots s WHERE s.slot_name = tag;
+    IF at < lsn THEN
+      RAISE EXCEPTION 'id_gen: move %: the slot % stayed at % (not advanced to %)', move_id, tag, at, lsn
+        USING ERRCODE = '55000', HINT = 'The move stays in phase cut_over; the move supervisor finishes the cut-over on its next pass.';
+    END IF;
   END IF;
   RETURN (SELECT s.confirmed_flush_lsn::text FROM pg_replication_slots s WHERE s.slot_name = tag);
 END $$;
@@ -111,6 +139,19 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION id_gen.shard_drop_way_back(bigint) IS 'On the target of a reversible move: drops the way back''s publication and slot.';
 REVOKE EXECUTE ON FUNCTION id_gen.shard_drop_way_back(bigint) FROM PUBLIC;
+
+-- On the source of a reversible move: how many times its way back's apply stopped on an
+-- error (a revert that cannot pass its marker says so in its hint); NULL without the
+-- subscription.
+CREATE OR REPLACE FUNCTION id_gen.shard_way_back_errors(move_id bigint) RETURNS bigint
+LANGUAGE sql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+  SELECT s.apply_error_count FROM pg_stat_subscription_stats s
+  WHERE s.subname OPERATOR(pg_catalog.=) ('id_gen_back_' OPERATOR(pg_catalog.||) move_id);
+END;
+COMMENT ON FUNCTION id_gen.shard_way_back_errors(bigint) IS 'On the source of a reversible move: how many times the way back''s subscription stopped on an error (pg_stat_subscription_stats.apply_error_count; NULL without it).';
+REVOKE EXECUTE ON FUNCTION id_gen.shard_way_back_errors(bigint) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION id_gen.shard_detach_way_back(move_id bigint) RETURNS void
 LANGUAGE plpgsql STRICT
