@@ -5909,8 +5909,23 @@ END $$;
 COMMENT ON FUNCTION id_gen.shard_drop_way_back(bigint) IS 'On the target of a reversible move: drops the way back''s publication and slot.';
 REVOKE EXECUTE ON FUNCTION id_gen.shard_drop_way_back(bigint) FROM PUBLIC;
 
+-- On the target of a reversible move, before a revert's fence: a marker whose number no
+-- marker of the move had on this shard (at least 1,000,000, above the fences' numbers), so
+-- that it can be on the source only once the way back has brought it; returns the number.
+CREATE OR REPLACE FUNCTION id_gen.shard_write_probe(move_id bigint) RETURNS bigint
+LANGUAGE sql STRICT
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+  INSERT INTO id_gen.move_markers (move_id, marker)
+  SELECT shard_write_probe.move_id, GREATEST(1000000, pg_catalog.max(m.marker) OPERATOR(pg_catalog.+) 1)
+  FROM id_gen.move_markers m WHERE m.move_id OPERATOR(pg_catalog.=) shard_write_probe.move_id
+  RETURNING marker;
+END;
+COMMENT ON FUNCTION id_gen.shard_write_probe(bigint) IS 'On the target of a reversible move: writes a marker of a number new on this shard (1,000,000 or more), awaited on the source before a revert''s fence; returns it.';
+REVOKE EXECUTE ON FUNCTION id_gen.shard_write_probe(bigint) FROM PUBLIC;
+
 -- On the source of a reversible move: how many times its way back's apply stopped on an
--- error (a revert that cannot pass its marker says so in its hint); NULL without the
+-- error (a revert whose marker does not arrive says so in its hint); NULL without the
 -- subscription.
 CREATE OR REPLACE FUNCTION id_gen.shard_way_back_errors(move_id bigint) RETURNS bigint
 LANGUAGE sql STABLE STRICT
@@ -6316,12 +6331,40 @@ END $$;
 COMMENT ON FUNCTION id_gen.take_reversible_move(bigint, text) IS 'The reversible move revert_move or complete_move works on, checked and held by this session (session advisory lock).';
 REVOKE EXECUTE ON FUNCTION id_gen.take_reversible_move(bigint, text) FROM PUBLIC;
 
+-- The hint of a revert that stopped because the source did not keep up: a way back that
+-- keeps stopping on an error on the source is named, with how often (its server log says
+-- why); otherwise, try again. (The source not answering leaves the plain hint.)
+CREATE OR REPLACE FUNCTION id_gen.stuck_way_back_hint(m id_gen.shard_moves) RETURNS text
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  errors bigint;
+BEGIN
+  BEGIN
+    errors := id_gen.remote_call(m.source_shard, 'shard_way_back_errors', ARRAY[m.move_id::text], 5000)::bigint;
+  EXCEPTION WHEN OTHERS OR query_canceled THEN
+    errors := NULL;
+  END;
+  IF errors > 0 THEN
+    RETURN format('The subscription id_gen_back_%s on %s stopped on an error %s time(s) (pg_stat_subscription_stats): '
+                  'its server log says why. Once it applies again, CALL id_gen.revert_move(%s).',
+                  m.move_id, m.source_shard, errors, m.move_id);
+  END IF;
+  RETURN format('CALL id_gen.revert_move(%s) tries again.', m.move_id);
+END $$;
+COMMENT ON FUNCTION id_gen.stuck_way_back_hint(id_gen.shard_moves) IS 'The hint of a revert that stopped because its source did not keep up: names a way back that keeps stopping on an error there (id_gen.shard_way_back_errors), or says to try again.';
+REVOKE EXECUTE ON FUNCTION id_gen.stuck_way_back_hint(id_gen.shard_moves) FROM PUBLIC;
+
 -- The steps of a revert, part of a move's steps (id_gen.move_step hands them here): revert_move
 -- starts the driver (id_gen.run_operation) at {step: revert_lag} on a move that rests in
 -- phase reversible.
 --   reversible, revert_lag    one look at the way back's lag: the source catches up first
 --                             (5 minutes at most), so that the fence only waits for the last
 --                             changes;
+--   reversible, revert_probe  one look for a marker of the target on the source (10 s at
+--                             most, no fence): a way back that does not apply stops the
+--                             revert here, before any writer waits;
 --   reversible, revert_arm    the attempt recorded in fence_attempts (numbered on from the
 --                             move's, so that each attempt's marker is new), and the target's
 --                             fence as a cleanup record (it may be up from here until it is
@@ -6361,12 +6404,30 @@ BEGIN
         USING ERRCODE = '55000', HINT = format('The source cannot have every write: CALL id_gen.complete_move(%s), then move the genes back.', m.move_id);
     END IF;
     lag := split_part(res, ' ', 1)::bigint;
-    -- (Attempts are numbered on from the move's fence attempts, so that a revert after one
-    -- that failed never writes a marker of the same number again.)
-    outcome := id_gen.lag_outcome(lag, step,
-                                  jsonb_build_object('step', 'revert_arm', 'attempt', m.fence_attempts + 1, 'last', m.fence_attempts + 5),
+    outcome := id_gen.lag_outcome(lag, step, '{"step": "revert_probe"}',
                                   format('id_gen: move %s: the source stays %%s bytes behind the target after 5 minutes', m.move_id),
                                   'Check the subscription id_gen_back_<move> on the source; call revert_move again later.');
+  ELSIF m.phase = 'reversible' AND step->>'step' = 'revert_probe' THEN
+    -- The lag counts WAL the source has not confirmed, and a way back that keeps stopping
+    -- on an error can look caught up on a quiet target: before any fence (which holds the
+    -- genes' writers), a marker of the target must arrive on the source, 10 s at most.
+    IF step->>'marker' IS NULL THEN
+      step := step || jsonb_build_object('marker', id_gen.remote_call(m.target_shard, 'shard_write_probe', ARRAY[m.move_id::text], 5000)::bigint,
+                                         'deadline', clock_timestamp() + interval '10 s');
+    END IF;
+    IF id_gen.run_move_step(r, 'await_marker', (step->>'marker')::integer, 5000) = 't' THEN
+      -- (Attempts are numbered on from the move's fence attempts, so that a revert after
+      -- one that failed never writes a marker of the same number again.)
+      outcome.next_step := jsonb_build_object('step', 'revert_arm', 'attempt', m.fence_attempts + 1, 'last', m.fence_attempts + 5);
+    ELSIF clock_timestamp() > (step->>'deadline')::timestamptz THEN
+      outcome.stop_message := format('id_gen: move %s: could not revert: the source did not apply the target''s changes within 10 s', m.move_id);
+      outcome.stop_sqlstate := '55000';
+      outcome.stop_detail := 'No fence was raised; the target still serves the genes and the source follows it.';
+      outcome.stop_hint := id_gen.stuck_way_back_hint(m);
+    ELSE
+      outcome.next_step := step;
+      outcome.pause := 0.1;
+    END IF;
   ELSIF m.phase = 'reversible' AND step->>'step' = 'revert_arm' THEN
     UPDATE id_gen.shard_moves sm SET fence_attempts = attempt WHERE sm.move_id = m.move_id;
     PERFORM id_gen.record_move_cleanups(m, '{revert_fence}');
@@ -6432,9 +6493,8 @@ COMMENT ON FUNCTION id_gen.revert_step(id_gen.shard_moves, jsonb) IS 'One step o
 REVOKE EXECUTE ON FUNCTION id_gen.revert_step(id_gen.shard_moves, jsonb) FROM PUBLIC;
 
 -- A failed revert fence: the target's fence is lifted (again), the attempt recorded; the next
--- one after 0.5 s, five in all, unless the error was a cancel or an abort elsewhere (the
--- hint then names a way back that keeps failing on the source). Other failed revert steps:
--- nothing (the error is raised as it is).
+-- one after 0.5 s, five in all, unless the error was a cancel or an abort elsewhere. Other
+-- failed revert steps: nothing (the error is raised as it is).
 CREATE OR REPLACE FUNCTION id_gen.revert_step_failed(move_id bigint, phase text, step jsonb, err text, err_state text)
 RETURNS id_gen.step_outcome
 LANGUAGE plpgsql
@@ -6444,7 +6504,6 @@ DECLARE
   outcome id_gen.step_outcome;
   m id_gen.shard_moves;
   attempt integer := (step->>'attempt')::integer;
-  errors bigint;
 BEGIN
   SELECT * INTO m FROM id_gen.shard_moves sm WHERE sm.move_id = revert_step_failed.move_id;
   IF NOT FOUND OR phase IS DISTINCT FROM 'reversible' OR step->>'step' IS DISTINCT FROM 'revert_fence' THEN
@@ -6459,18 +6518,7 @@ BEGIN
     outcome.stop_message := format('id_gen: move %s: could not revert: %s', m.move_id, err);
     outcome.stop_sqlstate := coalesce(err_state, '55000');
     outcome.stop_detail := 'The fence was lifted; the target still serves the genes and the source follows it.';
-    outcome.stop_hint := format('CALL id_gen.revert_move(%s) tries again.', m.move_id);
-    -- A source that cannot keep up because its way back keeps failing is named as such.
-    BEGIN
-      errors := id_gen.remote_call(m.source_shard, 'shard_way_back_errors', ARRAY[m.move_id::text], 5000)::bigint;
-    EXCEPTION WHEN OTHERS OR query_canceled THEN
-      errors := NULL;
-    END;
-    IF errors > 0 THEN
-      outcome.stop_hint := format('The subscription id_gen_back_%s on %s stopped on an error %s time(s) (pg_stat_subscription_stats): '
-                                  'its server log says why. Once it applies again, CALL id_gen.revert_move(%s).',
-                                  m.move_id, m.source_shard, errors, m.move_id);
-    END IF;
+    outcome.stop_hint := id_gen.stuck_way_back_hint(m);
   ELSE
     outcome.next_step := step || jsonb_build_object('step', 'revert_arm', 'attempt', attempt + 1);
     outcome.pause := 0.5;

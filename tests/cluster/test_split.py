@@ -24,8 +24,8 @@ latency limits became figures that are reported, not asserted.)
     whose clean-up fails after its flip, then a kill -9 of the coordinator: the supervisor
     finishes it; complete_move leaves nothing of the way back; a way back holding more than
     id_gen.reversible_max_wal is completed by the supervisor; a way back that stops on an
-    error on the source fails the revert with a hint naming it, and once mended the revert
-    passes.
+    error on the source stops the revert before its fence, with a hint naming it, and once
+    mended the revert passes.
 (f) plan_rebalance proposes steps for skewed shards; rebalance() is a dry run;
     rebalance(dry_run => false) brings the busiest shard within 1.15 x the mean, and every
     row is as it was.
@@ -381,13 +381,37 @@ def fence_triggers_on_target():
     return S["s2"].one("SELECT count(*) FROM pg_trigger WHERE tgname = 'id_gen_move_fence' AND tgenabled <> 'D'")
 
 
+HOLD_FENCE_MARKERS = """
+    CREATE FUNCTION public.hold_fence_markers() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+      IF NEW.marker < 1000000 THEN
+        RAISE EXCEPTION 'test: the fence''s markers are held';
+      END IF;
+      RETURN NEW;
+    END $$;
+    CREATE TRIGGER hold_fence_markers BEFORE INSERT ON id_gen.move_markers FOR EACH ROW EXECUTE FUNCTION public.hold_fence_markers();
+    ALTER TABLE id_gen.move_markers ENABLE ALWAYS TRIGGER hold_fence_markers;
+"""
+
+
+def hold_fence_markers(node):
+    """The way back into `node` stops on a fence's marker (its apply worker fails on it and
+    starts again every 5 s) but takes the probe that revert_move sends before its fence
+    (numbers from 1,000,000): the revert raises its fence, and the fence waits."""
+    node.script(HOLD_FENCE_MARKERS)
+
+
+def release_fence_markers(node):
+    node.execute("DROP TRIGGER hold_fence_markers ON id_gen.move_markers", "DROP FUNCTION public.hold_fence_markers()")
+
+
 def test_e_coordinator_killed_mid_revert_the_supervisor_lifts_the_fence():
     c, s1, s2 = S["c"], S["s1"], S["s2"]
     mid = reversible_move(0, 2047)
     e = c.error(f"CALL id_gen.abort_move({mid})")
     assert (e and e.sqlstate, move_phase(mid)) == ("55000", "reversible"), \
         "abort_move of a reversible move is refused (55000): the target is authoritative"
-    s1.execute(f"ALTER SUBSCRIPTION id_gen_back_{mid} DISABLE")  # the marker never arrives: the fence waits
+    hold_fence_markers(s1)  # the fence's marker never arrives: the fence waits
     call = Background(c, f"CALL id_gen.revert_move({mid})")
     poll_until("the revert's fence is up on the target", fence_triggers_on_target, lambda n: n > 0, 30)
     owner = S["rev_inside"][0]
@@ -403,7 +427,7 @@ def test_e_coordinator_killed_mid_revert_the_supervisor_lifts_the_fence():
     assert f"{fence_triggers_on_target()}/{first_route()}" == "0/0-2047@shard_2", \
         "after kill -9 of the coordinator mid-revert the supervisor lifted the target's fence; the target still serves"
     assert s2.sqlstate(direct % 424242) is None, "direct writes on the target work again"
-    s1.execute(f"ALTER SUBSCRIPTION id_gen_back_{mid} ENABLE")
+    release_fence_markers(s1)
     c.execute(f"CALL id_gen.revert_move({mid})")
     assert f"{move_phase(mid)}/{first_route()}/{nothing_left()}" == "reverted/0-2047@shard_1/0/0", \
         "the second revert_move succeeded; nothing of the way back is left"
@@ -416,11 +440,12 @@ def test_e_complete_move_after_an_interrupted_revert_lifts_its_fence():
     # whichever takes the move first): the target keeps the genes and takes writes again.
     c, s1, s2 = S["c"], S["s1"], S["s2"]
     mid = reversible_move(0, 2047)
-    s1.execute(f"ALTER SUBSCRIPTION id_gen_back_{mid} DISABLE")  # the marker never arrives: the fence waits
+    hold_fence_markers(s1)  # the fence's marker never arrives: the fence waits
     call = Background(c, f"CALL id_gen.revert_move({mid})")
     poll_until("the revert's fence is up on the target", fence_triggers_on_target, lambda n: n > 0, 30)
     restart_after_kill9(c)
     call.join()
+    release_fence_markers(s1)
 
     def complete():  # (the supervisor holds the move only for its pass: 55006 meanwhile)
         state = c.sqlstate(f"CALL id_gen.complete_move({mid})")
@@ -492,9 +517,10 @@ def test_e_a_way_back_over_reversible_max_wal_is_completed():
 def test_e_b_a_way_back_stopped_by_a_conflict_is_named_and_the_revert_then_passes():
     """A way back that keeps stopping on an error on the source (a row put into a kept
     partition behind the fence, with session_replication_role = replica, that the target
-    then writes too): revert_move fails after its five fence attempts, each undone, with a
-    hint naming the subscription and its errors; once the row is gone the way back applies
-    again, and the revert passes with the target's row on the source once."""
+    then writes too): revert_move stops before any fence, after 10 s without its probe
+    marker on the source, with a hint naming the subscription and its errors; once the row
+    is gone the way back applies again, and the revert passes with the target's row on the
+    source once."""
     c, s2 = S["c"], S["s2"]
     assert first_route() == "0-2047@shard_2", "test_e_complete_move left genes 0 .. 2047 on shard_2"
     c.execute("SET client_min_messages = warning", "CALL id_gen.move_genes(0, 2047, 'shard_1', reversible => true)")
@@ -506,9 +532,11 @@ def test_e_b_a_way_back_stopped_by_a_conflict_is_named_and_the_revert_then_passe
                f"INSERT INTO orders_g0_2047 (id, owner_id, amount) VALUES ({row}, {owner}, 1)")
     c.execute(f"INSERT INTO orders (id, owner_id, amount) VALUES ({row}, {owner}, 2)")
     poll_until("the way back stops on the conflicting row", lambda: harness.way_back_apply_errors(s2, mid), lambda n: n > 0, 60)
+    attempts = c.one(f"SELECT fence_attempts FROM id_gen.moves WHERE move_id = {mid}")
     err = c.error(f"CALL id_gen.revert_move({mid})")
-    assert err is not None and err.sqlstate == "55000" and "did not catch up" in str(err), err
+    assert err is not None and err.sqlstate == "55000" and "did not apply the target's changes within 10 s" in str(err), err
     assert f"The subscription id_gen_back_{mid} on shard_2 stopped on an error" in (err.diag.message_hint or ""), err.diag.message_hint
+    assert c.one(f"SELECT fence_attempts FROM id_gen.moves WHERE move_id = {mid}") == attempts, "no fence was raised"
     assert f"{move_phase(mid)}/{first_route()}" == "reversible/0-2047@shard_1", "the failed revert changed nothing"
     s2.execute("SET session_replication_role = replica", f"DELETE FROM orders_g0_2047 WHERE id = {row}")
     c.execute("SET client_min_messages = warning", f"CALL id_gen.revert_move({mid})")
