@@ -8,7 +8,10 @@
 -- (appended by scripts/gen-upgrade.sh) make reversible moves work with per_shard tables
 -- (sql/cluster/revert.sql and sql/cluster/shard/revert.sql: the revert's fence re-lays both
 -- shards, and undoes it when it fails) and build id_gen.shard_routing_snapshot() over
--- id_gen.shard_routing_tables().
+-- id_gen.shard_routing_tables(). They also fix where a reversible move's way back starts
+-- (id_gen.shard_current_lsn, shard_advance_way_back, and the new three-argument
+-- shard_subscribe_way_back) and add the revert's probe before its fence (shard_write_probe,
+-- shard_way_back_errors, way_back_errors, stuck_way_back_hint).
 
 -- ===== sql/install/cluster_catalog.sql (the tables after -- @new-in-0.7.6) =====
 -- (No catalog table is new in 0.7.6.)
@@ -6003,8 +6006,37 @@ CREATE OR REPLACE FUNCTION id_gen.shard_subscribe_way_back(move_id bigint, parts
 LANGUAGE sql STRICT
 SET search_path = pg_catalog, pg_temp
 RETURN id_gen.subscribe_with_secret(move_id, parts, true);
-COMMENT ON FUNCTION id_gen.shard_subscribe_way_back(bigint, text[]) IS 'On the source of a reversible move: creates and enables the subscription of the way back from the connection string in id_gen.move_secrets (then forgotten).';
+COMMENT ON FUNCTION id_gen.shard_subscribe_way_back(bigint, text[]) IS 'On the source of a reversible move: creates and enables the subscription of the way back from the connection string in id_gen.move_secrets (then forgotten). The call of coordinators before 0.7.6; theirs passes where the way back starts.';
 REVOKE EXECUTE ON FUNCTION id_gen.shard_subscribe_way_back(bigint, text[]) FROM PUBLIC;
+
+-- The same, and the subscription's replication origin set to start_at (back_lsn) in the
+-- transaction that creates it, before its worker can start: the target's slot was advanced
+-- there, but PostgreSQL saves a slot's advance only at the next checkpoint, so a target that
+-- crashed before it would stream from where the slot was created and send the move's own
+-- copies back; the origin's advance is WAL-logged here, and the target streams from the later
+-- of the two. A subscription that exists already (a retried cut-over) is left as it is.
+CREATE OR REPLACE FUNCTION id_gen.shard_subscribe_way_back(move_id bigint, parts text[], start_at pg_lsn) RETURNS oid
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  fresh boolean;
+  sub oid;
+BEGIN
+  IF move_id IS NULL OR parts IS NULL OR start_at IS NULL THEN
+    RAISE EXCEPTION 'id_gen: argument "%" must not be NULL',
+      CASE WHEN move_id IS NULL THEN 'move_id' WHEN parts IS NULL THEN 'parts' ELSE 'start_at' END
+      USING ERRCODE = '22004';
+  END IF;
+  fresh := NOT EXISTS (SELECT FROM pg_subscription s WHERE s.subname = 'id_gen_back_' || move_id);
+  sub := id_gen.subscribe_with_secret(move_id, parts, true);
+  IF fresh THEN
+    PERFORM pg_replication_origin_advance('pg_' || sub, start_at);
+  END IF;
+  RETURN sub;
+END $$;
+COMMENT ON FUNCTION id_gen.shard_subscribe_way_back(bigint, text[], pg_lsn) IS 'On the source of a reversible move: creates and enables the subscription of the way back from the connection string in id_gen.move_secrets (then forgotten), its replication origin set to start_at (WAL-logged, so the way back starts there even if the target''s slot lost its advance in a crash).';
+REVOKE EXECUTE ON FUNCTION id_gen.shard_subscribe_way_back(bigint, text[], pg_lsn) FROM PUBLIC;
 
 -- On the source, after a revert's flip: the kept partitions rejoin the table (those of
 -- per_shard tables joined it in the revert's fence) and lose the move's CHECK and fence
@@ -6113,11 +6145,16 @@ REVOKE EXECUTE ON FUNCTION id_gen.shard_drop_kept(bigint, text[]) FROM PUBLIC;
 --                     subscription and publication go; the slot is advanced to back_lsn
 --                     (so the changes the forward apply made are not sent back); the
 --                     source subscribes (id_gen_back_<id>, connected at creation so its
---                     tables are ready at once, copy_data = false).
+--                     tables are ready at once, copy_data = false), its origin set to
+--                     back_lsn in the same transaction (a slot's advance is saved only at
+--                     the target's next checkpoint; the origin's is WAL-logged, and the
+--                     target streams from the later of the two).
 --   reversible        the target serves the genes; its changes stream to the source's kept
 --                     partitions. The slot keeps WAL on the target until the move ends:
 --                     id_gen.moves shows back_lag_bytes and back_retained_bytes.
---   revert_move       the move's fence the other way: ACCESS EXCLUSIVE on the coordinator's
+--   revert_move       first the way back must apply: less than 1 MB behind, then a probe
+--                     marker of the target on the source within 10 s (no fence yet). Then
+--                     the move's fence the other way: ACCESS EXCLUSIVE on the coordinator's
 --                     range partitions, the fence trigger on the target's partitions, a
 --                     marker on the target awaited on the source (apply is in commit order),
 --                     the source's kept partitions opened to writes (the coordinator's
@@ -6185,7 +6222,11 @@ BEGIN
   PERFORM id_gen.forget_cleanup(m.move_id, 'source_fence');
   PERFORM id_gen.forget_cleanup(m.move_id, 'shown_copies');  -- (per_shard tables: the fence committed)
   PERFORM id_gen.remote_call(m.target_shard, 'shard_advance_way_back', ARRAY[m.move_id::text, m.back_lsn::text], 60000);
-  PERFORM id_gen.remote_call(m.source_shard, 'shard_subscribe_way_back', ARRAY[m.move_id::text, p.parts::text], 30000);
+  -- (With back_lsn, where the way back starts, as the subscription's origin; without it
+  -- only if the fence recorded none.)
+  PERFORM id_gen.remote_call(m.source_shard, 'shard_subscribe_way_back',
+                            ARRAY[m.move_id::text, p.parts::text] || CASE WHEN m.back_lsn IS NOT NULL THEN ARRAY[m.back_lsn::text] ELSE '{}' END,
+                            30000);
   UPDATE id_gen.shard_moves sm SET phase = 'reversible', updated_at = clock_timestamp(), last_error = NULL
   WHERE sm.move_id = m.move_id AND sm.phase = 'cut_over' RETURNING * INTO m;
   PERFORM id_gen.check_way_back(m);
@@ -6332,36 +6373,50 @@ COMMENT ON FUNCTION id_gen.take_reversible_move(bigint, text) IS 'The reversible
 REVOKE EXECUTE ON FUNCTION id_gen.take_reversible_move(bigint, text) FROM PUBLIC;
 
 -- The hint of a revert that stopped because the source did not keep up: a way back that
--- keeps stopping on an error on the source is named, with how often (its server log says
--- why); otherwise, try again. (The source not answering leaves the plain hint.)
-CREATE OR REPLACE FUNCTION id_gen.stuck_way_back_hint(m id_gen.shard_moves) RETURNS text
-LANGUAGE plpgsql STRICT
+-- stopped on an error on the source since the revert began (errors_before: its count then,
+-- NULL when unknown) is named, with how often (its server log says why); otherwise, try
+-- again. (A source that does not answer leaves the plain hint.)
+CREATE OR REPLACE FUNCTION id_gen.stuck_way_back_hint(m id_gen.shard_moves, errors_before bigint) RETURNS text
+LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   errors bigint;
 BEGIN
-  BEGIN
-    errors := id_gen.remote_call(m.source_shard, 'shard_way_back_errors', ARRAY[m.move_id::text], 5000)::bigint;
-  EXCEPTION WHEN OTHERS OR query_canceled THEN
-    errors := NULL;
-  END;
-  IF errors > 0 THEN
-    RETURN format('The subscription id_gen_back_%s on %s stopped on an error %s time(s) (pg_stat_subscription_stats): '
+  IF m.move_id IS NULL THEN
+    RAISE EXCEPTION 'id_gen: argument "m" must not be NULL' USING ERRCODE = '22004';
+  END IF;
+  errors := id_gen.way_back_errors(m);
+  IF errors > errors_before THEN
+    RETURN format('The subscription id_gen_back_%s on %s stopped on an error %s time(s) since the revert began (pg_stat_subscription_stats): '
                   'its server log says why. Once it applies again, CALL id_gen.revert_move(%s).',
-                  m.move_id, m.source_shard, errors, m.move_id);
+                  m.move_id, m.source_shard, errors - errors_before, m.move_id);
   END IF;
   RETURN format('CALL id_gen.revert_move(%s) tries again.', m.move_id);
 END $$;
-COMMENT ON FUNCTION id_gen.stuck_way_back_hint(id_gen.shard_moves) IS 'The hint of a revert that stopped because its source did not keep up: names a way back that keeps stopping on an error there (id_gen.shard_way_back_errors), or says to try again.';
-REVOKE EXECUTE ON FUNCTION id_gen.stuck_way_back_hint(id_gen.shard_moves) FROM PUBLIC;
+COMMENT ON FUNCTION id_gen.stuck_way_back_hint(id_gen.shard_moves, bigint) IS 'The hint of a revert that stopped because its source did not keep up: names a way back that stopped on an error there since the revert began (errors_before: the count then), or says to try again.';
+REVOKE EXECUTE ON FUNCTION id_gen.stuck_way_back_hint(id_gen.shard_moves, bigint) FROM PUBLIC;
+
+-- How many times a reversible move's way back stopped on an error on its source
+-- (id_gen.shard_way_back_errors); NULL when the source does not answer within 5 s.
+CREATE OR REPLACE FUNCTION id_gen.way_back_errors(m id_gen.shard_moves) RETURNS bigint
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  RETURN id_gen.remote_call(m.source_shard, 'shard_way_back_errors', ARRAY[m.move_id::text], 5000)::bigint;
+EXCEPTION WHEN OTHERS OR query_canceled THEN
+  RETURN NULL;
+END $$;
+COMMENT ON FUNCTION id_gen.way_back_errors(id_gen.shard_moves) IS 'How many times a reversible move''s way back stopped on an error on its source (id_gen.shard_way_back_errors there); NULL when the source does not answer within 5 s.';
+REVOKE EXECUTE ON FUNCTION id_gen.way_back_errors(id_gen.shard_moves) FROM PUBLIC;
 
 -- The steps of a revert, part of a move's steps (id_gen.move_step hands them here): revert_move
 -- starts the driver (id_gen.run_operation) at {step: revert_lag} on a move that rests in
 -- phase reversible.
 --   reversible, revert_lag    one look at the way back's lag: the source catches up first
 --                             (5 minutes at most), so that the fence only waits for the last
---                             changes;
+--                             changes; the way back's error count on the source is noted;
 --   reversible, revert_probe  one look for a marker of the target on the source (10 s at
 --                             most, no fence): a way back that does not apply stops the
 --                             revert here, before any writer waits;
@@ -6396,7 +6451,9 @@ BEGIN
     PERFORM id_gen.finish_revert(m);
   ELSIF m.phase = 'reversible' AND step->>'step' = 'revert_lag' THEN
     IF step->>'deadline' IS NULL THEN
-      step := step || jsonb_build_object('deadline', clock_timestamp() + interval '5 min');
+      -- (With the way back's error count on the source now: a revert that stops for want
+      -- of the source names the way back only if it stopped on errors since.)
+      step := step || jsonb_build_object('deadline', clock_timestamp() + interval '5 min', 'errors', id_gen.way_back_errors(m));
     END IF;
     res := id_gen.remote_call(m.target_shard, 'shard_way_back_lag', ARRAY[m.move_id::text], 10000);
     IF res IS NULL THEN
@@ -6404,26 +6461,31 @@ BEGIN
         USING ERRCODE = '55000', HINT = format('The source cannot have every write: CALL id_gen.complete_move(%s), then move the genes back.', m.move_id);
     END IF;
     lag := split_part(res, ' ', 1)::bigint;
-    outcome := id_gen.lag_outcome(lag, step, '{"step": "revert_probe"}',
+    outcome := id_gen.lag_outcome(lag, step, jsonb_build_object('step', 'revert_probe', 'errors', step->'errors'),
                                   format('id_gen: move %s: the source stays %%s bytes behind the target after 5 minutes', m.move_id),
                                   'Check the subscription id_gen_back_<move> on the source; call revert_move again later.');
   ELSIF m.phase = 'reversible' AND step->>'step' = 'revert_probe' THEN
     -- The lag counts WAL the source has not confirmed, and a way back that keeps stopping
     -- on an error can look caught up on a quiet target: before any fence (which holds the
     -- genes' writers), a marker of the target must arrive on the source, 10 s at most.
-    IF step->>'marker' IS NULL THEN
+    IF step->>'deadline' IS NULL THEN
       step := step || jsonb_build_object('marker', id_gen.remote_call(m.target_shard, 'shard_write_probe', ARRAY[m.move_id::text], 5000)::bigint,
                                          'deadline', clock_timestamp() + interval '10 s');
+      IF step->>'marker' IS NULL THEN
+        RAISE EXCEPTION 'id_gen: move %: no probe marker was written on "%"', m.move_id, m.target_shard
+          USING ERRCODE = '55000', HINT = 'Look for a trigger on id_gen.move_markers there; CALL id_gen.revert_move again once it is gone.';
+      END IF;
     END IF;
     IF id_gen.run_move_step(r, 'await_marker', (step->>'marker')::integer, 5000) = 't' THEN
       -- (Attempts are numbered on from the move's fence attempts, so that a revert after
       -- one that failed never writes a marker of the same number again.)
-      outcome.next_step := jsonb_build_object('step', 'revert_arm', 'attempt', m.fence_attempts + 1, 'last', m.fence_attempts + 5);
+      outcome.next_step := jsonb_build_object('step', 'revert_arm', 'attempt', m.fence_attempts + 1, 'last', m.fence_attempts + 5,
+                                              'errors', step->'errors');
     ELSIF clock_timestamp() > (step->>'deadline')::timestamptz THEN
       outcome.stop_message := format('id_gen: move %s: could not revert: the source did not apply the target''s changes within 10 s', m.move_id);
       outcome.stop_sqlstate := '55000';
       outcome.stop_detail := 'No fence was raised; the target still serves the genes and the source follows it.';
-      outcome.stop_hint := id_gen.stuck_way_back_hint(m);
+      outcome.stop_hint := id_gen.stuck_way_back_hint(m, (step->>'errors')::bigint);
     ELSE
       outcome.next_step := step;
       outcome.pause := 0.1;
@@ -6489,7 +6551,7 @@ BEGIN
   END IF;
   RETURN outcome;
 END $$;
-COMMENT ON FUNCTION id_gen.revert_step(id_gen.shard_moves, jsonb) IS 'One step of the revert of a reversible move (id_gen.move_step hands it the steps revert_*, and phase reverting): one look at the way back''s lag, one attempt at the fence and flip back, the clean-up after it.';
+COMMENT ON FUNCTION id_gen.revert_step(id_gen.shard_moves, jsonb) IS 'One step of the revert of a reversible move (id_gen.move_step hands it the steps revert_*, and phase reverting): one look at the way back''s lag, one look for the probe marker on the source, one attempt at the fence and flip back, the clean-up after it.';
 REVOKE EXECUTE ON FUNCTION id_gen.revert_step(id_gen.shard_moves, jsonb) FROM PUBLIC;
 
 -- A failed revert fence: the target's fence is lifted (again), the attempt recorded; the next
@@ -6518,7 +6580,7 @@ BEGIN
     outcome.stop_message := format('id_gen: move %s: could not revert: %s', m.move_id, err);
     outcome.stop_sqlstate := coalesce(err_state, '55000');
     outcome.stop_detail := 'The fence was lifted; the target still serves the genes and the source follows it.';
-    outcome.stop_hint := id_gen.stuck_way_back_hint(m);
+    outcome.stop_hint := id_gen.stuck_way_back_hint(m, (step->>'errors')::bigint);
   ELSE
     outcome.next_step := step || jsonb_build_object('step', 'revert_arm', 'attempt', attempt + 1);
     outcome.pause := 0.5;

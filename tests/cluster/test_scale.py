@@ -387,7 +387,13 @@ def test_d_a_reversible_move_of_per_shard_tables_reverted_and_completed():
     n = load.total()
     poll_until("writers committed rows after the move", load.total, lambda m: m >= n + 50, 60)
 
-    # The source follows the target: nothing of what the move copied comes back to it.
+    # The source follows the target: a row written after the cut-over reaches its kept
+    # partition, and nothing of what the move copied came back to it.
+    fresh = c.one(f"SELECT o FROM generate_series(7000000, 9000000) o "
+                  f"WHERE id_gen.shard_gene(o::bigint) BETWEEN {lower} AND {upper} LIMIT 1")
+    c.execute(f"INSERT INTO orders (owner_id, amount) VALUES ({fresh}, 616161)")
+    poll_until("a row written on the target after the cut-over reaches the source's kept partition",
+               lambda: shards[2].one(f"SELECT count(*) FROM {part} WHERE amount = 616161"), 1, 60)
     assert harness.way_back_apply_errors(shards[2], move) == 0
 
     # A revert whose flip fails after the fence re-laid both shards: every attempt is undone.

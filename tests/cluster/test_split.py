@@ -30,6 +30,7 @@ latency limits became figures that are reported, not asserted.)
     rebalance(dry_run => false) brings the busiest shard within 1.15 x the mean, and every
     row is as it was.
 """
+import contextlib
 import os
 import subprocess
 import sys
@@ -361,6 +362,10 @@ def test_e_reversible_move_reverted_under_load():
             "after a reversible cut-over the forward replication is gone; the way back and both sides' copies wait for the outcome"
         poll_until("writers wrote on the target after the cut-over",
                    lambda: s2.one("SELECT count(*) FROM orders_g0_2047 WHERE owner_id > 10000000"), lambda n: n > 0, 60)
+        fresh = owners_in(0, 2047, 1, 60000001)[0]
+        c.execute(f"INSERT INTO orders (owner_id, amount) VALUES ({fresh}, 616161)")
+        poll_until("a row written on the target after the cut-over reaches the source's kept partition",
+                   lambda: S["s1"].one("SELECT count(*) FROM orders_g0_2047 WHERE amount = 616161"), 1, 60)
         assert harness.way_back_apply_errors(S["s1"], mid) == 0, "the way back applied every change on shard_1 (none came back twice)"
         c.execute(f"CALL id_gen.revert_move({mid})")
         report(c.one(f"SELECT 'revert: fence ' || fence_ms || ' ms, fence attempts of the move and the revert ' || fence_attempts "
@@ -394,15 +399,18 @@ HOLD_FENCE_MARKERS = """
 """
 
 
-def hold_fence_markers(node):
+@contextlib.contextmanager
+def fence_markers_held(node):
     """The way back into `node` stops on a fence's marker (its apply worker fails on it and
     starts again every 5 s) but takes the probe that revert_move sends before its fence
-    (numbers from 1,000,000): the revert raises its fence, and the fence waits."""
+    (numbers from 1,000,000): a revert raises its fence, and the fence waits. Released on
+    leaving, whatever happened."""
     node.script(HOLD_FENCE_MARKERS)
-
-
-def release_fence_markers(node):
-    node.execute("DROP TRIGGER hold_fence_markers ON id_gen.move_markers", "DROP FUNCTION public.hold_fence_markers()")
+    try:
+        yield
+    finally:
+        node.execute("DROP TRIGGER IF EXISTS hold_fence_markers ON id_gen.move_markers",
+                     "DROP FUNCTION IF EXISTS public.hold_fence_markers()")
 
 
 def test_e_coordinator_killed_mid_revert_the_supervisor_lifts_the_fence():
@@ -411,23 +419,25 @@ def test_e_coordinator_killed_mid_revert_the_supervisor_lifts_the_fence():
     e = c.error(f"CALL id_gen.abort_move({mid})")
     assert (e and e.sqlstate, move_phase(mid)) == ("55000", "reversible"), \
         "abort_move of a reversible move is refused (55000): the target is authoritative"
-    hold_fence_markers(s1)  # the fence's marker never arrives: the fence waits
-    call = Background(c, f"CALL id_gen.revert_move({mid})")
-    poll_until("the revert's fence is up on the target", fence_triggers_on_target, lambda n: n > 0, 30)
     owner = S["rev_inside"][0]
     direct = f"INSERT INTO orders (id, owner_id, amount) VALUES (id_gen.gene_order_id('orders', {owner}::bigint), {owner}, %s)"
-    assert s2.sqlstate(direct % 1) == "IG002", "during the revert's fence a direct write on the target is refused (IG002: retry shortly)"
-    restart_after_kill9(c)
-    call.join()
-    # (The supervisor lifts the fence on the target first and records it when its pass
-    # commits: the record is what to wait for.)
-    poll_until("the supervisor lifts the target's fence and records it", lambda: c.one(
-        f"SELECT phase || ':' || source_fenced || ':' || coalesce(recovered_by LIKE 'lifted the fence of an interrupted revert%', false) "
-        f"FROM id_gen.moves WHERE move_id = {mid}"), "reversible:false:true", 60)
-    assert f"{fence_triggers_on_target()}/{first_route()}" == "0/0-2047@shard_2", \
-        "after kill -9 of the coordinator mid-revert the supervisor lifted the target's fence; the target still serves"
-    assert s2.sqlstate(direct % 424242) is None, "direct writes on the target work again"
-    release_fence_markers(s1)
+    with fence_markers_held(s1):  # the fence's marker never arrives: the fence waits
+        call = Background(c, f"CALL id_gen.revert_move({mid})")
+        poll_until("the revert's fence is up on the target", fence_triggers_on_target, lambda n: n > 0, 30)
+        assert s2.sqlstate(direct % 1) == "IG002", "during the revert's fence a direct write on the target is refused (IG002: retry shortly)"
+        restart_after_kill9(c)
+        call.join()
+        # (The supervisor lifts the fence on the target first and records it when its pass
+        # commits: the record is what to wait for.)
+        poll_until("the supervisor lifts the target's fence and records it", lambda: c.one(
+            f"SELECT phase || ':' || source_fenced || ':' || coalesce(recovered_by LIKE 'lifted the fence of an interrupted revert%', false) "
+            f"FROM id_gen.moves WHERE move_id = {mid}"), "reversible:false:true", 60)
+        assert f"{fence_triggers_on_target()}/{first_route()}" == "0/0-2047@shard_2", \
+            "after kill -9 of the coordinator mid-revert the supervisor lifted the target's fence; the target still serves"
+        assert s2.sqlstate(direct % 424242) is None, "direct writes on the target work again"
+    # (The source's apply worker starts again within 5 s and applies the held marker first.)
+    poll_until("the way back brings the target's direct write to the source's kept partition",
+               lambda: s1.one("SELECT count(*) FROM orders_g0_2047 WHERE amount = 424242"), 1, 60)
     c.execute(f"CALL id_gen.revert_move({mid})")
     assert f"{move_phase(mid)}/{first_route()}/{nothing_left()}" == "reverted/0-2047@shard_1/0/0", \
         "the second revert_move succeeded; nothing of the way back is left"
@@ -440,12 +450,11 @@ def test_e_complete_move_after_an_interrupted_revert_lifts_its_fence():
     # whichever takes the move first): the target keeps the genes and takes writes again.
     c, s1, s2 = S["c"], S["s1"], S["s2"]
     mid = reversible_move(0, 2047)
-    hold_fence_markers(s1)  # the fence's marker never arrives: the fence waits
-    call = Background(c, f"CALL id_gen.revert_move({mid})")
-    poll_until("the revert's fence is up on the target", fence_triggers_on_target, lambda n: n > 0, 30)
-    restart_after_kill9(c)
-    call.join()
-    release_fence_markers(s1)
+    with fence_markers_held(s1):  # the fence's marker never arrives: the fence waits
+        call = Background(c, f"CALL id_gen.revert_move({mid})")
+        poll_until("the revert's fence is up on the target", fence_triggers_on_target, lambda n: n > 0, 30)
+        restart_after_kill9(c)
+        call.join()
 
     def complete():  # (the supervisor holds the move only for its pass: 55006 meanwhile)
         state = c.sqlstate(f"CALL id_gen.complete_move({mid})")
@@ -528,17 +537,23 @@ def test_e_b_a_way_back_stopped_by_a_conflict_is_named_and_the_revert_then_passe
     assert f"{move_phase(mid)}/{first_route()}" == "reversible/0-2047@shard_1"
     owner = owners_in(0, 2047, 1, 40000001)[0]
     row = f"id_gen.compose_id(id_gen.shard_gene({owner}::bigint), 4000000000)"
-    s2.execute("SET session_replication_role = replica",
-               f"INSERT INTO orders_g0_2047 (id, owner_id, amount) VALUES ({row}, {owner}, 1)")
-    c.execute(f"INSERT INTO orders (id, owner_id, amount) VALUES ({row}, {owner}, 2)")
-    poll_until("the way back stops on the conflicting row", lambda: harness.way_back_apply_errors(s2, mid), lambda n: n > 0, 60)
-    attempts = c.one(f"SELECT fence_attempts FROM id_gen.moves WHERE move_id = {mid}")
-    err = c.error(f"CALL id_gen.revert_move({mid})")
-    assert err is not None and err.sqlstate == "55000" and "did not apply the target's changes within 10 s" in str(err), err
-    assert f"The subscription id_gen_back_{mid} on shard_2 stopped on an error" in (err.diag.message_hint or ""), err.diag.message_hint
-    assert c.one(f"SELECT fence_attempts FROM id_gen.moves WHERE move_id = {mid}") == attempts, "no fence was raised"
-    assert f"{move_phase(mid)}/{first_route()}" == "reversible/0-2047@shard_1", "the failed revert changed nothing"
-    s2.execute("SET session_replication_role = replica", f"DELETE FROM orders_g0_2047 WHERE id = {row}")
+    conflict = f"DELETE FROM orders_g0_2047 WHERE id = {row} AND amount = 1"
+    try:
+        s2.execute("SET session_replication_role = replica",
+                   f"INSERT INTO orders_g0_2047 (id, owner_id, amount) VALUES ({row}, {owner}, 1)")
+        c.execute(f"INSERT INTO orders (id, owner_id, amount) VALUES ({row}, {owner}, 2)")
+        poll_until("the way back stops on the conflicting row", lambda: harness.way_back_apply_errors(s2, mid), lambda n: n > 0, 60)
+        attempts = c.one(f"SELECT fence_attempts FROM id_gen.moves WHERE move_id = {mid}")
+        err = c.error(f"CALL id_gen.revert_move({mid})")
+        assert err is not None and err.sqlstate == "55000" and "did not apply the target's changes within 10 s" in str(err), err
+        assert f"The subscription id_gen_back_{mid} on shard_2 stopped on an error" in (err.diag.message_hint or ""), err.diag.message_hint
+        assert c.one(f"SELECT fence_attempts FROM id_gen.moves WHERE move_id = {mid}") == attempts, "no fence was raised"
+        assert f"{move_phase(mid)}/{first_route()}" == "reversible/0-2047@shard_1", "the failed revert changed nothing"
+    finally:
+        s2.execute("SET session_replication_role = replica", conflict)
+    # (The source's apply worker starts again within 5 s and applies the target's row.)
+    poll_until("the way back brings the target's row to the source",
+               lambda: s2.one(f"SELECT amount FROM orders_g0_2047 WHERE id = {row}"), 2, 60)
     c.execute("SET client_min_messages = warning", f"CALL id_gen.revert_move({mid})")
     assert f"{move_phase(mid)}/{first_route()}" == "reverted/0-2047@shard_2"
     assert c.one(f"SELECT string_agg(amount::text, ',') FROM orders WHERE id = {row}") == "2", "the target's row, once"

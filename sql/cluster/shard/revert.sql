@@ -234,8 +234,37 @@ CREATE OR REPLACE FUNCTION id_gen.shard_subscribe_way_back(move_id bigint, parts
 LANGUAGE sql STRICT
 SET search_path = pg_catalog, pg_temp
 RETURN id_gen.subscribe_with_secret(move_id, parts, true);
-COMMENT ON FUNCTION id_gen.shard_subscribe_way_back(bigint, text[]) IS 'On the source of a reversible move: creates and enables the subscription of the way back from the connection string in id_gen.move_secrets (then forgotten).';
+COMMENT ON FUNCTION id_gen.shard_subscribe_way_back(bigint, text[]) IS 'On the source of a reversible move: creates and enables the subscription of the way back from the connection string in id_gen.move_secrets (then forgotten). The call of coordinators before 0.7.6; theirs passes where the way back starts.';
 REVOKE EXECUTE ON FUNCTION id_gen.shard_subscribe_way_back(bigint, text[]) FROM PUBLIC;
+
+-- The same, and the subscription's replication origin set to start_at (back_lsn) in the
+-- transaction that creates it, before its worker can start: the target's slot was advanced
+-- there, but PostgreSQL saves a slot's advance only at the next checkpoint, so a target that
+-- crashed before it would stream from where the slot was created and send the move's own
+-- copies back; the origin's advance is WAL-logged here, and the target streams from the later
+-- of the two. A subscription that exists already (a retried cut-over) is left as it is.
+CREATE OR REPLACE FUNCTION id_gen.shard_subscribe_way_back(move_id bigint, parts text[], start_at pg_lsn) RETURNS oid
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  fresh boolean;
+  sub oid;
+BEGIN
+  IF move_id IS NULL OR parts IS NULL OR start_at IS NULL THEN
+    RAISE EXCEPTION 'id_gen: argument "%" must not be NULL',
+      CASE WHEN move_id IS NULL THEN 'move_id' WHEN parts IS NULL THEN 'parts' ELSE 'start_at' END
+      USING ERRCODE = '22004';
+  END IF;
+  fresh := NOT EXISTS (SELECT FROM pg_subscription s WHERE s.subname = 'id_gen_back_' || move_id);
+  sub := id_gen.subscribe_with_secret(move_id, parts, true);
+  IF fresh THEN
+    PERFORM pg_replication_origin_advance('pg_' || sub, start_at);
+  END IF;
+  RETURN sub;
+END $$;
+COMMENT ON FUNCTION id_gen.shard_subscribe_way_back(bigint, text[], pg_lsn) IS 'On the source of a reversible move: creates and enables the subscription of the way back from the connection string in id_gen.move_secrets (then forgotten), its replication origin set to start_at (WAL-logged, so the way back starts there even if the target''s slot lost its advance in a crash).';
+REVOKE EXECUTE ON FUNCTION id_gen.shard_subscribe_way_back(bigint, text[], pg_lsn) FROM PUBLIC;
 
 -- On the source, after a revert's flip: the kept partitions rejoin the table (those of
 -- per_shard tables joined it in the revert's fence) and lose the move's CHECK and fence
