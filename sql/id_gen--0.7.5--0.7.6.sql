@@ -3062,12 +3062,9 @@ BEGIN
     END;
   END IF;
   DELETE FROM id_gen.move_secrets s WHERE s.move_id = subscribe_with_secret.move_id;
-  IF way_back AND EXISTS (SELECT FROM pg_subscription s WHERE s.subname = tag AND NOT s.subenabled) THEN
-    EXECUTE format('ALTER SUBSCRIPTION %I ENABLE', tag);
-  END IF;
   RETURN (SELECT s.oid FROM pg_subscription s WHERE s.subname = tag);
 END $$;
-COMMENT ON FUNCTION id_gen.subscribe_with_secret(bigint, text[], boolean) IS 'Creates a move''s subscription (publication and slot of the same name; not enabled) for the shard tables of parts, from the connection string in id_gen.move_secrets, which it then deletes; way_back: the way back of a reversible move, connected, its tables taken as ready, and enabled. Returns its oid.';
+COMMENT ON FUNCTION id_gen.subscribe_with_secret(bigint, text[], boolean) IS 'Creates a move''s subscription (publication and slot of the same name; not enabled) for the shard tables of parts, from the connection string in id_gen.move_secrets, which it then deletes; way_back: the way back of a reversible move, connected, its tables taken as ready. Returns its oid.';
 REVOKE EXECUTE ON FUNCTION id_gen.subscribe_with_secret(bigint, text[], boolean) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION id_gen.shard_subscribe(move_id bigint, parts text[]) RETURNS oid
@@ -6001,42 +5998,69 @@ END $$;
 COMMENT ON FUNCTION id_gen.shard_detach_kept(bigint, text[], name[], integer[], integer[]) IS 'On the source of a reversible move at its cut-over: detaches the moved partitions, keeping their names (the way back applies to them; those of per_shard tables, detached in the fence, get their names back) and adding a CHECK of their bounds (so re-attaching needs no scan); idempotent.';
 REVOKE EXECUTE ON FUNCTION id_gen.shard_detach_kept(bigint, text[], name[], integer[], integer[]) FROM PUBLIC;
 
--- On the source: the way back's subscription (from id_gen.move_secrets), not yet enabled.
-CREATE OR REPLACE FUNCTION id_gen.shard_subscribe_way_back(move_id bigint, parts text[]) RETURNS oid
+-- On the source, at the cut-over of a reversible move, in two calls (two transactions):
+--   shard_create_way_back_subscription  the way back's subscription, from the connection
+--                                       string in id_gen.move_secrets (then forgotten),
+--                                       connected, its tables ready, not enabled;
+--   shard_start_way_back                its replication origin set to start_at (back_lsn),
+--                                       then enabled, in one transaction.
+-- The origin matters because PostgreSQL saves a slot's advance only at the next checkpoint:
+-- a target that crashed before it would stream from where the slot was created and send the
+-- move's own copies back. The origin's advance is WAL-logged, and the target streams from the
+-- later of the two. It is made on a committed subscription's origin, never advanced before
+-- (pg_replication_origin_advance is not undone by a rollback: made in the transaction that
+-- creates the origin, an abort would leave the position to whichever origin next takes its
+-- number). Both calls are idempotent.
+CREATE OR REPLACE FUNCTION id_gen.shard_create_way_back_subscription(move_id bigint, parts text[]) RETURNS oid
 LANGUAGE sql STRICT
 SET search_path = pg_catalog, pg_temp
 RETURN id_gen.subscribe_with_secret(move_id, parts, true);
-COMMENT ON FUNCTION id_gen.shard_subscribe_way_back(bigint, text[]) IS 'On the source of a reversible move: creates and enables the subscription of the way back from the connection string in id_gen.move_secrets (then forgotten). The call of coordinators before 0.7.6; theirs passes where the way back starts.';
-REVOKE EXECUTE ON FUNCTION id_gen.shard_subscribe_way_back(bigint, text[]) FROM PUBLIC;
+COMMENT ON FUNCTION id_gen.shard_create_way_back_subscription(bigint, text[]) IS 'On the source of a reversible move: creates the subscription of the way back (not enabled) from the connection string in id_gen.move_secrets (then forgotten); id_gen.shard_start_way_back enables it.';
+REVOKE EXECUTE ON FUNCTION id_gen.shard_create_way_back_subscription(bigint, text[]) FROM PUBLIC;
 
--- The same, and the subscription's replication origin set to start_at (back_lsn) in the
--- transaction that creates it, before its worker can start: the target's slot was advanced
--- there, but PostgreSQL saves a slot's advance only at the next checkpoint, so a target that
--- crashed before it would stream from where the slot was created and send the move's own
--- copies back; the origin's advance is WAL-logged here, and the target streams from the later
--- of the two. A subscription that exists already (a retried cut-over) is left as it is.
-CREATE OR REPLACE FUNCTION id_gen.shard_subscribe_way_back(move_id bigint, parts text[], start_at pg_lsn) RETURNS oid
+CREATE OR REPLACE FUNCTION id_gen.shard_start_way_back(move_id bigint, start_at pg_lsn) RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-  fresh boolean;
   sub oid;
+  enabled boolean;
 BEGIN
-  IF move_id IS NULL OR parts IS NULL OR start_at IS NULL THEN
-    RAISE EXCEPTION 'id_gen: argument "%" must not be NULL',
-      CASE WHEN move_id IS NULL THEN 'move_id' WHEN parts IS NULL THEN 'parts' ELSE 'start_at' END
+  IF move_id IS NULL OR start_at IS NULL THEN
+    RAISE EXCEPTION 'id_gen: argument "%" must not be NULL', CASE WHEN move_id IS NULL THEN 'move_id' ELSE 'start_at' END
       USING ERRCODE = '22004';
   END IF;
-  fresh := NOT EXISTS (SELECT FROM pg_subscription s WHERE s.subname = 'id_gen_back_' || move_id);
-  sub := id_gen.subscribe_with_secret(move_id, parts, true);
-  IF fresh THEN
-    PERFORM pg_replication_origin_advance('pg_' || sub, start_at);
+  SELECT s.oid, s.subenabled INTO sub, enabled FROM pg_subscription s
+  WHERE s.subname = 'id_gen_back_' || move_id AND s.subdbid = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database());
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'id_gen: move %: the way back''s subscription is missing on this shard', move_id
+      USING ERRCODE = '55000', HINT = 'The move''s cut-over creates it (id_gen.shard_create_way_back_subscription) before it starts it.';
+  END IF;
+  IF NOT enabled THEN
+    IF pg_replication_origin_progress('pg_' || sub, false) IS NULL THEN
+      PERFORM pg_replication_origin_advance('pg_' || sub, start_at);
+    END IF;
+    EXECUTE format('ALTER SUBSCRIPTION %I ENABLE', 'id_gen_back_' || move_id);
+  END IF;
+END $$;
+COMMENT ON FUNCTION id_gen.shard_start_way_back(bigint, pg_lsn) IS 'On the source of a reversible move: sets the way back''s replication origin to start_at (where the target''s slot was advanced; WAL-logged, so it holds even if the target loses the slot''s advance in a crash) unless it moved already, and enables the subscription.';
+REVOKE EXECUTE ON FUNCTION id_gen.shard_start_way_back(bigint, pg_lsn) FROM PUBLIC;
+
+-- Both at once, with no origin set: the call of coordinators before 0.7.6.
+CREATE OR REPLACE FUNCTION id_gen.shard_subscribe_way_back(move_id bigint, parts text[]) RETURNS oid
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  sub oid := id_gen.subscribe_with_secret(move_id, parts, true);
+BEGIN
+  IF EXISTS (SELECT FROM pg_subscription s WHERE s.oid = sub AND NOT s.subenabled) THEN
+    EXECUTE format('ALTER SUBSCRIPTION %I ENABLE', 'id_gen_back_' || move_id);
   END IF;
   RETURN sub;
 END $$;
-COMMENT ON FUNCTION id_gen.shard_subscribe_way_back(bigint, text[], pg_lsn) IS 'On the source of a reversible move: creates and enables the subscription of the way back from the connection string in id_gen.move_secrets (then forgotten), its replication origin set to start_at (WAL-logged, so the way back starts there even if the target''s slot lost its advance in a crash).';
-REVOKE EXECUTE ON FUNCTION id_gen.shard_subscribe_way_back(bigint, text[], pg_lsn) FROM PUBLIC;
+COMMENT ON FUNCTION id_gen.shard_subscribe_way_back(bigint, text[]) IS 'On the source of a reversible move: creates and enables the subscription of the way back from the connection string in id_gen.move_secrets (then forgotten), with no replication origin set (the call of coordinators before 0.7.6, and of a move whose fence recorded no back_lsn).';
+REVOKE EXECUTE ON FUNCTION id_gen.shard_subscribe_way_back(bigint, text[]) FROM PUBLIC;
 
 -- On the source, after a revert's flip: the kept partitions rejoin the table (those of
 -- per_shard tables joined it in the revert's fence) and lose the move's CHECK and fence
@@ -6145,10 +6169,11 @@ REVOKE EXECUTE ON FUNCTION id_gen.shard_drop_kept(bigint, text[]) FROM PUBLIC;
 --                     subscription and publication go; the slot is advanced to back_lsn
 --                     (so the changes the forward apply made are not sent back); the
 --                     source subscribes (id_gen_back_<id>, connected at creation so its
---                     tables are ready at once, copy_data = false), its origin set to
---                     back_lsn in the same transaction (a slot's advance is saved only at
---                     the target's next checkpoint; the origin's is WAL-logged, and the
---                     target streams from the later of the two).
+--                     tables are ready at once, copy_data = false, not enabled), then its
+--                     origin is set to back_lsn and it is enabled, in a second transaction
+--                     (a slot's advance is saved only at the target's next checkpoint; the
+--                     origin's is WAL-logged, and the target streams from the later of the
+--                     two).
 --   reversible        the target serves the genes; its changes stream to the source's kept
 --                     partitions. The slot keeps WAL on the target until the move ends:
 --                     id_gen.moves shows back_lag_bytes and back_retained_bytes.
@@ -6222,11 +6247,15 @@ BEGIN
   PERFORM id_gen.forget_cleanup(m.move_id, 'source_fence');
   PERFORM id_gen.forget_cleanup(m.move_id, 'shown_copies');  -- (per_shard tables: the fence committed)
   PERFORM id_gen.remote_call(m.target_shard, 'shard_advance_way_back', ARRAY[m.move_id::text, m.back_lsn::text], 60000);
-  -- (With back_lsn, where the way back starts, as the subscription's origin; without it
-  -- only if the fence recorded none.)
-  PERFORM id_gen.remote_call(m.source_shard, 'shard_subscribe_way_back',
-                            ARRAY[m.move_id::text, p.parts::text] || CASE WHEN m.back_lsn IS NOT NULL THEN ARRAY[m.back_lsn::text] ELSE '{}' END,
-                            30000);
+  -- The source's subscription, then (another transaction) its origin set to back_lsn and
+  -- enabled (sql/cluster/shard/revert.sql says why); at once, and with no origin, only if the
+  -- fence recorded no back_lsn.
+  IF m.back_lsn IS NULL THEN
+    PERFORM id_gen.remote_call(m.source_shard, 'shard_subscribe_way_back', ARRAY[m.move_id::text, p.parts::text], 30000);
+  ELSE
+    PERFORM id_gen.remote_call(m.source_shard, 'shard_create_way_back_subscription', ARRAY[m.move_id::text, p.parts::text], 30000);
+    PERFORM id_gen.remote_call(m.source_shard, 'shard_start_way_back', ARRAY[m.move_id::text, m.back_lsn::text], 30000);
+  END IF;
   UPDATE id_gen.shard_moves sm SET phase = 'reversible', updated_at = clock_timestamp(), last_error = NULL
   WHERE sm.move_id = m.move_id AND sm.phase = 'cut_over' RETURNING * INTO m;
   PERFORM id_gen.check_way_back(m);

@@ -19,10 +19,11 @@
 --                     subscription and publication go; the slot is advanced to back_lsn
 --                     (so the changes the forward apply made are not sent back); the
 --                     source subscribes (id_gen_back_<id>, connected at creation so its
---                     tables are ready at once, copy_data = false), its origin set to
---                     back_lsn in the same transaction (a slot's advance is saved only at
---                     the target's next checkpoint; the origin's is WAL-logged, and the
---                     target streams from the later of the two).
+--                     tables are ready at once, copy_data = false, not enabled), then its
+--                     origin is set to back_lsn and it is enabled, in a second transaction
+--                     (a slot's advance is saved only at the target's next checkpoint; the
+--                     origin's is WAL-logged, and the target streams from the later of the
+--                     two).
 --   reversible        the target serves the genes; its changes stream to the source's kept
 --                     partitions. The slot keeps WAL on the target until the move ends:
 --                     id_gen.moves shows back_lag_bytes and back_retained_bytes.
@@ -96,11 +97,15 @@ BEGIN
   PERFORM id_gen.forget_cleanup(m.move_id, 'source_fence');
   PERFORM id_gen.forget_cleanup(m.move_id, 'shown_copies');  -- (per_shard tables: the fence committed)
   PERFORM id_gen.remote_call(m.target_shard, 'shard_advance_way_back', ARRAY[m.move_id::text, m.back_lsn::text], 60000);
-  -- (With back_lsn, where the way back starts, as the subscription's origin; without it
-  -- only if the fence recorded none.)
-  PERFORM id_gen.remote_call(m.source_shard, 'shard_subscribe_way_back',
-                            ARRAY[m.move_id::text, p.parts::text] || CASE WHEN m.back_lsn IS NOT NULL THEN ARRAY[m.back_lsn::text] ELSE '{}' END,
-                            30000);
+  -- The source's subscription, then (another transaction) its origin set to back_lsn and
+  -- enabled (sql/cluster/shard/revert.sql says why); at once, and with no origin, only if the
+  -- fence recorded no back_lsn.
+  IF m.back_lsn IS NULL THEN
+    PERFORM id_gen.remote_call(m.source_shard, 'shard_subscribe_way_back', ARRAY[m.move_id::text, p.parts::text], 30000);
+  ELSE
+    PERFORM id_gen.remote_call(m.source_shard, 'shard_create_way_back_subscription', ARRAY[m.move_id::text, p.parts::text], 30000);
+    PERFORM id_gen.remote_call(m.source_shard, 'shard_start_way_back', ARRAY[m.move_id::text, m.back_lsn::text], 30000);
+  END IF;
   UPDATE id_gen.shard_moves sm SET phase = 'reversible', updated_at = clock_timestamp(), last_error = NULL
   WHERE sm.move_id = m.move_id AND sm.phase = 'cut_over' RETURNING * INTO m;
   PERFORM id_gen.check_way_back(m);

@@ -551,12 +551,9 @@ BEGIN
     END;
   END IF;
   DELETE FROM id_gen.move_secrets s WHERE s.move_id = subscribe_with_secret.move_id;
-  IF way_back AND EXISTS (SELECT FROM pg_subscription s WHERE s.subname = tag AND NOT s.subenabled) THEN
-    EXECUTE format('ALTER SUBSCRIPTION %I ENABLE', tag);
-  END IF;
   RETURN (SELECT s.oid FROM pg_subscription s WHERE s.subname = tag);
 END $$;
-COMMENT ON FUNCTION id_gen.subscribe_with_secret(bigint, text[], boolean) IS 'Creates a move''s subscription (publication and slot of the same name; not enabled) for the shard tables of parts, from the connection string in id_gen.move_secrets, which it then deletes; way_back: the way back of a reversible move, connected, its tables taken as ready, and enabled. Returns its oid.';
+COMMENT ON FUNCTION id_gen.subscribe_with_secret(bigint, text[], boolean) IS 'Creates a move''s subscription (publication and slot of the same name; not enabled) for the shard tables of parts, from the connection string in id_gen.move_secrets, which it then deletes; way_back: the way back of a reversible move, connected, its tables taken as ready. Returns its oid.';
 REVOKE EXECUTE ON FUNCTION id_gen.subscribe_with_secret(bigint, text[], boolean) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION id_gen.shard_subscribe(move_id bigint, parts text[]) RETURNS oid
