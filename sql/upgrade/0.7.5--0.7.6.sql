@@ -3,6 +3,7 @@
 -- (sql/cluster/revert.sql and sql/cluster/shard/revert.sql: the revert's fence re-lays both
 -- shards, and undoes it when it fails) and build id_gen.shard_routing_snapshot() over
 -- id_gen.shard_routing_tables(). They also fix where a reversible move's way back starts
--- (id_gen.shard_current_lsn, shard_advance_way_back, and the new three-argument
--- shard_subscribe_way_back) and add the revert's probe before its fence (shard_write_probe,
+-- (id_gen.shard_current_lsn and shard_advance_way_back; the new
+-- shard_create_way_back_subscription and shard_start_way_back, which set the source's
+-- replication origin) and add the revert's probe before its fence (shard_write_probe,
 -- shard_way_back_errors, way_back_errors, stuck_way_back_hint).
