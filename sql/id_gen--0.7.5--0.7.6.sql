@@ -6060,7 +6060,7 @@ BEGIN
   END IF;
   RETURN sub;
 END $$;
-COMMENT ON FUNCTION id_gen.shard_subscribe_way_back(bigint, text[]) IS 'On the source of a reversible move: creates and enables the subscription of the way back from the connection string in id_gen.move_secrets (then forgotten), with no replication origin set (the call of coordinators before 0.7.6, and of a move whose fence recorded no back_lsn).';
+COMMENT ON FUNCTION id_gen.shard_subscribe_way_back(bigint, text[]) IS 'On the source of a reversible move: creates and enables the subscription of the way back from the connection string in id_gen.move_secrets (then forgotten), with no replication origin set (the call of coordinators before 0.7.6).';
 REVOKE EXECUTE ON FUNCTION id_gen.shard_subscribe_way_back(bigint, text[]) FROM PUBLIC;
 
 -- On the source, after a revert's flip: the kept partitions rejoin the table (those of
@@ -6249,14 +6249,10 @@ BEGIN
   PERFORM id_gen.forget_cleanup(m.move_id, 'shown_copies');  -- (per_shard tables: the fence committed)
   PERFORM id_gen.remote_call(m.target_shard, 'shard_advance_way_back', ARRAY[m.move_id::text, m.back_lsn::text], 60000);
   -- The source's subscription, then (another transaction) its origin set to back_lsn and
-  -- enabled (sql/cluster/shard/revert.sql says why); at once, and with no origin, only if the
-  -- fence recorded no back_lsn.
-  IF m.back_lsn IS NULL THEN
-    PERFORM id_gen.remote_call(m.source_shard, 'shard_subscribe_way_back', ARRAY[m.move_id::text, p.parts::text], 30000);
-  ELSE
-    PERFORM id_gen.remote_call(m.source_shard, 'shard_create_way_back_subscription', ARRAY[m.move_id::text, p.parts::text], 30000);
-    PERFORM id_gen.remote_call(m.source_shard, 'shard_start_way_back', ARRAY[m.move_id::text, m.back_lsn::text], 30000);
-  END IF;
+  -- enabled (sql/cluster/shard/revert.sql says why). (Every version's fence records back_lsn
+  -- with the flip, so a move in phase cut_over has it.)
+  PERFORM id_gen.remote_call(m.source_shard, 'shard_create_way_back_subscription', ARRAY[m.move_id::text, p.parts::text], 30000);
+  PERFORM id_gen.remote_call(m.source_shard, 'shard_start_way_back', ARRAY[m.move_id::text, m.back_lsn::text], 30000);
   UPDATE id_gen.shard_moves sm SET phase = 'reversible', updated_at = clock_timestamp(), last_error = NULL
   WHERE sm.move_id = m.move_id AND sm.phase = 'cut_over' RETURNING * INTO m;
   PERFORM id_gen.check_way_back(m);

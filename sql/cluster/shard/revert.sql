@@ -290,7 +290,7 @@ BEGIN
   END IF;
   RETURN sub;
 END $$;
-COMMENT ON FUNCTION id_gen.shard_subscribe_way_back(bigint, text[]) IS 'On the source of a reversible move: creates and enables the subscription of the way back from the connection string in id_gen.move_secrets (then forgotten), with no replication origin set (the call of coordinators before 0.7.6, and of a move whose fence recorded no back_lsn).';
+COMMENT ON FUNCTION id_gen.shard_subscribe_way_back(bigint, text[]) IS 'On the source of a reversible move: creates and enables the subscription of the way back from the connection string in id_gen.move_secrets (then forgotten), with no replication origin set (the call of coordinators before 0.7.6).';
 REVOKE EXECUTE ON FUNCTION id_gen.shard_subscribe_way_back(bigint, text[]) FROM PUBLIC;
 
 -- On the source, after a revert's flip: the kept partitions rejoin the table (those of
