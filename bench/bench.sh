@@ -3,7 +3,7 @@
 # Prints absolute figures and ratios: the median of interleaved rounds with the min–max
 # spread over the rounds; a ratio whose spread contains 1.0 is reported as a tie. Never
 # used as a CI gate.
-# Usage: bench/bench.sh [--pg 15|16|17|18] [--quick | --hot | --authority | --cluster | --routing | --scale | --fleet]
+# Usage: bench/bench.sh [--pg 15|16|17|18] [--quick | --hot | --authority | --cluster | --routing | --scale | --fleet | --ownership]
 #        (requires the extension to be installed for that version: scripts/demo.sh does it
 #        for 15, `scripts/test.sh --pg N` or `cargo pgrx install --release --pg-config ...` for others)
 if [ "${1:-}" = "--pg" ]; then export PG_VERSION=$2; shift 2; fi
@@ -13,7 +13,7 @@ N=5000000; REPS=7; PGB_T=15; PGB_ROUNDS=3; LOAD_ROWS=2000000; LOAD_REPS=3
 if [ "$QUICK" = "--quick" ]; then N=500000; REPS=3; PGB_T=5; PGB_ROUNDS=2; LOAD_ROWS=200000; fi
 DIR=/tmp/idg_bench PORT=54350
 P() { cpsql "$DIR" "$PORT" "$@"; }
-if [ "$QUICK" != "--cluster" ] && [ "$QUICK" != "--routing" ] && [ "$QUICK" != "--scale" ] && [ "$QUICK" != "--fleet" ]; then  # these start their own servers only
+if [ "$QUICK" != "--cluster" ] && [ "$QUICK" != "--routing" ] && [ "$QUICK" != "--scale" ] && [ "$QUICK" != "--fleet" ] && [ "$QUICK" != "--ownership" ]; then  # these start their own servers only
 make_kek "$DIR.kek"
 cluster_start "$DIR" "$PORT" "shared_buffers = '1GB'" "max_wal_size = '4GB'" "checkpoint_timeout = '30min'" "id_gen.order_no_kek_file = '$DIR.kek'" "id_gen.snowflake_node_id = 1"
 trap 'cluster_stop "$DIR"' EXIT
@@ -78,6 +78,11 @@ fi
 # bench.sh --scale: only the fleet-scale comparison (bench_scale.sh).
 if [ "$QUICK" = "--scale" ]; then
   source "$(dirname "$0")/bench_scale.sh"
+  exit 0
+fi
+# bench.sh --ownership: only a shard's layouts by ranges owned (bench_ownership.sh).
+if [ "$QUICK" = "--ownership" ]; then
+  source "$(dirname "$0")/bench_ownership.sh"
   exit 0
 fi
 # bench.sh --fleet: only the many-shards fleet (bench_fleet.sh).

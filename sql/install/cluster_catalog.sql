@@ -278,3 +278,6 @@ COMMENT ON COLUMN id_gen.shard_slots.assigned_at IS 'When the slot was given.';
 
 -- @new-in-0.7.6
 -- (No catalog table is new in 0.7.6.)
+
+-- @new-in-0.7.7
+-- (No catalog table is new in 0.7.7.)

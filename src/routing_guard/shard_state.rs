@@ -75,7 +75,7 @@ pub fn version_view(fresh: bool) -> Rc<VersionView> {
 }
 
 /// A view kept per `ShardRouting` epoch in `cell`, loaded by `load` when the epoch moved.
-fn cached<T>(
+pub(super) fn cached<T>(
     cell: &'static std::thread::LocalKey<RefCell<Option<Rc<T>>>>,
     fresh: bool,
     epoch_of: impl Fn(&T) -> u64,
@@ -303,12 +303,21 @@ fn load(epoch: u64) -> ShardState {
 }
 
 /// Called by the shard functions that attach or detach partitions or store a pushed
-/// route version: every backend reloads its view once this transaction commits.
+/// route version: every backend reloads its view once this transaction commits. This
+/// backend drops its copies at once (the rest of the transaction sees its own change) and
+/// again if the transaction aborts (what it loaded meanwhile saw a change that never was;
+/// the epoch does not move then).
 #[pg_extern(volatile, parallel_unsafe)]
 fn shard_routing_changed() {
     epochs::bump_at_commit(Epoch::ShardRouting);
+    forget_all();
+    pgrx::register_xact_callback(pgrx::PgXactCallbackEvent::Abort, forget_all);
+}
+
+fn forget_all() {
     CACHE.with(|c| *c.borrow_mut() = None);
     VERSION_CACHE.with(|c| *c.borrow_mut() = None);
+    super::owned_ranges::forget();
 }
 
 /// The genes `[lower, upper]` of a shard table's range partition, from its bound as

@@ -15,6 +15,7 @@ pub mod gene;
 pub mod genemod;
 pub mod layout;
 pub mod name;
+pub mod owned_genes;
 pub mod route_slots;
 pub mod routing;
 pub mod segment;

@@ -1,0 +1,5 @@
+-- Catalog changes and new C functions, 0.7.6 -> 0.7.7 (by hand): no catalog change.
+-- The ownership test of the layout by ownership (docs/design.md section 12): what a shard
+-- owns of each table, as data, cached per backend (src/routing_guard/owned_ranges.rs).
+-- @rust-function shard_owns
+-- @rust-function shard_owned_ranges

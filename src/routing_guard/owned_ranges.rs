@@ -1,0 +1,168 @@
+//! Ownership as data: the gene ranges this shard owns of each distributed table, as
+//! `id_gen.shard_tables.gene_ranges` records them, cached per backend as one bitmap of the
+//! genes per table. `id_gen.shard_owns(regclass, bigint)` answers
+//! whether an id's gene is one of them; `id_gen.shard_owned_ranges(regclass)` shows what
+//! the backend holds.
+//!
+//! This is the ownership test of the shard layout by ownership (docs/design.md §12): a
+//! shard's table kept as one relation, read through a view of the rows whose genes the
+//! shard owns. Measured there against the alternatives (a correlated subquery, a join with
+//! a table of owned genes, a multirange): one epoch check and one bit per call, with no
+//! per-statement set-up, whatever the number of ranges.
+//!
+//! Invariants:
+//!   * The answer is as of the `ShardRouting` epoch: every function that changes
+//!     `shard_tables.gene_ranges` calls `id_gen.shard_routing_changed()`, which drops this
+//!     backend's copy at once (its own uncommitted change counts in the rest of its
+//!     transaction) and moves the epoch at commit (every other backend reloads on its next
+//!     call). Loading runs SQL under the latest snapshot (`shard_state::cached`), never
+//!     under a lock of ours.
+//!   * A table that is not distributed here, a negative id, and a gene in no recorded range
+//!     are not owned. A NULL argument gives NULL (STRICT).
+//!   * The test itself is `id_gen_core::owned_genes` (sorted, merged ranges and a
+//!     bitmap of the 65,536 genes: one bit per test), checked there against a linear scan.
+
+use super::shard_state;
+use id_gen_core::owned_genes::OwnedGenes;
+use pgrx::datum::{Range, RangeBound};
+use pgrx::prelude::*;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+/// The owned genes of every distributed table.
+pub struct OwnedRanges {
+    epoch: u64,
+    by_table: HashMap<pg_sys::Oid, OwnedGenes>,
+}
+
+thread_local! {
+    static CACHE: RefCell<Option<Rc<OwnedRanges>>> = const { RefCell::new(None) };
+}
+
+/// Drops this backend's copy (called with every change of the shard's routing).
+pub fn forget() {
+    CACHE.with(|c| *c.borrow_mut() = None);
+}
+
+fn current() -> Rc<OwnedRanges> {
+    shard_state::cached(&CACHE, false, |o| o.epoch, load)
+}
+
+fn load(epoch: u64) -> OwnedRanges {
+    // One plain read of the catalog table: the names are resolved by the syscache and the
+    // ranges decoded here, because a new backend's first query that joins pg_class or calls
+    // the range functions cost it 2-3 ms more (what a pooler's fresh connection pays).
+    type Row = (String, String, Vec<Option<Range<i32>>>);
+    let rows: Result<Vec<Row>, pgrx::spi::Error> = Spi::connect(|client| {
+        let mut out = vec![];
+        for r in client.select(
+            "SELECT schema_name::pg_catalog.text, table_name::pg_catalog.text, gene_ranges FROM id_gen.shard_tables",
+            None,
+            &[],
+        )? {
+            out.push((
+                r.get::<String>(1)?.unwrap_or_default(),
+                r.get::<String>(2)?.unwrap_or_default(),
+                r.get::<Vec<Option<Range<i32>>>>(3)?.unwrap_or_default(),
+            ));
+        }
+        Ok(out)
+    });
+    let rows = rows.unwrap_or_else(|e| crate::errors::spi_failed(e));
+    let mut by_table = HashMap::new();
+    for (schema, table, ranges) in rows {
+        let Some(relid) = relation_named(&schema, &table) else {
+            continue;
+        };
+        by_table.insert(
+            relid,
+            OwnedGenes::from_ranges(ranges.into_iter().flatten().filter_map(genes_of)),
+        );
+    }
+    OwnedRanges { epoch, by_table }
+}
+
+/// The genes `lower ..= upper` of a recorded range, clipped to the genes that exist; None
+/// for an empty or unbounded range.
+fn genes_of(range: Range<i32>) -> Option<(u16, u16)> {
+    let (lower, upper) = range.into_inner()?;
+    let lower = match lower {
+        RangeBound::Inclusive(v) => v,
+        RangeBound::Exclusive(v) => v.checked_add(1)?,
+        RangeBound::Infinite => return None,
+    };
+    let upper = match upper {
+        RangeBound::Inclusive(v) => v,
+        RangeBound::Exclusive(v) => v.checked_sub(1)?,
+        RangeBound::Infinite => return None,
+    };
+    let (lower, upper) = (lower.max(0), upper.min(65535));
+    (lower <= upper).then_some((lower as u16, upper as u16))
+}
+
+/// The oid of the relation `schema.table`, if there is one (syscache lookups, no privilege
+/// check: this only reads the catalog).
+fn relation_named(schema: &str, table: &str) -> Option<pg_sys::Oid> {
+    let schema = std::ffi::CString::new(schema).ok()?;
+    let table = std::ffi::CString::new(table).ok()?;
+    // SAFETY: syscache lookups inside a transaction with NUL-terminated names; missing_ok
+    // makes an absent schema InvalidOid instead of an error.
+    unsafe {
+        let namespace = pg_sys::get_namespace_oid(schema.as_ptr(), true);
+        if namespace == pg_sys::InvalidOid {
+            return None;
+        }
+        let relid = pg_sys::get_relname_relid(table.as_ptr(), namespace);
+        (relid != pg_sys::InvalidOid).then_some(relid)
+    }
+}
+
+/// Whether this shard owns the gene of `id` in the distributed table `rel` (see the file's
+/// header).
+#[pg_extern(
+    stable,
+    strict,
+    parallel_safe,
+    sql = r#"
+CREATE  FUNCTION id_gen."shard_owns"("rel" regclass, "id" bigint) RETURNS boolean
+STABLE STRICT PARALLEL SAFE COST 1
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'shard_owns_wrapper';
+"#
+)]
+fn shard_owns(rel: pg_sys::Oid, id: i64) -> bool {
+    current()
+        .by_table
+        .get(&rel)
+        .is_some_and(|owned| owned.contains_id(id))
+}
+
+/// The owned ranges this backend holds for `rel`, as `{lower, upper}` gene pairs in order.
+#[pg_extern(
+    stable,
+    strict,
+    parallel_safe,
+    sql = r#"
+CREATE  FUNCTION id_gen."shard_owned_ranges"("rel" regclass) RETURNS TABLE ("lower_gene" integer, "upper_gene" integer)
+STABLE STRICT PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'shard_owned_ranges_wrapper';
+"#
+)]
+fn shard_owned_ranges(
+    rel: pg_sys::Oid,
+) -> TableIterator<'static, (name!(lower_gene, i32), name!(upper_gene, i32))> {
+    let owned = current();
+    let ranges: Vec<(i32, i32)> = owned
+        .by_table
+        .get(&rel)
+        .map(|o| {
+            o.ranges()
+                .iter()
+                .map(|&(l, u)| (l as i32, u as i32))
+                .collect()
+        })
+        .unwrap_or_default();
+    TableIterator::new(ranges)
+}
