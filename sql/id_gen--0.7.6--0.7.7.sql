@@ -3123,6 +3123,18 @@ END $$;
 COMMENT ON FUNCTION id_gen.shard_rows_copied(text[]) IS 'On the target of a move: rows its table sync has written so far.';
 REVOKE EXECUTE ON FUNCTION id_gen.shard_rows_copied(text[]) FROM PUBLIC;
 
+-- On the target of a move: how many times its subscription stopped on an error (a move
+-- whose probe marker does not arrive says so in its hint); NULL without the subscription.
+CREATE OR REPLACE FUNCTION id_gen.shard_move_apply_errors(move_id bigint) RETURNS bigint
+LANGUAGE sql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+  SELECT s.apply_error_count FROM pg_stat_subscription_stats s
+  WHERE s.subname OPERATOR(pg_catalog.=) ('id_gen_move_' OPERATOR(pg_catalog.||) move_id);
+END;
+COMMENT ON FUNCTION id_gen.shard_move_apply_errors(bigint) IS 'On the target of a move: how many times the move''s subscription stopped on an error (pg_stat_subscription_stats.apply_error_count; NULL without it).';
+REVOKE EXECUTE ON FUNCTION id_gen.shard_move_apply_errors(bigint) FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION id_gen.shard_has_marker(move_id bigint, marker bigint) RETURNS boolean
 LANGUAGE sql STABLE STRICT
 SET search_path = pg_catalog, pg_temp
@@ -3755,6 +3767,47 @@ END $$;
 COMMENT ON FUNCTION id_gen.recover_move(bigint, interval, text[]) IS 'The move supervisor''s work on one move no session runs (called by id_gen.recover_operations under the move''s session lock): fences its target again before the cut-over, lifts the source''s fence, finishes a cut-over or a revert, ends a way back that keeps too much WAL, rolls back a move left alone for abandon_after; returns what it did (NULL: nothing). Shards in down are not called.';
 REVOKE EXECUTE ON FUNCTION id_gen.recover_move(bigint, interval, text[]) FROM PUBLIC;
 
+-- How many times a move's subscription stopped on an error on its target
+-- (id_gen.shard_move_apply_errors); NULL when the target does not answer within 5 s.
+CREATE OR REPLACE FUNCTION id_gen.move_apply_errors(m id_gen.shard_moves) RETURNS bigint
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  RETURN id_gen.remote_call(m.target_shard, 'shard_move_apply_errors', ARRAY[m.move_id::text], 5000)::bigint;
+EXCEPTION WHEN OTHERS OR query_canceled THEN
+  RETURN NULL;
+END $$;
+COMMENT ON FUNCTION id_gen.move_apply_errors(id_gen.shard_moves) IS 'How many times a move''s subscription stopped on an error on its target (id_gen.shard_move_apply_errors there); NULL when the target does not answer within 5 s.';
+REVOKE EXECUTE ON FUNCTION id_gen.move_apply_errors(id_gen.shard_moves) FROM PUBLIC;
+
+-- The hint of a move stopped because its target did not apply the source's changes: names
+-- the subscription when it stopped on an error since the probe began (errors_before: the
+-- count then), or says to try again.
+CREATE OR REPLACE FUNCTION id_gen.stuck_move_hint(m id_gen.shard_moves, errors_before bigint) RETURNS text
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  errors bigint;
+  again text;
+BEGIN
+  IF m.move_id IS NULL THEN
+    RAISE EXCEPTION 'id_gen: argument "m" must not be NULL' USING ERRCODE = '22004';
+  END IF;
+  again := format('CALL id_gen.move_genes(%s, %s, %L) resumes the move, or CALL id_gen.abort_move(%s) rolls it back.',
+                  m.lower_gene, m.upper_gene, m.target_shard, m.move_id);
+  errors := id_gen.move_apply_errors(m);
+  IF errors > errors_before THEN
+    RETURN format('The subscription id_gen_move_%s on %s stopped on an error %s time(s) meanwhile (pg_stat_subscription_stats): '
+                  'its server log says why. Once it applies again, %s',
+                  m.move_id, m.target_shard, errors - errors_before, again);
+  END IF;
+  RETURN again;
+END $$;
+COMMENT ON FUNCTION id_gen.stuck_move_hint(id_gen.shard_moves, bigint) IS 'The hint of a move that stopped before its fence because its target did not apply the source''s changes: names the move''s subscription when it stopped on an error since the probe began (errors_before: the count then), and how to resume or roll back.';
+REVOKE EXECUTE ON FUNCTION id_gen.stuck_move_hint(id_gen.shard_moves, bigint) FROM PUBLIC;
+
 -- The name of the move supervisor's pass until 0.7.2, kept for operators who call it by hand.
 CREATE OR REPLACE FUNCTION id_gen.recover_moves(abandon_after interval DEFAULT '10 min', grace interval DEFAULT '10 s')
 RETURNS TABLE (move_id bigint, action text)
@@ -3965,6 +4018,9 @@ REVOKE EXECUTE ON FUNCTION id_gen.move_raise_sequences(id_gen.shard_moves) FROM 
 --                       and the flip's commit);
 --   catching_up, lag    one look at the slot's lag, until it is small (10 minutes at most);
 --   catching_up, way_back   a reversible move: the target's publication and slot (revert.sql);
+--   catching_up, probe  one look for a marker of the source on the target (10 s at most, no
+--                       fence): a subscription that does not apply stops the move here,
+--                       before any writer waits (the lag looks small on a quiet source);
 --   catching_up, arm    the fence's attempt recorded, and the source's fence as a cleanup
 --                       record (it may be up from here until it is lifted or cut over);
 --   catching_up, fence  one attempt at the fence and flip (below); phase cut_over.
@@ -4107,14 +4163,38 @@ BEGIN
       RAISE EXCEPTION 'id_gen: move % is no longer catching up (aborted in another session?)', m.move_id USING ERRCODE = '55006';
     END IF;
     outcome := id_gen.lag_outcome(lag, step,
-                                  CASE WHEN m.reversible THEN '{"step": "way_back"}'
-                                       ELSE jsonb_build_object('step', 'arm', 'attempt', m.fence_attempts + 1, 'last', m.fence_attempts + 5) END,
+                                  CASE WHEN m.reversible THEN '{"step": "way_back"}'::jsonb ELSE '{"step": "probe"}'::jsonb END,
                                   format('id_gen: move %s: the target stays %%s bytes behind after 10 minutes', m.move_id),
                                   'The move stays in catching_up; call move_genes again later, or abort_move.');
   ELSIF m.phase = 'catching_up' AND step->>'step' = 'way_back' THEN
     -- The way back exists before the fence: the target's publication and slot (sql/cluster/revert.sql).
     PERFORM id_gen.prepare_way_back(m);
-    outcome.next_step := jsonb_build_object('step', 'arm', 'attempt', m.fence_attempts + 1, 'last', m.fence_attempts + 5);
+    outcome.next_step := '{"step": "probe"}';
+  ELSIF m.phase = 'catching_up' AND step->>'step' = 'probe' THEN
+    -- The lag counts WAL the target has not confirmed, and a subscription that keeps
+    -- stopping on an error can look caught up on a quiet source: before any fence (which
+    -- holds the genes' writers), a marker of the source must arrive on the target, 10 s at
+    -- most. (Its number, 1,000,000 or more, is one no fence's marker has.)
+    IF step->>'deadline' IS NULL THEN
+      step := step || jsonb_build_object('marker', id_gen.remote_call(m.source_shard, 'shard_write_probe', ARRAY[m.move_id::text], 5000)::bigint,
+                                         'deadline', clock_timestamp() + interval '10 s',
+                                         'errors', id_gen.move_apply_errors(m));
+      IF step->>'marker' IS NULL THEN
+        RAISE EXCEPTION 'id_gen: move %: no probe marker was written on "%"', m.move_id, m.source_shard
+          USING ERRCODE = '55000', HINT = 'Look for a trigger on id_gen.move_markers there; CALL id_gen.move_genes again once it is gone.';
+      END IF;
+    END IF;
+    IF id_gen.run_move_step(m, 'await_marker', (step->>'marker')::integer, 5000) = 't' THEN
+      outcome.next_step := jsonb_build_object('step', 'arm', 'attempt', m.fence_attempts + 1, 'last', m.fence_attempts + 5);
+    ELSIF clock_timestamp() > (step->>'deadline')::timestamptz THEN
+      outcome.stop_message := format('id_gen: move %s: the target did not apply the source''s changes within 10 s', m.move_id);
+      outcome.stop_sqlstate := '55000';
+      outcome.stop_detail := 'No fence was raised; the source still serves the genes, and the move stays in catching_up.';
+      outcome.stop_hint := id_gen.stuck_move_hint(m, (step->>'errors')::bigint);
+    ELSE
+      outcome.next_step := step;
+      outcome.pause := 0.1;
+    END IF;
   ELSIF m.phase = 'catching_up' AND step->>'step' = 'arm' THEN
     UPDATE id_gen.shard_moves sm SET fence_attempts = attempt WHERE sm.move_id = m.move_id;
     PERFORM id_gen.record_move_cleanups(m, CASE WHEN per_shard THEN '{shown_copies,source_fence}'::text[] ELSE '{source_fence}' END);
@@ -5920,9 +6000,10 @@ END $$;
 COMMENT ON FUNCTION id_gen.shard_drop_way_back(bigint) IS 'On the target of a reversible move: drops the way back''s publication and slot.';
 REVOKE EXECUTE ON FUNCTION id_gen.shard_drop_way_back(bigint) FROM PUBLIC;
 
--- On the target of a reversible move, before a revert's fence: a marker whose number no
--- marker of the move had on this shard (at least 1,000,000, above the fences' numbers), so
--- that it can be on the source only once the way back has brought it; returns the number.
+-- On a shard of a move, before a fence (the source before the move's, the target before a
+-- revert's): a marker whose number no marker of the move had on this shard (at least
+-- 1,000,000, above the fences' numbers), so that it can be on the other shard only once
+-- replication has brought it; returns the number.
 CREATE OR REPLACE FUNCTION id_gen.shard_write_probe(move_id bigint) RETURNS bigint
 LANGUAGE sql STRICT
 SET search_path = pg_catalog, pg_temp
@@ -5932,7 +6013,7 @@ BEGIN ATOMIC
   FROM id_gen.move_markers m WHERE m.move_id OPERATOR(pg_catalog.=) shard_write_probe.move_id
   RETURNING marker;
 END;
-COMMENT ON FUNCTION id_gen.shard_write_probe(bigint) IS 'On the target of a reversible move: writes a marker of a number new on this shard (1,000,000 or more), awaited on the source before a revert''s fence; returns it.';
+COMMENT ON FUNCTION id_gen.shard_write_probe(bigint) IS 'On a shard of a move: writes a marker of a number new on this shard (1,000,000 or more), awaited on the other shard before a fence (on the target before the move''s, on the source before a revert''s); returns it.';
 REVOKE EXECUTE ON FUNCTION id_gen.shard_write_probe(bigint) FROM PUBLIC;
 
 -- On the source of a reversible move: how many times its way back's apply stopped on an

@@ -22,6 +22,9 @@ polls that fail with the last value, its latency limits became reported figures.
 (f) a fence that times out (the target applies slowly) is lifted and retried.
 (g) a source that cannot let go after the flip: the move stays cut over, abort is refused,
     the same CALL finishes it.
+(h) a subscription that keeps stopping on an error: the move stops before its fence (the
+    probe marker of the source never reaches the target), its hint names the subscription;
+    once it applies again, the same CALL finishes.
 """
 import glob
 import os
@@ -386,3 +389,53 @@ def test_g_a_source_that_cannot_let_go():
     c.execute("CALL id_gen.move_genes(32768, 49151, 'shard_2')")
     assert f"{move_phase(f'move_id = {mid}')}/{leftovers()}" == f"done/{NOTHING_LEFT}", "the same CALL resumed from cut_over and finished"
     assert (local(s2, in_range(32768, 49151)), local(s1, in_range(32768, 49151))) == (S["range_rows"], 0), "the rows are back on shard_2 only"
+
+
+# --- (h) a subscription that stops on an error is found before the fence ---------------------------
+
+REFUSE_PROBE_MARKERS = """
+    CREATE FUNCTION public.refuse_probe_markers() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+      IF NEW.marker >= 1000000 THEN
+        RAISE EXCEPTION 'test: the move''s subscription stops here';
+      END IF;
+      RETURN NEW;
+    END $$;
+    CREATE TRIGGER refuse_probe_markers BEFORE INSERT ON id_gen.move_markers FOR EACH ROW EXECUTE FUNCTION public.refuse_probe_markers();
+    ALTER TABLE id_gen.move_markers ENABLE ALWAYS TRIGGER refuse_probe_markers;
+"""
+
+
+def test_h_a_subscription_that_stops_on_an_error_stops_the_move_before_its_fence():
+    """The target's apply worker fails on every change after the copy (here: the probe marker,
+    refused by a replica trigger; in life, a conflicting row) and starts again every few
+    seconds, so the slot's lag looks small on a quiet source. move_genes stops with 55000
+    after 10 s without the source's probe marker on the target, before any fence (no attempt
+    recorded, the source never fenced, the routes unchanged), its hint naming the
+    subscription and its errors; once the target applies again, the same CALL finishes."""
+    c, s1, s2 = S["c"], S["s1"], S["s2"]
+    before = routes()
+    range_rows = local(s2, in_range(49152, 65535))
+    call = "CALL id_gen.move_genes(49152, 65535, 'shard_1')"
+    s1.script(REFUSE_PROBE_MARKERS)
+    try:
+        t0 = time.monotonic()
+        e = c.error("SET client_min_messages = warning", call)
+        took = time.monotonic() - t0
+        mid = c.one("SELECT max(move_id) FROM id_gen.moves")
+        report(f"a move whose subscription stops on an error: stopped {took:.1f} s after its CALL began, "
+               f"{s1.one(f'SELECT apply_error_count FROM pg_stat_subscription_stats WHERE subname = $$id_gen_move_{mid}$$')} apply error(s) on the target")
+        assert e is not None and e.sqlstate == "55000" and "did not apply the source's changes within 10 s" in str(e), repr(e)
+        assert f"The subscription id_gen_move_{mid} on shard_1 stopped on an error" in (e.diag.message_hint or ""), e.diag.message_hint
+        assert f"CALL id_gen.move_genes(49152, 65535, 'shard_1') resumes the move" in (e.diag.message_hint or ""), e.diag.message_hint
+        assert c.one(f"SELECT phase || '/' || fence_attempts || '/' || source_fenced FROM id_gen.moves WHERE move_id = {mid}") \
+            == "catching_up/0/false", "no fence was raised: the move stays catching up"
+        assert routes() == before, "the routes are unchanged"
+        assert c.one(f"SELECT count(*) FROM orders WHERE id BETWEEN id_gen.gene_first_id(49152) AND id_gen.gene_last_id(65535)") \
+            == range_rows, "the coordinator reads the range's rows from the source"
+    finally:
+        s1.execute("DROP TRIGGER IF EXISTS refuse_probe_markers ON id_gen.move_markers",
+                   "DROP FUNCTION IF EXISTS public.refuse_probe_markers()")
+    c.execute("SET client_min_messages = warning", call)
+    assert f"{move_phase(f'move_id = {mid}')}/{leftovers()}" == f"done/{NOTHING_LEFT}", "the same CALL resumed and finished"
+    assert (local(s1, in_range(49152, 65535)), local(s2, in_range(49152, 65535))) == (range_rows, 0), "the rows are on shard_1 only"

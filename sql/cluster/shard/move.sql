@@ -601,6 +601,18 @@ END $$;
 COMMENT ON FUNCTION id_gen.shard_rows_copied(text[]) IS 'On the target of a move: rows its table sync has written so far.';
 REVOKE EXECUTE ON FUNCTION id_gen.shard_rows_copied(text[]) FROM PUBLIC;
 
+-- On the target of a move: how many times its subscription stopped on an error (a move
+-- whose probe marker does not arrive says so in its hint); NULL without the subscription.
+CREATE OR REPLACE FUNCTION id_gen.shard_move_apply_errors(move_id bigint) RETURNS bigint
+LANGUAGE sql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+  SELECT s.apply_error_count FROM pg_stat_subscription_stats s
+  WHERE s.subname OPERATOR(pg_catalog.=) ('id_gen_move_' OPERATOR(pg_catalog.||) move_id);
+END;
+COMMENT ON FUNCTION id_gen.shard_move_apply_errors(bigint) IS 'On the target of a move: how many times the move''s subscription stopped on an error (pg_stat_subscription_stats.apply_error_count; NULL without it).';
+REVOKE EXECUTE ON FUNCTION id_gen.shard_move_apply_errors(bigint) FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION id_gen.shard_has_marker(move_id bigint, marker bigint) RETURNS boolean
 LANGUAGE sql STABLE STRICT
 SET search_path = pg_catalog, pg_temp

@@ -140,9 +140,10 @@ END $$;
 COMMENT ON FUNCTION id_gen.shard_drop_way_back(bigint) IS 'On the target of a reversible move: drops the way back''s publication and slot.';
 REVOKE EXECUTE ON FUNCTION id_gen.shard_drop_way_back(bigint) FROM PUBLIC;
 
--- On the target of a reversible move, before a revert's fence: a marker whose number no
--- marker of the move had on this shard (at least 1,000,000, above the fences' numbers), so
--- that it can be on the source only once the way back has brought it; returns the number.
+-- On a shard of a move, before a fence (the source before the move's, the target before a
+-- revert's): a marker whose number no marker of the move had on this shard (at least
+-- 1,000,000, above the fences' numbers), so that it can be on the other shard only once
+-- replication has brought it; returns the number.
 CREATE OR REPLACE FUNCTION id_gen.shard_write_probe(move_id bigint) RETURNS bigint
 LANGUAGE sql STRICT
 SET search_path = pg_catalog, pg_temp
@@ -152,7 +153,7 @@ BEGIN ATOMIC
   FROM id_gen.move_markers m WHERE m.move_id OPERATOR(pg_catalog.=) shard_write_probe.move_id
   RETURNING marker;
 END;
-COMMENT ON FUNCTION id_gen.shard_write_probe(bigint) IS 'On the target of a reversible move: writes a marker of a number new on this shard (1,000,000 or more), awaited on the source before a revert''s fence; returns it.';
+COMMENT ON FUNCTION id_gen.shard_write_probe(bigint) IS 'On a shard of a move: writes a marker of a number new on this shard (1,000,000 or more), awaited on the other shard before a fence (on the target before the move''s, on the source before a revert''s); returns it.';
 REVOKE EXECUTE ON FUNCTION id_gen.shard_write_probe(bigint) FROM PUBLIC;
 
 -- On the source of a reversible move: how many times its way back's apply stopped on an
