@@ -511,24 +511,35 @@ END $$;
 COMMENT ON FUNCTION id_gen.recover_move(bigint, interval, text[]) IS 'The move supervisor''s work on one move no session runs (called by id_gen.recover_operations under the move''s session lock): fences its target again before the cut-over, lifts the source''s fence, finishes a cut-over or a revert, ends a way back that keeps too much WAL, rolls back a move left alone for abandon_after; returns what it did (NULL: nothing). Shards in down are not called.';
 REVOKE EXECUTE ON FUNCTION id_gen.recover_move(bigint, interval, text[]) FROM PUBLIC;
 
--- How many times a move's subscription stopped on an error on its target
--- (id_gen.shard_move_apply_errors); NULL when the target does not answer within 5 s.
-CREATE OR REPLACE FUNCTION id_gen.move_apply_errors(m id_gen.shard_moves) RETURNS bigint
+-- A probe before a fence, for a move and for its revert (way_back). The lag a move or a
+-- revert looks at counts WAL the receiving shard has not confirmed, so a subscription that
+-- keeps stopping on an error (a conflicting row; its apply worker starts again every
+-- wal_retrieve_retry_interval) looks caught up on a quiet sender. Before any fence, which
+-- holds the genes' writers, a marker of the sender (a number, 1,000,000 or more, that no
+-- fence's marker has: id_gen.shard_write_probe) must reach the receiver within 10 s.
+
+-- How many times the subscription of a move (on its target) or of its way back (on its
+-- source) stopped on an error; NULL when that shard does not answer within 5 s.
+CREATE OR REPLACE FUNCTION id_gen.subscription_errors(m id_gen.shard_moves, way_back boolean) RETURNS bigint
 LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+  IF way_back THEN
+    RETURN id_gen.remote_call(m.source_shard, 'shard_way_back_errors', ARRAY[m.move_id::text], 5000)::bigint;
+  END IF;
   RETURN id_gen.remote_call(m.target_shard, 'shard_move_apply_errors', ARRAY[m.move_id::text], 5000)::bigint;
 EXCEPTION WHEN OTHERS OR query_canceled THEN
   RETURN NULL;
 END $$;
-COMMENT ON FUNCTION id_gen.move_apply_errors(id_gen.shard_moves) IS 'How many times a move''s subscription stopped on an error on its target (id_gen.shard_move_apply_errors there); NULL when the target does not answer within 5 s.';
-REVOKE EXECUTE ON FUNCTION id_gen.move_apply_errors(id_gen.shard_moves) FROM PUBLIC;
+COMMENT ON FUNCTION id_gen.subscription_errors(id_gen.shard_moves, boolean) IS 'How many times a move''s subscription (on its target; way_back: its way back''s, on its source) stopped on an error (id_gen.shard_move_apply_errors or id_gen.shard_way_back_errors there); NULL when that shard does not answer within 5 s.';
+REVOKE EXECUTE ON FUNCTION id_gen.subscription_errors(id_gen.shard_moves, boolean) FROM PUBLIC;
 
--- The hint of a move stopped because its target did not apply the source's changes: names
--- the subscription when it stopped on an error since the probe began (errors_before: the
--- count then), or says to try again.
-CREATE OR REPLACE FUNCTION id_gen.stuck_move_hint(m id_gen.shard_moves, errors_before bigint) RETURNS text
+-- The hint of a move or a revert (way_back) that stopped because the receiving shard did not
+-- keep up: the subscription is named when it stopped on an error since the operation began
+-- (errors_before: its count then, NULL when unknown), with how often (its server log says
+-- why); otherwise, how to go on. (A shard that does not answer leaves the plain hint.)
+CREATE OR REPLACE FUNCTION id_gen.stuck_subscription_hint(m id_gen.shard_moves, way_back boolean, errors_before bigint) RETURNS text
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -536,21 +547,72 @@ DECLARE
   errors bigint;
   again text;
 BEGIN
-  IF m.move_id IS NULL THEN
-    RAISE EXCEPTION 'id_gen: argument "m" must not be NULL' USING ERRCODE = '22004';
+  IF m.move_id IS NULL OR way_back IS NULL THEN
+    RAISE EXCEPTION 'id_gen: arguments "m" and "way_back" must not be NULL' USING ERRCODE = '22004';
   END IF;
-  again := format('CALL id_gen.move_genes(%s, %s, %L) resumes the move, or CALL id_gen.abort_move(%s) rolls it back.',
-                  m.lower_gene, m.upper_gene, m.target_shard, m.move_id);
-  errors := id_gen.move_apply_errors(m);
+  again := CASE WHEN way_back THEN format('CALL id_gen.revert_move(%s) tries again.', m.move_id)
+                ELSE format('CALL id_gen.move_genes(%s, %s, %L) resumes the move, or CALL id_gen.abort_move(%s) rolls it back.',
+                            m.lower_gene, m.upper_gene, m.target_shard, m.move_id) END;
+  errors := id_gen.subscription_errors(m, way_back);
   IF errors > errors_before THEN
-    RETURN format('The subscription id_gen_move_%s on %s stopped on an error %s time(s) meanwhile (pg_stat_subscription_stats): '
-                  'its server log says why. Once it applies again, %s',
-                  m.move_id, m.target_shard, errors - errors_before, again);
+    RETURN format('The subscription id_gen_%s_%s on %s stopped on an error %s time(s) since the %s began (pg_stat_subscription_stats): '
+                  'its server log says why. Once it applies again: %s',
+                  CASE WHEN way_back THEN 'back' ELSE 'move' END, m.move_id,
+                  CASE WHEN way_back THEN m.source_shard ELSE m.target_shard END, errors - errors_before,
+                  CASE WHEN way_back THEN 'revert' ELSE 'probe' END, again);
   END IF;
   RETURN again;
 END $$;
-COMMENT ON FUNCTION id_gen.stuck_move_hint(id_gen.shard_moves, bigint) IS 'The hint of a move that stopped before its fence because its target did not apply the source''s changes: names the move''s subscription when it stopped on an error since the probe began (errors_before: the count then), and how to resume or roll back.';
-REVOKE EXECUTE ON FUNCTION id_gen.stuck_move_hint(id_gen.shard_moves, bigint) FROM PUBLIC;
+COMMENT ON FUNCTION id_gen.stuck_subscription_hint(id_gen.shard_moves, boolean, bigint) IS 'The hint of a move (or, way_back, a revert) that stopped because the receiving shard did not keep up: names the subscription when it stopped on an error since the operation began (errors_before: the count then), and how to go on.';
+REVOKE EXECUTE ON FUNCTION id_gen.stuck_subscription_hint(id_gen.shard_moves, boolean, bigint) FROM PUBLIC;
+
+-- One look for the probe: written once on the sender (m's source; way_back: m's target),
+-- awaited on the receiver; next_step once it is there, the same step in 0.1 s, or 55000
+-- after 10 s, before any fence. The step carries the marker, the deadline and the
+-- subscription's error count (noted here for a move; a revert notes it at its first look).
+CREATE OR REPLACE FUNCTION id_gen.probe_outcome(m id_gen.shard_moves, way_back boolean, step jsonb, next_step jsonb)
+RETURNS id_gen.step_outcome
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  outcome id_gen.step_outcome;
+  sender text := CASE WHEN way_back THEN m.target_shard ELSE m.source_shard END;
+  -- (The marker travels from the sender to the receiver as a move's marker does; a revert's
+  -- the other way, id_gen.reversed in sql/cluster/revert.sql.)
+  via id_gen.shard_moves := CASE WHEN way_back THEN id_gen.reversed(m) ELSE m END;
+BEGIN
+  IF step->>'deadline' IS NULL THEN
+    step := step || jsonb_build_object('marker', id_gen.remote_call(sender, 'shard_write_probe', ARRAY[m.move_id::text], 5000)::bigint,
+                                       'deadline', clock_timestamp() + interval '10 s');
+    IF NOT way_back THEN
+      step := step || jsonb_build_object('errors', id_gen.subscription_errors(m, false));
+    END IF;
+    IF step->>'marker' IS NULL THEN
+      RAISE EXCEPTION 'id_gen: move %: no probe marker was written on "%"', m.move_id, sender
+        USING ERRCODE = '55000',
+              HINT = format('Look for a trigger on id_gen.move_markers there; CALL id_gen.%s again once it is gone.',
+                            CASE WHEN way_back THEN 'revert_move' ELSE 'move_genes' END);
+    END IF;
+  END IF;
+  IF id_gen.run_move_step(via, 'await_marker', (step->>'marker')::integer, 5000) = 't' THEN
+    outcome.next_step := next_step;
+  ELSIF clock_timestamp() > (step->>'deadline')::timestamptz THEN
+    outcome.stop_message := CASE WHEN way_back
+                                 THEN format('id_gen: move %s: could not revert: the source did not apply the target''s changes within 10 s', m.move_id)
+                                 ELSE format('id_gen: move %s: the target did not apply the source''s changes within 10 s', m.move_id) END;
+    outcome.stop_sqlstate := '55000';
+    outcome.stop_detail := CASE WHEN way_back THEN 'No fence was raised; the target still serves the genes and the source follows it.'
+                                ELSE 'No fence was raised; the source still serves the genes, and the move stays in catching_up.' END;
+    outcome.stop_hint := id_gen.stuck_subscription_hint(m, way_back, (step->>'errors')::bigint);
+  ELSE
+    outcome.next_step := step;
+    outcome.pause := 0.1;
+  END IF;
+  RETURN outcome;
+END $$;
+COMMENT ON FUNCTION id_gen.probe_outcome(id_gen.shard_moves, boolean, jsonb, jsonb) IS 'For the probe step of a move or a revert (way_back), before any fence: one look for a marker of the sending shard on the receiving one (next_step once it is there), or the 55000 to stop with after 10 s, its hint naming a subscription that stopped on errors.';
+REVOKE EXECUTE ON FUNCTION id_gen.probe_outcome(id_gen.shard_moves, boolean, jsonb, jsonb) FROM PUBLIC;
 
 -- The name of the move supervisor's pass until 0.7.2, kept for operators who call it by hand.
 CREATE OR REPLACE FUNCTION id_gen.recover_moves(abandon_after interval DEFAULT '10 min', grace interval DEFAULT '10 s')
@@ -915,30 +977,9 @@ BEGIN
     PERFORM id_gen.prepare_way_back(m);
     outcome.next_step := '{"step": "probe"}';
   ELSIF m.phase = 'catching_up' AND step->>'step' = 'probe' THEN
-    -- The lag counts WAL the target has not confirmed, and a subscription that keeps
-    -- stopping on an error can look caught up on a quiet source: before any fence (which
-    -- holds the genes' writers), a marker of the source must arrive on the target, 10 s at
-    -- most. (Its number, 1,000,000 or more, is one no fence's marker has.)
-    IF step->>'deadline' IS NULL THEN
-      step := step || jsonb_build_object('marker', id_gen.remote_call(m.source_shard, 'shard_write_probe', ARRAY[m.move_id::text], 5000)::bigint,
-                                         'deadline', clock_timestamp() + interval '10 s',
-                                         'errors', id_gen.move_apply_errors(m));
-      IF step->>'marker' IS NULL THEN
-        RAISE EXCEPTION 'id_gen: move %: no probe marker was written on "%"', m.move_id, m.source_shard
-          USING ERRCODE = '55000', HINT = 'Look for a trigger on id_gen.move_markers there; CALL id_gen.move_genes again once it is gone.';
-      END IF;
-    END IF;
-    IF id_gen.run_move_step(m, 'await_marker', (step->>'marker')::integer, 5000) = 't' THEN
-      outcome.next_step := jsonb_build_object('step', 'arm', 'attempt', m.fence_attempts + 1, 'last', m.fence_attempts + 5);
-    ELSIF clock_timestamp() > (step->>'deadline')::timestamptz THEN
-      outcome.stop_message := format('id_gen: move %s: the target did not apply the source''s changes within 10 s', m.move_id);
-      outcome.stop_sqlstate := '55000';
-      outcome.stop_detail := 'No fence was raised; the source still serves the genes, and the move stays in catching_up.';
-      outcome.stop_hint := id_gen.stuck_move_hint(m, (step->>'errors')::bigint);
-    ELSE
-      outcome.next_step := step;
-      outcome.pause := 0.1;
-    END IF;
+    -- A subscription that keeps stopping on an error stops the move here, before any fence.
+    outcome := id_gen.probe_outcome(m, false, step,
+                                    jsonb_build_object('step', 'arm', 'attempt', m.fence_attempts + 1, 'last', m.fence_attempts + 5));
   ELSIF m.phase = 'catching_up' AND step->>'step' = 'arm' THEN
     UPDATE id_gen.shard_moves sm SET fence_attempts = attempt WHERE sm.move_id = m.move_id;
     PERFORM id_gen.record_move_cleanups(m, CASE WHEN per_shard THEN '{shown_copies,source_fence}'::text[] ELSE '{source_fence}' END);

@@ -247,45 +247,6 @@ END $$;
 COMMENT ON FUNCTION id_gen.take_reversible_move(bigint, text) IS 'The reversible move revert_move or complete_move works on, checked and held by this session (session advisory lock).';
 REVOKE EXECUTE ON FUNCTION id_gen.take_reversible_move(bigint, text) FROM PUBLIC;
 
--- The hint of a revert that stopped because the source did not keep up: a way back that
--- stopped on an error on the source since the revert began (errors_before: its count then,
--- NULL when unknown) is named, with how often (its server log says why); otherwise, try
--- again. (A source that does not answer leaves the plain hint.)
-CREATE OR REPLACE FUNCTION id_gen.stuck_way_back_hint(m id_gen.shard_moves, errors_before bigint) RETURNS text
-LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-  errors bigint;
-BEGIN
-  IF m.move_id IS NULL THEN
-    RAISE EXCEPTION 'id_gen: argument "m" must not be NULL' USING ERRCODE = '22004';
-  END IF;
-  errors := id_gen.way_back_errors(m);
-  IF errors > errors_before THEN
-    RETURN format('The subscription id_gen_back_%s on %s stopped on an error %s time(s) since the revert began (pg_stat_subscription_stats): '
-                  'its server log says why. Once it applies again, CALL id_gen.revert_move(%s).',
-                  m.move_id, m.source_shard, errors - errors_before, m.move_id);
-  END IF;
-  RETURN format('CALL id_gen.revert_move(%s) tries again.', m.move_id);
-END $$;
-COMMENT ON FUNCTION id_gen.stuck_way_back_hint(id_gen.shard_moves, bigint) IS 'The hint of a revert that stopped because its source did not keep up: names a way back that stopped on an error there since the revert began (errors_before: the count then), or says to try again.';
-REVOKE EXECUTE ON FUNCTION id_gen.stuck_way_back_hint(id_gen.shard_moves, bigint) FROM PUBLIC;
-
--- How many times a reversible move's way back stopped on an error on its source
--- (id_gen.shard_way_back_errors); NULL when the source does not answer within 5 s.
-CREATE OR REPLACE FUNCTION id_gen.way_back_errors(m id_gen.shard_moves) RETURNS bigint
-LANGUAGE plpgsql STRICT
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-  RETURN id_gen.remote_call(m.source_shard, 'shard_way_back_errors', ARRAY[m.move_id::text], 5000)::bigint;
-EXCEPTION WHEN OTHERS OR query_canceled THEN
-  RETURN NULL;
-END $$;
-COMMENT ON FUNCTION id_gen.way_back_errors(id_gen.shard_moves) IS 'How many times a reversible move''s way back stopped on an error on its source (id_gen.shard_way_back_errors there); NULL when the source does not answer within 5 s.';
-REVOKE EXECUTE ON FUNCTION id_gen.way_back_errors(id_gen.shard_moves) FROM PUBLIC;
-
 -- The steps of a revert, part of a move's steps (id_gen.move_step hands them here): revert_move
 -- starts the driver (id_gen.run_operation) at {step: revert_lag} on a move that rests in
 -- phase reversible.
@@ -328,7 +289,7 @@ BEGIN
     IF step->>'deadline' IS NULL THEN
       -- (With the way back's error count on the source now: a revert that stops for want
       -- of the source names the way back only if it stopped on errors since.)
-      step := step || jsonb_build_object('deadline', clock_timestamp() + interval '5 min', 'errors', id_gen.way_back_errors(m));
+      step := step || jsonb_build_object('deadline', clock_timestamp() + interval '5 min', 'errors', id_gen.subscription_errors(m, true));
     END IF;
     res := id_gen.remote_call(m.target_shard, 'shard_way_back_lag', ARRAY[m.move_id::text], 10000);
     IF res IS NULL THEN
@@ -340,31 +301,12 @@ BEGIN
                                   format('id_gen: move %s: the source stays %%s bytes behind the target after 5 minutes', m.move_id),
                                   'Check the subscription id_gen_back_<move> on the source; call revert_move again later.');
   ELSIF m.phase = 'reversible' AND step->>'step' = 'revert_probe' THEN
-    -- The lag counts WAL the source has not confirmed, and a way back that keeps stopping
-    -- on an error can look caught up on a quiet target: before any fence (which holds the
-    -- genes' writers), a marker of the target must arrive on the source, 10 s at most.
-    IF step->>'deadline' IS NULL THEN
-      step := step || jsonb_build_object('marker', id_gen.remote_call(m.target_shard, 'shard_write_probe', ARRAY[m.move_id::text], 5000)::bigint,
-                                         'deadline', clock_timestamp() + interval '10 s');
-      IF step->>'marker' IS NULL THEN
-        RAISE EXCEPTION 'id_gen: move %: no probe marker was written on "%"', m.move_id, m.target_shard
-          USING ERRCODE = '55000', HINT = 'Look for a trigger on id_gen.move_markers there; CALL id_gen.revert_move again once it is gone.';
-      END IF;
-    END IF;
-    IF id_gen.run_move_step(r, 'await_marker', (step->>'marker')::integer, 5000) = 't' THEN
-      -- (Attempts are numbered on from the move's fence attempts, so that a revert after
-      -- one that failed never writes a marker of the same number again.)
-      outcome.next_step := jsonb_build_object('step', 'revert_arm', 'attempt', m.fence_attempts + 1, 'last', m.fence_attempts + 5,
-                                              'errors', step->'errors');
-    ELSIF clock_timestamp() > (step->>'deadline')::timestamptz THEN
-      outcome.stop_message := format('id_gen: move %s: could not revert: the source did not apply the target''s changes within 10 s', m.move_id);
-      outcome.stop_sqlstate := '55000';
-      outcome.stop_detail := 'No fence was raised; the target still serves the genes and the source follows it.';
-      outcome.stop_hint := id_gen.stuck_way_back_hint(m, (step->>'errors')::bigint);
-    ELSE
-      outcome.next_step := step;
-      outcome.pause := 0.1;
-    END IF;
+    -- A way back that keeps stopping on an error stops the revert here, before any fence.
+    -- (Attempts are numbered on from the move's fence attempts, so that a revert after one
+    -- that failed never writes a marker of the same number again.)
+    outcome := id_gen.probe_outcome(m, true, step,
+                                    jsonb_build_object('step', 'revert_arm', 'attempt', m.fence_attempts + 1, 'last', m.fence_attempts + 5,
+                                                       'errors', step->'errors'));
   ELSIF m.phase = 'reversible' AND step->>'step' = 'revert_arm' THEN
     UPDATE id_gen.shard_moves sm SET fence_attempts = attempt WHERE sm.move_id = m.move_id;
     PERFORM id_gen.record_move_cleanups(m, '{revert_fence}');
@@ -455,7 +397,7 @@ BEGIN
     outcome.stop_message := format('id_gen: move %s: could not revert: %s', m.move_id, err);
     outcome.stop_sqlstate := coalesce(err_state, '55000');
     outcome.stop_detail := 'The fence was lifted; the target still serves the genes and the source follows it.';
-    outcome.stop_hint := id_gen.stuck_way_back_hint(m, (step->>'errors')::bigint);
+    outcome.stop_hint := id_gen.stuck_subscription_hint(m, true, (step->>'errors')::bigint);
   ELSE
     outcome.next_step := step || jsonb_build_object('step', 'revert_arm', 'attempt', attempt + 1);
     outcome.pause := 0.5;

@@ -27,6 +27,7 @@ What it keeps:
 The PostgreSQL binaries come from PG_BIN (scripts/common.sh exports it for the version
 under test).
 """
+import contextlib
 import os
 import signal
 import subprocess
@@ -428,6 +429,30 @@ def way_back_apply_errors(source, move_id):
     source (pg_stat_subscription_stats; a healthy way back has none)."""
     return source.one(f"SELECT coalesce(sum(apply_error_count), 0)::int FROM pg_stat_subscription_stats "
                       f"WHERE subname = 'id_gen_back_{move_id}'")
+
+
+@contextlib.contextmanager
+def markers_refused(node, condition):
+    """Replication into `node` stops on a move's marker that satisfies `condition` (SQL on
+    NEW.marker; the fences' markers are numbered from 1, the probes' from 1,000,000): a
+    trigger that fires on applied rows too (ENABLE ALWAYS) refuses it, so the apply worker
+    fails on it and starts again every few seconds. Dropped on leaving, whatever happened."""
+    node.script(f"""
+        CREATE FUNCTION public.refuse_markers() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+          IF {condition} THEN
+            RAISE EXCEPTION 'test: this marker is refused';
+          END IF;
+          RETURN NEW;
+        END $$;
+        CREATE TRIGGER refuse_markers BEFORE INSERT ON id_gen.move_markers FOR EACH ROW EXECUTE FUNCTION public.refuse_markers();
+        ALTER TABLE id_gen.move_markers ENABLE ALWAYS TRIGGER refuse_markers;
+    """)
+    try:
+        yield
+    finally:
+        node.execute("DROP TRIGGER IF EXISTS refuse_markers ON id_gen.move_markers",
+                     "DROP FUNCTION IF EXISTS public.refuse_markers()")
 
 
 LOGICAL = ["wal_level = logical", "max_wal_senders = 10", "max_replication_slots = 10"]

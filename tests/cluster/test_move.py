@@ -393,19 +393,6 @@ def test_g_a_source_that_cannot_let_go():
 
 # --- (h) a subscription that stops on an error is found before the fence ---------------------------
 
-REFUSE_PROBE_MARKERS = """
-    CREATE FUNCTION public.refuse_probe_markers() RETURNS trigger LANGUAGE plpgsql AS $$
-    BEGIN
-      IF NEW.marker >= 1000000 THEN
-        RAISE EXCEPTION 'test: the move''s subscription stops here';
-      END IF;
-      RETURN NEW;
-    END $$;
-    CREATE TRIGGER refuse_probe_markers BEFORE INSERT ON id_gen.move_markers FOR EACH ROW EXECUTE FUNCTION public.refuse_probe_markers();
-    ALTER TABLE id_gen.move_markers ENABLE ALWAYS TRIGGER refuse_probe_markers;
-"""
-
-
 def test_h_a_subscription_that_stops_on_an_error_stops_the_move_before_its_fence():
     """The target's apply worker fails on every change after the copy (here: the probe marker,
     refused by a replica trigger; in life, a conflicting row) and starts again every few
@@ -417,8 +404,7 @@ def test_h_a_subscription_that_stops_on_an_error_stops_the_move_before_its_fence
     before = routes()
     range_rows = local(s2, in_range(49152, 65535))
     call = "CALL id_gen.move_genes(49152, 65535, 'shard_1')"
-    s1.script(REFUSE_PROBE_MARKERS)
-    try:
+    with harness.markers_refused(s1, "NEW.marker >= 1000000"):  # the probe's marker
         t0 = time.monotonic()
         e = c.error("SET client_min_messages = warning", call)
         took = time.monotonic() - t0
@@ -431,11 +417,8 @@ def test_h_a_subscription_that_stops_on_an_error_stops_the_move_before_its_fence
         assert c.one(f"SELECT phase || '/' || fence_attempts || '/' || source_fenced FROM id_gen.moves WHERE move_id = {mid}") \
             == "catching_up/0/false", "no fence was raised: the move stays catching up"
         assert routes() == before, "the routes are unchanged"
-        assert c.one(f"SELECT count(*) FROM orders WHERE id BETWEEN id_gen.gene_first_id(49152) AND id_gen.gene_last_id(65535)") \
+        assert c.one("SELECT count(*) FROM orders WHERE id BETWEEN id_gen.gene_first_id(49152) AND id_gen.gene_last_id(65535)") \
             == range_rows, "the coordinator reads the range's rows from the source"
-    finally:
-        s1.execute("DROP TRIGGER IF EXISTS refuse_probe_markers ON id_gen.move_markers",
-                   "DROP FUNCTION IF EXISTS public.refuse_probe_markers()")
     c.execute("SET client_min_messages = warning", call)
     assert f"{move_phase(f'move_id = {mid}')}/{leftovers()}" == f"done/{NOTHING_LEFT}", "the same CALL resumed and finished"
     assert (local(s1, in_range(49152, 65535)), local(s2, in_range(49152, 65535))) == (range_rows, 0), "the rows are on shard_1 only"

@@ -30,7 +30,6 @@ latency limits became figures that are reported, not asserted.)
     rebalance(dry_run => false) brings the busiest shard within 1.15 x the mean, and every
     row is as it was.
 """
-import contextlib
 import os
 import subprocess
 import sys
@@ -386,31 +385,10 @@ def fence_triggers_on_target():
     return S["s2"].one("SELECT count(*) FROM pg_trigger WHERE tgname = 'id_gen_move_fence' AND tgenabled <> 'D'")
 
 
-HOLD_FENCE_MARKERS = """
-    CREATE FUNCTION public.hold_fence_markers() RETURNS trigger LANGUAGE plpgsql AS $$
-    BEGIN
-      IF NEW.marker < 1000000 THEN
-        RAISE EXCEPTION 'test: the fence''s markers are held';
-      END IF;
-      RETURN NEW;
-    END $$;
-    CREATE TRIGGER hold_fence_markers BEFORE INSERT ON id_gen.move_markers FOR EACH ROW EXECUTE FUNCTION public.hold_fence_markers();
-    ALTER TABLE id_gen.move_markers ENABLE ALWAYS TRIGGER hold_fence_markers;
-"""
-
-
-@contextlib.contextmanager
 def fence_markers_held(node):
-    """The way back into `node` stops on a fence's marker (its apply worker fails on it and
-    starts again every 5 s) but takes the probe that revert_move sends before its fence
-    (numbers from 1,000,000): a revert raises its fence, and the fence waits. Released on
-    leaving, whatever happened."""
-    node.script(HOLD_FENCE_MARKERS)
-    try:
-        yield
-    finally:
-        node.execute("DROP TRIGGER IF EXISTS hold_fence_markers ON id_gen.move_markers",
-                     "DROP FUNCTION IF EXISTS public.hold_fence_markers()")
+    """The way back into `node` stops on a fence's marker but takes the probe that
+    revert_move sends before its fence: a revert raises its fence, and the fence waits."""
+    return harness.markers_refused(node, "NEW.marker < 1000000")
 
 
 def test_e_coordinator_killed_mid_revert_the_supervisor_lifts_the_fence():
