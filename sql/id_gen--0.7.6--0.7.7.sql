@@ -12,7 +12,7 @@ DROP FUNCTION id_gen.stuck_way_back_hint(id_gen.shard_moves, bigint);
 DROP FUNCTION id_gen.way_back_errors(id_gen.shard_moves);
 -- The ownership test of the layout by ownership (docs/design.md section 12): what a shard
 -- owns of each table, as data, cached per backend (src/routing_guard/owned_ranges.rs).
--- src/routing_guard/owned_ranges.rs:123
+-- src/routing_guard/owned_ranges.rs:131
 -- id_gen::routing_guard::owned_ranges::shard_owns
 
 CREATE OR REPLACE FUNCTION id_gen."shard_owns"("rel" regclass, "id" bigint) RETURNS boolean
@@ -20,7 +20,7 @@ STABLE STRICT PARALLEL SAFE COST 1
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'shard_owns_wrapper';
 COMMENT ON FUNCTION id_gen.shard_owns(regclass, bigint) IS 'On a shard: whether the gene of an id is one of the ranges this shard owns of a distributed table, as id_gen.shard_tables records them (false for a table not distributed here and for negative ids). Cached per backend as a bitmap of the genes per table, reloaded after every change of the shard''s routing: one check and one bit per call. The ownership test of the layout by ownership (docs/design.md section 12).';
--- src/routing_guard/owned_ranges.rs:142
+-- src/routing_guard/owned_ranges.rs:147
 -- id_gen::routing_guard::owned_ranges::shard_owned_ranges
 
 CREATE OR REPLACE FUNCTION id_gen."shard_owned_ranges"("rel" regclass) RETURNS TABLE ("lower_gene" integer, "upper_gene" integer)
@@ -7351,24 +7351,66 @@ RETURN (SELECT a2.attnum FROM pg_inherits i
         WHERE i.inhrelid OPERATOR(pg_catalog.=) part);
 COMMENT ON FUNCTION id_gen.partition_key_attnum(regclass) IS 'The attribute number, in a partition, of its parent''s partition-key column (the id of a distributed table): what the routing guard looks for in a scan''s predicates.';
 
-CREATE OR REPLACE FUNCTION id_gen.refuse_not_owned() RETURNS trigger
+-- The IG001 of a write of a gene this shard does not own into a distributed table `rel`
+-- (its tombstone's trigger, or the trigger of a table laid out by ownership).
+CREATE OR REPLACE FUNCTION id_gen.raise_not_owned(rel regclass, id bigint) RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-  id bigint := (to_jsonb(NEW) ->> TG_ARGV[1])::bigint;
   gene integer := CASE WHEN id >= 0 THEN (id >> 47)::integer END;
-  parent regclass := (SELECT i.inhparent::regclass FROM pg_inherits i WHERE i.inhrelid = TG_RELID);
   version bigint := coalesce((SELECT s.version FROM id_gen.shard_route_state s), 0);
   owner text := id_gen.shard_known_owner(gene);
 BEGIN
-  RAISE EXCEPTION 'id_gen: this shard does not own gene % (id %) of %', coalesce(gene::text, '(none)'), id, parent
+  IF rel IS NULL OR id IS NULL THEN
+    RAISE EXCEPTION 'id_gen: arguments "rel" and "id" must not be NULL' USING ERRCODE = '22004';
+  END IF;
+  RAISE EXCEPTION 'id_gen: this shard does not own gene % (id %) of %', coalesce(gene::text, '(none)'), id, rel
     USING ERRCODE = 'IG001',
           DETAIL = format('The shard is at route version %s%s.', version,
                           CASE WHEN owner IS NOT NULL THEN format('; gene %s is on shard "%s"', gene, owner) ELSE '' END),
           HINT = 'Re-read the routes on the coordinator (SELECT * FROM id_gen.route_map; LISTEN id_gen_routes) and retry the transaction on the shard that owns the genes.';
 END $$;
+COMMENT ON FUNCTION id_gen.raise_not_owned(regclass, bigint) IS 'On a shard: raises the IG001 of a write of an id whose gene this shard does not own into a distributed table, naming the owner where the shard knows it.';
+-- (Every role: the triggers that call it run as the writer; it only raises.)
+GRANT EXECUTE ON FUNCTION id_gen.raise_not_owned(regclass, bigint) TO PUBLIC;
+
+CREATE OR REPLACE FUNCTION id_gen.refuse_not_owned() RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  parent regclass := (SELECT i.inhparent::regclass FROM pg_inherits i WHERE i.inhrelid = TG_RELID);
+  id bigint := (to_jsonb(NEW) ->> TG_ARGV[1])::bigint;
+BEGIN
+  IF id IS NULL THEN
+    -- (Range partitioning sends a NULL key to the DEFAULT partition.)
+    RAISE EXCEPTION 'id_gen: a row of % without an id (column %) has no gene, and no shard takes it', parent, TG_ARGV[1]
+      USING ERRCODE = '23502';
+  END IF;
+  PERFORM id_gen.raise_not_owned(parent, id);
+  RETURN NULL;
+END $$;
 COMMENT ON FUNCTION id_gen.refuse_not_owned() IS 'ALWAYS trigger of a tombstone partition (genes this shard does not own): refuses the row with IG001, naming the owner where the shard knows it.';
+
+-- The trigger id_gen_owned_rows of a table laid out by ownership (docs/design.md §12): one
+-- relation holds the rows, what the shard owns is recorded as data (id_gen.shard_owns), and
+-- a row whose gene the shard does not own is refused (IG001). Not ENABLE ALWAYS: a move's
+-- apply worker writes its copies before the target owns their genes. Its argument, the id
+-- column's name, is also how the routing guard knows the table (src/routing_guard/).
+CREATE OR REPLACE FUNCTION id_gen.refuse_rows_not_owned() RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  id bigint := (to_jsonb(NEW) ->> TG_ARGV[0])::bigint;
+BEGIN
+  IF id IS NOT NULL AND NOT id_gen.shard_owns(TG_RELID, id) THEN
+    PERFORM id_gen.raise_not_owned(TG_RELID::regclass, id);
+  END IF;
+  RETURN NEW;
+END $$;
+COMMENT ON FUNCTION id_gen.refuse_rows_not_owned() IS 'Row trigger id_gen_owned_rows(<id column>) of a table laid out by ownership: refuses a row whose gene the shard does not own (IG001), as id_gen.shard_owns says; the routing guard checks the scans of such a table that select by id.';
 
 -- The partition bound of negative ids as pg_get_expr prints it.
 CREATE OR REPLACE FUNCTION id_gen.negative_bound_text() RETURNS text

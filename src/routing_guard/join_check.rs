@@ -1,5 +1,6 @@
 //! Joins by id: a hash, merge or nested-loop join that equates a guarded table's id column
-//! (its tombstone or a fenced partition is among the join's inputs) with values from
+//! (its tombstone, a fenced partition or a table laid out by ownership is among the join's
+//! inputs) with values from
 //! outside this shard's partitioned tables (`JOIN unnest(ids)`, `IN (SELECT ...)` as a hash
 //! semi-join, `UPDATE ... FROM`, `DELETE ... USING`, `MERGE`, a plain table of ids). The
 //! tombstone's own scan carries no id predicate there, and it is scanned on the owner too,
@@ -73,8 +74,9 @@ struct ValueCheck {
     /// The column of the node's output (1-based) and its type (int8, int4 or int2).
     attno: i16,
     typ: pg_sys::Oid,
-    /// Genes the guarded table owns here, with its tombstone (None: no tombstone joined).
-    owned: Option<(Genes, pg_sys::Oid)>,
+    /// Genes the guarded table owns here, with its tombstone or, for a table laid out by
+    /// ownership, the table itself (true) (None: neither joined).
+    owned: Option<(Genes, pg_sys::Oid, bool)>,
     /// Genes of fenced partitions joined, with one of them.
     fenced: Option<(Genes, pg_sys::Oid)>,
 }
@@ -109,6 +111,7 @@ struct Wrapped {
 
 enum Judgement {
     NotOwned(pg_sys::Oid),
+    NotOwnedByTable(pg_sys::Oid, u16),
     Fenced(pg_sys::Oid),
 }
 
@@ -120,7 +123,8 @@ impl ValueCheck {
             }
         }
         match &self.owned {
-            Some((g, rel)) if !has(g, gene) => Some(Judgement::NotOwned(*rel)),
+            Some((g, rel, false)) if !has(g, gene) => Some(Judgement::NotOwned(*rel)),
+            Some((g, rel, true)) if !has(g, gene) => Some(Judgement::NotOwnedByTable(*rel, gene)),
             _ => None,
         }
     }
@@ -395,6 +399,7 @@ unsafe fn watch_side(
         let mut ids = vec![];
         column_sources(id_child, id_col, 0, &mut ids);
         let mut tombstone = None;
+        let mut by_ownership = None;
         let mut fenced: Vec<pg_sys::Oid> = vec![];
         for s in &ids {
             let Source::Column(scan, attno) = s else {
@@ -409,12 +414,13 @@ unsafe fn watch_side(
             }
             match guard_of(rel) {
                 Some(Guarded::NotOwned(_)) => tombstone = Some((*rel).rd_id),
+                Some(Guarded::ByOwnership(_)) => by_ownership = Some((*rel).rd_id),
                 Some(Guarded::Fenced) => fenced.push((*rel).rd_id),
                 // (Every scan of a retired partition is armed by plan_check.rs.)
                 Some(Guarded::Retired) | None => {}
             }
         }
-        if tombstone.is_none() && fenced.is_empty() {
+        if tombstone.is_none() && by_ownership.is_none() && fenced.is_empty() {
             return;
         }
         let state = shard_state::current(false);
@@ -424,7 +430,18 @@ unsafe fn watch_side(
             for p in &table.partitions {
                 set_range(&mut g, p.lower, p.upper);
             }
-            Some((g, t))
+            Some((g, t, false))
+        });
+        // A table laid out by ownership: the genes it records (none: every gene refused).
+        let owned = owned.or_else(|| {
+            let t = by_ownership?;
+            let mut g = genes_none();
+            if let Some(o) = super::owned_ranges::current().of(t) {
+                for &(lower, upper) in o.ranges() {
+                    set_range(&mut g, lower, upper);
+                }
+            }
+            Some((g, t, true))
         });
         let fenced = (!fenced.is_empty()).then(|| {
             let mut g = genes_none();
@@ -731,6 +748,7 @@ unsafe extern "C-unwind" fn verdict_of(j: *const Judgement, verdict: *mut Option
     unsafe {
         *verdict = Some(match &*j {
             Judgement::NotOwned(rel) => Verdict::not_owned(*rel),
+            Judgement::NotOwnedByTable(rel, gene) => Verdict::gene_not_owned_by_table(*rel, *gene),
             Judgement::Fenced(rel) => Verdict::fenced(*rel),
         });
     }

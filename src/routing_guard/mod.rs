@@ -7,6 +7,7 @@
 //! | `shard_state.rs` | the backend's cached views of the shard: route version and tables (version check, claims); partitions per distributed table (join check); a gene's partition from the partition descriptor |
 //! | `plan_check.rs` | the executor-start check: arms scans of a table's tombstone or of a fenced partition to refuse when they run |
 //! | `join_check.rs` | joins by id: watches the ids a join compares with a guarded table's id column and refuses genes not owned or fenced |
+//! | `owned_scan.rs` | scans of a table laid out by ownership that select by id: the values of their id bounds checked against what the shard owns |
 //! | `owned_ranges.rs` | ownership as data: the gene ranges `id_gen.shard_tables` records per table, cached as sorted arrays; `id_gen.shard_owns(regclass, bigint)` |
 //! | `claim.rs` | `id_gen.route_claim(gene, version)`: check, then lock the gene's partitions |
 //! | `raise.rs` | errors with the IG-class SQLSTATEs, which pgrx's error type cannot carry |
@@ -30,6 +31,7 @@
 pub mod claim;
 mod join_check;
 pub mod owned_ranges;
+mod owned_scan;
 mod plan_check;
 mod raise;
 pub mod shard_state;

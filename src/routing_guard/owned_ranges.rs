@@ -45,8 +45,16 @@ pub fn forget() {
     CACHE.with(|c| *c.borrow_mut() = None);
 }
 
-fn current() -> Rc<OwnedRanges> {
+/// The backend's copy, loaded if the shard's routing changed since.
+pub fn current() -> Rc<OwnedRanges> {
     shard_state::cached(&CACHE, false, |o| o.epoch, load)
+}
+
+impl OwnedRanges {
+    /// The owned genes of the distributed table `rel` (None: not distributed here).
+    pub fn of(&self, rel: pg_sys::Oid) -> Option<&OwnedGenes> {
+        self.by_table.get(&rel)
+    }
 }
 
 fn load(epoch: u64) -> OwnedRanges {
@@ -132,10 +140,7 @@ AS 'MODULE_PATHNAME', 'shard_owns_wrapper';
 "#
 )]
 fn shard_owns(rel: pg_sys::Oid, id: i64) -> bool {
-    current()
-        .by_table
-        .get(&rel)
-        .is_some_and(|owned| owned.contains_id(id))
+    current().of(rel).is_some_and(|owned| owned.contains_id(id))
 }
 
 /// The owned ranges this backend holds for `rel`, as `{lower, upper}` gene pairs in order.

@@ -1,6 +1,8 @@
 //! The executor-start check: a scan that the partition pruning left on a table's
 //! tombstone (genes this shard does not own) or on a fenced partition, whose rows are
 //! selected by id, gets an ExecProcNode that refuses it (IG001 / IG002) when it first runs.
+//! A scan of a table laid out by ownership that selects by id is handed to `owned_scan.rs`,
+//! which checks the values it selects.
 //! Pruning at plan time and the initial pruning of generic plans have already removed the
 //! scans they could; a scan that execution-time pruning (a parameter from a subquery or a
 //! join) skips never runs, so it never fails; a scan that runs would be answered by a
@@ -41,6 +43,10 @@ pub enum Guarded {
     /// An old partition that a split or merge swapped out (detached, kept until its
     /// cleanup): every scan of it is refused, whatever its predicates.
     Retired,
+    /// A table laid out by ownership (one relation, what it owns recorded as data; its
+    /// trigger `id_gen_owned_rows`): a scan that selects by id is checked by the values of
+    /// its bounds (`owned_scan.rs`); the id column's attribute number.
+    ByOwnership(i16),
 }
 
 /// Looks for id_gen's guard triggers on an open relation.
@@ -62,6 +68,15 @@ pub unsafe fn guard_of(rel: pg_sys::Relation) -> Option<Guarded> {
             }
             match CStr::from_ptr((*t).tgname).to_bytes() {
                 b"id_gen_retired" => return Some(Guarded::Retired),
+                b"id_gen_owned_rows" if !is_partition => {
+                    // The id column by name (its first argument), as for a tombstone.
+                    let attnum = if (*t).tgnargs >= 1 {
+                        pg_sys::get_attnum((*rel).rd_id, *(*t).tgargs)
+                    } else {
+                        0
+                    };
+                    return Some(Guarded::ByOwnership(attnum.max(0)));
+                }
                 _ if !is_partition => {}
                 b"id_gen_move_fence" => return Some(Guarded::Fenced),
                 b"id_gen_not_owned" => {
@@ -95,8 +110,13 @@ pub unsafe fn check_scans(ps: *mut pg_sys::PlanState) {
         let tag = (*ps).type_;
         if is_relation_scan(tag) {
             let rel = (*(ps as *mut pg_sys::ScanState)).ss_currentRelation;
-            if matches!(guard_of(rel), Some(Guarded::Retired)) {
+            let guard = guard_of(rel);
+            if matches!(guard, Some(Guarded::Retired)) {
                 arm(ps);
+            } else if let Some(Guarded::ByOwnership(id_attnum)) = guard {
+                if id_attnum > 0 && selects_by_column((*ps).plan, id_attnum) {
+                    super::owned_scan::arm(ps, id_attnum);
+                }
             } else if let Some(id_attnum) = guarded_id_column(rel) {
                 if selects_by_column((*ps).plan, id_attnum) {
                     arm(ps);
@@ -133,6 +153,7 @@ pub(super) unsafe fn guarded_id_column(rel: pg_sys::Relation) -> Option<i16> {
             Guarded::NotOwned(a) => a,
             Guarded::Fenced => id_attnum_of_fenced(rel),
             Guarded::Retired => 0,
+            Guarded::ByOwnership(a) => a,
         })
     }
 }
@@ -251,7 +272,8 @@ unsafe extern "C-unwind" fn scan_verdict(
         *verdict = match guard_of(rel) {
             Some(Guarded::NotOwned(_)) => Some(Verdict::not_owned((*rel).rd_id)),
             Some(Guarded::Fenced | Guarded::Retired) => Some(Verdict::fenced((*rel).rd_id)),
-            None => None,
+            // (Not armed here: owned_scan.rs wraps those scans.)
+            Some(Guarded::ByOwnership(_)) | None => None,
         };
     }
 }
@@ -289,50 +311,76 @@ unsafe fn id_attnum_of_fenced(rel: pg_sys::Relation) -> i16 {
     }
 }
 
-/// Whether a scan's predicates (filter, index, bitmap and TID conditions) select rows by
-/// column `attnum` of its relation: bound it on both sides (see the module header); with
-/// `attnum` 0 (unknown), whether it has any predicate at all.
-unsafe fn selects_by_column(plan: *mut pg_sys::Plan, attnum: i16) -> bool {
-    // SAFETY: `plan` is the Plan node of a relation scan state.
-    unsafe {
-        let scanrelid = (*(plan as *mut pg_sys::Scan)).scanrelid as i32;
-        let mut quals = crate::pg_list::list_pointers((*plan).qual);
-        let mut index_columns: Vec<i16> = vec![];
-        match (*plan).type_ {
-            pg_sys::NodeTag::T_IndexScan => quals.extend(crate::pg_list::list_pointers(
-                (*(plan as *mut pg_sys::IndexScan)).indexqualorig,
-            )),
-            pg_sys::NodeTag::T_BitmapHeapScan => quals.extend(crate::pg_list::list_pointers(
-                (*(plan as *mut pg_sys::BitmapHeapScan)).bitmapqualorig,
-            )),
-            pg_sys::NodeTag::T_TidScan => quals.extend(crate::pg_list::list_pointers(
-                (*(plan as *mut pg_sys::TidScan)).tidquals,
-            )),
-            pg_sys::NodeTag::T_TidRangeScan => quals.extend(crate::pg_list::list_pointers(
-                (*(plan as *mut pg_sys::TidRangeScan)).tidrangequals,
-            )),
-            pg_sys::NodeTag::T_IndexOnlyScan => {
-                // Its index conditions and its filter name index columns (INDEX_VAR), which
-                // the index's target list maps to the table's.
-                let s = plan as *mut pg_sys::IndexOnlyScan;
-                quals.extend(crate::pg_list::list_pointers((*s).indexqual));
-                for te in crate::pg_list::list_pointers((*s).indextlist) {
-                    let e = strip_relabel(
-                        (*(te as *mut pg_sys::TargetEntry)).expr as *mut pg_sys::Node,
-                    );
-                    index_columns.push(if !e.is_null() && (*e).type_ == pg_sys::NodeTag::T_Var {
-                        (*(e as *mut pg_sys::Var)).varattno
-                    } else {
-                        0
-                    });
+/// A scan's predicates (filter, index, bitmap and TID conditions) with what tells its id
+/// column in them: a Var of the scanned relation, or of an index-only scan's index column
+/// that its index target list maps to the column.
+pub(super) struct ScanPredicates {
+    pub quals: Vec<*mut pg_sys::Node>,
+    scanrelid: i32,
+    index_columns: Vec<i16>,
+    attnum: i16,
+}
+
+impl ScanPredicates {
+    /// The predicates of the scan `plan` and its column `attnum`.
+    ///
+    /// # Safety
+    /// `plan` is the Plan node of a relation scan state.
+    pub(super) unsafe fn of(plan: *mut pg_sys::Plan, attnum: i16) -> ScanPredicates {
+        // SAFETY: as the caller promises.
+        unsafe {
+            let scanrelid = (*(plan as *mut pg_sys::Scan)).scanrelid as i32;
+            let mut quals = crate::pg_list::list_pointers((*plan).qual);
+            let mut index_columns: Vec<i16> = vec![];
+            match (*plan).type_ {
+                pg_sys::NodeTag::T_IndexScan => quals.extend(crate::pg_list::list_pointers(
+                    (*(plan as *mut pg_sys::IndexScan)).indexqualorig,
+                )),
+                pg_sys::NodeTag::T_BitmapHeapScan => quals.extend(crate::pg_list::list_pointers(
+                    (*(plan as *mut pg_sys::BitmapHeapScan)).bitmapqualorig,
+                )),
+                pg_sys::NodeTag::T_TidScan => quals.extend(crate::pg_list::list_pointers(
+                    (*(plan as *mut pg_sys::TidScan)).tidquals,
+                )),
+                pg_sys::NodeTag::T_TidRangeScan => quals.extend(crate::pg_list::list_pointers(
+                    (*(plan as *mut pg_sys::TidRangeScan)).tidrangequals,
+                )),
+                pg_sys::NodeTag::T_IndexOnlyScan => {
+                    // Its index conditions and its filter name index columns (INDEX_VAR), which
+                    // the index's target list maps to the table's.
+                    let s = plan as *mut pg_sys::IndexOnlyScan;
+                    quals.extend(crate::pg_list::list_pointers((*s).indexqual));
+                    for te in crate::pg_list::list_pointers((*s).indextlist) {
+                        let e = strip_relabel(
+                            (*(te as *mut pg_sys::TargetEntry)).expr as *mut pg_sys::Node,
+                        );
+                        index_columns.push(
+                            if !e.is_null() && (*e).type_ == pg_sys::NodeTag::T_Var {
+                                (*(e as *mut pg_sys::Var)).varattno
+                            } else {
+                                0
+                            },
+                        );
+                    }
                 }
+                _ => {}
             }
-            _ => {}
+            ScanPredicates {
+                quals: quals.into_iter().map(|q| q as *mut pg_sys::Node).collect(),
+                scanrelid,
+                index_columns,
+                attnum,
+            }
         }
-        if attnum == 0 {
-            return !quals.is_empty();
-        }
-        let is_id = |n: *mut pg_sys::Node| -> bool {
+    }
+
+    /// Whether `n` (under binary-compatible casts) is the id column.
+    ///
+    /// # Safety
+    /// `n` is NULL or an expression node of these predicates.
+    pub(super) unsafe fn is_id(&self, n: *mut pg_sys::Node) -> bool {
+        // SAFETY: as the caller promises.
+        unsafe {
             let n = strip_relabel(n);
             if n.is_null() || (*n).type_ != pg_sys::NodeTag::T_Var {
                 return false;
@@ -343,14 +391,28 @@ unsafe fn selects_by_column(plan: *mut pg_sys::Plan, attnum: i16) -> bool {
             }
             if (*v).varno == pg_sys::INDEX_VAR {
                 let i = (*v).varattno;
-                i >= 1 && index_columns.get(i as usize - 1) == Some(&attnum)
+                i >= 1 && self.index_columns.get(i as usize - 1) == Some(&self.attnum)
             } else {
-                (*v).varno == scanrelid && (*v).varattno == attnum
+                (*v).varno == self.scanrelid && (*v).varattno == self.attnum
             }
-        };
+        }
+    }
+}
+
+/// Whether a scan's predicates (filter, index, bitmap and TID conditions) select rows by
+/// column `attnum` of its relation: bound it on both sides (see the module header); with
+/// `attnum` 0 (unknown), whether it has any predicate at all.
+unsafe fn selects_by_column(plan: *mut pg_sys::Plan, attnum: i16) -> bool {
+    // SAFETY: `plan` is the Plan node of a relation scan state.
+    unsafe {
+        let p = ScanPredicates::of(plan, attnum);
+        if attnum == 0 {
+            return !p.quals.is_empty();
+        }
+        let is_id = |n: *mut pg_sys::Node| p.is_id(n);
         let mut bounds = Bounds::default();
-        for q in quals {
-            bounds.add(clause_bounds(q as *mut pg_sys::Node, &is_id));
+        for &q in &p.quals {
+            bounds.add(clause_bounds(q, &is_id));
         }
         bounds.lower && bounds.upper
     }

@@ -80,6 +80,18 @@ impl Verdict {
         )
     }
 
+    /// A scan that selects by id genes of a table laid out by ownership that this shard
+    /// does not own (`owned_scan.rs`).
+    pub fn gene_not_owned_by_table(table: pg_sys::Oid, gene: u16) -> Verdict {
+        let version = known_version();
+        Verdict::new(
+            ROUTE_CHANGED,
+            format!("id_gen: this shard does not own gene {gene} of {}, which the statement selects by id", relation_name(table)),
+            format!("The shard is at route version {version}; the genes it owns of the table are those id_gen.shard_owned_ranges shows."),
+            HINT_CHANGED,
+        )
+    }
+
     /// A claim of a gene that this shard does not own.
     pub fn gene_not_owned(gene: u16, version: i64, owner: Option<String>) -> Verdict {
         Verdict::new(

@@ -1,0 +1,108 @@
+-- A table laid out by ownership (docs/design.md §12; src/routing_guard/owned_scan.rs): one
+-- relation holds the rows, what the shard owns of it is recorded in id_gen.shard_tables, and
+-- its trigger id_gen_owned_rows refuses writes of genes not owned. A read that selects genes
+-- not owned by id fails with IG001 whatever the plan (there is no tombstone to prune to),
+-- even when the relation holds rows of them (a move's copies before its flip); a read that
+-- selects no id (a whole-table scan) answers with what the relation holds.
+CREATE TABLE ow (id bigint PRIMARY KEY, v text NOT NULL);
+CREATE TRIGGER id_gen_owned_rows BEFORE INSERT OR UPDATE ON ow FOR EACH ROW EXECUTE FUNCTION id_gen.refuse_rows_not_owned('id');
+INSERT INTO id_gen.shard_tables (schema_name, table_name, id_column, gene_ranges, definition, stem)
+VALUES ('public', 'ow', 'id', ARRAY[int4range(0, 16), int4range(32, 48)], '', 'ow');
+SELECT id_gen.shard_routing_changed();
+-- The plan's scans and joins (EXPLAIN without ANALYZE runs no check), to show which plan
+-- each refusal below met.
+CREATE FUNCTION pg_temp.plan_of(q text) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE p text;
+BEGIN
+  EXECUTE 'EXPLAIN (FORMAT JSON, COSTS OFF) ' || q INTO p;
+  RETURN (SELECT string_agg(DISTINCT m[1], ', ' ORDER BY m[1])
+          FROM regexp_matches(p, '"Node Type": "([^"]*(Scan|Join|Loop))"', 'g') m);
+END $$;
+-- Writes: owned genes go in, others fail with IG001.
+INSERT INTO ow VALUES (id_gen.compose_id(5, 1), 'owned 5'), (id_gen.compose_id(33, 1), 'owned 33');
+SELECT try($$INSERT INTO ow VALUES (id_gen.compose_id(20, 1), 'not owned')$$);
+SELECT try($$UPDATE ow SET id = id_gen.compose_id(20, 1) WHERE id = id_gen.compose_id(5, 1)$$);
+-- A row of a gene not owned, as a move's apply worker writes it (the trigger does not fire
+-- for replication).
+SET session_replication_role = replica;
+INSERT INTO ow VALUES (id_gen.compose_id(20, 2), 'a copy of gene 20');
+RESET session_replication_role;
+-- Reads by id: owned, one gene not owned (with and without a row there), points and ranges.
+SELECT v FROM ow WHERE id = id_gen.compose_id(5, 1);
+SELECT try($$SELECT v FROM ow WHERE id = id_gen.compose_id(20, 2)$$);
+SELECT try($$SELECT v FROM ow WHERE id = id_gen.compose_id(21, 1)$$);
+SELECT count(*) FROM ow WHERE id = ANY (ARRAY[id_gen.compose_id(5, 1), id_gen.compose_id(33, 1)]);
+SELECT try($$SELECT count(*) FROM ow WHERE id = ANY (ARRAY[id_gen.compose_id(5, 1), id_gen.compose_id(20, 2)])$$);
+SELECT count(*) AS int4_points FROM ow WHERE id IN (5::integer, 7::integer);
+SELECT try($$SELECT count(*) FROM ow WHERE id = id_gen.compose_id(5, 1) OR id = id_gen.compose_id(20, 2)$$);
+SELECT try($$SELECT v FROM ow WHERE id = (SELECT id_gen.compose_id(20, 2))$$) AS init_plan;
+SELECT count(*) FROM ow WHERE id BETWEEN id_gen.gene_first_id(32) AND id_gen.gene_last_id(47);
+SELECT try($$SELECT count(*) FROM ow WHERE id BETWEEN id_gen.gene_first_id(10) AND id_gen.gene_last_id(40)$$);
+SELECT try($$SELECT count(*) FROM ow WHERE id >= id_gen.gene_first_id(15) AND id < id_gen.gene_first_id(17)$$);
+-- Not selected by id: a whole-table read, a one-sided bound, another column.
+SELECT count(*) AS whole_table FROM ow;
+SELECT count(*) AS one_sided FROM ow WHERE id > 0;
+SELECT count(*) AS by_value FROM ow WHERE v LIKE 'a copy%';
+-- A prepared statement's generic plan (the id a parameter), a sequential scan, a bitmap scan.
+SET plan_cache_mode = force_generic_plan;
+PREPARE by_id(bigint) AS SELECT v FROM ow WHERE id = $1;
+EXECUTE by_id(id_gen.compose_id(33, 1));
+\set VERBOSITY terse
+EXECUTE by_id(id_gen.compose_id(20, 2));
+\set VERBOSITY default
+RESET plan_cache_mode;
+VACUUM ANALYZE ow;
+SET enable_seqscan = off;
+SET enable_bitmapscan = off;
+SELECT pg_temp.plan_of(q), try(q) FROM (VALUES ($$SELECT id FROM ow WHERE id = id_gen.compose_id(20, 2)$$)) v(q);
+SET enable_seqscan = on;
+SET enable_indexscan = off;
+SET enable_indexonlyscan = off;
+SELECT pg_temp.plan_of(q), try(q) FROM (VALUES ($$SELECT v FROM ow WHERE id = id_gen.compose_id(20, 2)$$)) v(q);
+SET enable_seqscan = off;
+SET enable_bitmapscan = on;
+SELECT pg_temp.plan_of(q), try(q) FROM (VALUES ($$SELECT v FROM ow WHERE id = ANY (ARRAY[id_gen.compose_id(20, 2), id_gen.compose_id(5, 1)])$$)) v(q);
+RESET enable_seqscan;
+RESET enable_indexscan;
+RESET enable_indexonlyscan;
+RESET enable_bitmapscan;
+-- Joins by id with values from outside: a nested loop (the id a parameter of the inner
+-- scan), a hash join and a merge join (the value side watched).
+CREATE TABLE wanted (i bigint);
+INSERT INTO wanted VALUES (id_gen.compose_id(5, 1)), (id_gen.compose_id(21, 1));
+ANALYZE wanted, ow;
+SET enable_hashjoin = off;
+SET enable_mergejoin = off;
+SELECT pg_temp.plan_of(q), try(q) FROM (VALUES ($$SELECT count(*) FROM wanted w JOIN ow ON ow.id = w.i$$)) v(q);
+SET enable_seqscan = off;  -- (the inner side an index scan by the outer row's id)
+SELECT pg_temp.plan_of(q), try(q) FROM (VALUES ($$SELECT count(*) FROM wanted w JOIN ow ON ow.id = w.i$$)) v(q);
+RESET enable_seqscan;
+SET enable_nestloop = off;
+SET enable_hashjoin = on;
+SELECT pg_temp.plan_of(q), try(q) FROM (VALUES ($$SELECT count(*) FROM wanted w JOIN ow ON ow.id = w.i$$)) v(q);
+SET enable_hashjoin = off;
+SET enable_mergejoin = on;
+SELECT pg_temp.plan_of(q), try(q) FROM (VALUES ($$SELECT count(*) FROM wanted w JOIN ow ON ow.id = w.i$$)) v(q);
+RESET enable_hashjoin;
+RESET enable_mergejoin;
+RESET enable_nestloop;
+DELETE FROM wanted WHERE i = id_gen.compose_id(21, 1);
+SELECT count(*) AS owned_join FROM wanted w JOIN ow ON ow.id = w.i;
+-- The view that keeps owned rows: the copy is not shown, and selecting it by id fails.
+CREATE VIEW ow_owned AS SELECT * FROM ow WHERE id_gen.shard_owns('ow'::regclass, id);
+SELECT string_agg(v, ', ' ORDER BY id) AS owned_rows FROM ow_owned;
+SELECT try($$SELECT v FROM ow_owned WHERE id = id_gen.compose_id(20, 2)$$);
+-- With the guard off (a DBA inspecting the shard), a read answers with what it holds.
+SET id_gen.routing_guard = off;
+SELECT v FROM ow WHERE id = id_gen.compose_id(20, 2);
+RESET id_gen.routing_guard;
+-- Once the shard owns gene 20 (a move's fence records it), the copy is read and shown.
+UPDATE id_gen.shard_tables SET gene_ranges = gene_ranges || int4range(16, 32) WHERE table_name = 'ow';
+SELECT id_gen.shard_routing_changed();
+SELECT v FROM ow WHERE id = id_gen.compose_id(20, 2);
+SELECT string_agg(v, ', ' ORDER BY id) AS owned_rows FROM ow_owned;
+DEALLOCATE by_id;
+DROP VIEW ow_owned;
+DROP TABLE ow, wanted;
+DELETE FROM id_gen.shard_tables WHERE table_name = 'ow';
+SELECT id_gen.shard_routing_changed();
