@@ -23,13 +23,20 @@
 //! reset (which frees the node); the wrapper calls on what the executor set, and when that
 //! replaced the node's ExecProcNode (ExecProcNodeFirst does, once) it keeps the new function
 //! as its own next and puts back what was there (itself, or `join_check.rs`'s wrapper, which
-//! is set after it). Evaluation and the ownership lookup (which may load the backend's copy
-//! by SQL) run in a guarded function; the refusal is raised from the unguarded wrapper,
-//! which holds nothing to drop.
-//! Not checked (the scan answers with the rows it has, which are owned: the view in front
-//! of the table keeps those): bounds that depend on the scan's own row, hold a volatile
-//! function or a subplan (`id IN (SELECT ...)` not made a join), or are of a type other
-//! than int2, int4 and int8; joins by id are `join_check.rs`'s.
+//! is set after it). Evaluation (through pgrx's FFI boundary: an error in it unwinds Rust
+//! frames before PostgreSQL handles it) and the ownership lookup (which may load the
+//! backend's copy by SQL) run in a guarded function; the refusal is raised from the
+//! unguarded wrapper, which holds nothing to drop.
+//! Not checked (the scan answers with the rows the relation holds): bounds that depend on
+//! the scan's own row, hold a volatile function or a subplan (`id IN (SELECT ...)` not made
+//! a join), or are of a type other than int2, int4 and int8, `NOT (id IS DISTINCT FROM x)`,
+//! and an OR of ranges (`id BETWEEN a AND b OR id BETWEEN c AND d`); joins by id are
+//! `join_check.rs`'s. Still to mend before a layout uses it (review of 0.7.7): points of
+//! several AND-ed clauses are checked as their union and a range beside them is ignored,
+//! so `id = ANY (...) AND id < x` can be refused for a point the range excludes; the bounds
+//! are evaluated and checked at every call, so `id = ANY` of n ids costs n² and a parallel
+//! worker loads the owned ranges (SQL, uncached in parallel mode) per call: the genes owned
+//! should be taken at executor start and the check repeated only when a parameter changed.
 
 use super::plan_check::{binary_args, operator_name, strip_relabel, ScanPredicates};
 use super::raise::Verdict;
@@ -295,7 +302,11 @@ unsafe extern "C-unwind" fn scan_verdict(
             let Some(eval) = (*b.state).evalfunc else {
                 continue;
             };
-            let datum = eval(b.state, econtext, &mut isnull);
+            // (Through pgrx's boundary: an ERROR of the evaluation, a cancel while an
+            // InitPlan runs for the first time here, becomes a Rust panic that unwinds this
+            // frame and is raised again by pg_guard. It keeps PostgreSQL's SQLSTATEs; an
+            // IG-class one of a guarded scan nested in that InitPlan would come out as XX000.)
+            let datum = pg_sys::ffi::pg_guard_ffi_boundary(|| eval(b.state, econtext, &mut isnull));
             match b.limit {
                 Limit::Point | Limit::Points => has_points = true,
                 _ => {}

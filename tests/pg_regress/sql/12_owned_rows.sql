@@ -36,6 +36,8 @@ SELECT try($$SELECT count(*) FROM ow WHERE id = ANY (ARRAY[id_gen.compose_id(5, 
 SELECT count(*) AS int4_points FROM ow WHERE id IN (5::integer, 7::integer);
 SELECT try($$SELECT count(*) FROM ow WHERE id = id_gen.compose_id(5, 1) OR id = id_gen.compose_id(20, 2)$$);
 SELECT try($$SELECT v FROM ow WHERE id = (SELECT id_gen.compose_id(20, 2))$$) AS init_plan;
+-- An error of the bound's evaluation (the InitPlan runs first in the check) is the statement's.
+SELECT try($$SELECT v FROM ow WHERE id = (SELECT 1 / count(*) FROM ow WHERE false)$$) AS bound_error;
 SELECT count(*) FROM ow WHERE id BETWEEN id_gen.gene_first_id(32) AND id_gen.gene_last_id(47);
 SELECT try($$SELECT count(*) FROM ow WHERE id BETWEEN id_gen.gene_first_id(10) AND id_gen.gene_last_id(40)$$);
 SELECT try($$SELECT count(*) FROM ow WHERE id >= id_gen.gene_first_id(15) AND id < id_gen.gene_first_id(17)$$);
