@@ -38,6 +38,7 @@ use super::plan_check::{
 use super::plan_check::{guard_of, Guarded};
 use super::raise::Verdict;
 use super::shard_state;
+use id_gen_core::owned_genes::OwnedGenes;
 use pgrx::pg_sys;
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -52,22 +53,8 @@ unsafe extern "C-unwind" {
     fn slot_getsomeattrs_int(slot: *mut pg_sys::TupleTableSlot, attnum: std::ffi::c_int);
 }
 
-/// Genes as a bitmap.
-type Genes = Box<[u64; 1024]>;
-
-fn genes_none() -> Genes {
-    Box::new([0u64; 1024])
-}
-
-fn set_range(g: &mut Genes, lower: u16, upper: u16) {
-    for gene in lower..=upper {
-        g[gene as usize / 64] |= 1 << (gene % 64);
-    }
-}
-
-fn has(g: &Genes, gene: u16) -> bool {
-    g[gene as usize / 64] & (1 << (gene % 64)) != 0
-}
+/// Genes as a bitmap (the same type as the owned genes of `owned_ranges.rs`).
+type Genes = OwnedGenes;
 
 /// What a watched node's column is checked against.
 struct ValueCheck {
@@ -118,13 +105,15 @@ enum Judgement {
 impl ValueCheck {
     fn judge(&self, gene: u16) -> Option<Judgement> {
         if let Some((g, rel)) = &self.fenced {
-            if has(g, gene) {
+            if g.contains_gene(gene) {
                 return Some(Judgement::Fenced(*rel));
             }
         }
         match &self.owned {
-            Some((g, rel, false)) if !has(g, gene) => Some(Judgement::NotOwned(*rel)),
-            Some((g, rel, true)) if !has(g, gene) => Some(Judgement::NotOwnedByTable(*rel, gene)),
+            Some((g, rel, false)) if !g.contains_gene(gene) => Some(Judgement::NotOwned(*rel)),
+            Some((g, rel, true)) if !g.contains_gene(gene) => {
+                Some(Judgement::NotOwnedByTable(*rel, gene))
+            }
             _ => None,
         }
     }
@@ -426,30 +415,25 @@ unsafe fn watch_side(
         let state = shard_state::current(false);
         let owned = tombstone.and_then(|t| {
             let table = state.tables.iter().find(|d| d.unranged.contains(&t))?;
-            let mut g = genes_none();
-            for p in &table.partitions {
-                set_range(&mut g, p.lower, p.upper);
-            }
+            let g = Genes::from_ranges(table.partitions.iter().map(|p| (p.lower, p.upper)));
             Some((g, t, false))
         });
         // A table laid out by ownership: the genes it records (none: every gene refused).
         let owned = owned.or_else(|| {
             let t = by_ownership?;
-            let mut g = genes_none();
-            if let Some(o) = super::owned_ranges::current().of(t) {
-                for &(lower, upper) in o.ranges() {
-                    set_range(&mut g, lower, upper);
-                }
-            }
+            let g = super::owned_ranges::current()
+                .of(t)
+                .cloned()
+                .unwrap_or_else(|| Genes::from_ranges([]));
             Some((g, t, true))
         });
         let fenced = (!fenced.is_empty()).then(|| {
-            let mut g = genes_none();
-            for t in &state.tables {
-                for p in t.partitions.iter().filter(|p| fenced.contains(&p.relid)) {
-                    set_range(&mut g, p.lower, p.upper);
-                }
-            }
+            let g = Genes::from_ranges(state.tables.iter().flat_map(|t| {
+                t.partitions
+                    .iter()
+                    .filter(|p| fenced.contains(&p.relid))
+                    .map(|p| (p.lower, p.upper))
+            }));
             (g, fenced[0])
         });
         if owned.is_none() && fenced.is_none() {

@@ -1,5 +1,6 @@
 //! The genes a shard owns of one table: the pure half of the shard's ownership test
-//! (`src/routing_guard/owned_ranges.rs`, `id_gen.shard_owns`). Kept twice: as a bitmap of
+//! (`src/routing_guard/owned_ranges.rs`, `id_gen.shard_owns`) and the genes the join check
+//! compares ids with (`src/routing_guard/join_check.rs`). Kept twice: as a bitmap of
 //! the 65,536 genes (8 KiB), which the test reads, and as sorted ranges, which are shown.
 //!
 //! Invariants: a membership test is one bit, O(1) whatever the number of ranges (a
