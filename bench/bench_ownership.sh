@@ -8,7 +8,9 @@
 # pgbench -c 2 -j 2 for OW_T seconds per round, tables in alternating order, median of
 # OW_ROUNDS rounds: a lookup by id on a new connection each time (-C), a prepared lookup by
 # id, a whole-table aggregate; and per round, a new connection's first execution of a
-# generic plan (plan_cache_mode = force_generic_plan). Ratios side by side: many ranges ÷
+# generic plan (plan_cache_mode = force_generic_plan). The tables by ownership carry the
+# trigger id_gen_owned_rows, so the routing guard checks their scans by id as it does a
+# shard's; last, the guard's cost on a scan of every id by `id = ANY`, on and off. Ratios side by side: many ranges ÷
 # few, per layout, and the layout by ownership at many ranges ÷ today's at few. Figures,
 # never a gate.
 OW_DIR=/tmp/idg_bench_own OW_P=54470
@@ -39,6 +41,8 @@ CREATE FUNCTION ow_owned(t text, n integer, width integer, step integer) RETURNS
 BEGIN
   EXECUTE format('CREATE TABLE %I (id bigint PRIMARY KEY, amount bigint NOT NULL)', t || '_rows');
   EXECUTE format('INSERT INTO %I SELECT * FROM ow_rows', t || '_rows');
+  -- (Guarded as a table laid out by ownership is: its scans by id are checked.)
+  EXECUTE format('CREATE TRIGGER id_gen_owned_rows BEFORE INSERT OR UPDATE ON %I FOR EACH ROW EXECUTE FUNCTION id_gen.refuse_rows_not_owned(%L)', t || '_rows', 'id');
   INSERT INTO id_gen.shard_tables (schema_name, table_name, id_column, gene_ranges, definition, stem)
   SELECT 'public', t || '_rows', 'id', array_agg(int4range(b * step, b * step + width)), '', t
   FROM generate_series(0, n - 1) b;
@@ -113,4 +117,16 @@ for m in "${!OW_MEASURES[@]}"; do
   echo "$line"
 done
 echo "(ratios: the first table's speed ÷ the second's; ≥ 1 means no slower. Owned rows only: every row above is owned.)"
+# The routing guard's check of a scan by id of many ids (id = ANY of every row's id, by index
+# scan; checked once per scan, not per row): one session, guard on and off alternated, the
+# statement's time per round (ms) after a warm-up.
+guard_runs=$( {
+  echo "SET enable_seqscan = off; SET enable_bitmapscan = off;"
+  q="SELECT count(*) FROM owned_$OW_MANY WHERE id = ANY (ARRAY(SELECT id FROM ow_rows));"
+  echo "$q"; echo '\timing on'
+  for r in $(seq "$OW_ROUNDS"); do echo "SET id_gen.routing_guard = on;"; echo "$q"; echo "SET id_gen.routing_guard = off;"; echo "$q"; done
+} | owq | sed -n 's/^Time: \([0-9.]*\) ms.*/\1/p' | awk 'NR % 2 == 0' | paste - - )
+[ "$(wc -l <<< "$guard_runs")" = "$OW_ROUNDS" ] || { echo "bench_ownership: no timings of the guarded scan" >&2; exit 1; }
+printf '%-45s %s\n' "id = ANY of $OW_ROWS ids, guard on ÷ off" \
+  "$(fmt_ratio $(awk '{ print $1 / $2 }' <<< "$guard_runs" | stats)) (time; 1 = free; on: $(fmt_range $(cut -f1 <<< "$guard_runs" | stats) 1) ms)"
 cluster_stop "$OW_DIR"

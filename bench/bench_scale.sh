@@ -1,7 +1,8 @@
 # Sourced by bench/bench.sh (`bench/bench.sh --scale` runs only this): what the number of route
 # ranges costs a coordinator (docs/design.md §11.7). One coordinator and SCALE_SHARDS shards
 # (default 2) on this machine; one database per fleet size and layout on every server
-# (per_shard_<N>, per_range_<N>), each with its own route table of N ranges alternating
+# (per_shard_<N>, by_ownership_<N>, per_range_<N>; SCALE_LAYOUTS), each with its own route
+# table of N ranges alternating
 # between the shards (N = SCALE_SIZES, default 16 256 1024 4096) and SCALE_TABLES tables
 # (default 1) of 20,000 rows laid out that way, so that all sizes are up at once and measured
 # side by side in interleaved rounds. Every server has max_locks_per_transaction raised (the
@@ -26,6 +27,8 @@ sc_shard_port() { echo $((54480 + $1)); }
 SC_SHARDS=${SCALE_SHARDS:-2}
 read -r -a SC_SIZES <<< "${SCALE_SIZES:-16 256 1024 4096}"
 SC_TABLES=${SCALE_TABLES:-1}
+# by_ownership: per_shard here, one table of rows behind a view of the owned rows on each shard.
+read -r -a SC_LAYOUTS <<< "${SCALE_LAYOUTS:-per_shard by_ownership per_range}"
 SC_T=${SCALE_T:-3} SC_ROUNDS=${SCALE_ROUNDS:-3} SC_VALUES=50 SC_ROWS=20000
 [ "${QUICK:-}" = "--quick" ] && { SC_T=2; SC_ROUNDS=2; }
 # wal_retrieve_retry_interval: the moves of all sizes run on the same servers one after
@@ -39,7 +42,7 @@ scq() { local db=$1; shift; cpsql "$SC_COO" "$SC_COO_P" -d "$db" -At "$@"; }
 scs() { local i=$1 db=$2; shift 2; cpsql "$(sc_shard_dir "$i")" "$(sc_shard_port "$i")" -d "$db" -At "$@"; }
 
 echo
-echo "-- 9. fleet scale: route ranges ${SC_SIZES[*]} alternating over $SC_SHARDS shards, $SC_TABLES table(s) of $SC_ROWS rows, per_shard against per_range (pgbench -c 2 -j 2 -T $SC_T, median of $SC_ROUNDS rounds, sizes interleaved; ratio to the ${SC_SIZES[0]}-range database of the same layout, (min..max) over the rounds)"
+echo "-- 9. fleet scale: route ranges ${SC_SIZES[*]} alternating over $SC_SHARDS shards, $SC_TABLES table(s) of $SC_ROWS rows, layouts ${SC_LAYOUTS[*]} (pgbench -c 2 -j 2 -T $SC_T, median of $SC_ROUNDS rounds, sizes interleaved; ratio to the ${SC_SIZES[0]}-range database of the same layout, (min..max) over the rounds)"
 for i in $(seq "$SC_SHARDS"); do
   cluster_start "$(sc_shard_dir "$i")" "$(sc_shard_port "$i")" "${SC_CONF[@]}"
 done
@@ -47,7 +50,7 @@ cluster_start "$SC_COO" "$SC_COO_P" "${SC_CONF[@]}"
 declare -A DIST_MS SPLIT_MS MOVE_MS FENCE_MS ROUTE_MS PLAN_MS MEM_KB GENERIC_MS
 # One database per size and layout (a split or a route change then touches only that layout).
 for n in "${SC_SIZES[@]}"; do
-  for layout in per_shard per_range; do
+  for layout in "${SC_LAYOUTS[@]}"; do
     db=${layout}_$n
     cpsql "$SC_COO" "$SC_COO_P" -c "CREATE DATABASE $db" >/dev/null
     for i in $(seq "$SC_SHARDS"); do
@@ -88,7 +91,7 @@ sc_scripts() { # sc_scripts NAME SQL(with :v) VALUES...: one script per value; p
 declare -A BY_ID BY_OWNER INS AGG
 mapfile -t OWNERS < <(seq 1 97 5000 | head -n "$SC_VALUES")
 for n in "${SC_SIZES[@]}"; do
-  for layout in per_shard per_range; do
+  for layout in "${SC_LAYOUTS[@]}"; do
     tab=orders_1
     mapfile -t IDS < <(scq "${layout}_$n" -c "SELECT id FROM $tab ORDER BY hashint8(id) LIMIT $SC_VALUES")
     BY_ID[$n.$layout]=$(sc_scripts "id_${n}_$layout" "SELECT * FROM $tab WHERE id = :v;" "${IDS[@]}")
@@ -111,7 +114,7 @@ sc_pgb() {
 # shard are measured once per size below: their sixth execution builds a generic plan.)
 declare -A ON_SHARD VIA_COO
 for n in "${SC_SIZES[@]}"; do
-  for layout in per_shard per_range; do
+  for layout in "${SC_LAYOUTS[@]}"; do
     mapfile -t IDS < <(scq "${layout}_$n" -c "SELECT id FROM orders_1 WHERE id_gen.route_gene((id >> 47)::integer) = 'shard_1' ORDER BY hashint8(id) LIMIT $SC_VALUES")
     ON_SHARD[$n.$layout]=$(sc_scripts "shard1_${n}_$layout" "SELECT * FROM orders_1 WHERE id = :v;" "${IDS[@]}")
   done
@@ -126,7 +129,7 @@ for r in $(seq "$SC_ROUNDS"); do
   for m in "${!MEASURES[@]}"; do
     IFS='|' read -r _ mode arr <<< "${MEASURES[m]}"
     for n in "${order[@]}"; do
-      for layout in per_shard per_range; do
+      for layout in "${SC_LAYOUTS[@]}"; do
         declare -n scripts=$arr
         # shellcheck disable=SC2086
         res=$(sc_pgb "${layout}_$n" "$SC_T" $mode ${scripts[$n.$layout]})
@@ -136,7 +139,7 @@ for r in $(seq "$SC_ROUNDS"); do
     done
   done
   for n in "${order[@]}"; do
-    for layout in per_shard per_range; do
+    for layout in "${SC_LAYOUTS[@]}"; do
       # shellcheck disable=SC2086
       res=$(sc_pgb "${layout}_$n" "$SC_T" -M simple ${ON_SHARD[$n.$layout]})
       VIA_COO[$n.$layout]+="${res% *} "
@@ -147,7 +150,7 @@ for r in $(seq "$SC_ROUNDS"); do
   done
 done
 for n in "${SC_SIZES[@]}"; do
-  for layout in per_shard per_range; do
+  for layout in "${SC_LAYOUTS[@]}"; do
     db=${layout}_$n
     # On shard_1, a prepared lookup's sixth execution, where PostgreSQL's plan cache builds a
     # generic plan once to compare its cost (over every partition of the table), for a second
@@ -168,6 +171,9 @@ for n in "${SC_SIZES[@]}"; do
     SPLIT_MS[$n.$layout]=$(ms scq "$db" -c "SET client_min_messages = warning" -c "CALL id_gen.split_route($(( (lo + hi) / 2 )))")
     lo=$((2 * 65536 / n)); hi=$((3 * 65536 / n - 1))
     to=$(scq "$db" -c "SELECT CASE WHEN id_gen.route_gene($lo) = 'shard_1' THEN 'shard_2' ELSE 'shard_1' END")
+    if [ "$layout" = by_ownership ]; then  # (its moves are not built yet: refused)
+      MOVE_MS[$n.$layout]="n/a"; FENCE_MS[$n.$layout]="n/a"; continue
+    fi
     MOVE_MS[$n.$layout]=$(ms scq "$db" -c "SET client_min_messages = warning" -c "CALL id_gen.move_genes($lo, $hi, '$to')")
     FENCE_MS[$n.$layout]=$(scq "$db" -c "SELECT fence_ms FROM id_gen.moves WHERE lower_gene = $lo AND phase = 'done'")
     [ -n "${FENCE_MS[$n.$layout]}" ] || { echo "bench: the move of genes $lo .. $hi ($db) did not finish" >&2; exit 1; }
@@ -177,7 +183,7 @@ base=${SC_SIZES[0]}
 printf '%-48s' ""; for n in "${SC_SIZES[@]}"; do printf ' %27s' "$n ranges"; done; echo
 for m in "${!MEASURES[@]}"; do
   IFS='|' read -r label _ _ <<< "${MEASURES[m]}"
-  for layout in per_shard per_range; do
+  for layout in "${SC_LAYOUTS[@]}"; do
     printf '%-48s' "$label, $layout"
     for n in "${SC_SIZES[@]}"; do
       read -r -a a <<< "${TPS[$m.$n.$layout]}"; read -r -a b <<< "${TPS[$m.$base.$layout]}"
@@ -187,7 +193,7 @@ for m in "${!MEASURES[@]}"; do
     echo
   done
 done
-for layout in per_shard per_range; do
+for layout in "${SC_LAYOUTS[@]}"; do
   printf '%-48s' "lookup by id: coordinator / shard latency, $layout"
   for n in "${SC_SIZES[@]}"; do
     read -r -a a <<< "${ON_SHARD_TPS[$n.$layout]}"; read -r -a b <<< "${VIA_COO[$n.$layout]}"
@@ -196,7 +202,7 @@ for layout in per_shard per_range; do
   done
   echo
 done
-for layout in per_shard per_range; do
+for layout in "${SC_LAYOUTS[@]}"; do
   printf '%-48s' "first lookup's planning (ms), $layout"; for n in "${SC_SIZES[@]}"; do printf ' %27s' "${PLAN_MS[$n.$layout]}"; done; echo
   printf '%-48s' "shard: prepared lookup's 6th execution (ms), $layout"; for n in "${SC_SIZES[@]}"; do printf ' %27s' "${GENERIC_MS[$n.$layout]}"; done; echo
   printf '%-48s' "backend memory after it (kB), $layout"; for n in "${SC_SIZES[@]}"; do printf ' %27s' "${MEM_KB[$n.$layout]}"; done; echo
@@ -206,4 +212,4 @@ for layout in per_shard per_range; do
   printf '%-48s' "move_genes of one range (ms), $layout"; for n in "${SC_SIZES[@]}"; do printf ' %27s' "${MOVE_MS[$n.$layout]}"; done; echo
   printf '%-48s' "  its fence (ms), $layout"; for n in "${SC_SIZES[@]}"; do printf ' %27s' "${FENCE_MS[$n.$layout]}"; done; echo
 done
-echo "(per_shard: one foreign table per shard here; per_range: two relations per range; one database per size and layout. tps of the ${SC_SIZES[0]}-range database, then x that.)"
+echo "(per_shard: one foreign table per shard here, a partition per owned range on the shards; by_ownership: the same here, one table of rows and a view on each shard; per_range: two relations per range here; one database per size and layout. tps of the ${SC_SIZES[0]}-range database, then x that.)"

@@ -149,10 +149,16 @@ extension_sql_file!(
     requires = ["routing", routing_guard::shard_state::partition_gene_range]
 );
 extension_sql_file!(
+    "../sql/cluster/shard/owned_rows.sql",
+    name = "shard_owned_rows",
+    // (Its view calls id_gen.shard_owns; its trigger function is shard_routing's.)
+    requires = ["shard_routing", routing_guard::owned_ranges::shard_owns]
+);
+extension_sql_file!(
     "../sql/cluster/route_hash.sql",
     name = "route_hash",
     requires = [
-        "shard_routing",
+        "shard_owned_rows",
         route_hash::gene_route_hash,
         route_hash::gene_route_hash_extended,
         route_hash::route_hash_changed

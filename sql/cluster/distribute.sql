@@ -23,7 +23,10 @@
 -- statement and a route change's work here do not grow with the number of route ranges.
 -- Splits and merges change only the route table here; moves re-lay both shards in their fence
 -- (sql/cluster/move.sql), and convert_to_per_shard (sql/cluster/convert.sql) turns a per_range
--- table into this layout.
+-- table into this layout. With layout => 'by_ownership' the coordinator is the same (layout
+-- per_shard, shard_layout by_ownership), and each shard holds the table as one table of rows
+-- behind a view of the owned rows, what it owns recorded as data
+-- (sql/cluster/shard/owned_rows.sql; its moves are not built yet).
 --
 -- Inserts that name only the owner: PostgreSQL routes a row to its partition before any
 -- trigger of the partition runs, and a column DEFAULT cannot read another column. So
@@ -82,8 +85,20 @@ END $$;
 COMMENT ON FUNCTION id_gen.distributed_table(name, name) IS 'The row of id_gen.distributed_tables of a distributed table; 42704 when the table is not one.';
 REVOKE EXECUTE ON FUNCTION id_gen.distributed_table(name, name) FROM PUBLIC;
 
--- Tells one shard which genes of a table it owns (id_gen.shard_apply_ranges there, in a
--- transaction of its own) and records it in id_gen.shard_placements.
+-- The shard function that makes a shard own given route ranges of a table: it re-partitions
+-- a partitioned one (id_gen.shard_apply_ranges) and records them for one laid out by
+-- ownership (id_gen.shard_apply_owned_ranges, sql/cluster/shard/owned_rows.sql). Both take
+-- the same arguments.
+CREATE OR REPLACE FUNCTION id_gen.shard_apply_function(d id_gen.distributed_tables) RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN CASE d.shard_layout WHEN 'by_ownership' THEN 'shard_apply_owned_ranges' ELSE 'shard_apply_ranges' END;
+COMMENT ON FUNCTION id_gen.shard_apply_function(id_gen.distributed_tables) IS 'The shard function that makes a shard own given route ranges of a distributed table: shard_apply_ranges (partitioned on the shards) or shard_apply_owned_ranges (laid out by ownership).';
+REVOKE EXECUTE ON FUNCTION id_gen.shard_apply_function(id_gen.distributed_tables) FROM PUBLIC;
+
+-- Tells one shard which genes of a table it owns (id_gen.shard_apply_ranges or
+-- shard_apply_owned_ranges there, in a transaction of its own) and records it in
+-- id_gen.shard_placements.
 CREATE OR REPLACE FUNCTION id_gen.push_shard_table(shard text, schema_name name, table_name name,
                                                    gene_ranges int4range[]) RETURNS text
 LANGUAGE plpgsql STRICT
@@ -104,7 +119,7 @@ BEGIN
     -- goes on and this change, rolled back on the shard, is tried again.
     FOR attempt IN 1 .. 5 LOOP
       BEGIN
-        result := id_gen.remote_call(shard, 'shard_apply_ranges',
+        result := id_gen.remote_call(shard, id_gen.shard_apply_function(d),
           ARRAY[d.schema_name::text, d.table_name::text, d.id_column::text, d.shard_stem::text, gene_ranges::text, d.shard_definition], 120000);
         EXIT;
       EXCEPTION WHEN deadlock_detected THEN
@@ -123,7 +138,8 @@ BEGIN
               HINT = 'The route table is unchanged. Move those rows first (id_gen.move_genes), or delete them on the shard.';
     WHEN undefined_table OR undefined_function THEN
       GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT;
-      RAISE EXCEPTION 'id_gen: shard "%" has no id_gen 0.4.0 or later', shard
+      RAISE EXCEPTION 'id_gen: shard "%" has no id_gen % or later', shard,
+                      CASE d.shard_layout WHEN 'by_ownership' THEN '0.7.8' ELSE '0.4.0' END
         USING ERRCODE = '55000', DETAIL = 'On the shard: ' || msg,
               HINT = 'Run CREATE EXTENSION id_gen (or ALTER EXTENSION id_gen UPDATE) on the shard; it keeps the shard''s partitions.';
     WHEN lock_not_available THEN
@@ -331,7 +347,7 @@ BEGIN
   d := id_gen.distributed_table(restore_shard_ranges.schema_name, restore_shard_ranges.table_name);
   FOR p IN SELECT x FROM jsonb_array_elements(coalesce(pushed, '[]')) x LOOP
     BEGIN
-      PERFORM id_gen.remote_call(p->>'shard', 'shard_apply_ranges',
+      PERFORM id_gen.remote_call(p->>'shard', id_gen.shard_apply_function(d),
         ARRAY[d.schema_name::text, d.table_name::text, d.id_column::text, d.shard_stem::text, p->>'old', d.shard_definition], 120000);
     EXCEPTION WHEN OTHERS THEN
       errors := concat_ws('; ', errors, (p->>'shard') || ': ' || SQLERRM);
@@ -598,10 +614,13 @@ BEGIN
     RAISE EXCEPTION 'id_gen: argument "id_column" must not be NULL' USING ERRCODE = '22004';
   ELSIF distribute_table.layout IS NULL THEN
     RAISE EXCEPTION 'id_gen: argument "layout" must not be NULL' USING ERRCODE = '22004';
-  ELSIF distribute_table.layout NOT IN ('per_range', 'per_shard') THEN
+  ELSIF distribute_table.layout NOT IN ('per_range', 'per_shard', 'by_ownership') THEN
     RAISE EXCEPTION 'id_gen: unknown layout "%"', distribute_table.layout
       USING ERRCODE = '22023',
-            HINT = 'per_range: a range partition per route range here (moves supported); per_shard: a partition per shard here, whatever the number of route ranges.';
+            HINT = 'per_range: a range partition per route range here (moves supported); per_shard: a partition per shard here, whatever the number of route ranges; by_ownership: per_shard here, and one table of rows per shard whatever the number of route ranges (moves not built yet).';
+  ELSIF distribute_table.layout = 'by_ownership' AND EXISTS (SELECT FROM id_gen.shard_moves m WHERE m.phase NOT IN ('done', 'aborted', 'reverted')) THEN
+    RAISE EXCEPTION 'id_gen: a table laid out by ownership cannot be distributed while a move is unfinished'
+      USING ERRCODE = '55006', HINT = 'Moves of tables laid out by ownership are not built yet. Finish or abort the moves first (id_gen.moves).';
   END IF;
   PERFORM id_gen.require_superuser('distribute tables');
   PERFORM id_gen.quiet_ddl();
@@ -692,11 +711,24 @@ BEGIN
   EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', tbl);
   PERFORM id_gen.check_lock_room_to_distribute(tbl, distribute_table.layout);
 
-  -- The shards' table, partitioned by id: columns, NOT NULL, defaults (but the id's: ids come from the
-  -- coordinator or from gene_order_id on the shard), primary key, unique and check
-  -- constraints. search_path is pinned, so every type and function name comes out
-  -- qualified.
-  SELECT format('CREATE TABLE %I.%I (%s%s) PARTITION BY RANGE (%I)', sch, tab,
+  parts := CASE WHEN sequence IS NULL THEN tab ELSE id_gen.fit_name(tab, '_shards') END;
+  IF parts <> tab AND to_regclass(format('%I.%I', sch, parts)) IS NOT NULL THEN
+    RAISE EXCEPTION 'id_gen: relation %.% already exists', quote_ident(sch), quote_ident(parts)
+      USING ERRCODE = '42P07', HINT = 'distribute_table names the partitioned table <table>_shards when a sequence computes ids; rename that relation.';
+  END IF;
+  -- Partition names: unique among the distributed tables of the schema.
+  SELECT coalesce(array_agg(s), '{}') INTO taken
+  FROM (SELECT t.shard_stem AS s FROM id_gen.distributed_tables t WHERE t.schema_name = sch
+        UNION ALL SELECT t.coordinator_stem FROM id_gen.distributed_tables t WHERE t.schema_name = sch) x;
+  coordinator_stem := id_gen.pick_stem(parts, taken);
+  shard_stem := id_gen.pick_stem(tab, taken);
+  -- The shards' table, partitioned by id (by_ownership: the plain table of rows
+  -- <shard_stem>_rows, sql/cluster/shard/owned_rows.sql): columns, NOT NULL, defaults (but
+  -- the id's: ids come from the coordinator or from gene_order_id on the shard), primary
+  -- key, unique and check constraints. search_path is pinned, so every type and function
+  -- name comes out qualified.
+  SELECT format('CREATE TABLE %I.%I (%s%s)%s', sch,
+                CASE WHEN distribute_table.layout = 'by_ownership' THEN id_gen.fit_name(shard_stem, '_rows') ELSE tab END,
                 string_agg(format('%I %s%s%s', a.attname, format_type(a.atttypid, a.atttypmod),
                                   CASE WHEN a.attnotnull THEN ' NOT NULL' ELSE '' END,
                                   CASE WHEN a.attname <> id_column AND d.adbin IS NOT NULL AND a.attgenerated = ''
@@ -710,7 +742,7 @@ BEGIN
                                     id_column, owner_column,
                                     CASE WHEN owner_type IN ('bigint'::regtype, 'integer'::regtype, 'smallint'::regtype) THEN 'pg_catalog.int8'
                                          WHEN owner_type = 'uuid'::regtype THEN 'pg_catalog.uuid' ELSE 'pg_catalog.text' END) END,
-                id_column),
+                CASE WHEN distribute_table.layout = 'by_ownership' THEN '' ELSE format(' PARTITION BY RANGE (%I)', id_column) END),
          string_agg(format('%I', a.attname), ', ' ORDER BY a.attnum) FILTER (WHERE a.attgenerated = '')
     INTO definition, cols
   FROM pg_attribute a LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
@@ -718,17 +750,6 @@ BEGIN
   SELECT string_agg(quote_ident(t.tgname), ', ') INTO triggers
   FROM pg_trigger t WHERE t.tgrelid = tbl AND NOT t.tgisinternal;
 
-  parts := CASE WHEN sequence IS NULL THEN tab ELSE id_gen.fit_name(tab, '_shards') END;
-  IF parts <> tab AND to_regclass(format('%I.%I', sch, parts)) IS NOT NULL THEN
-    RAISE EXCEPTION 'id_gen: relation %.% already exists', quote_ident(sch), quote_ident(parts)
-      USING ERRCODE = '42P07', HINT = 'distribute_table names the partitioned table <table>_shards when a sequence computes ids; rename that relation.';
-  END IF;
-  -- Partition names: unique among the distributed tables of the schema.
-  SELECT coalesce(array_agg(s), '{}') INTO taken
-  FROM (SELECT t.shard_stem AS s FROM id_gen.distributed_tables t WHERE t.schema_name = sch
-        UNION ALL SELECT t.coordinator_stem FROM id_gen.distributed_tables t WHERE t.schema_name = sch) x;
-  coordinator_stem := id_gen.pick_stem(parts, taken);
-  shard_stem := id_gen.pick_stem(tab, taken);
   old_name := id_gen.fit_name(tab, '_undistributed_' || tbl::oid);
   -- Sequences owned by its columns (serial defaults) go with the new table.
   FOR g IN SELECT s.oid::regclass AS seq, a.attname
@@ -742,15 +763,18 @@ BEGIN
   EXECUTE format('CREATE TABLE %I.%I (LIKE %I.%I INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING COMMENTS '
                  'INCLUDING STORAGE INCLUDING COMPRESSION) PARTITION BY %s',
                  sch, parts, sch, old_name,
-                 CASE distribute_table.layout WHEN 'per_shard' THEN format('HASH (%I id_gen.gene_route_ops)', id_column)
-                                              ELSE format('RANGE (%I)', id_column) END);
+                 CASE WHEN distribute_table.layout IN ('per_shard', 'by_ownership') THEN format('HASH (%I id_gen.gene_route_ops)', id_column)
+                      ELSE format('RANGE (%I)', id_column) END);
   EXECUTE format('ALTER TABLE %I.%I OWNER TO %I', sch, parts, table_owner);
   EXECUTE format('COMMENT ON TABLE %I.%I IS %L', sch, parts,
                  coalesce(obj_description(tbl, 'pg_class') || E'\n', '')
                  || format('id_gen: distributed by %s over the shards of id_gen.shard_routes (see id_gen.distribution).', id_column));
+  -- (by_ownership: per_shard here; the shards lay the table out by ownership.)
   INSERT INTO id_gen.distributed_tables (schema_name, table_name, partitioned_name, id_column, owner_column, sequence,
-                                         shard_definition, shard_stem, coordinator_stem, layout)
-  VALUES (sch, tab, parts, id_column, owner_column, sequence, definition, shard_stem, coordinator_stem, distribute_table.layout);
+                                         shard_definition, shard_stem, coordinator_stem, layout, shard_layout)
+  VALUES (sch, tab, parts, id_column, owner_column, sequence, definition, shard_stem, coordinator_stem,
+          CASE WHEN distribute_table.layout = 'by_ownership' THEN 'per_shard' ELSE distribute_table.layout END,
+          CASE WHEN distribute_table.layout = 'by_ownership' THEN 'by_ownership' ELSE 'partitioned' END);
   pushed := id_gen.sync_distributed_table(sch, tab);
   BEGIN
 

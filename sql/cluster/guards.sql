@@ -106,7 +106,8 @@ REVOKE EXECUTE ON FUNCTION id_gen.require_lock_room(text, jsonb, bigint, text, t
 --   coordinator: per_range 4 per route range (the range partition and its foreign table),
 --                per_shard 2 per shard; plus the old table and its indexes.
 --   shard:       one partition per route range it owns, plus its tombstone and partition of
---                negative ids, each 2 x (1 + the table's unique indexes) + 2 for TOAST.
+--                negative ids, each 2 x (1 + the table's unique indexes) + 2 for TOAST;
+--                by_ownership: one table of rows and its view, whatever the ranges.
 -- Refused above the lock table's documented size; PostgreSQL may find room for a little
 -- more in spare shared memory, but nothing promises it.
 CREATE OR REPLACE FUNCTION id_gen.check_lock_room_to_distribute(tbl regclass, layout text) RETURNS void
@@ -125,19 +126,22 @@ DECLARE
   s record;
 BEGIN
   PERFORM id_gen.require_lock_room('the coordinator', id_gen.lock_table_room(),
-    CASE WHEN layout = 'per_shard' THEN 2 * n_shards ELSE 4 * n_ranges END + old_table + margin,
+    CASE WHEN layout IN ('per_shard', 'by_ownership') THEN 2 * n_shards ELSE 4 * n_ranges END + old_table + margin,
     format('distributing %s', tbl),
-    CASE WHEN layout = 'per_shard' THEN format('Layout per_shard makes one foreign table per shard here (%s shards).', n_shards)
+    CASE WHEN layout IN ('per_shard', 'by_ownership') THEN format('Layout %s makes one foreign table per shard here (%s shards).', layout, n_shards)
          ELSE format('Layout per_range makes two relations per route range here (%s ranges).', n_ranges) END,
-    CASE WHEN layout = 'per_shard' THEN 'or distribute the table over fewer shards.'
+    CASE WHEN layout IN ('per_shard', 'by_ownership') THEN 'or distribute the table over fewer shards.'
          ELSE 'or distribute with layout => ''per_shard'' (one relation per shard here), or merge route ranges first (id_gen.merge_routes).' END);
   FOR s IN SELECT rr.shard, count(*) AS n FROM id_gen.route_ranges rr GROUP BY rr.shard ORDER BY rr.shard LOOP
     PERFORM id_gen.require_lock_room(format('shard %s', s.shard),
       id_gen.remote_exec(s.shard, 'SELECT id_gen.lock_table_room()', 10000)::jsonb,
-      (s.n + 2) * per_partition + 2 * (1 + n_indexes) + margin,
+      CASE WHEN layout = 'by_ownership' THEN 2 * per_partition
+           ELSE (s.n + 2) * per_partition + 2 * (1 + n_indexes) END + margin,
       format('distributing %s', tbl),
-      format('The shard makes one partition per route range it owns (%s), and its table has %s unique index(es)%s per partition.',
-             s.n, n_indexes, CASE WHEN toast > 0 THEN ' and a TOAST table' ELSE '' END),
+      CASE WHEN layout = 'by_ownership' THEN format('The shard makes one table of rows and its view, and the table has %s unique index(es)%s.',
+                                                    n_indexes, CASE WHEN toast > 0 THEN ' and a TOAST table' ELSE '' END)
+           ELSE format('The shard makes one partition per route range it owns (%s), and its table has %s unique index(es)%s per partition.',
+                       s.n, n_indexes, CASE WHEN toast > 0 THEN ' and a TOAST table' ELSE '' END) END,
       'or give the shard fewer route ranges first (id_gen.merge_routes, id_gen.move_genes).');
   END LOOP;
 END $$;

@@ -1287,6 +1287,13 @@ BEGIN
     END IF;
   ELSE
     PERFORM id_gen.refuse_during_operations('move genes');
+    IF EXISTS (SELECT FROM id_gen.distributed_tables t WHERE t.shard_layout = 'by_ownership') THEN
+      RAISE EXCEPTION 'id_gen: moves of tables laid out by ownership are not built yet'
+        USING ERRCODE = '0A000',
+              DETAIL = (SELECT 'Laid out by ownership: ' || string_agg(format('%I.%I', t.schema_name, t.table_name), ', ' ORDER BY t.schema_name, t.table_name)
+                        FROM id_gen.distributed_tables t WHERE t.shard_layout = 'by_ownership'),
+              HINT = 'A move carries every distributed table''s rows of the genes. Splits, merges and route changes of genes without rows work; see docs/design.md section 11.8.';
+    END IF;
     SELECT count(*), count(DISTINCT rr.shard), min(rr.lower_gene), max(rr.upper_gene), min(rr.shard)
       INTO n_ranges, n_shards, first_gene, last_gene, src
     FROM id_gen.route_ranges rr

@@ -408,7 +408,10 @@ BEGIN
     outcome.stop_sqlstate := '42704';
     outcome.stop_hint := 'See id_gen.splits.';
   ELSIF s.phase = 'planned' THEN
-    FOR d IN SELECT * FROM id_gen.distributed_tables t ORDER BY t.schema_name, t.table_name LOOP
+    -- (A table laid out by ownership on the shards has no partition to split: its genes
+    -- stay in its table of rows, whose recorded ranges cover the same genes.)
+    FOR d IN SELECT * FROM id_gen.distributed_tables t WHERE t.shard_layout = 'partitioned'
+             ORDER BY t.schema_name, t.table_name LOOP
       total := total + id_gen.remote_call(s.shard, 'shard_split_prepare',
         ARRAY[s.split_id::text, d.schema_name, d.table_name, d.id_column, d.shard_stem,
               id_gen.split_sources(s)::text, id_gen.split_targets(s)::text, '10000'], 120000)::bigint;
@@ -432,6 +435,9 @@ BEGIN
       batch := id_gen.remote_call(s.shard, 'shard_split_catch_up', ARRAY[s.split_id::text, '20000'], 300000)::jsonb;
       EXIT WHEN (batch->>'left')::bigint < 500;
     END LOOP;
+    IF state = 'none' AND NOT EXISTS (SELECT FROM id_gen.distributed_tables t WHERE t.shard_layout = 'partitioned') THEN
+      state := 'swapped';  -- (every table is laid out by ownership: nothing to swap on the shard)
+    END IF;
     IF state = 'none' THEN
       UPDATE id_gen.route_splits rs SET phase = 'failed', updated_at = clock_timestamp(),
              last_error = 'the shard holds nothing of this split'

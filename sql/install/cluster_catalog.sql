@@ -281,3 +281,13 @@ COMMENT ON COLUMN id_gen.shard_slots.assigned_at IS 'When the slot was given.';
 
 -- @new-in-0.7.7
 -- (No catalog table is new in 0.7.7.)
+
+-- @new-in-0.7.8
+-- The layout by ownership (docs/design.md §11.8): on a shard, a distributed table's rows are
+-- one plain table, named here, behind a view of the table's name that keeps the rows whose
+-- genes the shard owns (id_gen.shard_owns); the coordinator lays such a table out per_shard.
+ALTER TABLE id_gen.shard_tables ADD COLUMN rows_table name;
+COMMENT ON COLUMN id_gen.shard_tables.rows_table IS 'Layout by ownership: the plain table, in the same schema, that holds every row this shard has of the table (owned or not); the table''s name is then a view of the owned rows (id_gen.shard_owns), and gene_ranges are what it owns, as data. NULL: the table is partitioned, one partition per owned route range.';
+ALTER TABLE id_gen.distributed_tables ADD COLUMN shard_layout text NOT NULL DEFAULT 'partitioned'
+  CHECK (shard_layout IN ('partitioned', 'by_ownership'));
+COMMENT ON COLUMN id_gen.distributed_tables.shard_layout IS 'How the shards hold the table: partitioned (one partition per owned route range, the rest refused by a tombstone) or by_ownership (one plain table of rows behind a view of the owned rows, what each shard owns recorded as data in its id_gen.shard_tables; with layout per_shard, from distribute_table(..., layout => ''by_ownership'')).';

@@ -13,6 +13,9 @@
 //! descriptor is the one PostgreSQL's planner builds and keeps anyway); after locking, each partition is checked in the relcache
 //! (still a partition, not fenced), and the whole claim is redone from a fresh view when
 //! the routing epoch moved while it waited; a refusal is always decided on a fresh view.
+//! A table laid out by ownership (one table of rows, docs/design.md §11.8) has no partition
+//! to lock: its table of rows is locked as a parent is, and the gene must be one it records
+//! (`owned_ranges.rs`). (Its moves, which would need that lock to wait, are not built yet.)
 //! The SQL-callable symbol is an unguarded shim so that it can raise IG-class errors (see
 //! `raise.rs`).
 
@@ -115,6 +118,19 @@ unsafe fn claim(fcinfo: pg_sys::FunctionCallInfo, shard_version: &mut i64) -> Op
             unsafe {
                 if let Some(mode) = mode {
                     pg_sys::LockRelationOid(parent, mode);
+                }
+                // A table laid out by ownership (its table of rows, a plain table): the
+                // genes it records, as of the lock (a change of them locks the table of
+                // rows against writers, and moves the epoch checked below).
+                if pg_sys::get_rel_relkind(parent) == pg_sys::RELKIND_RELATION as std::ffi::c_char {
+                    if !super::owned_ranges::current()
+                        .of(parent)
+                        .is_some_and(|g| g.contains_gene(gene))
+                    {
+                        owned = false;
+                        break;
+                    }
+                    continue;
                 }
                 match shard_state::partition_holding_gene(parent, gene) {
                     Some(relid) => {

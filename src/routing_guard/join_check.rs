@@ -32,9 +32,8 @@
 //! ERROR there, a cancel included, longjmps through frames that hold nothing to drop.
 //! Not checked: ids a join is never asked for (a LIMIT above it stops it early).
 
-use super::plan_check::{
-    binary_args, children, guarded_id_column, is_relation_scan, operator_name, strip_relabel,
-};
+use super::id_predicates::{binary_args, operator_name, strip_relabel};
+use super::plan_check::{children, guarded_id_column, is_relation_scan};
 use super::plan_check::{guard_of, Guarded};
 use super::raise::Verdict;
 use super::shard_state;
@@ -375,11 +374,16 @@ unsafe fn watch_side(
         };
         let mut values = vec![];
         column_sources(value_child, value_col, 0, &mut values);
+        // Values from this shard's own tables: a partition of a distributed table, or a
+        // table laid out by ownership (its owned rows are read through its view, whose
+        // filter is on that table's own scan).
         let from_outside = values.iter().any(|v| match v {
             Source::Other => true,
             Source::Column(scan, _) => {
                 let rel = (*(*scan as *mut pg_sys::ScanState)).ss_currentRelation;
-                rel.is_null() || !(*(*rel).rd_rel).relispartition
+                rel.is_null()
+                    || !((*(*rel).rd_rel).relispartition
+                        || matches!(guard_of(rel), Some(Guarded::ByOwnership(_))))
             }
         });
         if !from_outside {

@@ -6,9 +6,10 @@
 //! |---|---|
 //! | `shard_state.rs` | the backend's cached views of the shard: route version and tables (version check, claims); partitions per distributed table (join check); a gene's partition from the partition descriptor |
 //! | `plan_check.rs` | the executor-start check: arms scans of a table's tombstone or of a fenced partition to refuse when they run |
+//! | `id_predicates.rs` | what a scan's predicates say about the id column (points, sides, ANDs and ORs), read from the plan for the other checks |
 //! | `join_check.rs` | joins by id: watches the ids a join compares with a guarded table's id column and refuses genes not owned or fenced |
 //! | `owned_scan.rs` | scans of a table laid out by ownership that select by id: the values of their id bounds checked against what the shard owns |
-//! | `owned_ranges.rs` | ownership as data: the gene ranges `id_gen.shard_tables` records per table, cached as sorted arrays; `id_gen.shard_owns(regclass, bigint)` |
+//! | `owned_ranges.rs` | ownership as data: the gene ranges `id_gen.shard_tables` records per table, cached as a bitmap of the genes; `id_gen.shard_owns(regclass, bigint)` |
 //! | `claim.rs` | `id_gen.route_claim(gene, version)`: check, then lock the gene's partitions |
 //! | `raise.rs` | errors with the IG-class SQLSTATEs, which pgrx's error type cannot carry |
 //!
@@ -29,6 +30,7 @@
 //!     transaction half-way.
 
 pub mod claim;
+mod id_predicates;
 mod join_check;
 pub mod owned_ranges;
 mod owned_scan;
@@ -74,15 +76,30 @@ fn mark_checked() {
     CHECKED_IN.with(|c| c.set(lxid));
 }
 
-/// Runs `f` with the guard switched off for the queries it makes.
+/// Runs `f` with the guard switched off for the queries it makes, and without JIT: they read
+/// small catalog tables, and a session that disabled a plan type (`enable_seqscan = off`
+/// makes every plan cost more than `jit_above_cost`) made a new backend's first load compile
+/// them, 60-100 ms.
 fn quietly<R>(f: impl FnOnce() -> R) -> R {
-    struct Reset(bool);
+    struct Reset {
+        busy: bool,
+        jit: bool,
+    }
     impl Drop for Reset {
         fn drop(&mut self) {
-            BUSY.with(|b| b.set(self.0));
+            BUSY.with(|b| b.set(self.busy));
+            // SAFETY: a backend global of this backend's one thread, put back as it was
+            // however `f` ends (an ERROR in it unwinds through this frame as a panic).
+            unsafe { pg_sys::jit_enabled = self.jit };
         }
     }
-    let _reset = Reset(BUSY.with(|b| b.replace(true)));
+    // SAFETY: as above; the planner reads the setting when it plans a query.
+    let jit =
+        unsafe { std::mem::replace(&mut *std::ptr::addr_of_mut!(pg_sys::jit_enabled), false) };
+    let _reset = Reset {
+        busy: BUSY.with(|b| b.replace(true)),
+        jit,
+    };
     f()
 }
 

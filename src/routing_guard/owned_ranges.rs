@@ -18,7 +18,9 @@
 //!     call). Loading runs SQL under the latest snapshot (`shard_state::cached`), never
 //!     under a lock of ours.
 //!   * A table that is not distributed here, a negative id, and a gene in no recorded range
-//!     are not owned. A NULL argument gives NULL (STRICT).
+//!     are not owned. A NULL argument gives NULL (STRICT). A table laid out by ownership is
+//!     known by its table of rows (`shard_tables.rows_table`), which its view, its trigger
+//!     and the guard's scans name; a partitioned one by its partitioned table.
 //!   * The test itself is `id_gen_core::owned_genes` (sorted, merged ranges and a
 //!     bitmap of the 65,536 genes: one bit per test), checked there against a linear scan.
 
@@ -65,7 +67,11 @@ fn load(epoch: u64) -> OwnedRanges {
     let rows: Result<Vec<Row>, pgrx::spi::Error> = Spi::connect(|client| {
         let mut out = vec![];
         for r in client.select(
-            "SELECT schema_name::pg_catalog.text, table_name::pg_catalog.text, gene_ranges FROM id_gen.shard_tables",
+            // (A table laid out by ownership: its table of rows, since 0.7.8; read through
+            // the row's JSON so that a catalog of 0.7.7, before its update, answers too.)
+            "SELECT t.schema_name::pg_catalog.text, \
+                    COALESCE(pg_catalog.to_jsonb(t) OPERATOR(pg_catalog.->>) 'rows_table', t.table_name::pg_catalog.text), \
+                    t.gene_ranges FROM id_gen.shard_tables t",
             None,
             &[],
         )? {

@@ -305,13 +305,15 @@ fn load(epoch: u64) -> ShardState {
 /// Called by the shard functions that attach or detach partitions or store a pushed
 /// route version: every backend reloads its view once this transaction commits. This
 /// backend drops its copies at once (the rest of the transaction sees its own change) and
-/// again if the transaction aborts (what it loaded meanwhile saw a change that never was;
-/// the epoch does not move then).
+/// again if the transaction or a subtransaction of it aborts (`ROLLBACK TO SAVEPOINT`, an
+/// exception block: what it loaded meanwhile may have seen a change that never was, and
+/// the epoch has not moved).
 #[pg_extern(volatile, parallel_unsafe)]
 fn shard_routing_changed() {
     epochs::bump_at_commit(Epoch::ShardRouting);
     forget_all();
     pgrx::register_xact_callback(pgrx::PgXactCallbackEvent::Abort, forget_all);
+    pgrx::register_subxact_callback(pgrx::PgSubXactCallbackEvent::AbortSub, |_, _| forget_all());
 }
 
 fn forget_all() {

@@ -13,6 +13,7 @@
 pub mod cipher;
 pub mod gene;
 pub mod genemod;
+pub mod id_selection;
 pub mod layout;
 pub mod name;
 pub mod owned_genes;

@@ -54,6 +54,20 @@ impl OwnedGenes {
         id >= 0 && self.contains_gene((id >> SEQ_BITS) as u16)
     }
 
+    /// The first gene of `lower ..= upper` that is not owned (None: all are). One binary
+    /// search over the ranges, whatever the width.
+    pub fn first_gene_missing(&self, lower: u16, upper: u16) -> Option<u16> {
+        if lower > upper {
+            return None;
+        }
+        // The last range that starts at or before `lower`.
+        let i = self.ranges.partition_point(|&(l, _)| l <= lower);
+        match i.checked_sub(1).map(|i| self.ranges[i]) {
+            Some((_, u)) if u >= lower => (u < upper).then(|| u + 1),
+            _ => Some(lower),
+        }
+    }
+
     /// The ranges, sorted and merged.
     pub fn ranges(&self) -> &[(u16, u16)] {
         &self.ranges
@@ -106,6 +120,29 @@ mod tests {
                 (0..=65535u16).filter(|&g| o.contains_gene(g)).count()
             );
         }
+    }
+
+    #[test]
+    fn first_missing_matches_a_linear_scan() {
+        let mut rng = XorShift(31);
+        for _ in 0..300 {
+            let raw: Vec<(u16, u16)> = (0..rng.below(12))
+                .map(|_| {
+                    let a = rng.below(400) as u16;
+                    (a, a.saturating_add(rng.below(40) as u16))
+                })
+                .collect();
+            let o = OwnedGenes::from_ranges(raw.iter().copied());
+            for _ in 0..100 {
+                let a = rng.below(460) as u16;
+                let b = a.saturating_add(rng.below(60) as u16);
+                let linear = (a..=b).find(|&g| !o.contains_gene(g));
+                assert_eq!(o.first_gene_missing(a, b), linear, "{a}..={b} in {raw:?}");
+            }
+        }
+        let all = OwnedGenes::from_ranges([(0, 65535)]);
+        assert_eq!(all.first_gene_missing(0, 65535), None);
+        assert_eq!(all.first_gene_missing(9, 3), None);
     }
 
     #[test]

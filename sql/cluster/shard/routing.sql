@@ -28,7 +28,8 @@ BEGIN
   -- Tables distributed by an id_gen before 0.6.0 get their tombstone here.
   PERFORM set_config('lock_timeout', '2s', true);
   FOR t IN SELECT st.schema_name, st.table_name, st.stem, st.id_column FROM id_gen.shard_tables st
-           WHERE to_regclass(format('%I.%I', st.schema_name, st.table_name)) IS NOT NULL LOOP
+           WHERE to_regclass(format('%I.%I', st.schema_name, st.table_name)) IS NOT NULL
+             AND st.rows_table IS NULL LOOP  -- (a table laid out by ownership has no tombstone)
     BEGIN  -- a table busy beyond the lock timeout gets its tombstone with a later push
       IF id_gen.shard_ensure_tombstone(format('%I.%I', t.schema_name, t.table_name)::regclass, t.stem, t.id_column) THEN
         made := made + 1;
@@ -64,12 +65,15 @@ SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
   SELECT v.version, t.parent
   FROM (SELECT coalesce((SELECT s.version FROM id_gen.shard_route_state s), 0) AS version) v
-  LEFT JOIN (SELECT st.schema_name, st.table_name, to_regclass(format('%I.%I', st.schema_name, st.table_name))::oid AS parent
+  -- (A table laid out by ownership: its table of rows, which statements through its view
+  -- scan, and whose ownership a claim checks.)
+  LEFT JOIN (SELECT st.schema_name, st.table_name,
+                    to_regclass(format('%I.%I', st.schema_name, coalesce(st.rows_table, st.table_name)))::oid AS parent
              FROM id_gen.shard_tables st) t ON t.parent IS NOT NULL
   -- The order in which route_claim locks: a move's fence locks in the same order.
   ORDER BY t.schema_name, t.table_name;
 END;
-COMMENT ON FUNCTION id_gen.shard_routing_tables() IS 'On a shard: its route version and its distributed tables (their oids; one row with a NULL table when it has none). Loaded by the route-version check and route_claim of every backend after a change (a claim finds the gene''s partitions in PostgreSQL''s partition descriptors); id_gen.shard_routing_snapshot() gives the partitions too.';
+COMMENT ON FUNCTION id_gen.shard_routing_tables() IS 'On a shard: its route version and its distributed tables (their oids, the table of rows of one laid out by ownership; one row with a NULL table when it has none). Loaded by the route-version check and route_claim of every backend after a change (a claim finds the gene''s partitions in PostgreSQL''s partition descriptors); id_gen.shard_routing_snapshot() gives the partitions too.';
 GRANT EXECUTE ON FUNCTION id_gen.shard_routing_tables() TO PUBLIC;
 
 -- What src/routing_guard/shard_state.rs loads: the version, then per distributed table

@@ -31,6 +31,29 @@
 --     looked at, deparsed and checked for untrusted code. Otherwise, and for a call with
 --     the recorded ranges (a repair), every partition is.
 
+-- The start of a change of a shard's table that locks it against writers and then reads its
+-- rows (shard_apply_ranges, shard_apply_owned_ranges): only in READ COMMITTED, so that each
+-- statement after the lock sees every row committed before it was granted (25000 otherwise);
+-- the lock bounded by lock_timeout_ms; in a deadlock with a writer, this transaction is the
+-- one that gives up (deadlock_timeout 100 ms; the coordinator retries); id_gen's own DDL.
+CREATE OR REPLACE FUNCTION id_gen.shard_begin_table_change(doing text, lock_timeout_ms integer) RETURNS void
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  IF current_setting('transaction_isolation') <> 'read committed' THEN
+    RAISE EXCEPTION 'id_gen: a shard % only in a READ COMMITTED transaction of its own (this one is %)',
+                    doing, current_setting('transaction_isolation')
+      USING ERRCODE = '25000',
+            HINT = 'The coordinator calls it over dblink (id_gen.remote_exec); a snapshot taken before the table lock would miss rows committed while it waited.';
+  END IF;
+  PERFORM set_config('lock_timeout', lock_timeout_ms || 'ms', true);
+  PERFORM set_config('deadlock_timeout', '100ms', true);
+  PERFORM id_gen.quiet_ddl();
+END $$;
+COMMENT ON FUNCTION id_gen.shard_begin_table_change(text, integer) IS 'On a shard: the start of a change of a distributed table that locks it against writers and reads its rows: refuses (25000) outside READ COMMITTED, bounds the lock wait, lets this transaction give up first in a deadlock, and marks the DDL as id_gen''s own.';
+REVOKE EXECUTE ON FUNCTION id_gen.shard_begin_table_change(text, integer) FROM PUBLIC;
+
 -- Makes a shard's table hold exactly one partition per route range in gene_ranges.
 CREATE OR REPLACE FUNCTION id_gen.shard_apply_ranges(schema_name name, table_name name, id_column name, stem name,
                                                      gene_ranges int4range[], definition text,
@@ -69,16 +92,7 @@ DECLARE
   touched regclass[];
 BEGIN
   -- Each statement below must see every row committed before the lock was granted.
-  IF current_setting('transaction_isolation') <> 'read committed' THEN
-    RAISE EXCEPTION 'id_gen: a shard re-partitions its tables only in a READ COMMITTED transaction of its own (this one is %)',
-                    current_setting('transaction_isolation')
-      USING ERRCODE = '25000',
-            HINT = 'The coordinator calls it over dblink (id_gen.remote_exec); a snapshot taken before the table lock would miss rows committed while it waited.';
-  END IF;
-  PERFORM set_config('lock_timeout', lock_timeout_ms || 'ms', true);
-  -- In a deadlock with a writer, this is the one that gives up (the coordinator retries).
-  PERFORM set_config('deadlock_timeout', '100ms', true);
-  PERFORM id_gen.quiet_ddl();
+  PERFORM id_gen.shard_begin_table_change('re-partitions its tables', lock_timeout_ms);
   parent := to_regclass(format('%I.%I', schema_name, table_name));
   IF parent IS NULL THEN
     EXECUTE format('CREATE SCHEMA IF NOT EXISTS %I', schema_name);

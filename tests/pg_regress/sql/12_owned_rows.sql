@@ -41,6 +41,17 @@ SELECT try($$SELECT v FROM ow WHERE id = (SELECT 1 / count(*) FROM ow WHERE fals
 SELECT count(*) FROM ow WHERE id BETWEEN id_gen.gene_first_id(32) AND id_gen.gene_last_id(47);
 SELECT try($$SELECT count(*) FROM ow WHERE id BETWEEN id_gen.gene_first_id(10) AND id_gen.gene_last_id(40)$$);
 SELECT try($$SELECT count(*) FROM ow WHERE id >= id_gen.gene_first_id(15) AND id < id_gen.gene_first_id(17)$$);
+-- AND-ed predicates intersect: a point that a range beside it excludes is not checked.
+SELECT count(*) AS points_below FROM ow WHERE id = ANY (ARRAY[id_gen.compose_id(5, 1), id_gen.compose_id(20, 2)]) AND id < id_gen.gene_first_id(16);
+SELECT try($$SELECT count(*) FROM ow WHERE id = ANY (ARRAY[id_gen.compose_id(5, 1), id_gen.compose_id(20, 2)]) AND id > id_gen.gene_first_id(1)$$);
+-- OR-ed ranges unite: each is checked over the genes it spans.
+SELECT count(*) AS two_ranges FROM ow WHERE id BETWEEN id_gen.gene_first_id(1) AND id_gen.gene_last_id(6) OR id BETWEEN id_gen.gene_first_id(40) AND id_gen.gene_last_id(41);
+SELECT try($$SELECT count(*) FROM ow WHERE id BETWEEN id_gen.gene_first_id(1) AND id_gen.gene_last_id(6) OR id BETWEEN id_gen.gene_first_id(47) AND id_gen.gene_last_id(48)$$);
+-- A point OR a one-sided range selects ids of many genes: not a lookup by id.
+SELECT count(*) AS point_or_above FROM ow WHERE id = id_gen.compose_id(20, 2) OR id > id_gen.gene_first_id(30);
+-- IS NOT DISTINCT FROM is a point.
+SELECT v AS not_distinct FROM ow WHERE id IS NOT DISTINCT FROM id_gen.compose_id(5, 1);
+SELECT try($$SELECT v FROM ow WHERE id IS NOT DISTINCT FROM id_gen.compose_id(20, 2)$$);
 -- Not selected by id: a whole-table read, a one-sided bound, another column.
 SELECT count(*) AS whole_table FROM ow;
 SELECT count(*) AS one_sided FROM ow WHERE id > 0;
@@ -88,12 +99,51 @@ SELECT pg_temp.plan_of(q), try(q) FROM (VALUES ($$SELECT count(*) FROM wanted w 
 RESET enable_hashjoin;
 RESET enable_mergejoin;
 RESET enable_nestloop;
+-- A nested loop whose first outer row is owned and whose second is not: the inner scan is
+-- checked again after each rescan, not only when it first runs.
+SET enable_hashjoin = off;
+SET enable_mergejoin = off;
+SET enable_seqscan = off;
+SELECT pg_temp.plan_of(q), try(q) FROM (VALUES ($$SELECT count(*) FROM (VALUES (1, id_gen.compose_id(5, 1)), (2, id_gen.compose_id(21, 1))) w(n, i) JOIN ow ON ow.id = w.i$$)) v(q);
+RESET enable_hashjoin;
+RESET enable_mergejoin;
+RESET enable_seqscan;
 DELETE FROM wanted WHERE i = id_gen.compose_id(21, 1);
 SELECT count(*) AS owned_join FROM wanted w JOIN ow ON ow.id = w.i;
+-- A join by id between two tables laid out by ownership on this shard is the shard's own
+-- (as between partitions): the ids come from a table of its own, read through its view.
+CREATE TABLE ow_items (id bigint PRIMARY KEY, ow_id bigint NOT NULL);
+CREATE TRIGGER id_gen_owned_rows BEFORE INSERT OR UPDATE ON ow_items FOR EACH ROW EXECUTE FUNCTION id_gen.refuse_rows_not_owned('id');
+INSERT INTO id_gen.shard_tables (schema_name, table_name, id_column, gene_ranges, definition, stem)
+VALUES ('public', 'ow_items', 'id', ARRAY[int4range(0, 16), int4range(32, 48)], '', 'ow_items');
+SELECT id_gen.shard_routing_changed();
+INSERT INTO ow_items VALUES (id_gen.compose_id(5, 7), id_gen.compose_id(5, 1));
+SET session_replication_role = replica;
+INSERT INTO ow_items VALUES (id_gen.compose_id(20, 7), id_gen.compose_id(20, 2));
+RESET session_replication_role;
+ANALYZE ow_items;
+SET enable_nestloop = off;
+SET enable_mergejoin = off;
+SELECT pg_temp.plan_of(q), (SELECT count(*) FROM ow_items i JOIN ow ON ow.id = i.ow_id) AS joined FROM (VALUES ($$SELECT count(*) FROM ow_items i JOIN ow ON ow.id = i.ow_id$$)) v(q);
+RESET enable_nestloop;
+RESET enable_mergejoin;
 -- The view that keeps owned rows: the copy is not shown, and selecting it by id fails.
 CREATE VIEW ow_owned AS SELECT * FROM ow WHERE id_gen.shard_owns('ow'::regclass, id);
 SELECT string_agg(v, ', ' ORDER BY id) AS owned_rows FROM ow_owned;
 SELECT try($$SELECT v FROM ow_owned WHERE id = id_gen.compose_id(20, 2)$$);
+-- Through both views, only rows owned by both tables join.
+CREATE VIEW ow_items_owned AS SELECT * FROM ow_items WHERE id_gen.shard_owns('ow_items'::regclass, id);
+SELECT count(*) AS joined_owned FROM ow_items_owned i JOIN ow_owned o ON o.id = i.ow_id;
+-- A change of what the shard owns that a savepoint rolls back is forgotten with it.
+BEGIN;
+SAVEPOINT before_change;
+UPDATE id_gen.shard_tables SET gene_ranges = gene_ranges || int4range(16, 32) WHERE table_name = 'ow';
+SELECT id_gen.shard_routing_changed();
+SELECT v AS seen_in_savepoint FROM ow WHERE id = id_gen.compose_id(20, 2);
+ROLLBACK TO SAVEPOINT before_change;
+SELECT id_gen.shard_owns('ow'::regclass, id_gen.compose_id(20, 2)) AS owned_after_rollback_to;
+SELECT try($$SELECT v FROM ow WHERE id = id_gen.compose_id(20, 2)$$);
+COMMIT;
 -- With the guard off (a DBA inspecting the shard), a read answers with what it holds.
 SET id_gen.routing_guard = off;
 SELECT v FROM ow WHERE id = id_gen.compose_id(20, 2);
@@ -104,7 +154,7 @@ SELECT id_gen.shard_routing_changed();
 SELECT v FROM ow WHERE id = id_gen.compose_id(20, 2);
 SELECT string_agg(v, ', ' ORDER BY id) AS owned_rows FROM ow_owned;
 DEALLOCATE by_id;
-DROP VIEW ow_owned;
-DROP TABLE ow, wanted;
-DELETE FROM id_gen.shard_tables WHERE table_name = 'ow';
+DROP VIEW ow_owned, ow_items_owned;
+DROP TABLE ow, wanted, ow_items;
+DELETE FROM id_gen.shard_tables WHERE table_name IN ('ow', 'ow_items');
 SELECT id_gen.shard_routing_changed();
