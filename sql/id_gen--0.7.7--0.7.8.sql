@@ -1398,7 +1398,9 @@ BEGIN
       RAISE EXCEPTION 'id_gen: shard "%" holds rows of %.% outside the genes it would own (%)',
                       shard, quote_ident(d.schema_name), quote_ident(d.table_name), gene_ranges
         USING ERRCODE = '55000', DETAIL = 'On the shard: ' || msg,
-              HINT = 'The route table is unchanged. Move those rows first (id_gen.move_genes), or delete them on the shard.';
+              HINT = CASE d.shard_layout
+                       WHEN 'by_ownership' THEN 'The route table is unchanged. The table is laid out by ownership, whose moves are not built yet: keep the route, or delete those rows on the shard.'
+                       ELSE 'The route table is unchanged. Move those rows first (id_gen.move_genes), or delete them on the shard.' END;
     WHEN undefined_table OR undefined_function THEN
       GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT;
       RAISE EXCEPTION 'id_gen: shard "%" has no id_gen % or later', shard,
@@ -7675,7 +7677,7 @@ BEGIN
       RAISE EXCEPTION 'id_gen: this shard holds rows of genes % .. % of %.%, which it would no longer own',
                       lower(lost), upper(lost) - 1, quote_ident(schema_name), quote_ident(table_name)
         USING ERRCODE = 'IG001',
-              HINT = 'A route change does not move rows. Move them first, or delete them on the shard.';
+              HINT = 'A route change does not move rows, and moves of tables laid out by ownership are not built yet: keep the genes here, or delete those rows.';
     END IF;
   END LOOP;
   PERFORM id_gen.shard_make_owned_view(rows_rel, schema_name, table_name, id_column);

@@ -171,6 +171,7 @@ def test_d_route_changes_splits_merges_and_moves():
     err = c.error(f"SELECT id_gen.set_route({hi}, 'shard_1')")
     assert err is not None and err.sqlstate == "55000", err
     assert "holds rows" in str(err), err
+    assert "not built yet" in (err.diag.message_hint or ""), err.diag.message_hint
     assert route_of(lo) == "shard_2"
     assert c.one(f"SELECT kind FROM events WHERE id = {lo_id}") == 2
     assert s2.one(f"SELECT id_gen.shard_owns('events_rows', {lo_id})") is True

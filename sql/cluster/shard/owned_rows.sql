@@ -150,7 +150,7 @@ BEGIN
       RAISE EXCEPTION 'id_gen: this shard holds rows of genes % .. % of %.%, which it would no longer own',
                       lower(lost), upper(lost) - 1, quote_ident(schema_name), quote_ident(table_name)
         USING ERRCODE = 'IG001',
-              HINT = 'A route change does not move rows. Move them first, or delete them on the shard.';
+              HINT = 'A route change does not move rows, and moves of tables laid out by ownership are not built yet: keep the genes here, or delete those rows.';
     END IF;
   END LOOP;
   PERFORM id_gen.shard_make_owned_view(rows_rel, schema_name, table_name, id_column);
