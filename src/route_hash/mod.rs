@@ -43,16 +43,24 @@ fn load() -> RouteSlots {
         )? {
             return Ok(vec![]);
         }
-        let mut out = vec![];
-        for r in client.select(
-            "SELECT r.upper_gene::pg_catalog.int8, s.slot::pg_catalog.int8 \
-             FROM id_gen.shard_routes r LEFT JOIN id_gen.shard_slots s ON s.shard = r.shard",
-            None,
-            &[],
-        )? {
-            out.push((r.get::<i64>(1)?.unwrap_or(-1), r.get::<i64>(2)?));
-        }
-        Ok(out)
+        // One row of two arrays: a row per route read through SPI cost a new backend about
+        // 2 ms at 4,096 routes.
+        let row = client
+            .select(
+                "SELECT pg_catalog.array_agg(r.upper_gene::pg_catalog.int8), \
+                        pg_catalog.array_agg(s.slot::pg_catalog.int8) \
+                 FROM id_gen.shard_routes r LEFT JOIN id_gen.shard_slots s ON s.shard = r.shard",
+                None,
+                &[],
+            )?
+            .first();
+        let uppers = row.get::<Vec<Option<i64>>>(1)?.unwrap_or_default();
+        let slots = row.get::<Vec<Option<i64>>>(2)?.unwrap_or_default();
+        Ok(uppers
+            .into_iter()
+            .zip(slots)
+            .map(|(upper, slot)| (upper.unwrap_or(-1), slot))
+            .collect())
     });
     let rows = rows.unwrap_or_else(|e| crate::errors::spi_failed(e));
     RouteSlots::from_rows(rows).unwrap_or_else(|e| {
