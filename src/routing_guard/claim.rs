@@ -112,7 +112,18 @@ unsafe fn claim(fcinfo: pg_sys::FunctionCallInfo, shard_version: &mut i64) -> Op
         let mut locked = Vec::with_capacity(view.tables.len());
         let mut owned = true;
         for &parent in &view.tables {
-            let mode = lock_mode_for(parent);
+            // SAFETY: a syscache lookup inside the transaction.
+            let by_ownership = unsafe { pg_sys::get_rel_relkind(parent) }
+                == pg_sys::RELKIND_RELATION as std::ffi::c_char;
+            let mut mode = lock_mode_for(parent);
+            if by_ownership {
+                // (Applications are granted its view of owned rows, whose statements lock
+                // the table of rows as they run: the claim takes what they would.)
+                let through_view = super::owned_ranges::current()
+                    .view_of(parent)
+                    .and_then(lock_mode_for);
+                mode = mode.max(through_view);
+            }
             // SAFETY: heavyweight locks on relation oids, released at transaction end; a
             // relcache lookup inside the transaction.
             unsafe {
@@ -122,7 +133,7 @@ unsafe fn claim(fcinfo: pg_sys::FunctionCallInfo, shard_version: &mut i64) -> Op
                 // A table laid out by ownership (its table of rows, a plain table): the
                 // genes it records, as of the lock (a change of them locks the table of
                 // rows against writers, and moves the epoch checked below).
-                if pg_sys::get_rel_relkind(parent) == pg_sys::RELKIND_RELATION as std::ffi::c_char {
+                if by_ownership {
                     if !super::owned_ranges::current()
                         .of(parent)
                         .is_some_and(|g| g.contains_gene(gene))

@@ -16,7 +16,7 @@
 //!     backend's copy at once (its own uncommitted change counts in the rest of its
 //!     transaction) and moves the epoch at commit (every other backend reloads on its next
 //!     call). Loading runs SQL under the latest snapshot (`shard_state::cached`), never
-//!     under a lock of ours.
+//!     under a lock of id_gen's shared memory.
 //!   * A table that is not distributed here, a negative id, and a gene in no recorded range
 //!     are not owned. A NULL argument gives NULL (STRICT). A table laid out by ownership is
 //!     known by its table of rows (`shard_tables.rows_table`), which its view, its trigger
@@ -35,6 +35,8 @@ use std::rc::Rc;
 pub struct OwnedRanges {
     epoch: u64,
     by_table: HashMap<pg_sys::Oid, OwnedGenes>,
+    /// A table laid out by ownership: the view of its owned rows, by its table of rows.
+    views: HashMap<pg_sys::Oid, pg_sys::Oid>,
 }
 
 thread_local! {
@@ -56,6 +58,11 @@ impl OwnedRanges {
     pub fn of(&self, rel: pg_sys::Oid) -> Option<&OwnedGenes> {
         self.by_table.get(&rel)
     }
+
+    /// The view of the owned rows of the table of rows `rel` (a table laid out by ownership).
+    pub fn view_of(&self, rel: pg_sys::Oid) -> Option<pg_sys::Oid> {
+        self.views.get(&rel).copied()
+    }
 }
 
 fn load(epoch: u64) -> OwnedRanges {
@@ -64,7 +71,7 @@ fn load(epoch: u64) -> OwnedRanges {
     // the range functions cost it 2-3 ms more (what a pooler's fresh connection pays). The
     // ranges are decoded from the array as it is (`genes_of_ranges`): pgrx's conversion of
     // each element to a Range took about 3.7 us, 7.5 ms for a table of 2,048 ranges.
-    type Row = (String, String, Vec<(u16, u16)>);
+    type Row = (String, String, String, Vec<(u16, u16)>);
     // A table laid out by ownership is known by its table of rows (since 0.7.8; a catalog of
     // 0.7.7, before its update, has no such column).
     let with_rows_table = relation_named("id_gen", "shard_tables").is_some_and(|rel| {
@@ -73,18 +80,20 @@ fn load(epoch: u64) -> OwnedRanges {
     });
     let query = if with_rows_table {
         "SELECT t.schema_name::pg_catalog.text, \
-                COALESCE(t.rows_table, t.table_name)::pg_catalog.text, t.gene_ranges \
+                COALESCE(t.rows_table, t.table_name)::pg_catalog.text, \
+                t.table_name::pg_catalog.text, t.gene_ranges \
          FROM id_gen.shard_tables t"
     } else {
-        "SELECT t.schema_name::pg_catalog.text, t.table_name::pg_catalog.text, t.gene_ranges \
+        "SELECT t.schema_name::pg_catalog.text, t.table_name::pg_catalog.text, \
+                t.table_name::pg_catalog.text, t.gene_ranges \
          FROM id_gen.shard_tables t"
     };
     let rows: Result<Vec<Row>, pgrx::spi::Error> = Spi::connect(|client| {
         let mut out = vec![];
         let mut table = client.select(query, None, &[])?;
         while table.next().is_some() {
-            let ranges = match table.get_datum_by_ordinal(3)? {
-                // SAFETY: column 3 is shard_tables.gene_ranges, an int4range[] (NOT NULL),
+            let ranges = match table.get_datum_by_ordinal(4)? {
+                // SAFETY: column 4 is shard_tables.gene_ranges, an int4range[] (NOT NULL),
                 // read while the SPI connection that holds the row is open.
                 Some(datum) => unsafe { genes_of_ranges(datum) },
                 None => vec![],
@@ -92,6 +101,7 @@ fn load(epoch: u64) -> OwnedRanges {
             out.push((
                 table.get::<String>(1)?.unwrap_or_default(),
                 table.get::<String>(2)?.unwrap_or_default(),
+                table.get::<String>(3)?.unwrap_or_default(),
                 ranges,
             ));
         }
@@ -99,13 +109,23 @@ fn load(epoch: u64) -> OwnedRanges {
     });
     let rows = rows.unwrap_or_else(|e| crate::errors::spi_failed(e));
     let mut by_table = HashMap::new();
-    for (schema, table, ranges) in rows {
+    let mut views = HashMap::new();
+    for (schema, table, name, ranges) in rows {
         let Some(relid) = relation_named(&schema, &table) else {
             continue;
         };
+        if name != table {
+            if let Some(view) = relation_named(&schema, &name) {
+                views.insert(relid, view);
+            }
+        }
         by_table.insert(relid, OwnedGenes::from_ranges(ranges));
     }
-    OwnedRanges { epoch, by_table }
+    OwnedRanges {
+        epoch,
+        by_table,
+        views,
+    }
 }
 
 /// The genes `lower ..= upper` of each recorded range of an int4range[], clipped to the genes

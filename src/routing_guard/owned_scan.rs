@@ -13,10 +13,11 @@
 //! The ids selected: each `id = x`, `NOT (id IS DISTINCT FROM x)`, `id = ANY (array)`,
 //! `id IN (list)`, `id < x`, `<=`, `>`, `>=` gives a set of ids
 //! (`id_gen_core::id_selection`), AND-ed predicates intersect and OR-ed ones unite, where x
-//! is an expression without a Var, a subplan or a volatile function (constants, parameters
-//! of a prepared statement, a nested loop's or an InitPlan's parameters, stable functions
-//! of them), evaluated in the scan's expression context; a predicate that is not such a
-//! bound selects every id. The set is checked when it is bounded on both sides: each point
+//! is a constant, a parameter (of a prepared statement, a nested loop, an InitPlan) or an
+//! array of them (the planner folds immutable functions of constants into constants),
+//! evaluated in the scan's expression context; a predicate that is not such a bound
+//! selects every id. (An expression could fail here where the scan, which stops at its
+//! first false predicate, would not evaluate it: `$1 <> 0 AND id = 10 / $1`.) The set is checked when it is bounded on both sides: each point
 //! by its gene, each span over every gene it reaches. So `id = ANY (a) AND id < x` checks
 //! only the points below x, and `id BETWEEN a AND b OR id BETWEEN c AND d` both spans.
 //!
@@ -35,10 +36,12 @@
 //! pgrx's FFI boundary: an error in it unwinds Rust frames before PostgreSQL handles it)
 //! runs in a guarded function; the refusal is raised from the unguarded wrapper, which
 //! holds nothing to drop.
-//! Not checked (the scan answers with the rows the relation holds): bounds that depend on
-//! the scan's own row, hold a volatile function or a subplan (`id IN (SELECT ...)` not made
-//! a join), or are of a type other than int2, int4 and int8; a set open on one side; joins
-//! by id are `join_check.rs`'s.
+//! Not checked (the scan answers with the rows the relation holds): bounds that are not
+//! plain values (`id = $1 + 1`, a function of a parameter, the scan's own row, a subplan:
+//! `id IN (SELECT ...)` not made a join), or are of a type other than int2, int4 and int8;
+//! a set open on one side; joins by id are `join_check.rs`'s. An InitPlan that a bound
+//! names runs when the check first evaluates it; an IG-class error of a guarded scan inside
+//! it comes out as XX000 (through pgrx's FFI boundary), other errors with their SQLSTATE.
 
 use super::id_predicates::{IdPredicate, ScanPredicates, Sides};
 use super::owned_ranges::OwnedRanges;
@@ -157,18 +160,38 @@ pub unsafe fn arm(ps: *mut pg_sys::PlanState, attnum: i16) {
     }
 }
 
-/// A predicate's bounds started as expressions of `ps`: a bound whose value refers to the
-/// scan's row, holds a subplan (starting it again would add a second state of it to the
-/// plan) or a volatile function (evaluated again here, it could give another value than
-/// the scan's), or is not of an integer type, is Unknown.
+/// Whether `n` is a value that evaluating here can neither fail nor change: a constant, a
+/// parameter (of a prepared statement, a nested loop, an InitPlan), or an array of them
+/// (under binary-compatible casts). A function or an operator could raise an error where
+/// the scan, which evaluates its predicates in order and stops at the first false one,
+/// would not (`$1 <> 0 AND id = 10 / $1`).
+unsafe fn is_plain_value(n: *mut pg_sys::Node) -> bool {
+    use pg_sys::NodeTag::*;
+    // SAFETY: `n` is NULL or a valid expression node.
+    unsafe {
+        let n = super::id_predicates::strip_relabel(n);
+        if n.is_null() {
+            return false;
+        }
+        match (*n).type_ {
+            T_Const | T_Param => true,
+            T_ArrayExpr => crate::pg_list::list_pointers((*(n as *mut pg_sys::ArrayExpr)).elements)
+                .into_iter()
+                .all(|e| is_plain_value(e as *mut pg_sys::Node)),
+            _ => false,
+        }
+    }
+}
+
+/// A predicate's bounds started as expressions of `ps`: a bound whose value is not a plain
+/// value (`is_plain_value`: so never one that refers to the scan's row, holds a subplan,
+/// whose second start would add a second state of it to the plan, or a volatile function),
+/// or is not of an integer type, is Unknown.
 unsafe fn start(ps: *mut pg_sys::PlanState, p: &IdPredicate) -> Selects {
     // SAFETY: the values are expressions of the scan's predicates; `ps` its plan state.
     unsafe {
         let bound = |limit: Limit, value: *mut pg_sys::Node| {
-            if pg_sys::contain_var_clause(value)
-                || pg_sys::contain_subplans(value)
-                || pg_sys::contain_volatile_functions(value)
-            {
+            if !is_plain_value(value) {
                 return Selects::Unknown;
             }
             let mut typ = pg_sys::exprType(value);

@@ -115,6 +115,10 @@ pub unsafe fn check_scans(ps: *mut pg_sys::PlanState) {
             if matches!(guard, Some(Guarded::Retired)) {
                 arm(ps);
             } else if let Some(Guarded::ByOwnership(id_attnum)) = guard {
+                // The genes owned as of now, before a parallel plan starts (in its leader a
+                // view loaded in parallel mode is not kept: the view's test of each row
+                // would load it again).
+                super::owned_ranges::current();
                 if id_attnum > 0 && selects_by_column((*ps).plan, id_attnum) {
                     super::owned_scan::arm(ps, id_attnum);
                 }

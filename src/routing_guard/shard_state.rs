@@ -89,12 +89,19 @@ pub(super) fn cached<T>(
             }
         }
     }
-    // SAFETY: reading a backend global.
+    // SAFETY: reading backend globals.
     if unsafe { pg_sys::IsInParallelMode() } {
         // No new snapshot may be taken in parallel mode (a worker; a statement nested in a
         // parallel plan): the view is loaded under the statement's own, which may be old
-        // (REPEATABLE READ), so it serves this caller only and is not cached.
-        return Rc::new(super::quietly(|| load(epoch)));
+        // (REPEATABLE READ). A parallel worker runs that one statement and exits, so it
+        // keeps it (a scan through a view of owned rows would otherwise load it per row);
+        // elsewhere it serves this caller only and is not cached.
+        let loaded = Rc::new(super::quietly(|| load(epoch)));
+        // SAFETY: reading a backend global.
+        if unsafe { pg_sys::ParallelWorkerNumber >= 0 } {
+            cell.with(|c| *c.borrow_mut() = Some(loaded.clone()));
+        }
+        return loaded;
     }
     let loaded = Rc::new(super::quietly(|| {
         epochs::with_latest_snapshot(|| load(epoch))

@@ -12,15 +12,17 @@ max_locks_per_transaction, 1,024 route ranges alternating between the shards.
     postgres_fdw sends them whole and when it updates by ctid (a join with a local table);
     COPY through the coordinator; a cross-shard aggregate sees every row once.
 (c) on a shard, a read by id and a write of a gene it does not own get IG001 through the
-    view, a claim of such a gene too; a row of such a gene in the table of rows (as a move's
-    apply worker would write it) is seen neither through the view nor through the
+    view, a claim of such a gene too; a claim of a role granted the view only locks the
+    table of rows as its writes would; a row of such a gene in the table of rows (as a
+    move's apply worker would write it) is seen neither through the view nor through the
     coordinator.
 (d) route changes: genes without rows change shards (both shards record it, lookups follow);
     a change that would take genes with rows away is refused (55000) and changes nothing.
     A split and a merge of a range with rows: every row stays where it was, visible once.
     A move is refused (0A000) before anything is recorded.
 (e) ALTER TABLE of a shard's table of rows: the view follows (a column added, a column
-    dropped with CASCADE), keeping the grants given on the view.
+    dropped with CASCADE), keeping the grants given on the view; renaming the table of rows
+    or its id column is refused (0A000).
 """
 import pytest
 
@@ -132,6 +134,15 @@ def test_c_a_shard_answers_by_what_it_owns():
     o1 = owners_on("shard_1", 1)[0]
     gene1 = s1.one(f"SELECT id_gen.shard_gene({o1}::bigint)")
     assert s1.sqlstate(f"SELECT id_gen.route_claim({gene1}, {version})") is None
+    # A role granted the view only: its claim locks the table of rows as its writes would.
+    s1.execute("CREATE ROLE app LOGIN", "GRANT SELECT, INSERT, UPDATE, DELETE ON orders TO app")
+    with s1.connect(user="app") as conn:
+        conn.execute("BEGIN")
+        conn.execute(f"SELECT id_gen.route_claim({gene1}, {version})")
+        held = conn.execute("SELECT mode FROM pg_locks WHERE pid = pg_backend_pid() AND locktype = 'relation' "
+                            "AND relation = 'orders_rows'::regclass").fetchall()
+        conn.execute("ROLLBACK")
+    assert ("RowExclusiveLock",) in held, held
     # A row of that gene in the table of rows, as a move's apply worker writes it: hidden.
     s1.execute("SET session_replication_role = replica",
                f"INSERT INTO orders_rows (id, owner_id, amount) VALUES ({foreign_id}, {o2}, 1000)")
@@ -213,6 +224,9 @@ def test_e_the_view_follows_the_table_of_rows():
     cols = s1.column("SELECT attname FROM pg_attribute WHERE attrelid = 'orders'::regclass AND attnum > 0 ORDER BY attnum")
     assert cols == ["id", "owner_id", "amount", "note", "ctid"], cols
     assert S["c"].execute("SELECT count(*), sum(amount) FROM orders") == [(20, 24)]
+    # The table of rows and its id column are found by name: renames are refused.
+    assert s1.sqlstate("ALTER TABLE orders_rows RENAME TO orders_rows2") == "0A000"
+    assert s1.sqlstate("ALTER TABLE orders_rows RENAME COLUMN id TO order_id") == "0A000"
     # The view made again is guarded as before.
     assert s1.sqlstate("SELECT * FROM orders WHERE id = id_gen.owner_first_id(%s) + 11"
                        % owners_on("shard_2", 1)[0]) == "IG001"

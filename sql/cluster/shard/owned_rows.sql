@@ -21,7 +21,7 @@
 -- Code only (CREATE OR REPLACE; the event trigger is dropped and created again).
 --
 -- Invariants:
---   * Nothing here hides rows: a change that takes genes away from a table refuses (IG001,
+--   * Nothing here hides rows: a change that takes genes away from a table refuses (23514,
 --     which the coordinator turns into 55000) while the table of rows holds rows of them.
 --     It locks the table of rows against writers first (SHARE ROW EXCLUSIVE; readers go
 --     on) in a READ COMMITTED transaction, so every row committed before is seen, and a
@@ -30,7 +30,11 @@
 --   * The view names every column of the table of rows, in order, then ctid; after an
 --     ALTER TABLE of the table of rows the event trigger makes it so again, keeping the
 --     view's owner and grants (a view that a DROP COLUMN ... CASCADE dropped is made again
---     with the owner and grants of the table of rows).
+--     with the owner and grants of the table of rows); a rename of the table of rows or of
+--     its id column is refused (both are found by name). The DROP of the old view needs its
+--     ACCESS EXCLUSIVE lock after the ALTER took the table's: a statement that locked the
+--     view and waits for the table makes a deadlock (40P01 for one of them); lock both first
+--     (docs/guide/scale-out.md).
 --   * No code that a non-superuser owns runs in the coordinator's calls
 --     (id_gen.refuse_untrusted_table); the event trigger runs with the rights of whoever
 --     altered the table.
@@ -98,7 +102,7 @@ GRANT EXECUTE ON FUNCTION id_gen.shard_make_owned_view(regclass, name, name, nam
 -- Makes a shard own exactly gene_ranges of a table laid out by ownership: creates the table
 -- of rows (from `definition`, the coordinator's CREATE TABLE of <stem>_rows), its trigger and
 -- the view when missing, and records the ranges. Genes it would no longer own must hold no
--- rows.
+-- rows (23514 otherwise).
 CREATE OR REPLACE FUNCTION id_gen.shard_apply_owned_ranges(schema_name name, table_name name, id_column name, stem name,
                                                            gene_ranges int4range[], definition text,
                                                            lock_timeout_ms integer DEFAULT 10000) RETURNS text
@@ -149,7 +153,7 @@ BEGIN
     IF held THEN
       RAISE EXCEPTION 'id_gen: this shard holds rows of genes % .. % of %.%, which it would no longer own',
                       lower(lost), upper(lost) - 1, quote_ident(schema_name), quote_ident(table_name)
-        USING ERRCODE = 'IG001',
+        USING ERRCODE = '23514',
               HINT = 'A route change does not move rows, and moves of tables laid out by ownership are not built yet: keep the genes here, or delete those rows.';
     END IF;
   END LOOP;
@@ -164,7 +168,7 @@ BEGIN
   RETURN format('%s%s route ranges owned (were %s)', CASE WHEN created THEN 'created; ' ELSE '' END,
                 cardinality(gene_ranges), coalesce(cardinality(recorded), 0));
 END $$;
-COMMENT ON FUNCTION id_gen.shard_apply_owned_ranges(name, name, name, name, int4range[], text, integer) IS 'On a shard (called by the coordinator over dblink): makes the shard own exactly gene_ranges of a table laid out by ownership, as data in id_gen.shard_tables; creates the table of rows, its trigger and the view of the owned rows when missing. Refuses (IG001) to give up genes whose rows the table holds. READ COMMITTED only; locks the table of rows against writers.';
+COMMENT ON FUNCTION id_gen.shard_apply_owned_ranges(name, name, name, name, int4range[], text, integer) IS 'On a shard (called by the coordinator over dblink): makes the shard own exactly gene_ranges of a table laid out by ownership, as data in id_gen.shard_tables; creates the table of rows, its trigger and the view of the owned rows when missing. Refuses (23514) to give up genes whose rows the table holds. READ COMMITTED only; locks the table of rows against writers.';
 REVOKE EXECUTE ON FUNCTION id_gen.shard_apply_owned_ranges(name, name, name, name, int4range[], text, integer) FROM PUBLIC;
 
 -- After ALTER TABLE of a table of rows (a column added, dropped, renamed): its view of the
@@ -185,14 +189,23 @@ BEGIN
   END IF;
   FOR r IN SELECT DISTINCT c.objid::regclass AS rows_rel, st.schema_name, st.table_name, st.id_column
            FROM pg_event_trigger_ddl_commands() c
+           JOIN pg_trigger t ON t.tgrelid = c.objid AND t.tgname = 'id_gen_owned_rows'
            JOIN pg_class pc ON pc.oid = c.objid
            JOIN pg_namespace n ON n.oid = pc.relnamespace
-           JOIN id_gen.shard_tables st ON st.schema_name = n.nspname AND st.rows_table = pc.relname
+           LEFT JOIN id_gen.shard_tables st ON st.schema_name = n.nspname AND st.rows_table = pc.relname
            WHERE c.classid = 'pg_class'::regclass LOOP
+    -- The table of rows and its id column are found by name (the ownership test, the view).
+    IF r.table_name IS NULL THEN
+      RAISE EXCEPTION 'id_gen: % is the table of rows of a table laid out by ownership; it cannot be renamed or moved to another schema', r.rows_rel
+        USING ERRCODE = '0A000', HINT = 'id_gen finds it by its name (id_gen.shard_tables.rows_table).';
+    ELSIF NOT EXISTS (SELECT FROM pg_attribute a WHERE a.attrelid = r.rows_rel AND a.attname = r.id_column AND NOT a.attisdropped) THEN
+      RAISE EXCEPTION 'id_gen: the id column % of % cannot be renamed or dropped', quote_ident(r.id_column), r.rows_rel
+        USING ERRCODE = '0A000', HINT = 'The shard routes its rows by that column.';
+    END IF;
     PERFORM id_gen.shard_make_owned_view(r.rows_rel, r.schema_name, r.table_name, r.id_column);
   END LOOP;
 END $$;
-COMMENT ON FUNCTION id_gen.follow_owned_rows_ddl() IS 'Event trigger, on a shard: after an ALTER TABLE of the table of rows of a table laid out by ownership, makes its view of the owned rows again with the table''s columns (keeping the view''s owner and grants).';
+COMMENT ON FUNCTION id_gen.follow_owned_rows_ddl() IS 'Event trigger, on a shard: after an ALTER TABLE of the table of rows of a table laid out by ownership, makes its view of the owned rows again with the table''s columns (keeping the view''s owner and grants); refuses (0A000) to rename that table or its id column.';
 DROP EVENT TRIGGER IF EXISTS id_gen_follow_owned_rows_ddl;
 CREATE EVENT TRIGGER id_gen_follow_owned_rows_ddl ON ddl_command_end
   WHEN TAG IN ('ALTER TABLE')

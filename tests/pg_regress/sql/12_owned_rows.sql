@@ -52,6 +52,18 @@ SELECT count(*) AS point_or_above FROM ow WHERE id = id_gen.compose_id(20, 2) OR
 -- IS NOT DISTINCT FROM is a point.
 SELECT v AS not_distinct FROM ow WHERE id IS NOT DISTINCT FROM id_gen.compose_id(5, 1);
 SELECT try($$SELECT v FROM ow WHERE id IS NOT DISTINCT FROM id_gen.compose_id(20, 2)$$);
+-- A bound that is not a plain value is not evaluated by the check: the scan, which stops at
+-- its first false predicate, would not evaluate 10 / $1 here.
+-- (A sequential scan: an index scan evaluates its keys itself, guard or not.)
+SET plan_cache_mode = force_generic_plan;
+SET enable_indexscan = off;
+SET enable_bitmapscan = off;
+PREPARE guarded_div(integer) AS SELECT count(*) FROM ow WHERE ($1 <> 0 AND id = 10 / $1) OR id = id_gen.compose_id(5, 1);
+EXECUTE guarded_div(0);
+DEALLOCATE guarded_div;
+RESET enable_indexscan;
+RESET enable_bitmapscan;
+RESET plan_cache_mode;
 -- Not selected by id: a whole-table read, a one-sided bound, another column.
 SELECT count(*) AS whole_table FROM ow;
 SELECT count(*) AS one_sided FROM ow WHERE id > 0;
