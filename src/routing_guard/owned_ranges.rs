@@ -134,37 +134,16 @@ fn load(epoch: u64) -> OwnedRanges {
 /// # Safety
 /// `datum` is a non-NULL int4range[] that stays valid during the call.
 unsafe fn genes_of_ranges(datum: pg_sys::Datum) -> Vec<(u16, u16)> {
-    // SAFETY: as the caller promises; deconstruct_array, the detoasting and range_deserialize
-    // palloc in the current (SPI) memory context and read the array as its type says.
+    // SAFETY: as the caller promises; the array's elements, their detoasting and
+    // range_deserialize palloc in the current (SPI) memory context and read each element as
+    // an int4range.
     unsafe {
-        let array = pg_sys::pg_detoast_datum(datum.cast_mut_ptr()) as *mut pg_sys::ArrayType;
-        if (*array).elemtype != pg_sys::INT4RANGEOID {
-            return vec![];
-        }
         let typcache =
             pg_sys::lookup_type_cache(pg_sys::INT4RANGEOID, pg_sys::TYPECACHE_RANGE_INFO as i32);
-        let (mut len, mut byval, mut align) = (0i16, false, 0 as std::ffi::c_char);
-        pg_sys::get_typlenbyvalalign(pg_sys::INT4RANGEOID, &mut len, &mut byval, &mut align);
-        let mut values: *mut pg_sys::Datum = std::ptr::null_mut();
-        let mut nulls: *mut bool = std::ptr::null_mut();
-        let mut n: i32 = 0;
-        pg_sys::deconstruct_array(
-            array,
-            pg_sys::INT4RANGEOID,
-            len as i32,
-            byval,
-            align,
-            &mut values,
-            &mut nulls,
-            &mut n,
-        );
-        let mut out = Vec::with_capacity(n.max(0) as usize);
-        for i in 0..n.max(0) as usize {
-            if *nulls.add(i) {
-                continue;
-            }
-            let range = pg_sys::pg_detoast_datum((*values.add(i)).cast_mut_ptr())
-                as *const pg_sys::RangeType;
+        let mut out = vec![];
+        for element in crate::pg_list::array_elements(datum, pg_sys::INT4RANGEOID) {
+            let range =
+                pg_sys::pg_detoast_datum(element.cast_mut_ptr()) as *const pg_sys::RangeType;
             let (mut lower, mut upper) =
                 (pg_sys::RangeBound::default(), pg_sys::RangeBound::default());
             let mut empty = false;

@@ -392,25 +392,9 @@ fn as_i64(datum: pg_sys::Datum, typ: pg_sys::Oid) -> Option<i64> {
 unsafe fn array_values(datum: pg_sys::Datum, elem: pg_sys::Oid) -> Vec<i64> {
     // SAFETY: as the caller promises; deconstruct_array pallocs in the current context.
     unsafe {
-        let array = pg_sys::pg_detoast_datum(datum.cast_mut_ptr()) as *mut pg_sys::ArrayType;
-        let (mut len, mut byval, mut align) = (0i16, false, 0 as std::ffi::c_char);
-        pg_sys::get_typlenbyvalalign(elem, &mut len, &mut byval, &mut align);
-        let mut values: *mut pg_sys::Datum = std::ptr::null_mut();
-        let mut nulls: *mut bool = std::ptr::null_mut();
-        let mut n: i32 = 0;
-        pg_sys::deconstruct_array(
-            array,
-            elem,
-            len as i32,
-            byval,
-            align,
-            &mut values,
-            &mut nulls,
-            &mut n,
-        );
-        (0..n.max(0) as usize)
-            .filter(|&i| !*nulls.add(i))
-            .filter_map(|i| as_i64(*values.add(i), elem))
+        crate::pg_list::array_elements(datum, elem)
+            .into_iter()
+            .filter_map(|d| as_i64(d, elem))
             .collect()
     }
 }
