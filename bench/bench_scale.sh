@@ -171,9 +171,6 @@ for n in "${SC_SIZES[@]}"; do
     SPLIT_MS[$n.$layout]=$(ms scq "$db" -c "SET client_min_messages = warning" -c "CALL id_gen.split_route($(( (lo + hi) / 2 )))")
     lo=$((2 * 65536 / n)); hi=$((3 * 65536 / n - 1))
     to=$(scq "$db" -c "SELECT CASE WHEN id_gen.route_gene($lo) = 'shard_1' THEN 'shard_2' ELSE 'shard_1' END")
-    if [ "$layout" = by_ownership ]; then  # (its moves are not built yet: refused)
-      MOVE_MS[$n.$layout]="n/a"; FENCE_MS[$n.$layout]="n/a"; continue
-    fi
     MOVE_MS[$n.$layout]=$(ms scq "$db" -c "SET client_min_messages = warning" -c "CALL id_gen.move_genes($lo, $hi, '$to')")
     FENCE_MS[$n.$layout]=$(scq "$db" -c "SELECT fence_ms FROM id_gen.moves WHERE lower_gene = $lo AND phase = 'done'")
     [ -n "${FENCE_MS[$n.$layout]}" ] || { echo "bench: the move of genes $lo .. $hi ($db) did not finish" >&2; exit 1; }

@@ -135,9 +135,7 @@ BEGIN
       RAISE EXCEPTION 'id_gen: shard "%" holds rows of %.% outside the genes it would own (%)',
                       shard, quote_ident(d.schema_name), quote_ident(d.table_name), gene_ranges
         USING ERRCODE = '55000', DETAIL = 'On the shard: ' || msg,
-              HINT = CASE d.shard_layout
-                       WHEN 'by_ownership' THEN 'The route table is unchanged. The table is laid out by ownership, whose moves are not built yet: keep the route, or delete those rows on the shard.'
-                       ELSE 'The route table is unchanged. Move those rows first (id_gen.move_genes), or delete them on the shard.' END;
+              HINT = 'The route table is unchanged. Move those rows first (id_gen.move_genes), or delete them on the shard.';
     WHEN undefined_table OR undefined_function THEN
       GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT;
       RAISE EXCEPTION 'id_gen: shard "%" has no id_gen % or later', shard,

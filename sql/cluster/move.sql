@@ -4,7 +4,12 @@
 -- table (per_range), so a move copies whole tables and re-points one foreign table per
 -- table; or (per_shard) a share of the foreign table over the shard's whole table, so the
 -- target keeps its copies out of its table until the fence (hidden copies,
--- sql/cluster/shard/move.sql) and the fence re-lays both shards' tables.
+-- sql/cluster/shard/move.sql) and the fence re-lays both shards' tables; or (a per_shard table
+-- laid out by ownership on the shards, docs/design.md §11.8) the shards' tables of rows,
+-- published with a row filter on the moved genes' ids, whose copies wait on the target as
+-- rows it does not own; the fence then fences the genes as data on the source, and hands
+-- them over (the target owns them, then the source no longer does) under the coordinator's
+-- locks; the source's rows go after the cut-over, in batches (sql/cluster/shard/owned_rows.sql).
 -- Code only (CREATE OR REPLACE); the tables are in sql/install/cluster_catalog.sql, and what runs
 -- on the shards is in sql/cluster/shard/move.sql.
 --
@@ -120,11 +125,11 @@ BEGIN
     INTO parts, id_columns, lower_genes, upper_genes
   FROM id_gen.distributed_tables d
   CROSS JOIN id_gen.route_ranges r
-  WHERE r.lower_gene >= move_parts.lower_gene AND r.upper_gene <= move_parts.upper_gene;
+  WHERE d.shard_layout = 'partitioned' AND r.lower_gene >= move_parts.lower_gene AND r.upper_gene <= move_parts.upper_gene;
   SELECT string_agg(format('%s..%s', rr.lower_gene, rr.upper_gene), ', ' ORDER BY rr.lower_gene) INTO ranges
   FROM id_gen.route_ranges rr WHERE rr.lower_gene >= move_parts.lower_gene AND rr.upper_gene <= move_parts.upper_gene;
 END $$;
-COMMENT ON FUNCTION id_gen.move_parts(integer, integer) IS 'The shards'' partitions of the route ranges within lower_gene .. upper_gene, for every distributed table (qualified names, id columns, genes).';
+COMMENT ON FUNCTION id_gen.move_parts(integer, integer) IS 'The shards'' partitions of the route ranges within lower_gene .. upper_gene, for every distributed table partitioned on the shards (qualified names, id columns, genes); tables laid out by ownership are id_gen.owned_move_parts.';
 REVOKE EXECUTE ON FUNCTION id_gen.move_parts(integer, integer) FROM PUBLIC;
 
 -- The parts of move_parts that belong to per_shard tables: their copies are hidden on the
@@ -146,7 +151,7 @@ BEGIN
     INTO parts, lower_genes, upper_genes
   FROM id_gen.distributed_tables d
   CROSS JOIN id_gen.route_ranges r
-  WHERE d.layout = 'per_shard' AND r.lower_gene >= per_shard_move_parts.lower_gene AND r.upper_gene <= per_shard_move_parts.upper_gene;
+  WHERE d.layout = 'per_shard' AND d.shard_layout = 'partitioned' AND r.lower_gene >= per_shard_move_parts.lower_gene AND r.upper_gene <= per_shard_move_parts.upper_gene;
 END $$;
 COMMENT ON FUNCTION id_gen.per_shard_move_parts(integer, integer) IS 'The shards'' partitions of the route ranges within lower_gene .. upper_gene of the per_shard distributed tables (qualified names, genes): the target hides their copies until the move''s fence, which detaches them from the source.';
 REVOKE EXECUTE ON FUNCTION id_gen.per_shard_move_parts(integer, integer) FROM PUBLIC;
@@ -159,6 +164,29 @@ SET search_path = pg_catalog, pg_temp
 AS $$ SELECT EXISTS (SELECT FROM id_gen.distributed_tables t WHERE t.layout = 'per_shard') $$;
 COMMENT ON FUNCTION id_gen.has_per_shard_tables() IS 'Whether a distributed table is laid out per_shard here (then moves hide the target''s copies until the fence and re-lay both shards in it).';
 REVOKE EXECUTE ON FUNCTION id_gen.has_per_shard_tables() FROM PUBLIC;
+
+-- Whether a move carries tables of rows (tables laid out by ownership, docs/design.md §11.8).
+CREATE OR REPLACE FUNCTION id_gen.has_owned_tables() RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT EXISTS (SELECT FROM id_gen.distributed_tables t WHERE t.shard_layout = 'by_ownership') $$;
+COMMENT ON FUNCTION id_gen.has_owned_tables() IS 'Whether a distributed table is laid out by ownership here (then moves fence, hand over and delete its rows of the genes as data, with the steps of id_gen.move_commands that name tables of rows).';
+REVOKE EXECUTE ON FUNCTION id_gen.has_owned_tables() FROM PUBLIC;
+
+-- The tables of rows of the distributed tables laid out by ownership (docs/design.md §11.8),
+-- as qualified names, with their id columns: a move publishes each with a row filter on the
+-- moved genes' ids, fences the genes as data on the source, and hands them over in its fence.
+CREATE OR REPLACE FUNCTION id_gen.owned_move_parts(OUT rows_tables text[], OUT id_columns name[])
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT coalesce(array_agg(format('%I.%I', d.schema_name, id_gen.fit_name(d.shard_stem, '_rows'))
+                            ORDER BY d.schema_name, d.table_name), '{}'),
+         coalesce(array_agg(d.id_column ORDER BY d.schema_name, d.table_name), '{}')
+  FROM id_gen.distributed_tables d WHERE d.shard_layout = 'by_ownership'
+$$;
+COMMENT ON FUNCTION id_gen.owned_move_parts() IS 'The shards'' tables of rows of the distributed tables laid out by ownership (qualified names, id columns), which a move carries by a row filter on the moved genes.';
+REVOKE EXECUTE ON FUNCTION id_gen.owned_move_parts() FROM PUBLIC;
 
 -- The steps of a move, by name, in order: what move_genes runs and what dry_run prints
 -- (with per_shard tables, the steps that hide their copies on the target until the fence).
@@ -175,65 +203,90 @@ DECLARE
   tag text := 'id_gen_move_' || coalesce(m.move_id::text, 'N');
   p record;
   ps record;
+  ow record;
+  lo text := m.lower_gene::text;
+  hi text := m.upper_gene::text;
 BEGIN
   IF m.lower_gene IS NULL OR m.upper_gene IS NULL OR m.source_shard IS NULL OR m.target_shard IS NULL THEN
     RAISE EXCEPTION 'id_gen: argument "m" must not be NULL (it needs genes and shards)' USING ERRCODE = '22004';
   END IF;
   p := id_gen.move_parts(m.lower_gene, m.upper_gene);
   ps := id_gen.per_shard_move_parts(m.lower_gene, m.upper_gene);
-  -- The steps marked per_shard exist only when the move has partitions of per_shard tables.
+  ow := id_gen.owned_move_parts();
+  -- The steps of per_shard partitions exist only when the move has some, those of tables of
+  -- rows only when a table is laid out by ownership.
   RETURN QUERY SELECT v.* FROM (VALUES
     (1, 'copying', 'coordinator', 'prepare_target',
      format('-- %s gets the partitions of route ranges %s (id_gen.shard_apply_ranges): it creates the tables and empty partitions from the coordinator''s definitions', m.target_shard, p.ranges)),
     (2, 'copying', 'target', 'fence_target', id_gen.remote_call_text('shard_fence_incoming', ARRAY[id, m.source_shard, p.parts::text])),
-    (3, 'copying', 'target', 'hide_incoming', id_gen.remote_call_text('shard_hide_incoming', ARRAY[id, ps.parts::text])),
-    (4, 'copying', 'source', 'create_publication',
-     id_gen.remote_call_text('shard_create_publication', ARRAY[id, p.parts::text, p.id_columns::text, p.lower_genes::text, p.upper_genes::text])),
-    (5, 'copying', 'coordinator', 'send_connection',
+    (3, 'copying', 'source', 'check_source_rows', id_gen.remote_call_text('shard_count_moved_rows', ARRAY[ow.rows_tables::text, ow.id_columns::text, lo, hi])),
+    (4, 'copying', 'target', 'check_target_rows', id_gen.remote_call_text('shard_count_moved_rows', ARRAY[ow.rows_tables::text, ow.id_columns::text, lo, hi])),
+    (5, 'copying', 'target', 'hide_incoming', id_gen.remote_call_text('shard_hide_incoming', ARRAY[id, ps.parts::text])),
+    (6, 'copying', 'source', 'create_publication',
+     id_gen.remote_call_text('shard_create_publication', ARRAY[id, (p.parts || ow.rows_tables)::text, (p.id_columns || ow.id_columns)::text,
+                                                              (p.lower_genes || array_fill(m.lower_gene, ARRAY[cardinality(ow.rows_tables)]))::text,
+                                                              (p.upper_genes || array_fill(m.upper_gene, ARRAY[cardinality(ow.rows_tables)]))::text])),
+    (7, 'copying', 'coordinator', 'send_connection',
      format('-- through postgres_fdw: INSERT INTO id_gen.move_secrets (move_id, conninfo) VALUES ($1, $2) on %s, with $2 = %s', m.target_shard, id_gen.subscription_conninfo(m.source_shard, true))),
-    (6, 'copying', 'target', 'create_subscription', id_gen.remote_call_text('shard_subscribe', ARRAY[id, p.parts::text])),
-    (7, 'copying', 'source', 'create_slot', id_gen.remote_call_text('shard_create_slot', ARRAY[id])),
-    (8, 'copying', 'target', 'enable_subscription', id_gen.remote_call_text('shard_enable_subscription', ARRAY[id])),
-    (9, 'copying', 'target', 'refresh_subscription', format('ALTER SUBSCRIPTION %I REFRESH PUBLICATION WITH (copy_data = true)', tag)),
-    (10, 'copying', 'target', 'sync_state', id_gen.remote_call_text('shard_subscription_state', ARRAY[id])),
-    (11, 'copying', 'target', 'count_target', id_gen.remote_call_text('shard_rows_copied', ARRAY[p.parts::text])),
-    (12, 'catching_up', 'source', 'lag', id_gen.remote_call_text('shard_move_lag', ARRAY[id])),
-    (13, 'catching_up', 'coordinator', 'fence_coordinator',
+    (8, 'copying', 'target', 'create_subscription', id_gen.remote_call_text('shard_subscribe', ARRAY[id, (p.parts || ow.rows_tables)::text])),
+    (9, 'copying', 'source', 'create_slot', id_gen.remote_call_text('shard_create_slot', ARRAY[id])),
+    (10, 'copying', 'target', 'enable_subscription', id_gen.remote_call_text('shard_enable_subscription', ARRAY[id])),
+    (11, 'copying', 'target', 'refresh_subscription', format('ALTER SUBSCRIPTION %I REFRESH PUBLICATION WITH (copy_data = true)', tag)),
+    (12, 'copying', 'target', 'sync_state', id_gen.remote_call_text('shard_subscription_state', ARRAY[id])),
+    (13, 'copying', 'target', 'count_target', id_gen.remote_call_text('shard_rows_copied', ARRAY[p.parts::text])),
+    (14, 'copying', 'target', 'count_target_owned', id_gen.remote_call_text('shard_count_moved_rows', ARRAY[ow.rows_tables::text, ow.id_columns::text, lo, hi])),
+    (15, 'catching_up', 'source', 'lag', id_gen.remote_call_text('shard_move_lag', ARRAY[id])),
+    (16, 'catching_up', 'coordinator', 'fence_coordinator',
      '-- LOCK TABLE <range partitions of the moved genes> IN ACCESS EXCLUSIVE MODE  (writers of these genes wait; others do not)'),
-    (14, 'catching_up', 'coordinator', 'fence_coordinator_shards',
+    (17, 'catching_up', 'coordinator', 'fence_coordinator_shards',
      '-- LOCK TABLE <each per_shard table> IN ACCESS EXCLUSIVE MODE  (its statements wait for the fence, then route by the new routes)'),
-    (15, 'catching_up', 'source', 'fence_source', id_gen.remote_call_text('shard_fence', ARRAY[id, m.target_shard, p.parts::text])),
-    (16, 'catching_up', 'source', 'marker', id_gen.remote_call_text('shard_write_marker', ARRAY[id, '<attempt>'])),
-    (17, 'catching_up', 'target', 'await_marker', id_gen.remote_call_text('shard_has_marker', ARRAY[id, '<attempt>'])),
-    (18, 'catching_up', 'target', 'show_incoming',
+    (18, 'catching_up', 'source', 'fence_source', id_gen.remote_call_text('shard_fence', ARRAY[id, m.target_shard, p.parts::text])),
+    (19, 'catching_up', 'source', 'fence_source_owned', id_gen.remote_call_text('shard_fence_owned', ARRAY[ow.rows_tables::text, lo, hi])),
+    (20, 'catching_up', 'source', 'marker', id_gen.remote_call_text('shard_write_marker', ARRAY[id, '<attempt>'])),
+    (21, 'catching_up', 'target', 'await_marker', id_gen.remote_call_text('shard_has_marker', ARRAY[id, '<attempt>'])),
+    (22, 'catching_up', 'target', 'show_incoming',
      id_gen.remote_call_text('shard_show_incoming', ARRAY[id, ps.parts::text, ps.lower_genes::text, ps.upper_genes::text])),
-    (19, 'catching_up', 'coordinator', 'flip',
+    (23, 'catching_up', 'target', 'own_incoming', id_gen.remote_call_text('shard_own_moved', ARRAY[ow.rows_tables::text, lo, hi, 'true'])),
+    (24, 'catching_up', 'coordinator', 'flip',
      format('-- UPDATE id_gen.shard_routes SET shard = %L for %s; swap each range partition''s foreign table to %s; then (next step) the target''s fence is lifted, and COMMIT lifts the coordinator''s', m.target_shard, p.ranges, m.target_shard)),
-    (20, 'catching_up', 'target', 'unfence_target', id_gen.remote_call_text('shard_unfence', ARRAY[p.parts::text])),
-    (21, 'catching_up', 'source', 'detach_source_in_fence', id_gen.remote_call_text('shard_detach_moved', ARRAY[id, ps.parts::text])),
-    (22, 'cut_over', 'source', 'detach_source', id_gen.remote_call_text('shard_detach_moved', ARRAY[id, p.parts::text])),
-    (23, 'cut_over', 'coordinator', 'forget_source',
+    (25, 'catching_up', 'target', 'unfence_target', id_gen.remote_call_text('shard_unfence', ARRAY[p.parts::text])),
+    (26, 'catching_up', 'source', 'detach_source_in_fence', id_gen.remote_call_text('shard_detach_moved', ARRAY[id, ps.parts::text])),
+    (27, 'catching_up', 'source', 'release_source', id_gen.remote_call_text('shard_own_moved', ARRAY[ow.rows_tables::text, lo, hi, 'false'])),
+    (28, 'cut_over', 'source', 'detach_source', id_gen.remote_call_text('shard_detach_moved', ARRAY[id, p.parts::text])),
+    (29, 'cut_over', 'coordinator', 'forget_source',
      format('-- %s no longer owns route ranges %s (id_gen.shard_apply_ranges)', m.source_shard, p.ranges)),
-    (24, 'cut_over', 'target', 'settle_target', id_gen.remote_call_text('shard_settle_incoming', ARRAY[ps.parts::text])),
-    (25, 'cut_over', 'target', 'drop_subscription', format('DROP SUBSCRIPTION IF EXISTS %I', tag)),
-    (26, 'cut_over', 'source', 'drop_publication', id_gen.remote_call_text('shard_drop_publication', ARRAY[id])),
-    (27, 'cut_over', 'source', 'drop_source',
+    (30, 'cut_over', 'target', 'settle_target', id_gen.remote_call_text('shard_settle_incoming', ARRAY[ps.parts::text])),
+    (31, 'cut_over', 'target', 'drop_subscription', format('DROP SUBSCRIPTION IF EXISTS %I', tag)),
+    (32, 'cut_over', 'source', 'drop_publication', id_gen.remote_call_text('shard_drop_publication', ARRAY[id])),
+    (33, 'cut_over', 'source', 'drop_source',
      id_gen.remote_call_text('shard_drop_moved', ARRAY[id, p.parts::text, (NOT coalesce(m.keep_source, false))::text])),
-    (28, 'cut_over', 'target', 'forget_markers', id_gen.remote_call_text('shard_forget_markers', ARRAY[id])),
-    (29, 'abort', 'source', 'reattach_source',
+    (34, 'cut_over', 'source', 'delete_source_rows',
+     id_gen.remote_call_text('shard_delete_unowned_rows', ARRAY[ow.rows_tables::text, ow.id_columns::text, lo, hi, '10000'])),
+    (35, 'cut_over', 'target', 'forget_markers', id_gen.remote_call_text('shard_forget_markers', ARRAY[id])),
+    (36, 'abort', 'source', 'reattach_source',
      id_gen.remote_call_text('shard_reattach_moved', ARRAY[id, ps.parts::text, ps.lower_genes::text, ps.upper_genes::text])),
-    (30, 'abort', 'source', 'unfence_source', id_gen.remote_call_text('shard_unfence', ARRAY[p.parts::text])),
-    (31, 'abort', 'source', 'drop_slot',
+    (37, 'abort', 'source', 'retake_source', id_gen.remote_call_text('shard_own_moved', ARRAY[ow.rows_tables::text, lo, hi, 'true'])),
+    (38, 'abort', 'source', 'unfence_source', id_gen.remote_call_text('shard_unfence', ARRAY[p.parts::text])),
+    (39, 'abort', 'source', 'unfence_source_owned', id_gen.remote_call_text('shard_unfence_owned', ARRAY[ow.rows_tables::text, lo, hi])),
+    (40, 'abort', 'source', 'drop_slot',
      id_gen.remote_call_text('shard_drop_move_slots', ARRAY[id, coalesce(id_gen.has_cleanup(m.move_id, 'replication_slot'), false)::text,
                                                            m.target_subscription::text, m.target_system_id])),
-    (32, 'abort', 'target', 'detach_subscription', id_gen.remote_call_text('shard_detach_subscription', ARRAY[id])),
-    (33, 'abort', 'target', 'empty_target', id_gen.remote_call_text('shard_empty_partitions', ARRAY[p.parts::text])),
-    (34, 'abort', 'target', 'drop_hidden', id_gen.remote_call_text('shard_drop_hidden', ARRAY[ps.parts::text])),
-    (35, 'abort', 'source', 'forget_source_markers', id_gen.remote_call_text('shard_forget_markers', ARRAY[id]))
+    (41, 'abort', 'target', 'detach_subscription', id_gen.remote_call_text('shard_detach_subscription', ARRAY[id])),
+    (42, 'abort', 'target', 'empty_target', id_gen.remote_call_text('shard_empty_partitions', ARRAY[p.parts::text])),
+    (43, 'abort', 'target', 'drop_hidden', id_gen.remote_call_text('shard_drop_hidden', ARRAY[ps.parts::text])),
+    (44, 'abort', 'target', 'disown_incoming', id_gen.remote_call_text('shard_own_moved', ARRAY[ow.rows_tables::text, lo, hi, 'false'])),
+    (45, 'abort', 'target', 'delete_target_rows',
+     id_gen.remote_call_text('shard_delete_unowned_rows', ARRAY[ow.rows_tables::text, ow.id_columns::text, lo, hi, '10000'])),
+    (46, 'abort', 'source', 'forget_source_markers', id_gen.remote_call_text('shard_forget_markers', ARRAY[id]))
   ) v(step, phase, server, name, command)
-  WHERE cardinality(ps.parts) > 0
-     OR v.name NOT IN ('hide_incoming', 'fence_coordinator_shards', 'show_incoming', 'detach_source_in_fence',
-                       'settle_target', 'reattach_source', 'drop_hidden');
+  WHERE (cardinality(ps.parts) > 0
+         OR v.name NOT IN ('hide_incoming', 'show_incoming', 'detach_source_in_fence', 'settle_target',
+                           'reattach_source', 'drop_hidden'))
+    AND (cardinality(ps.parts) > 0 OR cardinality(ow.rows_tables) > 0 OR v.name <> 'fence_coordinator_shards')
+    AND (cardinality(ow.rows_tables) > 0
+         OR v.name NOT IN ('check_source_rows', 'check_target_rows', 'count_target_owned', 'fence_source_owned', 'own_incoming',
+                           'release_source', 'delete_source_rows', 'retake_source', 'unfence_source_owned',
+                           'disown_incoming', 'delete_target_rows'));
 END $$;
 COMMENT ON FUNCTION id_gen.move_commands(id_gen.shard_moves) IS 'The steps of a move with the statement each server runs (what move_genes executes and dry_run prints); no statement carries a password.';
 REVOKE EXECUTE ON FUNCTION id_gen.move_commands(id_gen.shard_moves) FROM PUBLIC;
@@ -274,13 +327,57 @@ BEGIN
                 WHERE (p.schema_name, p.table_name, p.shard) = (d.schema_name, d.table_name, place_ranges.shard)
                 UNION ALL
                 SELECT int4range(r.lower_gene, r.upper_gene, '[]') FROM id_gen.route_ranges r
-                WHERE adding AND r.lower_gene >= add_lower AND r.upper_gene <= add_upper) x
+                WHERE adding AND d.shard_layout = 'partitioned' AND r.lower_gene >= add_lower AND r.upper_gene <= add_upper) x
           WHERE adding OR NOT (g <@ int4range(add_lower, add_upper, '[]'))) y;
     PERFORM id_gen.push_shard_table(shard, d.schema_name, d.table_name, wanted);
   END LOOP;
 END $$;
-COMMENT ON FUNCTION id_gen.place_ranges(text, integer, integer, boolean) IS 'Adds (adding) or removes the route ranges within add_lower .. add_upper to or from a shard''s placement of every distributed table, on the shard and in id_gen.shard_placements.';
+COMMENT ON FUNCTION id_gen.place_ranges(text, integer, integer, boolean) IS 'Adds (adding) or removes the route ranges within add_lower .. add_upper to or from a shard''s placement of every distributed table, on the shard and in id_gen.shard_placements; a table laid out by ownership gains genes only in a move''s fence (id_gen.hand_over_owned_placements), so adding only makes sure the shard has it.';
 REVOKE EXECUTE ON FUNCTION id_gen.place_ranges(text, integer, integer, boolean) FROM PUBLIC;
+
+-- In the fence of a move of tables laid out by ownership, once the shards have handed the
+-- genes over (own_incoming, release_source): the coordinator's record of what each holds,
+-- route range by route range as place_ranges keeps it. Rolled back with the fence.
+CREATE OR REPLACE FUNCTION id_gen.hand_over_owned_placements(m id_gen.shard_moves) RETURNS void
+LANGUAGE sql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+  UPDATE id_gen.shard_placements p
+  SET gene_ranges = ARRAY(SELECT DISTINCT g
+                          FROM (SELECT unnest(p.gene_ranges) AS g
+                                UNION ALL
+                                SELECT int4range(r.lower_gene, r.upper_gene, '[]') FROM id_gen.route_ranges r
+                                WHERE p.shard = m.target_shard AND r.lower_gene >= m.lower_gene AND r.upper_gene <= m.upper_gene) x
+                          WHERE p.shard = m.target_shard OR NOT (g <@ int4range(m.lower_gene, m.upper_gene, '[]'))
+                          ORDER BY g),
+      updated_at = now()
+  FROM id_gen.distributed_tables d
+  WHERE d.shard_layout = 'by_ownership' AND (p.schema_name, p.table_name) = (d.schema_name, d.table_name)
+    AND p.shard IN (m.source_shard, m.target_shard)
+$$;
+COMMENT ON FUNCTION id_gen.hand_over_owned_placements(id_gen.shard_moves) IS 'In a move''s fence: id_gen.shard_placements of the tables laid out by ownership give the moved route ranges to the target and take them from the source.';
+REVOKE EXECUTE ON FUNCTION id_gen.hand_over_owned_placements(id_gen.shard_moves) FROM PUBLIC;
+
+-- The rows of the moved genes that a shard holds but does not own (the source's after the
+-- cut-over, the target's copies of a move rolled back, leftovers before a move), deleted in
+-- batches of 10,000 per table, each batch committed there; returns how many went.
+CREATE OR REPLACE FUNCTION id_gen.delete_moved_rows(m id_gen.shard_moves, on_target boolean) RETURNS bigint
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  n bigint;
+  total bigint := 0;
+BEGIN
+  LOOP
+    n := id_gen.run_move_step(m, CASE WHEN on_target THEN 'delete_target_rows' ELSE 'delete_source_rows' END, 0, 60000)::bigint;
+    EXIT WHEN coalesce(n, 0) = 0;
+    total := total + n;
+  END LOOP;
+  RETURN total;
+END $$;
+COMMENT ON FUNCTION id_gen.delete_moved_rows(id_gen.shard_moves, boolean) IS 'Deletes, in batches each committed on the shard, the rows of a move''s genes that its source (after the cut-over) or its target (on_target: copies of a move rolled back, leftovers) holds of tables laid out by ownership but does not own.';
+REVOKE EXECUTE ON FUNCTION id_gen.delete_moved_rows(id_gen.shard_moves, boolean) FROM PUBLIC;
 
 -- The source's connection string goes to the target as a bound parameter of a
 -- postgres_fdw INSERT (the statement text there reads VALUES ($1, $2)); it becomes
@@ -363,6 +460,11 @@ BEGIN
       PERFORM id_gen.run_move_step(m, 'reattach_source', 0, 120000);
     END IF;
     PERFORM id_gen.run_move_step(m, 'unfence_source', 0, 10000);
+    -- (tables laid out by ownership: the source owns the genes again, unfenced)
+    IF id_gen.has_owned_tables() THEN
+      PERFORM id_gen.run_move_step(m, 'retake_source', 0, 10000);
+      PERFORM id_gen.run_move_step(m, 'unfence_source_owned', 0, 10000);
+    END IF;
   WHEN 'subscription' THEN
     IF NOT succeeded THEN  -- (its slot goes by itself: the source may not answer)
       PERFORM id_gen.run_move_step(m, 'detach_subscription', 0, 10000);
@@ -392,6 +494,9 @@ BEGIN
       PERFORM id_gen.run_move_step(m, 'detach_source', 0, 30000);
       PERFORM id_gen.place_ranges(m.source_shard, m.lower_gene, m.upper_gene, false);
       PERFORM id_gen.run_move_step(m, 'drop_source', 0, 60000);
+      IF id_gen.has_owned_tables() THEN
+        PERFORM id_gen.delete_moved_rows(m, false);
+      END IF;
     END IF;
   WHEN 'target_copies' THEN
     IF m.phase = 'reverting' THEN  -- (the target owned them: detached and dropped)
@@ -400,6 +505,11 @@ BEGIN
       PERFORM id_gen.run_move_step(id_gen.reversed(m), 'drop_source', 0, 60000);
     ELSE
       PERFORM id_gen.run_move_step(m, 'empty_target', 0, 60000);
+      IF id_gen.has_owned_tables() THEN
+        -- (the target gave the genes back if its fence's hand-over did not commit: shown_copies)
+        PERFORM id_gen.run_move_step(m, 'disown_incoming', 0, 10000);
+        PERFORM id_gen.delete_moved_rows(m, true);
+      END IF;
       PERFORM id_gen.place_ranges(m.target_shard, m.lower_gene, m.upper_gene, false);
       IF id_gen.has_per_shard_tables() THEN
         PERFORM id_gen.run_move_step(m, 'drop_hidden', 0, 30000);
@@ -752,13 +862,23 @@ CREATE OR REPLACE FUNCTION id_gen.undo_shown_copies(m id_gen.shard_moves) RETURN
 LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+  saved text := current_setting('lock_timeout');
 BEGIN
+  IF id_gen.has_owned_tables() THEN
+    -- Whether or not the fence handed the genes over: both calls change nothing otherwise.
+    PERFORM set_config('lock_timeout', '2s', true);
+    PERFORM id_gen.lock_per_shard_tables();
+    PERFORM set_config('lock_timeout', saved, true);
+    PERFORM id_gen.run_move_step(m, 'disown_incoming', 0, 10000);
+    PERFORM id_gen.run_move_step(m, 'retake_source', 0, 10000);
+  END IF;
   IF id_gen.lock_per_shard_tables_if_relaid(m) THEN
     PERFORM id_gen.run_move_step(m, 'hide_incoming', 0, 10000);
     PERFORM id_gen.run_move_step(m, 'reattach_source', 0, 120000);
   END IF;
 END $$;
-COMMENT ON FUNCTION id_gen.undo_shown_copies(id_gen.shard_moves) IS 'After a fence of a move with per_shard tables whose flip did not commit: hides the target''s copies and attaches the source''s moved partitions again, under the coordinator''s locks of the per_shard tables.';
+COMMENT ON FUNCTION id_gen.undo_shown_copies(id_gen.shard_moves) IS 'After a fence of a move with per_shard tables whose flip did not commit: hides the target''s copies and attaches the source''s moved partitions again, and gives the genes of tables laid out by ownership back to the source, under the coordinator''s locks of the per_shard tables.';
 REVOKE EXECUTE ON FUNCTION id_gen.undo_shown_copies(id_gen.shard_moves) FROM PUBLIC;
 
 -- The flip of a move or a revert: the route ranges within the genes go to `shard`, and
@@ -852,6 +972,10 @@ DECLARE
   target_shown boolean := false;
   source_detached boolean := false;
   per_shard boolean;
+  owned boolean := id_gen.has_owned_tables();
+  target_owns boolean := false;
+  source_released boolean := false;
+  left_behind bigint;
   err text;
   err_state text;
   attempt integer := (step->>'attempt')::integer;
@@ -874,6 +998,26 @@ BEGIN
   ELSIF m.phase = 'planned' AND step IS NULL THEN
     PERFORM id_gen.place_ranges(m.target_shard, m.lower_gene, m.upper_gene, true);
     PERFORM id_gen.run_move_step(m, 'fence_target', 0, 10000);
+    IF owned THEN
+      BEGIN
+        -- Tables laid out by ownership: both shards must have their move functions (0.7.9),
+        -- and the copies go into the target's tables of rows, which must hold none of these
+        -- genes (rows an earlier move left there, not owned, go).
+        PERFORM id_gen.run_move_step(m, 'check_source_rows', 0, 60000);
+        IF m.target_subscription IS NULL THEN
+          left_behind := id_gen.delete_moved_rows(m, true);
+          IF left_behind > 0 THEN
+            RAISE NOTICE 'id_gen: move %: % rows of genes % .. % that "%" held but did not own were deleted there first',
+                         m.move_id, left_behind, m.lower_gene, m.upper_gene, m.target_shard;
+          END IF;
+        END IF;
+      EXCEPTION WHEN undefined_function THEN
+        RAISE EXCEPTION 'id_gen: moves of tables laid out by ownership need id_gen 0.7.9 or later on both shards ("%" and "%")',
+                        m.source_shard, m.target_shard
+          USING ERRCODE = '55000', DETAIL = 'On the shard: ' || SQLERRM,
+                HINT = 'Run ALTER EXTENSION id_gen UPDATE on the shards, then move again.';
+      END;
+    END IF;
     IF per_shard THEN
       -- The target's copies of per_shard tables stay out of its tables until the fence, and
       -- the coordinator has the target's partition of each (for the flip) from now on.
@@ -935,6 +1079,9 @@ BEGIN
     END IF;
     res := id_gen.run_move_step(m, 'sync_state', 0, 10000);
     copied := id_gen.run_move_step(m, 'count_target', 0, 60000)::bigint;
+    IF owned THEN
+      copied := copied + id_gen.run_move_step(m, 'count_target_owned', 0, 60000)::bigint;
+    END IF;
     IF res IS DISTINCT FROM step->>'state' OR copied IS DISTINCT FROM (step->>'copied')::bigint THEN
       step := step || jsonb_build_object('progress_at', clock_timestamp(), 'state', res, 'copied', copied);
     END IF;
@@ -1004,6 +1151,9 @@ BEGIN
     END IF;
     BEGIN
       PERFORM id_gen.run_move_step(m, 'fence_source', attempt, 5000);
+      IF owned THEN
+        PERFORM id_gen.run_move_step(m, 'fence_source_owned', 0, 5000);
+      END IF;
       PERFORM id_gen.pass_marker(m, attempt, t0, 'target');
       PERFORM id_gen.move_raise_sequences(m);
       IF m.reversible THEN
@@ -1018,6 +1168,12 @@ BEGIN
         target_shown := true;
         PERFORM id_gen.run_move_step(m, 'show_incoming', 0, 8000);
       END IF;
+      IF owned THEN
+        -- Tables laid out by ownership: the target owns the genes (its copies show and take
+        -- writes) while the coordinator holds every statement of them.
+        target_owns := true;
+        PERFORM id_gen.run_move_step(m, 'own_incoming', 0, 8000);
+      END IF;
       PERFORM id_gen.flip_routes(m.lower_gene, m.upper_gene, m.target_shard);
       -- The target owns the genes from here on: its fence goes while the coordinator
       -- still holds their writers (which then reach the target, which must take them).
@@ -1028,6 +1184,13 @@ BEGIN
         -- whole), so that after the COMMIT every row is read once, from the target.
         source_detached := true;
         PERFORM id_gen.run_move_step(m, 'detach_source_in_fence', 0, 8000);
+      END IF;
+      IF owned THEN
+        -- Last: the source gives the genes up (its rows hide; its fence of them goes), and
+        -- the coordinator records where they are.
+        source_released := true;
+        PERFORM id_gen.run_move_step(m, 'release_source', 0, 8000);
+        PERFORM id_gen.hand_over_owned_placements(m);
       END IF;
       UPDATE id_gen.shard_moves sm
       SET phase = 'cut_over', lag_bytes = 0, fence_started_at = t0, fence_ended_at = clock_timestamp(),
@@ -1055,8 +1218,21 @@ BEGIN
           err := err || ' (undoing the re-layout of per_shard tables failed: ' || SQLERRM || ')';
         END;
       END IF;
+      -- Tables laid out by ownership: the target gives the genes back, the source takes them
+      -- again (shown_copies does it later if this fails).
+      IF target_owns OR source_released THEN
+        BEGIN
+          PERFORM id_gen.run_move_step(m, 'disown_incoming', 0, 5000);
+          PERFORM id_gen.run_move_step(m, 'retake_source', 0, 5000);
+        EXCEPTION WHEN OTHERS OR query_canceled THEN
+          err := err || ' (handing the genes of tables laid out by ownership back failed: ' || SQLERRM || ')';
+        END;
+      END IF;
       BEGIN
         PERFORM id_gen.run_move_step(m, 'unfence_source', 0, 10000);
+        IF owned THEN
+          PERFORM id_gen.run_move_step(m, 'unfence_source_owned', 0, 10000);
+        END IF;
       EXCEPTION WHEN OTHERS OR query_canceled THEN
         err := err || ' (lifting the source''s fence failed: ' || SQLERRM || ')';
       END;
@@ -1130,6 +1306,9 @@ BEGIN
           PERFORM id_gen.undo_shown_copies(m);
         END IF;
         PERFORM id_gen.run_move_step(m, 'unfence_source', 0, 10000);
+        IF id_gen.has_owned_tables() THEN
+          PERFORM id_gen.run_move_step(m, 'unfence_source_owned', 0, 10000);
+        END IF;
         unfenced := true;
       EXCEPTION WHEN OTHERS OR query_canceled THEN
         GET STACKED DIAGNOSTICS lift_err = MESSAGE_TEXT;
@@ -1287,12 +1466,14 @@ BEGIN
     END IF;
   ELSE
     PERFORM id_gen.refuse_during_operations('move genes');
-    IF EXISTS (SELECT FROM id_gen.distributed_tables t WHERE t.shard_layout = 'by_ownership') THEN
-      RAISE EXCEPTION 'id_gen: moves of tables laid out by ownership are not built yet'
+    IF (move_genes.reversible OR move_genes.keep_source)
+       AND EXISTS (SELECT FROM id_gen.distributed_tables t WHERE t.shard_layout = 'by_ownership') THEN
+      RAISE EXCEPTION 'id_gen: % moves of tables laid out by ownership are not built yet',
+                      CASE WHEN move_genes.reversible THEN 'reversible' ELSE 'keep_source' END
         USING ERRCODE = '0A000',
               DETAIL = (SELECT 'Laid out by ownership: ' || string_agg(format('%I.%I', t.schema_name, t.table_name), ', ' ORDER BY t.schema_name, t.table_name)
                         FROM id_gen.distributed_tables t WHERE t.shard_layout = 'by_ownership'),
-              HINT = 'A move carries every distributed table''s rows of the genes. Splits, merges and route changes of genes without rows work; see docs/design.md section 11.8.';
+              HINT = 'A move carries every distributed table''s rows of the genes. Move without reversible and keep_source; see docs/design.md section 11.8.';
     END IF;
     SELECT count(*), count(DISTINCT rr.shard), min(rr.lower_gene), max(rr.upper_gene), min(rr.shard)
       INTO n_ranges, n_shards, first_gene, last_gene, src

@@ -291,3 +291,9 @@ COMMENT ON COLUMN id_gen.shard_tables.rows_table IS 'Layout by ownership: the pl
 ALTER TABLE id_gen.distributed_tables ADD COLUMN shard_layout text NOT NULL DEFAULT 'partitioned'
   CHECK (shard_layout IN ('partitioned', 'by_ownership'));
 COMMENT ON COLUMN id_gen.distributed_tables.shard_layout IS 'How the shards hold the table: partitioned (one partition per owned route range, the rest refused by a tombstone) or by_ownership (one plain table of rows behind a view of the owned rows, what each shard owns recorded as data in its id_gen.shard_tables; with layout per_shard, from distribute_table(..., layout => ''by_ownership'')).';
+
+-- @new-in-0.7.9
+-- Moves of tables laid out by ownership (docs/design.md §11.8): the source fences the moved
+-- genes as data, which the trigger of the table of rows and the routing guard read (IG002).
+ALTER TABLE id_gen.shard_tables ADD COLUMN fenced_ranges int4range[] NOT NULL DEFAULT '{}';
+COMMENT ON COLUMN id_gen.shard_tables.fenced_ranges IS 'Layout by ownership: owned genes fenced for the cut-over of a move (shard_fence_owned): writes, route claims and lookups by id of them get IG002 until the move lifts the fence or takes the genes away (milliseconds). Empty otherwise.';

@@ -15,7 +15,8 @@
 //! the routing epoch moved while it waited; a refusal is always decided on a fresh view.
 //! A table laid out by ownership (one table of rows, docs/design.md §11.8) has no partition
 //! to lock: its table of rows is locked as a parent is, and the gene must be one it records
-//! (`owned_ranges.rs`). (Its moves, which would need that lock to wait, are not built yet.)
+//! (`owned_ranges.rs`) and not fenced (a move's fence takes SHARE ROW EXCLUSIVE on the table of
+//! rows, so it waits for claimed transactions, then records the genes fenced: IG002).
 //! The SQL-callable symbol is an unguarded shim so that it can raise IG-class errors (see
 //! `raise.rs`).
 
@@ -116,13 +117,11 @@ unsafe fn claim(fcinfo: pg_sys::FunctionCallInfo, shard_version: &mut i64) -> Op
             let by_ownership = unsafe { pg_sys::get_rel_relkind(parent) }
                 == pg_sys::RELKIND_RELATION as std::ffi::c_char;
             let mut mode = lock_mode_for(parent);
-            if by_ownership {
+            let ownership = by_ownership.then(super::owned_ranges::current);
+            if let Some(o) = &ownership {
                 // (Applications are granted its view of owned rows, whose statements lock
                 // the table of rows as they run: the claim takes what they would.)
-                let through_view = super::owned_ranges::current()
-                    .view_of(parent)
-                    .and_then(lock_mode_for);
-                mode = mode.max(through_view);
+                mode = mode.max(o.view_of(parent).and_then(lock_mode_for));
             }
             // SAFETY: heavyweight locks on relation oids, released at transaction end; a
             // relcache lookup inside the transaction.
@@ -133,13 +132,15 @@ unsafe fn claim(fcinfo: pg_sys::FunctionCallInfo, shard_version: &mut i64) -> Op
                 // A table laid out by ownership (its table of rows, a plain table): the
                 // genes it records, as of the lock (a change of them locks the table of
                 // rows against writers, and moves the epoch checked below).
+                // (A move's fence of the gene, which it takes under the same lock: IG002.)
                 if by_ownership {
-                    if !super::owned_ranges::current()
-                        .of(parent)
-                        .is_some_and(|g| g.contains_gene(gene))
-                    {
+                    let o = super::owned_ranges::current();
+                    if !o.of(parent).is_some_and(|g| g.contains_gene(gene)) {
                         owned = false;
                         break;
+                    }
+                    if o.is_fenced(parent, gene) {
+                        return Some(Verdict::gene_fenced_in_table(parent, gene));
                     }
                     continue;
                 }

@@ -59,6 +59,16 @@ impl Sides {
         lower: false,
         upper: false,
     };
+    /// A lower bound only (`id >= x`).
+    pub const LOWER: Sides = Sides {
+        lower: true,
+        upper: false,
+    };
+    /// An upper bound only (`id <= x`).
+    pub const UPPER: Sides = Sides {
+        lower: false,
+        upper: true,
+    };
     /// The sides an AND of predicates with these sides bounds.
     pub fn and(self, other: Sides) -> Sides {
         Sides {
@@ -214,14 +224,8 @@ impl IdPredicate {
             IdPredicate::Equals(_) | IdPredicate::EqualsAny(_) | IdPredicate::InSubquery => {
                 Sides::BOTH
             }
-            IdPredicate::AtLeast { .. } => Sides {
-                lower: true,
-                upper: false,
-            },
-            IdPredicate::AtMost { .. } => Sides {
-                lower: false,
-                upper: true,
-            },
+            IdPredicate::AtLeast { .. } => Sides::LOWER,
+            IdPredicate::AtMost { .. } => Sides::UPPER,
             IdPredicate::And(arms) => Sides::combine(arms.iter().map(|a| a.sides()), true),
             IdPredicate::Or(arms) => Sides::combine(arms.iter().map(|a| a.sides()), false),
             IdPredicate::Other => Sides::NONE,

@@ -440,6 +440,12 @@ unsafe fn watch_side(
             }));
             (g, fenced[0])
         });
+        // A table laid out by ownership: the genes a move has fenced in it.
+        let fenced = fenced.or_else(|| {
+            let t = by_ownership?;
+            let g = super::owned_ranges::current().fenced_of(t)?.clone();
+            Some((g, t))
+        });
         if owned.is_none() && fenced.is_none() {
             return;
         }

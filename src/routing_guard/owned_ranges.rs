@@ -1,8 +1,10 @@
 //! Ownership as data: the gene ranges this shard owns of each distributed table, as
 //! `id_gen.shard_tables.gene_ranges` records them, cached per backend as one bitmap of the
-//! genes per table. `id_gen.shard_owns(regclass, bigint)` answers
-//! whether an id's gene is one of them; `id_gen.shard_owned_ranges(regclass)` shows what
-//! the backend holds.
+//! genes per table, and those of them a move has fenced for its cut-over
+//! (`shard_tables.fenced_ranges`, since 0.7.9). `id_gen.shard_owns(regclass, bigint)` answers
+//! whether an id's gene is owned (the view of owned rows shows fenced rows too),
+//! `id_gen.shard_fenced(regclass, bigint)` whether it is fenced (writes, claims and lookups
+//! by id get IG002); `id_gen.shard_owned_ranges(regclass)` shows what the backend holds.
 //!
 //! This is the ownership test of the shard layout by ownership (docs/design.md §12): a
 //! shard's table kept as one relation, read through a view of the rows whose genes the
@@ -35,8 +37,16 @@ use std::rc::Rc;
 pub struct OwnedRanges {
     epoch: u64,
     by_table: HashMap<pg_sys::Oid, OwnedGenes>,
+    /// Tables with fenced genes: those genes, and the owned ones without them.
+    fences: HashMap<pg_sys::Oid, Fence>,
     /// A table laid out by ownership: the view of its owned rows, by its table of rows.
     views: HashMap<pg_sys::Oid, pg_sys::Oid>,
+}
+
+/// The genes of a table a move has fenced, and the owned genes that stay usable.
+struct Fence {
+    fenced: OwnedGenes,
+    usable: OwnedGenes,
 }
 
 thread_local! {
@@ -59,6 +69,27 @@ impl OwnedRanges {
         self.by_table.get(&rel)
     }
 
+    /// The owned genes of `rel` that writes, claims and lookups by id may use: the owned
+    /// ones but those a move has fenced (None: not distributed here).
+    pub fn usable_of(&self, rel: pg_sys::Oid) -> Option<&OwnedGenes> {
+        match self.fences.get(&rel) {
+            Some(f) => Some(&f.usable),
+            None => self.by_table.get(&rel),
+        }
+    }
+
+    /// The genes of `rel` a move has fenced (None: none).
+    pub fn fenced_of(&self, rel: pg_sys::Oid) -> Option<&OwnedGenes> {
+        self.fences.get(&rel).map(|f| &f.fenced)
+    }
+
+    /// Whether a move has fenced `gene` of `rel`.
+    pub fn is_fenced(&self, rel: pg_sys::Oid, gene: u16) -> bool {
+        self.fences
+            .get(&rel)
+            .is_some_and(|f| f.fenced.contains_gene(gene))
+    }
+
     /// The view of the owned rows of the table of rows `rel` (a table laid out by ownership).
     pub fn view_of(&self, rel: pg_sys::Oid) -> Option<pg_sys::Oid> {
         self.views.get(&rel).copied()
@@ -71,38 +102,54 @@ fn load(epoch: u64) -> OwnedRanges {
     // the range functions cost it 2-3 ms more (what a pooler's fresh connection pays). The
     // ranges are decoded from the array as it is (`genes_of_ranges`): pgrx's conversion of
     // each element to a Range took about 3.7 us, 7.5 ms for a table of 2,048 ranges.
-    type Row = (String, String, String, Vec<(u16, u16)>);
+    type Row = (String, String, String, Vec<(u16, u16)>, Vec<(u16, u16)>);
     // A table laid out by ownership is known by its table of rows (since 0.7.8; a catalog of
     // 0.7.7, before its update, has no such column).
-    let with_rows_table = relation_named("id_gen", "shard_tables").is_some_and(|rel| {
-        // SAFETY: a syscache lookup of a column by name inside a transaction.
-        unsafe { pg_sys::get_attnum(rel, c"rows_table".as_ptr()) > 0 }
-    });
-    let query = if with_rows_table {
-        "SELECT t.schema_name::pg_catalog.text, \
-                COALESCE(t.rows_table, t.table_name)::pg_catalog.text, \
-                t.table_name::pg_catalog.text, t.gene_ranges \
-         FROM id_gen.shard_tables t"
-    } else {
-        "SELECT t.schema_name::pg_catalog.text, t.table_name::pg_catalog.text, \
-                t.table_name::pg_catalog.text, t.gene_ranges \
-         FROM id_gen.shard_tables t"
+    // Fences since 0.7.9.
+    let has_column = |name: &std::ffi::CStr| {
+        relation_named("id_gen", "shard_tables").is_some_and(|rel| {
+            // SAFETY: a syscache lookup of a column by name inside a transaction.
+            unsafe { pg_sys::get_attnum(rel, name.as_ptr()) > 0 }
+        })
+    };
+    let query = match (has_column(c"rows_table"), has_column(c"fenced_ranges")) {
+        (true, true) => {
+            "SELECT t.schema_name::pg_catalog.text, \
+                    COALESCE(t.rows_table, t.table_name)::pg_catalog.text, \
+                    t.table_name::pg_catalog.text, t.gene_ranges, t.fenced_ranges \
+             FROM id_gen.shard_tables t"
+        }
+        (true, false) => {
+            "SELECT t.schema_name::pg_catalog.text, \
+                    COALESCE(t.rows_table, t.table_name)::pg_catalog.text, \
+                    t.table_name::pg_catalog.text, t.gene_ranges, NULL::pg_catalog.int4range[] \
+             FROM id_gen.shard_tables t"
+        }
+        _ => {
+            "SELECT t.schema_name::pg_catalog.text, t.table_name::pg_catalog.text, \
+                    t.table_name::pg_catalog.text, t.gene_ranges, NULL::pg_catalog.int4range[] \
+             FROM id_gen.shard_tables t"
+        }
     };
     let rows: Result<Vec<Row>, pgrx::spi::Error> = Spi::connect(|client| {
         let mut out = vec![];
         let mut table = client.select(query, None, &[])?;
         while table.next().is_some() {
-            let ranges = match table.get_datum_by_ordinal(4)? {
-                // SAFETY: column 4 is shard_tables.gene_ranges, an int4range[] (NOT NULL),
-                // read while the SPI connection that holds the row is open.
-                Some(datum) => unsafe { genes_of_ranges(datum) },
-                None => vec![],
-            };
+            let mut ranges = [vec![], vec![]];
+            for (column, genes) in [4, 5].into_iter().zip(ranges.iter_mut()) {
+                if let Some(datum) = table.get_datum_by_ordinal(column)? {
+                    // SAFETY: columns 4 and 5 are shard_tables.gene_ranges and fenced_ranges,
+                    // int4range[], read while the SPI connection that holds the row is open.
+                    *genes = unsafe { genes_of_ranges(datum) };
+                }
+            }
+            let [owned, fenced] = ranges;
             out.push((
                 table.get::<String>(1)?.unwrap_or_default(),
                 table.get::<String>(2)?.unwrap_or_default(),
                 table.get::<String>(3)?.unwrap_or_default(),
-                ranges,
+                owned,
+                fenced,
             ));
         }
         Ok(out)
@@ -110,7 +157,8 @@ fn load(epoch: u64) -> OwnedRanges {
     let rows = rows.unwrap_or_else(|e| crate::errors::spi_failed(e));
     let mut by_table = HashMap::new();
     let mut views = HashMap::new();
-    for (schema, table, name, ranges) in rows {
+    let mut fences = HashMap::new();
+    for (schema, table, name, ranges, fenced) in rows {
         let Some(relid) = relation_named(&schema, &table) else {
             continue;
         };
@@ -119,11 +167,18 @@ fn load(epoch: u64) -> OwnedRanges {
                 views.insert(relid, view);
             }
         }
-        by_table.insert(relid, OwnedGenes::from_ranges(ranges));
+        let owned = OwnedGenes::from_ranges(ranges);
+        if !fenced.is_empty() {
+            let fenced = OwnedGenes::from_ranges(fenced);
+            let usable = owned.without(&fenced);
+            fences.insert(relid, Fence { fenced, usable });
+        }
+        by_table.insert(relid, owned);
     }
     OwnedRanges {
         epoch,
         by_table,
+        fences,
         views,
     }
 }
@@ -203,6 +258,23 @@ AS 'MODULE_PATHNAME', 'shard_owns_wrapper';
 )]
 fn shard_owns(rel: pg_sys::Oid, id: i64) -> bool {
     current().of(rel).is_some_and(|owned| owned.contains_id(id))
+}
+
+/// Whether a move has fenced the gene of `id` in the distributed table `rel` for its
+/// cut-over (see the file's header).
+#[pg_extern(
+    stable,
+    strict,
+    parallel_safe,
+    sql = r#"
+CREATE  FUNCTION id_gen."shard_fenced"("rel" regclass, "id" bigint) RETURNS boolean
+STABLE STRICT PARALLEL SAFE COST 1
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'shard_fenced_wrapper';
+"#
+)]
+fn shard_fenced(rel: pg_sys::Oid, id: i64) -> bool {
+    id >= 0 && current().is_fenced(rel, (id >> id_gen_core::layout::SEQ_BITS) as u16)
 }
 
 /// The owned ranges this backend holds for `rel`, as `{lower, upper}` gene pairs in order.

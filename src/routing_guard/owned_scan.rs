@@ -122,9 +122,11 @@ unsafe extern "C-unwind" fn forget_check(node: pg_sys::Datum) {
 /// `attnum` (see the header). A scan whose evaluable bounds do not bound the id on both
 /// sides is left alone.
 ///
+/// `owned`: the genes owned as of the executor's start, which the checks compare with.
+///
 /// # Safety
 /// `ps` is a scan state of a tree being started, whose relation is open.
-pub unsafe fn arm(ps: *mut pg_sys::PlanState, attnum: i16) {
+pub unsafe fn arm(ps: *mut pg_sys::PlanState, attnum: i16, owned: Rc<OwnedRanges>) {
     // SAFETY: as the caller promises; expressions are started in the query's memory.
     unsafe {
         let p = ScanPredicates::of((*ps).plan, attnum);
@@ -136,7 +138,6 @@ pub unsafe fn arm(ps: *mut pg_sys::PlanState, attnum: i16) {
             return;
         }
         let relid = (*(*(ps as *mut pg_sys::ScanState)).ss_currentRelation).rd_id;
-        let owned = super::owned_ranges::current();
         WRAPPED.with(|w| {
             w.borrow_mut().insert(
                 ps as usize,
@@ -235,14 +236,8 @@ impl Selects {
         match self {
             Selects::Bound { limit, .. } => match limit {
                 Limit::Point | Limit::Points => Sides::BOTH,
-                Limit::AtLeast { .. } => Sides {
-                    lower: true,
-                    upper: false,
-                },
-                Limit::AtMost { .. } => Sides {
-                    lower: false,
-                    upper: true,
-                },
+                Limit::AtLeast { .. } => Sides::LOWER,
+                Limit::AtMost { .. } => Sides::UPPER,
             },
             Selects::All(arms) => Sides::combine(arms.iter().map(|a| a.sides()), true),
             Selects::Any(arms) => Sides::combine(arms.iter().map(|a| a.sides()), false),
@@ -361,9 +356,14 @@ unsafe extern "C-unwind" fn check_pass(ps: *mut pg_sys::PlanState, verdict: *mut
         pg_sys::MemoryContextSwitchTo(old);
         // (A table not recorded here owns no gene.)
         let none = id_gen_core::owned_genes::OwnedGenes::from_ranges([]);
-        let genes = owned.of(relid).unwrap_or(&none);
+        // (A gene a move has fenced is refused as well, with IG002.)
+        let genes = owned.usable_of(relid).unwrap_or(&none);
         if let Some(gene) = ids.first_gene_not_owned(genes) {
-            *verdict = Some(Verdict::gene_not_owned_by_table(relid, gene));
+            *verdict = Some(if owned.is_fenced(relid, gene) {
+                Verdict::gene_fenced_in_table(relid, gene)
+            } else {
+                Verdict::gene_not_owned_by_table(relid, gene)
+            });
             return;
         }
         pg_sys::RegisterExprContextCallback(econtext, Some(forget_check), pg_sys::Datum::from(key));

@@ -118,9 +118,9 @@ pub unsafe fn check_scans(ps: *mut pg_sys::PlanState) {
                 // The genes owned as of now, before a parallel plan starts (in its leader a
                 // view loaded in parallel mode is not kept: the view's test of each row
                 // would load it again).
-                super::owned_ranges::current();
+                let owned = super::owned_ranges::current();
                 if id_attnum > 0 && selects_by_column((*ps).plan, id_attnum) {
-                    super::owned_scan::arm(ps, id_attnum);
+                    super::owned_scan::arm(ps, id_attnum, owned);
                 }
             } else if let Some(id_attnum) = guarded_id_column(rel) {
                 if selects_by_column((*ps).plan, id_attnum) {

@@ -117,6 +117,19 @@ impl Verdict {
         )
     }
 
+    /// A gene of a table laid out by ownership that a move has fenced for its cut-over.
+    pub fn gene_fenced_in_table(table: pg_sys::Oid, gene: u16) -> Verdict {
+        Verdict::new(
+            ROUTE_FENCED,
+            format!(
+                "id_gen: gene {gene} of {} is fenced for the cut-over of a move",
+                relation_name(table)
+            ),
+            "A move of this gene is switching shards; it takes milliseconds.".into(),
+            HINT_FENCED,
+        )
+    }
+
     /// The declared route version is older than the shard's.
     pub fn stale(shard_version: i64, declared: i64) -> Verdict {
         Verdict::new(

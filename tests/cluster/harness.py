@@ -455,6 +455,22 @@ def markers_refused(node, condition):
                      "DROP FUNCTION IF EXISTS public.refuse_markers()")
 
 
+# On a coordinator: a move's flip (its phase going from catching_up to cut_over, in the
+# fence's transaction) sleeps 60 s before it commits, so that a test can kill the coordinator
+# in the fence after the shards changed. Drop it after: DROP TRIGGER slow_cut_over ON
+# id_gen.cluster_operations; DROP FUNCTION public.slow_cut_over().
+SLOW_CUT_OVER = """
+    CREATE FUNCTION public.slow_cut_over() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+      IF OLD.phase = 'catching_up' AND NEW.phase = 'cut_over' THEN
+        PERFORM pg_sleep(60);
+      END IF;
+      RETURN NEW;
+    END $$;
+    CREATE TRIGGER slow_cut_over BEFORE UPDATE ON id_gen.cluster_operations FOR EACH ROW EXECUTE FUNCTION public.slow_cut_over();
+"""
+
+
 LOGICAL = ["wal_level = logical", "max_wal_senders = 10", "max_replication_slots = 10"]
 
 

@@ -19,10 +19,26 @@ max_locks_per_transaction, 1,024 route ranges alternating between the shards.
 (d) route changes: genes without rows change shards (both shards record it, lookups follow);
     a change that would take genes with rows away is refused (55000) and changes nothing.
     A split and a merge of a range with rows: every row stays where it was, visible once.
-    A move is refused (0A000) before anything is recorded.
+    A reversible move and one that keeps the source are refused (0A000) before anything is
+    recorded.
 (e) ALTER TABLE of a shard's table of rows: the view follows (a column added, a column
     dropped with CASCADE), keeping the grants given on the view; renaming the table of rows
     or its id column is refused (0A000).
+(f) a fence of genes (what a move's fence records on its source): writes, deletes, lookups
+    by id and claims of them get IG002 on the shard, other genes and whole-table reads go on;
+    lifted, everything works again.
+(g) a move under load through the coordinator (two writers by owner, a prepared lookup of a
+    row of the moved genes that must find it once at every execution): no client fails,
+    every committed row is found once afterwards, on the target; the source holds no row of
+    the genes any more (deleted after the cut-over), neither shard keeps a fence, and
+    nothing of the move is left (publication, slot, subscription). On the source, a read by
+    id of a moved row gets IG001; on the target it finds the row.
+(h) a move stopped before its fence (its probe marker refused on the target) and aborted:
+    the target's copies are deleted, the source owns and shows every row as before.
+(i) the coordinator killed in a move's fence after the shards handed the genes over, before
+    its flip committed: the move supervisor gives them back under the coordinator's locks
+    (the source owns and shows its rows, unfenced; the target owns none), every row is seen
+    once through the coordinator, and the same CALL then moves the genes.
 """
 import pytest
 
@@ -182,7 +198,7 @@ def test_d_route_changes_splits_merges_and_moves():
     err = c.error(f"SELECT id_gen.set_route({hi}, 'shard_1')")
     assert err is not None and err.sqlstate == "55000", err
     assert "holds rows" in str(err), err
-    assert "not built yet" in (err.diag.message_hint or ""), err.diag.message_hint
+    assert "Move those rows first" in (err.diag.message_hint or ""), err.diag.message_hint
     assert route_of(lo) == "shard_2"
     assert c.one(f"SELECT kind FROM events WHERE id = {lo_id}") == 2
     assert s2.one(f"SELECT id_gen.shard_owns('events_rows', {lo_id})") is True
@@ -199,11 +215,12 @@ def test_d_route_changes_splits_merges_and_moves():
     assert c.one(f"SELECT count(*) FROM id_gen.route_ranges WHERE lower_gene >= {start} AND upper_gene < {start + width}") == 1
     assert c.execute("SELECT count(*), sum(amount) FROM orders") == before
     assert c.one("SELECT bool_and(in_step) FROM id_gen.distribution") is True
-    # A move: refused before anything is recorded.
+    # A reversible move and one that keeps the source: refused before anything is recorded.
     moves = c.one("SELECT count(*) FROM id_gen.shard_moves")
-    err = c.error(f"CALL id_gen.move_genes({start}, {start + width - 1}, 'shard_2')")
-    assert err is not None and err.sqlstate == "0A000", err
-    assert "orders" in (err.diag.message_detail or ""), err.diag.message_detail
+    for option in ("reversible", "keep_source"):
+        err = c.error(f"CALL id_gen.move_genes({start}, {start + width - 1}, 'shard_2', {option} => true)")
+        assert err is not None and err.sqlstate == "0A000", err
+        assert option in str(err) and "orders" in (err.diag.message_detail or ""), err
     assert c.one("SELECT count(*) FROM id_gen.shard_moves") == moves
     assert route_of(start) == "shard_1"
 
@@ -230,3 +247,171 @@ def test_e_the_view_follows_the_table_of_rows():
     # The view made again is guarded as before.
     assert s1.sqlstate("SELECT * FROM orders WHERE id = id_gen.owner_first_id(%s) + 11"
                        % owners_on("shard_2", 1)[0]) == "IG001"
+
+
+def test_f_a_fenced_gene_is_refused_with_ig002():
+    c, s1 = S["c"], S["shards"][1]
+    width = 65536 // RANGES
+    o1 = owners_on("shard_1", 1, first=5000)[0]
+    g = s1.one(f"SELECT id_gen.shard_gene({o1}::bigint)")
+    lo, hi = g - g % width, g - g % width + width - 1
+    row_id = s1.one(f"SELECT id_gen.owner_first_id({o1}) + 21")
+    s1.execute(f"INSERT INTO orders (id, owner_id, amount) VALUES ({row_id}, {o1}, 3)")
+    other_id = s1.one("SELECT min(id) FROM orders")
+    version = c.one("SELECT id_gen.route_version()")
+    harness.poll_until("shard_1 told the route version", lambda: s1.one("SELECT version FROM id_gen.shard_route_state"),
+                       version, timeout=30)
+    rows = s1.one("SELECT count(*) FROM orders")
+    assert s1.one(f"SELECT id_gen.shard_fence_owned('{{public.orders_rows,public.events_rows}}', {lo}, {hi})") == 2
+    try:
+        assert s1.one(f"SELECT id_gen.shard_fenced('orders_rows', {row_id})") is True
+        assert s1.one(f"SELECT id_gen.shard_owns('orders_rows', {row_id})") is True
+        for statement in (f"INSERT INTO orders (id, owner_id) VALUES ({row_id} + 1, {o1})",
+                          f"UPDATE orders SET amount = 4 WHERE id = {row_id}",
+                          f"DELETE FROM orders WHERE id = {row_id}",
+                          f"SELECT * FROM orders WHERE id = {row_id}",
+                          f"SELECT id_gen.route_claim({g}, {version})"):
+            err = s1.error(statement)
+            assert err is not None and err.sqlstate == "IG002", (statement, err)
+        # (With the guard off, a delete still meets the trigger.)
+        assert s1.sqlstate("SET id_gen.routing_guard = off", f"DELETE FROM orders_rows WHERE id = {row_id}") == "IG002"
+        # Other genes, and reads that do not select by id, go on.
+        assert s1.one(f"SELECT count(*) FROM orders WHERE id = {other_id}") == 1
+        assert s1.one("SELECT count(*) FROM orders") == rows
+    finally:
+        assert s1.one(f"SELECT id_gen.shard_unfence_owned('{{public.orders_rows,public.events_rows}}', {lo}, {hi})") == 2
+    assert s1.one("SELECT count(*) FROM id_gen.shard_tables WHERE fenced_ranges <> '{}'") == 0
+    s1.execute(f"UPDATE orders SET amount = 4 WHERE id = {row_id}", f"DELETE FROM orders WHERE id = {row_id}")
+    assert s1.one(f"SELECT count(*) FROM orders WHERE id = {row_id}") == 0
+
+
+def move_leftovers():
+    """Publications, slots and subscriptions on both shards (none after a move)."""
+    return [s.one("SELECT (SELECT count(*) FROM pg_publication) + (SELECT count(*) FROM pg_replication_slots) "
+                  "+ (SELECT count(*) FROM pg_subscription)") for s in S["shards"].values()]
+
+
+def rows_of_genes(shard, table, lo, hi):
+    """Rows of genes lo .. hi in a shard's table of rows, owned or not (the guard off, as for
+    a DBA inspecting the shard)."""
+    return shard.one("SET id_gen.routing_guard = off",
+                     f"SELECT count(*) FROM {table}_rows WHERE id BETWEEN id_gen.gene_first_id({lo}) "
+                     f"AND id_gen.gene_last_id({hi})")
+
+
+def test_g_a_move_under_load():
+    c = S["c"]
+    width = 65536 // RANGES
+    g = c.one("SELECT id_gen.shard_gene(700001::bigint)")
+    lo, hi = g - g % width, g - g % width + width - 1
+    source = route_of(lo)
+    target = "shard_2" if source == "shard_1" else "shard_1"
+    src, dst = S["shards"][int(source[-1])], S["shards"][int(target[-1])]
+    # Rows of the genes before the move, in both tables.
+    movers = harness.owners(c, f"id_gen.shard_gene(o) BETWEEN {lo} AND {hi}", 20, first=900000)
+    for k, o in enumerate(movers):
+        c.execute(f"INSERT INTO orders (owner_id, amount) SELECT {o}, 2 FROM generate_series(1, 5)",
+                  f"INSERT INTO events (id, owner_id, kind) VALUES (id_gen.owner_first_id({o}) + 1000 + {k}, {o}, 7)")
+    some_id = c.one(f"SELECT min(id) FROM orders WHERE owner_id = {movers[0]}")
+    held = (rows_of_genes(src, "orders", lo, hi), rows_of_genes(src, "events", lo, hi))
+    assert held[0] >= 100 and held[1] >= 20, held
+    load = harness.CoordinatorLoad(c, some_id)
+    try:
+        load.goes_on("before the move")
+        c.execute(f"CALL id_gen.move_genes({lo}, {hi}, '{target}')")
+        load.goes_on("after the move")
+    finally:
+        load.end()
+    assert c.execute("SELECT phase, fence_ms IS NOT NULL FROM id_gen.moves ORDER BY move_id DESC LIMIT 1") == [("done", True)]
+    harness.report(f"move of genes {lo} .. {hi} laid out by ownership ({held[0]} + {held[1]} rows) under load: fence "
+                   f"{c.one('SELECT fence_ms FROM id_gen.moves ORDER BY move_id DESC LIMIT 1')} ms, "
+                   f"{len(load.committed)} rows committed by the clients, none failed")
+    assert route_of(lo) == target
+    # Every committed row once, and the moved ones on the target only. (Read from the shards'
+    # views: a list of ids over several shards' genes is refused through the coordinator,
+    # docs/guide/scale-out.md.)
+    seen = {}
+    for s in S["shards"].values():
+        for (i,) in s.execute("SELECT id FROM orders"):
+            seen[i] = seen.get(i, 0) + 1
+    assert [i for i, _ in load.committed if seen.get(i) != 1] == [], "a committed row lost or seen twice"
+    moved_written = sum(1 for i, _ in load.committed if lo <= i >> 47 <= hi)
+    assert moved_written > 0, "some writes went to the moved genes"
+    assert rows_of_genes(src, "orders", lo, hi) == 0 and rows_of_genes(src, "events", lo, hi) == 0, \
+        "the source deleted its rows of the moved genes"
+    assert (rows_of_genes(dst, "orders", lo, hi), rows_of_genes(dst, "events", lo, hi)) \
+        == (held[0] + moved_written, held[1])
+    assert c.one(f"SELECT count(*) FROM orders WHERE id_gen.shard_of(id) BETWEEN {lo} AND {hi}") == held[0] + moved_written
+    for s in (src, dst):
+        assert s.one("SELECT count(*) FROM id_gen.shard_tables WHERE fenced_ranges <> '{}'") == 0
+        assert s.one(f"SELECT id_gen.shard_owns('orders_rows', id_gen.gene_first_id({lo}))") is (s is dst)
+    assert c.one("SELECT bool_and(in_step) FROM id_gen.distribution") is True
+    assert move_leftovers() == [0, 0]
+    # Zero-hop: the source refuses (IG001), the target answers.
+    assert src.sqlstate(f"SELECT * FROM orders WHERE id = {some_id}") == "IG001"
+    assert dst.one(f"SELECT count(*) FROM orders WHERE id = {some_id}") == 1
+
+
+def test_h_a_move_stopped_before_its_fence_then_aborted():
+    c = S["c"]
+    width = 65536 // RANGES
+    o = owners_on("shard_1", 1, first=950000)[0]
+    g = c.one(f"SELECT id_gen.shard_gene({o}::bigint)")
+    lo, hi = g - g % width, g - g % width + width - 1
+    c.execute(f"INSERT INTO orders (owner_id, amount) SELECT {o}, 5 FROM generate_series(1, 30)")
+    s1, s2 = S["shards"][1], S["shards"][2]
+    before = c.execute("SELECT count(*), sum(amount) FROM orders")
+    with harness.markers_refused(s2, "NEW.marker >= 1000000"):
+        err = c.error(f"CALL id_gen.move_genes({lo}, {hi}, 'shard_2')")
+    assert err is not None and err.sqlstate == "55000", err
+    mid = c.one("SELECT max(move_id) FROM id_gen.moves")
+    assert c.one(f"SELECT phase FROM id_gen.moves WHERE move_id = {mid}") == "catching_up"
+    assert rows_of_genes(s2, "orders", lo, hi) == 30, "the target holds the copies, not owned"
+    assert s2.one(f"SELECT count(*) FROM orders WHERE owner_id = {o}") == 0, "hidden on the target"
+    assert c.execute("SELECT count(*), sum(amount) FROM orders") == before, "each row seen once meanwhile"
+    c.execute(f"CALL id_gen.abort_move({mid})")
+    assert c.one(f"SELECT phase FROM id_gen.moves WHERE move_id = {mid}") == "aborted"
+    assert rows_of_genes(s2, "orders", lo, hi) == 0, "the target's copies were deleted"
+    assert rows_of_genes(s1, "orders", lo, hi) == 30 and route_of(lo) == "shard_1"
+    assert s1.one(f"SELECT count(*) FROM orders WHERE owner_id = {o}") == 30
+    assert c.execute("SELECT count(*), sum(amount) FROM orders") == before
+    for s in (s1, s2):
+        assert s.one("SELECT count(*) FROM id_gen.shard_tables WHERE fenced_ranges <> '{}'") == 0
+    assert move_leftovers() == [0, 0]
+
+
+def owns(shard, gene):
+    return shard.one(f"SELECT id_gen.shard_owns('orders_rows', id_gen.gene_first_id({gene}))")
+
+
+def test_i_a_coordinator_killed_after_the_fence_handed_the_genes_over():
+    c, s1, s2 = S["c"], S["shards"][1], S["shards"][2]
+    width = 65536 // RANGES
+    o = owners_on("shard_1", 1, first=970000)[0]
+    g = c.one(f"SELECT id_gen.shard_gene({o}::bigint)")
+    lo, hi = g - g % width, g - g % width + width - 1
+    c.execute(f"INSERT INTO orders (owner_id, amount) SELECT {o}, 9 FROM generate_series(1, 12)")
+    before = c.execute("SELECT count(*), sum(amount) FROM orders")
+    c.script(harness.SLOW_CUT_OVER)
+    move = harness.Background(c, f"CALL id_gen.move_genes({lo}, {hi}, 'shard_2')")
+    harness.poll_until("the fence handed the genes over (shard_1 / shard_2 own them)",
+                       lambda: (owns(s1, lo), owns(s2, lo)), (False, True), 60, interval=0.05)
+    c.kill9()
+    move.join()
+    c.start()
+    c.execute("DROP TRIGGER slow_cut_over ON id_gen.cluster_operations", "DROP FUNCTION public.slow_cut_over()")
+    harness.poll_until("the move supervisor gave the genes back", lambda: c.one(
+        f"SELECT phase || '/' || source_fenced || '/' || coalesce(recovered_by LIKE 'lifted the fence%', false) "
+        f"FROM id_gen.moves WHERE lower_gene = {lo}"), "catching_up/false/true", 60)
+    assert (owns(s1, lo), owns(s2, lo)) == (True, False) and route_of(lo) == "shard_1"
+    for s in (s1, s2):
+        assert s.one("SELECT count(*) FROM id_gen.shard_tables WHERE fenced_ranges <> '{}'") == 0
+    assert s1.one(f"SELECT count(*) FROM orders WHERE owner_id = {o} AND amount = 9") == 12
+    assert s2.one(f"SELECT count(*) FROM orders WHERE owner_id = {o}") == 0, "the target's copies are hidden again"
+    assert c.execute("SELECT count(*), sum(amount) FROM orders") == before
+    c.execute("SET client_min_messages = warning", f"CALL id_gen.move_genes({lo}, {hi}, 'shard_2')")
+    assert route_of(lo) == "shard_2" and (owns(s1, lo), owns(s2, lo)) == (False, True)
+    assert c.execute("SELECT count(*), sum(amount) FROM orders") == before
+    assert s2.one(f"SELECT count(*) FROM orders WHERE owner_id = {o} AND amount = 9") == 12
+    assert rows_of_genes(s1, "orders", lo, hi) == 0
+    assert move_leftovers() == [0, 0]

@@ -292,18 +292,6 @@ def test_d_a_move_of_per_shard_tables_under_load():
            f"{c.one('SELECT fence_ms FROM id_gen.moves')} ms")
 
 
-SLOW_CUT_OVER = """
-    CREATE FUNCTION public.slow_cut_over() RETURNS trigger LANGUAGE plpgsql AS $$
-    BEGIN
-      IF OLD.phase = 'catching_up' AND NEW.phase = 'cut_over' THEN
-        PERFORM pg_sleep(60);
-      END IF;
-      RETURN NEW;
-    END $$;
-    CREATE TRIGGER slow_cut_over BEFORE UPDATE ON id_gen.cluster_operations FOR EACH ROW EXECUTE FUNCTION public.slow_cut_over();
-"""
-
-
 def test_d_a_coordinator_killed_after_the_fence_re_laid_the_shards():
     """The coordinator dies in a move's fence after the target showed its copies and the
     source detached its partitions, before the flip committed: the move supervisor undoes
@@ -315,7 +303,7 @@ def test_d_a_coordinator_killed_after_the_fence_re_laid_the_shards():
     owner = c.one(f"SELECT o FROM generate_series(500000, 5000000) o WHERE id_gen.shard_gene(o::bigint) BETWEEN {lower} AND {upper} LIMIT 1")
     c.execute(*[f"INSERT INTO orders (owner_id, amount) VALUES ({owner}, 7)"] * 5)
     total = c.one("SELECT count(*) FROM orders")
-    c.script(SLOW_CUT_OVER)
+    c.script(harness.SLOW_CUT_OVER)
     move = Background(c, f"CALL id_gen.move_genes({lower}, {upper}, 'shard_1')")
     poll_until("the fence detached the source's partitions", lambda: shards[4].one(
         "SELECT count(*) FROM pg_class WHERE relname LIKE 'id_gen_moved_%'"), lambda n: n == 3, 60, interval=0.05)

@@ -72,6 +72,30 @@ impl OwnedGenes {
     pub fn ranges(&self) -> &[(u16, u16)] {
         &self.ranges
     }
+
+    /// The genes of `self` that `other` does not hold (the owned genes a move has not
+    /// fenced).
+    pub fn without(&self, other: &OwnedGenes) -> OwnedGenes {
+        let mut kept = vec![];
+        for &(lower, upper) in &self.ranges {
+            let mut start = None;
+            for g in lower..=upper {
+                match (other.contains_gene(g), start) {
+                    (false, None) => start = Some(g),
+                    // (start is Some, so g > lower >= 0)
+                    (true, Some(s)) => {
+                        kept.push((s, g - 1));
+                        start = None;
+                    }
+                    _ => {}
+                }
+            }
+            if let Some(s) = start {
+                kept.push((s, upper));
+            }
+        }
+        OwnedGenes::from_ranges(kept)
+    }
 }
 
 #[cfg(test)]
@@ -120,6 +144,32 @@ mod tests {
                 (0..=65535u16).filter(|&g| o.contains_gene(g)).count()
             );
         }
+    }
+
+    #[test]
+    fn without_keeps_exactly_the_genes_the_other_lacks() {
+        let mut rng = XorShift(41);
+        let random = |rng: &mut XorShift| {
+            OwnedGenes::from_ranges((0..rng.below(10)).map(|_| {
+                let a = rng.below(600) as u16;
+                (a, a.saturating_add(rng.below(80) as u16))
+            }))
+        };
+        for _ in 0..200 {
+            let (a, b) = (random(&mut rng), random(&mut rng));
+            let c = a.without(&b);
+            for g in 0..=700u16 {
+                assert_eq!(
+                    c.contains_gene(g),
+                    a.contains_gene(g) && !b.contains_gene(g),
+                    "gene {g}"
+                );
+            }
+        }
+        let all = OwnedGenes::from_ranges([(0, 65535)]);
+        let middle = OwnedGenes::from_ranges([(1, 65534)]);
+        assert_eq!(all.without(&middle).ranges(), &[(0, 0), (65535, 65535)]);
+        assert_eq!(middle.without(&all).ranges(), &[]);
     }
 
     #[test]

@@ -17,7 +17,13 @@
 -- a write of a gene not owned gets IG001; not fired by a logical replication apply
 -- worker), and the routing guard checks its scans that select by id against the same
 -- ranges (src/routing_guard/owned_scan.rs). Moves of such tables are not built yet (the
--- coordinator refuses them); splits and merges keep the genes where they are.
+-- coordinator drives them, sql/cluster/move.sql): the source publishes its table of rows with
+-- a row filter on the moved genes' ids, the target's copies wait in its table of rows, not
+-- owned (so hidden, and the trigger refuses writes of them), the fence records the genes as
+-- fenced on the source (shard_tables.fenced_ranges: IG002 for writes, deletes, claims and
+-- lookups by id), then the target takes the genes and the source gives them up, and the rows
+-- left behind (the source's, or an aborted move's copies on the target) are deleted in
+-- batches. Splits and merges keep the genes where they are.
 -- Code only (CREATE OR REPLACE; the event trigger is dropped and created again).
 --
 -- Invariants:
@@ -35,6 +41,9 @@
 --     ACCESS EXCLUSIVE lock after the ALTER took the table's: a statement that locked the
 --     view and waits for the table makes a deadlock (40P01 for one of them); lock both first
 --     (docs/guide/scale-out.md).
+--   * A move's functions below change what is owned without that check: the source gives
+--     up genes whose rows the target holds, and only rows of genes not owned are ever
+--     deleted (shard_delete_unowned_rows tests each row).
 --   * No code that a non-superuser owns runs in the coordinator's calls
 --     (id_gen.refuse_untrusted_table); the event trigger runs with the rights of whoever
 --     altered the table.
@@ -128,7 +137,7 @@ BEGIN
     EXECUTE format('CREATE SCHEMA IF NOT EXISTS %I', schema_name);
     EXECUTE definition;
     rows_rel := format('%I.%I', schema_name, rows_name)::regclass;
-    EXECUTE format('CREATE TRIGGER id_gen_owned_rows BEFORE INSERT OR UPDATE ON %s FOR EACH ROW '
+    EXECUTE format('CREATE TRIGGER id_gen_owned_rows BEFORE INSERT OR UPDATE OR DELETE ON %s FOR EACH ROW '
                    'EXECUTE FUNCTION id_gen.refuse_rows_not_owned(%L)', rows_rel, id_column);
     EXECUTE format('COMMENT ON TABLE %s IS %L', rows_rel,
                    format('id_gen: every row this shard holds of %I.%I, owned or not; read it through the view %I.%I, which keeps the owned ones', schema_name, table_name, schema_name, table_name));
@@ -154,7 +163,7 @@ BEGIN
       RAISE EXCEPTION 'id_gen: this shard holds rows of genes % .. % of %.%, which it would no longer own',
                       lower(lost), upper(lost) - 1, quote_ident(schema_name), quote_ident(table_name)
         USING ERRCODE = '23514',
-              HINT = 'A route change does not move rows, and moves of tables laid out by ownership are not built yet: keep the genes here, or delete those rows.';
+              HINT = 'A route change does not move rows: move the genes (id_gen.move_genes on the coordinator), or delete those rows.';
     END IF;
   END LOOP;
   PERFORM id_gen.shard_make_owned_view(rows_rel, schema_name, table_name, id_column);
@@ -211,3 +220,145 @@ CREATE EVENT TRIGGER id_gen_follow_owned_rows_ddl ON ddl_command_end
   WHEN TAG IN ('ALTER TABLE')
   EXECUTE FUNCTION id_gen.follow_owned_rows_ddl();
 COMMENT ON EVENT TRIGGER id_gen_follow_owned_rows_ddl IS 'Keeps the view of the owned rows of each table laid out by ownership in step with its table of rows (id_gen.follow_owned_rows_ddl).';
+
+-- Moves (sql/cluster/move.sql drives them) ------------------------------------------------
+-- rows_tables: qualified names of tables of rows; the moved genes are lower_gene .. upper_gene.
+
+-- The shard_tables row of each table of rows named with the moved genes added to or
+-- removed from what it owns (owning) and what is fenced (fencing); a fence first locks the
+-- table of rows against writers (SHARE ROW EXCLUSIVE, at most lock_timeout_ms); the backend's and, at commit, every backend's view of
+-- ownership is dropped. Missing tables are skipped (a target that never got one). Returns
+-- how many rows changed.
+CREATE OR REPLACE FUNCTION id_gen.change_owned_genes(rows_tables text[], lower_gene integer, upper_gene integer,
+                                                     owning text, fencing text, lock_timeout_ms integer) RETURNS integer
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  rel regclass;
+  genes int4multirange := int4multirange(int4range(lower_gene, upper_gene, '[]'));
+  n integer := 0;
+BEGIN
+  IF owning NOT IN ('add', 'remove', 'keep') OR fencing NOT IN ('add', 'remove', 'keep') THEN
+    RAISE EXCEPTION 'id_gen: owning and fencing are add, remove or keep' USING ERRCODE = '22023';
+  END IF;
+  PERFORM id_gen.shard_begin_table_change('changes what it owns', lock_timeout_ms);
+  FOREACH rel IN ARRAY id_gen.shard_relations(rows_tables, false) LOOP
+    -- A fence waits for the writers and claims in flight; later ones find the genes fenced
+    -- (the epoch moves at commit, before the lock goes). Nothing else needs the lock: the
+    -- genes a source gives up are fenced, those a target takes have no writer yet.
+    IF fencing = 'add' THEN
+      EXECUTE format('LOCK TABLE %s IN SHARE ROW EXCLUSIVE MODE', rel);
+    END IF;
+    PERFORM id_gen.refuse_untrusted_table(rel, 'shard table');
+    UPDATE id_gen.shard_tables t
+    SET gene_ranges = CASE owning WHEN 'add' THEN ARRAY(SELECT unnest(int4multirange(VARIADIC t.gene_ranges) + genes))
+                                  WHEN 'remove' THEN ARRAY(SELECT unnest(int4multirange(VARIADIC t.gene_ranges) - genes))
+                                  ELSE t.gene_ranges END,
+        fenced_ranges = CASE fencing WHEN 'add' THEN ARRAY(SELECT unnest(int4multirange(VARIADIC t.fenced_ranges) + genes))
+                                     WHEN 'remove' THEN ARRAY(SELECT unnest(int4multirange(VARIADIC t.fenced_ranges) - genes))
+                                     ELSE t.fenced_ranges END,
+        updated_at = now()
+    FROM pg_class c JOIN pg_namespace ns ON ns.oid = c.relnamespace
+    WHERE c.oid = rel AND t.schema_name = ns.nspname AND t.rows_table = c.relname;
+    n := n + 1;
+  END LOOP;
+  IF n > 0 THEN
+    PERFORM id_gen.shard_routing_changed();
+  END IF;
+  RETURN n;
+END $$;
+COMMENT ON FUNCTION id_gen.change_owned_genes(text[], integer, integer, text, text, integer) IS 'On a shard: adds genes lower_gene .. upper_gene to, or removes them from, what tables laid out by ownership own (owning) and what a move has fenced of them (fencing: add, remove or keep); a fence first locks each table of rows against writers (at most lock_timeout_ms). For a move''s steps (shard_fence_owned, shard_unfence_owned, shard_own_moved), which give up genes whose rows stay (hidden, deleted later).';
+REVOKE EXECUTE ON FUNCTION id_gen.change_owned_genes(text[], integer, integer, text, text, integer) FROM PUBLIC;
+
+-- On the source, in the move's fence: writes, deletes, claims and lookups by id of the moved
+-- genes get IG002 from its commit on (waiting at most 2 s for writers and claims in flight).
+CREATE OR REPLACE FUNCTION id_gen.shard_fence_owned(rows_tables text[], lower_gene integer, upper_gene integer) RETURNS integer
+LANGUAGE sql STRICT
+SET search_path = pg_catalog, pg_temp
+RETURN id_gen.change_owned_genes(rows_tables, lower_gene, upper_gene, 'keep', 'add', 2000);
+COMMENT ON FUNCTION id_gen.shard_fence_owned(text[], integer, integer) IS 'On the source of a move of tables laid out by ownership: fences the moved genes (id_gen.shard_tables.fenced_ranges) after writers and route claims in flight (at most 2 s): writes, deletes, claims and lookups by id of them get IG002.';
+REVOKE EXECUTE ON FUNCTION id_gen.shard_fence_owned(text[], integer, integer) FROM PUBLIC;
+
+-- On the source of a move that did not cut over: the fence goes.
+CREATE OR REPLACE FUNCTION id_gen.shard_unfence_owned(rows_tables text[], lower_gene integer, upper_gene integer) RETURNS integer
+LANGUAGE sql STRICT
+SET search_path = pg_catalog, pg_temp
+RETURN id_gen.change_owned_genes(rows_tables, lower_gene, upper_gene, 'keep', 'remove', 10000);
+COMMENT ON FUNCTION id_gen.shard_unfence_owned(text[], integer, integer) IS 'On the source of a move of tables laid out by ownership that did not cut over: lifts its fence of the moved genes.';
+REVOKE EXECUTE ON FUNCTION id_gen.shard_unfence_owned(text[], integer, integer) FROM PUBLIC;
+
+-- In the move's fence: the target takes the genes (its copies show), then the source gives
+-- them up (its rows hide, its fence of them goes); undone the other way round when the
+-- flip does not commit. No check of rows (see the invariants).
+CREATE OR REPLACE FUNCTION id_gen.shard_own_moved(rows_tables text[], lower_gene integer, upper_gene integer,
+                                                  owning boolean) RETURNS integer
+LANGUAGE sql STRICT
+SET search_path = pg_catalog, pg_temp
+RETURN id_gen.change_owned_genes(rows_tables, lower_gene, upper_gene,
+                                 CASE WHEN owning THEN 'add' ELSE 'remove' END,
+                                 CASE WHEN owning THEN 'keep' ELSE 'remove' END, 8000);
+COMMENT ON FUNCTION id_gen.shard_own_moved(text[], integer, integer, boolean) IS 'On a shard, in a move''s fence or its undo: the tables laid out by ownership own (owning) or no longer own the moved genes, whatever rows they hold of them (a move''s copies, or the rows it leaves behind, which it deletes later).';
+REVOKE EXECUTE ON FUNCTION id_gen.shard_own_moved(text[], integer, integer, boolean) FROM PUBLIC;
+
+-- How many rows of the genes the tables of rows hold (a move's progress on its target; a
+-- target must hold none before it subscribes).
+CREATE OR REPLACE FUNCTION id_gen.shard_count_moved_rows(rows_tables text[], id_columns name[], lower_gene integer,
+                                                         upper_gene integer) RETURNS bigint
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  n bigint;
+  total bigint := 0;
+BEGIN
+  -- (Rows of genes not owned: the routing guard would refuse to read them by id.)
+  PERFORM set_config('id_gen.routing_guard', 'off', true);
+  FOR i IN 1 .. cardinality(rows_tables) LOOP
+    CONTINUE WHEN to_regclass(rows_tables[i]) IS NULL;
+    EXECUTE format('SELECT count(*) FROM %s WHERE %I OPERATOR(pg_catalog.>=) %s AND %I OPERATOR(pg_catalog.<=) %s',
+                   to_regclass(rows_tables[i]), id_columns[i], id_gen.gene_first_id(lower_gene),
+                   id_columns[i], id_gen.gene_last_id(upper_gene))
+      INTO n;
+    total := total + n;
+  END LOOP;
+  RETURN total;
+END $$;
+COMMENT ON FUNCTION id_gen.shard_count_moved_rows(text[], name[], integer, integer) IS 'On a shard: how many rows of genes lower_gene .. upper_gene the tables of rows named hold, owned or not (a move''s copies on its target).';
+REVOKE EXECUTE ON FUNCTION id_gen.shard_count_moved_rows(text[], name[], integer, integer) FROM PUBLIC;
+
+-- After a move: up to `batch` rows of each table of rows whose genes lie in lower_gene ..
+-- upper_gene and are not owned here go (the source's rows after a cut-over, an aborted
+-- move's copies on its target). Returns how many; the coordinator calls it until 0, each
+-- call a transaction of its own, so that no transaction holds them all.
+CREATE OR REPLACE FUNCTION id_gen.shard_delete_unowned_rows(rows_tables text[], id_columns name[], lower_gene integer,
+                                                            upper_gene integer, batch integer) RETURNS bigint
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  rel regclass;
+  n bigint;
+  total bigint := 0;
+BEGIN
+  IF batch < 1 THEN
+    RAISE EXCEPTION 'id_gen: batch must be positive' USING ERRCODE = '22023';
+  END IF;
+  -- (Rows of genes not owned: the routing guard would refuse to read them by id.)
+  PERFORM set_config('id_gen.routing_guard', 'off', true);
+  FOR i IN 1 .. cardinality(rows_tables) LOOP
+    rel := to_regclass(rows_tables[i]);
+    CONTINUE WHEN rel IS NULL;
+    PERFORM id_gen.refuse_untrusted_table(rel, 'shard table');
+    EXECUTE format('DELETE FROM %1$s WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT ctid FROM %1$s '
+                   'WHERE %2$I OPERATOR(pg_catalog.>=) %3$s AND %2$I OPERATOR(pg_catalog.<=) %4$s '
+                   'AND NOT id_gen.shard_owns(%5$L::pg_catalog.regclass, %2$I) LIMIT %6$s))',
+                   rel, id_columns[i], id_gen.gene_first_id(lower_gene), id_gen.gene_last_id(upper_gene),
+                   rel::text, batch);
+    GET DIAGNOSTICS n = ROW_COUNT;
+    total := total + n;
+  END LOOP;
+  RETURN total;
+END $$;
+COMMENT ON FUNCTION id_gen.shard_delete_unowned_rows(text[], name[], integer, integer, integer) IS 'On a shard, after a move: deletes up to batch rows of each table of rows named whose genes lie in lower_gene .. upper_gene and are not owned here (each row tested); returns how many. The coordinator calls it until it returns 0.';
+REVOKE EXECUTE ON FUNCTION id_gen.shard_delete_unowned_rows(text[], name[], integer, integer, integer) FROM PUBLIC;

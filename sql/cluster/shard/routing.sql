@@ -152,24 +152,58 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION id_gen.refuse_not_owned() IS 'ALWAYS trigger of a tombstone partition (genes this shard does not own): refuses the row with IG001, naming the owner where the shard knows it.';
 
--- The trigger id_gen_owned_rows of a table laid out by ownership (docs/design.md §12): one
+-- The trigger id_gen_owned_rows of a table laid out by ownership (docs/design.md §11.8): one
 -- relation holds the rows, what the shard owns is recorded as data (id_gen.shard_owns), and
--- a row whose gene the shard does not own is refused (IG001). Not ENABLE ALWAYS: a move's
--- apply worker writes its copies before the target owns their genes. Its argument, the id
--- column's name, is also how the routing guard knows the table (src/routing_guard/).
+-- a row whose gene the shard does not own is refused (IG001); a row of a gene that a move
+-- has fenced for its cut-over (id_gen.shard_fenced) is refused on INSERT, UPDATE and DELETE
+-- (IG002). A DELETE of a gene not owned goes through: the rows a move left behind, which its
+-- clean-up deletes (the view shows only owned rows, so applications never reach them). Not
+-- ENABLE ALWAYS: a move's apply worker writes its copies before the target owns their
+-- genes. Its argument, the id column's name, is also how the routing guard knows the table
+-- (src/routing_guard/).
 CREATE OR REPLACE FUNCTION id_gen.refuse_rows_not_owned() RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-  id bigint := (to_jsonb(NEW) ->> TG_ARGV[0])::bigint;
+  id bigint;
 BEGIN
+  IF TG_OP <> 'INSERT' THEN
+    id := (to_jsonb(OLD) ->> TG_ARGV[0])::bigint;
+    IF id IS NOT NULL AND id_gen.shard_fenced(TG_RELID, id) THEN
+      PERFORM id_gen.raise_fenced_gene(TG_RELID::regclass, id);
+    END IF;
+    IF TG_OP = 'DELETE' THEN
+      RETURN OLD;
+    END IF;
+  END IF;
+  id := (to_jsonb(NEW) ->> TG_ARGV[0])::bigint;
   IF id IS NOT NULL AND NOT id_gen.shard_owns(TG_RELID, id) THEN
     PERFORM id_gen.raise_not_owned(TG_RELID::regclass, id);
+  ELSIF id IS NOT NULL AND id_gen.shard_fenced(TG_RELID, id) THEN
+    PERFORM id_gen.raise_fenced_gene(TG_RELID::regclass, id);
   END IF;
   RETURN NEW;
 END $$;
-COMMENT ON FUNCTION id_gen.refuse_rows_not_owned() IS 'Row trigger id_gen_owned_rows(<id column>) of a table laid out by ownership: refuses a row whose gene the shard does not own (IG001), as id_gen.shard_owns says; the routing guard checks the scans of such a table that select by id.';
+COMMENT ON FUNCTION id_gen.refuse_rows_not_owned() IS 'Row trigger id_gen_owned_rows(<id column>) of a table laid out by ownership: refuses a row whose gene the shard does not own (IG001), as id_gen.shard_owns says, and a write or delete of a gene a move has fenced (IG002, id_gen.shard_fenced); the routing guard checks the scans of such a table that select by id.';
+
+-- IG002 for a write of a gene that a move has fenced in a table laid out by ownership.
+CREATE OR REPLACE FUNCTION id_gen.raise_fenced_gene(rel regclass, id bigint) RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  IF rel IS NULL OR id IS NULL THEN
+    RAISE EXCEPTION 'id_gen: arguments "rel" and "id" must not be NULL' USING ERRCODE = '22004';
+  END IF;
+  RAISE EXCEPTION 'id_gen: gene % (id %) of % is fenced for the cut-over of a move', (id >> 47), id, rel
+    USING ERRCODE = 'IG002',
+          DETAIL = 'A move of this gene is switching shards; it takes milliseconds.',
+          HINT = 'Through the coordinator these writes wait (milliseconds); an application that routes by itself retries after a short wait (5 to 50 ms, growing), re-reading the routes (id_gen.route_map) if it persists. The fence is lifted or the genes change shard within seconds.';
+END $$;
+COMMENT ON FUNCTION id_gen.raise_fenced_gene(regclass, bigint) IS 'On a shard: raises the IG002 of a write of an id whose gene a move has fenced in a table laid out by ownership (id_gen.refuse_rows_not_owned).';
+-- (Every role: the trigger that calls it runs as the writer; it only raises.)
+GRANT EXECUTE ON FUNCTION id_gen.raise_fenced_gene(regclass, bigint) TO PUBLIC;
 
 -- The partition bound of negative ids as pg_get_expr prints it.
 CREATE OR REPLACE FUNCTION id_gen.negative_bound_text() RETURNS text
