@@ -1302,7 +1302,7 @@ GRANT EXECUTE ON FUNCTION id_gen.copy_grants(regclass, regclass) TO PUBLIC;
 -- table into this layout. With layout => 'by_ownership' the coordinator is the same (layout
 -- per_shard, shard_layout by_ownership), and each shard holds the table as one table of rows
 -- behind a view of the owned rows, what it owns recorded as data
--- (sql/cluster/shard/owned_rows.sql; its moves are not built yet).
+-- (sql/cluster/shard/owned_rows.sql; moved since 0.7.9, but not reversibly).
 --
 -- Inserts that name only the owner: PostgreSQL routes a row to its partition before any
 -- trigger of the partition runs, and a column DEFAULT cannot read another column. So
@@ -1893,10 +1893,10 @@ BEGIN
   ELSIF distribute_table.layout NOT IN ('per_range', 'per_shard', 'by_ownership') THEN
     RAISE EXCEPTION 'id_gen: unknown layout "%"', distribute_table.layout
       USING ERRCODE = '22023',
-            HINT = 'per_range: a range partition per route range here (moves supported); per_shard: a partition per shard here, whatever the number of route ranges; by_ownership: per_shard here, and one table of rows per shard whatever the number of route ranges (moves not built yet).';
+            HINT = 'per_range: a range partition per route range here (moves supported); per_shard: a partition per shard here, whatever the number of route ranges; by_ownership: per_shard here, and one table of rows per shard whatever the number of route ranges (moves supported, not reversible ones).';
   ELSIF distribute_table.layout = 'by_ownership' AND EXISTS (SELECT FROM id_gen.shard_moves m WHERE m.phase NOT IN ('done', 'aborted', 'reverted')) THEN
     RAISE EXCEPTION 'id_gen: a table laid out by ownership cannot be distributed while a move is unfinished'
-      USING ERRCODE = '55006', HINT = 'Moves of tables laid out by ownership are not built yet. Finish or abort the moves first (id_gen.moves).';
+      USING ERRCODE = '55006', HINT = 'A move in flight does not carry a table distributed meanwhile. Finish or abort the moves first (id_gen.moves).';
   END IF;
   PERFORM id_gen.require_superuser('distribute tables');
   PERFORM id_gen.quiet_ddl();
@@ -2625,8 +2625,13 @@ BEGIN
                            id_columns[i], id_gen.gene_last_id(upper_genes[i])), ', ' ORDER BY i)
     INTO items
   FROM generate_subscripts(rels, 1) i;
-  EXECUTE format('CREATE PUBLICATION %I FOR TABLE %s, id_gen.move_markers WHERE (move_id OPERATOR(pg_catalog.=) %s)',
-                 pub, items, move_id);
+  -- A table of rows (layout by ownership) holds other genes' rows too, and a TRUNCATE
+  -- ignores row filters: it would empty the target's whole table. Such a publication leaves
+  -- TRUNCATE out (a TRUNCATE on the source during the move is then not carried).
+  EXECUTE format('CREATE PUBLICATION %I FOR TABLE %s, id_gen.move_markers WHERE (move_id OPERATOR(pg_catalog.=) %s)%s',
+                 pub, items, move_id,
+                 CASE WHEN EXISTS (SELECT FROM pg_trigger t WHERE t.tgrelid = ANY (rels::oid[]) AND t.tgname = 'id_gen_owned_rows')
+                      THEN ' WITH (publish = ''insert, update, delete'')' ELSE '' END);
   RETURN 'created';
 END $$;
 COMMENT ON FUNCTION id_gen.shard_create_publication(bigint, text[], name[], integer[], integer[]) IS 'On the source of a move: publishes the moved partitions (row filter on the id, the replica identity) and the move''s markers.';
@@ -3528,7 +3533,6 @@ BEGIN
      format('-- %s gets the partitions of route ranges %s (id_gen.shard_apply_ranges): it creates the tables and empty partitions from the coordinator''s definitions', m.target_shard, p.ranges)),
     (2, 'copying', 'target', 'fence_target', id_gen.remote_call_text('shard_fence_incoming', ARRAY[id, m.source_shard, p.parts::text])),
     (3, 'copying', 'source', 'check_source_rows', id_gen.remote_call_text('shard_count_moved_rows', ARRAY[ow.rows_tables::text, ow.id_columns::text, lo, hi])),
-    (4, 'copying', 'target', 'check_target_rows', id_gen.remote_call_text('shard_count_moved_rows', ARRAY[ow.rows_tables::text, ow.id_columns::text, lo, hi])),
     (5, 'copying', 'target', 'hide_incoming', id_gen.remote_call_text('shard_hide_incoming', ARRAY[id, ps.parts::text])),
     (6, 'copying', 'source', 'create_publication',
      id_gen.remote_call_text('shard_create_publication', ARRAY[id, (p.parts || ow.rows_tables)::text, (p.id_columns || ow.id_columns)::text,
@@ -3558,6 +3562,7 @@ BEGIN
     (24, 'catching_up', 'coordinator', 'flip',
      format('-- UPDATE id_gen.shard_routes SET shard = %L for %s; swap each range partition''s foreign table to %s; then (next step) the target''s fence is lifted, and COMMIT lifts the coordinator''s', m.target_shard, p.ranges, m.target_shard)),
     (25, 'catching_up', 'target', 'unfence_target', id_gen.remote_call_text('shard_unfence', ARRAY[p.parts::text])),
+    (25, 'catching_up', 'target', 'unfence_target_owned', id_gen.remote_call_text('shard_unfence_owned', ARRAY[ow.rows_tables::text, lo, hi])),
     (26, 'catching_up', 'source', 'detach_source_in_fence', id_gen.remote_call_text('shard_detach_moved', ARRAY[id, ps.parts::text])),
     (27, 'catching_up', 'source', 'release_source', id_gen.remote_call_text('shard_own_moved', ARRAY[ow.rows_tables::text, lo, hi, 'false'])),
     (28, 'cut_over', 'source', 'detach_source', id_gen.remote_call_text('shard_detach_moved', ARRAY[id, p.parts::text])),
@@ -3592,8 +3597,8 @@ BEGIN
                            'reattach_source', 'drop_hidden'))
     AND (cardinality(ps.parts) > 0 OR cardinality(ow.rows_tables) > 0 OR v.name <> 'fence_coordinator_shards')
     AND (cardinality(ow.rows_tables) > 0
-         OR v.name NOT IN ('check_source_rows', 'check_target_rows', 'count_target_owned', 'fence_source_owned', 'own_incoming',
-                           'release_source', 'delete_source_rows', 'retake_source', 'unfence_source_owned',
+         OR v.name NOT IN ('check_source_rows', 'count_target_owned', 'fence_source_owned', 'own_incoming',
+                           'release_source', 'delete_source_rows', 'retake_source', 'unfence_source_owned', 'unfence_target_owned',
                            'disown_incoming', 'delete_target_rows'));
 END $$;
 COMMENT ON FUNCTION id_gen.move_commands(id_gen.shard_moves) IS 'The steps of a move with the statement each server runs (what move_genes executes and dry_run prints); no statement carries a password.';
@@ -3768,8 +3773,14 @@ BEGIN
       PERFORM id_gen.run_move_step(m, 'reattach_source', 0, 120000);
     END IF;
     PERFORM id_gen.run_move_step(m, 'unfence_source', 0, 10000);
-    -- (tables laid out by ownership: the source owns the genes again, unfenced)
+    -- (tables laid out by ownership: the source owns the genes again, unfenced, once the
+    -- target has given them back: shown_copies, which runs first, is done)
     IF id_gen.has_owned_tables() THEN
+      IF id_gen.has_cleanup(m.move_id, 'shown_copies') THEN
+        RAISE EXCEPTION 'id_gen: move %: the source''s fence of genes % .. % stays until "%" gives them back',
+                        m.move_id, m.lower_gene, m.upper_gene, m.target_shard
+          USING ERRCODE = '55000', HINT = 'The clean-up shown_copies did not finish; it is tried again when the target answers.';
+      END IF;
       PERFORM id_gen.run_move_step(m, 'retake_source', 0, 10000);
       PERFORM id_gen.run_move_step(m, 'unfence_source_owned', 0, 10000);
     END IF;
@@ -3841,6 +3852,9 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
   PERFORM id_gen.run_move_step(m, 'unfence_target', 0, 10000);
+  IF id_gen.has_owned_tables() THEN
+    PERFORM id_gen.run_move_step(m, 'unfence_target_owned', 0, 10000);
+  END IF;
   IF id_gen.has_per_shard_tables() THEN
     PERFORM id_gen.run_move_step(m, 'settle_target', 0, 10000);
   END IF;
@@ -4477,8 +4491,9 @@ BEGIN
         PERFORM id_gen.run_move_step(m, 'show_incoming', 0, 8000);
       END IF;
       IF owned THEN
-        -- Tables laid out by ownership: the target owns the genes (its copies show and take
-        -- writes) while the coordinator holds every statement of them.
+        -- Tables laid out by ownership: the target owns the genes, fenced (its copies show;
+        -- its writers of them wait for unfence_target_owned, after the flip), while the
+        -- coordinator holds every statement of them.
         target_owns := true;
         PERFORM id_gen.run_move_step(m, 'own_incoming', 0, 8000);
       END IF;
@@ -4487,6 +4502,9 @@ BEGIN
       -- still holds their writers (which then reach the target, which must take them).
       target_unfenced := true;
       PERFORM id_gen.run_move_step(m, 'unfence_target', 0, 8000);
+      IF owned THEN
+        PERFORM id_gen.run_move_step(m, 'unfence_target_owned', 0, 8000);
+      END IF;
       IF per_shard THEN
         -- Last: the source's moved partitions leave its tables (the coordinator reads them
         -- whole), so that after the COMMIT every row is read once, from the target.
@@ -4532,13 +4550,16 @@ BEGIN
         BEGIN
           PERFORM id_gen.run_move_step(m, 'disown_incoming', 0, 5000);
           PERFORM id_gen.run_move_step(m, 'retake_source', 0, 5000);
+          target_owns := false;
         EXCEPTION WHEN OTHERS OR query_canceled THEN
-          err := err || ' (handing the genes of tables laid out by ownership back failed: ' || SQLERRM || ')';
+          err := err || ' (handing the genes of tables laid out by ownership back failed: ' || SQLERRM
+                     || '; the source stays fenced until the target gives them back)';
         END;
       END IF;
       BEGIN
         PERFORM id_gen.run_move_step(m, 'unfence_source', 0, 10000);
-        IF owned THEN
+        -- (not while the target may still own the genes: both would own them)
+        IF owned AND NOT target_owns THEN
           PERFORM id_gen.run_move_step(m, 'unfence_source_owned', 0, 10000);
         END IF;
       EXCEPTION WHEN OTHERS OR query_canceled THEN
@@ -7769,7 +7790,7 @@ GRANT EXECUTE ON FUNCTION id_gen.route_claim(integer, bigint) TO PUBLIC;
 -- The table of rows carries the trigger id_gen_owned_rows (id_gen.refuse_rows_not_owned:
 -- a write of a gene not owned gets IG001; not fired by a logical replication apply
 -- worker), and the routing guard checks its scans that select by id against the same
--- ranges (src/routing_guard/owned_scan.rs). Moves of such tables are not built yet (the
+-- ranges (src/routing_guard/owned_scan.rs). Moves of such tables (since 0.7.9; the
 -- coordinator drives them, sql/cluster/move.sql): the source publishes its table of rows with
 -- a row filter on the moved genes' ids, the target's copies wait in its table of rows, not
 -- owned (so hidden, and the trigger refuses writes of them), the fence records the genes as
@@ -8041,17 +8062,18 @@ RETURN id_gen.change_owned_genes(rows_tables, lower_gene, upper_gene, 'keep', 'r
 COMMENT ON FUNCTION id_gen.shard_unfence_owned(text[], integer, integer) IS 'On the source of a move of tables laid out by ownership that did not cut over: lifts its fence of the moved genes.';
 REVOKE EXECUTE ON FUNCTION id_gen.shard_unfence_owned(text[], integer, integer) FROM PUBLIC;
 
--- In the move's fence: the target takes the genes (its copies show), then the source gives
--- them up (its rows hide, its fence of them goes); undone the other way round when the
--- flip does not commit. No check of rows (see the invariants).
+-- In the move's fence: the target takes the genes, fenced (its copies show; its own writers
+-- of them get IG002 until the fence lifts it with the partitions' fence, shard_unfence_owned),
+-- then the source gives them up (its rows hide, its fence of them goes); undone the other
+-- way round when the flip does not commit. No check of rows (see the invariants).
 CREATE OR REPLACE FUNCTION id_gen.shard_own_moved(rows_tables text[], lower_gene integer, upper_gene integer,
                                                   owning boolean) RETURNS integer
 LANGUAGE sql STRICT
 SET search_path = pg_catalog, pg_temp
 RETURN id_gen.change_owned_genes(rows_tables, lower_gene, upper_gene,
                                  CASE WHEN owning THEN 'add' ELSE 'remove' END,
-                                 CASE WHEN owning THEN 'keep' ELSE 'remove' END, 8000);
-COMMENT ON FUNCTION id_gen.shard_own_moved(text[], integer, integer, boolean) IS 'On a shard, in a move''s fence or its undo: the tables laid out by ownership own (owning) or no longer own the moved genes, whatever rows they hold of them (a move''s copies, or the rows it leaves behind, which it deletes later).';
+                                 CASE WHEN owning THEN 'add' ELSE 'remove' END, 8000);
+COMMENT ON FUNCTION id_gen.shard_own_moved(text[], integer, integer, boolean) IS 'On a shard, in a move''s fence or its undo: the tables laid out by ownership own (owning: fenced, until shard_unfence_owned) or no longer own (nor fence) the moved genes, whatever rows they hold of them (a move''s copies, or the rows it leaves behind, which it deletes later).';
 REVOKE EXECUTE ON FUNCTION id_gen.shard_own_moved(text[], integer, integer, boolean) FROM PUBLIC;
 
 -- How many rows of the genes the tables of rows hold (a move's progress on its target; a

@@ -26,7 +26,7 @@
 -- table into this layout. With layout => 'by_ownership' the coordinator is the same (layout
 -- per_shard, shard_layout by_ownership), and each shard holds the table as one table of rows
 -- behind a view of the owned rows, what it owns recorded as data
--- (sql/cluster/shard/owned_rows.sql; its moves are not built yet).
+-- (sql/cluster/shard/owned_rows.sql; moved since 0.7.9, but not reversibly).
 --
 -- Inserts that name only the owner: PostgreSQL routes a row to its partition before any
 -- trigger of the partition runs, and a column DEFAULT cannot read another column. So
@@ -617,10 +617,10 @@ BEGIN
   ELSIF distribute_table.layout NOT IN ('per_range', 'per_shard', 'by_ownership') THEN
     RAISE EXCEPTION 'id_gen: unknown layout "%"', distribute_table.layout
       USING ERRCODE = '22023',
-            HINT = 'per_range: a range partition per route range here (moves supported); per_shard: a partition per shard here, whatever the number of route ranges; by_ownership: per_shard here, and one table of rows per shard whatever the number of route ranges (moves not built yet).';
+            HINT = 'per_range: a range partition per route range here (moves supported); per_shard: a partition per shard here, whatever the number of route ranges; by_ownership: per_shard here, and one table of rows per shard whatever the number of route ranges (moves supported, not reversible ones).';
   ELSIF distribute_table.layout = 'by_ownership' AND EXISTS (SELECT FROM id_gen.shard_moves m WHERE m.phase NOT IN ('done', 'aborted', 'reverted')) THEN
     RAISE EXCEPTION 'id_gen: a table laid out by ownership cannot be distributed while a move is unfinished'
-      USING ERRCODE = '55006', HINT = 'Moves of tables laid out by ownership are not built yet. Finish or abort the moves first (id_gen.moves).';
+      USING ERRCODE = '55006', HINT = 'A move in flight does not carry a table distributed meanwhile. Finish or abort the moves first (id_gen.moves).';
   END IF;
   PERFORM id_gen.require_superuser('distribute tables');
   PERFORM id_gen.quiet_ddl();

@@ -220,7 +220,6 @@ BEGIN
      format('-- %s gets the partitions of route ranges %s (id_gen.shard_apply_ranges): it creates the tables and empty partitions from the coordinator''s definitions', m.target_shard, p.ranges)),
     (2, 'copying', 'target', 'fence_target', id_gen.remote_call_text('shard_fence_incoming', ARRAY[id, m.source_shard, p.parts::text])),
     (3, 'copying', 'source', 'check_source_rows', id_gen.remote_call_text('shard_count_moved_rows', ARRAY[ow.rows_tables::text, ow.id_columns::text, lo, hi])),
-    (4, 'copying', 'target', 'check_target_rows', id_gen.remote_call_text('shard_count_moved_rows', ARRAY[ow.rows_tables::text, ow.id_columns::text, lo, hi])),
     (5, 'copying', 'target', 'hide_incoming', id_gen.remote_call_text('shard_hide_incoming', ARRAY[id, ps.parts::text])),
     (6, 'copying', 'source', 'create_publication',
      id_gen.remote_call_text('shard_create_publication', ARRAY[id, (p.parts || ow.rows_tables)::text, (p.id_columns || ow.id_columns)::text,
@@ -250,6 +249,7 @@ BEGIN
     (24, 'catching_up', 'coordinator', 'flip',
      format('-- UPDATE id_gen.shard_routes SET shard = %L for %s; swap each range partition''s foreign table to %s; then (next step) the target''s fence is lifted, and COMMIT lifts the coordinator''s', m.target_shard, p.ranges, m.target_shard)),
     (25, 'catching_up', 'target', 'unfence_target', id_gen.remote_call_text('shard_unfence', ARRAY[p.parts::text])),
+    (25, 'catching_up', 'target', 'unfence_target_owned', id_gen.remote_call_text('shard_unfence_owned', ARRAY[ow.rows_tables::text, lo, hi])),
     (26, 'catching_up', 'source', 'detach_source_in_fence', id_gen.remote_call_text('shard_detach_moved', ARRAY[id, ps.parts::text])),
     (27, 'catching_up', 'source', 'release_source', id_gen.remote_call_text('shard_own_moved', ARRAY[ow.rows_tables::text, lo, hi, 'false'])),
     (28, 'cut_over', 'source', 'detach_source', id_gen.remote_call_text('shard_detach_moved', ARRAY[id, p.parts::text])),
@@ -284,8 +284,8 @@ BEGIN
                            'reattach_source', 'drop_hidden'))
     AND (cardinality(ps.parts) > 0 OR cardinality(ow.rows_tables) > 0 OR v.name <> 'fence_coordinator_shards')
     AND (cardinality(ow.rows_tables) > 0
-         OR v.name NOT IN ('check_source_rows', 'check_target_rows', 'count_target_owned', 'fence_source_owned', 'own_incoming',
-                           'release_source', 'delete_source_rows', 'retake_source', 'unfence_source_owned',
+         OR v.name NOT IN ('check_source_rows', 'count_target_owned', 'fence_source_owned', 'own_incoming',
+                           'release_source', 'delete_source_rows', 'retake_source', 'unfence_source_owned', 'unfence_target_owned',
                            'disown_incoming', 'delete_target_rows'));
 END $$;
 COMMENT ON FUNCTION id_gen.move_commands(id_gen.shard_moves) IS 'The steps of a move with the statement each server runs (what move_genes executes and dry_run prints); no statement carries a password.';
@@ -460,8 +460,14 @@ BEGIN
       PERFORM id_gen.run_move_step(m, 'reattach_source', 0, 120000);
     END IF;
     PERFORM id_gen.run_move_step(m, 'unfence_source', 0, 10000);
-    -- (tables laid out by ownership: the source owns the genes again, unfenced)
+    -- (tables laid out by ownership: the source owns the genes again, unfenced, once the
+    -- target has given them back: shown_copies, which runs first, is done)
     IF id_gen.has_owned_tables() THEN
+      IF id_gen.has_cleanup(m.move_id, 'shown_copies') THEN
+        RAISE EXCEPTION 'id_gen: move %: the source''s fence of genes % .. % stays until "%" gives them back',
+                        m.move_id, m.lower_gene, m.upper_gene, m.target_shard
+          USING ERRCODE = '55000', HINT = 'The clean-up shown_copies did not finish; it is tried again when the target answers.';
+      END IF;
       PERFORM id_gen.run_move_step(m, 'retake_source', 0, 10000);
       PERFORM id_gen.run_move_step(m, 'unfence_source_owned', 0, 10000);
     END IF;
@@ -533,6 +539,9 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
   PERFORM id_gen.run_move_step(m, 'unfence_target', 0, 10000);
+  IF id_gen.has_owned_tables() THEN
+    PERFORM id_gen.run_move_step(m, 'unfence_target_owned', 0, 10000);
+  END IF;
   IF id_gen.has_per_shard_tables() THEN
     PERFORM id_gen.run_move_step(m, 'settle_target', 0, 10000);
   END IF;
@@ -1169,8 +1178,9 @@ BEGIN
         PERFORM id_gen.run_move_step(m, 'show_incoming', 0, 8000);
       END IF;
       IF owned THEN
-        -- Tables laid out by ownership: the target owns the genes (its copies show and take
-        -- writes) while the coordinator holds every statement of them.
+        -- Tables laid out by ownership: the target owns the genes, fenced (its copies show;
+        -- its writers of them wait for unfence_target_owned, after the flip), while the
+        -- coordinator holds every statement of them.
         target_owns := true;
         PERFORM id_gen.run_move_step(m, 'own_incoming', 0, 8000);
       END IF;
@@ -1179,6 +1189,9 @@ BEGIN
       -- still holds their writers (which then reach the target, which must take them).
       target_unfenced := true;
       PERFORM id_gen.run_move_step(m, 'unfence_target', 0, 8000);
+      IF owned THEN
+        PERFORM id_gen.run_move_step(m, 'unfence_target_owned', 0, 8000);
+      END IF;
       IF per_shard THEN
         -- Last: the source's moved partitions leave its tables (the coordinator reads them
         -- whole), so that after the COMMIT every row is read once, from the target.
@@ -1224,13 +1237,16 @@ BEGIN
         BEGIN
           PERFORM id_gen.run_move_step(m, 'disown_incoming', 0, 5000);
           PERFORM id_gen.run_move_step(m, 'retake_source', 0, 5000);
+          target_owns := false;
         EXCEPTION WHEN OTHERS OR query_canceled THEN
-          err := err || ' (handing the genes of tables laid out by ownership back failed: ' || SQLERRM || ')';
+          err := err || ' (handing the genes of tables laid out by ownership back failed: ' || SQLERRM
+                     || '; the source stays fenced until the target gives them back)';
         END;
       END IF;
       BEGIN
         PERFORM id_gen.run_move_step(m, 'unfence_source', 0, 10000);
-        IF owned THEN
+        -- (not while the target may still own the genes: both would own them)
+        IF owned AND NOT target_owns THEN
           PERFORM id_gen.run_move_step(m, 'unfence_source_owned', 0, 10000);
         END IF;
       EXCEPTION WHEN OTHERS OR query_canceled THEN

@@ -51,8 +51,13 @@ BEGIN
                            id_columns[i], id_gen.gene_last_id(upper_genes[i])), ', ' ORDER BY i)
     INTO items
   FROM generate_subscripts(rels, 1) i;
-  EXECUTE format('CREATE PUBLICATION %I FOR TABLE %s, id_gen.move_markers WHERE (move_id OPERATOR(pg_catalog.=) %s)',
-                 pub, items, move_id);
+  -- A table of rows (layout by ownership) holds other genes' rows too, and a TRUNCATE
+  -- ignores row filters: it would empty the target's whole table. Such a publication leaves
+  -- TRUNCATE out (a TRUNCATE on the source during the move is then not carried).
+  EXECUTE format('CREATE PUBLICATION %I FOR TABLE %s, id_gen.move_markers WHERE (move_id OPERATOR(pg_catalog.=) %s)%s',
+                 pub, items, move_id,
+                 CASE WHEN EXISTS (SELECT FROM pg_trigger t WHERE t.tgrelid = ANY (rels::oid[]) AND t.tgname = 'id_gen_owned_rows')
+                      THEN ' WITH (publish = ''insert, update, delete'')' ELSE '' END);
   RETURN 'created';
 END $$;
 COMMENT ON FUNCTION id_gen.shard_create_publication(bigint, text[], name[], integer[], integer[]) IS 'On the source of a move: publishes the moved partitions (row filter on the id, the replica identity) and the move''s markers.';

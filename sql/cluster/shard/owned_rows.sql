@@ -16,7 +16,7 @@
 -- The table of rows carries the trigger id_gen_owned_rows (id_gen.refuse_rows_not_owned:
 -- a write of a gene not owned gets IG001; not fired by a logical replication apply
 -- worker), and the routing guard checks its scans that select by id against the same
--- ranges (src/routing_guard/owned_scan.rs). Moves of such tables are not built yet (the
+-- ranges (src/routing_guard/owned_scan.rs). Moves of such tables (since 0.7.9; the
 -- coordinator drives them, sql/cluster/move.sql): the source publishes its table of rows with
 -- a row filter on the moved genes' ids, the target's copies wait in its table of rows, not
 -- owned (so hidden, and the trigger refuses writes of them), the fence records the genes as
@@ -288,17 +288,18 @@ RETURN id_gen.change_owned_genes(rows_tables, lower_gene, upper_gene, 'keep', 'r
 COMMENT ON FUNCTION id_gen.shard_unfence_owned(text[], integer, integer) IS 'On the source of a move of tables laid out by ownership that did not cut over: lifts its fence of the moved genes.';
 REVOKE EXECUTE ON FUNCTION id_gen.shard_unfence_owned(text[], integer, integer) FROM PUBLIC;
 
--- In the move's fence: the target takes the genes (its copies show), then the source gives
--- them up (its rows hide, its fence of them goes); undone the other way round when the
--- flip does not commit. No check of rows (see the invariants).
+-- In the move's fence: the target takes the genes, fenced (its copies show; its own writers
+-- of them get IG002 until the fence lifts it with the partitions' fence, shard_unfence_owned),
+-- then the source gives them up (its rows hide, its fence of them goes); undone the other
+-- way round when the flip does not commit. No check of rows (see the invariants).
 CREATE OR REPLACE FUNCTION id_gen.shard_own_moved(rows_tables text[], lower_gene integer, upper_gene integer,
                                                   owning boolean) RETURNS integer
 LANGUAGE sql STRICT
 SET search_path = pg_catalog, pg_temp
 RETURN id_gen.change_owned_genes(rows_tables, lower_gene, upper_gene,
                                  CASE WHEN owning THEN 'add' ELSE 'remove' END,
-                                 CASE WHEN owning THEN 'keep' ELSE 'remove' END, 8000);
-COMMENT ON FUNCTION id_gen.shard_own_moved(text[], integer, integer, boolean) IS 'On a shard, in a move''s fence or its undo: the tables laid out by ownership own (owning) or no longer own the moved genes, whatever rows they hold of them (a move''s copies, or the rows it leaves behind, which it deletes later).';
+                                 CASE WHEN owning THEN 'add' ELSE 'remove' END, 8000);
+COMMENT ON FUNCTION id_gen.shard_own_moved(text[], integer, integer, boolean) IS 'On a shard, in a move''s fence or its undo: the tables laid out by ownership own (owning: fenced, until shard_unfence_owned) or no longer own (nor fence) the moved genes, whatever rows they hold of them (a move''s copies, or the rows it leaves behind, which it deletes later).';
 REVOKE EXECUTE ON FUNCTION id_gen.shard_own_moved(text[], integer, integer, boolean) FROM PUBLIC;
 
 -- How many rows of the genes the tables of rows hold (a move's progress on its target; a
