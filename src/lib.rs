@@ -165,9 +165,14 @@ extension_sql_file!(
     ]
 );
 extension_sql_file!(
+    "../sql/cluster/shard/convert.sql",
+    name = "shard_convert",
+    requires = ["route_hash"]
+);
+extension_sql_file!(
     "../sql/cluster/convert.sql",
     name = "convert",
-    requires = ["route_hash"]
+    requires = ["shard_convert"]
 );
 extension_sql_file!("../sql/install/finalize.sql", finalize);
 

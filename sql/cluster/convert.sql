@@ -1,3 +1,7 @@
+-- Conversions of distributed tables to the newer layouts, online: a per_range table to
+-- per_shard (convert_to_per_shard, the coordinator only) and a per_shard table's shards to
+-- the layout by ownership (convert_to_by_ownership, below).
+--
 -- Conversion of a per_range distributed table to the per_shard layout (docs/design.md §11.7),
 -- online: CALL id_gen.convert_to_per_shard(tbl). Only the coordinator changes: the shards'
 -- tables are the same in both layouts (one partition per owned route range), so no row moves.
@@ -33,6 +37,37 @@ RETURN pg_catalog.format('id_gen: the range partitions of %I.%I before its conve
 COMMENT ON FUNCTION id_gen.old_tree_comment(name, name) IS 'The comment id_gen.convert_to_per_shard gives the old partitioned table of a conversion; it drops only a table that bears it.';
 REVOKE EXECUTE ON FUNCTION id_gen.old_tree_comment(name, name) FROM PUBLIC;
 
+-- The distributed table that a conversion's CALL names (tbl: the table or its partitioned
+-- table), once its arguments and the caller are checked (22004, 22023, 42501; 42809 when tbl
+-- is not distributed, with a hint to distribute it with `layout`).
+CREATE OR REPLACE FUNCTION id_gen.table_to_convert(tbl regclass, batch integer, layout text) RETURNS id_gen.distributed_tables
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  d id_gen.distributed_tables;
+BEGIN
+  IF tbl IS NULL OR batch IS NULL OR layout IS NULL THEN
+    RAISE EXCEPTION 'id_gen: argument "%" must not be NULL',
+                    CASE WHEN tbl IS NULL THEN 'tbl' WHEN batch IS NULL THEN 'batch' ELSE 'layout' END
+      USING ERRCODE = '22004';
+  ELSIF batch < 1 THEN
+    RAISE EXCEPTION 'id_gen: batch must be at least 1 (it is %)', batch USING ERRCODE = '22023';
+  END IF;
+  PERFORM id_gen.require_superuser('convert distributed tables');
+  SELECT t.* INTO d
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+  JOIN id_gen.distributed_tables t ON t.schema_name = n.nspname AND (t.table_name = c.relname OR t.partitioned_name = c.relname)
+  WHERE c.oid = tbl;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'id_gen: % is not a distributed table', tbl
+      USING ERRCODE = '42809', HINT = format('Distribute it with layout => %L instead: SELECT id_gen.distribute_table(...).', layout);
+  END IF;
+  RETURN d;
+END $$;
+COMMENT ON FUNCTION id_gen.table_to_convert(regclass, integer, text) IS 'The row of id_gen.distributed_tables of the table a conversion names, once the arguments and the caller (superuser) are checked; 42809 when it is not distributed.';
+REVOKE EXECUTE ON FUNCTION id_gen.table_to_convert(regclass, integer, text) FROM PUBLIC;
+
 CREATE OR REPLACE PROCEDURE id_gen.convert_to_per_shard(tbl regclass, batch integer DEFAULT 200)
 LANGUAGE plpgsql
 AS $$
@@ -40,7 +75,6 @@ DECLARE
   d id_gen.distributed_tables;
   nd id_gen.distributed_tables;
   sch name;
-  rel name;
   parts regclass;
   old_name name;
   new_name name;
@@ -52,24 +86,11 @@ DECLARE
   n integer;
   dropped integer := 0;
 BEGIN
-  IF tbl IS NULL OR batch IS NULL THEN
-    RAISE EXCEPTION 'id_gen: argument "%" must not be NULL', CASE WHEN tbl IS NULL THEN 'tbl' ELSE 'batch' END
-      USING ERRCODE = '22004';
-  ELSIF batch < 1 THEN
-    RAISE EXCEPTION 'id_gen: batch must be at least 1 (it is %)', batch USING ERRCODE = '22023';
-  END IF;
-  PERFORM id_gen.require_superuser('convert distributed tables');
   -- (No SET clause: a procedure with one cannot COMMIT. The path is pinned for each
   -- transaction instead, and every name below is qualified.)
   PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-  SELECT n.nspname, c.relname INTO sch, rel
-  FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = tbl;
-  SELECT * INTO d FROM id_gen.distributed_tables t
-  WHERE t.schema_name = sch AND (t.table_name = rel OR t.partitioned_name = rel);
-  IF NOT FOUND THEN
-    RAISE EXCEPTION 'id_gen: % is not a distributed table', tbl
-      USING ERRCODE = '42809', HINT = 'Distribute it with layout => ''per_shard'' instead: SELECT id_gen.distribute_table(...).';
-  END IF;
+  d := id_gen.table_to_convert(tbl, batch, 'per_shard');
+  sch := d.schema_name;
   parts := pg_catalog.format('%I.%I', d.schema_name, d.partitioned_name)::regclass;
   old_name := id_gen.fit_name(d.partitioned_name, '_per_range');
   new_name := id_gen.fit_name(d.partitioned_name, '_per_shard');
@@ -176,3 +197,152 @@ BEGIN
 END $$;
 COMMENT ON PROCEDURE id_gen.convert_to_per_shard(regclass, integer) IS 'Converts a per_range distributed table to the per_shard layout online (coordinator only; the shards'' tables stay as they are): builds the hash-partitioned table with one foreign table per shard, swaps it in under a short ACCESS EXCLUSIVE lock, then drops the old range partitions in batches of batch, each in a transaction of its own (run it outside a transaction block; a CALL that was interrupted finishes it). Superuser only.';
 REVOKE EXECUTE ON PROCEDURE id_gen.convert_to_per_shard(regclass, integer) FROM PUBLIC;
+
+-- Conversion of a per_shard table's shards to the layout by ownership (docs/design.md §11.8),
+-- online: CALL id_gen.convert_to_by_ownership(tbl). The coordinator's relations stay as they
+-- are (its foreign table of each shard names the table, which becomes the view of the owned
+-- rows there); each shard's partitioned table becomes a table of rows behind that view, one
+-- shard after the other (the steps: sql/cluster/shard/convert.sql):
+--   1. one short transaction here: the table is marked (distributed_tables.converting_since),
+--      so route changes, moves, splits and other distributions wait (55006) until it is done;
+--   2. per shard that holds the table: begin (the table of rows, and the triggers that make
+--      every write reach it too), copy in batches of `batch` rows, finish (once the snapshots
+--      older than the copy are gone, the swap, under a lock of the table there that its
+--      statements wait for: milliseconds), then drop the old partitions in batches of 200;
+--   3. one short transaction here: shard_layout becomes by_ownership, with the shards'
+--      definition of a table of rows, and the mark goes.
+-- Invariants:
+--   * No row moves between shards and none is lost (the shard's steps keep every write).
+--   * Re-running the CALL after an interruption finishes it: every shard step says what it
+--     finds, and a shard converted already is skipped.
+--   * Between the shards' swaps, a shard's push (the supervisor's) of the same ranges to a
+--     shard converted already records them as data (shard_apply_ranges hands the call to
+--     shard_apply_owned_ranges there).
+
+-- The shards' CREATE TABLE of the table of rows of d, from its partitioned definition
+-- (what distribute_table(..., layout => 'by_ownership') writes).
+CREATE OR REPLACE FUNCTION id_gen.owned_rows_definition(d id_gen.distributed_tables) RETURNS text
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  head text := format('CREATE TABLE %I.%I (', d.schema_name, d.table_name);
+  tail text := format(') PARTITION BY RANGE (%I)', d.id_column);
+BEGIN
+  IF d.shard_layout = 'by_ownership' THEN
+    RETURN d.shard_definition;
+  ELSIF left(d.shard_definition, length(head)) <> head OR right(d.shard_definition, length(tail)) <> tail THEN
+    RAISE EXCEPTION 'id_gen: the shards'' definition of %.% is not one id_gen wrote', quote_ident(d.schema_name), quote_ident(d.table_name)
+      USING ERRCODE = '55000', DETAIL = d.shard_definition,
+            HINT = 'id_gen.distributed_tables.shard_definition should be the CREATE TABLE ... PARTITION BY RANGE that distribute_table wrote.';
+  END IF;
+  RETURN format('CREATE TABLE %I.%I (', d.schema_name, id_gen.fit_name(d.shard_stem, '_rows'))
+         || substr(d.shard_definition, length(head) + 1, length(d.shard_definition) - length(head) - length(tail)) || ')';
+END $$;
+COMMENT ON FUNCTION id_gen.owned_rows_definition(id_gen.distributed_tables) IS 'The shards'' CREATE TABLE of the table of rows of a distributed table laid out by ownership, from its partitioned definition (55000 for a definition id_gen did not write).';
+REVOKE EXECUTE ON FUNCTION id_gen.owned_rows_definition(id_gen.distributed_tables) FROM PUBLIC;
+
+CREATE OR REPLACE PROCEDURE id_gen.convert_to_by_ownership(tbl regclass, batch integer DEFAULT 10000)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+  d id_gen.distributed_tables;
+  definition text;
+  shard text;
+  state text;
+  after_id text;
+  args text[];
+  n integer;
+  calls integer;
+  dropped integer;
+  msg text;
+  t0 timestamptz;
+BEGIN
+  -- (No SET clause, as above.)
+  PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+  d := id_gen.table_to_convert(tbl, batch, 'by_ownership');
+  IF d.layout <> 'per_shard' THEN
+    RAISE EXCEPTION 'id_gen: %.% is laid out %; only a per_shard table converts to the layout by ownership',
+                    pg_catalog.quote_ident(d.schema_name), pg_catalog.quote_ident(d.table_name), d.layout
+      USING ERRCODE = '0A000', HINT = 'Convert it to per_shard first: CALL id_gen.convert_to_per_shard(...).';
+  ELSIF d.shard_layout = 'by_ownership' AND d.converting_since IS NULL THEN
+    RAISE NOTICE 'id_gen: %.% is laid out by ownership already', pg_catalog.quote_ident(d.schema_name), pg_catalog.quote_ident(d.table_name);
+    RETURN;
+  END IF;
+  definition := id_gen.owned_rows_definition(d);
+  IF d.converting_since IS NULL THEN
+    LOCK TABLE id_gen.shard_routes IN SHARE MODE;
+    PERFORM id_gen.refuse_during_operations('convert a distributed table');
+    UPDATE id_gen.distributed_tables t SET converting_since = pg_catalog.now()
+    WHERE (t.schema_name, t.table_name) = (d.schema_name, d.table_name);
+    COMMIT;
+    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+  END IF;
+
+  FOR shard IN SELECT p.shard FROM id_gen.shard_placements p
+               WHERE (p.schema_name, p.table_name) = (d.schema_name, d.table_name) ORDER BY p.shard LOOP
+    t0 := pg_catalog.clock_timestamp();
+    args := ARRAY[d.schema_name::text, d.table_name::text, d.id_column::text, d.shard_stem::text];
+    BEGIN
+      state := id_gen.remote_call(shard, 'shard_begin_owned_conversion', args, 60000);
+    EXCEPTION WHEN undefined_function THEN
+      GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT;
+      RAISE EXCEPTION 'id_gen: shard "%" has no id_gen 0.7.10 or later', shard
+        USING ERRCODE = '55000', DETAIL = 'On the shard: ' || msg,
+              HINT = 'Run ALTER EXTENSION id_gen UPDATE on the shard, then the same CALL again.';
+    END;
+    IF state = 'copying' THEN
+      after_id := '-1';
+      calls := 0;
+      LOOP
+        after_id := id_gen.remote_call(shard, 'shard_copy_owned_rows', args || ARRAY[after_id, batch::text], 600000);
+        EXIT WHEN after_id = 'done';
+        calls := calls + 1;
+        IF calls % 20 = 0 THEN
+          RAISE NOTICE 'id_gen: shard "%": %.% copied up to gene %', shard, pg_catalog.quote_ident(d.schema_name),
+                       pg_catalog.quote_ident(d.table_name), after_id::bigint >> 47;
+        END IF;
+      END LOOP;
+      FOR attempt IN 1 .. 5 LOOP
+        BEGIN
+          state := id_gen.remote_call(shard, 'shard_finish_owned_conversion', args || ARRAY[definition, '10000'], 120000);
+          EXIT;
+        EXCEPTION WHEN deadlock_detected OR lock_not_available THEN
+          IF attempt = 5 THEN
+            GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT;
+            RAISE EXCEPTION 'id_gen: shard "%" could not lock %.% for the swap, 5 times', shard,
+                            pg_catalog.quote_ident(d.schema_name), pg_catalog.quote_ident(d.table_name)
+              USING ERRCODE = '55P03', DETAIL = 'On the shard: ' || msg,
+                    HINT = 'A long transaction uses the table there, or holds a snapshot older than the copy. Nothing is lost; the same CALL goes on from where it stopped.';
+          END IF;
+          PERFORM pg_catalog.pg_sleep(0.2 * attempt);
+        END;
+      END LOOP;
+      RAISE NOTICE 'id_gen: shard "%": %.% %, in % ms', shard,
+        pg_catalog.quote_ident(d.schema_name), pg_catalog.quote_ident(d.table_name), state,
+        (extract(epoch FROM pg_catalog.clock_timestamp() - t0) * 1000)::bigint;
+    END IF;
+    IF state <> 'absent' THEN
+      dropped := 0;
+      LOOP
+        n := id_gen.remote_call(shard, 'shard_drop_converted_partitions',
+                                ARRAY[d.schema_name::text, d.table_name::text, d.shard_stem::text, '200'], 120000)::integer;
+        EXIT WHEN n = 0;
+        dropped := dropped + n;
+      END LOOP;
+      IF dropped > 0 THEN
+        RAISE NOTICE 'id_gen: shard "%": the old table of %.% dropped (% relations)', shard,
+          pg_catalog.quote_ident(d.schema_name), pg_catalog.quote_ident(d.table_name), dropped;
+      END IF;
+    END IF;
+  END LOOP;
+
+  UPDATE id_gen.distributed_tables t
+  SET shard_layout = 'by_ownership', shard_definition = definition, converting_since = NULL
+  WHERE (t.schema_name, t.table_name) = (d.schema_name, d.table_name);
+  COMMIT;
+  RAISE NOTICE 'id_gen: %.% is laid out by ownership on its shards now', pg_catalog.quote_ident(d.schema_name),
+    pg_catalog.quote_ident(d.table_name);
+END $$;
+COMMENT ON PROCEDURE id_gen.convert_to_by_ownership(regclass, integer) IS 'Converts the shards'' tables of a per_shard distributed table to the layout by ownership online (one table of rows behind a view of the owned rows; the coordinator''s relations stay): on each shard in turn, copies the rows in batches of batch while triggers make every write reach the copy too, then swaps the view in under a short lock of the table there and drops the old partitions. Route changes, moves and splits wait meanwhile (55006); a CALL that was interrupted finishes it (run it outside a transaction block). Superuser only.';
+REVOKE EXECUTE ON PROCEDURE id_gen.convert_to_by_ownership(regclass, integer) FROM PUBLIC;

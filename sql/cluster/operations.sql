@@ -272,13 +272,19 @@ BEGIN
                     ', ' ORDER BY o.operation_id)
     INTO busy
   FROM id_gen.cluster_operations o WHERE o.phase NOT IN ('done', 'aborted', 'reverted');
-  IF busy IS NOT NULL THEN
+  -- (and conversions of the shards' tables, which change what moves and route changes run there)
+  SELECT concat_ws(', ', busy, string_agg(format('the conversion of %I.%I to the layout by ownership (since %s)',
+                                                 t.schema_name, t.table_name, t.converting_since), ', '
+                                          ORDER BY t.schema_name, t.table_name))
+    INTO busy
+  FROM id_gen.distributed_tables t WHERE t.converting_since IS NOT NULL;
+  IF busy <> '' THEN
     RAISE EXCEPTION 'id_gen: cannot % while long operations are unfinished: %', what, busy
       USING ERRCODE = '55006',
-            HINT = 'Finish each with the same CALL (id_gen.move_genes, split_route or merge_routes; CALL id_gen.run_operation(operation_id) resumes any kind), or roll it back with CALL id_gen.abort_move(id) or id_gen.abort_split(id). id_gen.operations lists them.';
+            HINT = 'Finish each with the same CALL (id_gen.move_genes, split_route, merge_routes or convert_to_by_ownership; CALL id_gen.run_operation(operation_id) resumes a move, split or merge), or roll it back with CALL id_gen.abort_move(id) or id_gen.abort_split(id). id_gen.operations lists moves, splits and merges; id_gen.distributed_tables.converting_since the conversions.';
   END IF;
 END $$;
-COMMENT ON FUNCTION id_gen.refuse_during_operations(text) IS 'Raises 55006, naming them, while long operations (moves of genes, splits or merges of route ranges) are unfinished.';
+COMMENT ON FUNCTION id_gen.refuse_during_operations(text) IS 'Raises 55006, naming them, while long operations (moves of genes, splits or merges of route ranges, conversions of the shards'' tables to the layout by ownership) are unfinished.';
 REVOKE EXECUTE ON FUNCTION id_gen.refuse_during_operations(text) FROM PUBLIC;
 
 -- The driver ------------------------------------------------------------------------------

@@ -297,3 +297,9 @@ COMMENT ON COLUMN id_gen.distributed_tables.shard_layout IS 'How the shards hold
 -- genes as data, which the trigger of the table of rows and the routing guard read (IG002).
 ALTER TABLE id_gen.shard_tables ADD COLUMN fenced_ranges int4range[] NOT NULL DEFAULT '{}';
 COMMENT ON COLUMN id_gen.shard_tables.fenced_ranges IS 'Layout by ownership: owned genes fenced for the cut-over of a move (shard_fence_owned): writes, route claims and lookups by id of them get IG002 until the move lifts the fence or takes the genes away (milliseconds). Empty otherwise.';
+
+-- @new-in-0.7.10
+-- The online conversion of a per_shard table's shards to the layout by ownership
+-- (id_gen.convert_to_by_ownership, sql/cluster/convert.sql; docs/design.md §11.8).
+ALTER TABLE id_gen.distributed_tables ADD COLUMN converting_since timestamptz;
+COMMENT ON COLUMN id_gen.distributed_tables.converting_since IS 'Set while CALL id_gen.convert_to_by_ownership converts the shards'' tables of this table to the layout by ownership (since when); route changes, moves, splits and other distributions are refused meanwhile (55006), and the same CALL finishes it. NULL otherwise.';

@@ -90,9 +90,20 @@ DECLARE
   n_changed_attached integer;
   n_attached integer;
   touched regclass[];
+  recorded_definition text;
 BEGIN
   -- Each statement below must see every row committed before the lock was granted.
   PERFORM id_gen.shard_begin_table_change('re-partitions its tables', lock_timeout_ms);
+  -- A table this shard converted to the layout by ownership while the coordinator still
+  -- says partitioned (id_gen.convert_to_by_ownership converts one shard after the other):
+  -- the same ranges, recorded as data.
+  SELECT t.definition INTO recorded_definition FROM id_gen.shard_tables t
+  WHERE (t.schema_name, t.table_name) = (shard_apply_ranges.schema_name, shard_apply_ranges.table_name)
+    AND t.rows_table IS NOT NULL;
+  IF FOUND THEN
+    RETURN id_gen.shard_apply_owned_ranges(schema_name, table_name, id_column, stem, gene_ranges, recorded_definition,
+                                           lock_timeout_ms);
+  END IF;
   parent := to_regclass(format('%I.%I', schema_name, table_name));
   IF parent IS NULL THEN
     EXECUTE format('CREATE SCHEMA IF NOT EXISTS %I', schema_name);

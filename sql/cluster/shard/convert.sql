@@ -1,0 +1,368 @@
+-- On a shard: the online conversion of a distributed table held partitioned (one partition
+-- per owned route range, the shard half of the per_shard layout) to the layout by ownership
+-- (sql/cluster/shard/owned_rows.sql, docs/design.md §11.8): one table of rows <stem>_rows
+-- behind a view of the owned rows under the table's name. The coordinator drives it
+-- (id_gen.convert_to_by_ownership, sql/cluster/convert.sql), one call per transaction, each
+-- committed here:
+--   1. shard_begin_owned_conversion: under SHARE ROW EXCLUSIVE on the table (its writers
+--      finish first; readers go on), the table of rows is created LIKE the table (columns,
+--      defaults, constraints, indexes) with its owner and grants, and statement triggers
+--      with transition tables on the table make every later write there in the table of
+--      rows too, in the writer's transaction (id_gen.mirror_converted_rows); a TRUNCATE,
+--      and an UPDATE that changes an id, are refused meanwhile (55000, 0A000).
+--   2. shard_copy_owned_rows, repeated: the next rows in id order, partition by partition,
+--      are locked FOR SHARE and copied into the table of rows (a row there already stays).
+--   3. shard_finish_owned_conversion: waits until no transaction that started before it
+--      holds a snapshot (a snapshot older than the copy would miss its rows in the table of
+--      rows), then under ACCESS EXCLUSIVE on the table alone (its statements wait, at most
+--      lock_timeout_ms) drops the triggers, renames the table <stem>_by_range, gives the
+--      table of rows its trigger (id_gen_owned_rows) and the table's name to the view of the
+--      owned rows, and records the table of rows in id_gen.shard_tables (what the shard owns
+--      is unchanged).
+--   4. shard_drop_converted_partitions, repeated: the old table's partitions are dropped in
+--      batches, then the table.
+-- Invariants:
+--   * The table of rows holds the table's rows under every snapshot that can read it after
+--     the swap. A write after step 1 changes both tables in the writer's transaction, so
+--     the two look alike to every snapshot; a copied row was read FOR SHARE, so a write of
+--     it waits for the copy's commit (then finds the copy and changes it) or the copy waits
+--     for the write (then copies its result, or nothing for a delete), and a row there
+--     already is kept. The copy committed before step 3 began, and step 3 swaps only when
+--     every snapshot older than that is gone, so no reader of the view misses a copied row
+--     (a statement that waited for the swap's lock under a REPEATABLE READ snapshot, as
+--     postgres_fdw's remote transactions do, took that snapshot after step 3 began).
+--   * Not mirrored: writes that name one of id_gen's partitions directly (the coordinator
+--     and zero-hop clients name the table) and those of a session with
+--     session_replication_role = replica, such as a logical replication apply worker (the
+--     coordinator refuses moves during a conversion).
+--   * Every step can be repeated after an interruption: step 1 returns the state it finds
+--     (a table of rows whose triggers are missing is emptied and filled again), step 2 is
+--     idempotent, step 3 is one transaction, step 4 drops only a table that bears the
+--     conversion's comment.
+--   * No step locks every partition at once: step 2 reads at most 100 partitions per call,
+--     step 3 locks the table alone, step 4 drops a batch per call.
+--   * No code that a non-superuser owns runs in these calls (id_gen.refuse_untrusted_table
+--     on the table and the table of rows); the triggers run as the writer, whose rights on
+--     the table of rows are those it has on the table.
+-- Code only (CREATE OR REPLACE).
+
+-- The comment of a table of rows while its conversion fills it, and of the old
+-- partitioned table after it (the only table step 5 drops).
+CREATE OR REPLACE FUNCTION id_gen.converted_table_comment(rel_kind text, schema_name name, table_name name) RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN CASE rel_kind
+  WHEN 'rows' THEN format('id_gen: being filled from %I.%I by its conversion to the layout by ownership (id_gen.convert_to_by_ownership)',
+                          schema_name, table_name)
+  ELSE format('id_gen: the partitions of %I.%I before its conversion to the layout by ownership, dropped by id_gen.convert_to_by_ownership',
+              schema_name, table_name) END;
+COMMENT ON FUNCTION id_gen.converted_table_comment(text, name, name) IS 'On a shard: the comment of the table of rows a conversion to the layout by ownership fills (rel_kind ''rows'') or of the old partitioned table it leaves (''old''); the conversion drops only a table that bears the latter.';
+REVOKE EXECUTE ON FUNCTION id_gen.converted_table_comment(text, name, name) FROM PUBLIC;
+
+-- The statement triggers of a table being converted (arguments: the table of rows, the id
+-- column, the columns that hold values, the same prefixed with n.): each write reaches the
+-- table of rows too; a TRUNCATE, and an UPDATE that changes an id, are refused.
+CREATE OR REPLACE FUNCTION id_gen.mirror_converted_rows() RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  moved boolean;
+BEGIN
+  IF TG_OP = 'TRUNCATE' THEN
+    RAISE EXCEPTION 'id_gen: %.% is being converted to the layout by ownership; TRUNCATE waits until it is done',
+                    quote_ident(TG_TABLE_SCHEMA), quote_ident(TG_TABLE_NAME)
+      USING ERRCODE = '55000', HINT = 'id_gen.distributed_tables.converting_since on the coordinator says since when; DELETE works meanwhile.';
+  ELSIF TG_OP = 'INSERT' THEN
+    EXECUTE format('INSERT INTO %s (%s) SELECT %s FROM id_gen_new', TG_ARGV[0], TG_ARGV[2], TG_ARGV[2]);
+  ELSIF TG_OP = 'UPDATE' THEN
+    EXECUTE format('SELECT EXISTS (SELECT FROM id_gen_old o WHERE NOT EXISTS (SELECT FROM id_gen_new n WHERE n.%1$I OPERATOR(pg_catalog.=) o.%1$I))',
+                   TG_ARGV[1]) INTO moved;
+    IF moved THEN
+      RAISE EXCEPTION 'id_gen: %.% is being converted to the layout by ownership; an UPDATE of its ids waits until it is done',
+                      quote_ident(TG_TABLE_SCHEMA), quote_ident(TG_TABLE_NAME)
+        USING ERRCODE = '0A000', HINT = 'Insert the row under its new id and delete the old one instead.';
+    END IF;
+    EXECUTE format('UPDATE %s r SET (%s) = ROW(%s) FROM id_gen_new n WHERE r.%I OPERATOR(pg_catalog.=) n.%I',
+                   TG_ARGV[0], TG_ARGV[2], TG_ARGV[3], TG_ARGV[1], TG_ARGV[1]);
+  ELSE
+    EXECUTE format('DELETE FROM %s r USING id_gen_old o WHERE r.%I OPERATOR(pg_catalog.=) o.%I', TG_ARGV[0], TG_ARGV[1], TG_ARGV[1]);
+  END IF;
+  RETURN NULL;
+END $$;
+COMMENT ON FUNCTION id_gen.mirror_converted_rows() IS 'On a shard: the statement triggers of a table being converted to the layout by ownership: each INSERT, UPDATE and DELETE reaches its table of rows too (arguments: the table of rows, the id column, the columns, the columns prefixed with n.); TRUNCATE (55000) and an UPDATE of ids (0A000) are refused meanwhile. Runs as the writer.';
+REVOKE EXECUTE ON FUNCTION id_gen.mirror_converted_rows() FROM PUBLIC;
+
+-- The names of the conversion's triggers, in the order shard_begin_owned_conversion makes them.
+CREATE OR REPLACE FUNCTION id_gen.converted_trigger_names() RETURNS name[]
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN ARRAY['id_gen_convert_insert', 'id_gen_convert_update', 'id_gen_convert_delete', 'id_gen_convert_truncate']::name[];
+COMMENT ON FUNCTION id_gen.converted_trigger_names() IS 'On a shard: the names of the statement triggers a conversion to the layout by ownership puts on the table (id_gen.mirror_converted_rows).';
+
+-- A table of this shard in the middle of its conversion, with its table of rows (55000 when
+-- it is not: the coordinator calls the steps in order).
+CREATE OR REPLACE FUNCTION id_gen.shard_converting_table(schema_name name, table_name name, stem name,
+                                                         OUT parent regclass, OUT rows_rel regclass, OUT cols text)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  -- (Not STRICT: a function that returns a record is called even for NULL arguments.)
+  IF schema_name IS NULL OR table_name IS NULL OR stem IS NULL THEN
+    RAISE EXCEPTION 'id_gen: argument "%" must not be NULL',
+                    CASE WHEN schema_name IS NULL THEN 'schema_name' WHEN table_name IS NULL THEN 'table_name' ELSE 'stem' END
+      USING ERRCODE = '22004';
+  END IF;
+  parent := to_regclass(format('%I.%I', schema_name, table_name));
+  rows_rel := to_regclass(format('%I.%I', schema_name, id_gen.fit_name(stem, '_rows')));
+  IF parent IS NULL OR rows_rel IS NULL OR (SELECT c.relkind FROM pg_class c WHERE c.oid = parent) <> 'p'
+     OR obj_description(rows_rel, 'pg_class') IS DISTINCT FROM id_gen.converted_table_comment('rows', schema_name, table_name) THEN
+    RAISE EXCEPTION 'id_gen: %.% is not being converted to the layout by ownership on this shard', quote_ident(schema_name), quote_ident(table_name)
+      USING ERRCODE = '55000', HINT = 'CALL id_gen.convert_to_by_ownership(...) on the coordinator runs every step in order.';
+  END IF;
+  PERFORM id_gen.refuse_untrusted_table(rows_rel, 'shard table');
+  -- The columns that hold values (not generated ones), in order.
+  SELECT string_agg(quote_ident(a.attname), ', ' ORDER BY a.attnum) INTO cols
+  FROM pg_attribute a WHERE a.attrelid = rows_rel AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = '';
+END $$;
+COMMENT ON FUNCTION id_gen.shard_converting_table(name, name, name) IS 'On a shard: the table being converted to the layout by ownership, its table of rows and their columns with values; 55000 when the table is not in the middle of a conversion.';
+REVOKE EXECUTE ON FUNCTION id_gen.shard_converting_table(name, name, name) FROM PUBLIC;
+
+-- Step 1. Returns 'absent' (no such table here: nothing to convert), 'converted' (done
+-- already) or 'copying'.
+CREATE OR REPLACE FUNCTION id_gen.shard_begin_owned_conversion(schema_name name, table_name name, id_column name, stem name,
+                                                               lock_timeout_ms integer DEFAULT 10000) RETURNS text
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  parent regclass := to_regclass(format('%I.%I', schema_name, table_name));
+  rows_name name := id_gen.fit_name(stem, '_rows');
+  rows_rel regclass := to_regclass(format('%I.%I', schema_name, rows_name));
+  recorded id_gen.shard_tables;
+  dependents text;
+  tg name;
+  n_triggers integer;
+  targs text[];
+BEGIN
+  PERFORM id_gen.shard_begin_table_change('converts its tables', lock_timeout_ms);
+  SELECT * INTO recorded FROM id_gen.shard_tables t
+  WHERE (t.schema_name, t.table_name) = (shard_begin_owned_conversion.schema_name, shard_begin_owned_conversion.table_name);
+  IF FOUND AND recorded.rows_table IS NOT NULL THEN
+    RETURN 'converted';
+  ELSIF parent IS NULL AND NOT FOUND THEN
+    RETURN 'absent';
+  ELSIF parent IS NULL OR NOT FOUND OR (SELECT c.relkind FROM pg_class c WHERE c.oid = parent) <> 'p' THEN
+    RAISE EXCEPTION 'id_gen: %.% on this shard is not a table id_gen partitions', quote_ident(schema_name), quote_ident(table_name)
+      USING ERRCODE = '55000', HINT = 'id_gen.shard_tables lists the tables id_gen keeps on this shard; the conversion converts only those.';
+  ELSIF rows_rel IS NOT NULL AND obj_description(rows_rel, 'pg_class') IS DISTINCT FROM id_gen.converted_table_comment('rows', schema_name, table_name) THEN
+    RAISE EXCEPTION 'id_gen: relation % already exists on this shard', rows_rel
+      USING ERRCODE = '42P07', HINT = 'The conversion names the table of rows <stem>_rows; rename that relation.';
+  END IF;
+  -- Its writers finish first; later ones wait until the triggers are there.
+  EXECUTE format('LOCK TABLE ONLY %s IN SHARE ROW EXCLUSIVE MODE', parent);
+  PERFORM id_gen.refuse_untrusted_table(parent, 'shard table');
+  -- What would keep the old table, or be lost with it: views over it, foreign keys to it,
+  -- publications of it, triggers of the user's.
+  SELECT string_agg(DISTINCT x, ', ') INTO dependents FROM (
+    SELECT rw.ev_class::regclass::text AS x FROM pg_depend dep JOIN pg_rewrite rw ON rw.oid = dep.objid
+    WHERE dep.classid = 'pg_rewrite'::regclass AND dep.refclassid = 'pg_class'::regclass AND dep.refobjid = parent
+      AND rw.ev_class <> parent
+    UNION ALL SELECT format('constraint %I of %s', con.conname, con.conrelid::regclass) FROM pg_constraint con WHERE con.confrelid = parent
+    UNION ALL SELECT format('publication %I', p.pubname) FROM pg_publication_rel pr JOIN pg_publication p ON p.oid = pr.prpubid
+    WHERE pr.prrelid = parent
+    UNION ALL SELECT format('trigger %I', t.tgname) FROM pg_trigger t
+    WHERE t.tgrelid = parent AND NOT t.tgisinternal AND t.tgparentid = 0 AND NOT t.tgname = ANY (id_gen.converted_trigger_names())) d;
+  IF dependents IS NOT NULL THEN
+    RAISE EXCEPTION 'id_gen: other objects on this shard depend on %: %', parent, dependents
+      USING ERRCODE = '2BP01', HINT = 'Drop them, convert the table, then create them again on the view or the table of rows.';
+  END IF;
+  SELECT count(*) INTO n_triggers FROM pg_trigger t WHERE t.tgrelid = parent AND t.tgname = ANY (id_gen.converted_trigger_names());
+  IF rows_rel IS NULL THEN
+    EXECUTE format('CREATE TABLE %I.%I (LIKE %s INCLUDING ALL)', schema_name, rows_name, parent);
+    rows_rel := format('%I.%I', schema_name, rows_name)::regclass;
+    PERFORM id_gen.match_owner_and_grants(parent, rows_rel);
+    EXECUTE format('COMMENT ON TABLE %s IS %L', rows_rel, id_gen.converted_table_comment('rows', schema_name, table_name));
+  ELSIF n_triggers < cardinality(id_gen.converted_trigger_names()) THEN
+    -- (Filled while no trigger mirrored the writes: filled again.)
+    EXECUTE format('TRUNCATE %s', rows_rel);
+  END IF;
+  IF n_triggers < cardinality(id_gen.converted_trigger_names()) THEN
+    FOR tg IN SELECT t.tgname FROM pg_trigger t WHERE t.tgrelid = parent AND t.tgname = ANY (id_gen.converted_trigger_names()) LOOP
+      EXECUTE format('DROP TRIGGER %I ON %s', tg, parent);
+    END LOOP;
+    -- (The arguments: the table of rows, the id column, its columns with values, the same
+    -- prefixed with n.)
+    SELECT ARRAY[rows_rel::text, id_column::text, string_agg(quote_ident(a.attname), ', ' ORDER BY a.attnum),
+                 string_agg('n.' || quote_ident(a.attname), ', ' ORDER BY a.attnum)]
+      INTO targs
+    FROM pg_attribute a WHERE a.attrelid = rows_rel AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = '';
+    EXECUTE format('CREATE TRIGGER id_gen_convert_insert AFTER INSERT ON %s REFERENCING NEW TABLE AS id_gen_new '
+                   'FOR EACH STATEMENT EXECUTE FUNCTION id_gen.mirror_converted_rows(%L, %L, %L, %L)', VARIADIC ARRAY[parent::text] || targs);
+    EXECUTE format('CREATE TRIGGER id_gen_convert_update AFTER UPDATE ON %s REFERENCING OLD TABLE AS id_gen_old NEW TABLE AS id_gen_new '
+                   'FOR EACH STATEMENT EXECUTE FUNCTION id_gen.mirror_converted_rows(%L, %L, %L, %L)', VARIADIC ARRAY[parent::text] || targs);
+    EXECUTE format('CREATE TRIGGER id_gen_convert_delete AFTER DELETE ON %s REFERENCING OLD TABLE AS id_gen_old '
+                   'FOR EACH STATEMENT EXECUTE FUNCTION id_gen.mirror_converted_rows(%L, %L, %L, %L)', VARIADIC ARRAY[parent::text] || targs);
+    EXECUTE format('CREATE TRIGGER id_gen_convert_truncate BEFORE TRUNCATE ON %s '
+                   'FOR EACH STATEMENT EXECUTE FUNCTION id_gen.mirror_converted_rows(%L, %L, %L, %L)', VARIADIC ARRAY[parent::text] || targs);
+  END IF;
+  RETURN 'copying';
+END $$;
+COMMENT ON FUNCTION id_gen.shard_begin_owned_conversion(name, name, name, name, integer) IS 'On a shard (step 1 of id_gen.convert_to_by_ownership on the coordinator): creates the table of rows of a partitioned table LIKE it, with its owner and grants, and statement triggers that make each later write of the table reach it too (id_gen.mirror_converted_rows); returns absent, converted or copying. Refuses (2BP01) while views, foreign keys, publications or user triggers depend on the table. READ COMMITTED only.';
+REVOKE EXECUTE ON FUNCTION id_gen.shard_begin_owned_conversion(name, name, name, name, integer) FROM PUBLIC;
+
+-- Step 2: copies up to `batch` rows with ids above after_id, in id order, locked FOR SHARE,
+-- into the table of rows, from at most 100 partitions. Returns the id to go on after ('done' when no partition
+-- holds ids above after_id).
+CREATE OR REPLACE FUNCTION id_gen.shard_copy_owned_rows(schema_name name, table_name name, id_column name, stem name,
+                                                        after_id bigint, batch integer) RETURNS text
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  t record;
+  part record;
+  last_seen bigint;
+  n bigint;
+  wanted bigint := batch;
+  visited integer := 0;
+BEGIN
+  SELECT * INTO t FROM id_gen.shard_converting_table(schema_name, table_name, stem);
+  FOR part IN SELECT c.oid::regclass AS rel, id_gen.gene_first_id(x.g[1]) AS first_id, id_gen.gene_last_id(x.g[2]) AS last_id
+              FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+              CROSS JOIN LATERAL (SELECT id_gen.partition_gene_range(c.relpartbound) AS g) x
+              WHERE i.inhparent = t.parent AND x.g IS NOT NULL AND id_gen.gene_last_id(x.g[2]) > after_id
+              ORDER BY x.g[1] LOOP
+    -- (FOR SHARE: a write of these rows waits for this copy, which waits for a write of them.)
+    EXECUTE format('WITH b AS (SELECT %1$s FROM ONLY %2$s WHERE %3$I OPERATOR(pg_catalog.>) $1 ORDER BY %3$I LIMIT $2 FOR SHARE), '
+                   'i AS (INSERT INTO %4$s (%1$s) SELECT * FROM b ON CONFLICT DO NOTHING) '
+                   'SELECT max(%3$I), count(*) FROM b', t.cols, part.rel, id_column, t.rows_rel)
+      USING greatest(after_id, part.first_id - 1), wanted INTO last_seen, n;
+    wanted := wanted - n;
+    IF wanted <= 0 THEN
+      RETURN last_seen::text;
+    END IF;
+    -- (This partition is done.)
+    after_id := part.last_id;
+    visited := visited + 1;
+    EXIT WHEN visited >= 100;
+  END LOOP;
+  RETURN CASE WHEN visited = 0 THEN 'done' ELSE after_id::text END;
+END $$;
+COMMENT ON FUNCTION id_gen.shard_copy_owned_rows(name, name, name, name, bigint, integer) IS 'On a shard (step 2 of id_gen.convert_to_by_ownership): copies up to batch rows with ids above after_id, in id order, locked FOR SHARE and from at most 100 partitions, into the table of rows of a table being converted (rows there already are left); returns the id to go on after, or done.';
+REVOKE EXECUTE ON FUNCTION id_gen.shard_copy_owned_rows(name, name, name, name, bigint, integer) FROM PUBLIC;
+
+-- Step 3: the swap. `definition` is the coordinator's CREATE TABLE of the table of rows
+-- (what shard_apply_owned_ranges would run), recorded for later changes.
+CREATE OR REPLACE FUNCTION id_gen.shard_finish_owned_conversion(schema_name name, table_name name, id_column name, stem name,
+                                                                definition text, lock_timeout_ms integer DEFAULT 10000) RETURNS text
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  t record;
+  part regclass;
+  old_name name := id_gen.fit_name(stem, '_by_range');
+  tg name;
+  older text;
+  waited_until timestamptz := clock_timestamp() + lock_timeout_ms * interval '1 ms';
+BEGIN
+  PERFORM id_gen.shard_begin_table_change('converts its tables', lock_timeout_ms);
+  IF EXISTS (SELECT FROM id_gen.shard_tables s
+             WHERE (s.schema_name, s.table_name) = (shard_finish_owned_conversion.schema_name, shard_finish_owned_conversion.table_name)
+               AND s.rows_table IS NOT NULL) THEN
+    RETURN 'converted already';
+  END IF;
+  SELECT * INTO t FROM id_gen.shard_converting_table(schema_name, table_name, stem);
+  IF to_regclass(format('%I.%I', schema_name, old_name)) IS NOT NULL THEN
+    RAISE EXCEPTION 'id_gen: relation %.% already exists on this shard', quote_ident(schema_name), quote_ident(old_name)
+      USING ERRCODE = '42P07', HINT = 'The conversion keeps the old table under that name until it is dropped; rename that relation.';
+  END IF;
+  -- Snapshots older than this transaction may miss copied rows in the table of rows: the
+  -- transactions that hold one end first. (This transaction has no xid yet, so it holds
+  -- back no one's snapshot.)
+  LOOP
+    PERFORM pg_stat_clear_snapshot();
+    SELECT string_agg(a.pid::text, ', ' ORDER BY a.pid) INTO older FROM pg_stat_activity a
+    WHERE a.pid <> pg_backend_pid() AND a.backend_type IN ('client backend', 'background worker')
+      AND a.backend_xmin IS NOT NULL AND a.xact_start < transaction_timestamp();
+    EXIT WHEN older IS NULL;
+    IF clock_timestamp() > waited_until THEN
+      RAISE EXCEPTION 'id_gen: transactions that began before the swap of %.% still hold snapshots on this shard (pids %)',
+                      quote_ident(schema_name), quote_ident(table_name), older
+        USING ERRCODE = '55P03',
+              HINT = 'A snapshot taken before the copy ended would miss rows after the swap. Nothing is lost; the coordinator tries again, and the same CALL goes on.';
+    END IF;
+    PERFORM pg_sleep(0.02);
+  END LOOP;
+  -- Every statement that names the table waits from here (one that waited finds the view
+  -- when it gets the lock).
+  EXECUTE format('LOCK TABLE ONLY %s IN ACCESS EXCLUSIVE MODE', t.parent);
+  IF (SELECT string_agg(format('%I %s', a.attname, format_type(a.atttypid, a.atttypmod)), ', ' ORDER BY a.attnum)
+      FROM pg_attribute a WHERE a.attrelid = t.parent AND a.attnum > 0 AND NOT a.attisdropped)
+     IS DISTINCT FROM
+     (SELECT string_agg(format('%I %s', a.attname, format_type(a.atttypid, a.atttypmod)), ', ' ORDER BY a.attnum)
+      FROM pg_attribute a WHERE a.attrelid = t.rows_rel AND a.attnum > 0 AND NOT a.attisdropped) THEN
+    RAISE EXCEPTION 'id_gen: the columns of % changed during its conversion; % does not have them', t.parent, t.rows_rel
+      USING ERRCODE = '55000', HINT = format('ALTER TABLE %s the same way (its rows are kept), then the same CALL again.', t.rows_rel);
+  END IF;
+  -- The partitions without a gene range (the tombstone, the partition of negative ids) are
+  -- empty by their constraints; whatever they hold goes too, or the swap fails.
+  FOR part IN SELECT c.oid::regclass FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+              WHERE i.inhparent = t.parent AND id_gen.partition_gene_range(c.relpartbound) IS NULL LOOP
+    EXECUTE format('INSERT INTO %s (%s) SELECT %s FROM ONLY %s', t.rows_rel, t.cols, t.cols, part);
+  END LOOP;
+  FOR tg IN SELECT g.tgname FROM pg_trigger g WHERE g.tgrelid = t.parent AND g.tgname = ANY (id_gen.converted_trigger_names()) LOOP
+    EXECUTE format('DROP TRIGGER %I ON %s', tg, t.parent);
+  END LOOP;
+  EXECUTE format('ALTER TABLE %s RENAME TO %I', t.parent, old_name);
+  EXECUTE format('COMMENT ON TABLE %I.%I IS %L', schema_name, old_name, id_gen.converted_table_comment('old', schema_name, table_name));
+  EXECUTE format('CREATE TRIGGER id_gen_owned_rows BEFORE INSERT OR UPDATE OR DELETE ON %s FOR EACH ROW '
+                 'EXECUTE FUNCTION id_gen.refuse_rows_not_owned(%L)', t.rows_rel, id_column);
+  EXECUTE format('COMMENT ON TABLE %s IS %L', t.rows_rel,
+                 format('id_gen: every row this shard holds of %I.%I, owned or not; read it through the view %I.%I, which keeps the owned ones',
+                        schema_name, table_name, schema_name, table_name));
+  UPDATE id_gen.shard_tables s
+  SET rows_table = id_gen.fit_name(shard_finish_owned_conversion.stem, '_rows'), definition = shard_finish_owned_conversion.definition,
+      fenced_ranges = '{}', updated_at = now()
+  WHERE (s.schema_name, s.table_name) = (shard_finish_owned_conversion.schema_name, shard_finish_owned_conversion.table_name);
+  PERFORM id_gen.shard_make_owned_view(t.rows_rel, schema_name, table_name, id_column);
+  PERFORM id_gen.shard_routing_changed();
+  RETURN 'converted';
+END $$;
+COMMENT ON FUNCTION id_gen.shard_finish_owned_conversion(name, name, name, name, text, integer) IS 'On a shard (step 3 of id_gen.convert_to_by_ownership): waits until no transaction older than it holds a snapshot (55P03 after lock_timeout_ms), then under ACCESS EXCLUSIVE on the table alone drops the mirroring triggers, renames the partitioned table <stem>_by_range, gives the table of rows its trigger and the table''s name to the view of the owned rows, and records the table of rows in id_gen.shard_tables (the owned ranges unchanged). READ COMMITTED only.';
+REVOKE EXECUTE ON FUNCTION id_gen.shard_finish_owned_conversion(name, name, name, name, text, integer) FROM PUBLIC;
+
+-- Step 4: drops up to `batch` partitions of the old table, or the table when it has none
+-- left. Returns how many relations it dropped (0: nothing was left).
+CREATE OR REPLACE FUNCTION id_gen.shard_drop_converted_partitions(schema_name name, table_name name, stem name,
+                                                                  batch integer) RETURNS integer
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  old regclass := to_regclass(format('%I.%I', schema_name, id_gen.fit_name(stem, '_by_range')));
+  part regclass;
+  n integer := 0;
+BEGIN
+  PERFORM id_gen.quiet_ddl();
+  PERFORM set_config('lock_timeout', '10s', true);
+  IF old IS NULL THEN
+    RETURN 0;
+  ELSIF obj_description(old, 'pg_class') IS DISTINCT FROM id_gen.converted_table_comment('old', schema_name, table_name) THEN
+    RAISE EXCEPTION 'id_gen: % is not the old table of a conversion of %.%', old, quote_ident(schema_name), quote_ident(table_name)
+      USING ERRCODE = '42P07', HINT = 'id_gen drops only what its conversion left; rename that relation.';
+  END IF;
+  FOR part IN SELECT c.oid::regclass FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+              WHERE i.inhparent = old ORDER BY c.relname LIMIT batch LOOP
+    EXECUTE format('DROP TABLE %s', part);
+    n := n + 1;
+  END LOOP;
+  IF n = 0 THEN
+    EXECUTE format('DROP TABLE %s', old);
+    n := 1;
+  END IF;
+  RETURN n;
+END $$;
+COMMENT ON FUNCTION id_gen.shard_drop_converted_partitions(name, name, name, integer) IS 'On a shard (step 4 of id_gen.convert_to_by_ownership): drops up to batch partitions of the table a conversion to the layout by ownership left (<stem>_by_range, only when it bears the conversion''s comment), or the table once it has none; returns how many relations it dropped (0 when nothing is left).';
+REVOKE EXECUTE ON FUNCTION id_gen.shard_drop_converted_partitions(name, name, name, integer) FROM PUBLIC;
