@@ -3501,6 +3501,24 @@ REVOKE EXECUTE ON FUNCTION id_gen.owned_move_parts() FROM PUBLIC;
 -- server is 'source', 'target' or 'coordinator' (a comment: done locally). Every shard
 -- command is SELECT id_gen.shard_...(<literals>), but two subscription commands that
 -- PostgreSQL runs only outside functions; none carries a password.
+-- The steps of a move that only some moves have (id_gen.move_commands leaves the others out):
+-- 'per_shard_parts', those of per_shard partitions on the shards; 'per_shard_tables', the
+-- coordinator's lock of its per_shard tables (with either kind of table on the shards);
+-- 'owned_tables', those of tables laid out by ownership. run_move_step does nothing for
+-- them when a move has none of that kind, and refuses every other step it does not list.
+CREATE OR REPLACE FUNCTION id_gen.move_steps_only_for(kind text) RETURNS text[]
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN CASE kind
+  WHEN 'per_shard_parts' THEN ARRAY['hide_incoming', 'show_incoming', 'detach_source_in_fence', 'settle_target',
+                                    'reattach_source', 'drop_hidden']
+  WHEN 'per_shard_tables' THEN ARRAY['fence_coordinator_shards']
+  WHEN 'owned_tables' THEN ARRAY['check_source_rows', 'count_target_owned', 'fence_source_owned', 'own_incoming',
+                                 'release_source', 'delete_source_rows', 'retake_source', 'unfence_source_owned',
+                                 'unfence_target_owned', 'disown_incoming', 'delete_target_rows']
+END;
+COMMENT ON FUNCTION id_gen.move_steps_only_for(text) IS 'The steps of a move that only moves with per_shard partitions (per_shard_parts), with per_shard tables (per_shard_tables) or with tables laid out by ownership (owned_tables) have; id_gen.move_commands lists them only then.';
+
 CREATE OR REPLACE FUNCTION id_gen.move_commands(m id_gen.shard_moves)
 RETURNS TABLE (step integer, phase text, server text, name text, command text)
 LANGUAGE plpgsql STABLE
@@ -3528,35 +3546,35 @@ BEGIN
      format('-- %s gets the partitions of route ranges %s (id_gen.shard_apply_ranges): it creates the tables and empty partitions from the coordinator''s definitions', m.target_shard, p.ranges)),
     (2, 'copying', 'target', 'fence_target', id_gen.remote_call_text('shard_fence_incoming', ARRAY[id, m.source_shard, p.parts::text])),
     (3, 'copying', 'source', 'check_source_rows', id_gen.remote_call_text('shard_count_moved_rows', ARRAY[ow.rows_tables::text, ow.id_columns::text, lo, hi])),
-    (5, 'copying', 'target', 'hide_incoming', id_gen.remote_call_text('shard_hide_incoming', ARRAY[id, ps.parts::text])),
-    (6, 'copying', 'source', 'create_publication',
+    (4, 'copying', 'target', 'hide_incoming', id_gen.remote_call_text('shard_hide_incoming', ARRAY[id, ps.parts::text])),
+    (5, 'copying', 'source', 'create_publication',
      id_gen.remote_call_text('shard_create_publication', ARRAY[id, (p.parts || ow.rows_tables)::text, (p.id_columns || ow.id_columns)::text,
                                                               (p.lower_genes || array_fill(m.lower_gene, ARRAY[cardinality(ow.rows_tables)]))::text,
                                                               (p.upper_genes || array_fill(m.upper_gene, ARRAY[cardinality(ow.rows_tables)]))::text])),
-    (7, 'copying', 'coordinator', 'send_connection',
+    (6, 'copying', 'coordinator', 'send_connection',
      format('-- through postgres_fdw: INSERT INTO id_gen.move_secrets (move_id, conninfo) VALUES ($1, $2) on %s, with $2 = %s', m.target_shard, id_gen.subscription_conninfo(m.source_shard, true))),
-    (8, 'copying', 'target', 'create_subscription', id_gen.remote_call_text('shard_subscribe', ARRAY[id, (p.parts || ow.rows_tables)::text])),
-    (9, 'copying', 'source', 'create_slot', id_gen.remote_call_text('shard_create_slot', ARRAY[id])),
-    (10, 'copying', 'target', 'enable_subscription', id_gen.remote_call_text('shard_enable_subscription', ARRAY[id])),
-    (11, 'copying', 'target', 'refresh_subscription', format('ALTER SUBSCRIPTION %I REFRESH PUBLICATION WITH (copy_data = true)', tag)),
-    (12, 'copying', 'target', 'sync_state', id_gen.remote_call_text('shard_subscription_state', ARRAY[id])),
-    (13, 'copying', 'target', 'count_target', id_gen.remote_call_text('shard_rows_copied', ARRAY[p.parts::text])),
-    (14, 'copying', 'target', 'count_target_owned', id_gen.remote_call_text('shard_count_moved_rows', ARRAY[ow.rows_tables::text, ow.id_columns::text, lo, hi])),
-    (15, 'catching_up', 'source', 'lag', id_gen.remote_call_text('shard_move_lag', ARRAY[id])),
-    (16, 'catching_up', 'coordinator', 'fence_coordinator',
+    (7, 'copying', 'target', 'create_subscription', id_gen.remote_call_text('shard_subscribe', ARRAY[id, (p.parts || ow.rows_tables)::text])),
+    (8, 'copying', 'source', 'create_slot', id_gen.remote_call_text('shard_create_slot', ARRAY[id])),
+    (9, 'copying', 'target', 'enable_subscription', id_gen.remote_call_text('shard_enable_subscription', ARRAY[id])),
+    (10, 'copying', 'target', 'refresh_subscription', format('ALTER SUBSCRIPTION %I REFRESH PUBLICATION WITH (copy_data = true)', tag)),
+    (11, 'copying', 'target', 'sync_state', id_gen.remote_call_text('shard_subscription_state', ARRAY[id])),
+    (12, 'copying', 'target', 'count_target', id_gen.remote_call_text('shard_rows_copied', ARRAY[p.parts::text])),
+    (13, 'copying', 'target', 'count_target_owned', id_gen.remote_call_text('shard_count_moved_rows', ARRAY[ow.rows_tables::text, ow.id_columns::text, lo, hi])),
+    (14, 'catching_up', 'source', 'lag', id_gen.remote_call_text('shard_move_lag', ARRAY[id])),
+    (15, 'catching_up', 'coordinator', 'fence_coordinator',
      '-- LOCK TABLE <range partitions of the moved genes> IN ACCESS EXCLUSIVE MODE  (writers of these genes wait; others do not)'),
-    (17, 'catching_up', 'coordinator', 'fence_coordinator_shards',
+    (16, 'catching_up', 'coordinator', 'fence_coordinator_shards',
      '-- LOCK TABLE <each per_shard table> IN ACCESS EXCLUSIVE MODE  (its statements wait for the fence, then route by the new routes)'),
-    (18, 'catching_up', 'source', 'fence_source', id_gen.remote_call_text('shard_fence', ARRAY[id, m.target_shard, p.parts::text])),
-    (19, 'catching_up', 'source', 'fence_source_owned', id_gen.remote_call_text('shard_fence_owned', ARRAY[ow.rows_tables::text, lo, hi])),
-    (20, 'catching_up', 'source', 'marker', id_gen.remote_call_text('shard_write_marker', ARRAY[id, '<attempt>'])),
-    (21, 'catching_up', 'target', 'await_marker', id_gen.remote_call_text('shard_has_marker', ARRAY[id, '<attempt>'])),
-    (22, 'catching_up', 'target', 'show_incoming',
+    (17, 'catching_up', 'source', 'fence_source', id_gen.remote_call_text('shard_fence', ARRAY[id, m.target_shard, p.parts::text])),
+    (18, 'catching_up', 'source', 'fence_source_owned', id_gen.remote_call_text('shard_fence_owned', ARRAY[ow.rows_tables::text, lo, hi])),
+    (19, 'catching_up', 'source', 'marker', id_gen.remote_call_text('shard_write_marker', ARRAY[id, '<attempt>'])),
+    (20, 'catching_up', 'target', 'await_marker', id_gen.remote_call_text('shard_has_marker', ARRAY[id, '<attempt>'])),
+    (21, 'catching_up', 'target', 'show_incoming',
      id_gen.remote_call_text('shard_show_incoming', ARRAY[id, ps.parts::text, ps.lower_genes::text, ps.upper_genes::text])),
-    (23, 'catching_up', 'target', 'own_incoming', id_gen.remote_call_text('shard_own_moved', ARRAY[ow.rows_tables::text, lo, hi, 'true'])),
-    (24, 'catching_up', 'coordinator', 'flip',
+    (22, 'catching_up', 'target', 'own_incoming', id_gen.remote_call_text('shard_own_moved', ARRAY[ow.rows_tables::text, lo, hi, 'true'])),
+    (23, 'catching_up', 'coordinator', 'flip',
      format('-- UPDATE id_gen.shard_routes SET shard = %L for %s; swap each range partition''s foreign table to %s; then (next step) the target''s fence is lifted, and COMMIT lifts the coordinator''s', m.target_shard, p.ranges, m.target_shard)),
-    (25, 'catching_up', 'target', 'unfence_target', id_gen.remote_call_text('shard_unfence', ARRAY[p.parts::text])),
+    (24, 'catching_up', 'target', 'unfence_target', id_gen.remote_call_text('shard_unfence', ARRAY[p.parts::text])),
     (25, 'catching_up', 'target', 'unfence_target_owned', id_gen.remote_call_text('shard_unfence_owned', ARRAY[ow.rows_tables::text, lo, hi])),
     (26, 'catching_up', 'source', 'detach_source_in_fence', id_gen.remote_call_text('shard_detach_moved', ARRAY[id, ps.parts::text])),
     (27, 'catching_up', 'source', 'release_source', id_gen.remote_call_text('shard_own_moved', ARRAY[ow.rows_tables::text, lo, hi, 'false'])),
@@ -3587,14 +3605,9 @@ BEGIN
      id_gen.remote_call_text('shard_delete_unowned_rows', ARRAY[ow.rows_tables::text, ow.id_columns::text, lo, hi, '10000'])),
     (46, 'abort', 'source', 'forget_source_markers', id_gen.remote_call_text('shard_forget_markers', ARRAY[id]))
   ) v(step, phase, server, name, command)
-  WHERE (cardinality(ps.parts) > 0
-         OR v.name NOT IN ('hide_incoming', 'show_incoming', 'detach_source_in_fence', 'settle_target',
-                           'reattach_source', 'drop_hidden'))
-    AND (cardinality(ps.parts) > 0 OR cardinality(ow.rows_tables) > 0 OR v.name <> 'fence_coordinator_shards')
-    AND (cardinality(ow.rows_tables) > 0
-         OR v.name NOT IN ('check_source_rows', 'count_target_owned', 'fence_source_owned', 'own_incoming',
-                           'release_source', 'delete_source_rows', 'retake_source', 'unfence_source_owned', 'unfence_target_owned',
-                           'disown_incoming', 'delete_target_rows'));
+  WHERE (cardinality(ps.parts) > 0 OR v.name <> ALL (id_gen.move_steps_only_for('per_shard_parts')))
+    AND (cardinality(ps.parts) > 0 OR cardinality(ow.rows_tables) > 0 OR v.name <> ALL (id_gen.move_steps_only_for('per_shard_tables')))
+    AND (cardinality(ow.rows_tables) > 0 OR v.name <> ALL (id_gen.move_steps_only_for('owned_tables')));
 END $$;
 COMMENT ON FUNCTION id_gen.move_commands(id_gen.shard_moves) IS 'The steps of a move with the statement each server runs (what move_genes executes and dry_run prints); no statement carries a password.';
 REVOKE EXECUTE ON FUNCTION id_gen.move_commands(id_gen.shard_moves) FROM PUBLIC;
@@ -3609,13 +3622,20 @@ DECLARE
   c record;
 BEGIN
   SELECT * INTO c FROM id_gen.move_commands(m) mc WHERE mc.name = step_name;
-  IF c.server NOT IN ('source', 'target') THEN
+  IF NOT FOUND THEN
+    -- (A step of a kind of table this move does not carry: nothing to run. Any other name
+    -- is a mistake.)
+    IF step_name = ANY (id_gen.move_steps_only_for('per_shard_parts') || id_gen.move_steps_only_for('owned_tables')) THEN
+      RETURN NULL;
+    END IF;
+    RAISE EXCEPTION 'id_gen: % is not a step of move %', step_name, m.move_id USING ERRCODE = '22023';
+  ELSIF c.server NOT IN ('source', 'target') THEN
     RAISE EXCEPTION 'id_gen: % is not a step that runs on a shard', step_name USING ERRCODE = '22023';
   END IF;
   RETURN id_gen.remote_exec(CASE c.server WHEN 'source' THEN m.source_shard ELSE m.target_shard END,
                            replace(c.command, '<attempt>', attempt::text), timeout_ms);
 END $$;
-COMMENT ON FUNCTION id_gen.run_move_step(id_gen.shard_moves, text, integer, integer) IS 'Runs one step of a move (see move_commands) on its shard.';
+COMMENT ON FUNCTION id_gen.run_move_step(id_gen.shard_moves, text, integer, integer) IS 'Runs one step of a move (see move_commands) on its shard; returns NULL without running anything for a step of a kind of table the move does not carry (id_gen.move_steps_only_for), and refuses (22023) any other step move_commands does not list.';
 REVOKE EXECUTE ON FUNCTION id_gen.run_move_step(id_gen.shard_moves, text, integer, integer) FROM PUBLIC;
 
 -- Tells a shard its new route ranges for every distributed table (each committed there)
@@ -7676,6 +7696,14 @@ BEGIN
       PERFORM id_gen.raise_fenced_gene(TG_RELID::regclass, id);
     END IF;
     IF TG_OP = 'DELETE' THEN
+      -- A row of a gene not owned is hidden (a move's copy on its target, or the source's
+      -- row after the hand-over): only a superuser deletes it (id_gen's clean-ups,
+      -- shard_delete_unowned_rows; a DBA by hand). Anyone else deleting it by mistake
+      -- from the table of rows would remove a move's copy.
+      IF id IS NOT NULL AND NOT id_gen.shard_owns(TG_RELID, id)
+         AND NOT (SELECT r.rolsuper FROM pg_roles r WHERE r.rolname = current_user) THEN
+        PERFORM id_gen.raise_not_owned(TG_RELID::regclass, id);
+      END IF;
       RETURN OLD;
     END IF;
   END IF;
@@ -7687,7 +7715,7 @@ BEGIN
   END IF;
   RETURN NEW;
 END $$;
-COMMENT ON FUNCTION id_gen.refuse_rows_not_owned() IS 'Row trigger id_gen_owned_rows(<id column>) of a table laid out by ownership: refuses a row whose gene the shard does not own (IG001), as id_gen.shard_owns says, and a write or delete of a gene a move has fenced (IG002, id_gen.shard_fenced); the routing guard checks the scans of such a table that select by id.';
+COMMENT ON FUNCTION id_gen.refuse_rows_not_owned() IS 'Row trigger id_gen_owned_rows(<id column>) of a table laid out by ownership: refuses a row whose gene the shard does not own (IG001), as id_gen.shard_owns says, a delete of such a row unless by a superuser (IG001; id_gen''s clean-ups), and a write or delete of a gene a move has fenced (IG002, id_gen.shard_fenced); the routing guard checks the scans of such a table that select by id.';
 
 -- IG002 for a write of a gene that a move has fenced in a table laid out by ownership.
 CREATE OR REPLACE FUNCTION id_gen.raise_fenced_gene(rel regclass, id bigint) RETURNS void

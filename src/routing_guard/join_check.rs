@@ -63,8 +63,10 @@ struct ValueCheck {
     /// Genes the guarded table owns here, with its tombstone or, for a table laid out by
     /// ownership, the table itself (true) (None: neither joined).
     owned: Option<(Genes, pg_sys::Oid, bool)>,
-    /// Genes of fenced partitions joined, with one of them.
-    fenced: Option<(Genes, pg_sys::Oid)>,
+    /// Fenced genes, each set with a relation to name: those of the fenced partitions
+    /// joined (with one of them), and those a move fenced in a table laid out by ownership
+    /// that is joined (with the table).
+    fenced: Vec<(Genes, pg_sys::Oid)>,
 }
 
 /// A watched input that a join reads to its end when the join ends without having read it
@@ -103,7 +105,7 @@ enum Judgement {
 
 impl ValueCheck {
     fn judge(&self, gene: u16) -> Option<Judgement> {
-        if let Some((g, rel)) = &self.fenced {
+        for (g, rel) in &self.fenced {
             if g.contains_gene(gene) {
                 return Some(Judgement::Fenced(*rel));
             }
@@ -431,22 +433,24 @@ unsafe fn watch_side(
                 .unwrap_or_else(|| Genes::from_ranges([]));
             Some((g, t, true))
         });
-        let fenced = (!fenced.is_empty()).then(|| {
+        let mut fenced_genes = vec![];
+        if !fenced.is_empty() {
             let g = Genes::from_ranges(state.tables.iter().flat_map(|t| {
                 t.partitions
                     .iter()
                     .filter(|p| fenced.contains(&p.relid))
                     .map(|p| (p.lower, p.upper))
             }));
-            (g, fenced[0])
-        });
-        // A table laid out by ownership: the genes a move has fenced in it.
-        let fenced = fenced.or_else(|| {
-            let t = by_ownership?;
-            let g = super::owned_ranges::current().fenced_of(t)?.clone();
-            Some((g, t))
-        });
-        if owned.is_none() && fenced.is_none() {
+            fenced_genes.push((g, fenced[0]));
+        }
+        // A table laid out by ownership: the genes a move has fenced in it (as well, when a
+        // fenced partition of another table is joined too).
+        if let Some(t) = by_ownership {
+            if let Some(g) = super::owned_ranges::current().fenced_of(t) {
+                fenced_genes.push((g.clone(), t));
+            }
+        }
+        if owned.is_none() && fenced_genes.is_empty() {
             return;
         }
         // A Hash node is read by its join through MultiExecProcNode: watch its input. A
@@ -475,7 +479,7 @@ unsafe fn watch_side(
             attno: col,
             typ,
             owned,
-            fenced,
+            fenced: fenced_genes,
         };
         wrap(node, |w| w.check = Some(check));
         // The input to read to its end when the join ends early: a merge join's value side

@@ -15,7 +15,7 @@ max_locks_per_transaction, 1,024 route ranges alternating between the shards.
     view, a claim of such a gene too; a claim of a role granted the view only locks the
     table of rows as its writes would; a row of such a gene in the table of rows (as a
     move's apply worker would write it) is seen neither through the view nor through the
-    coordinator.
+    coordinator, and a role that may delete from the table of rows cannot delete it (IG001).
 (d) route changes: genes without rows change shards (both shards record it, lookups follow);
     a change that would take genes with rows away is refused (55000) and changes nothing.
     A split and a merge of a range with rows: every row stays where it was, visible once.
@@ -41,6 +41,7 @@ max_locks_per_transaction, 1,024 route ranges alternating between the shards.
     (the source owns and shows its rows, unfenced; the target owns none), every row is seen
     once through the coordinator, and the same CALL then moves the genes.
 """
+import psycopg
 import pytest
 
 import harness
@@ -167,6 +168,16 @@ def test_c_a_shard_answers_by_what_it_owns():
         assert s1.one("SELECT count(*) FROM orders") == 10
         assert s1.one(f"SELECT count(*) FROM orders WHERE owner_id = {o2}") == 0
         assert S["c"].execute("SELECT count(*), sum(amount) FROM orders") == [(20, 24)]
+        # A role that may delete from the table of rows cannot delete it (a move's copy):
+        # IG001; a superuser can (id_gen's clean-ups, a DBA).
+        s1.execute("GRANT SELECT, DELETE ON orders_rows TO app")
+        with s1.connect(user="app") as conn:
+            conn.execute("SET id_gen.routing_guard = off")
+            try:
+                conn.execute(f"DELETE FROM orders_rows WHERE owner_id = {o2}")
+                raise AssertionError("a role deleted a row of a gene the shard does not own")
+            except psycopg.Error as e:
+                assert e.sqlstate == "IG001", e
     finally:
         # (By id, a gene not owned: the guard is switched off, as by a DBA cleaning up.)
         s1.execute("SET id_gen.routing_guard = off", f"DELETE FROM orders_rows WHERE id = {foreign_id}")

@@ -174,6 +174,14 @@ BEGIN
       PERFORM id_gen.raise_fenced_gene(TG_RELID::regclass, id);
     END IF;
     IF TG_OP = 'DELETE' THEN
+      -- A row of a gene not owned is hidden (a move's copy on its target, or the source's
+      -- row after the hand-over): only a superuser deletes it (id_gen's clean-ups,
+      -- shard_delete_unowned_rows; a DBA by hand). Anyone else deleting it by mistake
+      -- from the table of rows would remove a move's copy.
+      IF id IS NOT NULL AND NOT id_gen.shard_owns(TG_RELID, id)
+         AND NOT (SELECT r.rolsuper FROM pg_roles r WHERE r.rolname = current_user) THEN
+        PERFORM id_gen.raise_not_owned(TG_RELID::regclass, id);
+      END IF;
       RETURN OLD;
     END IF;
   END IF;
@@ -185,7 +193,7 @@ BEGIN
   END IF;
   RETURN NEW;
 END $$;
-COMMENT ON FUNCTION id_gen.refuse_rows_not_owned() IS 'Row trigger id_gen_owned_rows(<id column>) of a table laid out by ownership: refuses a row whose gene the shard does not own (IG001), as id_gen.shard_owns says, and a write or delete of a gene a move has fenced (IG002, id_gen.shard_fenced); the routing guard checks the scans of such a table that select by id.';
+COMMENT ON FUNCTION id_gen.refuse_rows_not_owned() IS 'Row trigger id_gen_owned_rows(<id column>) of a table laid out by ownership: refuses a row whose gene the shard does not own (IG001), as id_gen.shard_owns says, a delete of such a row unless by a superuser (IG001; id_gen''s clean-ups), and a write or delete of a gene a move has fenced (IG002, id_gen.shard_fenced); the routing guard checks the scans of such a table that select by id.';
 
 -- IG002 for a write of a gene that a move has fenced in a table laid out by ownership.
 CREATE OR REPLACE FUNCTION id_gen.raise_fenced_gene(rel regclass, id bigint) RETURNS void
