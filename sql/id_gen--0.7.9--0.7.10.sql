@@ -8510,6 +8510,7 @@ DECLARE
   old_name name := id_gen.fit_name(stem, '_by_range');
   tg name;
   older text;
+  locked_at timestamptz;
   waited_until timestamptz := clock_timestamp() + lock_timeout_ms * interval '1 ms';
 BEGIN
   PERFORM id_gen.shard_begin_table_change('converts its tables', lock_timeout_ms);
@@ -8543,6 +8544,7 @@ BEGIN
   -- Every statement that names the table waits from here (one that waited finds the view
   -- when it gets the lock).
   EXECUTE format('LOCK TABLE ONLY %s IN ACCESS EXCLUSIVE MODE', t.parent);
+  locked_at := clock_timestamp();
   IF (SELECT string_agg(format('%I %s', a.attname, format_type(a.atttypid, a.atttypmod)), ', ' ORDER BY a.attnum)
       FROM pg_attribute a WHERE a.attrelid = t.parent AND a.attnum > 0 AND NOT a.attisdropped)
      IS DISTINCT FROM
@@ -8573,7 +8575,9 @@ BEGIN
   WHERE (s.schema_name, s.table_name) = (shard_finish_owned_conversion.schema_name, shard_finish_owned_conversion.table_name);
   PERFORM id_gen.shard_make_owned_view(t.rows_rel, schema_name, table_name, id_column);
   PERFORM id_gen.shard_routing_changed();
-  RETURN 'converted';
+  RETURN format('converted (%s ms waiting for older snapshots and the lock, then the table locked for %s ms before the commit)',
+                round(extract(epoch FROM locked_at - transaction_timestamp()) * 1000),
+                round(extract(epoch FROM clock_timestamp() - locked_at) * 1000, 1));
 END $$;
 COMMENT ON FUNCTION id_gen.shard_finish_owned_conversion(name, name, name, name, text, integer) IS 'On a shard (step 3 of id_gen.convert_to_by_ownership): waits until no transaction older than it holds a snapshot (55P03 after lock_timeout_ms), then under ACCESS EXCLUSIVE on the table alone drops the mirroring triggers, renames the partitioned table <stem>_by_range, gives the table of rows its trigger and the table''s name to the view of the owned rows, and records the table of rows in id_gen.shard_tables (the owned ranges unchanged). READ COMMITTED only.';
 REVOKE EXECUTE ON FUNCTION id_gen.shard_finish_owned_conversion(name, name, name, name, text, integer) FROM PUBLIC;
