@@ -14,7 +14,9 @@
 #   point lookup by id, prepared and simple protocol; a lookup on a new connection each time
 #   (-C); a lookup by owner (prepared); INSERT by owner; a cross-shard aggregate; and the
 #   latency of a lookup by id through the coordinator as a multiple of the same lookup on
-#   the shard (shard_1's rows, pgbench on shard_1 directly, simple protocol); once, the
+#   the shard (shard_1's rows, pgbench on shard_1 directly, simple protocol) and as a
+#   multiple of the same lookup through a plain postgres_fdw foreign table of shard_1's
+#   table (no id_gen in its path: what is postgres_fdw's); once, the
 #   sixth execution of a prepared lookup on the shard (the plan cache's generic plan);
 # once per size and layout: the planning time of a new backend's first lookup (EXPLAIN
 # SUMMARY), its memory after one lookup, and the durations of distribute_table, a route
@@ -112,11 +114,16 @@ sc_pgb() {
 # shard_1 itself (the shard's table has the coordinator's table's name): the coordinator's
 # latency as a multiple of the shard's, per size and layout. (Prepared statements on the
 # shard are measured once per size below: their sixth execution builds a generic plan.)
-declare -A ON_SHARD VIA_COO
+# The same lookups through a plain postgres_fdw foreign table of shard_1's table on the
+# coordinator (no id_gen in its path): what of the coordinator's latency is postgres_fdw's.
+declare -A ON_SHARD VIA_COO PLAIN VIA_PLAIN
 for n in "${SC_SIZES[@]}"; do
   for layout in "${SC_LAYOUTS[@]}"; do
     mapfile -t IDS < <(scq "${layout}_$n" -c "SELECT id FROM orders_1 WHERE id_gen.route_gene((id >> 47)::integer) = 'shard_1' ORDER BY hashint8(id) LIMIT $SC_VALUES")
     ON_SHARD[$n.$layout]=$(sc_scripts "shard1_${n}_$layout" "SELECT * FROM orders_1 WHERE id = :v;" "${IDS[@]}")
+    scq "${layout}_$n" -c "CREATE FOREIGN TABLE orders_1_plain (id bigint, owner_id bigint, amount bigint)
+                           SERVER shard_1 OPTIONS (schema_name 'public', table_name 'orders_1')" >/dev/null
+    PLAIN[$n.$layout]=$(sc_scripts "plain_${n}_$layout" "SELECT * FROM orders_1_plain WHERE id = :v;" "${IDS[@]}")
   done
 done
 # What each measure runs: "MODE SCRIPTS-ARRAY".
@@ -146,6 +153,9 @@ for r in $(seq "$SC_ROUNDS"); do
       # shellcheck disable=SC2086
       res=$(SC_PGB_HOST=$(sc_shard_dir 1) SC_PGB_PORT=$(sc_shard_port 1) sc_pgb "${layout}_$n" "$SC_T" -M simple ${ON_SHARD[$n.$layout]})
       ON_SHARD_TPS[$n.$layout]+="${res% *} "
+      # shellcheck disable=SC2086
+      res=$(sc_pgb "${layout}_$n" "$SC_T" -M simple ${PLAIN[$n.$layout]})
+      VIA_PLAIN[$n.$layout]+="${res% *} "
     done
   done
 done
@@ -194,6 +204,13 @@ for layout in "${SC_LAYOUTS[@]}"; do
   printf '%-48s' "lookup by id: coordinator / shard latency, $layout"
   for n in "${SC_SIZES[@]}"; do
     read -r -a a <<< "${ON_SHARD_TPS[$n.$layout]}"; read -r -a b <<< "${VIA_COO[$n.$layout]}"
+    RUNS=(); for k in "${!a[@]}"; do RUNS+=("${a[k]} ${b[k]}"); done
+    printf ' %27s' "$(fmt_ratio $(ratio_stats 0 1) x)"
+  done
+  echo
+  printf '%-48s' "  coordinator / plain postgres_fdw, $layout"
+  for n in "${SC_SIZES[@]}"; do
+    read -r -a a <<< "${VIA_PLAIN[$n.$layout]}"; read -r -a b <<< "${VIA_COO[$n.$layout]}"
     RUNS=(); for k in "${!a[@]}"; do RUNS+=("${a[k]} ${b[k]}"); done
     printf ' %27s' "$(fmt_ratio $(ratio_stats 0 1) x)"
   done
