@@ -205,10 +205,14 @@ REVOKE EXECUTE ON PROCEDURE id_gen.convert_to_per_shard(regclass, integer) FROM 
 -- shard after the other (the steps: sql/cluster/shard/convert.sql):
 --   1. one short transaction here: the table is marked (distributed_tables.converting_since),
 --      so route changes, moves, splits and other distributions wait (55006) until it is done;
---   2. per shard that holds the table: begin (the table of rows, and the triggers that make
---      every write reach it too), copy in batches of `batch` rows, finish (once the snapshots
---      older than the copy are gone, the swap, under a lock of the table there that its
---      statements wait for: milliseconds), then drop the old partitions in batches of 200;
+--   2. per shard that holds the table (one session at a time: a session advisory lock per
+--      table): begin (the table of rows, and the triggers that log every write and make it
+--      there too), copy in batches of `batch` rows, compare the logged rows with their copies
+--      (repairing those a REPEATABLE READ writer missed) until a pass takes less than a
+--      batch, finish (once the snapshots older than the copy are gone, the swap, under a lock
+--      of the table there that its statements wait for, at most 2 s; 55P03 sends it back to
+--      the comparison, up to 10 attempts), then drop the old partitions in batches of 200;
+--      each call a transaction here too;
 --   3. one short transaction here: shard_layout becomes by_ownership, with the shards'
 --      definition of a table of rows, and the mark goes.
 -- Invariants:
@@ -257,6 +261,8 @@ DECLARE
   dropped integer;
   msg text;
   t0 timestamptz;
+  synced integer[];
+  repaired bigint;
 BEGIN
   -- (No SET clause, as above.)
   PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
@@ -279,6 +285,14 @@ BEGIN
     PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
   END IF;
 
+  -- One session converts a table at a time: a second one's copy could run beside the
+  -- first one's swap. (A session lock: it outlives the COMMITs below; a CALL that fails keeps
+  -- it until the session calls again or ends.)
+  IF NOT pg_catalog.pg_try_advisory_lock(id_gen.conversion_session_lock_key(),
+                                         pg_catalog.hashtext(pg_catalog.format('%I.%I', d.schema_name, d.table_name))) THEN
+    RAISE EXCEPTION 'id_gen: another session converts %.%', pg_catalog.quote_ident(d.schema_name), pg_catalog.quote_ident(d.table_name)
+      USING ERRCODE = '55006', HINT = 'Wait for its CALL to end, or end that session; then the same CALL goes on.';
+  END IF;
   FOR shard IN SELECT p.shard FROM id_gen.shard_placements p
                WHERE (p.schema_name, p.table_name) = (d.schema_name, d.table_name) ORDER BY p.shard LOOP
     t0 := pg_catalog.clock_timestamp();
@@ -292,10 +306,13 @@ BEGIN
               HINT = 'Run ALTER EXTENSION id_gen UPDATE on the shard, then the same CALL again.';
     END;
     IF state = 'copying' THEN
+      -- (Each call a transaction here too: a long conversion holds no snapshot here.)
       after_id := '-1';
       calls := 0;
       LOOP
         after_id := id_gen.remote_call(shard, 'shard_copy_owned_rows', args || ARRAY[after_id, batch::text], 600000);
+        COMMIT;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
         EXIT WHEN after_id = 'done';
         calls := calls + 1;
         IF calls % 20 = 0 THEN
@@ -303,30 +320,43 @@ BEGIN
                        pg_catalog.quote_ident(d.table_name), after_id::bigint >> 47;
         END IF;
       END LOOP;
-      FOR attempt IN 1 .. 5 LOOP
+      repaired := 0;
+      FOR attempt IN 1 .. 10 LOOP
+        -- The writes logged meanwhile, compared with their copies, until a pass takes less
+        -- than a batch (the swap checks the rest under its lock).
+        LOOP
+          synced := id_gen.remote_call(shard, 'shard_sync_converted_changes', args || batch::text, 600000)::integer[];
+          COMMIT;
+          PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+          repaired := repaired + synced[2];
+          EXIT WHEN synced[1] < batch;
+        END LOOP;
         BEGIN
-          state := id_gen.remote_call(shard, 'shard_finish_owned_conversion', args || ARRAY[definition, '10000'], 120000);
+          -- (Statements of the table there wait at most 2 s for the swap's lock.)
+          state := id_gen.remote_call(shard, 'shard_finish_owned_conversion', args || ARRAY[definition, '2000'], 120000);
           EXIT;
         EXCEPTION WHEN deadlock_detected OR lock_not_available THEN
-          IF attempt = 5 THEN
+          IF attempt = 10 THEN
             GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT;
-            RAISE EXCEPTION 'id_gen: shard "%" could not lock %.% for the swap, 5 times', shard,
+            RAISE EXCEPTION 'id_gen: shard "%" could not swap %.% in 10 attempts', shard,
                             pg_catalog.quote_ident(d.schema_name), pg_catalog.quote_ident(d.table_name)
               USING ERRCODE = '55P03', DETAIL = 'On the shard: ' || msg,
-                    HINT = 'A long transaction uses the table there, or holds a snapshot older than the copy. Nothing is lost; the same CALL goes on from where it stopped.';
+                    HINT = 'A long transaction uses the table there, holds a snapshot older than the copy, or keeps writing rows whose copies need repairing. Nothing is lost; the same CALL copies the rows again and goes on.';
           END IF;
-          PERFORM pg_catalog.pg_sleep(0.2 * attempt);
+          PERFORM pg_catalog.pg_sleep(0.1 * attempt);
         END;
       END LOOP;
-      RAISE NOTICE 'id_gen: shard "%": %.% %, in % ms', shard,
+      RAISE NOTICE 'id_gen: shard "%": %.% %, in % ms (% copies repaired)', shard,
         pg_catalog.quote_ident(d.schema_name), pg_catalog.quote_ident(d.table_name), state,
-        (extract(epoch FROM pg_catalog.clock_timestamp() - t0) * 1000)::bigint;
+        (extract(epoch FROM pg_catalog.clock_timestamp() - t0) * 1000)::bigint, repaired;
     END IF;
     IF state <> 'absent' THEN
       dropped := 0;
       LOOP
         n := id_gen.remote_call(shard, 'shard_drop_converted_partitions',
                                 ARRAY[d.schema_name::text, d.table_name::text, d.shard_stem::text, '200'], 120000)::integer;
+        COMMIT;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
         EXIT WHEN n = 0;
         dropped := dropped + n;
       END LOOP;
@@ -341,6 +371,8 @@ BEGIN
   SET shard_layout = 'by_ownership', shard_definition = definition, converting_since = NULL
   WHERE (t.schema_name, t.table_name) = (d.schema_name, d.table_name);
   COMMIT;
+  PERFORM pg_catalog.pg_advisory_unlock(id_gen.conversion_session_lock_key(),
+                                        pg_catalog.hashtext(pg_catalog.format('%I.%I', d.schema_name, d.table_name)));
   RAISE NOTICE 'id_gen: %.% is laid out by ownership on its shards now', pg_catalog.quote_ident(d.schema_name),
     pg_catalog.quote_ident(d.table_name);
 END $$;

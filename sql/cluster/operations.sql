@@ -14,7 +14,9 @@
 --     no route change or new distributed table slips in before a new operation is recorded;
 --   * id_gen.operation_session_lock_key(), with the operation's id (moves and splits share
 --     the sequence id_gen.move_ids): a session lock held by the session that runs that
---     operation, so a second CALL for it gets 55006 and the move supervisor leaves it alone.
+--     operation, so a second CALL for it gets 55006 and the move supervisor leaves it alone;
+--   * id_gen.conversion_session_lock_key(), with the hash of the table's qualified name: a
+--     session lock held by the session that runs convert_to_by_ownership for that table.
 --
 -- Invariants: the keys never change (a running operation of an older version holds them
 -- across an update); they are IMMUTABLE SQL functions, so a call costs nothing.
@@ -28,6 +30,11 @@ CREATE OR REPLACE FUNCTION id_gen.operation_session_lock_key() RETURNS integer
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$SELECT 757431$$;
 COMMENT ON FUNCTION id_gen.operation_session_lock_key() IS
   'Advisory-lock key that, with an operation id (move or split), is held as a session lock by the session running that operation.';
+
+CREATE OR REPLACE FUNCTION id_gen.conversion_session_lock_key() RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$SELECT 757432$$;
+COMMENT ON FUNCTION id_gen.conversion_session_lock_key() IS
+  'Advisory-lock key that, with hashtext of a distributed table''s qualified name, is held as a session lock by the session converting that table (id_gen.convert_to_by_ownership).';
 
 -- The catalog of long operations -----------------------------------------------------------
 -- One table, id_gen.cluster_operations (sql/install/cluster_catalog.sql), holds every move,

@@ -303,3 +303,15 @@ COMMENT ON COLUMN id_gen.shard_tables.fenced_ranges IS 'Layout by ownership: own
 -- (id_gen.convert_to_by_ownership, sql/cluster/convert.sql; docs/design.md §11.8).
 ALTER TABLE id_gen.distributed_tables ADD COLUMN converting_since timestamptz;
 COMMENT ON COLUMN id_gen.distributed_tables.converting_since IS 'Set while CALL id_gen.convert_to_by_ownership converts the shards'' tables of this table to the layout by ownership (since when); route changes, moves, splits and other distributions are refused meanwhile (55006), and the same CALL finishes it. NULL otherwise.';
+-- On a shard whose table is being converted: the ids of the rows written there since the
+-- conversion began (its triggers log them, as the writer: hence INSERT for everyone; an id
+-- logged by anyone else only makes the conversion compare that row once more).
+CREATE TABLE id_gen.shard_converted_changes (
+    rel oid    NOT NULL,
+    id  bigint NOT NULL
+);
+REVOKE ALL ON id_gen.shard_converted_changes FROM PUBLIC;
+GRANT INSERT ON id_gen.shard_converted_changes TO PUBLIC;
+COMMENT ON TABLE id_gen.shard_converted_changes IS 'On a shard: while a table is converted to the layout by ownership (id_gen.convert_to_by_ownership on the coordinator), the ids of its rows inserted, updated or deleted since the conversion began (rel: the table), logged by its triggers; the conversion compares each such row with its copy in the table of rows and repairs the copy when they differ (a REPEATABLE READ writer whose snapshot is older than the copy misses it), then takes the id out. Empty otherwise.';
+COMMENT ON COLUMN id_gen.shard_converted_changes.rel IS 'The table being converted (pg_class oid).';
+COMMENT ON COLUMN id_gen.shard_converted_changes.id IS 'The id of a row inserted, updated or deleted there.';

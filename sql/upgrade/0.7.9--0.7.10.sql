@@ -1,4 +1,5 @@
 -- Catalog changes, 0.7.9 -> 0.7.10 (by hand). The online conversion of per_shard tables to
 -- the layout by ownership (docs/design.md section 11.8) adds a column to
--- id_gen.distributed_tables (converting_since), in the catalog section of
--- sql/install/cluster_catalog.sql new in 0.7.10. (No new C function.)
+-- id_gen.distributed_tables (converting_since) and the table id_gen.shard_converted_changes,
+-- in the catalog section of sql/install/cluster_catalog.sql new in 0.7.10. (No new C
+-- function.)

@@ -14,7 +14,8 @@ through the coordinator and a session running a prepared lookup throughout.
     changes are refused (55006, naming the conversion), a push of the same ranges to both
     shards works, and the
     clients go on; the same CALL then finishes (its swap on shard_2 waits for a REPEATABLE
-    READ transaction there whose snapshot is older than the copy, which still sees every row): each shard holds the table as a view over one
+    READ transaction there whose snapshot is older than the copy, which still sees every row
+    and then updates a row whose copy it cannot see: the swap has that copy repaired first): each shard holds the table as a view over one
     table of rows, nothing of the old partitions is left.
 (d) afterwards: every committed row is there once through the coordinator and on the shard
     that owns its gene (updated rows as updated, deleted ones gone); and a move of genes,
@@ -30,6 +31,7 @@ import pytest
 
 import psycopg
 
+import harness
 from harness import LOGICAL, PG_BIN, Background, CoordinatorLoad, Sleeper, coordinator_with_shards, poll_until, report, routes
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -181,6 +183,9 @@ def test_c_convert_to_by_ownership_under_load():
     # swap waits for it (after the swap, that snapshot would not see the copied rows).
     held = shard_2.one("SELECT count(*) FROM orders WHERE owner_id <= 3000")
     assert held > 1000, f"shard_2 holds {held} of the rows of 0.6.0"
+    # A row of shard_2 no other client writes, which that transaction updates after the copy.
+    lone_owner = harness.owners(c, "id_gen.route_owner(o) = 'shard_2'", 1, first=600000)[0]
+    lone = c.one(f"INSERT INTO orders (owner_id, amount) VALUES ({lone_owner}, 5) RETURNING id")
     with psycopg.connect(shard_2.dsn(), autocommit=True) as old_snapshot:
         old_snapshot.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
         old_snapshot.execute("SELECT 1")
@@ -192,9 +197,15 @@ def test_c_convert_to_by_ownership_under_load():
             "AND state = 'active' AND now() - query_start > interval '1 s'"), 1, 60)
         seen = old_snapshot.execute("SELECT count(*) FROM orders WHERE owner_id <= 3000").fetchone()[0]
         assert seen == held, f"the older snapshot sees {seen} of the {held} rows of 0.6.0 on shard_2"
+        # Its update cannot see the row's copy (made after its snapshot): the swap finds the
+        # copy out of date and has it repaired first.
+        assert old_snapshot.execute(f"UPDATE orders SET amount = 777 WHERE id = {lone}").rowcount == 1
         old_snapshot.execute("COMMIT")
         assert call.join(120) is None, call.error
     S["by_ownership_ms"] = (time.monotonic() - t0) * 1000
+    assert c.one(f"SELECT amount FROM orders WHERE id = {lone}") == 777, "the update of a REPEATABLE READ transaction kept"
+    assert shard_2.one(f"SELECT amount FROM orders_rows WHERE id = {lone}") == 777
+    S["lone"] = (lone, lone_owner)
     load.goes_on("after the conversion to the layout by ownership")
     churn.end()
     load.end()
@@ -229,7 +240,7 @@ def placement(expected):
 
 def test_d_nothing_lost_and_the_fleet_moves():
     c, load, churn = S["c"], S["load"], S["churn"]
-    expected = load.committed + [(i, o) for i, (o, _) in churn.kept.items()]
+    expected = load.committed + [(i, o) for i, (o, _) in churn.kept.items()] + [S["lone"]]
     total = placement(expected)
     assert total == 3000 + len(expected), "the rows of 0.6.0 and every committed row, nothing else"
     amounts = dict(map(int, r.split(":")) for r in c.column("SELECT id || ':' || amount FROM orders WHERE owner_id >= 900000"))

@@ -7,43 +7,54 @@
 --   1. shard_begin_owned_conversion: under SHARE ROW EXCLUSIVE on the table (its writers
 --      finish first; readers go on), the table of rows is created LIKE the table (columns,
 --      defaults, constraints, indexes) with its owner and grants, and statement triggers
---      with transition tables on the table make every later write there in the table of
---      rows too, in the writer's transaction (id_gen.mirror_converted_rows); a TRUNCATE,
---      and an UPDATE that changes an id, are refused meanwhile (55000, 0A000).
+--      with transition tables on the table (id_gen.mirror_converted_rows) log the id of
+--      every row written from then on (id_gen.shard_converted_changes) and make the same
+--      write in the table of rows, in the writer's transaction; a TRUNCATE, and an UPDATE
+--      that changes an id, are refused meanwhile (55000, 0A000).
 --   2. shard_copy_owned_rows, repeated: the next rows in id order, partition by partition,
---      are locked FOR SHARE and copied into the table of rows (a row there already stays).
---   3. shard_finish_owned_conversion: waits until no transaction that started before it
---      holds a snapshot (a snapshot older than the copy would miss its rows in the table of
---      rows), then under ACCESS EXCLUSIVE on the table alone (its statements wait, at most
---      lock_timeout_ms) drops the triggers, renames the table <stem>_by_range, gives the
---      table of rows its trigger (id_gen_owned_rows) and the table's name to the view of the
---      owned rows, and records the table of rows in id_gen.shard_tables (what the shard owns
---      is unchanged).
---   4. shard_drop_converted_partitions, repeated: the old table's partitions are dropped in
+--      are copied into the table of rows (a row there already stays).
+--   3. shard_sync_converted_changes, repeated: the logged rows are compared with their
+--      copies, and a copy that differs is made again from the table.
+--   4. shard_finish_owned_conversion: waits until no transaction of this database that
+--      began before it holds a snapshot, then, under ACCESS EXCLUSIVE on the table alone
+--      (its statements wait, at most lock_timeout_ms), compares the rows still logged (any
+--      difference: 55P03, the coordinator repairs them with step 3 and tries again), drops
+--      the triggers, renames the table <stem>_by_range, gives the table of rows its trigger
+--      (id_gen_owned_rows) and the table's name to the view of the owned rows, and records
+--      the table of rows in id_gen.shard_tables (what the shard owns is unchanged).
+--   5. shard_drop_converted_partitions, repeated: the old table's partitions are dropped in
 --      batches, then the table.
 -- Invariants:
---   * The table of rows holds the table's rows under every snapshot that can read it after
---     the swap. A write after step 1 changes both tables in the writer's transaction, so
---     the two look alike to every snapshot; a copied row was read FOR SHARE, so a write of
---     it waits for the copy's commit (then finds the copy and changes it) or the copy waits
---     for the write (then copies its result, or nothing for a delete), and a row there
---     already is kept. The copy committed before step 3 began, and step 3 swaps only when
---     every snapshot older than that is gone, so no reader of the view misses a copied row
---     (a statement that waited for the swap's lock under a REPEATABLE READ snapshot, as
---     postgres_fdw's remote transactions do, took that snapshot after step 3 began).
---   * Not mirrored: writes that name one of id_gen's partitions directly (the coordinator
---     and zero-hop clients name the table) and those of a session with
+--   * Nothing is lost: every row is copied after the triggers exist (step 2 starts after step
+--     1 committed), and every later write logs its ids in the writer's transaction. The
+--     mirrored write keeps the table of rows in step with the table for every snapshot, but
+--     it can miss: a REPEATABLE READ writer (postgres_fdw's remote transactions are) whose
+--     snapshot is older than the copy or repair of a row does not see that row in the table
+--     of rows, so its UPDATE or DELETE there changes nothing. Step 3 compares every logged
+--     row in a later READ COMMITTED statement and makes again only the copies that differ,
+--     so a miss is repaired and a copy that is right keeps the writer's version.
+--   * No reader of the view misses a row: the copies and repairs committed before step 4
+--     began, step 4 swaps only when every snapshot older than that is gone (a statement that
+--     waited for the swap's lock under a REPEATABLE READ snapshot took it after step 4
+--     began, and sees them), and a snapshot that new makes no miss; step 4 writes nothing to
+--     the table of rows (it refuses, and the coordinator repairs first, when a logged row
+--     differs).
+--   * Not logged nor mirrored: writes that name one of id_gen's partitions directly (the
+--     coordinator and zero-hop clients name the table) and those of a session with
 --     session_replication_role = replica, such as a logical replication apply worker (the
 --     coordinator refuses moves during a conversion).
 --   * Every step can be repeated after an interruption: step 1 returns the state it finds
---     (a table of rows whose triggers are missing is emptied and filled again), step 2 is
---     idempotent, step 3 is one transaction, step 4 drops only a table that bears the
---     conversion's comment.
---   * No step locks every partition at once: step 2 reads at most 100 partitions per call,
---     step 3 locks the table alone, step 4 drops a batch per call.
+--     (a table of rows whose triggers are missing, disabled or for other columns is made
+--     again and filled again), steps 2 and 3 are idempotent, step 4 is one transaction,
+--     step 5 drops only a table that bears the conversion's comment. Steps 2 and 3 hold
+--     ACCESS SHARE on the table, so step 4 (ACCESS EXCLUSIVE) never overlaps them.
+--   * Locks: step 2 reads at most 100 partitions per call and step 4 locks the table alone;
+--     step 1 checks every partition for untrusted code (as a re-partition does), which
+--     locks each of them once (ACCESS SHARE).
 --   * No code that a non-superuser owns runs in these calls (id_gen.refuse_untrusted_table
---     on the table and the table of rows); the triggers run as the writer, whose rights on
---     the table of rows are those it has on the table.
+--     on the table, and on the table of rows under a lock that keeps triggers from being
+--     added); the triggers run as the writer, whose rights on the table of rows are those it
+--     has on the table.
 -- Code only (CREATE OR REPLACE).
 
 -- The comment of a table of rows while its conversion fills it, and of the old
@@ -60,8 +71,9 @@ COMMENT ON FUNCTION id_gen.converted_table_comment(text, name, name) IS 'On a sh
 REVOKE EXECUTE ON FUNCTION id_gen.converted_table_comment(text, name, name) FROM PUBLIC;
 
 -- The statement triggers of a table being converted (arguments: the table of rows, the id
--- column, the columns that hold values, the same prefixed with n.): each write reaches the
--- table of rows too; a TRUNCATE, and an UPDATE that changes an id, are refused.
+-- column, the columns that hold values, the same prefixed with n.): the ids written are
+-- logged, and the write reaches the table of rows too; a TRUNCATE, and an UPDATE that
+-- changes an id, are refused.
 CREATE OR REPLACE FUNCTION id_gen.mirror_converted_rows() RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -73,7 +85,16 @@ BEGIN
     RAISE EXCEPTION 'id_gen: %.% is being converted to the layout by ownership; TRUNCATE waits until it is done',
                     quote_ident(TG_TABLE_SCHEMA), quote_ident(TG_TABLE_NAME)
       USING ERRCODE = '55000', HINT = 'id_gen.distributed_tables.converting_since on the coordinator says since when; DELETE works meanwhile.';
-  ELSIF TG_OP = 'INSERT' THEN
+  END IF;
+  IF TG_OP IN ('INSERT', 'UPDATE') THEN
+    EXECUTE format('INSERT INTO id_gen.shard_converted_changes (rel, id) SELECT $1, %I FROM id_gen_new', TG_ARGV[1]) USING TG_RELID;
+  END IF;
+  IF TG_OP IN ('UPDATE', 'DELETE') THEN
+    EXECUTE format('INSERT INTO id_gen.shard_converted_changes (rel, id) SELECT $1, %I FROM id_gen_old', TG_ARGV[1]) USING TG_RELID;
+  END IF;
+  -- (A REPEATABLE READ writer whose snapshot is older than a row's copy changes nothing
+  -- below; the conversion repairs that copy from the log.)
+  IF TG_OP = 'INSERT' THEN
     EXECUTE format('INSERT INTO %s (%s) SELECT %s FROM id_gen_new', TG_ARGV[0], TG_ARGV[2], TG_ARGV[2]);
   ELSIF TG_OP = 'UPDATE' THEN
     EXECUTE format('SELECT EXISTS (SELECT FROM id_gen_old o WHERE NOT EXISTS (SELECT FROM id_gen_new n WHERE n.%1$I OPERATOR(pg_catalog.=) o.%1$I))',
@@ -90,7 +111,7 @@ BEGIN
   END IF;
   RETURN NULL;
 END $$;
-COMMENT ON FUNCTION id_gen.mirror_converted_rows() IS 'On a shard: the statement triggers of a table being converted to the layout by ownership: each INSERT, UPDATE and DELETE reaches its table of rows too (arguments: the table of rows, the id column, the columns, the columns prefixed with n.); TRUNCATE (55000) and an UPDATE of ids (0A000) are refused meanwhile. Runs as the writer.';
+COMMENT ON FUNCTION id_gen.mirror_converted_rows() IS 'On a shard: the statement triggers of a table being converted to the layout by ownership: log the ids of the rows inserted, updated or deleted (id_gen.shard_converted_changes) and make the same write in its table of rows (arguments: the table of rows, the id column, the columns, the columns prefixed with n.); TRUNCATE (55000) and an UPDATE of ids (0A000) are refused meanwhile. Runs as the writer.';
 REVOKE EXECUTE ON FUNCTION id_gen.mirror_converted_rows() FROM PUBLIC;
 
 -- The names of the conversion's triggers, in the order shard_begin_owned_conversion makes them.
@@ -120,12 +141,17 @@ BEGIN
     RAISE EXCEPTION 'id_gen: %.% is not being converted to the layout by ownership on this shard', quote_ident(schema_name), quote_ident(table_name)
       USING ERRCODE = '55000', HINT = 'CALL id_gen.convert_to_by_ownership(...) on the coordinator runs every step in order.';
   END IF;
+  -- The table stays (step 4 waits for this transaction), and no trigger is added to the
+  -- table of rows after the check below (CREATE TRIGGER waits for this lock).
+  PERFORM set_config('lock_timeout', '2s', true);
+  EXECUTE format('LOCK TABLE ONLY %s IN ACCESS SHARE MODE', parent);
+  EXECUTE format('LOCK TABLE %s IN ROW EXCLUSIVE MODE', rows_rel);
   PERFORM id_gen.refuse_untrusted_table(rows_rel, 'shard table');
   -- The columns that hold values (not generated ones), in order.
   SELECT string_agg(quote_ident(a.attname), ', ' ORDER BY a.attnum) INTO cols
   FROM pg_attribute a WHERE a.attrelid = rows_rel AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = '';
 END $$;
-COMMENT ON FUNCTION id_gen.shard_converting_table(name, name, name) IS 'On a shard: the table being converted to the layout by ownership, its table of rows and their columns with values; 55000 when the table is not in the middle of a conversion.';
+COMMENT ON FUNCTION id_gen.shard_converting_table(name, name, name) IS 'On a shard: the table being converted to the layout by ownership, its table of rows and their columns with values, both locked for this transaction (ACCESS SHARE, ROW EXCLUSIVE) and the table of rows checked for untrusted code; 55000 when the table is not in the middle of a conversion.';
 REVOKE EXECUTE ON FUNCTION id_gen.shard_converting_table(name, name, name) FROM PUBLIC;
 
 -- Step 1. Returns 'absent' (no such table here: nothing to convert), 'converted' (done
@@ -162,30 +188,50 @@ BEGIN
   -- Its writers finish first; later ones wait until the triggers are there.
   EXECUTE format('LOCK TABLE ONLY %s IN SHARE ROW EXCLUSIVE MODE', parent);
   PERFORM id_gen.refuse_untrusted_table(parent, 'shard table');
-  -- What would keep the old table, or be lost with it: views over it, foreign keys to it,
-  -- publications of it, triggers of the user's.
+  -- What would keep the old table, or be lost with it: views over it, rules, foreign keys to
+  -- it or of it, publications of it, triggers of the user's, row security, column grants.
   SELECT string_agg(DISTINCT x, ', ') INTO dependents FROM (
     SELECT rw.ev_class::regclass::text AS x FROM pg_depend dep JOIN pg_rewrite rw ON rw.oid = dep.objid
     WHERE dep.classid = 'pg_rewrite'::regclass AND dep.refclassid = 'pg_class'::regclass AND dep.refobjid = parent
       AND rw.ev_class <> parent
-    UNION ALL SELECT format('constraint %I of %s', con.conname, con.conrelid::regclass) FROM pg_constraint con WHERE con.confrelid = parent
+    UNION ALL SELECT format('rule %I', rw.rulename) FROM pg_rewrite rw WHERE rw.ev_class = parent
+    UNION ALL SELECT format('constraint %I of %s', con.conname, con.conrelid::regclass) FROM pg_constraint con
+    WHERE con.confrelid = parent OR (con.conrelid = parent AND con.contype = 'f')
     UNION ALL SELECT format('publication %I', p.pubname) FROM pg_publication_rel pr JOIN pg_publication p ON p.oid = pr.prpubid
     WHERE pr.prrelid = parent
     UNION ALL SELECT format('trigger %I', t.tgname) FROM pg_trigger t
-    WHERE t.tgrelid = parent AND NOT t.tgisinternal AND t.tgparentid = 0 AND NOT t.tgname = ANY (id_gen.converted_trigger_names())) d;
+    WHERE t.tgrelid = parent AND NOT t.tgisinternal AND t.tgparentid = 0 AND NOT t.tgname = ANY (id_gen.converted_trigger_names())
+    UNION ALL SELECT 'row security or policies' FROM pg_class c WHERE c.oid = parent
+      AND (c.relrowsecurity OR c.relforcerowsecurity OR EXISTS (SELECT FROM pg_policy pol WHERE pol.polrelid = parent))
+    UNION ALL SELECT format('column grants on %I', a.attname) FROM pg_attribute a
+    WHERE a.attrelid = parent AND a.attnum > 0 AND NOT a.attisdropped AND a.attacl IS NOT NULL) d;
   IF dependents IS NOT NULL THEN
-    RAISE EXCEPTION 'id_gen: other objects on this shard depend on %: %', parent, dependents
-      USING ERRCODE = '2BP01', HINT = 'Drop them, convert the table, then create them again on the view or the table of rows.';
+    RAISE EXCEPTION 'id_gen: % on this shard has what its conversion would not carry over: %', parent, dependents
+      USING ERRCODE = '2BP01', HINT = 'Drop or revoke them, convert the table, then create them again on the view or the table of rows.';
   END IF;
-  SELECT count(*) INTO n_triggers FROM pg_trigger t WHERE t.tgrelid = parent AND t.tgname = ANY (id_gen.converted_trigger_names());
+  -- The triggers of an earlier attempt count if each is there, enabled, and for the table
+  -- of rows with the table's columns as they are now.
+  SELECT ARRAY[rows_name::text, id_column::text, string_agg(quote_ident(a.attname), ', ' ORDER BY a.attnum),
+               string_agg('n.' || quote_ident(a.attname), ', ' ORDER BY a.attnum)]
+    INTO targs
+  FROM pg_attribute a WHERE a.attrelid = parent AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = '';
+  targs[1] := format('%I.%I', schema_name, rows_name);
+  SELECT count(*) INTO n_triggers FROM pg_trigger t
+  WHERE t.tgrelid = parent AND t.tgname = ANY (id_gen.converted_trigger_names()) AND t.tgenabled <> 'D'
+    AND t.tgfoid = 'id_gen.mirror_converted_rows()'::regprocedure
+    AND t.tgargs = (SELECT string_agg(convert_to(a, 'UTF8') || '\x00'::bytea, ''::bytea ORDER BY o)
+                    FROM unnest(targs) WITH ORDINALITY AS x(a, o));
+  IF rows_rel IS NOT NULL AND n_triggers < cardinality(id_gen.converted_trigger_names()) THEN
+    -- (Filled while no trigger mirrored the writes, or for other columns: made again.)
+    PERFORM id_gen.refuse_untrusted_table(rows_rel, 'shard table');
+    EXECUTE format('DROP TABLE %s', rows_rel);
+    rows_rel := NULL;
+  END IF;
   IF rows_rel IS NULL THEN
     EXECUTE format('CREATE TABLE %I.%I (LIKE %s INCLUDING ALL)', schema_name, rows_name, parent);
     rows_rel := format('%I.%I', schema_name, rows_name)::regclass;
     PERFORM id_gen.match_owner_and_grants(parent, rows_rel);
     EXECUTE format('COMMENT ON TABLE %s IS %L', rows_rel, id_gen.converted_table_comment('rows', schema_name, table_name));
-  ELSIF n_triggers < cardinality(id_gen.converted_trigger_names()) THEN
-    -- (Filled while no trigger mirrored the writes: filled again.)
-    EXECUTE format('TRUNCATE %s', rows_rel);
   END IF;
   IF n_triggers < cardinality(id_gen.converted_trigger_names()) THEN
     FOR tg IN SELECT t.tgname FROM pg_trigger t WHERE t.tgrelid = parent AND t.tgname = ANY (id_gen.converted_trigger_names()) LOOP
@@ -193,10 +239,6 @@ BEGIN
     END LOOP;
     -- (The arguments: the table of rows, the id column, its columns with values, the same
     -- prefixed with n.)
-    SELECT ARRAY[rows_rel::text, id_column::text, string_agg(quote_ident(a.attname), ', ' ORDER BY a.attnum),
-                 string_agg('n.' || quote_ident(a.attname), ', ' ORDER BY a.attnum)]
-      INTO targs
-    FROM pg_attribute a WHERE a.attrelid = rows_rel AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = '';
     EXECUTE format('CREATE TRIGGER id_gen_convert_insert AFTER INSERT ON %s REFERENCING NEW TABLE AS id_gen_new '
                    'FOR EACH STATEMENT EXECUTE FUNCTION id_gen.mirror_converted_rows(%L, %L, %L, %L)', VARIADIC ARRAY[parent::text] || targs);
     EXECUTE format('CREATE TRIGGER id_gen_convert_update AFTER UPDATE ON %s REFERENCING OLD TABLE AS id_gen_old NEW TABLE AS id_gen_new '
@@ -208,11 +250,11 @@ BEGIN
   END IF;
   RETURN 'copying';
 END $$;
-COMMENT ON FUNCTION id_gen.shard_begin_owned_conversion(name, name, name, name, integer) IS 'On a shard (step 1 of id_gen.convert_to_by_ownership on the coordinator): creates the table of rows of a partitioned table LIKE it, with its owner and grants, and statement triggers that make each later write of the table reach it too (id_gen.mirror_converted_rows); returns absent, converted or copying. Refuses (2BP01) while views, foreign keys, publications or user triggers depend on the table. READ COMMITTED only.';
+COMMENT ON FUNCTION id_gen.shard_begin_owned_conversion(name, name, name, name, integer) IS 'On a shard (step 1 of id_gen.convert_to_by_ownership on the coordinator): creates the table of rows of a partitioned table LIKE it, with its owner and grants, and statement triggers that log each later write of the table and make it in the table of rows too (id_gen.mirror_converted_rows); returns absent, converted or copying (a table of rows whose triggers are missing, disabled or for other columns is made again). Refuses (2BP01) while views, rules, foreign keys, publications, user triggers, row security or column grants depend on the table. READ COMMITTED only.';
 REVOKE EXECUTE ON FUNCTION id_gen.shard_begin_owned_conversion(name, name, name, name, integer) FROM PUBLIC;
 
--- Step 2: copies up to `batch` rows with ids above after_id, in id order, locked FOR SHARE,
--- into the table of rows, from at most 100 partitions. Returns the id to go on after ('done' when no partition
+-- Step 2: copies up to `batch` rows with ids above after_id, in id order, into the table of
+-- rows, from at most 100 partitions. Returns the id to go on after ('done' when no partition
 -- holds ids above after_id).
 CREATE OR REPLACE FUNCTION id_gen.shard_copy_owned_rows(schema_name name, table_name name, id_column name, stem name,
                                                         after_id bigint, batch integer) RETURNS text
@@ -233,8 +275,8 @@ BEGIN
               CROSS JOIN LATERAL (SELECT id_gen.partition_gene_range(c.relpartbound) AS g) x
               WHERE i.inhparent = t.parent AND x.g IS NOT NULL AND id_gen.gene_last_id(x.g[2]) > after_id
               ORDER BY x.g[1] LOOP
-    -- (FOR SHARE: a write of these rows waits for this copy, which waits for a write of them.)
-    EXECUTE format('WITH b AS (SELECT %1$s FROM ONLY %2$s WHERE %3$I OPERATOR(pg_catalog.>) $1 ORDER BY %3$I LIMIT $2 FOR SHARE), '
+    -- (A write of these rows meanwhile is logged: step 3 compares the copy afterwards.)
+    EXECUTE format('WITH b AS (SELECT %1$s FROM ONLY %2$s WHERE %3$I OPERATOR(pg_catalog.>) $1 ORDER BY %3$I LIMIT $2), '
                    'i AS (INSERT INTO %4$s (%1$s) SELECT * FROM b ON CONFLICT DO NOTHING) '
                    'SELECT max(%3$I), count(*) FROM b', t.cols, part.rel, id_column, t.rows_rel)
       USING greatest(after_id, part.first_id - 1), wanted INTO last_seen, n;
@@ -249,10 +291,59 @@ BEGIN
   END LOOP;
   RETURN CASE WHEN visited = 0 THEN 'done' ELSE after_id::text END;
 END $$;
-COMMENT ON FUNCTION id_gen.shard_copy_owned_rows(name, name, name, name, bigint, integer) IS 'On a shard (step 2 of id_gen.convert_to_by_ownership): copies up to batch rows with ids above after_id, in id order, locked FOR SHARE and from at most 100 partitions, into the table of rows of a table being converted (rows there already are left); returns the id to go on after, or done.';
+COMMENT ON FUNCTION id_gen.shard_copy_owned_rows(name, name, name, name, bigint, integer) IS 'On a shard (step 2 of id_gen.convert_to_by_ownership): copies up to batch rows with ids above after_id, in id order and from at most 100 partitions, into the table of rows of a table being converted (rows there already are left); returns the id to go on after, or done.';
 REVOKE EXECUTE ON FUNCTION id_gen.shard_copy_owned_rows(name, name, name, name, bigint, integer) FROM PUBLIC;
 
--- Step 3: the swap. `definition` is the coordinator's CREATE TABLE of the table of rows
+-- Step 3: takes up to `batch` logged ids out of the log and compares the table's rows of them
+-- with their copies; a copy that differs, or is missing or left over, is made again (only
+-- those: a copy that is right keeps its version). Returns {entries taken, copies made again}.
+CREATE OR REPLACE FUNCTION id_gen.shard_sync_converted_changes(schema_name name, table_name name, id_column name, stem name,
+                                                               batch integer) RETURNS integer[]
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  t record;
+  ids bigint[];
+  n integer;
+  differ bigint[];
+  deleted integer;
+  inserted integer;
+BEGIN
+  IF batch < 1 THEN
+    RAISE EXCEPTION 'id_gen: batch must be at least 1 (it is %)', batch USING ERRCODE = '22023';
+  END IF;
+  SELECT * INTO t FROM id_gen.shard_converting_table(schema_name, table_name, stem);
+  WITH taken AS (DELETE FROM id_gen.shard_converted_changes l
+                 WHERE l.ctid = ANY (ARRAY(SELECT c.ctid FROM id_gen.shard_converted_changes c WHERE c.rel = t.parent LIMIT batch))
+                 RETURNING l.id)
+  SELECT array_agg(DISTINCT taken.id), count(*) INTO ids, n FROM taken;
+  IF n = 0 THEN
+    RETURN ARRAY[0, 0];
+  END IF;
+  -- The ids whose copy differs from the table's row, or has no row, or is missing. (Rows
+  -- compared as text: every type has an output function, not every one an equality. Each
+  -- side read by id = ANY, which prunes the table's partitions at planning; each statement
+  -- sees every write committed before it began, the logged ones included.)
+  EXECUTE format('WITH p AS (SELECT %1$s FROM %2$s WHERE %4$I OPERATOR(pg_catalog.=) ANY ($1)), '
+                 'r AS (SELECT %1$s FROM %3$s WHERE %4$I OPERATOR(pg_catalog.=) ANY ($1)) '
+                 'SELECT coalesce(array_agg(coalesce(p.%4$I, r.%4$I)), ''{}'') FROM p FULL JOIN r ON p.%4$I OPERATOR(pg_catalog.=) r.%4$I '
+                 'WHERE p::text IS DISTINCT FROM r::text',
+                 t.cols, t.parent, t.rows_rel, id_column) USING ids INTO differ;
+  IF cardinality(differ) = 0 THEN
+    RETURN ARRAY[n, 0];
+  END IF;
+  EXECUTE format('DELETE FROM %s WHERE %I OPERATOR(pg_catalog.=) ANY ($1)', t.rows_rel, id_column) USING differ;
+  GET DIAGNOSTICS deleted = ROW_COUNT;
+  EXECUTE format('INSERT INTO %s (%s) SELECT %s FROM %s WHERE %I OPERATOR(pg_catalog.=) ANY ($1)',
+                 t.rows_rel, t.cols, t.cols, t.parent, id_column) USING differ;
+  GET DIAGNOSTICS inserted = ROW_COUNT;
+  RETURN ARRAY[n, greatest(deleted, inserted)];
+END $$;
+COMMENT ON FUNCTION id_gen.shard_sync_converted_changes(name, name, name, name, integer) IS 'On a shard (step 3 of id_gen.convert_to_by_ownership): takes up to batch logged ids of a table being converted out of id_gen.shard_converted_changes, compares the table''s rows of them with their copies in the table of rows and makes again those that differ; returns {entries taken, copies made again}.';
+REVOKE EXECUTE ON FUNCTION id_gen.shard_sync_converted_changes(name, name, name, name, integer) FROM PUBLIC;
+
+-- Step 4: the swap. `definition` is the coordinator's CREATE TABLE of the table of rows
 -- (what shard_apply_owned_ranges would run), recorded for later changes.
 CREATE OR REPLACE FUNCTION id_gen.shard_finish_owned_conversion(schema_name name, table_name name, id_column name, stem name,
                                                                 definition text, lock_timeout_ms integer DEFAULT 10000) RETURNS text
@@ -266,7 +357,8 @@ DECLARE
   tg name;
   older text;
   locked_at timestamptz;
-  waited_until timestamptz := clock_timestamp() + lock_timeout_ms * interval '1 ms';
+  waited_until timestamptz := clock_timestamp() + interval '10 s';
+  repaired integer[];
 BEGIN
   PERFORM id_gen.shard_begin_table_change('converts its tables', lock_timeout_ms);
   IF EXISTS (SELECT FROM id_gen.shard_tables s
@@ -285,7 +377,8 @@ BEGIN
   LOOP
     PERFORM pg_stat_clear_snapshot();
     SELECT string_agg(a.pid::text, ', ' ORDER BY a.pid) INTO older FROM pg_stat_activity a
-    WHERE a.pid <> pg_backend_pid() AND a.backend_type IN ('client backend', 'background worker')
+    WHERE a.pid <> pg_backend_pid() AND a.datname = current_database()
+      AND a.backend_type NOT IN ('autovacuum worker', 'walsender')
       AND a.backend_xmin IS NOT NULL AND a.xact_start < transaction_timestamp();
     EXIT WHEN older IS NULL;
     IF clock_timestamp() > waited_until THEN
@@ -306,8 +399,21 @@ BEGIN
      (SELECT string_agg(format('%I %s', a.attname, format_type(a.atttypid, a.atttypmod)), ', ' ORDER BY a.attnum)
       FROM pg_attribute a WHERE a.attrelid = t.rows_rel AND a.attnum > 0 AND NOT a.attisdropped) THEN
     RAISE EXCEPTION 'id_gen: the columns of % changed during its conversion; % does not have them', t.parent, t.rows_rel
-      USING ERRCODE = '55000', HINT = format('ALTER TABLE %s the same way (its rows are kept), then the same CALL again.', t.rows_rel);
+      USING ERRCODE = '55000', HINT = 'The same CALL again makes the table of rows again with the new columns and copies the rows again.';
   END IF;
+  -- The rows still logged: their copies must be right already (this transaction writes no
+  -- copy, which a statement waiting for the lock would not see); a copy a writer missed
+  -- sends the coordinator back to step 3.
+  LOOP
+    repaired := id_gen.shard_sync_converted_changes(schema_name, table_name, id_column, stem, 10000);
+    IF repaired[2] > 0 THEN
+      RAISE EXCEPTION 'id_gen: copies of %.% to repair before the swap', quote_ident(schema_name), quote_ident(table_name)
+        USING ERRCODE = '55P03', HINT = 'A writer missed its copy; the coordinator repairs it (step 3) and tries again.';
+    END IF;
+    EXIT WHEN repaired[1] = 0;
+  END LOOP;
+  -- The table of rows gets the table's grants as they are now (the view takes them).
+  PERFORM id_gen.match_owner_and_grants(t.parent, t.rows_rel);
   -- The partitions without a gene range (the tombstone, the partition of negative ids) are
   -- empty by their constraints; whatever they hold goes too, or the swap fails.
   FOR part IN SELECT c.oid::regclass FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
@@ -334,10 +440,10 @@ BEGIN
                 round(extract(epoch FROM locked_at - transaction_timestamp()) * 1000),
                 round(extract(epoch FROM clock_timestamp() - locked_at) * 1000, 1));
 END $$;
-COMMENT ON FUNCTION id_gen.shard_finish_owned_conversion(name, name, name, name, text, integer) IS 'On a shard (step 3 of id_gen.convert_to_by_ownership): waits until no transaction older than it holds a snapshot (55P03 after lock_timeout_ms), then under ACCESS EXCLUSIVE on the table alone drops the mirroring triggers, renames the partitioned table <stem>_by_range, gives the table of rows its trigger and the table''s name to the view of the owned rows, and records the table of rows in id_gen.shard_tables (the owned ranges unchanged). READ COMMITTED only.';
+COMMENT ON FUNCTION id_gen.shard_finish_owned_conversion(name, name, name, name, text, integer) IS 'On a shard (step 4 of id_gen.convert_to_by_ownership): waits until no transaction of this database older than it holds a snapshot (55P03 after 10 s), then under ACCESS EXCLUSIVE on the table alone (55P03 after lock_timeout_ms) checks the copies of the rows still logged (55P03 when one must be repaired first), drops the triggers, renames the partitioned table <stem>_by_range, gives the table of rows its trigger and the table''s name to the view of the owned rows, and records the table of rows in id_gen.shard_tables (the owned ranges unchanged). READ COMMITTED only.';
 REVOKE EXECUTE ON FUNCTION id_gen.shard_finish_owned_conversion(name, name, name, name, text, integer) FROM PUBLIC;
 
--- Step 4: drops up to `batch` partitions of the old table, or the table when it has none
+-- Step 5: drops up to `batch` partitions of the old table, or the table when it has none
 -- left. Returns how many relations it dropped (0: nothing was left).
 CREATE OR REPLACE FUNCTION id_gen.shard_drop_converted_partitions(schema_name name, table_name name, stem name,
                                                                   batch integer) RETURNS integer
@@ -368,5 +474,5 @@ BEGIN
   END IF;
   RETURN n;
 END $$;
-COMMENT ON FUNCTION id_gen.shard_drop_converted_partitions(name, name, name, integer) IS 'On a shard (step 4 of id_gen.convert_to_by_ownership): drops up to batch partitions of the table a conversion to the layout by ownership left (<stem>_by_range, only when it bears the conversion''s comment), or the table once it has none; returns how many relations it dropped (0 when nothing is left).';
+COMMENT ON FUNCTION id_gen.shard_drop_converted_partitions(name, name, name, integer) IS 'On a shard (step 5 of id_gen.convert_to_by_ownership): drops up to batch partitions of the table a conversion to the layout by ownership left (<stem>_by_range, only when it bears the conversion''s comment), or the table once it has none; returns how many relations it dropped (0 when nothing is left).';
 REVOKE EXECUTE ON FUNCTION id_gen.shard_drop_converted_partitions(name, name, name, integer) FROM PUBLIC;
