@@ -19,14 +19,16 @@ COMMENT ON COLUMN id_gen.distributed_tables.converting_since IS 'Set while CALL 
 -- conversion began (its triggers log them, as the writer: hence INSERT for everyone; an id
 -- logged by anyone else only makes the conversion compare that row once more).
 CREATE TABLE id_gen.shard_converted_changes (
-    rel oid    NOT NULL,
-    id  bigint NOT NULL
+    rel    oid     NOT NULL,
+    id     bigint  NOT NULL,
+    missed boolean NOT NULL DEFAULT false
 );
 REVOKE ALL ON id_gen.shard_converted_changes FROM PUBLIC;
 GRANT INSERT ON id_gen.shard_converted_changes TO PUBLIC;
-COMMENT ON TABLE id_gen.shard_converted_changes IS 'On a shard: while a table is converted to the layout by ownership (id_gen.convert_to_by_ownership on the coordinator), the ids of its rows inserted, updated or deleted since the conversion began (rel: the table), logged by its triggers; the conversion compares each such row with its copy in the table of rows and repairs the copy when they differ (a REPEATABLE READ writer whose snapshot is older than the copy misses it), then takes the id out. Empty otherwise.';
+COMMENT ON TABLE id_gen.shard_converted_changes IS 'On a shard: while a table is converted to the layout by ownership (id_gen.convert_to_by_ownership on the coordinator), the ids of its rows inserted, updated or deleted since the conversion began (rel: the table), logged by its triggers, missed when the same write did not reach the copy in the table of rows (a REPEATABLE READ writer whose snapshot is older than the copy does not see it); the conversion compares each such row with its copy and repairs the copy when they differ, then takes the id out, and takes out what is left of a table when its conversion ends.';
 COMMENT ON COLUMN id_gen.shard_converted_changes.rel IS 'The table being converted (pg_class oid).';
 COMMENT ON COLUMN id_gen.shard_converted_changes.id IS 'The id of a row inserted, updated or deleted there.';
+COMMENT ON COLUMN id_gen.shard_converted_changes.missed IS 'The write did not reach the copy (or may not have): the swap waits until a comparison took this entry out.';
 
 -- ===== sql/cluster/operations.sql =====
 -- Long operations (moves, splits, merges, reverts, rebalance steps): what they share.
@@ -8272,42 +8274,48 @@ FOR EACH STATEMENT EXECUTE FUNCTION id_gen.follow_route_slots();
 --   1. shard_begin_owned_conversion: under SHARE ROW EXCLUSIVE on the table (its writers
 --      finish first; readers go on), the table of rows is created LIKE the table (columns,
 --      defaults, constraints, indexes) with its owner and grants, and statement triggers
---      with transition tables on the table (id_gen.mirror_converted_rows) log the id of
---      every row written from then on (id_gen.shard_converted_changes) and make the same
---      write in the table of rows, in the writer's transaction; a TRUNCATE, and an UPDATE
---      that changes an id, are refused meanwhile (55000, 0A000).
+--      with transition tables on the table (id_gen.mirror_converted_rows) make every later
+--      write there in the table of rows too, in the writer's transaction, and log its ids
+--      (id_gen.shard_converted_changes), as missed when it did not reach every copy; a
+--      TRUNCATE, and an UPDATE that changes an id, are refused meanwhile (55000, 0A000). The
+--      id must be unique by itself (0A000 otherwise).
 --   2. shard_copy_owned_rows, repeated: the next rows in id order, partition by partition,
---      are copied into the table of rows (a row there already stays).
+--      are locked FOR SHARE and copied into the table of rows (a row there already stays).
 --   3. shard_sync_converted_changes, repeated: the logged rows are compared with their
 --      copies, and a copy that differs is made again from the table.
 --   4. shard_finish_owned_conversion: waits until no transaction of this database that
 --      began before it holds a snapshot, then, under ACCESS EXCLUSIVE on the table alone
---      (its statements wait, at most lock_timeout_ms), compares the rows still logged (any
---      difference: 55P03, the coordinator repairs them with step 3 and tries again), drops
---      the triggers, renames the table <stem>_by_range, gives the table of rows its trigger
---      (id_gen_owned_rows) and the table's name to the view of the owned rows, and records
---      the table of rows in id_gen.shard_tables (what the shard owns is unchanged).
+--      (its statements wait, at most lock_timeout_ms), refuses (55P03) while a write that
+--      missed its copy is logged and not compared since (the coordinator compares, step 3,
+--      and tries again), drops the log's other entries (those writes reached their copies),
+--      drops the triggers, renames the table <stem>_by_range, gives the table of rows the
+--      table's grants, its trigger (id_gen_owned_rows) and the table's name for the view of
+--      the owned rows, and records the table of rows in id_gen.shard_tables (what the shard
+--      owns is unchanged).
 --   5. shard_drop_converted_partitions, repeated: the old table's partitions are dropped in
 --      batches, then the table.
 -- Invariants:
 --   * Nothing is lost: every row is copied after the triggers exist (step 2 starts after step
---     1 committed), and every later write logs its ids in the writer's transaction. The
---     mirrored write keeps the table of rows in step with the table for every snapshot, but
---     it can miss: a REPEATABLE READ writer (postgres_fdw's remote transactions are) whose
---     snapshot is older than the copy or repair of a row does not see that row in the table
---     of rows, so its UPDATE or DELETE there changes nothing. Step 3 compares every logged
---     row in a later READ COMMITTED statement and makes again only the copies that differ,
---     so a miss is repaired and a copy that is right keeps the writer's version.
---   * No reader of the view misses a row: the copies and repairs committed before step 4
---     began, step 4 swaps only when every snapshot older than that is gone (a statement that
---     waited for the swap's lock under a REPEATABLE READ snapshot took it after step 4
---     began, and sees them), and a snapshot that new makes no miss; step 4 writes nothing to
---     the table of rows (it refuses, and the coordinator repairs first, when a logged row
---     differs).
+--     1 committed), and every later write is made in the table of rows too, in the writer's
+--     transaction, so the copies look like the table to every snapshot, with one exception:
+--     a write that misses its copy (a REPEATABLE READ writer, as postgres_fdw's remote
+--     transactions are, whose snapshot is older than a copy does not see it; or the copy is
+--     not there yet). The trigger sees that (fewer rows reached than written, a unique or
+--     serialization failure) and logs the ids as missed; step 3 compares every logged row in
+--     a later READ COMMITTED statement and makes again only the copies that differ. A copy
+--     reads its rows FOR SHARE, so a write of them waits for it and then reaches the copy, or
+--     the copy waits for the write and takes its result.
+--   * No reader of the view sees what the old table would not have shown it: every copy and
+--     repair commits before step 4 begins; step 4 waits until every snapshot older than it
+--     is gone (one that saw the table while a copy differed among them), and a snapshot that
+--     new makes no miss; a miss logged before the wait ended and not compared since makes
+--     it refuse; it writes no copy itself (a statement waiting for its lock would not see it).
 --   * Not logged nor mirrored: writes that name one of id_gen's partitions directly (the
 --     coordinator and zero-hop clients name the table) and those of a session with
 --     session_replication_role = replica, such as a logical replication apply worker (the
---     coordinator refuses moves during a conversion).
+--     coordinator refuses moves during a conversion). Not waited for: a snapshot imported
+--     (SET TRANSACTION SNAPSHOT) by a transaction that began after step 4, hot standby
+--     queries, and walsenders (they do not read the view).
 --   * Every step can be repeated after an interruption: step 1 returns the state it finds
 --     (a table of rows whose triggers are missing, disabled or for other columns is made
 --     again and filled again), steps 2 and 3 are idempotent, step 4 is one transaction,
@@ -8319,7 +8327,8 @@ FOR EACH STATEMENT EXECUTE FUNCTION id_gen.follow_route_slots();
 --   * No code that a non-superuser owns runs in these calls (id_gen.refuse_untrusted_table
 --     on the table, and on the table of rows under a lock that keeps triggers from being
 --     added); the triggers run as the writer, whose rights on the table of rows are those it
---     has on the table.
+--     has on the table. A column dropped or renamed on the table meanwhile makes its writes
+--     fail (42703) until the CALL runs again, which starts over with the new columns.
 -- Code only (CREATE OR REPLACE).
 
 -- The comment of a table of rows while its conversion fills it, and of the old
@@ -8345,22 +8354,14 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   moved boolean;
+  missed boolean := false;
+  reached bigint;
+  written bigint;
 BEGIN
   IF TG_OP = 'TRUNCATE' THEN
     RAISE EXCEPTION 'id_gen: %.% is being converted to the layout by ownership; TRUNCATE waits until it is done',
                     quote_ident(TG_TABLE_SCHEMA), quote_ident(TG_TABLE_NAME)
       USING ERRCODE = '55000', HINT = 'id_gen.distributed_tables.converting_since on the coordinator says since when; DELETE works meanwhile.';
-  END IF;
-  IF TG_OP IN ('INSERT', 'UPDATE') THEN
-    EXECUTE format('INSERT INTO id_gen.shard_converted_changes (rel, id) SELECT $1, %I FROM id_gen_new', TG_ARGV[1]) USING TG_RELID;
-  END IF;
-  IF TG_OP IN ('UPDATE', 'DELETE') THEN
-    EXECUTE format('INSERT INTO id_gen.shard_converted_changes (rel, id) SELECT $1, %I FROM id_gen_old', TG_ARGV[1]) USING TG_RELID;
-  END IF;
-  -- (A REPEATABLE READ writer whose snapshot is older than a row's copy changes nothing
-  -- below; the conversion repairs that copy from the log.)
-  IF TG_OP = 'INSERT' THEN
-    EXECUTE format('INSERT INTO %s (%s) SELECT %s FROM id_gen_new', TG_ARGV[0], TG_ARGV[2], TG_ARGV[2]);
   ELSIF TG_OP = 'UPDATE' THEN
     EXECUTE format('SELECT EXISTS (SELECT FROM id_gen_old o WHERE NOT EXISTS (SELECT FROM id_gen_new n WHERE n.%1$I OPERATOR(pg_catalog.=) o.%1$I))',
                    TG_ARGV[1]) INTO moved;
@@ -8369,14 +8370,35 @@ BEGIN
                       quote_ident(TG_TABLE_SCHEMA), quote_ident(TG_TABLE_NAME)
         USING ERRCODE = '0A000', HINT = 'Insert the row under its new id and delete the old one instead.';
     END IF;
-    EXECUTE format('UPDATE %s r SET (%s) = ROW(%s) FROM id_gen_new n WHERE r.%I OPERATOR(pg_catalog.=) n.%I',
-                   TG_ARGV[0], TG_ARGV[2], TG_ARGV[3], TG_ARGV[1], TG_ARGV[1]);
-  ELSE
-    EXECUTE format('DELETE FROM %s r USING id_gen_old o WHERE r.%I OPERATOR(pg_catalog.=) o.%I', TG_ARGV[0], TG_ARGV[1], TG_ARGV[1]);
   END IF;
+  -- The same write in the table of rows. It misses a copy that this transaction's snapshot
+  -- does not see (REPEATABLE READ), or that is not there yet, or it meets one it should not
+  -- (a copy a missed DELETE left): the ids are then logged as missed, and the conversion
+  -- repairs their copies before the swap. The writer's statement goes on either way.
+  BEGIN
+    IF TG_OP = 'INSERT' THEN
+      EXECUTE format('INSERT INTO %s (%s) SELECT %s FROM id_gen_new', TG_ARGV[0], TG_ARGV[2], TG_ARGV[2]);
+    ELSIF TG_OP = 'UPDATE' THEN
+      EXECUTE format('UPDATE %s r SET (%s) = ROW(%s) FROM id_gen_new n WHERE r.%I OPERATOR(pg_catalog.=) n.%I',
+                     TG_ARGV[0], TG_ARGV[2], TG_ARGV[3], TG_ARGV[1], TG_ARGV[1]);
+      GET DIAGNOSTICS reached = ROW_COUNT;
+      SELECT count(*) INTO written FROM id_gen_new;
+      missed := reached < written;
+    ELSE
+      EXECUTE format('DELETE FROM %s r USING id_gen_old o WHERE r.%I OPERATOR(pg_catalog.=) o.%I', TG_ARGV[0], TG_ARGV[1], TG_ARGV[1]);
+      GET DIAGNOSTICS reached = ROW_COUNT;
+      SELECT count(*) INTO written FROM id_gen_old;
+      missed := reached < written;
+    END IF;
+  EXCEPTION WHEN unique_violation OR serialization_failure THEN
+    missed := true;
+  END;
+  EXECUTE format('INSERT INTO id_gen.shard_converted_changes (rel, id, missed) SELECT $1, %I, $2 FROM %s', TG_ARGV[1],
+                 CASE TG_OP WHEN 'DELETE' THEN 'id_gen_old' ELSE 'id_gen_new' END)
+    USING TG_RELID, missed;
   RETURN NULL;
 END $$;
-COMMENT ON FUNCTION id_gen.mirror_converted_rows() IS 'On a shard: the statement triggers of a table being converted to the layout by ownership: log the ids of the rows inserted, updated or deleted (id_gen.shard_converted_changes) and make the same write in its table of rows (arguments: the table of rows, the id column, the columns, the columns prefixed with n.); TRUNCATE (55000) and an UPDATE of ids (0A000) are refused meanwhile. Runs as the writer.';
+COMMENT ON FUNCTION id_gen.mirror_converted_rows() IS 'On a shard: the statement triggers of a table being converted to the layout by ownership: make the same write in its table of rows (arguments: the table of rows, the id column, the columns, the columns prefixed with n.) and log the ids written (id_gen.shard_converted_changes), as missed when that write did not reach every copy; TRUNCATE (55000) and an UPDATE of ids (0A000) are refused meanwhile. Runs as the writer.';
 REVOKE EXECUTE ON FUNCTION id_gen.mirror_converted_rows() FROM PUBLIC;
 
 -- The names of the conversion's triggers, in the order shard_begin_owned_conversion makes them.
@@ -8464,12 +8486,24 @@ BEGIN
     WHERE con.confrelid = parent OR (con.conrelid = parent AND con.contype = 'f')
     UNION ALL SELECT format('publication %I', p.pubname) FROM pg_publication_rel pr JOIN pg_publication p ON p.oid = pr.prpubid
     WHERE pr.prrelid = parent
+    UNION ALL SELECT format('publication %I (FOR ALL TABLES)', p.pubname) FROM pg_publication p WHERE p.puballtables
+    UNION ALL SELECT format('publication %I (TABLES IN SCHEMA)', p.pubname) FROM pg_publication_namespace pn
+      JOIN pg_publication p ON p.oid = pn.pnpubid
+    WHERE pn.pnnspid = (SELECT c.relnamespace FROM pg_class c WHERE c.oid = parent)
     UNION ALL SELECT format('trigger %I', t.tgname) FROM pg_trigger t
     WHERE t.tgrelid = parent AND NOT t.tgisinternal AND t.tgparentid = 0 AND NOT t.tgname = ANY (id_gen.converted_trigger_names())
     UNION ALL SELECT 'row security or policies' FROM pg_class c WHERE c.oid = parent
       AND (c.relrowsecurity OR c.relforcerowsecurity OR EXISTS (SELECT FROM pg_policy pol WHERE pol.polrelid = parent))
     UNION ALL SELECT format('column grants on %I', a.attname) FROM pg_attribute a
     WHERE a.attrelid = parent AND a.attnum > 0 AND NOT a.attisdropped AND a.attacl IS NOT NULL) d;
+  -- Copies, comparisons and the triggers find a row by its id alone.
+  IF NOT EXISTS (SELECT FROM pg_index i WHERE i.indrelid = parent AND i.indisunique AND i.indnkeyatts = 1 AND i.indexprs IS NULL
+                   AND i.indpred IS NULL AND i.indkey[0] = (SELECT a.attnum FROM pg_attribute a
+                                                            WHERE a.attrelid = parent AND a.attname = id_column)) THEN
+    RAISE EXCEPTION 'id_gen: the conversion of % needs its id column % unique by itself (a primary key or unique constraint on it alone)',
+                    parent, quote_ident(id_column)
+      USING ERRCODE = '0A000', HINT = 'Distribute such a table with layout => ''by_ownership'' anew instead, or keep it per_shard.';
+  END IF;
   IF dependents IS NOT NULL THEN
     RAISE EXCEPTION 'id_gen: % on this shard has what its conversion would not carry over: %', parent, dependents
       USING ERRCODE = '2BP01', HINT = 'Drop or revoke them, convert the table, then create them again on the view or the table of rows.';
@@ -8518,8 +8552,8 @@ END $$;
 COMMENT ON FUNCTION id_gen.shard_begin_owned_conversion(name, name, name, name, integer) IS 'On a shard (step 1 of id_gen.convert_to_by_ownership on the coordinator): creates the table of rows of a partitioned table LIKE it, with its owner and grants, and statement triggers that log each later write of the table and make it in the table of rows too (id_gen.mirror_converted_rows); returns absent, converted or copying (a table of rows whose triggers are missing, disabled or for other columns is made again). Refuses (2BP01) while views, rules, foreign keys, publications, user triggers, row security or column grants depend on the table. READ COMMITTED only.';
 REVOKE EXECUTE ON FUNCTION id_gen.shard_begin_owned_conversion(name, name, name, name, integer) FROM PUBLIC;
 
--- Step 2: copies up to `batch` rows with ids above after_id, in id order, into the table of
--- rows, from at most 100 partitions. Returns the id to go on after ('done' when no partition
+-- Step 2: copies up to `batch` rows with ids above after_id, in id order, locked FOR SHARE,
+-- into the table of rows, from at most 100 partitions. Returns the id to go on after ('done' when no partition
 -- holds ids above after_id).
 CREATE OR REPLACE FUNCTION id_gen.shard_copy_owned_rows(schema_name name, table_name name, id_column name, stem name,
                                                         after_id bigint, batch integer) RETURNS text
@@ -8535,13 +8569,17 @@ DECLARE
   visited integer := 0;
 BEGIN
   SELECT * INTO t FROM id_gen.shard_converting_table(schema_name, table_name, stem);
+  -- (In a deadlock with a writer, the copy gives up: the coordinator calls it again.)
+  PERFORM set_config('deadlock_timeout', '100ms', true);
   FOR part IN SELECT c.oid::regclass AS rel, id_gen.gene_first_id(x.g[1]) AS first_id, id_gen.gene_last_id(x.g[2]) AS last_id
               FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
               CROSS JOIN LATERAL (SELECT id_gen.partition_gene_range(c.relpartbound) AS g) x
               WHERE i.inhparent = t.parent AND x.g IS NOT NULL AND id_gen.gene_last_id(x.g[2]) > after_id
               ORDER BY x.g[1] LOOP
-    -- (A write of these rows meanwhile is logged: step 3 compares the copy afterwards.)
-    EXECUTE format('WITH b AS (SELECT %1$s FROM ONLY %2$s WHERE %3$I OPERATOR(pg_catalog.>) $1 ORDER BY %3$I LIMIT $2), '
+    -- (FOR SHARE: a write of these rows waits for this copy, then finds it, or this copy
+    -- waits for the write and copies its result, or nothing after a delete; a copy made
+    -- again by a resumed CALL never brings back a row deleted meanwhile.)
+    EXECUTE format('WITH b AS (SELECT %1$s FROM ONLY %2$s WHERE %3$I OPERATOR(pg_catalog.>) $1 ORDER BY %3$I LIMIT $2 FOR SHARE), '
                    'i AS (INSERT INTO %4$s (%1$s) SELECT * FROM b ON CONFLICT DO NOTHING) '
                    'SELECT max(%3$I), count(*) FROM b', t.cols, part.rel, id_column, t.rows_rel)
       USING greatest(after_id, part.first_id - 1), wanted INTO last_seen, n;
@@ -8556,7 +8594,7 @@ BEGIN
   END LOOP;
   RETURN CASE WHEN visited = 0 THEN 'done' ELSE after_id::text END;
 END $$;
-COMMENT ON FUNCTION id_gen.shard_copy_owned_rows(name, name, name, name, bigint, integer) IS 'On a shard (step 2 of id_gen.convert_to_by_ownership): copies up to batch rows with ids above after_id, in id order and from at most 100 partitions, into the table of rows of a table being converted (rows there already are left); returns the id to go on after, or done.';
+COMMENT ON FUNCTION id_gen.shard_copy_owned_rows(name, name, name, name, bigint, integer) IS 'On a shard (step 2 of id_gen.convert_to_by_ownership): copies up to batch rows with ids above after_id, in id order, locked FOR SHARE and from at most 100 partitions, into the table of rows of a table being converted (rows there already are left); returns the id to go on after, or done.';
 REVOKE EXECUTE ON FUNCTION id_gen.shard_copy_owned_rows(name, name, name, name, bigint, integer) FROM PUBLIC;
 
 -- Step 3: takes up to `batch` logged ids out of the log and compares the table's rows of them
@@ -8623,7 +8661,6 @@ DECLARE
   older text;
   locked_at timestamptz;
   waited_until timestamptz := clock_timestamp() + interval '10 s';
-  repaired integer[];
 BEGIN
   PERFORM id_gen.shard_begin_table_change('converts its tables', lock_timeout_ms);
   IF EXISTS (SELECT FROM id_gen.shard_tables s
@@ -8666,17 +8703,16 @@ BEGIN
     RAISE EXCEPTION 'id_gen: the columns of % changed during its conversion; % does not have them', t.parent, t.rows_rel
       USING ERRCODE = '55000', HINT = 'The same CALL again makes the table of rows again with the new columns and copies the rows again.';
   END IF;
-  -- The rows still logged: their copies must be right already (this transaction writes no
-  -- copy, which a statement waiting for the lock would not see); a copy a writer missed
-  -- sends the coordinator back to step 3.
-  LOOP
-    repaired := id_gen.shard_sync_converted_changes(schema_name, table_name, id_column, stem, 10000);
-    IF repaired[2] > 0 THEN
-      RAISE EXCEPTION 'id_gen: copies of %.% to repair before the swap', quote_ident(schema_name), quote_ident(table_name)
-        USING ERRCODE = '55P03', HINT = 'A writer missed its copy; the coordinator repairs it (step 3) and tries again.';
-    END IF;
-    EXIT WHEN repaired[1] = 0;
-  END LOOP;
+  -- A write that missed its copy and was not compared since: the coordinator compares
+  -- (step 3) and tries again. (This transaction writes no copy, which a statement waiting
+  -- for the lock would not see; and a snapshot that saw the table while the copy differed
+  -- must be gone first, which the next attempt's wait sees to.) Every other logged write
+  -- reached its copy: those entries go.
+  IF EXISTS (SELECT FROM id_gen.shard_converted_changes l WHERE l.rel = t.parent AND l.missed) THEN
+    RAISE EXCEPTION 'id_gen: writes of %.% that missed their copies are to be compared before the swap', quote_ident(schema_name), quote_ident(table_name)
+      USING ERRCODE = '55P03', HINT = 'The coordinator compares them (step 3) and tries again.';
+  END IF;
+  DELETE FROM id_gen.shard_converted_changes l WHERE l.rel = t.parent;
   -- The table of rows gets the table's grants as they are now (the view takes them).
   PERFORM id_gen.match_owner_and_grants(t.parent, t.rows_rel);
   -- The partitions without a gene range (the tombstone, the partition of negative ids) are
@@ -8705,7 +8741,7 @@ BEGIN
                 round(extract(epoch FROM locked_at - transaction_timestamp()) * 1000),
                 round(extract(epoch FROM clock_timestamp() - locked_at) * 1000, 1));
 END $$;
-COMMENT ON FUNCTION id_gen.shard_finish_owned_conversion(name, name, name, name, text, integer) IS 'On a shard (step 4 of id_gen.convert_to_by_ownership): waits until no transaction of this database older than it holds a snapshot (55P03 after 10 s), then under ACCESS EXCLUSIVE on the table alone (55P03 after lock_timeout_ms) checks the copies of the rows still logged (55P03 when one must be repaired first), drops the triggers, renames the partitioned table <stem>_by_range, gives the table of rows its trigger and the table''s name to the view of the owned rows, and records the table of rows in id_gen.shard_tables (the owned ranges unchanged). READ COMMITTED only.';
+COMMENT ON FUNCTION id_gen.shard_finish_owned_conversion(name, name, name, name, text, integer) IS 'On a shard (step 4 of id_gen.convert_to_by_ownership): waits until no transaction of this database older than it holds a snapshot (55P03 after 10 s), then under ACCESS EXCLUSIVE on the table alone (55P03 after lock_timeout_ms) refuses (55P03) while a write that missed its copy is logged and not compared since, drops the log''s other entries and the triggers, renames the partitioned table <stem>_by_range, gives the table of rows its trigger and the table''s name to the view of the owned rows, and records the table of rows in id_gen.shard_tables (the owned ranges unchanged). READ COMMITTED only.';
 REVOKE EXECUTE ON FUNCTION id_gen.shard_finish_owned_conversion(name, name, name, name, text, integer) FROM PUBLIC;
 
 -- Step 5: drops up to `batch` partitions of the old table, or the table when it has none
@@ -8954,10 +8990,11 @@ REVOKE EXECUTE ON PROCEDURE id_gen.convert_to_per_shard(regclass, integer) FROM 
 --      table): begin (the table of rows, and the triggers that log every write and make it
 --      there too), copy in batches of `batch` rows, compare the logged rows with their copies
 --      (repairing those a REPEATABLE READ writer missed) until a pass takes less than a
---      batch, finish (once the snapshots older than the copy are gone, the swap, under a lock
---      of the table there that its statements wait for, at most 2 s; 55P03 sends it back to
---      the comparison, up to 10 attempts), then drop the old partitions in batches of 200;
---      each call a transaction here too;
+--      batch, finish (once the snapshots older than it are gone, the swap, under a lock of
+--      the table there that its statements wait for, at most 2 s; 55P03, also while a write
+--      that missed its copy is left, sends it back to the comparison, up to 10 attempts),
+--      then drop the old partitions in batches of 200; a copy call that met a writer's lock
+--      or a deadlock is called again; each call a transaction here too;
 --   3. one short transaction here: shard_layout becomes by_ownership, with the shards'
 --      definition of a table of rows, and the mark goes.
 -- Invariants:
@@ -9033,6 +9070,11 @@ BEGIN
   -- One session converts a table at a time: a second one's copy could run beside the
   -- first one's swap. (A session lock: it outlives the COMMITs below; a CALL that fails keeps
   -- it until the session calls again or ends.)
+  -- (Held once: a CALL of this session that failed left it held.)
+  FOR i IN 1 .. 100 LOOP
+    EXIT WHEN NOT pg_catalog.pg_advisory_unlock(id_gen.conversion_session_lock_key(),
+                                                pg_catalog.hashtext(pg_catalog.format('%I.%I', d.schema_name, d.table_name)));
+  END LOOP;
   IF NOT pg_catalog.pg_try_advisory_lock(id_gen.conversion_session_lock_key(),
                                          pg_catalog.hashtext(pg_catalog.format('%I.%I', d.schema_name, d.table_name))) THEN
     RAISE EXCEPTION 'id_gen: another session converts %.%', pg_catalog.quote_ident(d.schema_name), pg_catalog.quote_ident(d.table_name)
@@ -9055,7 +9097,18 @@ BEGIN
       after_id := '-1';
       calls := 0;
       LOOP
-        after_id := id_gen.remote_call(shard, 'shard_copy_owned_rows', args || ARRAY[after_id, batch::text], 600000);
+        -- (A copy that met a writer's lock for 2 s, or a deadlock with one, is called again.)
+        FOR attempt IN 1 .. 10 LOOP
+          BEGIN
+            after_id := id_gen.remote_call(shard, 'shard_copy_owned_rows', args || ARRAY[after_id, batch::text], 600000);
+            EXIT;
+          EXCEPTION WHEN deadlock_detected OR lock_not_available THEN
+            IF attempt = 10 THEN
+              RAISE;
+            END IF;
+            PERFORM pg_catalog.pg_sleep(0.05 * attempt);
+          END;
+        END LOOP;
         COMMIT;
         PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
         EXIT WHEN after_id = 'done';
@@ -9068,8 +9121,9 @@ BEGIN
       repaired := 0;
       FOR attempt IN 1 .. 10 LOOP
         -- The writes logged meanwhile, compared with their copies, until a pass takes less
-        -- than a batch (the swap checks the rest under its lock).
-        LOOP
+        -- than a batch (at most 1,000 passes: under writes faster than that, the swap
+        -- refuses while a missed one is left, and this comes back).
+        FOR pass IN 1 .. 1000 LOOP
           synced := id_gen.remote_call(shard, 'shard_sync_converted_changes', args || batch::text, 600000)::integer[];
           COMMIT;
           PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
@@ -9086,7 +9140,7 @@ BEGIN
             RAISE EXCEPTION 'id_gen: shard "%" could not swap %.% in 10 attempts', shard,
                             pg_catalog.quote_ident(d.schema_name), pg_catalog.quote_ident(d.table_name)
               USING ERRCODE = '55P03', DETAIL = 'On the shard: ' || msg,
-                    HINT = 'A long transaction uses the table there, holds a snapshot older than the copy, or keeps writing rows whose copies need repairing. Nothing is lost; the same CALL copies the rows again and goes on.';
+                    HINT = 'A long transaction uses the table there, holds a snapshot older than the copy, or keeps writing rows whose copies it misses (REPEATABLE READ). Nothing is lost; the same CALL copies the rows again and goes on.';
           END IF;
           PERFORM pg_catalog.pg_sleep(0.1 * attempt);
         END;

@@ -209,10 +209,11 @@ REVOKE EXECUTE ON PROCEDURE id_gen.convert_to_per_shard(regclass, integer) FROM 
 --      table): begin (the table of rows, and the triggers that log every write and make it
 --      there too), copy in batches of `batch` rows, compare the logged rows with their copies
 --      (repairing those a REPEATABLE READ writer missed) until a pass takes less than a
---      batch, finish (once the snapshots older than the copy are gone, the swap, under a lock
---      of the table there that its statements wait for, at most 2 s; 55P03 sends it back to
---      the comparison, up to 10 attempts), then drop the old partitions in batches of 200;
---      each call a transaction here too;
+--      batch, finish (once the snapshots older than it are gone, the swap, under a lock of
+--      the table there that its statements wait for, at most 2 s; 55P03, also while a write
+--      that missed its copy is left, sends it back to the comparison, up to 10 attempts),
+--      then drop the old partitions in batches of 200; a copy call that met a writer's lock
+--      or a deadlock is called again; each call a transaction here too;
 --   3. one short transaction here: shard_layout becomes by_ownership, with the shards'
 --      definition of a table of rows, and the mark goes.
 -- Invariants:
@@ -288,6 +289,11 @@ BEGIN
   -- One session converts a table at a time: a second one's copy could run beside the
   -- first one's swap. (A session lock: it outlives the COMMITs below; a CALL that fails keeps
   -- it until the session calls again or ends.)
+  -- (Held once: a CALL of this session that failed left it held.)
+  FOR i IN 1 .. 100 LOOP
+    EXIT WHEN NOT pg_catalog.pg_advisory_unlock(id_gen.conversion_session_lock_key(),
+                                                pg_catalog.hashtext(pg_catalog.format('%I.%I', d.schema_name, d.table_name)));
+  END LOOP;
   IF NOT pg_catalog.pg_try_advisory_lock(id_gen.conversion_session_lock_key(),
                                          pg_catalog.hashtext(pg_catalog.format('%I.%I', d.schema_name, d.table_name))) THEN
     RAISE EXCEPTION 'id_gen: another session converts %.%', pg_catalog.quote_ident(d.schema_name), pg_catalog.quote_ident(d.table_name)
@@ -310,7 +316,18 @@ BEGIN
       after_id := '-1';
       calls := 0;
       LOOP
-        after_id := id_gen.remote_call(shard, 'shard_copy_owned_rows', args || ARRAY[after_id, batch::text], 600000);
+        -- (A copy that met a writer's lock for 2 s, or a deadlock with one, is called again.)
+        FOR attempt IN 1 .. 10 LOOP
+          BEGIN
+            after_id := id_gen.remote_call(shard, 'shard_copy_owned_rows', args || ARRAY[after_id, batch::text], 600000);
+            EXIT;
+          EXCEPTION WHEN deadlock_detected OR lock_not_available THEN
+            IF attempt = 10 THEN
+              RAISE;
+            END IF;
+            PERFORM pg_catalog.pg_sleep(0.05 * attempt);
+          END;
+        END LOOP;
         COMMIT;
         PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
         EXIT WHEN after_id = 'done';
@@ -323,8 +340,9 @@ BEGIN
       repaired := 0;
       FOR attempt IN 1 .. 10 LOOP
         -- The writes logged meanwhile, compared with their copies, until a pass takes less
-        -- than a batch (the swap checks the rest under its lock).
-        LOOP
+        -- than a batch (at most 1,000 passes: under writes faster than that, the swap
+        -- refuses while a missed one is left, and this comes back).
+        FOR pass IN 1 .. 1000 LOOP
           synced := id_gen.remote_call(shard, 'shard_sync_converted_changes', args || batch::text, 600000)::integer[];
           COMMIT;
           PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
@@ -341,7 +359,7 @@ BEGIN
             RAISE EXCEPTION 'id_gen: shard "%" could not swap %.% in 10 attempts', shard,
                             pg_catalog.quote_ident(d.schema_name), pg_catalog.quote_ident(d.table_name)
               USING ERRCODE = '55P03', DETAIL = 'On the shard: ' || msg,
-                    HINT = 'A long transaction uses the table there, holds a snapshot older than the copy, or keeps writing rows whose copies need repairing. Nothing is lost; the same CALL copies the rows again and goes on.';
+                    HINT = 'A long transaction uses the table there, holds a snapshot older than the copy, or keeps writing rows whose copies it misses (REPEATABLE READ). Nothing is lost; the same CALL copies the rows again and goes on.';
           END IF;
           PERFORM pg_catalog.pg_sleep(0.1 * attempt);
         END;

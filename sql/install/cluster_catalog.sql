@@ -307,11 +307,13 @@ COMMENT ON COLUMN id_gen.distributed_tables.converting_since IS 'Set while CALL 
 -- conversion began (its triggers log them, as the writer: hence INSERT for everyone; an id
 -- logged by anyone else only makes the conversion compare that row once more).
 CREATE TABLE id_gen.shard_converted_changes (
-    rel oid    NOT NULL,
-    id  bigint NOT NULL
+    rel    oid     NOT NULL,
+    id     bigint  NOT NULL,
+    missed boolean NOT NULL DEFAULT false
 );
 REVOKE ALL ON id_gen.shard_converted_changes FROM PUBLIC;
 GRANT INSERT ON id_gen.shard_converted_changes TO PUBLIC;
-COMMENT ON TABLE id_gen.shard_converted_changes IS 'On a shard: while a table is converted to the layout by ownership (id_gen.convert_to_by_ownership on the coordinator), the ids of its rows inserted, updated or deleted since the conversion began (rel: the table), logged by its triggers; the conversion compares each such row with its copy in the table of rows and repairs the copy when they differ (a REPEATABLE READ writer whose snapshot is older than the copy misses it), then takes the id out. Empty otherwise.';
+COMMENT ON TABLE id_gen.shard_converted_changes IS 'On a shard: while a table is converted to the layout by ownership (id_gen.convert_to_by_ownership on the coordinator), the ids of its rows inserted, updated or deleted since the conversion began (rel: the table), logged by its triggers, missed when the same write did not reach the copy in the table of rows (a REPEATABLE READ writer whose snapshot is older than the copy does not see it); the conversion compares each such row with its copy and repairs the copy when they differ, then takes the id out, and takes out what is left of a table when its conversion ends.';
 COMMENT ON COLUMN id_gen.shard_converted_changes.rel IS 'The table being converted (pg_class oid).';
 COMMENT ON COLUMN id_gen.shard_converted_changes.id IS 'The id of a row inserted, updated or deleted there.';
+COMMENT ON COLUMN id_gen.shard_converted_changes.missed IS 'The write did not reach the copy (or may not have): the swap waits until a comparison took this entry out.';
