@@ -8390,7 +8390,8 @@ BEGIN
       SELECT count(*) INTO written FROM id_gen_old;
       missed := reached < written;
     END IF;
-  EXCEPTION WHEN unique_violation OR serialization_failure THEN
+  EXCEPTION WHEN unique_violation OR serialization_failure OR deadlock_detected OR lock_not_available
+                 OR insufficient_privilege THEN
     missed := true;
   END;
   EXECUTE format('INSERT INTO id_gen.shard_converted_changes (rel, id, missed) SELECT $1, %I, $2 FROM %s', TG_ARGV[1],
@@ -8441,6 +8442,77 @@ END $$;
 COMMENT ON FUNCTION id_gen.shard_converting_table(name, name, name) IS 'On a shard: the table being converted to the layout by ownership, its table of rows and their columns with values, both locked for this transaction (ACCESS SHARE, ROW EXCLUSIVE) and the table of rows checked for untrusted code; 55000 when the table is not in the middle of a conversion.';
 REVOKE EXECUTE ON FUNCTION id_gen.shard_converting_table(name, name, name) FROM PUBLIC;
 
+-- Whether a table of this shard can be converted: 'absent' (no such table here), 'converted'
+-- (done already) or 'ok'; raises what would stop the conversion (55000, 42P07, 0A000, 2BP01).
+-- The coordinator asks every shard before it marks the table, so that nothing is left half
+-- done by what a CALL cannot get past; step 1 asks again under its lock.
+CREATE OR REPLACE FUNCTION id_gen.shard_check_owned_conversion(schema_name name, table_name name, id_column name, stem name)
+RETURNS text
+LANGUAGE plpgsql STRICT STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  parent regclass := to_regclass(format('%I.%I', schema_name, table_name));
+  rows_rel regclass := to_regclass(format('%I.%I', schema_name, id_gen.fit_name(stem, '_rows')));
+  recorded id_gen.shard_tables;
+  dependents text;
+BEGIN
+  SELECT * INTO recorded FROM id_gen.shard_tables t
+  WHERE (t.schema_name, t.table_name) = (shard_check_owned_conversion.schema_name, shard_check_owned_conversion.table_name);
+  IF FOUND AND recorded.rows_table IS NOT NULL THEN
+    RETURN 'converted';
+  ELSIF parent IS NULL AND NOT FOUND THEN
+    RETURN 'absent';
+  ELSIF parent IS NULL OR NOT FOUND OR (SELECT c.relkind FROM pg_class c WHERE c.oid = parent) <> 'p' THEN
+    RAISE EXCEPTION 'id_gen: %.% on this shard is not a table id_gen partitions', quote_ident(schema_name), quote_ident(table_name)
+      USING ERRCODE = '55000', HINT = 'id_gen.shard_tables lists the tables id_gen keeps on this shard; the conversion converts only those.';
+  ELSIF rows_rel IS NOT NULL AND obj_description(rows_rel, 'pg_class') IS DISTINCT FROM id_gen.converted_table_comment('rows', schema_name, table_name) THEN
+    RAISE EXCEPTION 'id_gen: relation % already exists on this shard', rows_rel
+      USING ERRCODE = '42P07', HINT = 'The conversion names the table of rows <stem>_rows; rename that relation.';
+  END IF;
+  -- What would keep the old table, or be lost with it, or would stop the copy: views over it,
+  -- rules, foreign keys to it or of it, publications of it, subscriptions into it, triggers of
+  -- the user's, row security, column grants, deferrable constraints.
+  SELECT string_agg(DISTINCT x, ', ') INTO dependents FROM (
+    SELECT rw.ev_class::regclass::text AS x FROM pg_depend dep JOIN pg_rewrite rw ON rw.oid = dep.objid
+    WHERE dep.classid = 'pg_rewrite'::regclass AND dep.refclassid = 'pg_class'::regclass AND dep.refobjid = parent
+      AND rw.ev_class <> parent
+    UNION ALL SELECT format('rule %I', rw.rulename) FROM pg_rewrite rw WHERE rw.ev_class = parent
+    UNION ALL SELECT format('constraint %I of %s', con.conname, con.conrelid::regclass) FROM pg_constraint con
+    WHERE con.confrelid = parent OR (con.conrelid = parent AND con.contype = 'f')
+    UNION ALL SELECT format('publication %I', p.pubname) FROM pg_publication_rel pr JOIN pg_publication p ON p.oid = pr.prpubid
+    WHERE pr.prrelid = parent
+    UNION ALL SELECT format('publication %I (FOR ALL TABLES)', p.pubname) FROM pg_publication p WHERE p.puballtables
+    UNION ALL SELECT format('publication %I (TABLES IN SCHEMA)', p.pubname) FROM pg_publication_namespace pn
+      JOIN pg_publication p ON p.oid = pn.pnpubid
+    WHERE pn.pnnspid = (SELECT c.relnamespace FROM pg_class c WHERE c.oid = parent)
+    UNION ALL SELECT format('trigger %I', t.tgname) FROM pg_trigger t
+    WHERE t.tgrelid = parent AND NOT t.tgisinternal AND t.tgparentid = 0 AND NOT t.tgname = ANY (id_gen.converted_trigger_names())
+    UNION ALL SELECT 'row security or policies' FROM pg_class c WHERE c.oid = parent
+      AND (c.relrowsecurity OR c.relforcerowsecurity OR EXISTS (SELECT FROM pg_policy pol WHERE pol.polrelid = parent))
+    UNION ALL SELECT format('column grants on %I', a.attname) FROM pg_attribute a
+    WHERE a.attrelid = parent AND a.attnum > 0 AND NOT a.attisdropped AND a.attacl IS NOT NULL
+    UNION ALL SELECT format('deferrable constraint %I', con.conname) FROM pg_constraint con
+    WHERE con.conrelid = parent AND con.condeferrable
+    UNION ALL SELECT format('subscription writing %s', sr.srrelid::regclass) FROM pg_subscription_rel sr
+    WHERE sr.srrelid = parent OR sr.srrelid IN (SELECT i.inhrelid FROM pg_inherits i WHERE i.inhparent = parent)) d;
+  -- Copies, comparisons and the triggers find a row by its id alone.
+  IF NOT EXISTS (SELECT FROM pg_index i WHERE i.indrelid = parent AND i.indisunique AND i.indnkeyatts = 1 AND i.indexprs IS NULL
+                   AND i.indpred IS NULL AND i.indkey[0] = (SELECT a.attnum FROM pg_attribute a
+                                                            WHERE a.attrelid = parent AND a.attname = id_column)) THEN
+    RAISE EXCEPTION 'id_gen: the conversion of % needs its id column % unique by itself (a primary key or unique constraint on it alone)',
+                    parent, quote_ident(id_column)
+      USING ERRCODE = '0A000', HINT = 'Distribute such a table with layout => ''by_ownership'' anew instead, or keep it per_shard.';
+  END IF;
+  IF dependents IS NOT NULL THEN
+    RAISE EXCEPTION 'id_gen: % on this shard has what its conversion would not carry over: %', parent, dependents
+      USING ERRCODE = '2BP01', HINT = 'Drop or revoke them, convert the table, then create them again on the view or the table of rows.';
+  END IF;
+  RETURN 'ok';
+END $$;
+COMMENT ON FUNCTION id_gen.shard_check_owned_conversion(name, name, name, name) IS 'On a shard: whether a table can be converted to the layout by ownership (absent, converted or ok); raises what would stop it (its id not unique by itself, views, rules, foreign keys, publications, subscriptions, user triggers, row security, column grants, deferrable constraints). The coordinator asks every shard before it marks the table.';
+REVOKE EXECUTE ON FUNCTION id_gen.shard_check_owned_conversion(name, name, name, name) FROM PUBLIC;
+
 -- Step 1. Returns 'absent' (no such table here: nothing to convert), 'converted' (done
 -- already) or 'copying'.
 CREATE OR REPLACE FUNCTION id_gen.shard_begin_owned_conversion(schema_name name, table_name name, id_column name, stem name,
@@ -8453,7 +8525,6 @@ DECLARE
   rows_name name := id_gen.fit_name(stem, '_rows');
   rows_rel regclass := to_regclass(format('%I.%I', schema_name, rows_name));
   recorded id_gen.shard_tables;
-  dependents text;
   tg name;
   n_triggers integer;
   targs text[];
@@ -8475,39 +8546,7 @@ BEGIN
   -- Its writers finish first; later ones wait until the triggers are there.
   EXECUTE format('LOCK TABLE ONLY %s IN SHARE ROW EXCLUSIVE MODE', parent);
   PERFORM id_gen.refuse_untrusted_table(parent, 'shard table');
-  -- What would keep the old table, or be lost with it: views over it, rules, foreign keys to
-  -- it or of it, publications of it, triggers of the user's, row security, column grants.
-  SELECT string_agg(DISTINCT x, ', ') INTO dependents FROM (
-    SELECT rw.ev_class::regclass::text AS x FROM pg_depend dep JOIN pg_rewrite rw ON rw.oid = dep.objid
-    WHERE dep.classid = 'pg_rewrite'::regclass AND dep.refclassid = 'pg_class'::regclass AND dep.refobjid = parent
-      AND rw.ev_class <> parent
-    UNION ALL SELECT format('rule %I', rw.rulename) FROM pg_rewrite rw WHERE rw.ev_class = parent
-    UNION ALL SELECT format('constraint %I of %s', con.conname, con.conrelid::regclass) FROM pg_constraint con
-    WHERE con.confrelid = parent OR (con.conrelid = parent AND con.contype = 'f')
-    UNION ALL SELECT format('publication %I', p.pubname) FROM pg_publication_rel pr JOIN pg_publication p ON p.oid = pr.prpubid
-    WHERE pr.prrelid = parent
-    UNION ALL SELECT format('publication %I (FOR ALL TABLES)', p.pubname) FROM pg_publication p WHERE p.puballtables
-    UNION ALL SELECT format('publication %I (TABLES IN SCHEMA)', p.pubname) FROM pg_publication_namespace pn
-      JOIN pg_publication p ON p.oid = pn.pnpubid
-    WHERE pn.pnnspid = (SELECT c.relnamespace FROM pg_class c WHERE c.oid = parent)
-    UNION ALL SELECT format('trigger %I', t.tgname) FROM pg_trigger t
-    WHERE t.tgrelid = parent AND NOT t.tgisinternal AND t.tgparentid = 0 AND NOT t.tgname = ANY (id_gen.converted_trigger_names())
-    UNION ALL SELECT 'row security or policies' FROM pg_class c WHERE c.oid = parent
-      AND (c.relrowsecurity OR c.relforcerowsecurity OR EXISTS (SELECT FROM pg_policy pol WHERE pol.polrelid = parent))
-    UNION ALL SELECT format('column grants on %I', a.attname) FROM pg_attribute a
-    WHERE a.attrelid = parent AND a.attnum > 0 AND NOT a.attisdropped AND a.attacl IS NOT NULL) d;
-  -- Copies, comparisons and the triggers find a row by its id alone.
-  IF NOT EXISTS (SELECT FROM pg_index i WHERE i.indrelid = parent AND i.indisunique AND i.indnkeyatts = 1 AND i.indexprs IS NULL
-                   AND i.indpred IS NULL AND i.indkey[0] = (SELECT a.attnum FROM pg_attribute a
-                                                            WHERE a.attrelid = parent AND a.attname = id_column)) THEN
-    RAISE EXCEPTION 'id_gen: the conversion of % needs its id column % unique by itself (a primary key or unique constraint on it alone)',
-                    parent, quote_ident(id_column)
-      USING ERRCODE = '0A000', HINT = 'Distribute such a table with layout => ''by_ownership'' anew instead, or keep it per_shard.';
-  END IF;
-  IF dependents IS NOT NULL THEN
-    RAISE EXCEPTION 'id_gen: % on this shard has what its conversion would not carry over: %', parent, dependents
-      USING ERRCODE = '2BP01', HINT = 'Drop or revoke them, convert the table, then create them again on the view or the table of rows.';
-  END IF;
+  PERFORM id_gen.shard_check_owned_conversion(schema_name, table_name, id_column, stem);
   -- The triggers of an earlier attempt count if each is there, enabled, and for the table
   -- of rows with the table's columns as they are now.
   SELECT ARRAY[rows_name::text, id_column::text, string_agg(quote_ident(a.attname), ', ' ORDER BY a.attnum),
@@ -8580,7 +8619,7 @@ BEGIN
     -- waits for the write and copies its result, or nothing after a delete; a copy made
     -- again by a resumed CALL never brings back a row deleted meanwhile.)
     EXECUTE format('WITH b AS (SELECT %1$s FROM ONLY %2$s WHERE %3$I OPERATOR(pg_catalog.>) $1 ORDER BY %3$I LIMIT $2 FOR SHARE), '
-                   'i AS (INSERT INTO %4$s (%1$s) SELECT * FROM b ON CONFLICT DO NOTHING) '
+                   'i AS (INSERT INTO %4$s (%1$s) SELECT * FROM b ON CONFLICT (%3$I) DO NOTHING) '
                    'SELECT max(%3$I), count(*) FROM b', t.cols, part.rel, id_column, t.rows_rel)
       USING greatest(after_id, part.first_id - 1), wanted INTO last_seen, n;
     wanted := wanted - n;
@@ -8617,6 +8656,8 @@ BEGIN
     RAISE EXCEPTION 'id_gen: batch must be at least 1 (it is %)', batch USING ERRCODE = '22023';
   END IF;
   SELECT * INTO t FROM id_gen.shard_converting_table(schema_name, table_name, stem);
+  -- (In a deadlock with a writer, the comparison gives up: the coordinator calls it again.)
+  PERFORM set_config('deadlock_timeout', '100ms', true);
   WITH taken AS (DELETE FROM id_gen.shard_converted_changes l
                  WHERE l.ctid = ANY (ARRAY(SELECT c.ctid FROM id_gen.shard_converted_changes c WHERE c.rel = t.parent LIMIT batch))
                  RETURNING l.id)
@@ -8708,6 +8749,13 @@ BEGIN
   -- for the lock would not see; and a snapshot that saw the table while the copy differed
   -- must be gone first, which the next attempt's wait sees to.) Every other logged write
   -- reached its copy: those entries go.
+  -- Triggers disabled meanwhile (ALTER TABLE ... DISABLE TRIGGER USER) let writes through
+  -- unlogged: the CALL starts over.
+  IF (SELECT count(*) FROM pg_trigger g WHERE g.tgrelid = t.parent AND g.tgname = ANY (id_gen.converted_trigger_names())
+        AND g.tgenabled <> 'D') < cardinality(id_gen.converted_trigger_names()) THEN
+    RAISE EXCEPTION 'id_gen: the conversion''s triggers on % were dropped or disabled; writes may have missed the table of rows', t.parent
+      USING ERRCODE = '55000', HINT = 'The same CALL again makes the table of rows again and copies the rows again.';
+  END IF;
   IF EXISTS (SELECT FROM id_gen.shard_converted_changes l WHERE l.rel = t.parent AND l.missed) THEN
     RAISE EXCEPTION 'id_gen: writes of %.% that missed their copies are to be compared before the swap', quote_ident(schema_name), quote_ident(table_name)
       USING ERRCODE = '55P03', HINT = 'The coordinator compares them (step 3) and tries again.';
@@ -9059,6 +9107,19 @@ BEGIN
   END IF;
   definition := id_gen.owned_rows_definition(d);
   IF d.converting_since IS NULL THEN
+    -- What would stop it on a shard stops it here, before the table is marked.
+    FOR shard IN SELECT p.shard FROM id_gen.shard_placements p
+                 WHERE (p.schema_name, p.table_name) = (d.schema_name, d.table_name) ORDER BY p.shard LOOP
+      BEGIN
+        PERFORM id_gen.remote_call(shard, 'shard_check_owned_conversion',
+                                   ARRAY[d.schema_name::text, d.table_name::text, d.id_column::text, d.shard_stem::text], 60000);
+      EXCEPTION WHEN undefined_function THEN
+        GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT;
+        RAISE EXCEPTION 'id_gen: shard "%" has no id_gen 0.7.10 or later', shard
+          USING ERRCODE = '55000', DETAIL = 'On the shard: ' || msg,
+                HINT = 'Run ALTER EXTENSION id_gen UPDATE on the shard, then the same CALL again.';
+      END;
+    END LOOP;
     LOCK TABLE id_gen.shard_routes IN SHARE MODE;
     PERFORM id_gen.refuse_during_operations('convert a distributed table');
     UPDATE id_gen.distributed_tables t SET converting_since = pg_catalog.now()
@@ -9070,13 +9131,14 @@ BEGIN
   -- One session converts a table at a time: a second one's copy could run beside the
   -- first one's swap. (A session lock: it outlives the COMMITs below; a CALL that fails keeps
   -- it until the session calls again or ends.)
-  -- (Held once: a CALL of this session that failed left it held.)
-  FOR i IN 1 .. 100 LOOP
-    EXIT WHEN NOT pg_catalog.pg_advisory_unlock(id_gen.conversion_session_lock_key(),
-                                                pg_catalog.hashtext(pg_catalog.format('%I.%I', d.schema_name, d.table_name)));
-  END LOOP;
-  IF NOT pg_catalog.pg_try_advisory_lock(id_gen.conversion_session_lock_key(),
-                                         pg_catalog.hashtext(pg_catalog.format('%I.%I', d.schema_name, d.table_name))) THEN
+  -- (Held once: a CALL of this session that failed left it held, and it is taken again only
+  -- when it is not.)
+  IF NOT EXISTS (SELECT FROM pg_catalog.pg_locks l
+                 WHERE l.locktype = 'advisory' AND l.pid = pg_catalog.pg_backend_pid() AND l.granted AND l.objsubid = 2
+                   AND l.classid = id_gen.conversion_session_lock_key()::pg_catalog.oid
+                   AND l.objid = pg_catalog.hashtext(pg_catalog.format('%I.%I', d.schema_name, d.table_name))::pg_catalog.oid)
+     AND NOT pg_catalog.pg_try_advisory_lock(id_gen.conversion_session_lock_key(),
+                                             pg_catalog.hashtext(pg_catalog.format('%I.%I', d.schema_name, d.table_name))) THEN
     RAISE EXCEPTION 'id_gen: another session converts %.%', pg_catalog.quote_ident(d.schema_name), pg_catalog.quote_ident(d.table_name)
       USING ERRCODE = '55006', HINT = 'Wait for its CALL to end, or end that session; then the same CALL goes on.';
   END IF;
@@ -9124,7 +9186,13 @@ BEGIN
         -- than a batch (at most 1,000 passes: under writes faster than that, the swap
         -- refuses while a missed one is left, and this comes back).
         FOR pass IN 1 .. 1000 LOOP
-          synced := id_gen.remote_call(shard, 'shard_sync_converted_changes', args || batch::text, 600000)::integer[];
+          BEGIN
+            synced := id_gen.remote_call(shard, 'shard_sync_converted_changes', args || batch::text, 600000)::integer[];
+          EXCEPTION WHEN deadlock_detected OR lock_not_available OR unique_violation THEN
+            -- (It met a writer of the same rows; nothing was taken: the next pass takes them.)
+            synced := ARRAY[batch, 0];
+            PERFORM pg_catalog.pg_sleep(0.05);
+          END;
           COMMIT;
           PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
           repaired := repaired + synced[2];

@@ -278,6 +278,19 @@ BEGIN
   END IF;
   definition := id_gen.owned_rows_definition(d);
   IF d.converting_since IS NULL THEN
+    -- What would stop it on a shard stops it here, before the table is marked.
+    FOR shard IN SELECT p.shard FROM id_gen.shard_placements p
+                 WHERE (p.schema_name, p.table_name) = (d.schema_name, d.table_name) ORDER BY p.shard LOOP
+      BEGIN
+        PERFORM id_gen.remote_call(shard, 'shard_check_owned_conversion',
+                                   ARRAY[d.schema_name::text, d.table_name::text, d.id_column::text, d.shard_stem::text], 60000);
+      EXCEPTION WHEN undefined_function THEN
+        GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT;
+        RAISE EXCEPTION 'id_gen: shard "%" has no id_gen 0.7.10 or later', shard
+          USING ERRCODE = '55000', DETAIL = 'On the shard: ' || msg,
+                HINT = 'Run ALTER EXTENSION id_gen UPDATE on the shard, then the same CALL again.';
+      END;
+    END LOOP;
     LOCK TABLE id_gen.shard_routes IN SHARE MODE;
     PERFORM id_gen.refuse_during_operations('convert a distributed table');
     UPDATE id_gen.distributed_tables t SET converting_since = pg_catalog.now()
@@ -289,13 +302,14 @@ BEGIN
   -- One session converts a table at a time: a second one's copy could run beside the
   -- first one's swap. (A session lock: it outlives the COMMITs below; a CALL that fails keeps
   -- it until the session calls again or ends.)
-  -- (Held once: a CALL of this session that failed left it held.)
-  FOR i IN 1 .. 100 LOOP
-    EXIT WHEN NOT pg_catalog.pg_advisory_unlock(id_gen.conversion_session_lock_key(),
-                                                pg_catalog.hashtext(pg_catalog.format('%I.%I', d.schema_name, d.table_name)));
-  END LOOP;
-  IF NOT pg_catalog.pg_try_advisory_lock(id_gen.conversion_session_lock_key(),
-                                         pg_catalog.hashtext(pg_catalog.format('%I.%I', d.schema_name, d.table_name))) THEN
+  -- (Held once: a CALL of this session that failed left it held, and it is taken again only
+  -- when it is not.)
+  IF NOT EXISTS (SELECT FROM pg_catalog.pg_locks l
+                 WHERE l.locktype = 'advisory' AND l.pid = pg_catalog.pg_backend_pid() AND l.granted AND l.objsubid = 2
+                   AND l.classid = id_gen.conversion_session_lock_key()::pg_catalog.oid
+                   AND l.objid = pg_catalog.hashtext(pg_catalog.format('%I.%I', d.schema_name, d.table_name))::pg_catalog.oid)
+     AND NOT pg_catalog.pg_try_advisory_lock(id_gen.conversion_session_lock_key(),
+                                             pg_catalog.hashtext(pg_catalog.format('%I.%I', d.schema_name, d.table_name))) THEN
     RAISE EXCEPTION 'id_gen: another session converts %.%', pg_catalog.quote_ident(d.schema_name), pg_catalog.quote_ident(d.table_name)
       USING ERRCODE = '55006', HINT = 'Wait for its CALL to end, or end that session; then the same CALL goes on.';
   END IF;
@@ -343,7 +357,13 @@ BEGIN
         -- than a batch (at most 1,000 passes: under writes faster than that, the swap
         -- refuses while a missed one is left, and this comes back).
         FOR pass IN 1 .. 1000 LOOP
-          synced := id_gen.remote_call(shard, 'shard_sync_converted_changes', args || batch::text, 600000)::integer[];
+          BEGIN
+            synced := id_gen.remote_call(shard, 'shard_sync_converted_changes', args || batch::text, 600000)::integer[];
+          EXCEPTION WHEN deadlock_detected OR lock_not_available OR unique_violation THEN
+            -- (It met a writer of the same rows; nothing was taken: the next pass takes them.)
+            synced := ARRAY[batch, 0];
+            PERFORM pg_catalog.pg_sleep(0.05);
+          END;
           COMMIT;
           PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
           repaired := repaired + synced[2];

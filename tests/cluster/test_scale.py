@@ -27,7 +27,8 @@ max_locks_per_transaction.
     refused with 53400 and the setting that would do, before anything changes.
 (g) a table converted to the layout by ownership on the shards (1,024 partitions of it on
     each) under load: no insert fails, every row once, two relations per shard, lookups by
-    owner on one shard.
+    owner on one shard; before it, a view over the table on one shard stops the CALL (2BP01)
+    with nothing marked or created.
 """
 import os
 import subprocess
@@ -547,6 +548,15 @@ def test_g_a_table_converted_to_the_layout_by_ownership_under_load():
         except Exception as e:  # noqa: BLE001 - asserted below
             errors.append(e)
 
+    # What a shard's table has that the conversion would not carry stops it before the
+    # table is marked: nothing to undo, moves not held up.
+    shards[3].execute("CREATE VIEW events_kinds AS SELECT DISTINCT kind FROM events")
+    err = c.error("CALL id_gen.convert_to_by_ownership('events')")
+    assert err is not None and err.sqlstate == "2BP01" and "events_kinds" in str(err), err
+    assert c.one("SELECT converting_since IS NULL AND shard_layout = 'partitioned' FROM id_gen.distributed_tables "
+                 "WHERE table_name = 'events'") is True
+    assert shards[1].one("SELECT to_regclass('events_rows') IS NULL") is True
+    shards[3].execute("DROP VIEW events_kinds")
     writer = threading.Thread(target=write, daemon=True)
     writer.start()
     try:
