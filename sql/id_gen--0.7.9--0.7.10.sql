@@ -8524,24 +8524,16 @@ DECLARE
   parent regclass := to_regclass(format('%I.%I', schema_name, table_name));
   rows_name name := id_gen.fit_name(stem, '_rows');
   rows_rel regclass := to_regclass(format('%I.%I', schema_name, rows_name));
-  recorded id_gen.shard_tables;
+  state text;
   tg name;
   n_triggers integer;
   targs text[];
 BEGIN
   PERFORM id_gen.shard_begin_table_change('converts its tables', lock_timeout_ms);
-  SELECT * INTO recorded FROM id_gen.shard_tables t
-  WHERE (t.schema_name, t.table_name) = (shard_begin_owned_conversion.schema_name, shard_begin_owned_conversion.table_name);
-  IF FOUND AND recorded.rows_table IS NOT NULL THEN
-    RETURN 'converted';
-  ELSIF parent IS NULL AND NOT FOUND THEN
-    RETURN 'absent';
-  ELSIF parent IS NULL OR NOT FOUND OR (SELECT c.relkind FROM pg_class c WHERE c.oid = parent) <> 'p' THEN
-    RAISE EXCEPTION 'id_gen: %.% on this shard is not a table id_gen partitions', quote_ident(schema_name), quote_ident(table_name)
-      USING ERRCODE = '55000', HINT = 'id_gen.shard_tables lists the tables id_gen keeps on this shard; the conversion converts only those.';
-  ELSIF rows_rel IS NOT NULL AND obj_description(rows_rel, 'pg_class') IS DISTINCT FROM id_gen.converted_table_comment('rows', schema_name, table_name) THEN
-    RAISE EXCEPTION 'id_gen: relation % already exists on this shard', rows_rel
-      USING ERRCODE = '42P07', HINT = 'The conversion names the table of rows <stem>_rows; rename that relation.';
+  -- What it finds, and what would stop it (asked again under the lock below).
+  state := id_gen.shard_check_owned_conversion(schema_name, table_name, id_column, stem);
+  IF state <> 'ok' THEN
+    RETURN state;
   END IF;
   -- Its writers finish first; later ones wait until the triggers are there.
   EXECUTE format('LOCK TABLE ONLY %s IN SHARE ROW EXCLUSIVE MODE', parent);
@@ -9076,6 +9068,25 @@ END $$;
 COMMENT ON FUNCTION id_gen.owned_rows_definition(id_gen.distributed_tables) IS 'The shards'' CREATE TABLE of the table of rows of a distributed table laid out by ownership, from its partitioned definition (55000 for a definition id_gen did not write).';
 REVOKE EXECUTE ON FUNCTION id_gen.owned_rows_definition(id_gen.distributed_tables) FROM PUBLIC;
 
+-- A conversion's first call of a shard step (id_gen.remote_call): a shard without it (older
+-- than 0.7.10) gets 55000 naming it.
+CREATE OR REPLACE FUNCTION id_gen.remote_conversion_call(shard text, fn text, args text[]) RETURNS text
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  msg text;
+BEGIN
+  RETURN id_gen.remote_call(shard, fn, args, 60000);
+EXCEPTION WHEN undefined_function THEN
+  GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT;
+  RAISE EXCEPTION 'id_gen: shard "%" has no id_gen 0.7.10 or later', shard
+    USING ERRCODE = '55000', DETAIL = 'On the shard: ' || msg,
+          HINT = 'Run ALTER EXTENSION id_gen UPDATE on the shard, then the same CALL again.';
+END $$;
+COMMENT ON FUNCTION id_gen.remote_conversion_call(text, text, text[]) IS 'Runs a shard step of id_gen.convert_to_by_ownership (id_gen.remote_call, 60 s at most); 55000 naming the shard when it has no such function (id_gen older than 0.7.10 there).';
+REVOKE EXECUTE ON FUNCTION id_gen.remote_conversion_call(text, text, text[]) FROM PUBLIC;
+
 CREATE OR REPLACE PROCEDURE id_gen.convert_to_by_ownership(tbl regclass, batch integer DEFAULT 10000)
 LANGUAGE plpgsql
 AS $$
@@ -9110,15 +9121,8 @@ BEGIN
     -- What would stop it on a shard stops it here, before the table is marked.
     FOR shard IN SELECT p.shard FROM id_gen.shard_placements p
                  WHERE (p.schema_name, p.table_name) = (d.schema_name, d.table_name) ORDER BY p.shard LOOP
-      BEGIN
-        PERFORM id_gen.remote_call(shard, 'shard_check_owned_conversion',
-                                   ARRAY[d.schema_name::text, d.table_name::text, d.id_column::text, d.shard_stem::text], 60000);
-      EXCEPTION WHEN undefined_function THEN
-        GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT;
-        RAISE EXCEPTION 'id_gen: shard "%" has no id_gen 0.7.10 or later', shard
-          USING ERRCODE = '55000', DETAIL = 'On the shard: ' || msg,
-                HINT = 'Run ALTER EXTENSION id_gen UPDATE on the shard, then the same CALL again.';
-      END;
+      PERFORM id_gen.remote_conversion_call(shard, 'shard_check_owned_conversion',
+                                            ARRAY[d.schema_name::text, d.table_name::text, d.id_column::text, d.shard_stem::text]);
     END LOOP;
     LOCK TABLE id_gen.shard_routes IN SHARE MODE;
     PERFORM id_gen.refuse_during_operations('convert a distributed table');
@@ -9146,14 +9150,7 @@ BEGIN
                WHERE (p.schema_name, p.table_name) = (d.schema_name, d.table_name) ORDER BY p.shard LOOP
     t0 := pg_catalog.clock_timestamp();
     args := ARRAY[d.schema_name::text, d.table_name::text, d.id_column::text, d.shard_stem::text];
-    BEGIN
-      state := id_gen.remote_call(shard, 'shard_begin_owned_conversion', args, 60000);
-    EXCEPTION WHEN undefined_function THEN
-      GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT;
-      RAISE EXCEPTION 'id_gen: shard "%" has no id_gen 0.7.10 or later', shard
-        USING ERRCODE = '55000', DETAIL = 'On the shard: ' || msg,
-              HINT = 'Run ALTER EXTENSION id_gen UPDATE on the shard, then the same CALL again.';
-    END;
+    state := id_gen.remote_conversion_call(shard, 'shard_begin_owned_conversion', args);
     IF state = 'copying' THEN
       -- (Each call a transaction here too: a long conversion holds no snapshot here.)
       after_id := '-1';

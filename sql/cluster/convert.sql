@@ -247,6 +247,25 @@ END $$;
 COMMENT ON FUNCTION id_gen.owned_rows_definition(id_gen.distributed_tables) IS 'The shards'' CREATE TABLE of the table of rows of a distributed table laid out by ownership, from its partitioned definition (55000 for a definition id_gen did not write).';
 REVOKE EXECUTE ON FUNCTION id_gen.owned_rows_definition(id_gen.distributed_tables) FROM PUBLIC;
 
+-- A conversion's first call of a shard step (id_gen.remote_call): a shard without it (older
+-- than 0.7.10) gets 55000 naming it.
+CREATE OR REPLACE FUNCTION id_gen.remote_conversion_call(shard text, fn text, args text[]) RETURNS text
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  msg text;
+BEGIN
+  RETURN id_gen.remote_call(shard, fn, args, 60000);
+EXCEPTION WHEN undefined_function THEN
+  GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT;
+  RAISE EXCEPTION 'id_gen: shard "%" has no id_gen 0.7.10 or later', shard
+    USING ERRCODE = '55000', DETAIL = 'On the shard: ' || msg,
+          HINT = 'Run ALTER EXTENSION id_gen UPDATE on the shard, then the same CALL again.';
+END $$;
+COMMENT ON FUNCTION id_gen.remote_conversion_call(text, text, text[]) IS 'Runs a shard step of id_gen.convert_to_by_ownership (id_gen.remote_call, 60 s at most); 55000 naming the shard when it has no such function (id_gen older than 0.7.10 there).';
+REVOKE EXECUTE ON FUNCTION id_gen.remote_conversion_call(text, text, text[]) FROM PUBLIC;
+
 CREATE OR REPLACE PROCEDURE id_gen.convert_to_by_ownership(tbl regclass, batch integer DEFAULT 10000)
 LANGUAGE plpgsql
 AS $$
@@ -281,15 +300,8 @@ BEGIN
     -- What would stop it on a shard stops it here, before the table is marked.
     FOR shard IN SELECT p.shard FROM id_gen.shard_placements p
                  WHERE (p.schema_name, p.table_name) = (d.schema_name, d.table_name) ORDER BY p.shard LOOP
-      BEGIN
-        PERFORM id_gen.remote_call(shard, 'shard_check_owned_conversion',
-                                   ARRAY[d.schema_name::text, d.table_name::text, d.id_column::text, d.shard_stem::text], 60000);
-      EXCEPTION WHEN undefined_function THEN
-        GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT;
-        RAISE EXCEPTION 'id_gen: shard "%" has no id_gen 0.7.10 or later', shard
-          USING ERRCODE = '55000', DETAIL = 'On the shard: ' || msg,
-                HINT = 'Run ALTER EXTENSION id_gen UPDATE on the shard, then the same CALL again.';
-      END;
+      PERFORM id_gen.remote_conversion_call(shard, 'shard_check_owned_conversion',
+                                            ARRAY[d.schema_name::text, d.table_name::text, d.id_column::text, d.shard_stem::text]);
     END LOOP;
     LOCK TABLE id_gen.shard_routes IN SHARE MODE;
     PERFORM id_gen.refuse_during_operations('convert a distributed table');
@@ -317,14 +329,7 @@ BEGIN
                WHERE (p.schema_name, p.table_name) = (d.schema_name, d.table_name) ORDER BY p.shard LOOP
     t0 := pg_catalog.clock_timestamp();
     args := ARRAY[d.schema_name::text, d.table_name::text, d.id_column::text, d.shard_stem::text];
-    BEGIN
-      state := id_gen.remote_call(shard, 'shard_begin_owned_conversion', args, 60000);
-    EXCEPTION WHEN undefined_function THEN
-      GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT;
-      RAISE EXCEPTION 'id_gen: shard "%" has no id_gen 0.7.10 or later', shard
-        USING ERRCODE = '55000', DETAIL = 'On the shard: ' || msg,
-              HINT = 'Run ALTER EXTENSION id_gen UPDATE on the shard, then the same CALL again.';
-    END;
+    state := id_gen.remote_conversion_call(shard, 'shard_begin_owned_conversion', args);
     IF state = 'copying' THEN
       -- (Each call a transaction here too: a long conversion holds no snapshot here.)
       after_id := '-1';

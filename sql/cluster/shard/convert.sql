@@ -257,24 +257,16 @@ DECLARE
   parent regclass := to_regclass(format('%I.%I', schema_name, table_name));
   rows_name name := id_gen.fit_name(stem, '_rows');
   rows_rel regclass := to_regclass(format('%I.%I', schema_name, rows_name));
-  recorded id_gen.shard_tables;
+  state text;
   tg name;
   n_triggers integer;
   targs text[];
 BEGIN
   PERFORM id_gen.shard_begin_table_change('converts its tables', lock_timeout_ms);
-  SELECT * INTO recorded FROM id_gen.shard_tables t
-  WHERE (t.schema_name, t.table_name) = (shard_begin_owned_conversion.schema_name, shard_begin_owned_conversion.table_name);
-  IF FOUND AND recorded.rows_table IS NOT NULL THEN
-    RETURN 'converted';
-  ELSIF parent IS NULL AND NOT FOUND THEN
-    RETURN 'absent';
-  ELSIF parent IS NULL OR NOT FOUND OR (SELECT c.relkind FROM pg_class c WHERE c.oid = parent) <> 'p' THEN
-    RAISE EXCEPTION 'id_gen: %.% on this shard is not a table id_gen partitions', quote_ident(schema_name), quote_ident(table_name)
-      USING ERRCODE = '55000', HINT = 'id_gen.shard_tables lists the tables id_gen keeps on this shard; the conversion converts only those.';
-  ELSIF rows_rel IS NOT NULL AND obj_description(rows_rel, 'pg_class') IS DISTINCT FROM id_gen.converted_table_comment('rows', schema_name, table_name) THEN
-    RAISE EXCEPTION 'id_gen: relation % already exists on this shard', rows_rel
-      USING ERRCODE = '42P07', HINT = 'The conversion names the table of rows <stem>_rows; rename that relation.';
+  -- What it finds, and what would stop it (asked again under the lock below).
+  state := id_gen.shard_check_owned_conversion(schema_name, table_name, id_column, stem);
+  IF state <> 'ok' THEN
+    RETURN state;
   END IF;
   -- Its writers finish first; later ones wait until the triggers are there.
   EXECUTE format('LOCK TABLE ONLY %s IN SHARE ROW EXCLUSIVE MODE', parent);
