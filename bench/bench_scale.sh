@@ -200,21 +200,22 @@ for m in "${!MEASURES[@]}"; do
     echo
   done
 done
+# latency_row LABEL FAST SLOW LAYOUT: per size, the tps in the array FAST over that in SLOW
+# (SLOW's latency as a multiple of FAST's), median and spread over the rounds.
+latency_row() {
+  local -n fast=$2 slow=$3
+  local n k a b
+  printf '%-48s' "$1"
+  for n in "${SC_SIZES[@]}"; do
+    read -r -a a <<< "${fast[$n.$4]}"; read -r -a b <<< "${slow[$n.$4]}"
+    RUNS=(); for k in "${!a[@]}"; do RUNS+=("${a[k]} ${b[k]}"); done
+    printf ' %27s' "$(fmt_ratio $(ratio_stats 0 1) x)"
+  done
+  echo
+}
 for layout in "${SC_LAYOUTS[@]}"; do
-  printf '%-48s' "lookup by id: coordinator / shard latency, $layout"
-  for n in "${SC_SIZES[@]}"; do
-    read -r -a a <<< "${ON_SHARD_TPS[$n.$layout]}"; read -r -a b <<< "${VIA_COO[$n.$layout]}"
-    RUNS=(); for k in "${!a[@]}"; do RUNS+=("${a[k]} ${b[k]}"); done
-    printf ' %27s' "$(fmt_ratio $(ratio_stats 0 1) x)"
-  done
-  echo
-  printf '%-48s' "  coordinator / plain postgres_fdw, $layout"
-  for n in "${SC_SIZES[@]}"; do
-    read -r -a a <<< "${VIA_PLAIN[$n.$layout]}"; read -r -a b <<< "${VIA_COO[$n.$layout]}"
-    RUNS=(); for k in "${!a[@]}"; do RUNS+=("${a[k]} ${b[k]}"); done
-    printf ' %27s' "$(fmt_ratio $(ratio_stats 0 1) x)"
-  done
-  echo
+  latency_row "lookup by id: coordinator / shard latency, $layout" ON_SHARD_TPS VIA_COO "$layout"
+  latency_row "  coordinator / plain postgres_fdw, $layout" VIA_PLAIN VIA_COO "$layout"
 done
 for layout in "${SC_LAYOUTS[@]}"; do
   printf '%-48s' "first lookup's planning (ms), $layout"; for n in "${SC_SIZES[@]}"; do printf ' %27s' "${PLAN_MS[$n.$layout]}"; done; echo
