@@ -313,7 +313,7 @@ BEGIN
   END IF;
   RETURN 'copying';
 END $$;
-COMMENT ON FUNCTION id_gen.shard_begin_owned_conversion(name, name, name, name, integer) IS 'On a shard (step 1 of id_gen.convert_to_by_ownership on the coordinator): creates the table of rows of a partitioned table LIKE it, with its owner and grants, and statement triggers that log each later write of the table and make it in the table of rows too (id_gen.mirror_converted_rows); returns absent, converted or copying (a table of rows whose triggers are missing, disabled or for other columns is made again). Refuses (2BP01) while views, rules, foreign keys, publications, user triggers, row security or column grants depend on the table. READ COMMITTED only.';
+COMMENT ON FUNCTION id_gen.shard_begin_owned_conversion(name, name, name, name, integer) IS 'On a shard (step 1 of id_gen.convert_to_by_ownership on the coordinator): creates the table of rows of a partitioned table LIKE it, with its owner and grants, and statement triggers that log each later write of the table and make it in the table of rows too (id_gen.mirror_converted_rows); returns absent, converted or copying (a table of rows whose triggers are missing, disabled or for other columns is made again). Refuses what id_gen.shard_check_owned_conversion refuses (asked again under its lock). READ COMMITTED only.';
 REVOKE EXECUTE ON FUNCTION id_gen.shard_begin_owned_conversion(name, name, name, name, integer) FROM PUBLIC;
 
 -- Step 2: copies up to `batch` rows with ids above after_id, in id order, locked FOR SHARE,
