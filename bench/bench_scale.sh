@@ -116,7 +116,9 @@ sc_pgb() {
 # shard are measured once per size below: their sixth execution builds a generic plan.)
 # The same lookups through a plain postgres_fdw foreign table of shard_1's table on the
 # coordinator (no id_gen in its path): what of the coordinator's latency is postgres_fdw's.
-declare -A ON_SHARD VIA_COO PLAIN VIA_PLAIN
+# And through the coordinator with id_gen.direct_reads = off (postgres_fdw's cursor instead
+# of id_gen's direct read, src/direct_read/).
+declare -A ON_SHARD VIA_COO PLAIN VIA_PLAIN VIA_FDW
 for n in "${SC_SIZES[@]}"; do
   for layout in "${SC_LAYOUTS[@]}"; do
     mapfile -t IDS < <(scq "${layout}_$n" -c "SELECT id FROM orders_1 WHERE id_gen.route_gene((id >> 47)::integer) = 'shard_1' ORDER BY hashint8(id) LIMIT $SC_VALUES")
@@ -156,6 +158,9 @@ for r in $(seq "$SC_ROUNDS"); do
       # shellcheck disable=SC2086
       res=$(sc_pgb "${layout}_$n" "$SC_T" -M simple ${PLAIN[$n.$layout]})
       VIA_PLAIN[$n.$layout]+="${res% *} "
+      # shellcheck disable=SC2086
+      res=$(PGOPTIONS="-c id_gen.direct_reads=off" sc_pgb "${layout}_$n" "$SC_T" -M simple ${ON_SHARD[$n.$layout]})
+      VIA_FDW[$n.$layout]+="${res% *} "
     done
   done
 done
@@ -216,6 +221,7 @@ latency_row() {
 for layout in "${SC_LAYOUTS[@]}"; do
   latency_row "lookup by id: coordinator / shard latency, $layout" ON_SHARD_TPS VIA_COO "$layout"
   latency_row "  coordinator / plain postgres_fdw, $layout" VIA_PLAIN VIA_COO "$layout"
+  latency_row "  direct_reads off / on, $layout" VIA_COO VIA_FDW "$layout"
 done
 for layout in "${SC_LAYOUTS[@]}"; do
   printf '%-48s' "first lookup's planning (ms), $layout"; for n in "${SC_SIZES[@]}"; do printf ' %27s' "${PLAN_MS[$n.$layout]}"; done; echo

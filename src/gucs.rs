@@ -29,6 +29,10 @@ pub static REVERSIBLE_MAX_WAL_MB: GucSetting<i32> = GucSetting::<i32>::new(1024)
 pub static ROUTE_VERSION: GucSetting<i32> = GucSetting::<i32>::new(0);
 /// Whether a shard refuses id-predicate reads of genes it does not own or that are fenced.
 pub static ROUTING_GUARD: GucSetting<bool> = GucSetting::<bool>::new(true);
+/// Whether the coordinator reads a shard directly (src/direct_read/) where it can.
+pub static DIRECT_READS: GucSetting<bool> = GucSetting::<bool>::new(true);
+/// The bound of a direct read's wait for the shard, in ms.
+pub static DIRECT_READ_TIMEOUT_MS: GucSetting<i32> = GucSetting::<i32>::new(60_000);
 /// Default `buffer_seconds` for new sequences.
 pub static DEFAULT_BUFFER_SECONDS: GucSetting<i32> = GucSetting::<i32>::new(30);
 
@@ -64,6 +68,24 @@ pub fn init(preloading: bool) {
 }
 
 fn define_runtime() {
+    GucRegistry::define_bool_guc(
+        c"id_gen.direct_reads",
+        c"On a coordinator, a SELECT the client sends in a transaction of its own reads each shard it reaches in one round trip on id_gen's own connection, instead of postgres_fdw's cursor.",
+        c"Only a statement outside a transaction block, not SERIALIZABLE, without FOR UPDATE, whose scan of a distributed table's foreign table is its only scan of that shard and runs once; anything else reads through postgres_fdw. The connection uses the shard's foreign server and the user mapping, as postgres_fdw does (id_gen.direct_read_connections() lists them). Off: every read goes through postgres_fdw.",
+        &DIRECT_READS,
+        GucContext::Userset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"id_gen.direct_read_timeout",
+        c"How long a direct read waits for its shard before it fails with 57014 and closes the connection.",
+        c"Bounds a shard that stops answering without closing its connection (statement_timeout and a cancel end the wait too).",
+        &DIRECT_READ_TIMEOUT_MS,
+        100,
+        i32::MAX,
+        GucContext::Userset,
+        GucFlags::UNIT_MS,
+    );
     GucRegistry::define_bool_guc(
         c"id_gen.routing_guard",
         c"On a shard, refuse reads that select by id genes the shard does not own (IG001) or that are fenced (IG002).",

@@ -14,6 +14,7 @@ use pgrx::prelude::*;
 mod access;
 mod clock;
 mod connect_bound;
+mod direct_read;
 mod epochs;
 mod errors;
 mod gene_order;
@@ -196,6 +197,7 @@ pub extern "C-unwind" fn _PG_init() {
     }
     routing_guard::install();
     route_hash::planner::install();
+    direct_read::install();
     // SAFETY: reserves the "id_gen." GUC prefix; called once per process at load time.
     unsafe { pg_sys::MarkGUCPrefixReserved(c"id_gen".as_ptr()) };
 }

@@ -1,6 +1,7 @@
-//! PostgreSQL's `List` of pointers (plan and query trees hold them) and its arrays, read into
-//! Rust vectors. Reads only; never frees or changes a list or an array (an array's elements
-//! are pointed at where deconstruct_array leaves them, in the current memory context).
+//! PostgreSQL's `List` of pointers (plan and query trees hold them) and of integers, and its
+//! arrays, read into Rust vectors. Reads only; never frees or changes a list or an array (an
+//! array's elements are pointed at where deconstruct_array leaves them, in the current memory
+//! context).
 
 use pgrx::pg_sys;
 
@@ -16,6 +17,22 @@ pub unsafe fn list_pointers(list: *mut pg_sys::List) -> Vec<*mut std::ffi::c_voi
     unsafe {
         (0..(*list).length as usize)
             .map(|i| (*(*list).elements.add(i)).ptr_value)
+            .collect()
+    }
+}
+
+/// The integers of an integer List (NIL: none).
+///
+/// # Safety
+/// `list` must be NIL or a valid integer List (T_IntList).
+pub unsafe fn list_ints(list: *mut pg_sys::List) -> Vec<i32> {
+    if list.is_null() {
+        return vec![];
+    }
+    // SAFETY: a valid List holds `length` cells.
+    unsafe {
+        (0..(*list).length as usize)
+            .map(|i| (*(*list).elements.add(i)).int_value)
             .collect()
     }
 }

@@ -317,3 +317,6 @@ COMMENT ON TABLE id_gen.shard_converted_changes IS 'On a shard: while a table is
 COMMENT ON COLUMN id_gen.shard_converted_changes.rel IS 'The table being converted (pg_class oid).';
 COMMENT ON COLUMN id_gen.shard_converted_changes.id IS 'The id of a row inserted, updated or deleted there.';
 COMMENT ON COLUMN id_gen.shard_converted_changes.missed IS 'The write did not reach the copy (or may not have): the swap waits until a comparison took this entry out.';
+
+-- @new-in-0.7.11
+-- (No catalog table or column: 0.7.11 adds direct reads, code only.)

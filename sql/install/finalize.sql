@@ -159,6 +159,8 @@ COMMENT ON FUNCTION id_gen.arm_connect_bound(integer) IS 'Arms a timer that inte
 REVOKE EXECUTE ON FUNCTION id_gen.arm_connect_bound(integer) FROM PUBLIC;
 COMMENT ON FUNCTION id_gen.disarm_connect_bound() IS 'Stops the timer of id_gen.arm_connect_bound; whether it fired (its cancel is then withdrawn if nothing took it). Superuser only.';
 REVOKE EXECUTE ON FUNCTION id_gen.disarm_connect_bound() FROM PUBLIC;
+-- src/direct_read/mod.rs
+COMMENT ON FUNCTION id_gen.direct_read_connections() IS 'On a coordinator: this session''s connections for direct reads (id_gen.direct_reads): the shard''s foreign server, the role whose user mapping it uses, when it connected, the reads it served and whether a read is on it now. A SELECT sent in a transaction of its own reads each shard it reaches over them in one round trip instead of postgres_fdw''s cursor; they are closed with the session, or when the server or user mapping changes.';
 -- src/transaction_marks.rs
 COMMENT ON FUNCTION id_gen.quiet_ddl() IS 'Marks the rest of the transaction as id_gen''s own DDL on distributed tables (id_gen.follow_distributed_ddl then does nothing). Superuser only: not a setting any session could SET.';
 REVOKE EXECUTE ON FUNCTION id_gen.quiet_ddl() FROM PUBLIC;

@@ -35,7 +35,7 @@ mod join_check;
 pub mod owned_ranges;
 mod owned_scan;
 mod plan_check;
-mod raise;
+pub mod raise;
 pub mod shard_state;
 
 use pgrx::pg_sys;

@@ -181,3 +181,78 @@ pub unsafe fn raise(v: Verdict) -> ! {
     }
     unreachable!("an ERROR does not return")
 }
+
+/// An error a shard raised, to be raised again here with its own SQLSTATE (IG001 and
+/// IG002 included), message, detail, hint and context, each as a palloc'd C string or
+/// null when the shard sent none.
+#[derive(Clone, Copy)]
+pub struct RemoteError {
+    pub sqlstate: [u8; 5],
+    pub message: *mut c_char,
+    pub detail: *mut c_char,
+    pub hint: *mut c_char,
+    pub context: *mut c_char,
+}
+
+impl RemoteError {
+    /// Copies the fields (text) into palloc'd strings; a SQLSTATE that is not five
+    /// characters becomes XX000.
+    pub fn new(
+        sqlstate: &str,
+        message: &str,
+        detail: Option<&str>,
+        hint: Option<&str>,
+        context: Option<&str>,
+    ) -> RemoteError {
+        let code: [u8; 5] = sqlstate
+            .as_bytes()
+            .try_into()
+            .ok()
+            .filter(|c: &[u8; 5]| c.iter().all(|b| b.is_ascii_alphanumeric()))
+            .unwrap_or(*b"XX000");
+        let opt = |s: Option<&str>| s.map(pstr).unwrap_or(std::ptr::null_mut());
+        RemoteError {
+            sqlstate: code,
+            message: pstr(message),
+            detail: opt(detail),
+            hint: opt(hint),
+            context: opt(context),
+        }
+    }
+}
+
+#[cfg_attr(target_os = "windows", link(name = "postgres"))]
+unsafe extern "C-unwind" {
+    fn errcontext_msg(fmt: *const c_char, ...) -> c_int;
+}
+
+/// Raises a shard's error again here; does not return.
+///
+/// # Safety
+/// Call only from a frame with nothing to drop (see the module invariant).
+pub unsafe fn raise_remote(e: RemoteError) -> ! {
+    const PERCENT_S: &std::ffi::CStr = c"%s";
+    // SAFETY: the usual ereport sequence; the strings are palloc'd and NUL-terminated,
+    // the optional ones passed only when present.
+    unsafe {
+        if errstart(pgrx::PgLogLevel::ERROR as c_int, c"id_gen".as_ptr()) {
+            errcode(make_sqlstate(e.sqlstate));
+            errmsg(PERCENT_S.as_ptr(), e.message);
+            if !e.detail.is_null() {
+                errdetail(PERCENT_S.as_ptr(), e.detail);
+            }
+            if !e.hint.is_null() {
+                errhint(PERCENT_S.as_ptr(), e.hint);
+            }
+            if !e.context.is_null() {
+                errcontext_msg(PERCENT_S.as_ptr(), e.context);
+            }
+            errfinish(
+                c"direct_read".as_ptr(),
+                line!() as c_int,
+                c"id_gen_direct_read".as_ptr(),
+            );
+        }
+    }
+    unreachable!("an ERROR does not return")
+}

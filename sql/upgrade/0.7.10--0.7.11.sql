@@ -1,0 +1,5 @@
+-- Catalog changes, 0.7.10 -> 0.7.11 (by hand): none. Direct reads on the coordinator
+-- (src/direct_read/, docs/design.md section 11.9) are code and settings
+-- (id_gen.direct_reads, id_gen.direct_read_timeout); one new C function shows a backend's
+-- connections for them.
+-- @rust-function direct_read_connections
