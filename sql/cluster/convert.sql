@@ -1,6 +1,7 @@
 -- Conversions of distributed tables to the newer layouts, online: a per_range table to
 -- per_shard (convert_to_per_shard, the coordinator only) and a per_shard table's shards to
--- the layout by ownership (convert_to_by_ownership, below).
+-- the layout by ownership (convert_to_by_ownership, below; abort_conversion stops one that
+-- has swapped on no shard yet).
 --
 -- Conversion of a per_range distributed table to the per_shard layout (docs/design.md §11.7),
 -- online: CALL id_gen.convert_to_per_shard(tbl). Only the coordinator changes: the shards'
@@ -266,6 +267,38 @@ END $$;
 COMMENT ON FUNCTION id_gen.remote_conversion_call(text, text, text[]) IS 'Runs a shard step of id_gen.convert_to_by_ownership (id_gen.remote_call, 60 s at most); 55000 naming the shard when it has no such function (id_gen older than 0.7.10 there).';
 REVOKE EXECUTE ON FUNCTION id_gen.remote_conversion_call(text, text, text[]) FROM PUBLIC;
 
+-- The session lock of a table's conversion: one session converts (or aborts) a table at a
+-- time (a second one's copy could run beside the first one's swap). A session lock, so that
+-- it outlives the COMMITs of the CALL; one that failed keeps it until the session calls
+-- again (it is taken only when not held already) or ends.
+CREATE OR REPLACE FUNCTION id_gen.take_conversion_session_lock(d id_gen.distributed_tables) RETURNS void
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  key integer := hashtext(format('%I.%I', d.schema_name, d.table_name));
+BEGIN
+  IF NOT EXISTS (SELECT FROM pg_locks l
+                 WHERE l.locktype = 'advisory' AND l.pid = pg_backend_pid() AND l.granted AND l.objsubid = 2
+                   AND l.classid = id_gen.conversion_session_lock_key()::oid AND l.objid = key::oid)
+     AND NOT pg_try_advisory_lock(id_gen.conversion_session_lock_key(), key) THEN
+    RAISE EXCEPTION 'id_gen: another session converts %.%', quote_ident(d.schema_name), quote_ident(d.table_name)
+      USING ERRCODE = '55006', HINT = 'Wait for its CALL to end, or end that session; then CALL again.';
+  END IF;
+END $$;
+COMMENT ON FUNCTION id_gen.take_conversion_session_lock(id_gen.distributed_tables) IS 'Takes the session lock of a table''s conversion to the layout by ownership unless this session holds it (55006 when another one does).';
+REVOKE EXECUTE ON FUNCTION id_gen.take_conversion_session_lock(id_gen.distributed_tables) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION id_gen.release_conversion_session_lock(d id_gen.distributed_tables) RETURNS void
+LANGUAGE sql STRICT
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+  SELECT pg_catalog.pg_advisory_unlock(id_gen.conversion_session_lock_key(),
+                                       pg_catalog.hashtext(pg_catalog.format('%I.%I', d.schema_name, d.table_name)));
+END;
+COMMENT ON FUNCTION id_gen.release_conversion_session_lock(id_gen.distributed_tables) IS 'Gives back the session lock of a table''s conversion.';
+REVOKE EXECUTE ON FUNCTION id_gen.release_conversion_session_lock(id_gen.distributed_tables) FROM PUBLIC;
+
 CREATE OR REPLACE PROCEDURE id_gen.convert_to_by_ownership(tbl regclass, batch integer DEFAULT 10000)
 LANGUAGE plpgsql
 AS $$
@@ -311,20 +344,8 @@ BEGIN
     PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
   END IF;
 
-  -- One session converts a table at a time: a second one's copy could run beside the
-  -- first one's swap. (A session lock: it outlives the COMMITs below; a CALL that fails keeps
-  -- it until the session calls again or ends.)
-  -- (Held once: a CALL of this session that failed left it held, and it is taken again only
-  -- when it is not.)
-  IF NOT EXISTS (SELECT FROM pg_catalog.pg_locks l
-                 WHERE l.locktype = 'advisory' AND l.pid = pg_catalog.pg_backend_pid() AND l.granted AND l.objsubid = 2
-                   AND l.classid = id_gen.conversion_session_lock_key()::pg_catalog.oid
-                   AND l.objid = pg_catalog.hashtext(pg_catalog.format('%I.%I', d.schema_name, d.table_name))::pg_catalog.oid)
-     AND NOT pg_catalog.pg_try_advisory_lock(id_gen.conversion_session_lock_key(),
-                                             pg_catalog.hashtext(pg_catalog.format('%I.%I', d.schema_name, d.table_name))) THEN
-    RAISE EXCEPTION 'id_gen: another session converts %.%', pg_catalog.quote_ident(d.schema_name), pg_catalog.quote_ident(d.table_name)
-      USING ERRCODE = '55006', HINT = 'Wait for its CALL to end, or end that session; then the same CALL goes on.';
-  END IF;
+  -- One session converts a table at a time (a session lock: it outlives the COMMITs below).
+  PERFORM id_gen.take_conversion_session_lock(d);
   FOR shard IN SELECT p.shard FROM id_gen.shard_placements p
                WHERE (p.schema_name, p.table_name) = (d.schema_name, d.table_name) ORDER BY p.shard LOOP
     t0 := pg_catalog.clock_timestamp();
@@ -414,10 +435,62 @@ BEGIN
   SET shard_layout = 'by_ownership', shard_definition = definition, converting_since = NULL
   WHERE (t.schema_name, t.table_name) = (d.schema_name, d.table_name);
   COMMIT;
-  PERFORM pg_catalog.pg_advisory_unlock(id_gen.conversion_session_lock_key(),
-                                        pg_catalog.hashtext(pg_catalog.format('%I.%I', d.schema_name, d.table_name)));
+  PERFORM id_gen.release_conversion_session_lock(d);
   RAISE NOTICE 'id_gen: %.% is laid out by ownership on its shards now', pg_catalog.quote_ident(d.schema_name),
     pg_catalog.quote_ident(d.table_name);
 END $$;
 COMMENT ON PROCEDURE id_gen.convert_to_by_ownership(regclass, integer) IS 'Converts the shards'' tables of a per_shard distributed table to the layout by ownership online (one table of rows behind a view of the owned rows; the coordinator''s relations stay): on each shard in turn, copies the rows in batches of batch while triggers make every write reach the copy too, then swaps the view in under a short lock of the table there and drops the old partitions. Route changes, moves and splits wait meanwhile (55006); a CALL that was interrupted finishes it (run it outside a transaction block). Superuser only.';
 REVOKE EXECUTE ON PROCEDURE id_gen.convert_to_by_ownership(regclass, integer) FROM PUBLIC;
+
+-- Stops a conversion to the layout by ownership that has swapped on no shard yet: each
+-- shard's triggers, table of rows and log entries go (the partitioned tables never stopped
+-- taking the writes), and the table is per_shard again, no longer marked. Once a shard has
+-- swapped, only finishing is possible (55000).
+CREATE OR REPLACE PROCEDURE id_gen.abort_conversion(tbl regclass)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+  d id_gen.distributed_tables;
+  shard text;
+  state text;
+  args text[];
+  converted text[] := '{}';
+  aborted integer := 0;
+BEGIN
+  -- (No SET clause: a procedure with one cannot COMMIT.)
+  PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+  d := id_gen.table_to_convert(tbl, 1, 'by_ownership');
+  IF d.converting_since IS NULL THEN
+    RAISE NOTICE 'id_gen: no conversion of %.% is under way', pg_catalog.quote_ident(d.schema_name), pg_catalog.quote_ident(d.table_name);
+    RETURN;
+  END IF;
+  -- The session lock of the conversions: no CALL converts the table meanwhile.
+  PERFORM id_gen.take_conversion_session_lock(d);
+  args := ARRAY[d.schema_name::text, d.table_name::text, d.shard_stem::text];
+  FOR shard IN SELECT p.shard FROM id_gen.shard_placements p
+               WHERE (p.schema_name, p.table_name) = (d.schema_name, d.table_name) ORDER BY p.shard LOOP
+    IF id_gen.remote_conversion_call(shard, 'shard_owned_conversion_state', args) = 'converted' THEN
+      converted := converted || shard;
+    END IF;
+  END LOOP;
+  IF cardinality(converted) > 0 THEN
+    RAISE EXCEPTION 'id_gen: %.% is laid out by ownership on % already; a conversion cannot be undone there',
+                    pg_catalog.quote_ident(d.schema_name), pg_catalog.quote_ident(d.table_name), pg_catalog.array_to_string(converted, ', ')
+      USING ERRCODE = '55000', HINT = 'Finish it instead: CALL id_gen.convert_to_by_ownership(...). Nothing was changed.';
+  END IF;
+  FOR shard IN SELECT p.shard FROM id_gen.shard_placements p
+               WHERE (p.schema_name, p.table_name) = (d.schema_name, d.table_name) ORDER BY p.shard LOOP
+    state := id_gen.remote_conversion_call(shard, 'shard_abort_owned_conversion', args);
+    IF state = 'aborted' THEN
+      aborted := aborted + 1;
+    END IF;
+  END LOOP;
+  UPDATE id_gen.distributed_tables t SET converting_since = NULL
+  WHERE (t.schema_name, t.table_name) = (d.schema_name, d.table_name);
+  COMMIT;
+  PERFORM id_gen.release_conversion_session_lock(d);
+  RAISE NOTICE 'id_gen: the conversion of %.% is aborted (undone on % shard(s)); it is laid out per_shard',
+    pg_catalog.quote_ident(d.schema_name), pg_catalog.quote_ident(d.table_name), aborted;
+END $$;
+COMMENT ON PROCEDURE id_gen.abort_conversion(regclass) IS 'Stops a conversion of a distributed table to the layout by ownership (id_gen.convert_to_by_ownership) that has swapped on no shard yet: on each shard its triggers, table of rows and log entries are dropped (the partitioned table there never stopped taking the writes), and the table is per_shard and unmarked again, so moves, splits and route changes go on. 55000, changing nothing, once a shard has swapped (finish it instead); 55006 while another session converts it. Every shard must answer. Superuser only.';
+REVOKE EXECUTE ON PROCEDURE id_gen.abort_conversion(regclass) FROM PUBLIC;

@@ -20,6 +20,11 @@ through the coordinator and a session running a prepared lookup throughout.
 (d) afterwards: every committed row is there once through the coordinator and on the shard
     that owns its gene (updated rows as updated, deleted ones gone); and a move of genes,
     which the fleet runs for tables laid out by ownership, loses nothing.
+(e) abort_conversion: refused (55000, nothing changed) in (c) once shard_1 has swapped; on a
+    second per_shard table whose conversion began on shard_1 only (its steps run there by
+    hand, as an interrupted CALL leaves them) and was written through meanwhile, it drops the
+    triggers, the table of rows and the log there, unmarks the table, and every row is as
+    written; the conversion then runs whole.
 """
 import os
 import shutil
@@ -174,6 +179,10 @@ def test_c_convert_to_by_ownership_under_load():
     except psycopg.Error as e:
         assert e.sqlstate == "55006" and "conversion of public.orders" in str(e), e
     assert c.sqlstate("SELECT id_gen.sync_distributed_tables()") == "55006", "route changes wait too"
+    before = (shard_relations(shard_1), shard_relations(shard_2))
+    err = c.error("CALL id_gen.abort_conversion('orders')")
+    assert err is not None and err.sqlstate == "55000" and "shard_1" in str(err), err
+    assert (shard_relations(shard_1), shard_relations(shard_2)) == before, "an abort refused changes nothing"
     # A push of the same ranges to both shards works on either layout (shard_1 records them
     # as data, shard_2 keeps its partitions).
     c.execute("SELECT id_gen.push_shard_table(p.shard, p.schema_name, p.table_name, p.gene_ranges) "
@@ -254,3 +263,34 @@ def test_d_nothing_lost_and_the_fleet_moves():
            f"{S['convert_ms']:.0f} ms, then convert_to_by_ownership (its second CALL) in {S['by_ownership_ms']:.0f} ms; "
            f"{len(load.committed)} rows inserted, {len(churn.kept) + len(churn.deleted)} inserted and updated "
            f"({len(churn.deleted)} deleted), {sum(churn.bumped.values())} old rows updated and {load.lookups} prepared lookups meanwhile, 0 failed, 0 lost")
+
+
+def test_e_abort_conversion():
+    c, shard_1 = S["c"], S["shards"][1]
+    c.execute("CREATE TABLE events (id bigint PRIMARY KEY, owner_id bigint NOT NULL, note text)",
+              "SET client_min_messages = warning",
+              "SELECT id_gen.distribute_table('events', 'id', 'owner_id', layout => 'per_shard')")
+    c.execute("INSERT INTO events SELECT id_gen.gene_order_id('orders', o), o, 'n' || o FROM generate_series(1, 200) o")
+    stem = c.one("SELECT shard_stem FROM id_gen.distributed_tables WHERE table_name = 'events'")
+    assert c.notices("CALL id_gen.abort_conversion('events')") == ["id_gen: no conversion of public.events is under way"]
+    # A conversion interrupted after its first steps on shard_1.
+    c.execute("UPDATE id_gen.distributed_tables SET converting_since = now() WHERE table_name = 'events'")
+    args = f"'public', 'events', 'id', '{stem}'"
+    assert shard_1.one(f"SELECT id_gen.shard_begin_owned_conversion({args})") == "copying"
+    shard_1.one(f"SELECT id_gen.shard_copy_owned_rows({args}, -1, 50)")
+    c.execute("UPDATE events SET note = 'changed' WHERE owner_id <= 20",
+              "DELETE FROM events WHERE owner_id BETWEEN 21 AND 30",
+              "INSERT INTO events SELECT id_gen.gene_order_id('orders', o), o, 'late' FROM generate_series(201, 220) o")
+    assert shard_1.one("SELECT count(*) FROM id_gen.shard_converted_changes") > 0, "the triggers logged the writes"
+    expected = c.column("SELECT id || ':' || note FROM events ORDER BY id")
+    c.execute("SET client_min_messages = warning", "CALL id_gen.abort_conversion('events')")
+    assert c.one("SELECT converting_since IS NULL FROM id_gen.distributed_tables WHERE table_name = 'events'") is True
+    assert shard_1.one(f"SELECT to_regclass('{stem}_rows') IS NULL") is True, "the table of rows is gone"
+    assert shard_1.one("SELECT count(*) FROM pg_trigger WHERE tgrelid = 'events'::regclass AND tgname LIKE 'id_gen_convert_%'") == 0
+    assert shard_1.one("SELECT count(*) FROM id_gen.shard_converted_changes") == 0, "the log is empty"
+    assert c.column("SELECT id || ':' || note FROM events ORDER BY id") == expected, "every row as written"
+    c.execute("INSERT INTO events SELECT id_gen.gene_order_id('orders', o), o, 'after' FROM generate_series(221, 230) o")
+    c.execute("SET client_min_messages = warning", "CALL id_gen.convert_to_by_ownership('events')")
+    assert c.one("SELECT shard_layout || ':' || (converting_since IS NULL) FROM id_gen.distributed_tables "
+                 "WHERE table_name = 'events'") == "by_ownership:true"
+    assert c.one("SELECT count(*) FROM events") == len(expected) + 10

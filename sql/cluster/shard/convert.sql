@@ -27,6 +27,9 @@
 --      owns is unchanged).
 --   5. shard_drop_converted_partitions, repeated: the old table's partitions are dropped in
 --      batches, then the table.
+-- Before its step 4, a shard's conversion can be undone (id_gen.abort_conversion):
+-- shard_abort_owned_conversion drops the triggers, the table of rows and the log's entries;
+-- shard_owned_conversion_state says where a shard stands.
 -- Invariants:
 --   * Nothing is lost: every row is copied after the triggers exist (step 2 starts after step
 --     1 committed), and every later write is made in the table of rows too, in the writer's
@@ -550,3 +553,62 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION id_gen.shard_drop_converted_partitions(name, name, name, integer) IS 'On a shard (step 5 of id_gen.convert_to_by_ownership): drops up to batch partitions of the table a conversion to the layout by ownership left (<stem>_by_range, only when it bears the conversion''s comment), or the table once it has none; returns how many relations it dropped (0 when nothing is left).';
 REVOKE EXECUTE ON FUNCTION id_gen.shard_drop_converted_partitions(name, name, name, integer) FROM PUBLIC;
+
+-- Where a table's conversion stands on this shard, without changing anything.
+CREATE OR REPLACE FUNCTION id_gen.shard_owned_conversion_state(schema_name name, table_name name, stem name) RETURNS text
+LANGUAGE plpgsql STRICT STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  parent regclass := to_regclass(format('%I.%I', schema_name, table_name));
+  rows_rel regclass := to_regclass(format('%I.%I', schema_name, id_gen.fit_name(stem, '_rows')));
+BEGIN
+  IF EXISTS (SELECT FROM id_gen.shard_tables t
+             WHERE (t.schema_name, t.table_name) = (shard_owned_conversion_state.schema_name, shard_owned_conversion_state.table_name)
+               AND t.rows_table IS NOT NULL) THEN
+    RETURN 'converted';
+  ELSIF parent IS NULL THEN
+    RETURN 'absent';
+  ELSIF EXISTS (SELECT FROM pg_trigger t WHERE t.tgrelid = parent AND t.tgname = ANY (id_gen.converted_trigger_names()))
+        OR (rows_rel IS NOT NULL
+            AND obj_description(rows_rel, 'pg_class') IS NOT DISTINCT FROM id_gen.converted_table_comment('rows', schema_name, table_name)) THEN
+    RETURN 'copying';
+  END IF;
+  RETURN 'untouched';
+END $$;
+COMMENT ON FUNCTION id_gen.shard_owned_conversion_state(name, name, name) IS 'On a shard: where the conversion of a table to the layout by ownership stands here: converted (the view and the table of rows are in place), copying (its triggers or its table of rows are there), untouched or absent. Changes nothing.';
+REVOKE EXECUTE ON FUNCTION id_gen.shard_owned_conversion_state(name, name, name) FROM PUBLIC;
+
+-- Undoes what a conversion did on this shard before its swap: the triggers, the table of
+-- rows and the log's entries go; the partitioned table stays as it was (it never stopped
+-- taking the writes). A shard converted already is left alone ('converted').
+CREATE OR REPLACE FUNCTION id_gen.shard_abort_owned_conversion(schema_name name, table_name name, stem name,
+                                                               lock_timeout_ms integer DEFAULT 10000) RETURNS text
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  parent regclass := to_regclass(format('%I.%I', schema_name, table_name));
+  rows_rel regclass := to_regclass(format('%I.%I', schema_name, id_gen.fit_name(stem, '_rows')));
+  state text;
+  tg name;
+BEGIN
+  PERFORM id_gen.shard_begin_table_change('aborts the conversion of its tables', lock_timeout_ms);
+  state := id_gen.shard_owned_conversion_state(schema_name, table_name, stem);
+  IF state IN ('converted', 'absent', 'untouched') THEN
+    RETURN state;
+  END IF;
+  -- The table's writers finish first; the triggers go with this transaction.
+  EXECUTE format('LOCK TABLE ONLY %s IN SHARE ROW EXCLUSIVE MODE', parent);
+  FOR tg IN SELECT t.tgname FROM pg_trigger t WHERE t.tgrelid = parent AND t.tgname = ANY (id_gen.converted_trigger_names()) LOOP
+    EXECUTE format('DROP TRIGGER %I ON %s', tg, parent);
+  END LOOP;
+  IF rows_rel IS NOT NULL
+     AND obj_description(rows_rel, 'pg_class') IS NOT DISTINCT FROM id_gen.converted_table_comment('rows', schema_name, table_name) THEN
+    EXECUTE format('DROP TABLE %s', rows_rel);
+  END IF;
+  DELETE FROM id_gen.shard_converted_changes c WHERE c.rel = parent;
+  RETURN 'aborted';
+END $$;
+COMMENT ON FUNCTION id_gen.shard_abort_owned_conversion(name, name, name, integer) IS 'On a shard (id_gen.abort_conversion on the coordinator): undoes a conversion to the layout by ownership that has not swapped here: drops its triggers and its table of rows (only the one bearing the conversion''s comment) and the log''s entries of the table; the partitioned table is as it was. Returns aborted, or converted, untouched or absent (nothing done). READ COMMITTED only.';
+REVOKE EXECUTE ON FUNCTION id_gen.shard_abort_owned_conversion(name, name, name, integer) FROM PUBLIC;
