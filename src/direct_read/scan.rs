@@ -200,18 +200,20 @@ unsafe extern "C-unwind" fn begin(
             rows: 0,
             current: std::ptr::null_mut(),
         });
-        // mod.rs planned this read only when no other read held the pair.
-        connection::claim(server, user);
-        let state = node as *mut DirectScanState;
-        (*state).run = Box::into_raw(run);
+        // (The callback's memory first: nothing below can fail once the run is stored, so
+        // the run and the claim are always given back by the cleanup.)
         let cb = pg_sys::MemoryContextAlloc(
             (*estate).es_query_cxt,
             std::mem::size_of::<pg_sys::MemoryContextCallback>(),
         ) as *mut pg_sys::MemoryContextCallback;
+        let state = node as *mut DirectScanState;
+        (*state).run = Box::into_raw(run);
         (*cb).func = Some(cleanup);
         (*cb).arg = state as *mut c_void;
         (*cb).next = std::ptr::null_mut();
         pg_sys::MemoryContextRegisterResetCallback((*estate).es_query_cxt, cb);
+        // mod.rs planned this read only when no other read held the pair.
+        connection::claim(server, user);
     }
 }
 
