@@ -123,6 +123,13 @@ pub fn release(server: pg_sys::Oid, user: pg_sys::Oid) {
     CLAIMED.with(|c| c.borrow_mut().remove(&(server.to_u32(), user.to_u32())));
 }
 
+/// Whether the connection of (server, user) is lost (its status bad).
+pub fn lost(api: &Api, conn: *mut PGconn) -> bool {
+    // SAFETY: a connection of ours; PQstatus only reads it.
+    let status = unsafe { (api.PQstatus)(conn) };
+    status != libpq::CONNECTION_OK
+}
+
 /// Whether a started read holds (server, user).
 pub fn claimed(server: pg_sys::Oid, user: pg_sys::Oid) -> bool {
     CLAIMED.with(|c| c.borrow().contains(&(server.to_u32(), user.to_u32())))
@@ -282,8 +289,13 @@ pub fn acquire(
     });
     match reusable {
         Some(Ok(conn)) => {
-            // SAFETY: a connection of ours; PQstatus only reads it.
-            if unsafe { (api.PQstatus)(conn) } == libpq::CONNECTION_OK {
+            // What the shard sent while the connection was idle (a FATAL error before it
+            // closed it: a restart, a terminated backend, idle_session_timeout) is read
+            // first, without waiting: such a connection is replaced, not used.
+            // SAFETY: an idle connection of ours; PQconsumeInput does not block on it.
+            let alive = unsafe { (api.PQconsumeInput)(conn) } != 0
+                && unsafe { (api.PQstatus)(conn) } == libpq::CONNECTION_OK;
+            if alive {
                 return Ok((conn, false));
             }
             discard(server, user);
@@ -692,7 +704,8 @@ pub fn remote_error(api: &Api, res: *mut PGresult, sql: Option<&CStr>) -> Remote
         });
     }
     RemoteError::new(
-        field(libpq::PG_DIAG_SQLSTATE).as_deref().unwrap_or("XX000"),
+        // (No SQLSTATE: libpq's own failure, the connection lost; postgres_fdw says 08006.)
+        field(libpq::PG_DIAG_SQLSTATE).as_deref().unwrap_or("08006"),
         field(libpq::PG_DIAG_MESSAGE_PRIMARY)
             .as_deref()
             .unwrap_or("could not obtain message string for remote error"),

@@ -25,6 +25,7 @@ pub const CONNECTION_BAD: c_int = 1;
 pub const PGRES_COMMAND_OK: c_int = 1;
 pub const PGRES_TUPLES_OK: c_int = 2;
 pub const PGRES_SINGLE_TUPLE: c_int = 9;
+pub const PGRES_FATAL_ERROR: c_int = 7;
 /// Fields of PQresultErrorField (postgres_ext.h PG_DIAG_*).
 pub const PG_DIAG_SQLSTATE: c_int = b'C' as c_int;
 pub const PG_DIAG_MESSAGE_PRIMARY: c_int = b'M' as c_int;

@@ -5,10 +5,11 @@
 //! on the shard.
 //!
 //! At executor start, the plan of a SELECT the client sent (not one run by a function, a
-//! procedure, a DO block, EXECUTE or EXPLAIN ANALYZE; outside a transaction block, explicit,
-//! implicit or a pipeline's; below SERIALIZABLE; no FOR UPDATE, no data-modifying WITH, no
-//! subplan or InitPlan, no volatile function anywhere in it, no cursor that can go back) is
-//! copied, and each postgres_fdw ForeignScan of a distributed table's foreign table that
+//! procedure, a DO block, EXECUTE, EXPLAIN ANALYZE or a cursor WITH HOLD; outside a
+//! transaction block, explicit, implicit or a pipeline's, and still outside one when it is
+//! sent: a portal bound before other statements ran gets 0A000; below SERIALIZABLE; no FOR
+//! UPDATE, no data-modifying WITH, no subplan or InitPlan, no volatile function anywhere in
+//! it, no cursor that can go back) is copied, and each postgres_fdw ForeignScan of a distributed table's foreign table that
 //! nothing rescans (it is reached from the plan's top through Append, MergeAppend, Result,
 //! Limit, Sort, Agg, Group, Unique, WindowAgg, SubqueryScan and ProjectSet only), that is not
 //! one of an Append's asynchronous scans (`async_capable` servers keep postgres_fdw's
@@ -165,6 +166,18 @@ unsafe fn statement_qualifies(qd: *mut pg_sys::QueryDesc, eflags: i32) -> bool {
             && pg_sys::MyXactFlags & pg_sys::XACT_FLAGS_PIPELINING as i32 == 0
             && pg_sys::XactIsoLevel < pg_sys::XACT_SERIALIZABLE as i32
             && is_clients_statement(qd)
+            && !holdable_cursor()
+    }
+}
+
+/// Whether the portal being started is a cursor WITH HOLD (its rows are read at the commit,
+/// after other statements of the transaction may have run: postgres_fdw's, whose remote
+/// transaction they would share).
+fn holdable_cursor() -> bool {
+    // SAFETY: PortalStart sets ActivePortal to the portal it starts; reading its options.
+    unsafe {
+        let portal = pg_sys::ActivePortal;
+        !portal.is_null() && (*portal).cursorOptions & pg_sys::CURSOR_OPT_HOLD as i32 != 0
     }
 }
 
@@ -302,6 +315,16 @@ unsafe fn has_volatile_functions(plan: *mut pg_sys::Plan) -> bool {
             }
             T_ValuesScan => {
                 exprs.push((*(plan as *mut pg_sys::ValuesScan)).values_lists as *mut pg_sys::Node)
+            }
+            T_TableFuncScan => {
+                exprs.push((*(plan as *mut pg_sys::TableFuncScan)).tablefunc as *mut pg_sys::Node)
+            }
+            T_SampleScan => {
+                exprs.push((*(plan as *mut pg_sys::SampleScan)).tablesample as *mut pg_sys::Node)
+            }
+            T_WindowAgg => {
+                let w = plan as *mut pg_sys::WindowAgg;
+                exprs.extend([(*w).startOffset, (*w).endOffset]);
             }
             T_NestLoop | T_MergeJoin | T_HashJoin => {
                 exprs.push((*(plan as *mut pg_sys::Join)).joinqual as *mut pg_sys::Node)

@@ -213,7 +213,14 @@ unsafe extern "C-unwind" fn begin(
         (*cb).next = std::ptr::null_mut();
         pg_sys::MemoryContextRegisterResetCallback((*estate).es_query_cxt, cb);
         // mod.rs planned this read only when no other read held the pair.
-        connection::claim(server, user);
+        if !connection::claim(server, user) {
+            (*(*state).run).server = pg_sys::Oid::INVALID;
+            crate::errors::raise(
+                crate::errors::Code::ERRCODE_OBJECT_IN_USE,
+                "id_gen: another portal of this session reads the same shard directly",
+                Some("SET id_gen.direct_reads = off for this client."),
+            );
+        }
     }
 }
 
@@ -264,6 +271,21 @@ unsafe fn fetch(
         return Ok(unsafe { pg_sys::ExecClearTuple(slot) });
     }
     if run.phase == Phase::NotSent {
+        // Planned outside a transaction block, but its portal was bound, other statements
+        // ran, and only then was it executed: it would not see their writes on the shard.
+        // SAFETY: reading backend globals.
+        if unsafe {
+            pg_sys::IsTransactionBlock()
+                || pg_sys::MyXactFlags & pg_sys::XACT_FLAGS_PIPELINING as i32 != 0
+        } {
+            return Err(RemoteError::new(
+                "0A000",
+                "id_gen: a direct read bound outside a transaction block is executed inside one",
+                Some("Its portal was bound before other statements of the same transaction ran; it would not see their writes on the shard."),
+                Some("Execute a portal before running other statements, or SET id_gen.direct_reads = off for this client."),
+                None,
+            ));
+        }
         // SAFETY: the node's expression context, reset per row by ExecScan.
         let params = unsafe { param_values(run, (*ss).ps.ps_ExprContext) };
         let mut retried = false;
@@ -277,6 +299,15 @@ unsafe fn fetch(
                     retried = true;
                 }
                 Err(e) => return Err(e),
+                Ok(res) if !run.fresh && !retried && failed_as_lost(api, run, res) => {
+                    // A kept connection the shard ended with a FATAL error (a restart, a
+                    // terminated backend): once more on a new one, as postgres_fdw does.
+                    // SAFETY: a result of ours, not kept.
+                    unsafe { (api.PQclear)(res) };
+                    connection::discard(run.server, run.user);
+                    run.phase = Phase::NotSent;
+                    retried = true;
+                }
                 Ok(res) => {
                     run.current = res;
                     break;
@@ -338,6 +369,25 @@ unsafe fn fetch(
             // closed by the cleanup.
             let _ = drain(api, run);
             Err(e)
+        }
+    }
+}
+
+/// Whether a first result is an error after which the connection is lost (read to its end
+/// first, within the statement's bound; a failure to read counts as lost).
+fn failed_as_lost(api: &Api, run: &mut Run, res: *mut PGresult) -> bool {
+    // SAFETY: a result of ours.
+    if res.is_null() || unsafe { (api.PQresultStatus)(res) } != libpq::PGRES_FATAL_ERROR {
+        return false;
+    }
+    loop {
+        match connection::next_result(api, run.conn, run.deadline, &run.name) {
+            Ok(Some(more)) => {
+                // SAFETY: a result of ours.
+                unsafe { (api.PQclear)(more) }
+            }
+            Ok(None) => return connection::lost(api, run.conn),
+            Err(_) => return true,
         }
     }
 }

@@ -22,13 +22,16 @@ One coordinator and 2 shards, orders laid out per_shard.
 (e) the user mapping is the one postgres_fdw would use: a view's owner's through the view;
     a role that is not a superuser, reading the table with a mapping without a password,
     gets 2F003 as through postgres_fdw.
+(f) a kept connection whose shard backend was terminated (pg_terminate_backend; a restart
+    or idle_session_timeout ends it the same way, with a FATAL error) is replaced: the next
+    read succeeds on a new connection; a cursor WITH HOLD reads through postgres_fdw.
 """
 import time
 
 import psycopg
 import pytest
 
-from harness import coordinator_with_shards
+from harness import coordinator_with_shards, poll_until
 
 S = {}
 
@@ -205,3 +208,23 @@ def test_e_the_mapping_postgres_fdw_would_use():
             assert e.value.sqlstate == "2F003", (setting, e.value.sqlstate, str(e.value))
             if setting == "on":
                 assert direct_reads(conn) == {"shard_1": 1}, direct_reads(conn)
+
+
+def test_f_terminated_shard_backend_and_holdable_cursors():
+    c, s1 = S["c"], S["shards"][1]
+    some = ids_on(1, 2)
+    with c.connect() as conn:
+        assert conn.execute("SELECT id FROM orders WHERE id = %s", (some[0],)).fetchone() == (some[0],)
+        before = direct_reads_since(conn)["shard_1"]
+        assert s1.one("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                      "WHERE application_name = 'id_gen direct read'") == 1
+        poll_until("the shard's direct-read backend ends", lambda: s1.one(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'id_gen direct read'"), 0, 30)
+        assert conn.execute("SELECT id FROM orders WHERE id = %s", (some[1],)).fetchone() == (some[1],), \
+            "the read after the shard ended its backend succeeds"
+        assert direct_reads_since(conn)["shard_1"] != before, "on a new connection"
+        reads = sum(direct_reads(conn).values())
+        with conn.cursor("held", withhold=True) as cur:
+            cur.execute("SELECT id FROM orders WHERE id = %s", (some[0],))
+            assert cur.fetchall() == [(some[0],)]
+        assert sum(direct_reads(conn).values()) == reads, "a cursor WITH HOLD reads through postgres_fdw"
