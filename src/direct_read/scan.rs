@@ -374,7 +374,7 @@ unsafe fn fetch(
 }
 
 /// Whether a first result is an error after which the connection is lost (read to its end
-/// first, within the statement's bound; a failure to read counts as lost).
+/// first, within the statement's bound).
 fn failed_as_lost(api: &Api, run: &mut Run, res: *mut PGresult) -> bool {
     // SAFETY: a result of ours.
     if res.is_null() || unsafe { (api.PQresultStatus)(res) } != libpq::PGRES_FATAL_ERROR {
@@ -387,7 +387,8 @@ fn failed_as_lost(api: &Api, run: &mut Run, res: *mut PGresult) -> bool {
                 unsafe { (api.PQclear)(more) }
             }
             Ok(None) => return connection::lost(api, run.conn),
-            Err(_) => return true,
+            // Lost while reading on (a timeout is not: the shard's error is reported).
+            Err(e) => return broken(&e),
         }
     }
 }
