@@ -8,7 +8,7 @@
 -- (src/direct_read/, docs/design.md section 11.9) are code and settings
 -- (id_gen.direct_reads, id_gen.direct_read_timeout); one new C function shows a backend's
 -- connections for them.
--- src/direct_read/mod.rs:621
+-- src/direct_read/mod.rs:575
 -- id_gen::direct_read::direct_read_connections
 CREATE OR REPLACE FUNCTION "direct_read_connections"() RETURNS TABLE (
 	"server" TEXT,  /* String */

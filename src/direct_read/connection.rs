@@ -113,26 +113,24 @@ thread_local! {
     static USABLE: RefCell<HashMap<(u32, u32), bool>> = RefCell::new(HashMap::new());
 }
 
+/// The cache key of a (server, user) pair.
+fn key(server: pg_sys::Oid, user: pg_sys::Oid) -> (u32, u32) {
+    (server.to_u32(), user.to_u32())
+}
+
 /// Claims (server, user) for a started read; false when another read holds it.
 pub fn claim(server: pg_sys::Oid, user: pg_sys::Oid) -> bool {
-    CLAIMED.with(|c| c.borrow_mut().insert((server.to_u32(), user.to_u32())))
+    CLAIMED.with(|c| c.borrow_mut().insert(key(server, user)))
 }
 
 /// Gives a claim back.
 pub fn release(server: pg_sys::Oid, user: pg_sys::Oid) {
-    CLAIMED.with(|c| c.borrow_mut().remove(&(server.to_u32(), user.to_u32())));
-}
-
-/// Whether the connection of (server, user) is lost (its status bad).
-pub fn lost(api: &Api, conn: *mut PGconn) -> bool {
-    // SAFETY: a connection of ours; PQstatus only reads it.
-    let status = unsafe { (api.PQstatus)(conn) };
-    status != libpq::CONNECTION_OK
+    CLAIMED.with(|c| c.borrow_mut().remove(&key(server, user)));
 }
 
 /// Whether a started read holds (server, user).
 pub fn claimed(server: pg_sys::Oid, user: pg_sys::Oid) -> bool {
-    CLAIMED.with(|c| c.borrow().contains(&(server.to_u32(), user.to_u32())))
+    CLAIMED.with(|c| c.borrow().contains(&key(server, user)))
 }
 
 /// Whether the server's and the user mapping's options let a direct read connect as
@@ -143,7 +141,7 @@ pub fn claimed(server: pg_sys::Oid, user: pg_sys::Oid) -> bool {
 /// postgres_fdw, which connects or refuses as it does. Cached per backend until a foreign
 /// server, user mapping or role changes.
 pub fn usable(server: pg_sys::Oid, user: pg_sys::Oid) -> bool {
-    let key = (server.to_u32(), user.to_u32());
+    let key = key(server, user);
     if let Some(known) = USABLE.with(|u| u.borrow().get(&key).copied()) {
         return known;
     }
@@ -242,7 +240,7 @@ pub fn forget_all() {
 
 /// Closes the connection of (server, user), whatever its state.
 pub fn discard(server: pg_sys::Oid, user: pg_sys::Oid) {
-    let key = (server.to_u32(), user.to_u32());
+    let key = key(server, user);
     let conn = LINKS.with(|l| l.borrow_mut().remove(&key).map(|link| link.conn));
     close_all(conn.into_iter().collect());
 }
@@ -259,7 +257,7 @@ fn close_all(conns: Vec<*mut PGconn>) {
 
 /// Marks the connection of (server, user) busy or idle, counting a finished read.
 pub fn set_busy(server: pg_sys::Oid, user: pg_sys::Oid, busy: bool) {
-    let key = (server.to_u32(), user.to_u32());
+    let key = key(server, user);
     LINKS.with(|l| {
         if let Some(link) = l.borrow_mut().get_mut(&key) {
             if link.busy && !busy {
@@ -271,14 +269,13 @@ pub fn set_busy(server: pg_sys::Oid, user: pg_sys::Oid, busy: bool) {
 }
 
 /// An idle connection of (server, user), opened now if there is none (or the one there was
-/// left busy or stale).
-/// Returns the connection and whether it was opened just now.
+/// left busy or stale), and whether it was opened just now.
 pub fn acquire(
     api: &Api,
     server: pg_sys::Oid,
     user: pg_sys::Oid,
 ) -> Result<(*mut PGconn, bool), RemoteError> {
-    let key = (server.to_u32(), user.to_u32());
+    let key = key(server, user);
     let reusable = LINKS.with(|l| {
         let mut links = l.borrow_mut();
         match links.get(&key) {
@@ -293,9 +290,7 @@ pub fn acquire(
             // closed it: a restart, a terminated backend, idle_session_timeout) is read
             // first, without waiting: such a connection is replaced, not used.
             // SAFETY: an idle connection of ours; PQconsumeInput does not block on it.
-            let alive = unsafe { (api.PQconsumeInput)(conn) } != 0
-                && unsafe { (api.PQstatus)(conn) } == libpq::CONNECTION_OK;
-            if alive {
+            if unsafe { (api.PQconsumeInput)(conn) } != 0 && !lost(api, conn) {
                 return Ok((conn, false));
             }
             discard(server, user);
@@ -345,17 +340,6 @@ unsafe fn options(options: *mut pg_sys::List) -> Vec<(String, String)> {
     }
 }
 
-fn server_name(server: pg_sys::Oid) -> String {
-    // SAFETY: a syscache lookup by oid (the plan that names the server holds a lock-free
-    // dependency on it; a dropped server errors in GetForeignServer as postgres_fdw's does).
-    unsafe {
-        let s = pg_sys::GetForeignServer(server);
-        CStr::from_ptr((*s).servername)
-            .to_string_lossy()
-            .into_owned()
-    }
-}
-
 fn error(
     sqlstate: &str,
     message: String,
@@ -363,6 +347,13 @@ fn error(
     hint: Option<&str>,
 ) -> RemoteError {
     RemoteError::new(sqlstate, &message, detail.as_deref(), hint, None)
+}
+
+/// Whether a connection is lost (its status bad).
+pub fn lost(api: &Api, conn: *mut PGconn) -> bool {
+    // SAFETY: a connection of ours; PQstatus only reads it.
+    let status = unsafe { (api.PQstatus)(conn) };
+    status != libpq::CONNECTION_OK
 }
 
 fn libpq_message(api: &Api, conn: *mut PGconn) -> String {
@@ -384,7 +375,7 @@ fn connect(api: &Api, server: pg_sys::Oid, user: pg_sys::Oid) -> Result<*mut PGc
         let um = pg_sys::GetUserMapping(user, server);
         (options((*s).options), options((*um).options))
     };
-    let name = server_name(server);
+    let name = name_of(server);
     // SAFETY: a catalog lookup of the role.
     let superuser = unsafe { pg_sys::superuser_arg(user) };
     let needs_password = !superuser && password_required(&um_opts);
@@ -472,30 +463,27 @@ fn connect(api: &Api, server: pg_sys::Oid, user: pg_sys::Oid) -> Result<*mut PGc
         }
     }
     let mut opening = Opening { api, conn };
-    let fail = |e: RemoteError| -> Result<*mut PGconn, RemoteError> { Err(e) };
     let mut want_write = true;
     loop {
         // SAFETY: a connection being opened; PQstatus only reads it.
         if unsafe { (api.PQstatus)(conn) } == libpq::CONNECTION_BAD {
             // Refused at once (no server at the address): libpq says why.
-            return fail(connect_failed(&name, libpq_message(api, conn)));
+            return Err(connect_failed(&name, libpq_message(api, conn)));
         }
-        if let Err(e) = wait_socket(api, conn, want_write, deadline, &name, "connect") {
-            return fail(e);
-        }
+        wait_socket(api, conn, want_write, deadline, &name, "connect")?;
         // SAFETY: a connection being opened; PQconnectPoll advances its state machine.
         match unsafe { (api.PQconnectPoll)(conn) } {
             libpq::PGRES_POLLING_OK => break,
             libpq::PGRES_POLLING_READING => want_write = false,
             libpq::PGRES_POLLING_WRITING => want_write = true,
             _ => {
-                return fail(connect_failed(&name, libpq_message(api, conn)));
+                return Err(connect_failed(&name, libpq_message(api, conn)));
             }
         }
     }
     // SAFETY: an open connection of ours.
     if needs_password && unsafe { (api.PQconnectionUsedPassword)(conn) } == 0 {
-        return fail(error(
+        return Err(error(
             "2F003",
             "password or GSSAPI delegated credentials required".into(),
             Some(format!("Non-superuser cannot connect to server {name} if it does not request a password.")),
@@ -508,23 +496,20 @@ fn connect(api: &Api, server: pg_sys::Oid, user: pg_sys::Oid) -> Result<*mut PGc
     // SAFETY: an idle connection; a constant statement.
     if unsafe { (api.PQsendQuery)(conn, SESSION_SETUP.as_ptr()) } == 0 {
         let msg = libpq_message(api, conn);
-        return fail(broken(&name, msg));
+        return Err(broken(&name, msg));
     }
-    if let Err(e) = flush(api, conn, setup_deadline, &name) {
-        return fail(e);
-    }
+    flush(api, conn, setup_deadline, &name)?;
     loop {
-        match next_result(api, conn, setup_deadline, &name) {
-            Err(e) => return fail(e),
-            Ok(None) => break,
-            Ok(Some(res)) => {
+        match next_result(api, conn, setup_deadline, &name)? {
+            None => break,
+            Some(res) => {
                 // SAFETY: a result of ours, read then freed.
                 let status = unsafe { (api.PQresultStatus)(res) };
                 let err = (status != libpq::PGRES_COMMAND_OK).then(|| remote_error(api, res, None));
                 // SAFETY: as above.
                 unsafe { (api.PQclear)(res) };
                 if let Some(e) = err {
-                    return fail(e);
+                    return Err(e);
                 }
             }
         }
@@ -553,7 +538,7 @@ fn broken(name: &str, msg: String) -> RemoteError {
         "08006",
         format!("id_gen: lost the connection to shard {name} during a direct read"),
         Some(msg),
-        Some("The read was not retried; run the statement again (a new connection is opened)."),
+        Some("Run the statement again (a new connection is opened)."),
     )
 }
 

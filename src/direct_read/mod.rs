@@ -40,12 +40,10 @@ mod scan;
 use crate::pg_list::list_pointers;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::collections::HashMap;
 
 thread_local! {
-    /// Set while this module runs its own query.
-    static BUSY: Cell<bool> = const { Cell::new(false) };
     /// Foreign tables by OID: whether they are a distributed table's, over postgres_fdw.
     static DISTRIBUTED: RefCell<HashMap<u32, bool>> = RefCell::new(HashMap::new());
 }
@@ -151,7 +149,6 @@ unsafe fn statement_qualifies(qd: *mut pg_sys::QueryDesc, eflags: i32) -> bool {
     unsafe {
         let stmt = (*qd).plannedstmt;
         crate::gucs::DIRECT_READS.get()
-            && !BUSY.with(|b| b.get())
             && eflags & refused == 0
             && (*qd).instrument_options == 0
             && (*qd).operation == pg_sys::CmdType::CMD_SELECT
@@ -188,15 +185,15 @@ struct Found {
     reusable: bool,
 }
 
-/// A plan node's children, in a fixed order: the members of an Append, MergeAppend,
-/// BitmapAnd or BitmapOr, a CustomScan's plans, a SubqueryScan's subplan, then the left
-/// and right trees.
+/// Where a plan node keeps its children, in a fixed order: the members of an Append,
+/// MergeAppend, BitmapAnd or BitmapOr, a CustomScan's plans, a SubqueryScan's subplan, then
+/// the left and right trees (only those that are there).
 ///
 /// # Safety
-/// `plan` is a valid plan node.
-unsafe fn children(plan: *mut pg_sys::Plan) -> Vec<*mut pg_sys::Plan> {
+/// `plan` is a valid plan node; the slots may be written only in a tree this statement owns.
+unsafe fn child_slots(plan: *mut pg_sys::Plan) -> Vec<*mut *mut pg_sys::Plan> {
     use pg_sys::NodeTag::*;
-    // SAFETY: each node is read as the struct its tag names.
+    // SAFETY: each node is read as the struct its tag names; a List holds `length` cells.
     unsafe {
         let list = match (*plan).type_ {
             T_Append => (*(plan as *mut pg_sys::Append)).appendplans,
@@ -206,39 +203,44 @@ unsafe fn children(plan: *mut pg_sys::Plan) -> Vec<*mut pg_sys::Plan> {
             T_CustomScan => (*(plan as *mut pg_sys::CustomScan)).custom_plans,
             _ => std::ptr::null_mut(),
         };
-        let mut all: Vec<*mut pg_sys::Plan> = list_pointers(list)
-            .into_iter()
-            .map(|p| p as *mut pg_sys::Plan)
-            .collect();
-        if (*plan).type_ == T_SubqueryScan {
-            all.push((*(plan as *mut pg_sys::SubqueryScan)).subplan);
+        let mut slots: Vec<*mut *mut pg_sys::Plan> = Vec::new();
+        if !list.is_null() {
+            for i in 0..(*list).length as usize {
+                let cell = (*list).elements.add(i);
+                slots.push(std::ptr::addr_of_mut!((*cell).ptr_value) as *mut *mut pg_sys::Plan);
+            }
         }
-        all.extend([(*plan).lefttree, (*plan).righttree]);
-        all.retain(|p| !p.is_null());
-        all
+        if (*plan).type_ == T_SubqueryScan {
+            slots.push(std::ptr::addr_of_mut!(
+                (*(plan as *mut pg_sys::SubqueryScan)).subplan
+            ));
+        }
+        slots.push(std::ptr::addr_of_mut!((*plan).lefttree));
+        slots.push(std::ptr::addr_of_mut!((*plan).righttree));
+        slots.retain(|&slot| !(*slot).is_null());
+        slots
     }
 }
 
-/// Walks a plan tree in `children`' order, calling `visit` for each ForeignScan with whether
-/// it is reached through pass-through nodes only (`on_chain`): nodes that run each child
-/// once, at most as often as they run themselves.
+/// Walks the plan tree in `slot` in `child_slots`' order, calling `visit` with the slot of
+/// each ForeignScan and whether it is reached through pass-through nodes only (`on_chain`):
+/// nodes that run each child once, at most as often as they run themselves. `visit` may put
+/// another node in the slot (the walk does not go below a ForeignScan).
 ///
 /// # Safety
-/// `plan` is NULL or a valid plan tree.
+/// `slot` holds a valid plan tree.
 unsafe fn walk(
-    plan: *mut pg_sys::Plan,
+    slot: *mut *mut pg_sys::Plan,
     on_chain: bool,
-    visit: &mut dyn FnMut(*mut pg_sys::Plan, bool),
+    visit: &mut dyn FnMut(*mut *mut pg_sys::Plan, bool),
 ) {
     use pg_sys::NodeTag::*;
-    if plan.is_null() {
-        return;
-    }
     // SAFETY: a valid node; its children are.
     unsafe {
+        let plan = *slot;
         let tag = (*plan).type_;
         if tag == T_ForeignScan {
-            visit(plan, on_chain);
+            visit(slot, on_chain);
             return;
         }
         let passes = matches!(
@@ -256,7 +258,7 @@ unsafe fn walk(
                 | T_SubqueryScan
                 | T_ProjectSet
         );
-        for child in children(plan) {
+        for child in child_slots(plan) {
             walk(child, on_chain && passes, visit);
         }
     }
@@ -273,8 +275,8 @@ unsafe fn for_each_node(plan: *mut pg_sys::Plan, visit: &mut dyn FnMut(*mut pg_s
     // SAFETY: a valid node; its children are.
     unsafe {
         visit(plan);
-        for child in children(plan) {
-            for_each_node(child, visit);
+        for child in child_slots(plan) {
+            for_each_node(*child, visit);
         }
     }
 }
@@ -349,14 +351,19 @@ unsafe fn direct_plan(qd: *mut pg_sys::QueryDesc, eflags: i32) -> Option<*mut pg
         }
         let stmt = (*qd).plannedstmt;
         let mut found: Vec<Found> = Vec::new();
-        walk((*stmt).planTree, true, &mut |p, on_chain| {
-            let fs = p as *mut pg_sys::ForeignScan;
-            found.push(Found {
-                server: (*fs).fs_server,
-                user: scan_user(stmt, fs),
-                reusable: on_chain && replaceable(stmt, fs),
-            })
-        });
+        // (The walk only reads the plan cache's tree.)
+        walk(
+            std::ptr::addr_of_mut!((*stmt).planTree),
+            true,
+            &mut |slot, on_chain| {
+                let fs = *slot as *mut pg_sys::ForeignScan;
+                found.push(Found {
+                    server: (*fs).fs_server,
+                    user: scan_user(stmt, fs),
+                    reusable: on_chain && replaceable(stmt, fs),
+                })
+            },
+        );
         if !found.iter().any(|f| f.reusable) {
             return None;
         }
@@ -385,62 +392,19 @@ unsafe fn direct_plan(qd: *mut pg_sys::QueryDesc, eflags: i32) -> Option<*mut pg
         *copy = *stmt;
         (*copy).planTree = pg_sys::copyObjectImpl((*stmt).planTree as *const std::ffi::c_void)
             as *mut pg_sys::Plan;
+        // The copy has the same ForeignScans in the same walk order.
         let mut nth = 0usize;
-        let mut replacements: Vec<(*mut pg_sys::Plan, *mut pg_sys::Plan)> = Vec::new();
-        walk((*copy).planTree, true, &mut |p, _| {
-            if chosen[nth] {
-                replacements.push((p, direct_scan(copy, p as *mut pg_sys::ForeignScan)));
-            }
-            nth += 1;
-        });
-        replace_children(&mut (*copy).planTree, &replacements);
+        walk(
+            std::ptr::addr_of_mut!((*copy).planTree),
+            true,
+            &mut |slot, _| {
+                if chosen[nth] {
+                    *slot = direct_scan(*slot as *mut pg_sys::ForeignScan, found[nth].user);
+                }
+                nth += 1;
+            },
+        );
         Some(copy)
-    }
-}
-
-/// Puts each replacement where its original was, in the tree below `slot`.
-///
-/// # Safety
-/// `slot` points at a valid plan pointer of a tree this statement owns (the copy).
-unsafe fn replace_children(
-    slot: *mut *mut pg_sys::Plan,
-    replacements: &[(*mut pg_sys::Plan, *mut pg_sys::Plan)],
-) {
-    use pg_sys::NodeTag::*;
-    // SAFETY: as the caller promises; lists are changed in place (the copy's own).
-    unsafe {
-        let plan = *slot;
-        if plan.is_null() {
-            return;
-        }
-        if let Some(&(_, new)) = replacements.iter().find(|(old, _)| *old == plan) {
-            *slot = new;
-            return;
-        }
-        let lists: Vec<*mut pg_sys::List> = match (*plan).type_ {
-            T_Append => vec![(*(plan as *mut pg_sys::Append)).appendplans],
-            T_MergeAppend => vec![(*(plan as *mut pg_sys::MergeAppend)).mergeplans],
-            _ => vec![],
-        };
-        for list in lists {
-            if list.is_null() {
-                continue;
-            }
-            for i in 0..(*list).length as usize {
-                let cell = (*list).elements.add(i);
-                let mut p = (*cell).ptr_value as *mut pg_sys::Plan;
-                replace_children(&mut p, replacements);
-                (*cell).ptr_value = p as *mut std::ffi::c_void;
-            }
-        }
-        if (*plan).type_ == T_SubqueryScan {
-            replace_children(
-                &mut (*(plan as *mut pg_sys::SubqueryScan)).subplan,
-                replacements,
-            );
-        }
-        replace_children(&mut (*plan).lefttree, replacements);
-        replace_children(&mut (*plan).righttree, replacements);
     }
 }
 
@@ -525,16 +489,9 @@ fn is_distributed(relid: pg_sys::Oid) -> bool {
     // SAFETY: a catalog lookup by name.
     let installed =
         unsafe { pg_sys::get_extension_oid(c"id_gen".as_ptr(), true) } != pg_sys::Oid::INVALID;
+    // (Its own statement starts no direct read: it is not the client's, is_clients_statement.)
     let answer = installed
         && {
-            BUSY.with(|b| b.set(true));
-            struct Reset;
-            impl Drop for Reset {
-                fn drop(&mut self) {
-                    BUSY.with(|b| b.set(false));
-                }
-            }
-            let _reset = Reset;
             Spi::get_one_with_args::<bool>(
             "SELECT EXISTS (SELECT FROM pg_catalog.pg_foreign_table ft \
                JOIN pg_catalog.pg_foreign_server s ON s.oid OPERATOR(pg_catalog.=) ft.ftserver \
@@ -555,18 +512,15 @@ fn is_distributed(relid: pg_sys::Oid) -> bool {
     answer
 }
 
-/// The CustomScan that reads what `fs` read (see scan.rs for its private list).
+/// The CustomScan that reads what `fs` read, with `user`'s mapping (see scan.rs for its
+/// private list).
 ///
 /// # Safety
-/// `stmt` and `fs` are the copy's; the result is palloc'd with it.
-unsafe fn direct_scan(
-    stmt: *mut pg_sys::PlannedStmt,
-    fs: *mut pg_sys::ForeignScan,
-) -> *mut pg_sys::Plan {
+/// `fs` is the copy's; the result is palloc'd with it.
+unsafe fn direct_scan(fs: *mut pg_sys::ForeignScan, user: pg_sys::Oid) -> *mut pg_sys::Plan {
     // SAFETY: as the caller promises.
     unsafe {
         let private = list_pointers((*fs).fdw_private);
-        let user = scan_user(stmt, fs);
         let cs =
             pg_sys::palloc0(std::mem::size_of::<pg_sys::CustomScan>()) as *mut pg_sys::CustomScan;
         (*cs).scan = (*fs).scan;

@@ -52,7 +52,6 @@ struct Run {
     /// Whether that connection was opened for this statement (a reused one that turns out
     /// broken before the first row is replaced once).
     fresh: bool,
-    rows: u64,
     /// The result being made into a tuple (freed by the cleanup if an input function fails).
     current: *mut PGresult,
 }
@@ -119,16 +118,23 @@ unsafe extern "C-unwind" fn cleanup(arg: *mut c_void) {
         if run.is_null() {
             return;
         }
-        let run = Box::from_raw(run);
-        if let Some(api) = libpq::api() {
-            if !run.current.is_null() {
-                (api.PQclear)(run.current);
-            }
-            if run.phase == Phase::Rows {
-                connection::settle(api, run.server, run.user, run.conn);
-            }
-        }
+        let mut run = Box::from_raw(run);
+        stop(&mut run);
         connection::release(run.server, run.user);
+    }
+}
+
+/// Ends what a run has on its connection: frees the result being made into a tuple, and
+/// settles a statement whose rows are still on the way (kept when they have all arrived).
+fn stop(run: &mut Run) {
+    if let Some(api) = libpq::api() {
+        if !run.current.is_null() {
+            // SAFETY: a result of ours, forgotten here.
+            unsafe { (api.PQclear)(std::mem::replace(&mut run.current, std::ptr::null_mut())) };
+        }
+        if run.phase == Phase::Rows {
+            connection::settle(api, run.server, run.user, run.conn);
+        }
     }
 }
 
@@ -197,7 +203,6 @@ unsafe extern "C-unwind" fn begin(
             relid,
             conn: std::ptr::null_mut(),
             fresh: false,
-            rows: 0,
             current: std::ptr::null_mut(),
         });
         // (The callback's memory first: nothing below can fail once the run is stored, so
@@ -270,7 +275,7 @@ unsafe fn fetch(
         // SAFETY: our scan slot.
         return Ok(unsafe { pg_sys::ExecClearTuple(slot) });
     }
-    if run.phase == Phase::NotSent {
+    let res = if run.phase == Phase::NotSent {
         // Planned outside a transaction block, but its portal was bound, other statements
         // ran, and only then was it executed: it would not see their writes on the shard.
         // SAFETY: reading backend globals.
@@ -290,42 +295,30 @@ unsafe fn fetch(
         let params = unsafe { param_values(run, (*ss).ps.ps_ExprContext) };
         let mut retried = false;
         loop {
-            match send_statement(api, run, &params).and_then(|_| first_result(api, run)) {
-                Err(e) if broken(&e) && !run.fresh && !retried => {
-                    // A kept connection the shard closed (a restart, idle_session_timeout):
-                    // once more on a new one, as postgres_fdw does.
-                    connection::discard(run.server, run.user);
-                    run.phase = Phase::NotSent;
-                    retried = true;
-                }
-                Err(e) => return Err(e),
-                Ok(res) if !run.fresh && !retried && failed_as_lost(api, run, res) => {
-                    // A kept connection the shard ended with a FATAL error (a restart, a
-                    // terminated backend): once more on a new one, as postgres_fdw does.
-                    // SAFETY: a result of ours, not kept.
-                    unsafe { (api.PQclear)(res) };
-                    connection::discard(run.server, run.user);
-                    run.phase = Phase::NotSent;
-                    retried = true;
-                }
-                Ok(res) => {
-                    run.current = res;
-                    break;
-                }
+            // (`run.fresh` is the attempt's: send_statement sets it.)
+            match send_statement(api, run, &params).and_then(|_| next_result(api, run)) {
+                Ok(res) if run.fresh || retried || !failed_as_lost(api, run, res) => break res,
+                // SAFETY: a result of ours, not kept.
+                Ok(res) => unsafe { (api.PQclear)(res) },
+                Err(e) if run.fresh || retried || !broken(&e) => return Err(e),
+                Err(_) => {}
             }
+            // A kept connection the shard closed or ended with a FATAL error (a restart, a
+            // terminated backend, idle_session_timeout): once more on a new one, as
+            // postgres_fdw does.
+            connection::discard(run.server, run.user);
+            run.phase = Phase::NotSent;
+            retried = true;
         }
     } else {
-        run.current = connection::next_result(api, run.conn, run.deadline, &run.name)?
-            .unwrap_or(std::ptr::null_mut());
-    }
-    let res = std::mem::replace(&mut run.current, std::ptr::null_mut());
+        next_result(api, run)?
+    };
     if res.is_null() {
         // The statement ended without a final status (not libpq's protocol): idle now.
         finish(run);
         // SAFETY: our scan slot.
         return Ok(unsafe { pg_sys::ExecClearTuple(slot) });
     }
-    run.current = res;
     // SAFETY: a result of ours.
     let status = unsafe { (api.PQresultStatus)(res) };
     match status {
@@ -345,15 +338,14 @@ unsafe fn fetch(
             // SAFETY: one row of the statement; the tuple's values are made in the run's
             // row memory, reset before each row. The result stays in `current` until it
             // is freed here (the cleanup frees it if an input function raises).
+            run.current = res;
             let stored = unsafe { store_row(api, run, res, slot) };
             run.current = std::ptr::null_mut();
             // SAFETY: as above.
             unsafe { (api.PQclear)(res) };
-            run.rows += 1;
             Ok(stored)
         }
         libpq::PGRES_TUPLES_OK => {
-            run.current = std::ptr::null_mut();
             // SAFETY: a result of ours (a final status without rows: single-row mode).
             unsafe { (api.PQclear)(res) };
             drain(api, run)?;
@@ -362,7 +354,6 @@ unsafe fn fetch(
         }
         _ => {
             let e = connection::remote_error(api, res, Some(&run.sql));
-            run.current = std::ptr::null_mut();
             // SAFETY: as above.
             unsafe { (api.PQclear)(res) };
             // The shard's error is the one reported; a connection that does not settle is
@@ -411,8 +402,8 @@ fn send_statement(api: &Api, run: &mut Run, params: &[Option<CString>]) -> Resul
     connection::send(api, conn, &run.sql, params, run.deadline, &run.name)
 }
 
-/// The statement's first result.
-fn first_result(api: &Api, run: &mut Run) -> Result<*mut PGresult, RemoteError> {
+/// The statement's next result (NULL: it is done).
+fn next_result(api: &Api, run: &mut Run) -> Result<*mut PGresult, RemoteError> {
     Ok(
         connection::next_result(api, run.conn, run.deadline, &run.name)?
             .unwrap_or(std::ptr::null_mut()),
@@ -544,17 +535,8 @@ unsafe extern "C-unwind" fn rescan(node: *mut pg_sys::CustomScanState) {
     unsafe {
         let run = (*(node as *mut DirectScanState)).run;
         if !run.is_null() {
-            if let Some(api) = libpq::api() {
-                if !(*run).current.is_null() {
-                    (api.PQclear)((*run).current);
-                    (*run).current = std::ptr::null_mut();
-                }
-                if (*run).phase == Phase::Rows {
-                    connection::settle(api, (*run).server, (*run).user, (*run).conn);
-                }
-            }
+            stop(&mut *run);
             (*run).phase = Phase::NotSent;
-            (*run).rows = 0;
         }
     }
 }

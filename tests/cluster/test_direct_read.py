@@ -124,10 +124,10 @@ def test_b2_pipelines_functions_limits_async():
         assert sum(direct_reads(conn).values()) == before, "no direct read in a pipeline or with a volatile function"
         some = ids_on(1, 3)
         conn.execute("SELECT id FROM orders WHERE id = %s LIMIT 1", (some[0],))
-        connected = direct_reads_since(conn)
+        connected = connected_at(conn)
         for i in some:
             assert conn.execute("SELECT id FROM orders WHERE id = %s LIMIT 1", (i,)).fetchone() == (i,)
-        assert direct_reads_since(conn) == connected, "LIMIT kept the connection"
+        assert connected_at(conn) == connected, "LIMIT kept the connection"
     c.script("ALTER SERVER shard_1 OPTIONS (ADD async_capable 'true'); ALTER SERVER shard_2 OPTIONS (ADD async_capable 'true');")
     try:
         with c.connect() as conn, c.connect() as off:
@@ -142,7 +142,8 @@ def test_b2_pipelines_functions_limits_async():
         c.script("ALTER SERVER shard_1 OPTIONS (DROP async_capable); ALTER SERVER shard_2 OPTIONS (DROP async_capable);")
 
 
-def direct_reads_since(conn):
+def connected_at(conn):
+    """(server, connected_at) of this session's direct-read connections."""
     return dict(conn.execute("SELECT server, connected_at FROM id_gen.direct_read_connections()").fetchall())
 
 
@@ -215,14 +216,14 @@ def test_f_terminated_shard_backend_and_holdable_cursors():
     some = ids_on(1, 2)
     with c.connect() as conn:
         assert conn.execute("SELECT id FROM orders WHERE id = %s", (some[0],)).fetchone() == (some[0],)
-        before = direct_reads_since(conn)["shard_1"]
+        before = connected_at(conn)["shard_1"]
         assert s1.one("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
                       "WHERE application_name = 'id_gen direct read'") == 1
         poll_until("the shard's direct-read backend ends", lambda: s1.one(
             "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'id_gen direct read'"), 0, 30)
         assert conn.execute("SELECT id FROM orders WHERE id = %s", (some[1],)).fetchone() == (some[1],), \
             "the read after the shard ended its backend succeeds"
-        assert direct_reads_since(conn)["shard_1"] != before, "on a new connection"
+        assert connected_at(conn)["shard_1"] != before, "on a new connection"
         reads = sum(direct_reads(conn).values())
         with conn.cursor("held", withhold=True) as cur:
             cur.execute("SELECT id FROM orders WHERE id = %s", (some[0],))
