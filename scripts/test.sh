@@ -28,6 +28,12 @@ if has core; then
   log "tier 1: core unit tests"
   cargo test -p id_gen_core --release
   bash scripts/gen-upgrade.sh --check-frozen
+  # The libpq keywords a shard's options may set: the same list for direct reads
+  # (src/direct_read/connection.rs) and for the one remote path (sql/cluster/remote.sql), but
+  # application_name, which the remote path sets itself.
+  diff <(sed -n '/^const LIBPQ_KEYWORDS/,/^];/p' src/direct_read/connection.rs | grep -o '"[a-z_]*"' | tr -d '"' | sort) \
+       <({ sed -n '/WHERE o.key IN (/,/);/p' sql/cluster/remote.sql | grep -o "'[a-z_]*'" | tr -d "'"; echo application_name; } | sort) \
+    || { echo "the libpq keywords of src/direct_read/connection.rs and sql/cluster/remote.sql differ (above)" >&2; exit 1; }
   log "tier 1: client libraries (clients/rust against a fake server, clients/python)"
   # Its own target directory: tokio and the pool are not the extension's dependencies.
   # A debug build (about 1 min against 3 with --release); test_routing.py uses its tool.

@@ -206,7 +206,7 @@ RETURN CASE kind
                                     'reattach_source', 'drop_hidden']
   WHEN 'per_shard_tables' THEN ARRAY['fence_coordinator_shards']
   WHEN 'owned_tables' THEN ARRAY['check_source_rows', 'count_target_owned', 'fence_source_owned', 'own_incoming',
-                                 'release_source', 'delete_source_rows', 'retake_source', 'unfence_source_owned',
+                                 'release_source', 'keep_source_rows', 'delete_source_rows', 'retake_source', 'unfence_source_owned',
                                  'unfence_target_owned', 'disown_incoming', 'delete_target_rows']
 END;
 COMMENT ON FUNCTION id_gen.move_steps_only_for(text) IS 'The steps of a move that only moves with per_shard partitions (per_shard_parts), with per_shard tables (per_shard_tables) or with tables laid out by ownership (owned_tables) have; id_gen.move_commands lists them only then.';
@@ -278,24 +278,26 @@ BEGIN
     (32, 'cut_over', 'source', 'drop_publication', id_gen.remote_call_text('shard_drop_publication', ARRAY[id])),
     (33, 'cut_over', 'source', 'drop_source',
      id_gen.remote_call_text('shard_drop_moved', ARRAY[id, p.parts::text, (NOT coalesce(m.keep_source, false))::text])),
-    (34, 'cut_over', 'source', 'delete_source_rows',
+    (34, 'cut_over', 'source', 'keep_source_rows',
+     id_gen.remote_call_text('shard_keep_unowned_rows', ARRAY[id, ow.rows_tables::text, ow.id_columns::text, lo, hi])),
+    (35, 'cut_over', 'source', 'delete_source_rows',
      id_gen.remote_call_text('shard_delete_unowned_rows', ARRAY[ow.rows_tables::text, ow.id_columns::text, lo, hi, '10000'])),
-    (35, 'cut_over', 'target', 'forget_markers', id_gen.remote_call_text('shard_forget_markers', ARRAY[id])),
-    (36, 'abort', 'source', 'reattach_source',
+    (36, 'cut_over', 'target', 'forget_markers', id_gen.remote_call_text('shard_forget_markers', ARRAY[id])),
+    (37, 'abort', 'source', 'reattach_source',
      id_gen.remote_call_text('shard_reattach_moved', ARRAY[id, ps.parts::text, ps.lower_genes::text, ps.upper_genes::text])),
-    (37, 'abort', 'source', 'retake_source', id_gen.remote_call_text('shard_own_moved', ARRAY[ow.rows_tables::text, lo, hi, 'true'])),
-    (38, 'abort', 'source', 'unfence_source', id_gen.remote_call_text('shard_unfence', ARRAY[p.parts::text])),
-    (39, 'abort', 'source', 'unfence_source_owned', id_gen.remote_call_text('shard_unfence_owned', ARRAY[ow.rows_tables::text, lo, hi])),
-    (40, 'abort', 'source', 'drop_slot',
+    (38, 'abort', 'source', 'retake_source', id_gen.remote_call_text('shard_own_moved', ARRAY[ow.rows_tables::text, lo, hi, 'true'])),
+    (39, 'abort', 'source', 'unfence_source', id_gen.remote_call_text('shard_unfence', ARRAY[p.parts::text])),
+    (40, 'abort', 'source', 'unfence_source_owned', id_gen.remote_call_text('shard_unfence_owned', ARRAY[ow.rows_tables::text, lo, hi])),
+    (41, 'abort', 'source', 'drop_slot',
      id_gen.remote_call_text('shard_drop_move_slots', ARRAY[id, coalesce(id_gen.has_cleanup(m.move_id, 'replication_slot'), false)::text,
                                                            m.target_subscription::text, m.target_system_id])),
-    (41, 'abort', 'target', 'detach_subscription', id_gen.remote_call_text('shard_detach_subscription', ARRAY[id])),
-    (42, 'abort', 'target', 'empty_target', id_gen.remote_call_text('shard_empty_partitions', ARRAY[p.parts::text])),
-    (43, 'abort', 'target', 'drop_hidden', id_gen.remote_call_text('shard_drop_hidden', ARRAY[ps.parts::text])),
-    (44, 'abort', 'target', 'disown_incoming', id_gen.remote_call_text('shard_own_moved', ARRAY[ow.rows_tables::text, lo, hi, 'false'])),
-    (45, 'abort', 'target', 'delete_target_rows',
+    (42, 'abort', 'target', 'detach_subscription', id_gen.remote_call_text('shard_detach_subscription', ARRAY[id])),
+    (43, 'abort', 'target', 'empty_target', id_gen.remote_call_text('shard_empty_partitions', ARRAY[p.parts::text])),
+    (44, 'abort', 'target', 'drop_hidden', id_gen.remote_call_text('shard_drop_hidden', ARRAY[ps.parts::text])),
+    (45, 'abort', 'target', 'disown_incoming', id_gen.remote_call_text('shard_own_moved', ARRAY[ow.rows_tables::text, lo, hi, 'false'])),
+    (46, 'abort', 'target', 'delete_target_rows',
      id_gen.remote_call_text('shard_delete_unowned_rows', ARRAY[ow.rows_tables::text, ow.id_columns::text, lo, hi, '10000'])),
-    (46, 'abort', 'source', 'forget_source_markers', id_gen.remote_call_text('shard_forget_markers', ARRAY[id]))
+    (47, 'abort', 'source', 'forget_source_markers', id_gen.remote_call_text('shard_forget_markers', ARRAY[id]))
   ) v(step, phase, server, name, command)
   WHERE (cardinality(ps.parts) > 0 OR v.name <> ALL (id_gen.move_steps_only_for('per_shard_parts')))
     AND (cardinality(ps.parts) > 0 OR cardinality(ow.rows_tables) > 0 OR v.name <> ALL (id_gen.move_steps_only_for('per_shard_tables')))
@@ -377,6 +379,22 @@ AS $$
 $$;
 COMMENT ON FUNCTION id_gen.hand_over_owned_placements(id_gen.shard_moves) IS 'In a move''s fence: id_gen.shard_placements of the tables laid out by ownership give the moved route ranges to the target and take them from the source.';
 REVOKE EXECUTE ON FUNCTION id_gen.hand_over_owned_placements(id_gen.shard_moves) FROM PUBLIC;
+
+-- Refuses (55000) when a shard lacks a function of id_gen (a shard not updated yet): what
+-- needs it, and the version that has it.
+CREATE OR REPLACE FUNCTION id_gen.require_shard_function(shard text, signature text, what text, since text) RETURNS void
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  IF id_gen.remote_exec(shard, format('SELECT pg_catalog.to_regprocedure(%L) IS NOT NULL', signature), 10000) IS DISTINCT FROM 't' THEN
+    RAISE EXCEPTION 'id_gen: % need id_gen % or later on shard "%"', what, since, shard
+      USING ERRCODE = '55000', DETAIL = format('The shard has no function %s.', signature),
+            HINT = 'Run ALTER EXTENSION id_gen UPDATE on the shard, then call again.';
+  END IF;
+END $$;
+COMMENT ON FUNCTION id_gen.require_shard_function(text, text, text, text) IS 'Raises 55000 naming the shard, what needs it and the version since when the shard lacks the function of the signature given (a shard not updated yet).';
+REVOKE EXECUTE ON FUNCTION id_gen.require_shard_function(text, text, text, text) FROM PUBLIC;
 
 -- The rows of the moved genes that a shard holds but does not own (the source's after the
 -- cut-over, the target's copies of a move rolled back, leftovers before a move), deleted in
@@ -520,15 +538,26 @@ BEGIN
       PERFORM id_gen.run_move_step(m, 'detach_source', 0, 30000);
       PERFORM id_gen.place_ranges(m.source_shard, m.lower_gene, m.upper_gene, false);
       PERFORM id_gen.run_move_step(m, 'drop_source', 0, 60000);
-      IF id_gen.has_owned_tables() THEN
-        PERFORM id_gen.delete_moved_rows(m, false);
+    END IF;
+    -- Tables laid out by ownership: the source's rows of the genes, which it no longer owns
+    -- (kept followed the target until now), go in batches; with keep_source they are
+    -- copied to a table of their own first.
+    IF id_gen.has_owned_tables() THEN
+      IF m.keep_source THEN
+        PERFORM id_gen.run_move_step(m, 'keep_source_rows', 0, 600000);
       END IF;
+      PERFORM id_gen.delete_moved_rows(m, false);
     END IF;
   WHEN 'target_copies' THEN
     IF m.phase = 'reverting' THEN  -- (the target owned them: detached and dropped)
       PERFORM id_gen.run_move_step(id_gen.reversed(m), 'detach_source', 0, 30000);
       PERFORM id_gen.place_ranges(m.target_shard, m.lower_gene, m.upper_gene, false);
       PERFORM id_gen.run_move_step(id_gen.reversed(m), 'drop_source', 0, 60000);
+      IF id_gen.has_owned_tables() THEN
+        -- (tables laid out by ownership: the target gave the genes back in the revert's
+        -- fence; its rows of them go in batches)
+        PERFORM id_gen.delete_moved_rows(m, true);
+      END IF;
     ELSE
       PERFORM id_gen.run_move_step(m, 'empty_target', 0, 60000);
       IF id_gen.has_owned_tables() THEN
@@ -1033,6 +1062,13 @@ BEGIN
         -- and the copies go into the target's tables of rows, which must hold none of these
         -- genes (rows an earlier move left there, not owned, go).
         PERFORM id_gen.run_move_step(m, 'check_source_rows', 0, 60000);
+        IF m.reversible OR m.keep_source THEN
+          -- (reversible moves and keep_source of these tables: 0.7.12 on both shards)
+          PERFORM id_gen.require_shard_function(shard, 'id_gen.shard_keep_unowned_rows(bigint,text[],name[],integer,integer)',
+                                                CASE WHEN m.reversible THEN 'reversible moves' ELSE 'keep_source' END
+                                                || ' of tables laid out by ownership', '0.7.12')
+          FROM unnest(ARRAY[m.source_shard, m.target_shard]) shard;
+        END IF;
         IF m.target_subscription IS NULL THEN
           left_behind := id_gen.delete_moved_rows(m, true);
           IF left_behind > 0 THEN
@@ -1502,15 +1538,6 @@ BEGIN
     END IF;
   ELSE
     PERFORM id_gen.refuse_during_operations('move genes');
-    IF (move_genes.reversible OR move_genes.keep_source)
-       AND EXISTS (SELECT FROM id_gen.distributed_tables t WHERE t.shard_layout = 'by_ownership') THEN
-      RAISE EXCEPTION 'id_gen: % moves of tables laid out by ownership are not built yet',
-                      CASE WHEN move_genes.reversible THEN 'reversible' ELSE 'keep_source' END
-        USING ERRCODE = '0A000',
-              DETAIL = (SELECT 'Laid out by ownership: ' || string_agg(format('%I.%I', t.schema_name, t.table_name), ', ' ORDER BY t.schema_name, t.table_name)
-                        FROM id_gen.distributed_tables t WHERE t.shard_layout = 'by_ownership'),
-              HINT = 'A move carries every distributed table''s rows of the genes. Move without reversible and keep_source; see docs/design.md section 11.8.';
-    END IF;
     SELECT count(*), count(DISTINCT rr.shard), min(rr.lower_gene), max(rr.upper_gene), min(rr.shard)
       INTO n_ranges, n_shards, first_gene, last_gene, src
     FROM id_gen.route_ranges rr

@@ -69,9 +69,19 @@ CREATE OR REPLACE FUNCTION id_gen.prepare_way_back(m id_gen.shard_moves) RETURNS
 LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+  p record := id_gen.move_parts(m.lower_gene, m.upper_gene);
+  ow record := id_gen.owned_move_parts();
 BEGIN
-  PERFORM id_gen.remote_call(m.target_shard, 'shard_create_way_back',
-                            ARRAY[m.move_id::text, (id_gen.move_parts(m.lower_gene, m.upper_gene)).parts::text], 60000);
+  IF cardinality(ow.rows_tables) > 0 THEN
+    -- Tables of rows hold other genes' rows too: each table is published with a row filter.
+    PERFORM id_gen.remote_call(m.target_shard, 'shard_create_filtered_way_back',
+                              ARRAY[m.move_id::text, (p.parts || ow.rows_tables)::text, (p.id_columns || ow.id_columns)::text,
+                                    (p.lower_genes || array_fill(m.lower_gene, ARRAY[cardinality(ow.rows_tables)]))::text,
+                                    (p.upper_genes || array_fill(m.upper_gene, ARRAY[cardinality(ow.rows_tables)]))::text], 60000);
+  ELSE
+    PERFORM id_gen.remote_call(m.target_shard, 'shard_create_way_back', ARRAY[m.move_id::text, p.parts::text], 60000);
+  END IF;
   PERFORM id_gen.remote_call(m.target_shard, 'shard_create_way_back_slot', ARRAY[m.move_id::text], 60000);
   PERFORM id_gen.send_move_secret(id_gen.reversed(m));
 END $$;
@@ -100,7 +110,8 @@ BEGIN
   -- The source's subscription, then (another transaction) its origin set to back_lsn and
   -- enabled (sql/cluster/shard/revert.sql says why). (Every version's fence records back_lsn
   -- with the flip, so a move in phase cut_over has it.)
-  PERFORM id_gen.remote_call(m.source_shard, 'shard_create_way_back_subscription', ARRAY[m.move_id::text, p.parts::text], 30000);
+  PERFORM id_gen.remote_call(m.source_shard, 'shard_create_way_back_subscription',
+                            ARRAY[m.move_id::text, (p.parts || (id_gen.owned_move_parts()).rows_tables)::text], 30000);
   PERFORM id_gen.remote_call(m.source_shard, 'shard_start_way_back', ARRAY[m.move_id::text, m.back_lsn::text], 30000);
   UPDATE id_gen.shard_moves sm SET phase = 'reversible', updated_at = clock_timestamp(), last_error = NULL
   WHERE sm.move_id = m.move_id AND sm.phase = 'cut_over' RETURNING * INTO m;
@@ -162,6 +173,15 @@ LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+  -- Tables laid out by ownership: the source gives the genes up again, the target owns them
+  -- again, and only then is its fence of them lifted (both would own them otherwise; a
+  -- source that does not answer leaves the target fenced, and the clean-up revert_fence
+  -- tries again). Each step does nothing when it was not done.
+  IF id_gen.has_owned_tables() THEN
+    PERFORM id_gen.run_move_step(id_gen.reversed(m), 'disown_incoming', 0, timeout_ms);
+    PERFORM id_gen.run_move_step(id_gen.reversed(m), 'retake_source', 0, timeout_ms);
+    PERFORM id_gen.run_move_step(id_gen.reversed(m), 'unfence_source_owned', 0, timeout_ms);
+  END IF;
   -- (first: unfence_source finds the target's partitions by their names)
   PERFORM id_gen.undo_revert_relayout(m);
   PERFORM id_gen.run_move_step(id_gen.reversed(m), 'unfence_source', 0, 10000);
@@ -278,6 +298,7 @@ DECLARE
   err_state text;
   attempt integer := (step->>'attempt')::integer;
   per_shard boolean := id_gen.has_per_shard_tables();
+  owned boolean := id_gen.has_owned_tables();
 BEGIN
   IF m.move_id IS NULL THEN
     RAISE EXCEPTION 'id_gen: argument "m" must not be NULL (it is the move, read by id_gen.move_step)' USING ERRCODE = '22004';
@@ -326,9 +347,18 @@ BEGIN
     END IF;
     BEGIN
       PERFORM id_gen.run_move_step(r, 'fence_source', 1000 + attempt, 5000);
+      IF owned THEN
+        -- (tables laid out by ownership: the target fences the genes as data)
+        PERFORM id_gen.run_move_step(r, 'fence_source_owned', 0, 5000);
+      END IF;
       PERFORM id_gen.pass_marker(r, 1000 + attempt, t0, 'source');
       PERFORM id_gen.remote_call(m.source_shard, 'shard_open_kept',
                                 ARRAY[m.move_id::text, (id_gen.move_parts(m.lower_gene, m.upper_gene)).parts::text, 'true'], 5000);
+      IF owned THEN
+        -- The source owns the genes again, fenced (its kept rows show; its writers of them
+        -- wait for the flip), while the coordinator holds every statement of them.
+        PERFORM id_gen.run_move_step(r, 'own_incoming', 0, 8000);
+      END IF;
       IF per_shard THEN
         -- The coordinator reads a per_shard table's shards whole: the source's kept partitions
         -- join its tables (no scan: their CHECK implies the bounds) ...
@@ -336,10 +366,19 @@ BEGIN
       END IF;
       PERFORM id_gen.move_raise_sequences(r);
       PERFORM id_gen.flip_routes(m.lower_gene, m.upper_gene, m.source_shard);
+      IF owned THEN
+        PERFORM id_gen.run_move_step(r, 'unfence_target_owned', 0, 8000);
+      END IF;
       IF per_shard THEN
         -- ... and, last, the target's partitions leave its tables (detached and renamed), so
         -- that after the COMMIT every row is read once, from the source.
         PERFORM id_gen.run_move_step(r, 'detach_source_in_fence', 0, 8000);
+      END IF;
+      IF owned THEN
+        -- Last: the target gives the genes up (its rows hide; its fence of them goes), and
+        -- the coordinator records where they are.
+        PERFORM id_gen.run_move_step(r, 'release_source', 0, 8000);
+        PERFORM id_gen.hand_over_owned_placements(r);
       END IF;
       UPDATE id_gen.shard_moves sm
       SET phase = 'reverting', fence_started_at = t0, fence_ended_at = clock_timestamp(),

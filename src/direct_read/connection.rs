@@ -31,9 +31,10 @@ use std::collections::{HashMap, HashSet};
 use std::ffi::{c_char, c_int, CStr, CString};
 use std::time::{Duration, Instant};
 
-/// The libpq keywords taken from a foreign server's and a user mapping's options (as in
-/// `id_gen.remote_link_conninfo`, sql/cluster/remote.sql); postgres_fdw's own options
-/// (fetch_size, updatable, ...) are not libpq's.
+/// The libpq keywords taken from a foreign server's and a user mapping's options (the list of
+/// `id_gen.remote_link_conninfo`, sql/cluster/remote.sql, and application_name; scripts/test.sh
+/// tier 1 checks that the two lists agree); postgres_fdw's own options (fetch_size,
+/// updatable, ...) are not libpq's.
 const LIBPQ_KEYWORDS: &[&str] = &[
     "host",
     "hostaddr",

@@ -455,20 +455,28 @@ def markers_refused(node, condition):
                      "DROP FUNCTION IF EXISTS public.refuse_markers()")
 
 
-# On a coordinator: a move's flip (its phase going from catching_up to cut_over, in the
-# fence's transaction) sleeps 60 s before it commits, so that a test can kill the coordinator
-# in the fence after the shards changed. Drop it after: DROP TRIGGER slow_cut_over ON
-# id_gen.cluster_operations; DROP FUNCTION public.slow_cut_over().
-SLOW_CUT_OVER = """
-    CREATE FUNCTION public.slow_cut_over() RETURNS trigger LANGUAGE plpgsql AS $$
-    BEGIN
-      IF OLD.phase = 'catching_up' AND NEW.phase = 'cut_over' THEN
-        PERFORM pg_sleep(60);
-      END IF;
-      RETURN NEW;
-    END $$;
-    CREATE TRIGGER slow_cut_over BEFORE UPDATE ON id_gen.cluster_operations FOR EACH ROW EXECUTE FUNCTION public.slow_cut_over();
-"""
+@contextlib.contextmanager
+def slow_flip(coordinator, old_phase, new_phase):
+    """On a coordinator: an operation's phase going from `old_phase` to `new_phase` (a flip,
+    in its fence's transaction: catching_up to cut_over for a move, reversible to reverting
+    for a revert) sleeps 60 s before it commits, so that a test can kill the coordinator in
+    the fence after the shards changed (kill9, then start, inside the block). The trigger is
+    dropped on leaving (the coordinator must be up then)."""
+    coordinator.script(f"""
+        CREATE FUNCTION public.slow_flip() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+          IF OLD.phase = '{old_phase}' AND NEW.phase = '{new_phase}' THEN
+            PERFORM pg_sleep(60);
+          END IF;
+          RETURN NEW;
+        END $$;
+        CREATE TRIGGER slow_flip BEFORE UPDATE ON id_gen.cluster_operations FOR EACH ROW EXECUTE FUNCTION public.slow_flip();
+    """)
+    try:
+        yield
+    finally:
+        coordinator.execute("DROP TRIGGER IF EXISTS slow_flip ON id_gen.cluster_operations",
+                            "DROP FUNCTION IF EXISTS public.slow_flip()")
 
 
 LOGICAL = ["wal_level = logical", "max_wal_senders = 10", "max_replication_slots = 10"]

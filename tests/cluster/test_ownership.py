@@ -19,8 +19,6 @@ max_locks_per_transaction, 1,024 route ranges alternating between the shards.
 (d) route changes: genes without rows change shards (both shards record it, lookups follow);
     a change that would take genes with rows away is refused (55000) and changes nothing.
     A split and a merge of a range with rows: every row stays where it was, visible once.
-    A reversible move and one that keeps the source are refused (0A000) before anything is
-    recorded.
 (e) ALTER TABLE of a shard's table of rows: the view follows (a column added, a column
     dropped with CASCADE), keeping the grants given on the view; renaming the table of rows
     or its id column is refused (0A000).
@@ -40,6 +38,18 @@ max_locks_per_transaction, 1,024 route ranges alternating between the shards.
     its flip committed: the move supervisor gives them back under the coordinator's locks
     (the source owns and shows its rows, unfenced; the target owns none), every row is seen
     once through the coordinator, and the same CALL then moves the genes.
+(j) a reversible move under load: the target's way back publishes its table of rows with a
+    row filter and no TRUNCATE; an UPDATE and a DELETE through the coordinator and the
+    clients' inserts stream back to the source's rows (kept, neither shown nor owned); the
+    revert under load gives the genes back, every committed row is found once, on the source,
+    with the update and without the deleted row, the target's copies are deleted, no fence
+    or replication object is left. The same genes moved again with keep_source and
+    completed: the source's rows (the row written after the flip included) are in a table
+    of their own, and deleted from its table of rows.
+(k) the coordinator killed in a revert's fence after the shards gave the genes back, before
+    its flip committed: the move supervisor undoes it (the source gives them up, the target
+    owns them again, unfenced), the move rests in phase reversible, every row is seen once,
+    and the same revert then runs whole.
 """
 import psycopg
 import pytest
@@ -227,14 +237,6 @@ def test_d_route_changes_splits_merges_and_moves():
     assert c.one(f"SELECT count(*) FROM id_gen.route_ranges WHERE lower_gene >= {start} AND upper_gene < {start + width}") == 1
     assert c.execute("SELECT count(*), sum(amount) FROM orders") == before
     assert c.one("SELECT bool_and(in_step) FROM id_gen.distribution") is True
-    # A reversible move and one that keeps the source: refused before anything is recorded.
-    moves = c.one("SELECT count(*) FROM id_gen.shard_moves")
-    for option in ("reversible", "keep_source"):
-        err = c.error(f"CALL id_gen.move_genes({start}, {start + width - 1}, 'shard_2', {option} => true)")
-        assert err is not None and err.sqlstate == "0A000", err
-        assert option in str(err) and "orders" in (err.diag.message_detail or ""), err
-    assert c.one("SELECT count(*) FROM id_gen.shard_moves") == moves
-    assert route_of(start) == "shard_1"
 
 
 def test_e_the_view_follows_the_table_of_rows():
@@ -406,14 +408,13 @@ def test_i_a_coordinator_killed_after_the_fence_handed_the_genes_over():
     lo, hi = g - g % width, g - g % width + width - 1
     c.execute(f"INSERT INTO orders (owner_id, amount) SELECT {o}, 9 FROM generate_series(1, 12)")
     before = c.execute("SELECT count(*), sum(amount) FROM orders")
-    c.script(harness.SLOW_CUT_OVER)
-    move = harness.Background(c, f"CALL id_gen.move_genes({lo}, {hi}, 'shard_2')")
-    harness.poll_until("the fence handed the genes over (shard_1 / shard_2 own them)",
-                       lambda: (owns(s1, lo), owns(s2, lo)), (False, True), 60, interval=0.05)
-    c.kill9()
-    move.join()
-    c.start()
-    c.execute("DROP TRIGGER slow_cut_over ON id_gen.cluster_operations", "DROP FUNCTION public.slow_cut_over()")
+    with harness.slow_flip(c, "catching_up", "cut_over"):
+        move = harness.Background(c, f"CALL id_gen.move_genes({lo}, {hi}, 'shard_2')")
+        harness.poll_until("the fence handed the genes over (shard_1 / shard_2 own them)",
+                           lambda: (owns(s1, lo), owns(s2, lo)), (False, True), 60, interval=0.05)
+        c.kill9()
+        move.join()
+        c.start()
     harness.poll_until("the move supervisor gave the genes back", lambda: c.one(
         f"SELECT phase || '/' || source_fenced || '/' || coalesce(recovered_by LIKE 'lifted the fence%', false) "
         f"FROM id_gen.moves WHERE lower_gene = {lo}"), "catching_up/false/true", 60)
@@ -428,4 +429,124 @@ def test_i_a_coordinator_killed_after_the_fence_handed_the_genes_over():
     assert c.execute("SELECT count(*), sum(amount) FROM orders") == before
     assert s2.one(f"SELECT count(*) FROM orders WHERE owner_id = {o} AND amount = 9") == 12
     assert rows_of_genes(s1, "orders", lo, hi) == 0
+    assert move_leftovers() == [0, 0]
+
+
+def test_j_a_reversible_move_reverted_then_completed_keeping_the_source():
+    c = S["c"]
+    width = 65536 // RANGES
+    taken = c.one("SELECT id_gen.shard_gene(700001::bigint)") // width
+    # Genes of a writer of the load (owners 800000..), away from test_g's range.
+    o = next(o for o in range(800000, 800050) if c.one(f"SELECT id_gen.shard_gene({o}::bigint)") // width != taken)
+    g = c.one(f"SELECT id_gen.shard_gene({o}::bigint)")
+    lo, hi = g - g % width, g - g % width + width - 1
+    source = route_of(lo)
+    target = "shard_2" if source == "shard_1" else "shard_1"
+    src, dst = S["shards"][int(source[-1])], S["shards"][int(target[-1])]
+    c.execute(f"INSERT INTO orders (owner_id, amount) SELECT {o}, 3 FROM generate_series(1, 40)",
+              f"INSERT INTO events (id, owner_id, kind) VALUES (id_gen.owner_first_id({o}) + 5000, {o}, 8)")
+    ids = c.column(f"SELECT id FROM orders WHERE owner_id = {o} ORDER BY id")
+    some_id, updated, deleted = ids[0], ids[1], ids[2]
+    held = rows_of_genes(src, "orders", lo, hi)
+    load = harness.CoordinatorLoad(c, some_id)
+    try:
+        load.goes_on("before the reversible move")
+        c.execute(f"CALL id_gen.move_genes({lo}, {hi}, '{target}', reversible => true)")
+        mid = c.one("SELECT max(move_id) FROM id_gen.moves")
+        assert c.one(f"SELECT phase FROM id_gen.moves WHERE move_id = {mid}") == "reversible"
+        assert route_of(lo) == target and (owns(src, lo), owns(dst, lo)) == (False, True)
+        # The way back publishes the target's table of rows with a row filter, without TRUNCATE.
+        assert dst.execute(f"SELECT pubtruncate, (SELECT count(*) FROM pg_publication_tables t WHERE t.pubname = p.pubname "
+                           f"AND t.rowfilter IS NOT NULL) FROM pg_publication p WHERE pubname = 'id_gen_back_{mid}'") \
+            == [(False, 3)]
+        # Writes through the coordinator reach the target and stream back to the source's
+        # rows, which it keeps but does not show or own.
+        c.execute(f"UPDATE orders SET amount = 77 WHERE id = {updated}", f"DELETE FROM orders WHERE id = {deleted}")
+        load.goes_on("after the reversible move")
+        expect = c.one(f"SELECT count(*) FROM orders WHERE id_gen.shard_of(id) BETWEEN {lo} AND {hi}")
+        harness.poll_until("the source follows the target (the update and the delete)", lambda: src.execute(
+            "SET id_gen.routing_guard = off",
+            f"SELECT (SELECT amount FROM orders_rows WHERE id = {updated}), (SELECT count(*) FROM orders_rows WHERE id = {deleted})"),
+            [(77, 0)], 60)
+        assert src.one(f"SELECT count(*) FROM orders WHERE owner_id = {o}") == 0, "hidden on the source"
+        assert src.sqlstate(f"SELECT * FROM orders WHERE id = {some_id}") == "IG001"
+        c.execute(f"CALL id_gen.revert_move({mid})")
+        load.goes_on("after the revert")
+    finally:
+        load.end()
+    assert c.one(f"SELECT phase FROM id_gen.moves WHERE move_id = {mid}") == "reverted"
+    assert route_of(lo) == source and (owns(src, lo), owns(dst, lo)) == (True, False)
+    assert rows_of_genes(dst, "orders", lo, hi) == 0 and rows_of_genes(dst, "events", lo, hi) == 0, \
+        "the target's copies were deleted"
+    seen = {}
+    for s in S["shards"].values():
+        for (i,) in s.execute("SELECT id FROM orders"):
+            seen[i] = seen.get(i, 0) + 1
+    assert [i for i, _ in load.committed if seen.get(i) != 1] == [], "a committed row lost or seen twice"
+    assert c.one(f"SELECT count(*) FROM orders WHERE id_gen.shard_of(id) BETWEEN {lo} AND {hi}") >= expect
+    assert rows_of_genes(src, "orders", lo, hi) >= expect, "the rows written meanwhile are on the source"
+    assert src.one(f"SELECT amount FROM orders WHERE id = {updated}") == 77
+    assert src.one(f"SELECT count(*) FROM orders WHERE id = {deleted}") == 0
+    assert src.one(f"SELECT count(*) FROM events WHERE owner_id = {o}") == 1
+    for s in (src, dst):
+        assert s.one("SELECT count(*) FROM id_gen.shard_tables WHERE fenced_ranges <> '{}'") == 0
+    assert move_leftovers() == [0, 0]
+    assert c.one("SELECT bool_and(in_step) FROM id_gen.distribution") is True
+
+    # Again, keeping the source: complete_move copies the source's rows of the genes (which
+    # followed the target until then) to a table of their own, then deletes them.
+    c.execute(f"CALL id_gen.move_genes({lo}, {hi}, '{target}', reversible => true, keep_source => true)")
+    mid = c.one("SELECT max(move_id) FROM id_gen.moves")
+    late = c.one(f"INSERT INTO orders (owner_id, amount) VALUES ({o}, 5) RETURNING id")
+    harness.poll_until("the source has the row written after the flip", lambda: src.one(
+        "SET id_gen.routing_guard = off", f"SELECT count(*) FROM orders_rows WHERE id = {late}"), 1, 60)
+    on_target = rows_of_genes(dst, "orders", lo, hi)
+    c.execute(f"CALL id_gen.complete_move({mid})")
+    assert c.one(f"SELECT phase FROM id_gen.moves WHERE move_id = {mid}") == "done"
+    assert rows_of_genes(src, "orders", lo, hi) == 0 and rows_of_genes(src, "events", lo, hi) == 0
+    kept = src.one(f"SELECT id_gen.moved_partition_name({mid}, 'public.orders_rows')")
+    assert src.one(f"SELECT count(*) FROM public.{kept}") == on_target
+    assert src.one(f"SELECT count(*) FROM public.{kept} WHERE id = {late}") == 1
+    assert "keep_source" in src.one(f"SELECT obj_description('public.{kept}'::regclass)")
+    assert dst.one(f"SELECT count(*) FROM orders WHERE owner_id = {o}") == c.one(f"SELECT count(*) FROM orders WHERE owner_id = {o}")
+    assert move_leftovers() == [0, 0]
+    src.execute(f"DROP TABLE public.{kept}",
+                f"DROP TABLE public.{src.one(f'SELECT id_gen.moved_partition_name({mid}, {chr(39)}public.events_rows{chr(39)})')}")
+
+
+def test_k_a_coordinator_killed_in_a_revert_fence_after_the_genes_went_back():
+    c, s1, s2 = S["c"], S["shards"][1], S["shards"][2]
+    width = 65536 // RANGES
+    o = owners_on("shard_1", 1, first=990000)[0]
+    g = c.one(f"SELECT id_gen.shard_gene({o}::bigint)")
+    lo, hi = g - g % width, g - g % width + width - 1
+    c.execute(f"INSERT INTO orders (owner_id, amount) SELECT {o}, 4 FROM generate_series(1, 15)")
+    c.execute("SET client_min_messages = warning", f"CALL id_gen.move_genes({lo}, {hi}, 'shard_2', reversible => true)")
+    mid = c.one("SELECT max(move_id) FROM id_gen.moves")
+    c.execute(f"INSERT INTO orders (owner_id, amount) SELECT {o}, 6 FROM generate_series(1, 5)")
+    before = c.execute("SELECT count(*), sum(amount) FROM orders")
+    with harness.slow_flip(c, "reversible", "reverting"):
+        revert = harness.Background(c, f"CALL id_gen.revert_move({mid})")
+        harness.poll_until("the revert's fence gave the genes back (shard_1 / shard_2 own them)",
+                           lambda: (owns(s1, lo), owns(s2, lo)), (True, False), 60, interval=0.05)
+        c.kill9()
+        revert.join()
+        c.start()
+    # The supervisor undoes the fence: shard_1 gives the genes up, shard_2 owns them again,
+    # unfenced; the move rests where it was.
+    harness.poll_until("the move supervisor lifted the revert's fence", lambda: c.one(
+        f"SELECT phase || '/' || source_fenced || '/' || coalesce(recovered_by LIKE 'lifted the fence%', false) "
+        f"FROM id_gen.moves WHERE move_id = {mid}"), "reversible/false/true", 60)
+    assert (owns(s1, lo), owns(s2, lo)) == (False, True) and route_of(lo) == "shard_2"
+    for s in (s1, s2):
+        assert s.one("SELECT count(*) FROM id_gen.shard_tables WHERE fenced_ranges <> '{}'") == 0
+    assert c.execute("SELECT count(*), sum(amount) FROM orders") == before
+    assert s2.one(f"SELECT count(*) FROM orders WHERE owner_id = {o}") == 20
+    # The same revert then runs whole.
+    c.execute(f"CALL id_gen.revert_move({mid})")
+    assert c.one(f"SELECT phase FROM id_gen.moves WHERE move_id = {mid}") == "reverted"
+    assert route_of(lo) == "shard_1" and (owns(s1, lo), owns(s2, lo)) == (True, False)
+    assert s1.execute(f"SELECT count(*), sum(amount) FROM orders WHERE owner_id = {o}") == [(20, 90)]
+    assert c.execute("SELECT count(*), sum(amount) FROM orders") == before
+    assert rows_of_genes(s2, "orders", lo, hi) == 0
     assert move_leftovers() == [0, 0]

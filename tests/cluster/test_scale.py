@@ -308,17 +308,16 @@ def test_d_a_coordinator_killed_after_the_fence_re_laid_the_shards():
     owner = c.one(f"SELECT o FROM generate_series(500000, 5000000) o WHERE id_gen.shard_gene(o::bigint) BETWEEN {lower} AND {upper} LIMIT 1")
     c.execute(*[f"INSERT INTO orders (owner_id, amount) VALUES ({owner}, 7)"] * 5)
     total = c.one("SELECT count(*) FROM orders")
-    c.script(harness.SLOW_CUT_OVER)
-    move = Background(c, f"CALL id_gen.move_genes({lower}, {upper}, 'shard_1')")
-    poll_until("the fence detached the source's partitions", lambda: shards[4].one(
-        "SELECT count(*) FROM pg_class WHERE relname LIKE 'id_gen_moved_%'"), lambda n: n == 3, 60, interval=0.05)
-    assert hidden_copies(shards[1]) == 3 and shards[1].one(
-        f"SELECT count(*) FROM pg_inherits WHERE inhrelid = 'public.orders_g{lower}_{upper}'::regclass") == 1, \
-        "the target's copies are shown"
-    c.kill9()
-    move.join()
-    c.start()
-    c.execute("DROP TRIGGER slow_cut_over ON id_gen.cluster_operations", "DROP FUNCTION public.slow_cut_over()")
+    with harness.slow_flip(c, "catching_up", "cut_over"):
+        move = Background(c, f"CALL id_gen.move_genes({lower}, {upper}, 'shard_1')")
+        poll_until("the fence detached the source's partitions", lambda: shards[4].one(
+            "SELECT count(*) FROM pg_class WHERE relname LIKE 'id_gen_moved_%'"), lambda n: n == 3, 60, interval=0.05)
+        assert hidden_copies(shards[1]) == 3 and shards[1].one(
+            f"SELECT count(*) FROM pg_inherits WHERE inhrelid = 'public.orders_g{lower}_{upper}'::regclass") == 1, \
+            "the target's copies are shown"
+        c.kill9()
+        move.join()
+        c.start()
     poll_until("the move supervisor undid the fence's re-layout", lambda: c.one(
         f"SELECT phase || '/' || source_fenced || '/' || coalesce(recovered_by LIKE 'lifted the fence%', false) FROM id_gen.moves "
         f"WHERE lower_gene = {lower}"), "catching_up/false/true", 60)

@@ -30,13 +30,15 @@ END $$;
 COMMENT ON FUNCTION id_gen.refuse_moving_rows() IS 'Trigger that fences the source partition of a move (or the target of a revert), and the target''s incoming partitions from the copy until the cut-over: direct writes fail with IG002 (retry shortly) until the partition is detached or the fence lifted; reads that select it by id fail the same way (the routing guard). Replication (the copy and the apply) does not fire it.';
 
 -- parts: qualified names of the moved partitions; id_columns, lower_genes, upper_genes: per part.
-CREATE OR REPLACE FUNCTION id_gen.shard_create_publication(move_id bigint, parts text[], id_columns name[],
-                                                           lower_genes integer[], upper_genes integer[]) RETURNS text
+-- A publication of the rows of a move's genes (the move's, or the way back of a reversible
+-- one): each shard table named with a row filter on the id (the replica identity holds it),
+-- and the move's markers. Nothing when it exists already.
+CREATE OR REPLACE FUNCTION id_gen.publish_moved_rows(pub name, move_id bigint, parts text[], id_columns name[],
+                                                     lower_genes integer[], upper_genes integer[]) RETURNS text
 LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-  pub name := 'id_gen_move_' || move_id;
   rels regclass[] := id_gen.shard_relations(parts, true);
   items text;
 BEGIN
@@ -52,15 +54,23 @@ BEGIN
     INTO items
   FROM generate_subscripts(rels, 1) i;
   -- A table of rows (layout by ownership) holds other genes' rows too, and a TRUNCATE
-  -- ignores row filters: it would empty the target's whole table. Such a publication leaves
-  -- TRUNCATE out (a TRUNCATE on the source during the move is then not carried).
+  -- ignores row filters: it would empty the subscriber's whole table. Such a publication
+  -- leaves TRUNCATE out (a TRUNCATE on the publisher during the move is then not carried).
   EXECUTE format('CREATE PUBLICATION %I FOR TABLE %s, id_gen.move_markers WHERE (move_id OPERATOR(pg_catalog.=) %s)%s',
                  pub, items, move_id,
                  CASE WHEN EXISTS (SELECT FROM pg_trigger t WHERE t.tgrelid = ANY (rels::oid[]) AND t.tgname = 'id_gen_owned_rows')
                       THEN ' WITH (publish = ''insert, update, delete'')' ELSE '' END);
   RETURN 'created';
 END $$;
-COMMENT ON FUNCTION id_gen.shard_create_publication(bigint, text[], name[], integer[], integer[]) IS 'On the source of a move: publishes the moved partitions (row filter on the id, the replica identity) and the move''s markers.';
+COMMENT ON FUNCTION id_gen.publish_moved_rows(name, bigint, text[], name[], integer[], integer[]) IS 'On a shard of a move: creates publication pub of the shard tables named (a row filter on each one''s id, between the first id of its lower gene and the last of its upper gene; no TRUNCATE when one is a table of rows) and the move''s markers, unless it exists.';
+REVOKE EXECUTE ON FUNCTION id_gen.publish_moved_rows(name, bigint, text[], name[], integer[], integer[]) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION id_gen.shard_create_publication(move_id bigint, parts text[], id_columns name[],
+                                                           lower_genes integer[], upper_genes integer[]) RETURNS text
+LANGUAGE sql STRICT
+SET search_path = pg_catalog, pg_temp
+RETURN id_gen.publish_moved_rows(('id_gen_move_' OPERATOR(pg_catalog.||) move_id)::name, move_id, parts, id_columns, lower_genes, upper_genes);
+COMMENT ON FUNCTION id_gen.shard_create_publication(bigint, text[], name[], integer[], integer[]) IS 'On the source of a move: publishes the moved partitions and tables of rows (row filter on the id, the replica identity) and the move''s markers.';
 REVOKE EXECUTE ON FUNCTION id_gen.shard_create_publication(bigint, text[], name[], integer[], integer[]) FROM PUBLIC;
 
 -- The slot is created here, not by CREATE SUBSCRIPTION, so that the subscription's

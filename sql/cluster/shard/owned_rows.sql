@@ -363,3 +363,46 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION id_gen.shard_delete_unowned_rows(text[], name[], integer, integer, integer) IS 'On a shard, after a move: deletes up to batch rows of each table of rows named whose genes lie in lower_gene .. upper_gene and are not owned here (each row tested); returns how many. The coordinator calls it until it returns 0.';
 REVOKE EXECUTE ON FUNCTION id_gen.shard_delete_unowned_rows(text[], name[], integer, integer, integer) FROM PUBLIC;
+
+-- After a move with keep_source (since 0.7.12), before its rows go: each table of rows
+-- gives its rows of the genes that it does not own to a table of their own beside it,
+-- id_gen.moved_partition_name(move_id, <table of rows>) (columns and indexes of the table
+-- of rows, no triggers; owned by the table's owner), made and filled in one transaction:
+-- one that exists is the work of an earlier call, and stays as it is. Returns how many rows
+-- were kept now.
+CREATE OR REPLACE FUNCTION id_gen.shard_keep_unowned_rows(move_id bigint, rows_tables text[], id_columns name[],
+                                                          lower_gene integer, upper_gene integer) RETURNS bigint
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  rel regclass;
+  kept text;
+  n bigint;
+  total bigint := 0;
+BEGIN
+  -- (Rows of genes not owned: the routing guard would refuse to read them by id.)
+  PERFORM set_config('id_gen.routing_guard', 'off', true);
+  FOR i IN 1 .. cardinality(rows_tables) LOOP
+    rel := to_regclass(rows_tables[i]);
+    CONTINUE WHEN rel IS NULL;
+    PERFORM id_gen.refuse_untrusted_table(rel, 'shard table');
+    kept := format('%I.%I', (SELECT ns.nspname FROM pg_class c JOIN pg_namespace ns ON ns.oid = c.relnamespace WHERE c.oid = rel),
+                   id_gen.moved_partition_name(move_id, rows_tables[i]));
+    CONTINUE WHEN to_regclass(kept) IS NOT NULL;
+    EXECUTE format('CREATE TABLE %s (LIKE %s INCLUDING INDEXES)', kept, rel);
+    EXECUTE format('INSERT INTO %s SELECT * FROM %s WHERE %I OPERATOR(pg_catalog.>=) %s AND %I OPERATOR(pg_catalog.<=) %s '
+                   'AND NOT id_gen.shard_owns(%L::pg_catalog.regclass, %I)',
+                   kept, rel, id_columns[i], id_gen.gene_first_id(lower_gene), id_columns[i], id_gen.gene_last_id(upper_gene),
+                   rel::text, id_columns[i]);
+    GET DIAGNOSTICS n = ROW_COUNT;
+    total := total + n;
+    EXECUTE format('ALTER TABLE %s OWNER TO %I', kept, (SELECT pg_get_userbyid(c.relowner) FROM pg_class c WHERE c.oid = rel));
+    EXECUTE format('COMMENT ON TABLE %s IS %L', kept,
+                   format('id_gen: the rows of genes %s .. %s that %s held when move %s took them elsewhere (keep_source); drop it when no longer needed.',
+                          lower_gene, upper_gene, rel, move_id));
+  END LOOP;
+  RETURN total;
+END $$;
+COMMENT ON FUNCTION id_gen.shard_keep_unowned_rows(bigint, text[], name[], integer, integer) IS 'On the source of a move with keep_source, before its rows of the genes are deleted: copies each table of rows'' rows of genes lower_gene .. upper_gene that it does not own into a new table beside it (id_gen.moved_partition_name), unless that table exists; returns how many rows it kept.';
+REVOKE EXECUTE ON FUNCTION id_gen.shard_keep_unowned_rows(bigint, text[], name[], integer, integer) FROM PUBLIC;

@@ -43,6 +43,17 @@ END $$;
 COMMENT ON FUNCTION id_gen.shard_create_way_back(bigint, text[]) IS 'On the target of a reversible move: the publication of the way back (its partitions of the moved genes and the move''s markers).';
 REVOKE EXECUTE ON FUNCTION id_gen.shard_create_way_back(bigint, text[]) FROM PUBLIC;
 
+-- On the target, before the fence, when the move carries tables of rows (layout by
+-- ownership; since 0.7.12): the way back's publication with a row filter on each table's id
+-- (a table of rows holds other genes' rows too) and without TRUNCATE (idempotent).
+CREATE OR REPLACE FUNCTION id_gen.shard_create_filtered_way_back(move_id bigint, parts text[], id_columns name[],
+                                                                lower_genes integer[], upper_genes integer[]) RETURNS text
+LANGUAGE sql STRICT
+SET search_path = pg_catalog, pg_temp
+RETURN id_gen.publish_moved_rows(('id_gen_back_' OPERATOR(pg_catalog.||) move_id)::name, move_id, parts, id_columns, lower_genes, upper_genes);
+COMMENT ON FUNCTION id_gen.shard_create_filtered_way_back(bigint, text[], name[], integer[], integer[]) IS 'On the target of a reversible move that carries tables of rows: the publication of the way back (its partitions and tables of rows of the moved genes, each with a row filter on the id, and the move''s markers; no TRUNCATE).';
+REVOKE EXECUTE ON FUNCTION id_gen.shard_create_filtered_way_back(bigint, text[], name[], integer[], integer[]) FROM PUBLIC;
+
 -- (A transaction of its own: a logical slot is not created in one that has written.)
 CREATE OR REPLACE FUNCTION id_gen.shard_create_way_back_slot(move_id bigint) RETURNS text
 LANGUAGE plpgsql STRICT

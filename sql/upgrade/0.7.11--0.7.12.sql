@@ -1,0 +1,4 @@
+-- Catalog changes, 0.7.11 -> 0.7.12 (by hand): none. Reversible moves and keep_source of
+-- tables laid out by ownership (docs/design.md section 11.8) are code: the way back
+-- publishes the target's tables of rows with a row filter on the moved genes, and a kept
+-- source copies its rows of them into a table of their own.
