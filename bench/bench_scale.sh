@@ -16,7 +16,8 @@
 #   latency of a lookup by id through the coordinator as a multiple of the same lookup on
 #   the shard (shard_1's rows, pgbench on shard_1 directly, simple protocol) and as a
 #   multiple of the same lookup through a plain postgres_fdw foreign table of shard_1's
-#   table (no id_gen in its path: what is postgres_fdw's); once, the
+#   table (no id_gen in its path: what is postgres_fdw's), and with one client (simple and
+#   prepared: latency alone, where 2 clients on 2 cores measure the CPU); once, the
 #   sixth execution of a prepared lookup on the shard (the plan cache's generic plan);
 # once per size and layout: the planning time of a new backend's first lookup (EXPLAIN
 # SUMMARY), its memory after one lookup, and the durations of distribute_table, a route
@@ -103,10 +104,11 @@ for n in "${SC_SIZES[@]}"; do
   done
 done
 # sc_pgb DB T PGBENCH-ARGS...: prints "tps latency_ms"; fails on a failed transaction.
+# 2 clients (SC_PGB_CLIENTS: another number).
 sc_pgb() {
-  local db=$1 t=$2 out; shift 2
+  local db=$1 t=$2 out clients=${SC_PGB_CLIENTS:-2}; shift 2
   # shellcheck disable=SC2068
-  out=$("$PG_BIN/pgbench" -n -U postgres -h "${SC_PGB_HOST:-$SC_COO}" -p "${SC_PGB_PORT:-$SC_COO_P}" -c 2 -j 2 -T "$t" "$@" "$db" 2>&1) || { printf '%s\n' "$out" | tail -5 >&2; return 1; }
+  out=$("$PG_BIN/pgbench" -n -U postgres -h "${SC_PGB_HOST:-$SC_COO}" -p "${SC_PGB_PORT:-$SC_COO_P}" -c "$clients" -j "$clients" -T "$t" "$@" "$db" 2>&1) || { printf '%s\n' "$out" | tail -5 >&2; return 1; }
   printf '%s\n' "$out" | awk '/^latency average = / { l = $4 } /^tps = / { t = $3 } /^number of failed transactions: / { f = $5 }
     END { if (t == "" || l == "" || (f != "" && f != 0)) exit 1; print t, l }' || { printf '%s\n' "$out" | tail -5 >&2; return 1; }
 }
@@ -117,8 +119,10 @@ sc_pgb() {
 # The same lookups through a plain postgres_fdw foreign table of shard_1's table on the
 # coordinator (no id_gen in its path): what of the coordinator's latency is postgres_fdw's.
 # And through the coordinator with id_gen.direct_reads = off (postgres_fdw's cursor instead
-# of id_gen's direct read, src/direct_read/).
-declare -A ON_SHARD VIA_COO PLAIN VIA_PLAIN VIA_FDW
+# of id_gen's direct read, src/direct_read/). With 2 clients on this 2-core machine the
+# coordinator's path (three processes a lookup against two) is bound by the CPU; the same
+# lookups with one client (simple and prepared) measure its latency alone.
+declare -A ON_SHARD VIA_COO PLAIN VIA_PLAIN VIA_FDW ON_SHARD_1 VIA_COO_1 ON_SHARD_1P VIA_COO_1P
 for n in "${SC_SIZES[@]}"; do
   for layout in "${SC_LAYOUTS[@]}"; do
     mapfile -t IDS < <(scq "${layout}_$n" -c "SELECT id FROM orders_1 WHERE id_gen.route_gene((id >> 47)::integer) = 'shard_1' ORDER BY hashint8(id) LIMIT $SC_VALUES")
@@ -161,6 +165,17 @@ for r in $(seq "$SC_ROUNDS"); do
       # shellcheck disable=SC2086
       res=$(PGOPTIONS="-c id_gen.direct_reads=off" sc_pgb "${layout}_$n" "$SC_T" -M simple ${ON_SHARD[$n.$layout]})
       VIA_FDW[$n.$layout]+="${res% *} "
+      for mode in simple prepared; do
+        [ "$mode" = simple ] && sfx= || sfx=P
+        declare -n coo1=VIA_COO_1$sfx shard1=ON_SHARD_1$sfx
+        # shellcheck disable=SC2086
+        res=$(SC_PGB_CLIENTS=1 sc_pgb "${layout}_$n" "$SC_T" -M $mode ${ON_SHARD[$n.$layout]})
+        coo1[$n.$layout]+="${res% *} "
+        # shellcheck disable=SC2086
+        res=$(SC_PGB_CLIENTS=1 SC_PGB_HOST=$(sc_shard_dir 1) SC_PGB_PORT=$(sc_shard_port 1) sc_pgb "${layout}_$n" "$SC_T" -M $mode ${ON_SHARD[$n.$layout]})
+        shard1[$n.$layout]+="${res% *} "
+        unset -n coo1 shard1
+      done
     done
   done
 done
@@ -220,6 +235,8 @@ latency_row() {
 }
 for layout in "${SC_LAYOUTS[@]}"; do
   latency_row "lookup by id: coordinator / shard latency, $layout" ON_SHARD_TPS VIA_COO "$layout"
+  latency_row "  the same, one client, $layout" ON_SHARD_1 VIA_COO_1 "$layout"
+  latency_row "  the same, one client, prepared, $layout" ON_SHARD_1P VIA_COO_1P "$layout"
   latency_row "  coordinator / plain postgres_fdw, $layout" VIA_PLAIN VIA_COO "$layout"
   latency_row "  direct_reads off / on, $layout" VIA_COO VIA_FDW "$layout"
 done
