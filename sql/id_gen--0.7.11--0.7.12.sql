@@ -3601,7 +3601,7 @@ BEGIN
     (33, 'cut_over', 'source', 'drop_source',
      id_gen.remote_call_text('shard_drop_moved', ARRAY[id, p.parts::text, (NOT coalesce(m.keep_source, false))::text])),
     (34, 'cut_over', 'source', 'keep_source_rows',
-     id_gen.remote_call_text('shard_keep_unowned_rows', ARRAY[id, ow.rows_tables::text, ow.id_columns::text, lo, hi])),
+     id_gen.remote_call_text('shard_keep_unowned_rows', ARRAY[id, ow.rows_tables::text, ow.id_columns::text, lo, hi, '10000'])),
     (35, 'cut_over', 'source', 'delete_source_rows',
      id_gen.remote_call_text('shard_delete_unowned_rows', ARRAY[ow.rows_tables::text, ow.id_columns::text, lo, hi, '10000'])),
     (36, 'cut_over', 'target', 'forget_markers', id_gen.remote_call_text('shard_forget_markers', ARRAY[id])),
@@ -3710,8 +3710,8 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
   IF id_gen.remote_exec(shard, format('SELECT pg_catalog.to_regprocedure(%L) IS NOT NULL', signature), 10000) IS DISTINCT FROM 't' THEN
-    RAISE EXCEPTION 'id_gen: % need id_gen % or later on shard "%"', what, since, shard
-      USING ERRCODE = '55000', DETAIL = format('The shard has no function %s.', signature),
+    RAISE EXCEPTION 'id_gen: % needs id_gen % or later on shard "%"', what, since, shard
+      USING ERRCODE = '55000', DETAIL = format('The shard has no function %s. Nothing was changed.', signature),
             HINT = 'Run ALTER EXTENSION id_gen UPDATE on the shard, then call again.';
   END IF;
 END $$;
@@ -3738,6 +3738,27 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION id_gen.delete_moved_rows(id_gen.shard_moves, boolean) IS 'Deletes, in batches each committed on the shard, the rows of a move''s genes that its source (after the cut-over) or its target (on_target: copies of a move rolled back, leftovers) holds of tables laid out by ownership but does not own.';
 REVOKE EXECUTE ON FUNCTION id_gen.delete_moved_rows(id_gen.shard_moves, boolean) FROM PUBLIC;
+
+-- With keep_source: the source's rows of the moved genes, which it no longer owns, copied in
+-- batches of 10,000 per table into a table of their own beside each table of rows, each
+-- batch committed on the shard, before they are deleted; returns how many were copied.
+CREATE OR REPLACE FUNCTION id_gen.keep_moved_rows(m id_gen.shard_moves) RETURNS bigint
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  n bigint;
+  total bigint := 0;
+BEGIN
+  LOOP
+    n := id_gen.run_move_step(m, 'keep_source_rows', 0, 60000)::bigint;
+    EXIT WHEN coalesce(n, 0) = 0;
+    total := total + n;
+  END LOOP;
+  RETURN total;
+END $$;
+COMMENT ON FUNCTION id_gen.keep_moved_rows(id_gen.shard_moves) IS 'With keep_source: copies, in batches each committed on the source, its rows of the moved genes of tables laid out by ownership into a table of their own beside each table of rows (id_gen.shard_keep_unowned_rows), before they are deleted.';
+REVOKE EXECUTE ON FUNCTION id_gen.keep_moved_rows(id_gen.shard_moves) FROM PUBLIC;
 
 -- The source's connection string goes to the target as a bound parameter of a
 -- postgres_fdw INSERT (the statement text there reads VALUES ($1, $2)); it becomes
@@ -3866,7 +3887,7 @@ BEGIN
     -- copied to a table of their own first.
     IF id_gen.has_owned_tables() THEN
       IF m.keep_source THEN
-        PERFORM id_gen.run_move_step(m, 'keep_source_rows', 0, 600000);
+        PERFORM id_gen.keep_moved_rows(m);
       END IF;
       PERFORM id_gen.delete_moved_rows(m, false);
     END IF;
@@ -4384,13 +4405,6 @@ BEGIN
         -- and the copies go into the target's tables of rows, which must hold none of these
         -- genes (rows an earlier move left there, not owned, go).
         PERFORM id_gen.run_move_step(m, 'check_source_rows', 0, 60000);
-        IF m.reversible OR m.keep_source THEN
-          -- (reversible moves and keep_source of these tables: 0.7.12 on both shards)
-          PERFORM id_gen.require_shard_function(shard, 'id_gen.shard_keep_unowned_rows(bigint,text[],name[],integer,integer)',
-                                                CASE WHEN m.reversible THEN 'reversible moves' ELSE 'keep_source' END
-                                                || ' of tables laid out by ownership', '0.7.12')
-          FROM unnest(ARRAY[m.source_shard, m.target_shard]) shard;
-        END IF;
         IF m.target_subscription IS NULL THEN
           left_behind := id_gen.delete_moved_rows(m, true);
           IF left_behind > 0 THEN
@@ -4919,6 +4933,13 @@ BEGIN
               HINT = format('On %s: ALTER SYSTEM SET wal_level = logical; then restart it. Nothing was changed.', src);
     END IF;
     PERFORM id_gen.remote_call(move_genes.target_shard, 'shard_system_id', '{}', 10000);
+    IF (move_genes.reversible OR move_genes.keep_source) AND id_gen.has_owned_tables() THEN
+      -- (reversible moves and keep_source of tables laid out by ownership: 0.7.12 on both shards)
+      PERFORM id_gen.require_shard_function(shard, 'id_gen.shard_keep_unowned_rows(bigint,text[],name[],integer,integer,integer)',
+                                            CASE WHEN move_genes.reversible THEN 'a reversible move of tables laid out by ownership'
+                                                 ELSE 'keep_source with tables laid out by ownership' END, '0.7.12')
+      FROM unnest(ARRAY[src, move_genes.target_shard]) shard;
+    END IF;
     INSERT INTO id_gen.shard_moves (lower_gene, upper_gene, source_shard, target_shard, keep_source, reversible, runner_pid)
     VALUES (move_genes.lower_gene, move_genes.upper_gene, src, move_genes.target_shard, move_genes.keep_source,
             move_genes.reversible, pg_backend_pid())
@@ -6784,28 +6805,61 @@ REVOKE EXECUTE ON FUNCTION id_gen.undo_revert_relayout(id_gen.shard_moves) FROM 
 
 -- A revert's fence, lifted: its re-layout of per_shard tables undone, the target takes direct
 -- writes again and the source's kept partitions refuse them again (a failed fence attempt,
--- or the supervisor after a crash).
-CREATE OR REPLACE FUNCTION id_gen.lift_revert_fence(m id_gen.shard_moves, timeout_ms integer) RETURNS void
+-- or the supervisor after a crash). Tables laid out by ownership: when the source may own the
+-- genes (source_may_own: its own_incoming may have committed; unknown after a crash), it
+-- gives them up and the target owns them again before the target's fence of them goes,
+-- under the coordinator's locks of the per_shard tables (so that no statement finds neither
+-- shard owning them); a source that does not answer then leaves the target fenced (both
+-- would own them otherwise) and the error is raised after the rest is done, so that the
+-- clean-up revert_fence tries again. When the source cannot own them, only the target's
+-- fence goes, without the source.
+CREATE OR REPLACE FUNCTION id_gen.lift_revert_fence_of(m id_gen.shard_moves, timeout_ms integer, source_may_own boolean)
+RETURNS void
 LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+  r id_gen.shard_moves := id_gen.reversed(m);
+  saved text := current_setting('lock_timeout');
+  owned_err text;
+  owned_state text;
 BEGIN
-  -- Tables laid out by ownership: the source gives the genes up again, the target owns them
-  -- again, and only then is its fence of them lifted (both would own them otherwise; a
-  -- source that does not answer leaves the target fenced, and the clean-up revert_fence
-  -- tries again). Each step does nothing when it was not done.
   IF id_gen.has_owned_tables() THEN
-    PERFORM id_gen.run_move_step(id_gen.reversed(m), 'disown_incoming', 0, timeout_ms);
-    PERFORM id_gen.run_move_step(id_gen.reversed(m), 'retake_source', 0, timeout_ms);
-    PERFORM id_gen.run_move_step(id_gen.reversed(m), 'unfence_source_owned', 0, timeout_ms);
+    BEGIN
+      IF source_may_own THEN
+        PERFORM set_config('lock_timeout', '2s', true);
+        PERFORM id_gen.lock_per_shard_tables();
+        PERFORM set_config('lock_timeout', saved, true);
+        PERFORM id_gen.run_move_step(r, 'disown_incoming', 0, timeout_ms);
+        PERFORM id_gen.run_move_step(r, 'retake_source', 0, timeout_ms);
+      END IF;
+      PERFORM id_gen.run_move_step(r, 'unfence_source_owned', 0, timeout_ms);
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
+      GET STACKED DIAGNOSTICS owned_err = MESSAGE_TEXT, owned_state = RETURNED_SQLSTATE;
+    END;
   END IF;
   -- (first: unfence_source finds the target's partitions by their names)
   PERFORM id_gen.undo_revert_relayout(m);
-  PERFORM id_gen.run_move_step(id_gen.reversed(m), 'unfence_source', 0, 10000);
+  PERFORM id_gen.run_move_step(r, 'unfence_source', 0, 10000);
   PERFORM id_gen.remote_call(m.source_shard, 'shard_open_kept',
                             ARRAY[m.move_id::text, (id_gen.move_parts(m.lower_gene, m.upper_gene)).parts::text, 'false'], timeout_ms);
+  IF owned_err IS NOT NULL THEN
+    RAISE EXCEPTION 'id_gen: move %: the target "%" keeps its fence of genes % .. % of tables laid out by ownership: %',
+                    m.move_id, m.target_shard, m.lower_gene, m.upper_gene, owned_err
+      USING ERRCODE = owned_state, HINT = 'The source must give the genes up first; the move supervisor tries again when it answers.';
+  END IF;
 END $$;
-COMMENT ON FUNCTION id_gen.lift_revert_fence(id_gen.shard_moves, integer) IS 'Lifts a revert''s fence: its re-layout of per_shard tables is undone, the target''s fence triggers are disabled and the source''s kept partitions refuse direct writes again.';
+COMMENT ON FUNCTION id_gen.lift_revert_fence_of(id_gen.shard_moves, integer, boolean) IS 'Lifts a revert''s fence: its re-layout of per_shard tables is undone, the target''s fence triggers are disabled and the source''s kept partitions refuse direct writes again; tables laid out by ownership: the source gives the genes up and the target owns them again (source_may_own), then the target''s fence of them goes.';
+REVOKE EXECUTE ON FUNCTION id_gen.lift_revert_fence_of(id_gen.shard_moves, integer, boolean) FROM PUBLIC;
+
+-- The same when nothing says how far the fence came (a crash, the clean-up revert_fence).
+CREATE OR REPLACE FUNCTION id_gen.lift_revert_fence(m id_gen.shard_moves, timeout_ms integer) RETURNS void
+LANGUAGE sql STRICT
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+  SELECT id_gen.lift_revert_fence_of(m, timeout_ms, true);
+END;
+COMMENT ON FUNCTION id_gen.lift_revert_fence(id_gen.shard_moves, integer) IS 'Lifts a revert''s fence whose progress is not known (id_gen.lift_revert_fence_of with source_may_own).';
 REVOKE EXECUTE ON FUNCTION id_gen.lift_revert_fence(id_gen.shard_moves, integer) FROM PUBLIC;
 
 -- The way back goes: first the target's publication and slot (the slot is what keeps WAL
@@ -6916,6 +6970,7 @@ DECLARE
   attempt integer := (step->>'attempt')::integer;
   per_shard boolean := id_gen.has_per_shard_tables();
   owned boolean := id_gen.has_owned_tables();
+  source_may_own boolean := false;
 BEGIN
   IF m.move_id IS NULL THEN
     RAISE EXCEPTION 'id_gen: argument "m" must not be NULL (it is the move, read by id_gen.move_step)' USING ERRCODE = '22004';
@@ -6974,6 +7029,7 @@ BEGIN
       IF owned THEN
         -- The source owns the genes again, fenced (its kept rows show; its writers of them
         -- wait for the flip), while the coordinator holds every statement of them.
+        source_may_own := true;
         PERFORM id_gen.run_move_step(r, 'own_incoming', 0, 8000);
       END IF;
       IF per_shard THEN
@@ -7011,7 +7067,7 @@ BEGIN
       -- once they go, those writers reach the target, which must take them.
       GET STACKED DIAGNOSTICS err = MESSAGE_TEXT, err_state = RETURNED_SQLSTATE;
       BEGIN
-        PERFORM id_gen.lift_revert_fence(m, 5000);
+        PERFORM id_gen.lift_revert_fence_of(m, 5000, source_may_own);
       EXCEPTION WHEN OTHERS OR query_canceled THEN
         err := err || ' (lifting the target''s fence failed: ' || SQLERRM || ')';
       END;
@@ -7039,17 +7095,29 @@ DECLARE
   outcome id_gen.step_outcome;
   m id_gen.shard_moves;
   attempt integer := (step->>'attempt')::integer;
+  lift_err text;
 BEGIN
   SELECT * INTO m FROM id_gen.shard_moves sm WHERE sm.move_id = revert_step_failed.move_id;
   IF NOT FOUND OR phase IS DISTINCT FROM 'reversible' OR step->>'step' IS DISTINCT FROM 'revert_fence' THEN
     RETURN outcome;
   END IF;
-  PERFORM id_gen.lift_revert_fence(m, 5000);
-  PERFORM id_gen.forget_cleanup(m.move_id, 'revert_fence');
+  -- (Again, whatever the attempt's own undo did; a lift that fails here, a source that does
+  -- not answer, leaves the clean-up revert_fence to the move supervisor.)
+  BEGIN
+    PERFORM id_gen.lift_revert_fence(m, 5000);
+    PERFORM id_gen.forget_cleanup(m.move_id, 'revert_fence');
+  EXCEPTION WHEN OTHERS OR query_canceled THEN
+    lift_err := SQLERRM;
+  END;
   UPDATE id_gen.shard_moves sm SET last_error = format('revert fence attempt %s: %s', attempt, err),
                                    updated_at = clock_timestamp()
   WHERE sm.move_id = m.move_id;
-  IF err_state IN ('57014', '55006') OR attempt >= coalesce((step->>'last')::integer, 5) THEN
+  IF lift_err IS NOT NULL THEN
+    outcome.stop_message := format('id_gen: move %s: could not revert: %s', m.move_id, err);
+    outcome.stop_sqlstate := coalesce(err_state, '55000');
+    outcome.stop_detail := format('Lifting the fence did not finish (%s); the move supervisor finishes it when both shards answer.', lift_err);
+    outcome.stop_hint := format('Watch id_gen.moves; once the fence is gone, CALL id_gen.revert_move(%s) again or CALL id_gen.complete_move(%s).', m.move_id, m.move_id);
+  ELSIF err_state IN ('57014', '55006') OR attempt >= coalesce((step->>'last')::integer, 5) THEN
     outcome.stop_message := format('id_gen: move %s: could not revert: %s', m.move_id, err);
     outcome.stop_sqlstate := coalesce(err_state, '55000');
     outcome.stop_detail := 'The fence was lifted; the target still serves the genes and the source follows it.';
@@ -8255,45 +8323,70 @@ REVOKE EXECUTE ON FUNCTION id_gen.shard_delete_unowned_rows(text[], name[], inte
 -- After a move with keep_source (since 0.7.12), before its rows go: each table of rows
 -- gives its rows of the genes that it does not own to a table of their own beside it,
 -- id_gen.moved_partition_name(move_id, <table of rows>) (columns and indexes of the table
--- of rows, no triggers; owned by the table's owner), made and filled in one transaction:
--- one that exists is the work of an earlier call, and stays as it is. Returns how many rows
--- were kept now.
+-- of rows, no triggers, a COMMENT naming the move), up to `batch` rows per table and call in
+-- the order of their ids, each call a transaction of its own there: the coordinator calls it
+-- until it returns 0 (nobody writes those rows any more: the shard does not own them). The
+-- copy stays owned by the caller (a superuser) while it fills, so that no other role can
+-- give it a trigger between batches, and goes to the table's owner when nothing is left to
+-- copy; a table of that name that is neither (or has another COMMENT) is refused (42P07).
+-- Returns how many rows were copied.
 CREATE OR REPLACE FUNCTION id_gen.shard_keep_unowned_rows(move_id bigint, rows_tables text[], id_columns name[],
-                                                          lower_gene integer, upper_gene integer) RETURNS bigint
+                                                          lower_gene integer, upper_gene integer, batch integer) RETURNS bigint
 LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   rel regclass;
   kept text;
+  kept_rel regclass;
+  kept_owner oid;
+  rel_owner oid;
+  note text;
   n bigint;
   total bigint := 0;
 BEGIN
+  IF batch < 1 THEN
+    RAISE EXCEPTION 'id_gen: batch must be positive' USING ERRCODE = '22023';
+  END IF;
   -- (Rows of genes not owned: the routing guard would refuse to read them by id.)
   PERFORM set_config('id_gen.routing_guard', 'off', true);
   FOR i IN 1 .. cardinality(rows_tables) LOOP
     rel := to_regclass(rows_tables[i]);
     CONTINUE WHEN rel IS NULL;
     PERFORM id_gen.refuse_untrusted_table(rel, 'shard table');
-    kept := format('%I.%I', (SELECT ns.nspname FROM pg_class c JOIN pg_namespace ns ON ns.oid = c.relnamespace WHERE c.oid = rel),
-                   id_gen.moved_partition_name(move_id, rows_tables[i]));
-    CONTINUE WHEN to_regclass(kept) IS NOT NULL;
-    EXECUTE format('CREATE TABLE %s (LIKE %s INCLUDING INDEXES)', kept, rel);
-    EXECUTE format('INSERT INTO %s SELECT * FROM %s WHERE %I OPERATOR(pg_catalog.>=) %s AND %I OPERATOR(pg_catalog.<=) %s '
-                   'AND NOT id_gen.shard_owns(%L::pg_catalog.regclass, %I)',
-                   kept, rel, id_columns[i], id_gen.gene_first_id(lower_gene), id_columns[i], id_gen.gene_last_id(upper_gene),
-                   rel::text, id_columns[i]);
+    SELECT c.relowner, format('%I.%I', ns.nspname, id_gen.moved_partition_name(move_id, rows_tables[i]))
+      INTO rel_owner, kept
+    FROM pg_class c JOIN pg_namespace ns ON ns.oid = c.relnamespace WHERE c.oid = rel;
+    note := format('id_gen: the rows of genes %s .. %s that %s held when move %s took them elsewhere (keep_source); drop it when no longer needed.',
+                   lower_gene, upper_gene, rel, move_id);
+    kept_rel := to_regclass(kept);
+    IF kept_rel IS NULL THEN
+      EXECUTE format('CREATE TABLE %s (LIKE %s INCLUDING INDEXES)', kept, rel);
+      EXECUTE format('COMMENT ON TABLE %s IS %L', kept, note);
+      kept_rel := to_regclass(kept);
+    END IF;
+    SELECT c.relowner INTO kept_owner FROM pg_class c WHERE c.oid = kept_rel AND c.relkind = 'r';
+    IF kept_owner IS NULL OR kept_owner NOT IN (rel_owner, (SELECT r.oid FROM pg_roles r WHERE r.rolname = current_user))
+       OR obj_description(kept_rel, 'pg_class') IS DISTINCT FROM note THEN
+      RAISE EXCEPTION 'id_gen: move %: % exists on this shard and is not the copy of the rows of % it keeps', move_id, kept, rel
+        USING ERRCODE = '42P07', HINT = 'Rename or drop it; the move''s clean-up tries again.';
+    END IF;
+    CONTINUE WHEN kept_owner = rel_owner AND kept_owner <> (SELECT r.oid FROM pg_roles r WHERE r.rolname = current_user);  -- (done)
+    PERFORM id_gen.refuse_untrusted_table(kept_rel, 'keep rows in');
+    EXECUTE format('INSERT INTO %1$s SELECT * FROM %2$s WHERE %3$I OPERATOR(pg_catalog.>=) %4$s AND %3$I OPERATOR(pg_catalog.<=) %5$s '
+                   'AND %3$I OPERATOR(pg_catalog.>) coalesce((SELECT max(%3$I) FROM %1$s), %4$s OPERATOR(pg_catalog.-) 1) '
+                   'AND NOT id_gen.shard_owns(%6$L::pg_catalog.regclass, %3$I) ORDER BY %3$I LIMIT %7$s',
+                   kept, rel, id_columns[i], id_gen.gene_first_id(lower_gene), id_gen.gene_last_id(upper_gene), rel::text, batch);
     GET DIAGNOSTICS n = ROW_COUNT;
     total := total + n;
-    EXECUTE format('ALTER TABLE %s OWNER TO %I', kept, (SELECT pg_get_userbyid(c.relowner) FROM pg_class c WHERE c.oid = rel));
-    EXECUTE format('COMMENT ON TABLE %s IS %L', kept,
-                   format('id_gen: the rows of genes %s .. %s that %s held when move %s took them elsewhere (keep_source); drop it when no longer needed.',
-                          lower_gene, upper_gene, rel, move_id));
+    IF n < batch THEN  -- (all copied: the table's owner gets it)
+      EXECUTE format('ALTER TABLE %s OWNER TO %I', kept, pg_get_userbyid(rel_owner));
+    END IF;
   END LOOP;
   RETURN total;
 END $$;
-COMMENT ON FUNCTION id_gen.shard_keep_unowned_rows(bigint, text[], name[], integer, integer) IS 'On the source of a move with keep_source, before its rows of the genes are deleted: copies each table of rows'' rows of genes lower_gene .. upper_gene that it does not own into a new table beside it (id_gen.moved_partition_name), unless that table exists; returns how many rows it kept.';
-REVOKE EXECUTE ON FUNCTION id_gen.shard_keep_unowned_rows(bigint, text[], name[], integer, integer) FROM PUBLIC;
+COMMENT ON FUNCTION id_gen.shard_keep_unowned_rows(bigint, text[], name[], integer, integer, integer) IS 'On the source of a move with keep_source, before its rows of the genes are deleted: copies up to batch more of each table of rows'' rows of genes lower_gene .. upper_gene that it does not own, in the order of their ids, into a table beside it (id_gen.moved_partition_name, made on first call, given to the table''s owner once complete; 42P07 for another table of that name); returns how many rows it copied. The coordinator calls it until it returns 0.';
+REVOKE EXECUTE ON FUNCTION id_gen.shard_keep_unowned_rows(bigint, text[], name[], integer, integer, integer) FROM PUBLIC;
 
 -- ===== sql/cluster/route_hash.sql =====
 -- Routing by shard slots on the coordinator: the hash operator class id_gen.gene_route_ops,

@@ -279,7 +279,7 @@ BEGIN
     (33, 'cut_over', 'source', 'drop_source',
      id_gen.remote_call_text('shard_drop_moved', ARRAY[id, p.parts::text, (NOT coalesce(m.keep_source, false))::text])),
     (34, 'cut_over', 'source', 'keep_source_rows',
-     id_gen.remote_call_text('shard_keep_unowned_rows', ARRAY[id, ow.rows_tables::text, ow.id_columns::text, lo, hi])),
+     id_gen.remote_call_text('shard_keep_unowned_rows', ARRAY[id, ow.rows_tables::text, ow.id_columns::text, lo, hi, '10000'])),
     (35, 'cut_over', 'source', 'delete_source_rows',
      id_gen.remote_call_text('shard_delete_unowned_rows', ARRAY[ow.rows_tables::text, ow.id_columns::text, lo, hi, '10000'])),
     (36, 'cut_over', 'target', 'forget_markers', id_gen.remote_call_text('shard_forget_markers', ARRAY[id])),
@@ -388,8 +388,8 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
   IF id_gen.remote_exec(shard, format('SELECT pg_catalog.to_regprocedure(%L) IS NOT NULL', signature), 10000) IS DISTINCT FROM 't' THEN
-    RAISE EXCEPTION 'id_gen: % need id_gen % or later on shard "%"', what, since, shard
-      USING ERRCODE = '55000', DETAIL = format('The shard has no function %s.', signature),
+    RAISE EXCEPTION 'id_gen: % needs id_gen % or later on shard "%"', what, since, shard
+      USING ERRCODE = '55000', DETAIL = format('The shard has no function %s. Nothing was changed.', signature),
             HINT = 'Run ALTER EXTENSION id_gen UPDATE on the shard, then call again.';
   END IF;
 END $$;
@@ -416,6 +416,27 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION id_gen.delete_moved_rows(id_gen.shard_moves, boolean) IS 'Deletes, in batches each committed on the shard, the rows of a move''s genes that its source (after the cut-over) or its target (on_target: copies of a move rolled back, leftovers) holds of tables laid out by ownership but does not own.';
 REVOKE EXECUTE ON FUNCTION id_gen.delete_moved_rows(id_gen.shard_moves, boolean) FROM PUBLIC;
+
+-- With keep_source: the source's rows of the moved genes, which it no longer owns, copied in
+-- batches of 10,000 per table into a table of their own beside each table of rows, each
+-- batch committed on the shard, before they are deleted; returns how many were copied.
+CREATE OR REPLACE FUNCTION id_gen.keep_moved_rows(m id_gen.shard_moves) RETURNS bigint
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  n bigint;
+  total bigint := 0;
+BEGIN
+  LOOP
+    n := id_gen.run_move_step(m, 'keep_source_rows', 0, 60000)::bigint;
+    EXIT WHEN coalesce(n, 0) = 0;
+    total := total + n;
+  END LOOP;
+  RETURN total;
+END $$;
+COMMENT ON FUNCTION id_gen.keep_moved_rows(id_gen.shard_moves) IS 'With keep_source: copies, in batches each committed on the source, its rows of the moved genes of tables laid out by ownership into a table of their own beside each table of rows (id_gen.shard_keep_unowned_rows), before they are deleted.';
+REVOKE EXECUTE ON FUNCTION id_gen.keep_moved_rows(id_gen.shard_moves) FROM PUBLIC;
 
 -- The source's connection string goes to the target as a bound parameter of a
 -- postgres_fdw INSERT (the statement text there reads VALUES ($1, $2)); it becomes
@@ -544,7 +565,7 @@ BEGIN
     -- copied to a table of their own first.
     IF id_gen.has_owned_tables() THEN
       IF m.keep_source THEN
-        PERFORM id_gen.run_move_step(m, 'keep_source_rows', 0, 600000);
+        PERFORM id_gen.keep_moved_rows(m);
       END IF;
       PERFORM id_gen.delete_moved_rows(m, false);
     END IF;
@@ -1062,13 +1083,6 @@ BEGIN
         -- and the copies go into the target's tables of rows, which must hold none of these
         -- genes (rows an earlier move left there, not owned, go).
         PERFORM id_gen.run_move_step(m, 'check_source_rows', 0, 60000);
-        IF m.reversible OR m.keep_source THEN
-          -- (reversible moves and keep_source of these tables: 0.7.12 on both shards)
-          PERFORM id_gen.require_shard_function(shard, 'id_gen.shard_keep_unowned_rows(bigint,text[],name[],integer,integer)',
-                                                CASE WHEN m.reversible THEN 'reversible moves' ELSE 'keep_source' END
-                                                || ' of tables laid out by ownership', '0.7.12')
-          FROM unnest(ARRAY[m.source_shard, m.target_shard]) shard;
-        END IF;
         IF m.target_subscription IS NULL THEN
           left_behind := id_gen.delete_moved_rows(m, true);
           IF left_behind > 0 THEN
@@ -1597,6 +1611,13 @@ BEGIN
               HINT = format('On %s: ALTER SYSTEM SET wal_level = logical; then restart it. Nothing was changed.', src);
     END IF;
     PERFORM id_gen.remote_call(move_genes.target_shard, 'shard_system_id', '{}', 10000);
+    IF (move_genes.reversible OR move_genes.keep_source) AND id_gen.has_owned_tables() THEN
+      -- (reversible moves and keep_source of tables laid out by ownership: 0.7.12 on both shards)
+      PERFORM id_gen.require_shard_function(shard, 'id_gen.shard_keep_unowned_rows(bigint,text[],name[],integer,integer,integer)',
+                                            CASE WHEN move_genes.reversible THEN 'a reversible move of tables laid out by ownership'
+                                                 ELSE 'keep_source with tables laid out by ownership' END, '0.7.12')
+      FROM unnest(ARRAY[src, move_genes.target_shard]) shard;
+    END IF;
     INSERT INTO id_gen.shard_moves (lower_gene, upper_gene, source_shard, target_shard, keep_source, reversible, runner_pid)
     VALUES (move_genes.lower_gene, move_genes.upper_gene, src, move_genes.target_shard, move_genes.keep_source,
             move_genes.reversible, pg_backend_pid())

@@ -167,28 +167,61 @@ REVOKE EXECUTE ON FUNCTION id_gen.undo_revert_relayout(id_gen.shard_moves) FROM 
 
 -- A revert's fence, lifted: its re-layout of per_shard tables undone, the target takes direct
 -- writes again and the source's kept partitions refuse them again (a failed fence attempt,
--- or the supervisor after a crash).
-CREATE OR REPLACE FUNCTION id_gen.lift_revert_fence(m id_gen.shard_moves, timeout_ms integer) RETURNS void
+-- or the supervisor after a crash). Tables laid out by ownership: when the source may own the
+-- genes (source_may_own: its own_incoming may have committed; unknown after a crash), it
+-- gives them up and the target owns them again before the target's fence of them goes,
+-- under the coordinator's locks of the per_shard tables (so that no statement finds neither
+-- shard owning them); a source that does not answer then leaves the target fenced (both
+-- would own them otherwise) and the error is raised after the rest is done, so that the
+-- clean-up revert_fence tries again. When the source cannot own them, only the target's
+-- fence goes, without the source.
+CREATE OR REPLACE FUNCTION id_gen.lift_revert_fence_of(m id_gen.shard_moves, timeout_ms integer, source_may_own boolean)
+RETURNS void
 LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+  r id_gen.shard_moves := id_gen.reversed(m);
+  saved text := current_setting('lock_timeout');
+  owned_err text;
+  owned_state text;
 BEGIN
-  -- Tables laid out by ownership: the source gives the genes up again, the target owns them
-  -- again, and only then is its fence of them lifted (both would own them otherwise; a
-  -- source that does not answer leaves the target fenced, and the clean-up revert_fence
-  -- tries again). Each step does nothing when it was not done.
   IF id_gen.has_owned_tables() THEN
-    PERFORM id_gen.run_move_step(id_gen.reversed(m), 'disown_incoming', 0, timeout_ms);
-    PERFORM id_gen.run_move_step(id_gen.reversed(m), 'retake_source', 0, timeout_ms);
-    PERFORM id_gen.run_move_step(id_gen.reversed(m), 'unfence_source_owned', 0, timeout_ms);
+    BEGIN
+      IF source_may_own THEN
+        PERFORM set_config('lock_timeout', '2s', true);
+        PERFORM id_gen.lock_per_shard_tables();
+        PERFORM set_config('lock_timeout', saved, true);
+        PERFORM id_gen.run_move_step(r, 'disown_incoming', 0, timeout_ms);
+        PERFORM id_gen.run_move_step(r, 'retake_source', 0, timeout_ms);
+      END IF;
+      PERFORM id_gen.run_move_step(r, 'unfence_source_owned', 0, timeout_ms);
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
+      GET STACKED DIAGNOSTICS owned_err = MESSAGE_TEXT, owned_state = RETURNED_SQLSTATE;
+    END;
   END IF;
   -- (first: unfence_source finds the target's partitions by their names)
   PERFORM id_gen.undo_revert_relayout(m);
-  PERFORM id_gen.run_move_step(id_gen.reversed(m), 'unfence_source', 0, 10000);
+  PERFORM id_gen.run_move_step(r, 'unfence_source', 0, 10000);
   PERFORM id_gen.remote_call(m.source_shard, 'shard_open_kept',
                             ARRAY[m.move_id::text, (id_gen.move_parts(m.lower_gene, m.upper_gene)).parts::text, 'false'], timeout_ms);
+  IF owned_err IS NOT NULL THEN
+    RAISE EXCEPTION 'id_gen: move %: the target "%" keeps its fence of genes % .. % of tables laid out by ownership: %',
+                    m.move_id, m.target_shard, m.lower_gene, m.upper_gene, owned_err
+      USING ERRCODE = owned_state, HINT = 'The source must give the genes up first; the move supervisor tries again when it answers.';
+  END IF;
 END $$;
-COMMENT ON FUNCTION id_gen.lift_revert_fence(id_gen.shard_moves, integer) IS 'Lifts a revert''s fence: its re-layout of per_shard tables is undone, the target''s fence triggers are disabled and the source''s kept partitions refuse direct writes again.';
+COMMENT ON FUNCTION id_gen.lift_revert_fence_of(id_gen.shard_moves, integer, boolean) IS 'Lifts a revert''s fence: its re-layout of per_shard tables is undone, the target''s fence triggers are disabled and the source''s kept partitions refuse direct writes again; tables laid out by ownership: the source gives the genes up and the target owns them again (source_may_own), then the target''s fence of them goes.';
+REVOKE EXECUTE ON FUNCTION id_gen.lift_revert_fence_of(id_gen.shard_moves, integer, boolean) FROM PUBLIC;
+
+-- The same when nothing says how far the fence came (a crash, the clean-up revert_fence).
+CREATE OR REPLACE FUNCTION id_gen.lift_revert_fence(m id_gen.shard_moves, timeout_ms integer) RETURNS void
+LANGUAGE sql STRICT
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+  SELECT id_gen.lift_revert_fence_of(m, timeout_ms, true);
+END;
+COMMENT ON FUNCTION id_gen.lift_revert_fence(id_gen.shard_moves, integer) IS 'Lifts a revert''s fence whose progress is not known (id_gen.lift_revert_fence_of with source_may_own).';
 REVOKE EXECUTE ON FUNCTION id_gen.lift_revert_fence(id_gen.shard_moves, integer) FROM PUBLIC;
 
 -- The way back goes: first the target's publication and slot (the slot is what keeps WAL
@@ -299,6 +332,7 @@ DECLARE
   attempt integer := (step->>'attempt')::integer;
   per_shard boolean := id_gen.has_per_shard_tables();
   owned boolean := id_gen.has_owned_tables();
+  source_may_own boolean := false;
 BEGIN
   IF m.move_id IS NULL THEN
     RAISE EXCEPTION 'id_gen: argument "m" must not be NULL (it is the move, read by id_gen.move_step)' USING ERRCODE = '22004';
@@ -357,6 +391,7 @@ BEGIN
       IF owned THEN
         -- The source owns the genes again, fenced (its kept rows show; its writers of them
         -- wait for the flip), while the coordinator holds every statement of them.
+        source_may_own := true;
         PERFORM id_gen.run_move_step(r, 'own_incoming', 0, 8000);
       END IF;
       IF per_shard THEN
@@ -394,7 +429,7 @@ BEGIN
       -- once they go, those writers reach the target, which must take them.
       GET STACKED DIAGNOSTICS err = MESSAGE_TEXT, err_state = RETURNED_SQLSTATE;
       BEGIN
-        PERFORM id_gen.lift_revert_fence(m, 5000);
+        PERFORM id_gen.lift_revert_fence_of(m, 5000, source_may_own);
       EXCEPTION WHEN OTHERS OR query_canceled THEN
         err := err || ' (lifting the target''s fence failed: ' || SQLERRM || ')';
       END;
@@ -422,17 +457,29 @@ DECLARE
   outcome id_gen.step_outcome;
   m id_gen.shard_moves;
   attempt integer := (step->>'attempt')::integer;
+  lift_err text;
 BEGIN
   SELECT * INTO m FROM id_gen.shard_moves sm WHERE sm.move_id = revert_step_failed.move_id;
   IF NOT FOUND OR phase IS DISTINCT FROM 'reversible' OR step->>'step' IS DISTINCT FROM 'revert_fence' THEN
     RETURN outcome;
   END IF;
-  PERFORM id_gen.lift_revert_fence(m, 5000);
-  PERFORM id_gen.forget_cleanup(m.move_id, 'revert_fence');
+  -- (Again, whatever the attempt's own undo did; a lift that fails here, a source that does
+  -- not answer, leaves the clean-up revert_fence to the move supervisor.)
+  BEGIN
+    PERFORM id_gen.lift_revert_fence(m, 5000);
+    PERFORM id_gen.forget_cleanup(m.move_id, 'revert_fence');
+  EXCEPTION WHEN OTHERS OR query_canceled THEN
+    lift_err := SQLERRM;
+  END;
   UPDATE id_gen.shard_moves sm SET last_error = format('revert fence attempt %s: %s', attempt, err),
                                    updated_at = clock_timestamp()
   WHERE sm.move_id = m.move_id;
-  IF err_state IN ('57014', '55006') OR attempt >= coalesce((step->>'last')::integer, 5) THEN
+  IF lift_err IS NOT NULL THEN
+    outcome.stop_message := format('id_gen: move %s: could not revert: %s', m.move_id, err);
+    outcome.stop_sqlstate := coalesce(err_state, '55000');
+    outcome.stop_detail := format('Lifting the fence did not finish (%s); the move supervisor finishes it when both shards answer.', lift_err);
+    outcome.stop_hint := format('Watch id_gen.moves; once the fence is gone, CALL id_gen.revert_move(%s) again or CALL id_gen.complete_move(%s).', m.move_id, m.move_id);
+  ELSIF err_state IN ('57014', '55006') OR attempt >= coalesce((step->>'last')::integer, 5) THEN
     outcome.stop_message := format('id_gen: move %s: could not revert: %s', m.move_id, err);
     outcome.stop_sqlstate := coalesce(err_state, '55000');
     outcome.stop_detail := 'The fence was lifted; the target still serves the genes and the source follows it.';

@@ -45,11 +45,14 @@ max_locks_per_transaction, 1,024 route ranges alternating between the shards.
     with the update and without the deleted row, the target's copies are deleted, no fence
     or replication object is left. The same genes moved again with keep_source and
     completed: the source's rows (the row written after the flip included) are in a table
-    of their own, and deleted from its table of rows.
+    of their own, and deleted from its table of rows; then back with keep_source alone.
 (k) the coordinator killed in a revert's fence after the shards gave the genes back, before
     its flip committed: the move supervisor undoes it (the source gives them up, the target
     owns them again, unfenced), the move rests in phase reversible, every row is seen once,
     and the same revert then runs whole.
+(l) a revert whose fence fails five times (its marker refused on the source): each attempt
+    is undone, the target owns the genes unfenced and takes writes through the coordinator,
+    the source owns none; then the revert runs whole.
 """
 import psycopg
 import pytest
@@ -513,6 +516,16 @@ def test_j_a_reversible_move_reverted_then_completed_keeping_the_source():
     src.execute(f"DROP TABLE public.{kept}",
                 f"DROP TABLE public.{src.one(f'SELECT id_gen.moved_partition_name({mid}, {chr(39)}public.events_rows{chr(39)})')}")
 
+    # And back with keep_source alone: the rows are kept at the cut-over, in batches.
+    held = rows_of_genes(dst, "orders", lo, hi)
+    c.execute(f"CALL id_gen.move_genes({lo}, {hi}, '{source}', keep_source => true)")
+    mid = c.one("SELECT max(move_id) FROM id_gen.moves")
+    assert c.one(f"SELECT phase FROM id_gen.moves WHERE move_id = {mid}") == "done" and route_of(lo) == source
+    kept = dst.one(f"SELECT id_gen.moved_partition_name({mid}, 'public.orders_rows')")
+    assert dst.one(f"SELECT count(*) FROM public.{kept}") == held == rows_of_genes(src, "orders", lo, hi)
+    assert rows_of_genes(dst, "orders", lo, hi) == 0
+    assert move_leftovers() == [0, 0]
+
 
 def test_k_a_coordinator_killed_in_a_revert_fence_after_the_genes_went_back():
     c, s1, s2 = S["c"], S["shards"][1], S["shards"][2]
@@ -548,5 +561,32 @@ def test_k_a_coordinator_killed_in_a_revert_fence_after_the_genes_went_back():
     assert route_of(lo) == "shard_1" and (owns(s1, lo), owns(s2, lo)) == (True, False)
     assert s1.execute(f"SELECT count(*), sum(amount) FROM orders WHERE owner_id = {o}") == [(20, 90)]
     assert c.execute("SELECT count(*), sum(amount) FROM orders") == before
+    assert rows_of_genes(s2, "orders", lo, hi) == 0
+    assert move_leftovers() == [0, 0]
+
+
+def test_l_a_revert_whose_fence_fails_is_undone():
+    c, s1, s2 = S["c"], S["shards"][1], S["shards"][2]
+    width = 65536 // RANGES
+    o = owners_on("shard_1", 1, first=995000)[0]
+    g = c.one(f"SELECT id_gen.shard_gene({o}::bigint)")
+    lo, hi = g - g % width, g - g % width + width - 1
+    c.execute(f"INSERT INTO orders (owner_id, amount) SELECT {o}, 2 FROM generate_series(1, 10)")
+    c.execute("SET client_min_messages = warning", f"CALL id_gen.move_genes({lo}, {hi}, 'shard_2', reversible => true)")
+    mid = c.one("SELECT max(move_id) FROM id_gen.moves")
+    # The revert's fence markers (numbered from 1,000) never reach the source; its probe does.
+    with harness.markers_refused(s1, "NEW.marker BETWEEN 1000 AND 999999"):
+        err = c.error(f"CALL id_gen.revert_move({mid})")
+    assert err is not None and "could not revert" in str(err), err
+    assert c.one(f"SELECT phase FROM id_gen.moves WHERE move_id = {mid}") == "reversible"
+    assert (owns(s1, lo), owns(s2, lo)) == (False, True) and route_of(lo) == "shard_2"
+    for s in (s1, s2):
+        assert s.one("SELECT count(*) FROM id_gen.shard_tables WHERE fenced_ranges <> '{}'") == 0
+    c.execute(f"INSERT INTO orders (owner_id, amount) VALUES ({o}, 3)")
+    assert s2.one(f"SELECT count(*) FROM orders WHERE owner_id = {o}") == 11
+    c.execute(f"CALL id_gen.revert_move({mid})")
+    assert c.one(f"SELECT phase FROM id_gen.moves WHERE move_id = {mid}") == "reverted"
+    assert (owns(s1, lo), owns(s2, lo)) == (True, False)
+    assert s1.execute(f"SELECT count(*), sum(amount) FROM orders WHERE owner_id = {o}") == [(11, 23)]
     assert rows_of_genes(s2, "orders", lo, hi) == 0
     assert move_leftovers() == [0, 0]

@@ -367,42 +367,67 @@ REVOKE EXECUTE ON FUNCTION id_gen.shard_delete_unowned_rows(text[], name[], inte
 -- After a move with keep_source (since 0.7.12), before its rows go: each table of rows
 -- gives its rows of the genes that it does not own to a table of their own beside it,
 -- id_gen.moved_partition_name(move_id, <table of rows>) (columns and indexes of the table
--- of rows, no triggers; owned by the table's owner), made and filled in one transaction:
--- one that exists is the work of an earlier call, and stays as it is. Returns how many rows
--- were kept now.
+-- of rows, no triggers, a COMMENT naming the move), up to `batch` rows per table and call in
+-- the order of their ids, each call a transaction of its own there: the coordinator calls it
+-- until it returns 0 (nobody writes those rows any more: the shard does not own them). The
+-- copy stays owned by the caller (a superuser) while it fills, so that no other role can
+-- give it a trigger between batches, and goes to the table's owner when nothing is left to
+-- copy; a table of that name that is neither (or has another COMMENT) is refused (42P07).
+-- Returns how many rows were copied.
 CREATE OR REPLACE FUNCTION id_gen.shard_keep_unowned_rows(move_id bigint, rows_tables text[], id_columns name[],
-                                                          lower_gene integer, upper_gene integer) RETURNS bigint
+                                                          lower_gene integer, upper_gene integer, batch integer) RETURNS bigint
 LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   rel regclass;
   kept text;
+  kept_rel regclass;
+  kept_owner oid;
+  rel_owner oid;
+  note text;
   n bigint;
   total bigint := 0;
 BEGIN
+  IF batch < 1 THEN
+    RAISE EXCEPTION 'id_gen: batch must be positive' USING ERRCODE = '22023';
+  END IF;
   -- (Rows of genes not owned: the routing guard would refuse to read them by id.)
   PERFORM set_config('id_gen.routing_guard', 'off', true);
   FOR i IN 1 .. cardinality(rows_tables) LOOP
     rel := to_regclass(rows_tables[i]);
     CONTINUE WHEN rel IS NULL;
     PERFORM id_gen.refuse_untrusted_table(rel, 'shard table');
-    kept := format('%I.%I', (SELECT ns.nspname FROM pg_class c JOIN pg_namespace ns ON ns.oid = c.relnamespace WHERE c.oid = rel),
-                   id_gen.moved_partition_name(move_id, rows_tables[i]));
-    CONTINUE WHEN to_regclass(kept) IS NOT NULL;
-    EXECUTE format('CREATE TABLE %s (LIKE %s INCLUDING INDEXES)', kept, rel);
-    EXECUTE format('INSERT INTO %s SELECT * FROM %s WHERE %I OPERATOR(pg_catalog.>=) %s AND %I OPERATOR(pg_catalog.<=) %s '
-                   'AND NOT id_gen.shard_owns(%L::pg_catalog.regclass, %I)',
-                   kept, rel, id_columns[i], id_gen.gene_first_id(lower_gene), id_columns[i], id_gen.gene_last_id(upper_gene),
-                   rel::text, id_columns[i]);
+    SELECT c.relowner, format('%I.%I', ns.nspname, id_gen.moved_partition_name(move_id, rows_tables[i]))
+      INTO rel_owner, kept
+    FROM pg_class c JOIN pg_namespace ns ON ns.oid = c.relnamespace WHERE c.oid = rel;
+    note := format('id_gen: the rows of genes %s .. %s that %s held when move %s took them elsewhere (keep_source); drop it when no longer needed.',
+                   lower_gene, upper_gene, rel, move_id);
+    kept_rel := to_regclass(kept);
+    IF kept_rel IS NULL THEN
+      EXECUTE format('CREATE TABLE %s (LIKE %s INCLUDING INDEXES)', kept, rel);
+      EXECUTE format('COMMENT ON TABLE %s IS %L', kept, note);
+      kept_rel := to_regclass(kept);
+    END IF;
+    SELECT c.relowner INTO kept_owner FROM pg_class c WHERE c.oid = kept_rel AND c.relkind = 'r';
+    IF kept_owner IS NULL OR kept_owner NOT IN (rel_owner, (SELECT r.oid FROM pg_roles r WHERE r.rolname = current_user))
+       OR obj_description(kept_rel, 'pg_class') IS DISTINCT FROM note THEN
+      RAISE EXCEPTION 'id_gen: move %: % exists on this shard and is not the copy of the rows of % it keeps', move_id, kept, rel
+        USING ERRCODE = '42P07', HINT = 'Rename or drop it; the move''s clean-up tries again.';
+    END IF;
+    CONTINUE WHEN kept_owner = rel_owner AND kept_owner <> (SELECT r.oid FROM pg_roles r WHERE r.rolname = current_user);  -- (done)
+    PERFORM id_gen.refuse_untrusted_table(kept_rel, 'keep rows in');
+    EXECUTE format('INSERT INTO %1$s SELECT * FROM %2$s WHERE %3$I OPERATOR(pg_catalog.>=) %4$s AND %3$I OPERATOR(pg_catalog.<=) %5$s '
+                   'AND %3$I OPERATOR(pg_catalog.>) coalesce((SELECT max(%3$I) FROM %1$s), %4$s OPERATOR(pg_catalog.-) 1) '
+                   'AND NOT id_gen.shard_owns(%6$L::pg_catalog.regclass, %3$I) ORDER BY %3$I LIMIT %7$s',
+                   kept, rel, id_columns[i], id_gen.gene_first_id(lower_gene), id_gen.gene_last_id(upper_gene), rel::text, batch);
     GET DIAGNOSTICS n = ROW_COUNT;
     total := total + n;
-    EXECUTE format('ALTER TABLE %s OWNER TO %I', kept, (SELECT pg_get_userbyid(c.relowner) FROM pg_class c WHERE c.oid = rel));
-    EXECUTE format('COMMENT ON TABLE %s IS %L', kept,
-                   format('id_gen: the rows of genes %s .. %s that %s held when move %s took them elsewhere (keep_source); drop it when no longer needed.',
-                          lower_gene, upper_gene, rel, move_id));
+    IF n < batch THEN  -- (all copied: the table's owner gets it)
+      EXECUTE format('ALTER TABLE %s OWNER TO %I', kept, pg_get_userbyid(rel_owner));
+    END IF;
   END LOOP;
   RETURN total;
 END $$;
-COMMENT ON FUNCTION id_gen.shard_keep_unowned_rows(bigint, text[], name[], integer, integer) IS 'On the source of a move with keep_source, before its rows of the genes are deleted: copies each table of rows'' rows of genes lower_gene .. upper_gene that it does not own into a new table beside it (id_gen.moved_partition_name), unless that table exists; returns how many rows it kept.';
-REVOKE EXECUTE ON FUNCTION id_gen.shard_keep_unowned_rows(bigint, text[], name[], integer, integer) FROM PUBLIC;
+COMMENT ON FUNCTION id_gen.shard_keep_unowned_rows(bigint, text[], name[], integer, integer, integer) IS 'On the source of a move with keep_source, before its rows of the genes are deleted: copies up to batch more of each table of rows'' rows of genes lower_gene .. upper_gene that it does not own, in the order of their ids, into a table beside it (id_gen.moved_partition_name, made on first call, given to the table''s owner once complete; 42P07 for another table of that name); returns how many rows it copied. The coordinator calls it until it returns 0.';
+REVOKE EXECUTE ON FUNCTION id_gen.shard_keep_unowned_rows(bigint, text[], name[], integer, integer, integer) FROM PUBLIC;
