@@ -396,47 +396,35 @@ END $$;
 COMMENT ON FUNCTION id_gen.require_shard_function(text, text, text, text) IS 'Raises 55000 naming the shard, what needs it and the version since when the shard lacks the function of the signature given (a shard not updated yet).';
 REVOKE EXECUTE ON FUNCTION id_gen.require_shard_function(text, text, text, text) FROM PUBLIC;
 
+-- A step of a move that works in batches, each committed on its shard (the deletes and the
+-- keep of rows of tables laid out by ownership), run until it returns 0; returns the sum.
+CREATE OR REPLACE FUNCTION id_gen.run_move_step_in_batches(m id_gen.shard_moves, step_name text) RETURNS bigint
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  n bigint;
+  total bigint := 0;
+BEGIN
+  LOOP
+    n := id_gen.run_move_step(m, step_name, 0, 60000)::bigint;
+    EXIT WHEN coalesce(n, 0) = 0;
+    total := total + n;
+  END LOOP;
+  RETURN total;
+END $$;
+COMMENT ON FUNCTION id_gen.run_move_step_in_batches(id_gen.shard_moves, text) IS 'Runs a step of a move that works in batches (each committed on its shard) until it returns 0: delete_source_rows, delete_target_rows, keep_source_rows; returns the sum of what it returned.';
+REVOKE EXECUTE ON FUNCTION id_gen.run_move_step_in_batches(id_gen.shard_moves, text) FROM PUBLIC;
+
 -- The rows of the moved genes that a shard holds but does not own (the source's after the
 -- cut-over, the target's copies of a move rolled back, leftovers before a move), deleted in
 -- batches of 10,000 per table, each batch committed there; returns how many went.
 CREATE OR REPLACE FUNCTION id_gen.delete_moved_rows(m id_gen.shard_moves, on_target boolean) RETURNS bigint
-LANGUAGE plpgsql STRICT
+LANGUAGE sql STRICT
 SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-  n bigint;
-  total bigint := 0;
-BEGIN
-  LOOP
-    n := id_gen.run_move_step(m, CASE WHEN on_target THEN 'delete_target_rows' ELSE 'delete_source_rows' END, 0, 60000)::bigint;
-    EXIT WHEN coalesce(n, 0) = 0;
-    total := total + n;
-  END LOOP;
-  RETURN total;
-END $$;
+RETURN id_gen.run_move_step_in_batches(m, CASE WHEN on_target THEN 'delete_target_rows' ELSE 'delete_source_rows' END);
 COMMENT ON FUNCTION id_gen.delete_moved_rows(id_gen.shard_moves, boolean) IS 'Deletes, in batches each committed on the shard, the rows of a move''s genes that its source (after the cut-over) or its target (on_target: copies of a move rolled back, leftovers) holds of tables laid out by ownership but does not own.';
 REVOKE EXECUTE ON FUNCTION id_gen.delete_moved_rows(id_gen.shard_moves, boolean) FROM PUBLIC;
-
--- With keep_source: the source's rows of the moved genes, which it no longer owns, copied in
--- batches of 10,000 per table into a table of their own beside each table of rows, each
--- batch committed on the shard, before they are deleted; returns how many were copied.
-CREATE OR REPLACE FUNCTION id_gen.keep_moved_rows(m id_gen.shard_moves) RETURNS bigint
-LANGUAGE plpgsql STRICT
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-  n bigint;
-  total bigint := 0;
-BEGIN
-  LOOP
-    n := id_gen.run_move_step(m, 'keep_source_rows', 0, 60000)::bigint;
-    EXIT WHEN coalesce(n, 0) = 0;
-    total := total + n;
-  END LOOP;
-  RETURN total;
-END $$;
-COMMENT ON FUNCTION id_gen.keep_moved_rows(id_gen.shard_moves) IS 'With keep_source: copies, in batches each committed on the source, its rows of the moved genes of tables laid out by ownership into a table of their own beside each table of rows (id_gen.shard_keep_unowned_rows), before they are deleted.';
-REVOKE EXECUTE ON FUNCTION id_gen.keep_moved_rows(id_gen.shard_moves) FROM PUBLIC;
 
 -- The source's connection string goes to the target as a bound parameter of a
 -- postgres_fdw INSERT (the statement text there reads VALUES ($1, $2)); it becomes
@@ -565,7 +553,8 @@ BEGIN
     -- copied to a table of their own first.
     IF id_gen.has_owned_tables() THEN
       IF m.keep_source THEN
-        PERFORM id_gen.keep_moved_rows(m);
+        -- (copied in batches of 10,000 into a table of their own beside each table of rows)
+        PERFORM id_gen.run_move_step_in_batches(m, 'keep_source_rows');
       END IF;
       PERFORM id_gen.delete_moved_rows(m, false);
     END IF;
