@@ -188,6 +188,28 @@ $$;
 COMMENT ON FUNCTION id_gen.owned_move_parts() IS 'The shards'' tables of rows of the distributed tables laid out by ownership (qualified names, id columns), which a move carries by a row filter on the moved genes.';
 REVOKE EXECUTE ON FUNCTION id_gen.owned_move_parts() FROM PUBLIC;
 
+-- What a move (and its way back) publishes and subscribes to: the partitions of the route
+-- ranges of the genes (move_parts), then the tables of rows (owned_move_parts), each with
+-- its id column and the genes its rows are filtered on (a partition's own range; the moved
+-- genes for a table of rows, which holds other genes' rows too).
+CREATE OR REPLACE FUNCTION id_gen.published_move_parts(lower_gene integer, upper_gene integer,
+                                                       OUT tables text[], OUT id_columns name[], OUT lower_genes integer[],
+                                                       OUT upper_genes integer[])
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  p record := id_gen.move_parts(lower_gene, upper_gene);
+  ow record := id_gen.owned_move_parts();
+BEGIN
+  tables := p.parts || ow.rows_tables;
+  id_columns := p.id_columns || ow.id_columns;
+  lower_genes := p.lower_genes || array_fill(published_move_parts.lower_gene, ARRAY[cardinality(ow.rows_tables)]);
+  upper_genes := p.upper_genes || array_fill(published_move_parts.upper_gene, ARRAY[cardinality(ow.rows_tables)]);
+END $$;
+COMMENT ON FUNCTION id_gen.published_move_parts(integer, integer) IS 'What a move of genes lower_gene .. upper_gene and its way back publish: the shards'' partitions of its route ranges (id_gen.move_parts), then the tables of rows (id_gen.owned_move_parts), with their id columns and the genes each is filtered on.';
+REVOKE EXECUTE ON FUNCTION id_gen.published_move_parts(integer, integer) FROM PUBLIC;
+
 -- The steps of a move, by name, in order: what move_genes runs and what dry_run prints
 -- (with per_shard tables, the steps that hide their copies on the target until the fence).
 -- server is 'source', 'target' or 'coordinator' (a comment: done locally). Every shard
@@ -222,6 +244,7 @@ DECLARE
   p record;
   ps record;
   ow record;
+  pub record;
   lo text := m.lower_gene::text;
   hi text := m.upper_gene::text;
 BEGIN
@@ -231,6 +254,7 @@ BEGIN
   p := id_gen.move_parts(m.lower_gene, m.upper_gene);
   ps := id_gen.per_shard_move_parts(m.lower_gene, m.upper_gene);
   ow := id_gen.owned_move_parts();
+  pub := id_gen.published_move_parts(m.lower_gene, m.upper_gene);
   -- The steps of per_shard partitions exist only when the move has some, those of tables of
   -- rows only when a table is laid out by ownership.
   RETURN QUERY SELECT v.* FROM (VALUES
@@ -240,12 +264,11 @@ BEGIN
     (3, 'copying', 'source', 'check_source_rows', id_gen.remote_call_text('shard_count_moved_rows', ARRAY[ow.rows_tables::text, ow.id_columns::text, lo, hi])),
     (4, 'copying', 'target', 'hide_incoming', id_gen.remote_call_text('shard_hide_incoming', ARRAY[id, ps.parts::text])),
     (5, 'copying', 'source', 'create_publication',
-     id_gen.remote_call_text('shard_create_publication', ARRAY[id, (p.parts || ow.rows_tables)::text, (p.id_columns || ow.id_columns)::text,
-                                                              (p.lower_genes || array_fill(m.lower_gene, ARRAY[cardinality(ow.rows_tables)]))::text,
-                                                              (p.upper_genes || array_fill(m.upper_gene, ARRAY[cardinality(ow.rows_tables)]))::text])),
+     id_gen.remote_call_text('shard_create_publication', ARRAY[id, pub.tables::text, pub.id_columns::text, pub.lower_genes::text,
+                                                              pub.upper_genes::text])),
     (6, 'copying', 'coordinator', 'send_connection',
      format('-- through postgres_fdw: INSERT INTO id_gen.move_secrets (move_id, conninfo) VALUES ($1, $2) on %s, with $2 = %s', m.target_shard, id_gen.subscription_conninfo(m.source_shard, true))),
-    (7, 'copying', 'target', 'create_subscription', id_gen.remote_call_text('shard_subscribe', ARRAY[id, (p.parts || ow.rows_tables)::text])),
+    (7, 'copying', 'target', 'create_subscription', id_gen.remote_call_text('shard_subscribe', ARRAY[id, pub.tables::text])),
     (8, 'copying', 'source', 'create_slot', id_gen.remote_call_text('shard_create_slot', ARRAY[id])),
     (9, 'copying', 'target', 'enable_subscription', id_gen.remote_call_text('shard_enable_subscription', ARRAY[id])),
     (10, 'copying', 'target', 'refresh_subscription', format('ALTER SUBSCRIPTION %I REFRESH PUBLICATION WITH (copy_data = true)', tag)),
@@ -1067,24 +1090,17 @@ BEGIN
     PERFORM id_gen.place_ranges(m.target_shard, m.lower_gene, m.upper_gene, true);
     PERFORM id_gen.run_move_step(m, 'fence_target', 0, 10000);
     IF owned THEN
-      BEGIN
-        -- Tables laid out by ownership: both shards must have their move functions (0.7.9),
-        -- and the copies go into the target's tables of rows, which must hold none of these
-        -- genes (rows an earlier move left there, not owned, go).
-        PERFORM id_gen.run_move_step(m, 'check_source_rows', 0, 60000);
-        IF m.target_subscription IS NULL THEN
-          left_behind := id_gen.delete_moved_rows(m, true);
-          IF left_behind > 0 THEN
-            RAISE NOTICE 'id_gen: move %: % rows of genes % .. % that "%" held but did not own were deleted there first',
-                         m.move_id, left_behind, m.lower_gene, m.upper_gene, m.target_shard;
-          END IF;
+      -- Tables laid out by ownership (both shards have their move functions: move_genes
+      -- checked): the copies go into the target's tables of rows, which must hold none of
+      -- these genes (rows an earlier move left there, not owned, go).
+      PERFORM id_gen.run_move_step(m, 'check_source_rows', 0, 60000);
+      IF m.target_subscription IS NULL THEN
+        left_behind := id_gen.delete_moved_rows(m, true);
+        IF left_behind > 0 THEN
+          RAISE NOTICE 'id_gen: move %: % rows of genes % .. % that "%" held but did not own were deleted there first',
+                       m.move_id, left_behind, m.lower_gene, m.upper_gene, m.target_shard;
         END IF;
-      EXCEPTION WHEN undefined_function THEN
-        RAISE EXCEPTION 'id_gen: moves of tables laid out by ownership need id_gen 0.7.9 or later on both shards ("%" and "%")',
-                        m.source_shard, m.target_shard
-          USING ERRCODE = '55000', DETAIL = 'On the shard: ' || SQLERRM,
-                HINT = 'Run ALTER EXTENSION id_gen UPDATE on the shards, then move again.';
-      END;
+      END IF;
     END IF;
     IF per_shard THEN
       -- The target's copies of per_shard tables stay out of its tables until the fence, and
@@ -1600,12 +1616,18 @@ BEGIN
               HINT = format('On %s: ALTER SYSTEM SET wal_level = logical; then restart it. Nothing was changed.', src);
     END IF;
     PERFORM id_gen.remote_call(move_genes.target_shard, 'shard_system_id', '{}', 10000);
-    IF (move_genes.reversible OR move_genes.keep_source) AND id_gen.has_owned_tables() THEN
-      -- (reversible moves and keep_source of tables laid out by ownership: 0.7.12 on both shards)
-      PERFORM id_gen.require_shard_function(shard, 'id_gen.shard_keep_unowned_rows(bigint,text[],name[],integer,integer,integer)',
-                                            CASE WHEN move_genes.reversible THEN 'a reversible move of tables laid out by ownership'
-                                                 ELSE 'keep_source with tables laid out by ownership' END, '0.7.12')
+    IF id_gen.has_owned_tables() THEN
+      -- Tables laid out by ownership: their move functions (0.7.9) on both shards, and for a
+      -- reversible move or keep_source those of 0.7.12.
+      PERFORM id_gen.require_shard_function(shard, 'id_gen.shard_count_moved_rows(text[],name[],integer,integer)',
+                                            'a move of tables laid out by ownership', '0.7.9')
       FROM unnest(ARRAY[src, move_genes.target_shard]) shard;
+      IF move_genes.reversible OR move_genes.keep_source THEN
+        PERFORM id_gen.require_shard_function(shard, 'id_gen.shard_keep_unowned_rows(bigint,text[],name[],integer,integer,integer)',
+                                              CASE WHEN move_genes.reversible THEN 'a reversible move of tables laid out by ownership'
+                                                   ELSE 'keep_source with tables laid out by ownership' END, '0.7.12')
+        FROM unnest(ARRAY[src, move_genes.target_shard]) shard;
+      END IF;
     END IF;
     INSERT INTO id_gen.shard_moves (lower_gene, upper_gene, source_shard, target_shard, keep_source, reversible, runner_pid)
     VALUES (move_genes.lower_gene, move_genes.upper_gene, src, move_genes.target_shard, move_genes.keep_source,

@@ -393,7 +393,9 @@ REVOKE EXECUTE ON PROCEDURE id_gen.run_operation(bigint, jsonb) FROM PUBLIC;
 -- shards that did not answer lately (each call to one would wait for its bound), takes
 -- the operation's session lock (an operation some session runs is left alone), records
 -- what it did (recovered_by) or the error (last_error), and leaves out for the rest of
--- the pass, and until it answers a route push, a shard that did not answer.
+-- the pass, and until it answers a route push, a shard that did not answer. A pass ends
+-- after an action that holds ACCESS EXCLUSIVE locks on the coordinator (they last until the
+-- pass's COMMIT); the next pass, a few seconds later, does the rest.
 CREATE OR REPLACE FUNCTION id_gen.recover_operations(abandon_after interval DEFAULT '10 min', grace interval DEFAULT '10 s')
 RETURNS TABLE (operation_id bigint, kind text, action text)
 LANGUAGE plpgsql
@@ -454,8 +456,13 @@ BEGIN
     PERFORM pg_advisory_unlock(id_gen.operation_session_lock_key(), o.operation_id::integer);
     IF action IS NOT NULL THEN
       RETURN NEXT;
+      -- An action that took ACCESS EXCLUSIVE locks here (a fence lifted under the
+      -- coordinator's locks of the per_shard tables) ends the pass: they are held until its
+      -- COMMIT, and every statement of those tables waits for them; the next pass goes on.
+      EXIT WHEN EXISTS (SELECT FROM pg_locks l WHERE l.pid = pg_backend_pid() AND l.locktype = 'relation'
+                                                 AND l.mode = 'AccessExclusiveLock' AND l.granted);
     END IF;
   END LOOP;
 END $$;
-COMMENT ON FUNCTION id_gen.recover_operations(interval, interval) IS 'One pass of the move supervisor over the long operations no session runs (and none touched for grace): lifts the source''s fence of a move that has not cut over, finishes a move that has cut over and a split or merge that swapped on its shard, and rolls back one left alone for abandon_after. Returns what it did. Superuser only.';
+COMMENT ON FUNCTION id_gen.recover_operations(interval, interval) IS 'One pass of the move supervisor over the long operations no session runs (and none touched for grace): lifts the source''s fence of a move that has not cut over, finishes a move that has cut over and a split or merge that swapped on its shard, and rolls back one left alone for abandon_after. Returns what it did. A pass ends after an action that took ACCESS EXCLUSIVE locks here (a fence lifted under the coordinator''s locks), so that they are held only until its COMMIT. Superuser only.';
 REVOKE EXECUTE ON FUNCTION id_gen.recover_operations(interval, interval) FROM PUBLIC;

@@ -71,14 +71,13 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   p record := id_gen.move_parts(m.lower_gene, m.upper_gene);
-  ow record := id_gen.owned_move_parts();
+  pub record := id_gen.published_move_parts(m.lower_gene, m.upper_gene);
 BEGIN
-  IF cardinality(ow.rows_tables) > 0 THEN
+  IF id_gen.has_owned_tables() THEN
     -- Tables of rows hold other genes' rows too: each table is published with a row filter.
     PERFORM id_gen.remote_call(m.target_shard, 'shard_create_filtered_way_back',
-                              ARRAY[m.move_id::text, (p.parts || ow.rows_tables)::text, (p.id_columns || ow.id_columns)::text,
-                                    (p.lower_genes || array_fill(m.lower_gene, ARRAY[cardinality(ow.rows_tables)]))::text,
-                                    (p.upper_genes || array_fill(m.upper_gene, ARRAY[cardinality(ow.rows_tables)]))::text], 60000);
+                              ARRAY[m.move_id::text, pub.tables::text, pub.id_columns::text, pub.lower_genes::text,
+                                    pub.upper_genes::text], 60000);
   ELSE
     PERFORM id_gen.remote_call(m.target_shard, 'shard_create_way_back', ARRAY[m.move_id::text, p.parts::text], 60000);
   END IF;
@@ -111,7 +110,7 @@ BEGIN
   -- enabled (sql/cluster/shard/revert.sql says why). (Every version's fence records back_lsn
   -- with the flip, so a move in phase cut_over has it.)
   PERFORM id_gen.remote_call(m.source_shard, 'shard_create_way_back_subscription',
-                            ARRAY[m.move_id::text, (p.parts || (id_gen.owned_move_parts()).rows_tables)::text], 30000);
+                            ARRAY[m.move_id::text, (id_gen.published_move_parts(m.lower_gene, m.upper_gene)).tables::text], 30000);
   PERFORM id_gen.remote_call(m.source_shard, 'shard_start_way_back', ARRAY[m.move_id::text, m.back_lsn::text], 30000);
   UPDATE id_gen.shard_moves sm SET phase = 'reversible', updated_at = clock_timestamp(), last_error = NULL
   WHERE sm.move_id = m.move_id AND sm.phase = 'cut_over' RETURNING * INTO m;
@@ -341,6 +340,22 @@ BEGIN
   IF m.phase = 'reverting' THEN
     PERFORM id_gen.finish_revert(m);
   ELSIF m.phase = 'reversible' AND step->>'step' = 'revert_lag' THEN
+    IF step->>'deadline' IS NULL AND id_gen.has_cleanup(m.move_id, 'revert_fence') THEN
+      -- The fence of an earlier revert that was not lifted (its source did not answer): the
+      -- source may own the genes. It is lifted first (the source gives them up, the target
+      -- owns them again), before this revert can fence anything; a new fence that failed
+      -- before the source owned them would lift the target's fence alone.
+      BEGIN
+        PERFORM id_gen.run_cleanups(m.move_id, false, '{revert_fence}', false);
+      EXCEPTION WHEN OTHERS OR query_canceled THEN
+        GET STACKED DIAGNOSTICS err = MESSAGE_TEXT;
+        RAISE EXCEPTION 'id_gen: move %: the fence of an earlier revert is still up and could not be lifted: %', m.move_id, err
+          USING ERRCODE = '55006', HINT = 'Both shards must answer; the move supervisor lifts it then, or call revert_move again.';
+      END;
+      RAISE NOTICE 'id_gen: move %: lifted the fence of an earlier revert first', m.move_id;
+      outcome.next_step := step;  -- (committed at once: the lift holds the coordinator's locks)
+      RETURN outcome;
+    END IF;
     IF step->>'deadline' IS NULL THEN
       -- (With the way back's error count on the source now: a revert that stops for want
       -- of the source names the way back only if it stopped on errors since.)

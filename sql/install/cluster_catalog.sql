@@ -323,3 +323,5 @@ COMMENT ON COLUMN id_gen.shard_converted_changes.missed IS 'The write did not re
 
 -- @new-in-0.7.12
 -- (No catalog table or column: 0.7.12 adds reversible moves and keep_source for tables laid out by ownership, code only.)
+-- @new-in-0.7.13
+-- (No catalog table or column: 0.7.13 mends keep_source, revert_move and the supervisor's pass, code only.)

@@ -53,6 +53,17 @@ max_locks_per_transaction, 1,024 route ranges alternating between the shards.
 (l) a revert whose fence fails five times (its marker refused on the source): each attempt
     is undone, the target owns the genes unfenced and takes writes through the coordinator,
     the source owns none; then the revert runs whole.
+(m) keep_source's copy on a source (shard_keep_unowned_rows) with batches of three rows of a
+    table whose ids repeat (primary key (id, line)): every line of every id of the genes is
+    copied, none of other genes, into a table owned by the table's owner once complete; a
+    table of that name made by the table's owner with the COMMENT but without the rows is
+    refused (42P07), one of another role too, and a table of rows owned by a role that is
+    not a superuser is refused (42501) before anything is made.
+(n) a revert's fence left up (the target fences the genes, the source owns them) while the
+    source hangs (SIGSTOP): a lift that does not know how far the fence came fails and
+    keeps the target's fence; a new revert stops at once (55006), before any fence; a lift
+    told that the source cannot own them takes the target's fence away without the source.
+    Once the source answers, the next revert lifts the earlier fence first, then runs whole.
 """
 import psycopg
 import pytest
@@ -297,9 +308,14 @@ def test_f_a_fenced_gene_is_refused_with_ig002():
         assert s1.one("SELECT count(*) FROM orders") == rows
     finally:
         assert s1.one(f"SELECT id_gen.shard_unfence_owned('{{public.orders_rows,public.events_rows}}', {lo}, {hi})") == 2
-    assert s1.one("SELECT count(*) FROM id_gen.shard_tables WHERE fenced_ranges <> '{}'") == 0
+    assert fenced(s1) == 0
     s1.execute(f"UPDATE orders SET amount = 4 WHERE id = {row_id}", f"DELETE FROM orders WHERE id = {row_id}")
     assert s1.one(f"SELECT count(*) FROM orders WHERE id = {row_id}") == 0
+
+
+def fenced(shard):
+    """How many of a shard's tables laid out by ownership fence some genes."""
+    return shard.one("SELECT count(*) FROM id_gen.shard_tables WHERE fenced_ranges <> '{}'")
 
 
 def move_leftovers():
@@ -360,7 +376,7 @@ def test_g_a_move_under_load():
         == (held[0] + moved_written, held[1])
     assert c.one(f"SELECT count(*) FROM orders WHERE id_gen.shard_of(id) BETWEEN {lo} AND {hi}") == held[0] + moved_written
     for s in (src, dst):
-        assert s.one("SELECT count(*) FROM id_gen.shard_tables WHERE fenced_ranges <> '{}'") == 0
+        assert fenced(s) == 0
         assert s.one(f"SELECT id_gen.shard_owns('orders_rows', id_gen.gene_first_id({lo}))") is (s is dst)
     assert c.one("SELECT bool_and(in_step) FROM id_gen.distribution") is True
     assert move_leftovers() == [0, 0]
@@ -395,7 +411,7 @@ def test_h_a_move_stopped_before_its_fence_then_aborted():
     assert s1.one(f"SELECT count(*) FROM orders WHERE owner_id = {o}") == 30
     assert c.execute("SELECT count(*), sum(amount) FROM orders") == before
     for s in (s1, s2):
-        assert s.one("SELECT count(*) FROM id_gen.shard_tables WHERE fenced_ranges <> '{}'") == 0
+        assert fenced(s) == 0
     assert move_leftovers() == [0, 0]
 
 
@@ -423,7 +439,7 @@ def test_i_a_coordinator_killed_after_the_fence_handed_the_genes_over():
         f"FROM id_gen.moves WHERE lower_gene = {lo}"), "catching_up/false/true", 60)
     assert (owns(s1, lo), owns(s2, lo)) == (True, False) and route_of(lo) == "shard_1"
     for s in (s1, s2):
-        assert s.one("SELECT count(*) FROM id_gen.shard_tables WHERE fenced_ranges <> '{}'") == 0
+        assert fenced(s) == 0
     assert s1.one(f"SELECT count(*) FROM orders WHERE owner_id = {o} AND amount = 9") == 12
     assert s2.one(f"SELECT count(*) FROM orders WHERE owner_id = {o}") == 0, "the target's copies are hidden again"
     assert c.execute("SELECT count(*), sum(amount) FROM orders") == before
@@ -492,7 +508,7 @@ def test_j_a_reversible_move_reverted_then_completed_keeping_the_source():
     assert src.one(f"SELECT count(*) FROM orders WHERE id = {deleted}") == 0
     assert src.one(f"SELECT count(*) FROM events WHERE owner_id = {o}") == 1
     for s in (src, dst):
-        assert s.one("SELECT count(*) FROM id_gen.shard_tables WHERE fenced_ranges <> '{}'") == 0
+        assert fenced(s) == 0
     assert move_leftovers() == [0, 0]
     assert c.one("SELECT bool_and(in_step) FROM id_gen.distribution") is True
 
@@ -527,15 +543,23 @@ def test_j_a_reversible_move_reverted_then_completed_keeping_the_source():
     assert move_leftovers() == [0, 0]
 
 
-def test_k_a_coordinator_killed_in_a_revert_fence_after_the_genes_went_back():
-    c, s1, s2 = S["c"], S["shards"][1], S["shards"][2]
+def reversible_move_of_an_owner(first, rows, amount):
+    """An owner of shard_1 (the first from `first` on) with `rows` rows of `amount` whose
+    genes' route range moves to shard_2 with reversible => true; returns (owner, lower gene,
+    upper gene, move id)."""
+    c = S["c"]
     width = 65536 // RANGES
-    o = owners_on("shard_1", 1, first=990000)[0]
+    o = owners_on("shard_1", 1, first=first)[0]
     g = c.one(f"SELECT id_gen.shard_gene({o}::bigint)")
     lo, hi = g - g % width, g - g % width + width - 1
-    c.execute(f"INSERT INTO orders (owner_id, amount) SELECT {o}, 4 FROM generate_series(1, 15)")
+    c.execute(f"INSERT INTO orders (owner_id, amount) SELECT {o}, {amount} FROM generate_series(1, {rows})")
     c.execute("SET client_min_messages = warning", f"CALL id_gen.move_genes({lo}, {hi}, 'shard_2', reversible => true)")
-    mid = c.one("SELECT max(move_id) FROM id_gen.moves")
+    return o, lo, hi, c.one("SELECT max(move_id) FROM id_gen.moves")
+
+
+def test_k_a_coordinator_killed_in_a_revert_fence_after_the_genes_went_back():
+    c, s1, s2 = S["c"], S["shards"][1], S["shards"][2]
+    o, lo, hi, mid = reversible_move_of_an_owner(990000, 15, 4)
     c.execute(f"INSERT INTO orders (owner_id, amount) SELECT {o}, 6 FROM generate_series(1, 5)")
     before = c.execute("SELECT count(*), sum(amount) FROM orders")
     with harness.slow_flip(c, "reversible", "reverting"):
@@ -552,7 +576,7 @@ def test_k_a_coordinator_killed_in_a_revert_fence_after_the_genes_went_back():
         f"FROM id_gen.moves WHERE move_id = {mid}"), "reversible/false/true", 60)
     assert (owns(s1, lo), owns(s2, lo)) == (False, True) and route_of(lo) == "shard_2"
     for s in (s1, s2):
-        assert s.one("SELECT count(*) FROM id_gen.shard_tables WHERE fenced_ranges <> '{}'") == 0
+        assert fenced(s) == 0
     assert c.execute("SELECT count(*), sum(amount) FROM orders") == before
     assert s2.one(f"SELECT count(*) FROM orders WHERE owner_id = {o}") == 20
     # The same revert then runs whole.
@@ -567,13 +591,7 @@ def test_k_a_coordinator_killed_in_a_revert_fence_after_the_genes_went_back():
 
 def test_l_a_revert_whose_fence_fails_is_undone():
     c, s1, s2 = S["c"], S["shards"][1], S["shards"][2]
-    width = 65536 // RANGES
-    o = owners_on("shard_1", 1, first=995000)[0]
-    g = c.one(f"SELECT id_gen.shard_gene({o}::bigint)")
-    lo, hi = g - g % width, g - g % width + width - 1
-    c.execute(f"INSERT INTO orders (owner_id, amount) SELECT {o}, 2 FROM generate_series(1, 10)")
-    c.execute("SET client_min_messages = warning", f"CALL id_gen.move_genes({lo}, {hi}, 'shard_2', reversible => true)")
-    mid = c.one("SELECT max(move_id) FROM id_gen.moves")
+    o, lo, hi, mid = reversible_move_of_an_owner(995000, 10, 2)
     # The revert's fence markers (numbered from 1,000) never reach the source; its probe does.
     with harness.markers_refused(s1, "NEW.marker BETWEEN 1000 AND 999999"):
         err = c.error(f"CALL id_gen.revert_move({mid})")
@@ -581,12 +599,137 @@ def test_l_a_revert_whose_fence_fails_is_undone():
     assert c.one(f"SELECT phase FROM id_gen.moves WHERE move_id = {mid}") == "reversible"
     assert (owns(s1, lo), owns(s2, lo)) == (False, True) and route_of(lo) == "shard_2"
     for s in (s1, s2):
-        assert s.one("SELECT count(*) FROM id_gen.shard_tables WHERE fenced_ranges <> '{}'") == 0
+        assert fenced(s) == 0
     c.execute(f"INSERT INTO orders (owner_id, amount) VALUES ({o}, 3)")
     assert s2.one(f"SELECT count(*) FROM orders WHERE owner_id = {o}") == 11
     c.execute(f"CALL id_gen.revert_move({mid})")
     assert c.one(f"SELECT phase FROM id_gen.moves WHERE move_id = {mid}") == "reverted"
     assert (owns(s1, lo), owns(s2, lo)) == (True, False)
     assert s1.execute(f"SELECT count(*), sum(amount) FROM orders WHERE owner_id = {o}") == [(11, 23)]
+    assert rows_of_genes(s2, "orders", lo, hi) == 0
+    assert move_leftovers() == [0, 0]
+
+
+def test_m_keep_source_copies_whole_ids_in_batches_into_a_table_it_made():
+    s1 = S["shards"][1]
+    # A table of rows whose primary key has more columns than the id (several rows per id),
+    # owned by a superuser that is not the caller; not distributed here, so that shard_1
+    # owns none of its rows (what a move's source holds after its cut-over).
+    s1.script("""
+        DO $$ BEGIN CREATE ROLE keep_dba SUPERUSER; EXCEPTION WHEN duplicate_object THEN NULL; END $$;
+        DO $$ BEGIN CREATE ROLE keep_app; EXCEPTION WHEN duplicate_object THEN NULL; END $$;
+        CREATE TABLE public.lines_rows (id bigint, line integer, note text, PRIMARY KEY (id, line));
+        ALTER TABLE public.lines_rows OWNER TO keep_dba;
+        -- ids 0 .. 9 of gene 100 with 1, 2, 3, 1, 2, 3, ... lines; two rows of gene 102.
+        INSERT INTO public.lines_rows
+        SELECT id_gen.gene_first_id(100) + k, l, 'k' || k || 'l' || l FROM generate_series(0, 9) k, generate_series(1, k % 3 + 1) l;
+        INSERT INTO public.lines_rows VALUES (id_gen.gene_first_id(102), 1, 'other'), (id_gen.gene_first_id(102) + 1, 1, 'other');
+    """)
+
+    def keep(move_id, batch=3):
+        return (f"SELECT id_gen.shard_keep_unowned_rows({move_id}, ARRAY['public.lines_rows'], ARRAY['id']::name[], "
+                f"100, 101, {batch})")
+
+    def kept_name(move_id):
+        return "public." + s1.one(f"SELECT id_gen.moved_partition_name({move_id}, 'public.lines_rows')")
+
+    try:
+        # Batches of three rows, rounded up to whole ids (all lines of an id in one batch),
+        # each resumed after the last id copied; then the copy is complete.
+        copied = []
+        for _ in range(10):
+            copied.append(s1.one(keep(9001)))
+            if copied[-1] == 0:
+                break
+        assert copied == [3, 3, 3, 3, 3, 3, 1, 0], copied
+        kept = kept_name(9001)
+        rows = "SELECT id, line, note FROM {} WHERE id BETWEEN id_gen.gene_first_id(100) AND id_gen.gene_last_id(101) ORDER BY 1, 2"
+        assert s1.execute(rows.format(kept)) == s1.execute(rows.format("public.lines_rows"))
+        assert s1.one(f"SELECT count(*) FROM {kept}") == 19
+        assert s1.one(f"SELECT pg_get_userbyid(relowner) FROM pg_class WHERE oid = '{kept}'::regclass") == "keep_dba"
+        assert "keep_source" in s1.one(f"SELECT obj_description('{kept}'::regclass)")
+        # A table of the next move's name made by the table's owner, with the COMMENT the
+        # move would give it, but without the rows: refused, not taken as a complete copy.
+        s1.script(f"""
+            CREATE TABLE {kept_name(9002)} (LIKE public.lines_rows INCLUDING INDEXES);
+            ALTER TABLE {kept_name(9002)} OWNER TO keep_dba;
+            INSERT INTO {kept_name(9002)} VALUES (id_gen.gene_last_id(101), 1, 'squatted');
+            DO $$ BEGIN
+              EXECUTE format('COMMENT ON TABLE %s IS %L', '{kept_name(9002)}',
+                             replace(obj_description('{kept}'::regclass), 'move 9001', 'move 9002'));
+            END $$;
+        """)
+        err = s1.error(keep(9002))
+        assert err is not None and err.sqlstate == "42P07" and "lacks rows" in str(err), err
+        # One owned by another role: refused (42P07), whatever its COMMENT.
+        s1.script(f"""
+            CREATE TABLE {kept_name(9003)} (LIKE public.lines_rows INCLUDING INDEXES);
+            ALTER TABLE {kept_name(9003)} OWNER TO keep_app;
+            DO $$ BEGIN
+              EXECUTE format('COMMENT ON TABLE %s IS %L', '{kept_name(9003)}',
+                             replace(obj_description('{kept}'::regclass), 'move 9001', 'move 9003'));
+            END $$;
+        """)
+        assert s1.sqlstate(keep(9003)) == "42P07"
+        assert s1.one(f"SELECT count(*) FROM {kept_name(9003)}") == 0
+        # A table of rows owned by a role that is not a superuser: refused (42501), nothing made.
+        s1.execute("ALTER TABLE public.lines_rows OWNER TO keep_app")
+        assert s1.sqlstate(keep(9004)) == "42501"
+        assert s1.one(f"SELECT to_regclass('{kept_name(9004)}')") is None
+    finally:
+        s1.execute("DROP TABLE IF EXISTS public.lines_rows",
+                   *[f"DROP TABLE IF EXISTS {kept_name(m)}" for m in (9001, 9002, 9003, 9004)])
+
+
+def test_n_a_revert_fence_left_up_while_its_source_hangs():
+    c, s1, s2 = S["c"], S["shards"][1], S["shards"][2]
+    o, lo, hi, mid = reversible_move_of_an_owner(997000, 10, 2)
+
+    def error_of(conn, sql):
+        try:
+            conn.execute(sql)
+        except psycopg.Error as e:
+            return e
+        raise AssertionError(f"no error from {sql}")
+
+    of_move = f"FROM id_gen.shard_moves m WHERE m.move_id = {mid}"
+    notices = []
+    with c.connect() as conn:
+        conn.add_notice_handler(lambda d: notices.append(d.message_primary))
+        # This session holds the move, twice (a CALL lets go of it once), so that the move
+        # supervisor leaves it to the test.
+        conn.execute(f"SELECT pg_advisory_lock(id_gen.operation_session_lock_key(), {mid}) FROM generate_series(1, 2)")
+        # What a revert's fence leaves when its coordinator dies after the source owned the
+        # genes: the target fences them, the source owns them (fenced), a clean-up record.
+        conn.execute(f"SELECT id_gen.record_move_cleanups(m, '{{revert_fence}}') {of_move}")
+        conn.execute(f"SELECT id_gen.run_move_step(id_gen.reversed(m), 'fence_source_owned', 0, 5000) {of_move}")
+        conn.execute(f"SELECT id_gen.run_move_step(id_gen.reversed(m), 'own_incoming', 0, 5000) {of_move}")
+        assert (owns(s1, lo), owns(s2, lo)) == (True, True) and fenced(s1) > 0 and fenced(s2) > 0
+        s1.freeze()
+        try:
+            # The source hangs: a lift that does not know how far the fence came keeps the
+            # target's fence (both shards would own the genes unfenced otherwise) and fails.
+            err = error_of(conn, f"SELECT id_gen.lift_revert_fence_of(m, 2000, true) {of_move}")
+            assert err.sqlstate in ("57014", "08006", "08001"), err
+            assert fenced(s2) > 0 and owns(s2, lo)
+            # A new revert lifts the earlier fence first, and stops when it cannot.
+            err = error_of(conn, f"CALL id_gen.revert_move({mid})")
+            assert err.sqlstate == "55006" and "earlier revert" in str(err), err
+            assert fenced(s2) > 0
+            # Told that the source cannot own the genes, the lift takes the target's fence
+            # away without the source (its steps on the source fail, and are raised).
+            err = error_of(conn, f"SELECT id_gen.lift_revert_fence_of(m, 2000, false) {of_move}")
+            assert fenced(s2) == 0 and owns(s2, lo), err
+        finally:
+            s1.thaw()
+        # The source answers again; the next revert lifts the earlier fence (the source gives
+        # the genes up), then runs whole.
+        conn.execute(f"CALL id_gen.revert_move({mid})")
+    assert "lifted the fence of an earlier revert first" in " ".join(notices), notices
+    assert c.one(f"SELECT phase FROM id_gen.moves WHERE move_id = {mid}") == "reverted"
+    assert route_of(lo) == "shard_1" and (owns(s1, lo), owns(s2, lo)) == (True, False)
+    for s in (s1, s2):
+        assert fenced(s) == 0
+    assert s1.execute(f"SELECT count(*), sum(amount) FROM orders WHERE owner_id = {o}") == [(10, 20)]
     assert rows_of_genes(s2, "orders", lo, hi) == 0
     assert move_leftovers() == [0, 0]

@@ -367,13 +367,15 @@ REVOKE EXECUTE ON FUNCTION id_gen.shard_delete_unowned_rows(text[], name[], inte
 -- After a move with keep_source (since 0.7.12), before its rows go: each table of rows
 -- gives its rows of the genes that it does not own to a table of their own beside it,
 -- id_gen.moved_partition_name(move_id, <table of rows>) (columns and indexes of the table
--- of rows, no triggers, a COMMENT naming the move), up to `batch` rows per table and call in
--- the order of their ids, each call a transaction of its own there: the coordinator calls it
--- until it returns 0 (nobody writes those rows any more: the shard does not own them). The
--- copy stays owned by the caller (a superuser) while it fills, so that no other role can
--- give it a trigger between batches, and goes to the table's owner when nothing is left to
--- copy; a table of that name that is neither (or has another COMMENT) is refused (42P07).
--- Returns how many rows were copied.
+-- of rows, no triggers, a COMMENT naming the move), `batch` rows per table and call in the
+-- order of their ids, and the rest of the last id's rows (all rows of an id in one call: an
+-- id is not unique when the primary key has more columns), each call a transaction of its own there: the
+-- coordinator calls it until it returns 0 (nobody writes those rows any more: the shard
+-- does not own them). The copy stays owned by the caller (a superuser) while it fills, so
+-- that no other role can give it a trigger between batches, and goes to the table's owner
+-- when nothing is left to copy. A table of that name that is neither (or has another
+-- COMMENT), or that the table's owner holds without every id left to copy, is refused
+-- (42P07). Returns how many rows were copied.
 CREATE OR REPLACE FUNCTION id_gen.shard_keep_unowned_rows(move_id bigint, rows_tables text[], id_columns name[],
                                                           lower_gene integer, upper_gene integer, batch integer) RETURNS bigint
 LANGUAGE plpgsql STRICT
@@ -386,6 +388,9 @@ DECLARE
   kept_owner oid;
   rel_owner oid;
   note text;
+  incomplete boolean;
+  last_copied bigint;
+  batch_bound bigint;
   n bigint;
   total bigint := 0;
 BEGIN
@@ -415,19 +420,42 @@ BEGIN
       RAISE EXCEPTION 'id_gen: move %: % exists on this shard and is not the copy of the rows of % it keeps', move_id, kept, rel
         USING ERRCODE = '42P07', HINT = 'Rename or drop it; the move''s clean-up tries again.';
     END IF;
-    CONTINUE WHEN kept_owner = rel_owner AND kept_owner <> (SELECT r.oid FROM pg_roles r WHERE r.rolname = current_user);  -- (done)
+    IF kept_owner = rel_owner AND kept_owner <> (SELECT r.oid FROM pg_roles r WHERE r.rolname = current_user) THEN
+      -- (done, given to the table's owner; unless that owner made it: then rows of the genes
+      -- it does not own have no id in it, and it is refused, before they are deleted)
+      EXECUTE format('SELECT EXISTS (SELECT FROM %1$s r WHERE r.%3$I OPERATOR(pg_catalog.>=) %4$s AND r.%3$I OPERATOR(pg_catalog.<=) %5$s '
+                     'AND NOT id_gen.shard_owns(%6$L::pg_catalog.regclass, r.%3$I) '
+                     'AND NOT EXISTS (SELECT FROM %2$s k WHERE k.%3$I OPERATOR(pg_catalog.=) r.%3$I))',
+                     rel, kept, id_columns[i], id_gen.gene_first_id(lower_gene), id_gen.gene_last_id(upper_gene), rel::text)
+        INTO incomplete;
+      IF incomplete THEN
+        RAISE EXCEPTION 'id_gen: move %: % belongs to the owner of % but lacks rows of genes % .. % that it holds', move_id, kept, rel,
+                        lower_gene, upper_gene
+          USING ERRCODE = '42P07', HINT = 'It is not the copy this move keeps: rename or drop it; the move''s clean-up tries again.';
+      END IF;
+      CONTINUE;
+    END IF;
     PERFORM id_gen.refuse_untrusted_table(kept_rel, 'keep rows in');
-    EXECUTE format('INSERT INTO %1$s SELECT * FROM %2$s WHERE %3$I OPERATOR(pg_catalog.>=) %4$s AND %3$I OPERATOR(pg_catalog.<=) %5$s '
-                   'AND %3$I OPERATOR(pg_catalog.>) coalesce((SELECT max(%3$I) FROM %1$s), %4$s OPERATOR(pg_catalog.-) 1) '
-                   'AND NOT id_gen.shard_owns(%6$L::pg_catalog.regclass, %3$I) ORDER BY %3$I LIMIT %7$s',
-                   kept, rel, id_columns[i], id_gen.gene_first_id(lower_gene), id_gen.gene_last_id(upper_gene), rel::text, batch);
+    -- The next batch: whole ids (an id is not unique when the primary key has more columns),
+    -- up to and including the id of the batch-th row above what the copy holds (none: the
+    -- rest, and the copy is complete).
+    EXECUTE format('SELECT coalesce(max(%2$I), %3$s OPERATOR(pg_catalog.-) 1) FROM %1$s', kept, id_columns[i],
+                   id_gen.gene_first_id(lower_gene))
+      INTO last_copied;
+    EXECUTE format('SELECT %2$I FROM %1$s WHERE %2$I OPERATOR(pg_catalog.>) %3$s AND %2$I OPERATOR(pg_catalog.<=) %4$s '
+                   'AND NOT id_gen.shard_owns(%5$L::pg_catalog.regclass, %2$I) ORDER BY %2$I OFFSET %6$s LIMIT 1',
+                   rel, id_columns[i], last_copied, id_gen.gene_last_id(upper_gene), rel::text, batch - 1)
+      INTO batch_bound;
+    EXECUTE format('INSERT INTO %1$s SELECT * FROM %2$s WHERE %3$I OPERATOR(pg_catalog.>) %4$s AND %3$I OPERATOR(pg_catalog.<=) %5$s '
+                   'AND NOT id_gen.shard_owns(%6$L::pg_catalog.regclass, %3$I)',
+                   kept, rel, id_columns[i], last_copied, coalesce(batch_bound, id_gen.gene_last_id(upper_gene)), rel::text);
     GET DIAGNOSTICS n = ROW_COUNT;
     total := total + n;
-    IF n < batch THEN  -- (all copied: the table's owner gets it)
+    IF batch_bound IS NULL THEN  -- (all copied: the table's owner gets it)
       EXECUTE format('ALTER TABLE %s OWNER TO %I', kept, pg_get_userbyid(rel_owner));
     END IF;
   END LOOP;
   RETURN total;
 END $$;
-COMMENT ON FUNCTION id_gen.shard_keep_unowned_rows(bigint, text[], name[], integer, integer, integer) IS 'On the source of a move with keep_source, before its rows of the genes are deleted: copies up to batch more of each table of rows'' rows of genes lower_gene .. upper_gene that it does not own, in the order of their ids, into a table beside it (id_gen.moved_partition_name, made on first call, given to the table''s owner once complete; 42P07 for another table of that name); returns how many rows it copied. The coordinator calls it until it returns 0.';
+COMMENT ON FUNCTION id_gen.shard_keep_unowned_rows(bigint, text[], name[], integer, integer, integer) IS 'On the source of a move with keep_source, before its rows of the genes are deleted: copies batch more rows (rounded up to whole ids) of each table of rows'' rows of genes lower_gene .. upper_gene that it does not own, in the order of their ids, into a table beside it (id_gen.moved_partition_name, made on first call, given to the table''s owner once complete; 42P07 for another table of that name, or one its owner holds without every id to copy); returns how many rows it copied. The coordinator calls it until it returns 0.';
 REVOKE EXECUTE ON FUNCTION id_gen.shard_keep_unowned_rows(bigint, text[], name[], integer, integer, integer) FROM PUBLIC;

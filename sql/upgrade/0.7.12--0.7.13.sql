@@ -1,0 +1,4 @@
+-- Catalog changes, 0.7.12 -> 0.7.13 (by hand): none. keep_source copies whole ids, refuses a
+-- copy its table's owner made by hand, revert_move lifts an earlier revert's fence first,
+-- and the move supervisor ends its pass after an action that holds ACCESS EXCLUSIVE locks:
+-- all code.
