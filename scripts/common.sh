@@ -61,6 +61,9 @@ ensure_toolchain() {
   command -v mariadbd >/dev/null || need+=(mariadb-server mariadb-client)
   # pg_auto_failover for the central authority's automatic failover (tests/cluster/test_authority_failover.py).
   command -v pg_autoctl >/dev/null || need+=(postgresql-15-auto-failover pg-auto-failover-cli)
+  # Node.js and npm for clients/node.
+  command -v node >/dev/null || need+=(nodejs)
+  command -v npm >/dev/null || need+=(npm)
   if [ ${#need[@]} -gt 0 ]; then
     log "installing ${need[*]}"
     apt-get update -qq
@@ -114,6 +117,18 @@ ensure_python_env() {
     echo "$sum" > "$stamp"
   fi
   echo "$py"
+}
+
+# clients/node's dependencies (pg, its types, TypeScript) from the committed lockfile, in
+# clients/node/node_modules; `npm ci` runs again only when the lockfile changed.
+ensure_node_client() {
+  local dir="$REPO_ROOT/clients/node" sum
+  sum=$(sha256sum "$dir/package-lock.json" | cut -d' ' -f1)
+  if [ "$(cat "$dir/node_modules/.lockfile.sha256" 2>/dev/null)" != "$sum" ]; then
+    log "npm ci in clients/node"
+    (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error >&2)
+    echo "$sum" > "$dir/node_modules/.lockfile.sha256"
+  fi
 }
 
 install_extension() {

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # README command 2: every test tier, from a fresh machine (as root).
-#   1. core unit tests          cargo test -p id_gen_core; the clients' unit tests
+#   1. core unit tests          cargo test -p id_gen_core; the clients' unit tests (Rust,
+#                               Python, Node.js)
 #   2. SQL golden tests         pg_regress on tests/pg_regress, then pg_isolation_regress on
 #                               tests/isolation (concurrent sessions), against a throwaway cluster;
 #                               docs/catalog.md checked against the installed catalog; the
@@ -41,6 +42,9 @@ if has core; then
   PY=$(ensure_python_env)
   "$PY" -m unittest discover -s clients/python/tests
   (cd clients/python && "$PY" -m mypy --strict --cache-dir=/dev/null id_gen_client)
+  log "tier 1: clients/node (node --test against a fake pg; tsc checks its type declarations)"
+  ensure_node_client
+  (cd clients/node && node --test test/ && node_modules/.bin/tsc -p test/tsconfig.json)
 fi
 
 # Tiers 2 and 3 use the extension installed in the system PostgreSQL.

@@ -4,13 +4,32 @@
 
 \echo Use "ALTER EXTENSION id_gen UPDATE TO '0.7.13'" to load this file. \quit
 
--- Catalog changes, 0.7.12 -> 0.7.13 (by hand): none. keep_source copies whole ids, refuses a
--- copy its table's owner made by hand, revert_move lifts an earlier revert's fence first,
--- and the move supervisor ends its pass after an action that holds ACCESS EXCLUSIVE locks:
--- all code.
+-- Catalog changes, 0.7.12 -> 0.7.13 (by hand): none beyond the new table of
+-- sql/install/cluster_catalog.sql after its marker @new-in-0.7.13 (id_gen.shard_kept_copies:
+-- which table keep_source made for which move, and whether its copy is complete). The rest
+-- is code: keep_source copies whole ids, revert_move lifts an earlier revert's fence first,
+-- and the move supervisor ends its pass after an action that holds ACCESS EXCLUSIVE locks.
 
 -- ===== sql/install/cluster_catalog.sql (the tables after -- @new-in-0.7.13) =====
--- (No catalog table or column: 0.7.13 mends keep_source, revert_move and the supervisor's pass, code only.)
+-- On a move's source, keep_source's copies of its tables of rows (id_gen.shard_keep_unowned_rows,
+-- sql/cluster/shard/owned_rows.sql): which table id_gen made for which move and table, and
+-- whether its copy is complete. Only a superuser writes it, so no table made by another
+-- role, whatever its name, owner or COMMENT, is taken for a copy.
+CREATE TABLE id_gen.shard_kept_copies (
+    move_id    bigint      NOT NULL,
+    rows_table text        NOT NULL,
+    kept       oid         NOT NULL,
+    complete   boolean     NOT NULL DEFAULT false,
+    made_at    timestamptz NOT NULL DEFAULT clock_timestamp(),
+    PRIMARY KEY (move_id, rows_table)
+);
+REVOKE ALL ON id_gen.shard_kept_copies FROM PUBLIC;
+COMMENT ON TABLE id_gen.shard_kept_copies IS 'On the source of a move with keep_source of tables laid out by ownership: the tables id_gen.shard_keep_unowned_rows made for the source''s rows of the moved genes (one per move and table of rows), and whether each copy is complete; a table of that name that is not recorded here is refused (42P07). Dropping a kept table leaves its row, which nothing reads again.';
+COMMENT ON COLUMN id_gen.shard_kept_copies.move_id IS 'The move (id_gen.shard_moves on the coordinator).';
+COMMENT ON COLUMN id_gen.shard_kept_copies.rows_table IS 'The table of rows copied (its qualified name, as the move names it).';
+COMMENT ON COLUMN id_gen.shard_kept_copies.kept IS 'The table made for the copy (pg_class oid; named by id_gen.moved_partition_name).';
+COMMENT ON COLUMN id_gen.shard_kept_copies.complete IS 'Every row was copied and the table given to the owner of the table of rows; false while batches are still copied.';
+COMMENT ON COLUMN id_gen.shard_kept_copies.made_at IS 'When the table was made.';
 
 -- ===== sql/cluster/operations.sql =====
 -- Long operations (moves, splits, merges, reverts, rebalance steps): what they share.
@@ -472,8 +491,10 @@ BEGIN
     IF action IS NOT NULL THEN
       RETURN NEXT;
       -- An action that took ACCESS EXCLUSIVE locks here (a fence lifted under the
-      -- coordinator's locks of the per_shard tables) ends the pass: they are held until its
-      -- COMMIT, and every statement of those tables waits for them; the next pass goes on.
+      -- coordinator's locks of the per_shard tables, partitions attached or detached) ends
+      -- the pass: they are held until its COMMIT, and every statement of those tables waits
+      -- for them; the next pass, seconds later, goes on. (A recovery that failed holds none:
+      -- its subtransaction rolled back.)
       EXIT WHEN EXISTS (SELECT FROM pg_locks l WHERE l.pid = pg_backend_pid() AND l.locktype = 'relation'
                                                  AND l.mode = 'AccessExclusiveLock' AND l.granted);
     END IF;
@@ -7001,12 +7022,20 @@ BEGIN
       -- source may own the genes. It is lifted first (the source gives them up, the target
       -- owns them again), before this revert can fence anything; a new fence that failed
       -- before the source owned them would lift the target's fence alone.
+      -- (A lift that fails stops the revert, which lets go of the move: the supervisor may
+      -- then lift it as soon as the source answers.)
       BEGIN
         PERFORM id_gen.run_cleanups(m.move_id, false, '{revert_fence}', false);
       EXCEPTION WHEN OTHERS OR query_canceled THEN
-        GET STACKED DIAGNOSTICS err = MESSAGE_TEXT;
-        RAISE EXCEPTION 'id_gen: move %: the fence of an earlier revert is still up and could not be lifted: %', m.move_id, err
-          USING ERRCODE = '55006', HINT = 'Both shards must answer; the move supervisor lifts it then, or call revert_move again.';
+        GET STACKED DIAGNOSTICS err = MESSAGE_TEXT, err_state = RETURNED_SQLSTATE;
+        UPDATE id_gen.shard_moves sm SET last_error = 'the fence of an earlier revert could not be lifted: ' || err,
+                                         updated_at = clock_timestamp()
+        WHERE sm.move_id = m.move_id;
+        outcome.stop_message := format('id_gen: move %s: the fence of an earlier revert is still up and could not be lifted', m.move_id);
+        outcome.stop_sqlstate := '55006';
+        outcome.stop_detail := format('Lifting it failed (SQLSTATE %s): %s', err_state, err);
+        outcome.stop_hint := 'The move supervisor lifts it once both shards answer and the coordinator''s tables can be locked; then call revert_move again.';
+        RETURN outcome;
       END;
       RAISE NOTICE 'id_gen: move %: lifted the fence of an earlier revert first', m.move_id;
       outcome.next_step := step;  -- (committed at once: the lift holds the coordinator's locks)
@@ -8358,13 +8387,15 @@ REVOKE EXECUTE ON FUNCTION id_gen.shard_delete_unowned_rows(text[], name[], inte
 -- id_gen.moved_partition_name(move_id, <table of rows>) (columns and indexes of the table
 -- of rows, no triggers, a COMMENT naming the move), `batch` rows per table and call in the
 -- order of their ids, and the rest of the last id's rows (all rows of an id in one call: an
--- id is not unique when the primary key has more columns), each call a transaction of its own there: the
--- coordinator calls it until it returns 0 (nobody writes those rows any more: the shard
--- does not own them). The copy stays owned by the caller (a superuser) while it fills, so
--- that no other role can give it a trigger between batches, and goes to the table's owner
--- when nothing is left to copy. A table of that name that is neither (or has another
--- COMMENT), or that the table's owner holds without every id left to copy, is refused
--- (42P07). Returns how many rows were copied.
+-- id is not unique when the primary key has more columns), each call a transaction of its
+-- own there: the coordinator calls it until it returns 0 (nobody writes those rows any more:
+-- the shard does not own them). id_gen.shard_kept_copies records the table made for the move
+-- and whether its copy is complete (0.7.13): a table of that name that it does not record is
+-- refused (42P07), whoever owns it, before any row is deleted; one dropped before its copy
+-- was complete is made again (the rows go only after that). The copy stays owned by the
+-- caller (a superuser) while it fills, so that no other role can give it a trigger between
+-- batches, and goes to the table's owner when nothing is left to copy. Returns how many rows
+-- were copied.
 CREATE OR REPLACE FUNCTION id_gen.shard_keep_unowned_rows(move_id bigint, rows_tables text[], id_columns name[],
                                                           lower_gene integer, upper_gene integer, batch integer) RETURNS bigint
 LANGUAGE plpgsql STRICT
@@ -8374,10 +8405,9 @@ DECLARE
   rel regclass;
   kept text;
   kept_rel regclass;
-  kept_owner oid;
   rel_owner oid;
   note text;
-  incomplete boolean;
+  made id_gen.shard_kept_copies;
   last_copied bigint;
   batch_bound bigint;
   n bigint;
@@ -8397,32 +8427,27 @@ BEGIN
     FROM pg_class c JOIN pg_namespace ns ON ns.oid = c.relnamespace WHERE c.oid = rel;
     note := format('id_gen: the rows of genes %s .. %s that %s held when move %s took them elsewhere (keep_source); drop it when no longer needed.',
                    lower_gene, upper_gene, rel, move_id);
+    SELECT * INTO made FROM id_gen.shard_kept_copies kc
+    WHERE (kc.move_id, kc.rows_table) = (shard_keep_unowned_rows.move_id, rows_tables[i]);
+    -- (complete: the table's owner has it, whatever became of it since)
+    CONTINUE WHEN made.complete;
     kept_rel := to_regclass(kept);
     IF kept_rel IS NULL THEN
+      -- (made now; or again when the one made was dropped before it was complete: no row of
+      -- the genes has been deleted yet, they go after the copy is complete)
       EXECUTE format('CREATE TABLE %s (LIKE %s INCLUDING INDEXES)', kept, rel);
       EXECUTE format('COMMENT ON TABLE %s IS %L', kept, note);
       kept_rel := to_regclass(kept);
-    END IF;
-    SELECT c.relowner INTO kept_owner FROM pg_class c WHERE c.oid = kept_rel AND c.relkind = 'r';
-    IF kept_owner IS NULL OR kept_owner NOT IN (rel_owner, (SELECT r.oid FROM pg_roles r WHERE r.rolname = current_user))
-       OR obj_description(kept_rel, 'pg_class') IS DISTINCT FROM note THEN
-      RAISE EXCEPTION 'id_gen: move %: % exists on this shard and is not the copy of the rows of % it keeps', move_id, kept, rel
-        USING ERRCODE = '42P07', HINT = 'Rename or drop it; the move''s clean-up tries again.';
-    END IF;
-    IF kept_owner = rel_owner AND kept_owner <> (SELECT r.oid FROM pg_roles r WHERE r.rolname = current_user) THEN
-      -- (done, given to the table's owner; unless that owner made it: then rows of the genes
-      -- it does not own have no id in it, and it is refused, before they are deleted)
-      EXECUTE format('SELECT EXISTS (SELECT FROM %1$s r WHERE r.%3$I OPERATOR(pg_catalog.>=) %4$s AND r.%3$I OPERATOR(pg_catalog.<=) %5$s '
-                     'AND NOT id_gen.shard_owns(%6$L::pg_catalog.regclass, r.%3$I) '
-                     'AND NOT EXISTS (SELECT FROM %2$s k WHERE k.%3$I OPERATOR(pg_catalog.=) r.%3$I))',
-                     rel, kept, id_columns[i], id_gen.gene_first_id(lower_gene), id_gen.gene_last_id(upper_gene), rel::text)
-        INTO incomplete;
-      IF incomplete THEN
-        RAISE EXCEPTION 'id_gen: move %: % belongs to the owner of % but lacks rows of genes % .. % that it holds', move_id, kept, rel,
-                        lower_gene, upper_gene
-          USING ERRCODE = '42P07', HINT = 'It is not the copy this move keeps: rename or drop it; the move''s clean-up tries again.';
-      END IF;
-      CONTINUE;
+      INSERT INTO id_gen.shard_kept_copies AS kc (move_id, rows_table, kept)
+      VALUES (shard_keep_unowned_rows.move_id, rows_tables[i], kept_rel)
+      ON CONFLICT ON CONSTRAINT shard_kept_copies_pkey DO UPDATE SET kept = excluded.kept, made_at = excluded.made_at
+      RETURNING * INTO made;
+    ELSIF made.kept IS DISTINCT FROM kept_rel::oid THEN
+      RAISE EXCEPTION 'id_gen: move %: % exists on this shard and is not the copy of the rows of % that this move keeps',
+                      move_id, kept_rel, rel
+        USING ERRCODE = '42P07',
+              DETAIL = 'id_gen.shard_kept_copies records no such table for this move: id_gen did not make it.',
+              HINT = 'Rename it (and see whether it holds rows someone wants); the move''s clean-up tries again.';
     END IF;
     PERFORM id_gen.refuse_untrusted_table(kept_rel, 'keep rows in');
     -- The next batch: whole ids (an id is not unique when the primary key has more columns),
@@ -8442,11 +8467,13 @@ BEGIN
     total := total + n;
     IF batch_bound IS NULL THEN  -- (all copied: the table's owner gets it)
       EXECUTE format('ALTER TABLE %s OWNER TO %I', kept, pg_get_userbyid(rel_owner));
+      UPDATE id_gen.shard_kept_copies kc SET complete = true
+      WHERE (kc.move_id, kc.rows_table) = (shard_keep_unowned_rows.move_id, rows_tables[i]);
     END IF;
   END LOOP;
   RETURN total;
 END $$;
-COMMENT ON FUNCTION id_gen.shard_keep_unowned_rows(bigint, text[], name[], integer, integer, integer) IS 'On the source of a move with keep_source, before its rows of the genes are deleted: copies batch more rows (rounded up to whole ids) of each table of rows'' rows of genes lower_gene .. upper_gene that it does not own, in the order of their ids, into a table beside it (id_gen.moved_partition_name, made on first call, given to the table''s owner once complete; 42P07 for another table of that name, or one its owner holds without every id to copy); returns how many rows it copied. The coordinator calls it until it returns 0.';
+COMMENT ON FUNCTION id_gen.shard_keep_unowned_rows(bigint, text[], name[], integer, integer, integer) IS 'On the source of a move with keep_source, before its rows of the genes are deleted: copies batch more rows (rounded up to whole ids) of each table of rows'' rows of genes lower_gene .. upper_gene that it does not own, in the order of their ids, into a table beside it (id_gen.moved_partition_name, made on the first call and recorded in id_gen.shard_kept_copies, given to the table''s owner once complete; 42P07 for a table of that name it did not make); returns how many rows it copied. The coordinator calls it until it returns 0.';
 REVOKE EXECUTE ON FUNCTION id_gen.shard_keep_unowned_rows(bigint, text[], name[], integer, integer, integer) FROM PUBLIC;
 
 -- ===== sql/cluster/route_hash.sql =====

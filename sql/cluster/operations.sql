@@ -457,8 +457,10 @@ BEGIN
     IF action IS NOT NULL THEN
       RETURN NEXT;
       -- An action that took ACCESS EXCLUSIVE locks here (a fence lifted under the
-      -- coordinator's locks of the per_shard tables) ends the pass: they are held until its
-      -- COMMIT, and every statement of those tables waits for them; the next pass goes on.
+      -- coordinator's locks of the per_shard tables, partitions attached or detached) ends
+      -- the pass: they are held until its COMMIT, and every statement of those tables waits
+      -- for them; the next pass, seconds later, goes on. (A recovery that failed holds none:
+      -- its subtransaction rolled back.)
       EXIT WHEN EXISTS (SELECT FROM pg_locks l WHERE l.pid = pg_backend_pid() AND l.locktype = 'relation'
                                                  AND l.mode = 'AccessExclusiveLock' AND l.granted);
     END IF;

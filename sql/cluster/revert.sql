@@ -345,12 +345,20 @@ BEGIN
       -- source may own the genes. It is lifted first (the source gives them up, the target
       -- owns them again), before this revert can fence anything; a new fence that failed
       -- before the source owned them would lift the target's fence alone.
+      -- (A lift that fails stops the revert, which lets go of the move: the supervisor may
+      -- then lift it as soon as the source answers.)
       BEGIN
         PERFORM id_gen.run_cleanups(m.move_id, false, '{revert_fence}', false);
       EXCEPTION WHEN OTHERS OR query_canceled THEN
-        GET STACKED DIAGNOSTICS err = MESSAGE_TEXT;
-        RAISE EXCEPTION 'id_gen: move %: the fence of an earlier revert is still up and could not be lifted: %', m.move_id, err
-          USING ERRCODE = '55006', HINT = 'Both shards must answer; the move supervisor lifts it then, or call revert_move again.';
+        GET STACKED DIAGNOSTICS err = MESSAGE_TEXT, err_state = RETURNED_SQLSTATE;
+        UPDATE id_gen.shard_moves sm SET last_error = 'the fence of an earlier revert could not be lifted: ' || err,
+                                         updated_at = clock_timestamp()
+        WHERE sm.move_id = m.move_id;
+        outcome.stop_message := format('id_gen: move %s: the fence of an earlier revert is still up and could not be lifted', m.move_id);
+        outcome.stop_sqlstate := '55006';
+        outcome.stop_detail := format('Lifting it failed (SQLSTATE %s): %s', err_state, err);
+        outcome.stop_hint := 'The move supervisor lifts it once both shards answer and the coordinator''s tables can be locked; then call revert_move again.';
+        RETURN outcome;
       END;
       RAISE NOTICE 'id_gen: move %: lifted the fence of an earlier revert first', m.move_id;
       outcome.next_step := step;  -- (committed at once: the lift holds the coordinator's locks)

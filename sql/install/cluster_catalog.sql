@@ -324,4 +324,22 @@ COMMENT ON COLUMN id_gen.shard_converted_changes.missed IS 'The write did not re
 -- @new-in-0.7.12
 -- (No catalog table or column: 0.7.12 adds reversible moves and keep_source for tables laid out by ownership, code only.)
 -- @new-in-0.7.13
--- (No catalog table or column: 0.7.13 mends keep_source, revert_move and the supervisor's pass, code only.)
+-- On a move's source, keep_source's copies of its tables of rows (id_gen.shard_keep_unowned_rows,
+-- sql/cluster/shard/owned_rows.sql): which table id_gen made for which move and table, and
+-- whether its copy is complete. Only a superuser writes it, so no table made by another
+-- role, whatever its name, owner or COMMENT, is taken for a copy.
+CREATE TABLE id_gen.shard_kept_copies (
+    move_id    bigint      NOT NULL,
+    rows_table text        NOT NULL,
+    kept       oid         NOT NULL,
+    complete   boolean     NOT NULL DEFAULT false,
+    made_at    timestamptz NOT NULL DEFAULT clock_timestamp(),
+    PRIMARY KEY (move_id, rows_table)
+);
+REVOKE ALL ON id_gen.shard_kept_copies FROM PUBLIC;
+COMMENT ON TABLE id_gen.shard_kept_copies IS 'On the source of a move with keep_source of tables laid out by ownership: the tables id_gen.shard_keep_unowned_rows made for the source''s rows of the moved genes (one per move and table of rows), and whether each copy is complete; a table of that name that is not recorded here is refused (42P07). Dropping a kept table leaves its row, which nothing reads again.';
+COMMENT ON COLUMN id_gen.shard_kept_copies.move_id IS 'The move (id_gen.shard_moves on the coordinator).';
+COMMENT ON COLUMN id_gen.shard_kept_copies.rows_table IS 'The table of rows copied (its qualified name, as the move names it).';
+COMMENT ON COLUMN id_gen.shard_kept_copies.kept IS 'The table made for the copy (pg_class oid; named by id_gen.moved_partition_name).';
+COMMENT ON COLUMN id_gen.shard_kept_copies.complete IS 'Every row was copied and the table given to the owner of the table of rows; false while batches are still copied.';
+COMMENT ON COLUMN id_gen.shard_kept_copies.made_at IS 'When the table was made.';

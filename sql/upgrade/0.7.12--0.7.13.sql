@@ -1,4 +1,5 @@
--- Catalog changes, 0.7.12 -> 0.7.13 (by hand): none. keep_source copies whole ids, refuses a
--- copy its table's owner made by hand, revert_move lifts an earlier revert's fence first,
--- and the move supervisor ends its pass after an action that holds ACCESS EXCLUSIVE locks:
--- all code.
+-- Catalog changes, 0.7.12 -> 0.7.13 (by hand): none beyond the new table of
+-- sql/install/cluster_catalog.sql after its marker @new-in-0.7.13 (id_gen.shard_kept_copies:
+-- which table keep_source made for which move, and whether its copy is complete). The rest
+-- is code: keep_source copies whole ids, revert_move lifts an earlier revert's fence first,
+-- and the move supervisor ends its pass after an action that holds ACCESS EXCLUSIVE locks.

@@ -54,11 +54,13 @@ max_locks_per_transaction, 1,024 route ranges alternating between the shards.
     is undone, the target owns the genes unfenced and takes writes through the coordinator,
     the source owns none; then the revert runs whole.
 (m) keep_source's copy on a source (shard_keep_unowned_rows) with batches of three rows of a
-    table whose ids repeat (primary key (id, line)): every line of every id of the genes is
-    copied, none of other genes, into a table owned by the table's owner once complete; a
-    table of that name made by the table's owner with the COMMENT but without the rows is
-    refused (42P07), one of another role too, and a table of rows owned by a role that is
-    not a superuser is refused (42501) before anything is made.
+    table whose ids repeat (primary key (id, line), two lines each): no batch ends inside an
+    id, every line of every id of the genes is copied, none of other genes, into a table
+    owned by the table's owner once complete (id_gen.shard_kept_copies says so, and a call
+    after that copies nothing); a table of a copy's name that id_gen did not make is refused
+    (42P07) whoever made it (the table's owner, the caller, another role), with the COMMENT
+    the move would give it; a copy dropped before it was complete is made again, whole; a
+    table of rows owned by a role that is not a superuser is refused (42501), nothing made.
 (n) a revert's fence left up (the target fences the genes, the source owns them) while the
     source hangs (SIGSTOP): a lift that does not know how far the fence came fails and
     keeps the target's fence; a new revert stops at once (55006), before any fence; a lift
@@ -612,17 +614,17 @@ def test_l_a_revert_whose_fence_fails_is_undone():
 
 def test_m_keep_source_copies_whole_ids_in_batches_into_a_table_it_made():
     s1 = S["shards"][1]
-    # A table of rows whose primary key has more columns than the id (several rows per id),
-    # owned by a superuser that is not the caller; not distributed here, so that shard_1
-    # owns none of its rows (what a move's source holds after its cut-over).
+    # A table of rows whose primary key has more columns than the id (two rows per id), owned
+    # by a superuser that is not the caller; not distributed here, so that shard_1 owns none
+    # of its rows (what a move's source holds after its cut-over).
     s1.script("""
         DO $$ BEGIN CREATE ROLE keep_dba SUPERUSER; EXCEPTION WHEN duplicate_object THEN NULL; END $$;
         DO $$ BEGIN CREATE ROLE keep_app; EXCEPTION WHEN duplicate_object THEN NULL; END $$;
         CREATE TABLE public.lines_rows (id bigint, line integer, note text, PRIMARY KEY (id, line));
         ALTER TABLE public.lines_rows OWNER TO keep_dba;
-        -- ids 0 .. 9 of gene 100 with 1, 2, 3, 1, 2, 3, ... lines; two rows of gene 102.
+        -- ids 0 .. 9 of gene 100, two lines each; two rows of gene 102.
         INSERT INTO public.lines_rows
-        SELECT id_gen.gene_first_id(100) + k, l, 'k' || k || 'l' || l FROM generate_series(0, 9) k, generate_series(1, k % 3 + 1) l;
+        SELECT id_gen.gene_first_id(100) + k, l, 'k' || k || 'l' || l FROM generate_series(0, 9) k, generate_series(1, 2) l;
         INSERT INTO public.lines_rows VALUES (id_gen.gene_first_id(102), 1, 'other'), (id_gen.gene_first_id(102) + 1, 1, 'other');
     """)
 
@@ -633,52 +635,58 @@ def test_m_keep_source_copies_whole_ids_in_batches_into_a_table_it_made():
     def kept_name(move_id):
         return "public." + s1.one(f"SELECT id_gen.moved_partition_name({move_id}, 'public.lines_rows')")
 
+    def squat(move_id, owner):
+        """A table of the copy's name made by hand, with the COMMENT the move gives its own."""
+        s1.script(f"""
+            CREATE TABLE {kept_name(move_id)} (LIKE public.lines_rows INCLUDING INDEXES);
+            ALTER TABLE {kept_name(move_id)} OWNER TO {owner};
+            INSERT INTO {kept_name(move_id)} VALUES (id_gen.gene_last_id(101), 1, 'squatted');
+            DO $$ BEGIN
+              EXECUTE format('COMMENT ON TABLE %s IS %L', '{kept_name(move_id)}',
+                             replace(obj_description('{kept_name(9001)}'::regclass), 'move 9001', 'move {move_id}'));
+            END $$;
+        """)
+
     try:
-        # Batches of three rows, rounded up to whole ids (all lines of an id in one batch),
-        # each resumed after the last id copied; then the copy is complete.
+        # Batches of three rows, rounded up to whole ids: each ends after the second line of
+        # an id (two ids, four rows) and the next resumes after it; then the copy is complete.
         copied = []
         for _ in range(10):
             copied.append(s1.one(keep(9001)))
             if copied[-1] == 0:
                 break
-        assert copied == [3, 3, 3, 3, 3, 3, 1, 0], copied
+        assert copied == [4, 4, 4, 4, 4, 0], copied
         kept = kept_name(9001)
         rows = "SELECT id, line, note FROM {} WHERE id BETWEEN id_gen.gene_first_id(100) AND id_gen.gene_last_id(101) ORDER BY 1, 2"
         assert s1.execute(rows.format(kept)) == s1.execute(rows.format("public.lines_rows"))
-        assert s1.one(f"SELECT count(*) FROM {kept}") == 19
+        assert s1.one(f"SELECT count(*) FROM {kept}") == 20
         assert s1.one(f"SELECT pg_get_userbyid(relowner) FROM pg_class WHERE oid = '{kept}'::regclass") == "keep_dba"
         assert "keep_source" in s1.one(f"SELECT obj_description('{kept}'::regclass)")
-        # A table of the next move's name made by the table's owner, with the COMMENT the
-        # move would give it, but without the rows: refused, not taken as a complete copy.
-        s1.script(f"""
-            CREATE TABLE {kept_name(9002)} (LIKE public.lines_rows INCLUDING INDEXES);
-            ALTER TABLE {kept_name(9002)} OWNER TO keep_dba;
-            INSERT INTO {kept_name(9002)} VALUES (id_gen.gene_last_id(101), 1, 'squatted');
-            DO $$ BEGIN
-              EXECUTE format('COMMENT ON TABLE %s IS %L', '{kept_name(9002)}',
-                             replace(obj_description('{kept}'::regclass), 'move 9001', 'move 9002'));
-            END $$;
-        """)
-        err = s1.error(keep(9002))
-        assert err is not None and err.sqlstate == "42P07" and "lacks rows" in str(err), err
-        # One owned by another role: refused (42P07), whatever its COMMENT.
-        s1.script(f"""
-            CREATE TABLE {kept_name(9003)} (LIKE public.lines_rows INCLUDING INDEXES);
-            ALTER TABLE {kept_name(9003)} OWNER TO keep_app;
-            DO $$ BEGIN
-              EXECUTE format('COMMENT ON TABLE %s IS %L', '{kept_name(9003)}',
-                             replace(obj_description('{kept}'::regclass), 'move 9001', 'move 9003'));
-            END $$;
-        """)
-        assert s1.sqlstate(keep(9003)) == "42P07"
-        assert s1.one(f"SELECT count(*) FROM {kept_name(9003)}") == 0
+        assert s1.one(f"SELECT complete FROM id_gen.shard_kept_copies WHERE move_id = 9001") is True
+        # Complete: called again, nothing is copied, whatever the owner did with it since.
+        s1.execute(f"DELETE FROM {kept} WHERE line = 2")
+        assert s1.one(keep(9001)) == 0
+        # A table of another move's name that id_gen did not make is refused (42P07), before
+        # anything is copied, whoever made it: the table's owner, the caller, another role.
+        for move_id, owner in ((9002, "keep_dba"), (9003, "postgres"), (9004, "keep_app")):
+            squat(move_id, owner)
+            err = s1.error(keep(move_id))
+            assert err is not None and err.sqlstate == "42P07" and "is not the copy" in str(err), (owner, err)
+            assert s1.one(f"SELECT count(*) FROM {kept_name(move_id)}") == 1, owner
+        # A copy dropped before it was complete is made again, whole.
+        assert s1.one(keep(9005, batch=5)) == 6
+        s1.execute(f"DROP TABLE {kept_name(9005)}")
+        while s1.one(keep(9005, batch=5)):
+            pass
+        assert s1.execute(rows.format(kept_name(9005))) == s1.execute(rows.format("public.lines_rows"))
         # A table of rows owned by a role that is not a superuser: refused (42501), nothing made.
         s1.execute("ALTER TABLE public.lines_rows OWNER TO keep_app")
-        assert s1.sqlstate(keep(9004)) == "42501"
-        assert s1.one(f"SELECT to_regclass('{kept_name(9004)}')") is None
+        assert s1.sqlstate(keep(9006)) == "42501"
+        assert s1.one(f"SELECT to_regclass('{kept_name(9006)}')") is None
     finally:
         s1.execute("DROP TABLE IF EXISTS public.lines_rows",
-                   *[f"DROP TABLE IF EXISTS {kept_name(m)}" for m in (9001, 9002, 9003, 9004)])
+                   *[f"DROP TABLE IF EXISTS {kept_name(m)}" for m in range(9001, 9007)],
+                   "DELETE FROM id_gen.shard_kept_copies WHERE move_id BETWEEN 9001 AND 9006")
 
 
 def test_n_a_revert_fence_left_up_while_its_source_hangs():

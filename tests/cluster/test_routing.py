@@ -20,8 +20,12 @@ the same assertions; its fixed sleeps became polls on what the clients committed
     the version declared per statement (execute()); Router.next_id gives an id of the owner's
     gene. The same with the asyncio AsyncRouter (the genes move back), whose listening twin
     learns the new version by NOTIFY.
-(d) both clients compute the extension's genes: the check values and 10 000 random bigint
-    and text owners.
+    A Node.js client (clients/node, through node_client.js) writes at the same time too, and
+    with stale routes (no LISTEN, no poll) its transaction and execute meet IG001 and find the
+    owner's rows on the new shard, its nextId an id (a BigInt) of the owner's gene.
+(d) the clients compute the extension's genes: the check values and 10 000 random bigint
+    and text owners (Python, Rust, Node.js); and clients/gene-vectors.json, which every
+    client's unit tests read, still holds the extension's genes of its 30 000 owners.
 """
 import json
 import os
@@ -37,6 +41,7 @@ from harness import coordinator_with_shards, poll_until
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 RUST_TOOL = os.path.join(REPO, "target", "clients", "debug", "id_gen_client_tool")
+NODE_CLIENT = ["node", os.path.join(os.path.dirname(__file__), "node_client.js")]
 LOGICAL = [*LOGICAL_BASE, "max_connections = 60"]
 S = {}
 
@@ -47,6 +52,8 @@ def servers(cluster, tmp_path_factory):
     subprocess.run(["cargo", "build", "-q", "-p", "id_gen_client", "--bin", "id_gen_client_tool"],
                    cwd=REPO, env=dict(os.environ, CARGO_TARGET_DIR=os.path.join(REPO, "target", "clients")), check=True,
                    timeout=1800)
+    # The Node.js client's dependencies (tier 1 installs them too).
+    subprocess.run(["bash", "-c", "source scripts/common.sh && ensure_node_client"], cwd=REPO, check=True, timeout=600)
     c, shards = coordinator_with_shards(cluster, coordinator_conf=["max_connections = 60"], shard_conf=LOGICAL)
     S["c"] = c
     S.update(shards)
@@ -153,6 +160,8 @@ def test_b_clients_while_genes_move_and_a_range_splits():
         rust = subprocess.Popen([RUST_TOOL, "bench", "--routes-dsn", c.dsn(), "--shard", f"shard_1={shards['shard_1']}",
                                  "--shard", f"shard_2={shards['shard_2']}", "--table", "orders", "--owners", "600",
                                  "--seconds", "1000", "--mode", "insert", "--stop-file", str(stop)], stdout=out, stderr=err)
+    with open(work / "node.json", "w") as out, open(work / "node.err", "w") as err:
+        node = subprocess.Popen([*NODE_CLIENT, "load", c.dsn(), json.dumps(shards), "600", str(stop)], stdout=out, stderr=err)
     try:
         poll_until("the load generator is ready", lambda: "ready" in (work / "load.err").read_text(), True, 30)
         # The clients write before, between and after the route changes: polls on the rows
@@ -168,13 +177,16 @@ def test_b_clients_while_genes_move_and_a_range_splits():
         poll_until("400 more after the split", python_rows, lambda n: n >= after_move + 400, 60)
         poll_until("the Rust client inserted 150 rows", lambda: c.one("SELECT count(*) FROM orders WHERE note = 'rust'"),
                    lambda n: n >= 150, 60)
+        poll_until("the Node.js client inserted 150 rows", lambda: c.one("SELECT count(*) FROM orders WHERE note = 'node'"),
+                   lambda n: n >= 150, 60)
     finally:
         stop.touch()
         try:
-            load_rc, rust_rc = load.wait(timeout=120), rust.wait(timeout=120)
+            load_rc, rust_rc, node_rc = load.wait(timeout=120), rust.wait(timeout=120), node.wait(timeout=120)
         except subprocess.TimeoutExpired:
             load.kill()
             rust.kill()
+            node.kill()
             raise
     assert load_rc == 0, f"the load generator failed: {(work / 'load.err').read_text()}"
     assert rust_rc == 0, f"the Rust client failed: {(work / 'rust.err').read_text()}"
@@ -199,6 +211,13 @@ def test_b_clients_while_genes_move_and_a_range_splits():
     assert rust_result["tx"] > 100, "the Rust client committed inserts during the move and the split"
     assert rust_result["errors"] == 0, "the Rust client had no failed transaction"
     assert c.one("SELECT count(*) FROM orders WHERE note = 'rust'") == rust_result["tx"], "every insert of the Rust client is there"
+    assert node_rc == 0, f"the Node.js client failed: {(work / 'node.err').read_text()}"
+    node_result = json.loads((work / "node.json").read_text())
+    print(f"Node.js client: {node_result}")
+    assert node_result["tx"] > 100, "the Node.js client committed inserts during the move and the split"
+    assert node_result["errors"] == 0, f"the Node.js client had no failed transaction: {node_result}"
+    assert c.one("SELECT count(*) FROM orders WHERE note = 'node'") == node_result["tx"], "every insert of the Node.js client is there"
+    assert int(node_result["version"]) == c.one("SELECT id_gen.route_version()"), "the Node.js Router followed the route version"
 
 
 def test_c_a_client_with_stale_routes():
@@ -272,6 +291,30 @@ def test_c_the_async_router_with_stale_routes():
     assert versions[1] > versions[0], f"the listening AsyncRouter learned the new version by NOTIFY within 30 s: {versions}"
 
 
+def test_c_the_node_router_with_stale_routes():
+    c, shards, work = S["c"], S["shards"], S["work"]
+    owner, span, rows = S["stale_read"]
+    n_owner = c.one(f"SELECT count(*) FROM orders WHERE owner_id = {owner}")
+    go = work / "node_go"
+    with open(work / "stale.json", "w") as out, open(work / "stale.err", "w") as err:
+        node = subprocess.Popen([*NODE_CLIENT, "stale", c.dsn(), json.dumps(shards), str(owner), str(go)], stdout=out, stderr=err)
+    try:
+        poll_until("the Node.js routers read the routes", lambda: "ready" in (work / "stale.err").read_text(), True, 30)
+        back = "shard_1" if c.one(f"SELECT id_gen.route_owner({owner}::bigint)") == "shard_2" else "shard_2"
+        c.execute(f"CALL id_gen.move_genes(0, 16383, '{back}')")
+        go.touch()
+        rc = node.wait(timeout=120)
+    finally:
+        if node.poll() is None:
+            node.kill()
+    assert rc == 0, f"the Node.js client failed: {(work / 'stale.err').read_text()}"
+    r = json.loads((work / "stale.json").read_text())
+    assert (r["after"], r["before"] != back) == (back, True), f"stale routes, then the new shard: {r}"
+    assert int(r["viaTransaction"]) == int(r["viaExecute"]) == n_owner, f"transaction and execute found the owner's rows: {r}"
+    assert min(r["retriesMoved"]) >= 1, f"transaction and execute each retried after IG001: {r}"
+    assert r["idIsBigInt"] and int(r["id"]) >> 47 == span[0] >> 47 and r["idShard"] == back, f"nextId: {r}"
+
+
 def test_d_clients_compute_the_extensions_genes():
     from id_gen_client import gene
 
@@ -294,5 +337,17 @@ def test_d_clients_compute_the_extensions_genes():
                                               stdout=subprocess.PIPE).stdout.split()]
     assert len(in_sql) == 20008, "the extension's genes of 20 008 owners (check values, bounds, random bigints and texts)"
     assert in_sql[:4] + in_sql[7:8] == [16043, 55408, 24031, 14299, 13795], "the published check values"
+    in_node = [int(x) for x in subprocess.run([*NODE_CLIENT, "genes"], input=lines, text=True, check=True, timeout=300,
+                                              stdout=subprocess.PIPE).stdout.split()]
     assert in_python == in_sql, "Python's genes equal the extension's"
     assert in_rust == in_sql, "Rust's genes equal the extension's"
+    assert in_node == in_sql, "Node.js's genes equal the extension's"
+    # The shared vectors that every client's unit tests read still hold the extension's genes.
+    with open(os.path.join(REPO, "clients", "gene-vectors.json"), encoding="utf-8") as f:
+        vectors = json.load(f)
+    with c.connect() as conn:
+        for kind in ("bigint", "text", "uuid"):
+            owners_of_kind = [o for o, _ in vectors[kind]]
+            got = [g for (g,) in conn.execute(
+                f"SELECT id_gen.shard_gene(o) FROM unnest(%s::{kind}[]) WITH ORDINALITY u(o, n) ORDER BY n", (owners_of_kind,))]
+            assert len(got) == 10000 and got == [g for _, g in vectors[kind]], f"clients/gene-vectors.json ({kind}) is stale"

@@ -1,5 +1,8 @@
 """Genes without a server: the check values of docs/routing-protocol.md §1, the encodings
-that look right but are wrong, and the gene of an id."""
+that look right but are wrong, the gene of an id, and the 10,000 owners of each type in
+clients/gene-vectors.json (written by the extension; every client checks the same file)."""
+import json
+import os
 import struct
 import unittest
 import uuid
@@ -18,6 +21,17 @@ class CheckValues(unittest.TestCase):
     def test_range(self):
         for owner in [-1, -(1 << 63), (1 << 63) - 1, "", "中文🙂", b"", uuid.uuid4()]:
             self.assertTrue(0 <= gene(owner) <= 0xFFFF)
+
+
+class SharedVectors(unittest.TestCase):
+    def test_the_genes_of_the_shared_vectors_equal_the_extensions(self):
+        with open(os.path.join(os.path.dirname(__file__), "..", "..", "gene-vectors.json"), encoding="utf-8") as f:
+            vectors = json.load(f)
+        wrong = [("bigint", o, g) for o, g in vectors["bigint"] if gene(int(o)) != g]
+        wrong += [("text", o, g) for o, g in vectors["text"] if gene(o) != g]
+        wrong += [("uuid", o, g) for o, g in vectors["uuid"] if gene(uuid.UUID(o)) != g]
+        self.assertEqual(sum(len(vectors[k]) for k in ("bigint", "text", "uuid")), 30000)
+        self.assertEqual(wrong[:3], [])
 
 
 class WrongEncodings(unittest.TestCase):

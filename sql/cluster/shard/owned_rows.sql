@@ -369,13 +369,15 @@ REVOKE EXECUTE ON FUNCTION id_gen.shard_delete_unowned_rows(text[], name[], inte
 -- id_gen.moved_partition_name(move_id, <table of rows>) (columns and indexes of the table
 -- of rows, no triggers, a COMMENT naming the move), `batch` rows per table and call in the
 -- order of their ids, and the rest of the last id's rows (all rows of an id in one call: an
--- id is not unique when the primary key has more columns), each call a transaction of its own there: the
--- coordinator calls it until it returns 0 (nobody writes those rows any more: the shard
--- does not own them). The copy stays owned by the caller (a superuser) while it fills, so
--- that no other role can give it a trigger between batches, and goes to the table's owner
--- when nothing is left to copy. A table of that name that is neither (or has another
--- COMMENT), or that the table's owner holds without every id left to copy, is refused
--- (42P07). Returns how many rows were copied.
+-- id is not unique when the primary key has more columns), each call a transaction of its
+-- own there: the coordinator calls it until it returns 0 (nobody writes those rows any more:
+-- the shard does not own them). id_gen.shard_kept_copies records the table made for the move
+-- and whether its copy is complete (0.7.13): a table of that name that it does not record is
+-- refused (42P07), whoever owns it, before any row is deleted; one dropped before its copy
+-- was complete is made again (the rows go only after that). The copy stays owned by the
+-- caller (a superuser) while it fills, so that no other role can give it a trigger between
+-- batches, and goes to the table's owner when nothing is left to copy. Returns how many rows
+-- were copied.
 CREATE OR REPLACE FUNCTION id_gen.shard_keep_unowned_rows(move_id bigint, rows_tables text[], id_columns name[],
                                                           lower_gene integer, upper_gene integer, batch integer) RETURNS bigint
 LANGUAGE plpgsql STRICT
@@ -385,10 +387,9 @@ DECLARE
   rel regclass;
   kept text;
   kept_rel regclass;
-  kept_owner oid;
   rel_owner oid;
   note text;
-  incomplete boolean;
+  made id_gen.shard_kept_copies;
   last_copied bigint;
   batch_bound bigint;
   n bigint;
@@ -408,32 +409,27 @@ BEGIN
     FROM pg_class c JOIN pg_namespace ns ON ns.oid = c.relnamespace WHERE c.oid = rel;
     note := format('id_gen: the rows of genes %s .. %s that %s held when move %s took them elsewhere (keep_source); drop it when no longer needed.',
                    lower_gene, upper_gene, rel, move_id);
+    SELECT * INTO made FROM id_gen.shard_kept_copies kc
+    WHERE (kc.move_id, kc.rows_table) = (shard_keep_unowned_rows.move_id, rows_tables[i]);
+    -- (complete: the table's owner has it, whatever became of it since)
+    CONTINUE WHEN made.complete;
     kept_rel := to_regclass(kept);
     IF kept_rel IS NULL THEN
+      -- (made now; or again when the one made was dropped before it was complete: no row of
+      -- the genes has been deleted yet, they go after the copy is complete)
       EXECUTE format('CREATE TABLE %s (LIKE %s INCLUDING INDEXES)', kept, rel);
       EXECUTE format('COMMENT ON TABLE %s IS %L', kept, note);
       kept_rel := to_regclass(kept);
-    END IF;
-    SELECT c.relowner INTO kept_owner FROM pg_class c WHERE c.oid = kept_rel AND c.relkind = 'r';
-    IF kept_owner IS NULL OR kept_owner NOT IN (rel_owner, (SELECT r.oid FROM pg_roles r WHERE r.rolname = current_user))
-       OR obj_description(kept_rel, 'pg_class') IS DISTINCT FROM note THEN
-      RAISE EXCEPTION 'id_gen: move %: % exists on this shard and is not the copy of the rows of % it keeps', move_id, kept, rel
-        USING ERRCODE = '42P07', HINT = 'Rename or drop it; the move''s clean-up tries again.';
-    END IF;
-    IF kept_owner = rel_owner AND kept_owner <> (SELECT r.oid FROM pg_roles r WHERE r.rolname = current_user) THEN
-      -- (done, given to the table's owner; unless that owner made it: then rows of the genes
-      -- it does not own have no id in it, and it is refused, before they are deleted)
-      EXECUTE format('SELECT EXISTS (SELECT FROM %1$s r WHERE r.%3$I OPERATOR(pg_catalog.>=) %4$s AND r.%3$I OPERATOR(pg_catalog.<=) %5$s '
-                     'AND NOT id_gen.shard_owns(%6$L::pg_catalog.regclass, r.%3$I) '
-                     'AND NOT EXISTS (SELECT FROM %2$s k WHERE k.%3$I OPERATOR(pg_catalog.=) r.%3$I))',
-                     rel, kept, id_columns[i], id_gen.gene_first_id(lower_gene), id_gen.gene_last_id(upper_gene), rel::text)
-        INTO incomplete;
-      IF incomplete THEN
-        RAISE EXCEPTION 'id_gen: move %: % belongs to the owner of % but lacks rows of genes % .. % that it holds', move_id, kept, rel,
-                        lower_gene, upper_gene
-          USING ERRCODE = '42P07', HINT = 'It is not the copy this move keeps: rename or drop it; the move''s clean-up tries again.';
-      END IF;
-      CONTINUE;
+      INSERT INTO id_gen.shard_kept_copies AS kc (move_id, rows_table, kept)
+      VALUES (shard_keep_unowned_rows.move_id, rows_tables[i], kept_rel)
+      ON CONFLICT ON CONSTRAINT shard_kept_copies_pkey DO UPDATE SET kept = excluded.kept, made_at = excluded.made_at
+      RETURNING * INTO made;
+    ELSIF made.kept IS DISTINCT FROM kept_rel::oid THEN
+      RAISE EXCEPTION 'id_gen: move %: % exists on this shard and is not the copy of the rows of % that this move keeps',
+                      move_id, kept_rel, rel
+        USING ERRCODE = '42P07',
+              DETAIL = 'id_gen.shard_kept_copies records no such table for this move: id_gen did not make it.',
+              HINT = 'Rename it (and see whether it holds rows someone wants); the move''s clean-up tries again.';
     END IF;
     PERFORM id_gen.refuse_untrusted_table(kept_rel, 'keep rows in');
     -- The next batch: whole ids (an id is not unique when the primary key has more columns),
@@ -453,9 +449,11 @@ BEGIN
     total := total + n;
     IF batch_bound IS NULL THEN  -- (all copied: the table's owner gets it)
       EXECUTE format('ALTER TABLE %s OWNER TO %I', kept, pg_get_userbyid(rel_owner));
+      UPDATE id_gen.shard_kept_copies kc SET complete = true
+      WHERE (kc.move_id, kc.rows_table) = (shard_keep_unowned_rows.move_id, rows_tables[i]);
     END IF;
   END LOOP;
   RETURN total;
 END $$;
-COMMENT ON FUNCTION id_gen.shard_keep_unowned_rows(bigint, text[], name[], integer, integer, integer) IS 'On the source of a move with keep_source, before its rows of the genes are deleted: copies batch more rows (rounded up to whole ids) of each table of rows'' rows of genes lower_gene .. upper_gene that it does not own, in the order of their ids, into a table beside it (id_gen.moved_partition_name, made on first call, given to the table''s owner once complete; 42P07 for another table of that name, or one its owner holds without every id to copy); returns how many rows it copied. The coordinator calls it until it returns 0.';
+COMMENT ON FUNCTION id_gen.shard_keep_unowned_rows(bigint, text[], name[], integer, integer, integer) IS 'On the source of a move with keep_source, before its rows of the genes are deleted: copies batch more rows (rounded up to whole ids) of each table of rows'' rows of genes lower_gene .. upper_gene that it does not own, in the order of their ids, into a table beside it (id_gen.moved_partition_name, made on the first call and recorded in id_gen.shard_kept_copies, given to the table''s owner once complete; 42P07 for a table of that name it did not make); returns how many rows it copied. The coordinator calls it until it returns 0.';
 REVOKE EXECUTE ON FUNCTION id_gen.shard_keep_unowned_rows(bigint, text[], name[], integer, integer, integer) FROM PUBLIC;

@@ -1,0 +1,87 @@
+// Types of id-gen-client (docs/routing-protocol.md §5; clients/node/README.md).
+import type { ClientConfig, PoolClient, PoolConfig } from 'pg';
+
+/** A UUID owner, hashed as its 16 raw bytes. */
+export declare class Uuid {
+  constructor(text: string);
+  readonly text: string;
+  readonly bytes: Uint8Array;
+  toString(): string;
+}
+export declare function uuid(text: string): Uuid;
+
+/** An owner: a bigint (or a safe-integer number), a string, a Uuid, or raw bytes. */
+export type Owner = bigint | number | string | Uuid | Uint8Array;
+/** A 64-bit id: a bigint, a decimal string, or a safe-integer number. */
+export type Id = bigint | string | number;
+/** Routes a call by exactly one of an owner, an id or a gene (0..65535). */
+export type Key = { owner: Owner } | { id: Id } | { gene: number };
+
+export declare function geneOf(owner: Owner): number;
+export declare function geneOfId(id: Id): number;
+
+export declare const ROUTE_CHANGED: 'IG001';
+export declare const ROUTE_FENCED: 'IG002';
+
+export declare class RoutingError extends Error {}
+/** No route covers the gene, or it names a shard this Router has no connection for. Not retried. */
+export declare class NoRouteError extends RoutingError {}
+/** IG001/IG002 kept coming back for retryLimit retries; `cause` is the last one. Retryable later. */
+export declare class RouteRetryExhausted extends RoutingError {}
+
+export interface RouterOptions {
+  /** The coordinator: a connection string or a pg ClientConfig. */
+  routes: string | ClientConfig;
+  /** The shards by name: a connection string or a pg PoolConfig each. */
+  shards: Record<string, string | PoolConfig>;
+  /** Retries after the first attempt (20). */
+  retryLimit?: number;
+  /** The backoff's base and largest wait in ms (5, 200). */
+  backoffBase?: number;
+  backoffMax?: number;
+  /** LISTEN for route changes on the coordinator (true). */
+  listen?: boolean;
+  /** Poll the route version every so many ms (1000; 0: never). */
+  refreshInterval?: number;
+  /** bigint columns as BigInt ('bigint', the default) or as decimal strings ('string'). */
+  ids?: 'bigint' | 'string';
+  /** pg PoolConfig defaults of every shard's pool. */
+  pool?: PoolConfig;
+  /** The pg module (tests pass a fake). */
+  pg?: unknown;
+}
+
+export interface RouterStats {
+  transactions: number;
+  retriesMoved: number;
+  retriesFenced: number;
+  refreshes: number;
+}
+
+export declare class Router {
+  constructor(options: RouterOptions);
+  /** A Router whose routes were read; rejects when the coordinator cannot be reached. */
+  static connect(options: RouterOptions): Promise<Router>;
+  /** Resolves once the routes were first read. */
+  ready(): Promise<void>;
+  readonly retryLimit: number;
+  readonly stats: RouterStats;
+  /** The route version held. */
+  readonly version: bigint;
+  /** The routes held: [lowerGene, upperGene, shard], inclusive. */
+  readonly routes: Array<[number, number, string]>;
+  refresh(): Promise<bigint>;
+  geneOf(owner: Owner): number;
+  shardForGene(gene: number): string;
+  shardForOwner(owner: Owner): string;
+  shardForId(id: Id): string;
+  /** body in a claimed transaction on the owning shard, retried on IG001/IG002; its value. */
+  transaction<T>(key: Key, body: (client: PoolClient) => Promise<T> | T): Promise<T>;
+  /** body once in a claimed transaction; IG001/IG002 from it reach the caller. */
+  run<T>(key: Key, body: (client: PoolClient) => Promise<T> | T): Promise<T>;
+  /** One statement with the route version declared in its transaction; its rows. */
+  execute<R extends Record<string, unknown> = Record<string, unknown>>(key: Key, sql: string, params?: unknown[]): Promise<R[]>;
+  /** An owner-affine id from the owner's shard (a bigint, or a string with ids: 'string'). */
+  nextId(sequence: string, owner: Owner): Promise<bigint | string>;
+  close(): Promise<void>;
+}

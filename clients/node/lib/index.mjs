@@ -1,0 +1,7 @@
+// id-gen-client for ES modules: the CommonJS build's exports, by name.
+import client from './index.js';
+
+export const {
+  Router, RoutingError, NoRouteError, RouteRetryExhausted, ROUTE_CHANGED, ROUTE_FENCED, geneOf, geneOfId, Uuid, uuid,
+} = client;
+export default client;

@@ -1,0 +1,504 @@
+'use strict';
+// Router: zero-hop routing of transactions to the shard that owns a gene, on node-postgres
+// (pg), with the vocabulary of docs/routing-protocol.md §5:
+// - transaction(key, body): body(client) in a transaction on the owning shard that starts
+//   with the claim; on IG001/IG002 (from the claim, the body or COMMIT) it rolls back, re-reads
+//   the routes (IG001; IG002 every third time), waits, and runs the body again, at most
+//   retryLimit times after the first attempt. Resolves to the body's value.
+// - run(key, body): the same, but the body runs once: IG001/IG002 from the body or COMMIT
+//   reach the caller.
+// - execute(key, sql, params): one statement in a transaction of its own that declares the
+//   route version (set_config(..., true)), retried like transaction; resolves to its rows.
+// - nextId(sequence, owner), geneOf, shardForId/Owner/Gene, refresh(), version, routes, stats.
+//
+// Invariants:
+// - The routes and their version are one immutable snapshot (RouteTable), replaced whole; a
+//   call routes by one snapshot and claims with its version.
+// - The listening connection LISTENs before the first route read and re-reads after it
+//   reconnects; the version is also polled every refreshInterval ms, so a notification lost
+//   (or a pooler that cannot LISTEN) costs at most that long.
+// - Nothing is declared per connection (no session SET): the claim and set_config(..., true)
+//   live in the transaction, so shards may sit behind a transaction-mode pooler (PgBouncer).
+// - A body that failed is never reported committed (a COMMIT that the server turns into a
+//   ROLLBACK is an error), and a body whose COMMIT succeeded is never run again.
+// - Every client taken from a pool goes back to it, idle, or destroyed when it broke.
+// - Every wait is bounded: connects (connectionTimeoutMillis), route reads and the version
+//   poll (query_timeout), shard statements (query_timeout unless the caller sets another).
+// - Ids (bigint columns) reach JavaScript as BigInt (ids: 'string' for decimal strings),
+//   never as a Number that loses precision.
+
+const {
+  ROUTE_CHANGED, NoRouteError, RouteRetryExhausted, routeErrorCode,
+} = require('./errors');
+const genes = require('./genes');
+const {
+  ROUTES_CHANNEL, ROUTES_SQL, EMPTY_ROUTES_VERSION_SQL, ROUTE_VERSION_SQL, declareVersionSql, claimSql,
+  RouteTable, targetGene, ownerParam, rereadsAfter, backoffDelay,
+} = require('./routes');
+
+const INT8_OID = 20;
+// Route reads must not hang the callers that wait for them (a coordinator that stopped
+// answering): bounded connect, bounded statements, TCP keepalives.
+const COORDINATOR_OPTIONS = {
+  connectionTimeoutMillis: 10000, query_timeout: 10000, statement_timeout: 10000,
+  keepAlive: true, keepAliveInitialDelayMillis: 10000,
+};
+const SHARD_POOL_DEFAULTS = { max: 8, connectionTimeoutMillis: 10000, query_timeout: 60000, keepAlive: true };
+
+class RetryRoute extends Error {
+  constructor(error, code) {
+    super(code);
+    this.error = error;
+    this.code = code;
+  }
+}
+
+const sleep = (ms) => new Promise((resolve) => { setTimeout(resolve, ms); });
+// libpq's keyword/value form ("host=/tmp port=5432 dbname=app"), as psql and the other
+// clients take it; a URL goes to pg as connectionString.
+const KEYWORDS = {
+  host: 'host', hostaddr: 'host', port: 'port', dbname: 'database', user: 'user', password: 'password',
+  application_name: 'application_name', options: 'options',
+};
+const SSL_MODES = {
+  disable: false, allow: false, prefer: false, require: { rejectUnauthorized: false },
+  'verify-ca': { rejectUnauthorized: true, checkServerIdentity: () => undefined }, 'verify-full': { rejectUnauthorized: true },
+};
+function asConfig(c) {
+  if (typeof c !== 'string') return { ...c };
+  if (/^postgres(ql)?:\/\//.test(c)) return { connectionString: c };
+  const config = {};
+  const pair = /\s*([a-z_]+)\s*=\s*('((?:[^'\\]|\\.)*)'|(\S*))/gy;
+  let m;
+  let end = 0;
+  while ((m = pair.exec(c)) !== null) {
+    const value = m[3] !== undefined ? m[3].replace(/\\(.)/g, '$1') : m[4];
+    if (KEYWORDS[m[1]] !== undefined) config[KEYWORDS[m[1]]] = m[1] === 'port' ? Number(value) : value;
+    else if (m[1] === 'connect_timeout') config.connectionTimeoutMillis = Number(value) * 1000;
+    else if (m[1] === 'sslmode') config.ssl = SSL_MODES[value];
+    else throw new TypeError(`the connection keyword ${m[1]} is not supported here (pass a pg config object)`);
+    end = pair.lastIndex;
+  }
+  if (c.slice(end).trim() !== '') throw new TypeError(`not a connection string: ${c}`);
+  return config;
+}
+const closedError = () => new Error('the Router is closed');
+
+class Router {
+  /**
+   * options: routes (the coordinator: a connection string or a pg ClientConfig), shards
+   * ({ name: connection string or pg PoolConfig }), retryLimit (20), backoffBase and
+   * backoffMax (ms: 5, 200), listen (true), refreshInterval (ms, 1000; 0: no poll),
+   * ids ('bigint' or 'string'), pool (pg PoolConfig defaults of every shard's pool), pg (the
+   * pg module, for tests).
+   */
+  constructor(options) {
+    const {
+      routes, shards, retryLimit = 20, backoffBase = 5, backoffMax = 200, listen = true,
+      refreshInterval = 1000, ids = 'bigint', pool = {}, pg,
+    } = options || {};
+    if (routes === undefined || routes === null) throw new TypeError('routes (the coordinator) is required');
+    if (shards === null || typeof shards !== 'object' || Object.keys(shards).length === 0) {
+      throw new TypeError('shards ({ name: connection }) is required');
+    }
+    if (!Number.isInteger(retryLimit) || retryLimit < 0) {
+      throw new RangeError('retryLimit counts retries after the first attempt: an integer, 0 or more');
+    }
+    if (ids !== 'bigint' && ids !== 'string') throw new TypeError("ids is 'bigint' or 'string'");
+    this._pg = pg || require('pg');
+    this._routesConfig = asConfig(routes);
+    this._shardConfigs = new Map(Object.entries(shards).map(([name, c]) => [name, asConfig(c)]));
+    this._poolOptions = { ...SHARD_POOL_DEFAULTS, ...pool };
+    this.retryLimit = retryLimit;
+    this.backoffBase = backoffBase;
+    this.backoffMax = backoffMax;
+    this.listen = listen;
+    this.refreshInterval = refreshInterval;
+    this.stats = { transactions: 0, retriesMoved: 0, retriesFenced: 0, refreshes: 0 };
+    const parseInt8 = ids === 'string' ? String : BigInt;
+    this._shardTypes = { getTypeParser: (oid, format) => (oid === INT8_OID && format !== 'binary' ? parseInt8 : this._pg.types.getTypeParser(oid, format)) };
+    this._coordinatorTypes = { getTypeParser: (oid, format) => (oid === INT8_OID && format !== 'binary' ? BigInt : this._pg.types.getTypeParser(oid, format)) };
+    this._table = new RouteTable([], 0n);
+    this._pools = new Map();
+    this._closed = false;
+    this._routesClient = null;
+    this._listener = null;
+    this._listenerFailures = 0;
+    this._queuedReload = null;
+    this._currentReload = null;
+    this._ready = this._start();
+    this._ready.catch(() => {}); // (awaited by ready() and every call; not an unhandled rejection)
+  }
+
+  /** Resolves once the routes were first read; rejects when the coordinator cannot be reached. */
+  ready() {
+    return this._ready;
+  }
+
+  /** A Router whose routes were read (the coordinator unreachable: rejects, nothing left open). */
+  static async connect(options) {
+    const router = new Router(options);
+    try {
+      await router.ready();
+    } catch (e) {
+      await router.close();
+      throw e;
+    }
+    return router;
+  }
+
+  async _start() {
+    if (this.listen) await this._connectListener(); // LISTEN before the first read
+    await this.refresh();
+    if (this.refreshInterval > 0 && !this._closed) {
+      this._pollTimer = setInterval(() => { this._poll(); }, this.refreshInterval);
+      this._pollTimer.unref();
+    }
+  }
+
+  // --- routes -----------------------------------------------------------------------------
+
+  /** The route version held (a BigInt). */
+  get version() {
+    return this._table.version;
+  }
+
+  /** The routes held: [[lowerGene, upperGene, shard], ...], inclusive. */
+  get routes() {
+    return this._table.ranges.map((r) => [...r]);
+  }
+
+  /**
+   * Re-reads the routes now; resolves to their version. Calls made while a read runs share
+   * the next one (which begins after that read), so no caller gets routes older than its call.
+   */
+  refresh() {
+    if (this._closed) return Promise.reject(closedError());
+    if (this._queuedReload !== null) return this._queuedReload;
+    const previous = this._currentReload;
+    const reload = (async () => {
+      // (always a wait: this reload is queued, and shared, until it begins)
+      await (previous === null ? null : previous.catch(() => {}));
+      this._queuedReload = null;
+      return this._reload();
+    })();
+    this._queuedReload = reload;
+    this._currentReload = reload;
+    return reload;
+  }
+
+  async _reload() {
+    let table;
+    try {
+      table = await this._readRoutes();
+    } catch (e) {
+      // (a lost connection: once more, on a new one)
+      this._dropRoutesClient();
+      table = await this._readRoutes();
+    }
+    this._table = table;
+    this.stats.refreshes += 1;
+    return table.version;
+  }
+
+  async _readRoutes() {
+    const client = await this._routesConnection();
+    for (;;) {
+      const { rows } = await client.query(ROUTES_SQL);
+      if (rows.length > 0) return RouteTable.fromRows(rows);
+      const empty = await client.query(EMPTY_ROUTES_VERSION_SQL);
+      if (empty.rows.length > 0) return new RouteTable([], empty.rows[0].version);
+    }
+  }
+
+  async _coordinatorClient() {
+    const client = new this._pg.Client({ ...this._routesConfig, ...COORDINATOR_OPTIONS, types: this._coordinatorTypes });
+    client.on('error', () => {}); // (a lost connection fails its next query; handled there)
+    await client.connect();
+    if (this._closed) {
+      client.end().catch(() => {});
+      throw closedError();
+    }
+    return client;
+  }
+
+  async _routesConnection() {
+    if (this._routesClient === null) this._routesClient = this._coordinatorClient();
+    try {
+      return await this._routesClient;
+    } catch (e) {
+      this._routesClient = null;
+      throw e;
+    }
+  }
+
+  _dropRoutesClient() {
+    const client = this._routesClient;
+    this._routesClient = null;
+    if (client !== null) client.then((c) => c.end()).catch(() => {});
+  }
+
+  // The version poll: a route change whose notification was lost, or that a pooler kept
+  // from this router, is seen within refreshInterval.
+  async _poll() {
+    if (this._polling || this._closed) return;
+    this._polling = true;
+    try {
+      const client = await this._routesConnection();
+      const { rows } = await client.query(ROUTE_VERSION_SQL);
+      if (BigInt(rows[0].version) > this._table.version) await this.refresh();
+    } catch (e) {
+      this._dropRoutesClient(); // (the next poll connects again)
+    } finally {
+      this._polling = false;
+    }
+  }
+
+  // --- listening to route changes ---------------------------------------------------------
+
+  async _connectListener() {
+    const client = await this._coordinatorClient();
+    try {
+      await client.query(`LISTEN ${ROUTES_CHANNEL}`);
+    } catch (e) {
+      client.end().catch(() => {});
+      throw e;
+    }
+    client.on('notification', (msg) => {
+      let version;
+      try {
+        version = BigInt(msg.payload);
+      } catch (e) {
+        return;
+      }
+      if (!this._closed && version > this._table.version) this.refresh().catch(() => {});
+    });
+    const lost = () => this._listenerLost(client);
+    client.on('error', lost);
+    client.on('end', lost);
+    this._listener = client;
+    this._listenerFailures = 0;
+  }
+
+  _listenerLost(client) {
+    if (this._listener !== client || this._closed) return;
+    this._listener = null;
+    client.end().catch(() => {});
+    this._reconnectListener();
+  }
+
+  _reconnectListener() {
+    const delay = Math.min(100 * 2 ** this._listenerFailures, 5000);
+    this._listenerTimer = setTimeout(async () => {
+      if (this._closed) return;
+      try {
+        await this._connectListener();
+      } catch (e) {
+        this._listenerFailures += 1;
+        this._reconnectListener();
+        return;
+      }
+      this.refresh().catch(() => {}); // notifications may have been missed meanwhile
+    }, delay);
+    this._listenerTimer.unref();
+  }
+
+  // --- lookups by the routes held ----------------------------------------------------------
+
+  /** The gene of an owner (BigInt or safe integer, string, Uuid, Uint8Array). */
+  geneOf(owner) {
+    return genes.geneOf(owner);
+  }
+
+  shardForGene(gene) {
+    return this._route(genes.asGene(gene), this._table);
+  }
+
+  shardForOwner(owner) {
+    return this._route(genes.geneOf(owner), this._table);
+  }
+
+  /** The shard of an id (a BigInt, a decimal string, or a safe integer). */
+  shardForId(id) {
+    return this._route(genes.geneOfId(id), this._table);
+  }
+
+  _route(gene, table) {
+    const shard = table.shardForGene(gene);
+    if (!this._shardConfigs.has(shard)) {
+      throw new NoRouteError(`gene ${gene} routes to shard "${shard}", which has no connection in this Router`);
+    }
+    return shard;
+  }
+
+  _pool(shard) {
+    if (this._closed) throw closedError();
+    let pool = this._pools.get(shard);
+    if (pool === undefined) {
+      pool = new this._pg.Pool({ ...this._poolOptions, ...this._shardConfigs.get(shard), types: this._shardTypes });
+      pool.on('error', () => {}); // (an idle client that broke: the pool drops it)
+      this._pools.set(shard, pool);
+    }
+    return pool;
+  }
+
+  // --- transactions -----------------------------------------------------------------------
+
+  /** body(client) in a claimed transaction on the owning shard, retried on IG001/IG002. */
+  transaction(key, body) {
+    return this._call(key, body, true);
+  }
+
+  /** body(client) once in a claimed transaction; IG001/IG002 from the body reach the caller. */
+  run(key, body) {
+    return this._call(key, body, false);
+  }
+
+  async _call(key, body, retryBody) {
+    if (typeof body !== 'function') throw new TypeError('body must be a function: async (client) => value');
+    const gene = targetGene(key);
+    return this._retrying(gene, 'the route kept changing for', async (table, client) => {
+      let bodyRan = false;
+      try {
+        await client.query(claimSql(gene, table.version));
+        bodyRan = true;
+        const result = await body(client);
+        await commit(client);
+        this.stats.transactions += 1;
+        return result;
+      } catch (e) {
+        await rollbackQuietly(client);
+        const code = routeErrorCode(e);
+        if (code === null || (bodyRan && !retryBody)) throw e;
+        throw new RetryRoute(e, code);
+      }
+    });
+  }
+
+  /** One statement on the owning shard, the route version declared in its transaction; its rows. */
+  async execute(key, sql, params) {
+    const gene = targetGene(key);
+    return this._retrying(gene, 'the route kept changing for', async (table, client) => {
+      try {
+        await client.query(`BEGIN; ${declareVersionSql(table.version)}`);
+        const result = await client.query(sql, params);
+        await commit(client);
+        this.stats.transactions += 1;
+        return result.rows;
+      } catch (e) {
+        await rollbackQuietly(client);
+        const code = routeErrorCode(e);
+        if (code === null) throw e;
+        throw new RetryRoute(e, code);
+      }
+    });
+  }
+
+  /** An owner-affine id from the owner's shard: id_gen.gene_order_id(sequence, owner) (a BigInt). */
+  async nextId(sequence, owner) {
+    const [type, param] = ownerParam(owner);
+    const sql = `SELECT id_gen.gene_order_id($1::text, $2::${type}) AS id`;
+    return this.transaction({ owner }, async (client) => (await client.query(sql, [sequence, param])).rows[0].id);
+  }
+
+  // The one retry loop: once(routes, client) on the gene's shard by the routes held. A
+  // RetryRoute from it (IG001/IG002) is retried up to retryLimit times, the routes re-read and
+  // the backoff waited between; then RouteRetryExhausted with the last error as its cause.
+  async _retrying(gene, what, once) {
+    await this._ready;
+    let lastError = null;
+    let refreshError = null;
+    for (let attempt = 0; attempt <= this.retryLimit; attempt += 1) {
+      const [table, pool] = await this._checkout(gene, attempt);
+      const client = await pool.connect();
+      let retry;
+      try {
+        return await once(table, client);
+      } catch (e) {
+        if (!(e instanceof RetryRoute)) throw e;
+        retry = e;
+      } finally {
+        client.release(client.idGenBroken === true ? true : undefined);
+      }
+      lastError = retry.error;
+      refreshError = await this._afterRouteError(retry.code, attempt, refreshError);
+    }
+    let message = `gene ${gene}: ${what} ${this.retryLimit + 1} attempts (${this.retryLimit} retries)`;
+    if (refreshError !== null) message += `; the last re-read of the routes failed: ${refreshError.message}`;
+    throw new RouteRetryExhausted(message, { cause: lastError });
+  }
+
+  async _checkout(gene, attempt) {
+    let table = this._table;
+    let shard;
+    try {
+      shard = this._route(gene, table);
+    } catch (e) {
+      // The routes may have changed since they were read: on the first attempt, read them
+      // again and look once more (no attempt of its own).
+      if (!(e instanceof NoRouteError) || attempt > 0 || (await this.refresh()) === table.version) throw e;
+      table = this._table;
+      shard = this._route(gene, table);
+    }
+    return [table, this._pool(shard)];
+  }
+
+  async _afterRouteError(code, attempt, refreshError) {
+    if (attempt >= this.retryLimit) return refreshError;
+    if (code === ROUTE_CHANGED) this.stats.retriesMoved += 1;
+    else this.stats.retriesFenced += 1;
+    let error = refreshError;
+    if (rereadsAfter(code, attempt)) {
+      try {
+        await this.refresh();
+        error = null;
+      } catch (e) {
+        error = e; // (the next attempt runs on the routes held)
+      }
+    }
+    await sleep(backoffDelay(attempt, this.backoffBase, this.backoffMax));
+    return error;
+  }
+
+  // --- closing ----------------------------------------------------------------------------
+
+  /** Stops listening and polling and closes every connection; safe to call twice. */
+  async close() {
+    if (this._closed) return;
+    this._closed = true;
+    clearInterval(this._pollTimer);
+    clearTimeout(this._listenerTimer);
+    const ends = [];
+    if (this._listener !== null) ends.push(this._listener.end());
+    this._listener = null;
+    if (this._routesClient !== null) ends.push(this._routesClient.then((c) => c.end()));
+    this._routesClient = null;
+    for (const pool of this._pools.values()) ends.push(pool.end());
+    this._pools.clear();
+    await Promise.allSettled(ends);
+  }
+}
+
+/**
+ * COMMIT, unless the body swallowed an error: the server would then roll back and answer
+ * ROLLBACK, which is reported as an error, never as a success.
+ */
+async function commit(client) {
+  const result = await client.query('COMMIT');
+  if (result && result.command === 'ROLLBACK') {
+    const error = new Error('id-gen-client: the transaction failed inside the body; it was rolled back');
+    error.code = '25P02';
+    throw error;
+  }
+}
+
+/** Ends a failed transaction; a client that cannot is destroyed when it goes back to its pool. */
+async function rollbackQuietly(client) {
+  try {
+    await client.query('ROLLBACK');
+  } catch (e) {
+    client.idGenBroken = true;
+  }
+}
+
+module.exports = { Router, asConfig };

@@ -1,0 +1,210 @@
+'use strict';
+// A fake of the pg module for the Router's tests without a server: a coordinator (routes, a
+// version, NOTIFY to its listeners; it can be down) and shards (route_claim's IG001/IG002,
+// the declared route version, a read by owner), as clients/python/tests/test_router_fake.py
+// fakes them for the Python client.
+const { EventEmitter } = require('node:events');
+const { geneOf } = require('../lib/genes');
+
+const READ = 'SELECT amount FROM orders WHERE owner_id = $1'; // by owner: no id predicate
+
+function sqlError(code) {
+  return Object.assign(new Error(`fake ${code}`), { code });
+}
+
+function connectionError() {
+  return Object.assign(new Error('fake: Connection terminated unexpectedly'), { code: 'ECONNREFUSED' });
+}
+
+class Coordinator {
+  constructor(uppers) {
+    this.uppers = uppers;
+    this.version = 1n;
+    this.down = false;
+    this.listeners = new Set();
+    this.routeReads = 0;
+  }
+
+  /** New routes and version; notify: whether the listeners hear of it. */
+  change(uppers, notify) {
+    this.uppers = uppers;
+    this.version += 1n;
+    if (notify) {
+      for (const l of this.listeners) l.emit('notification', { channel: 'id_gen_routes', payload: String(this.version) });
+    }
+  }
+
+  ownerOf(gene) {
+    const range = this.uppers.find(([upper]) => gene <= upper);
+    return range === undefined ? null : range[1];
+  }
+}
+
+class Cluster {
+  constructor(uppers) {
+    this.coord = new Coordinator(uppers);
+    this.fences = 0;
+    this.pools = {};
+    this.lastReadShard = null;
+    this.clients = [];
+    const cluster = this;
+
+    class Client extends EventEmitter {
+      constructor(config) {
+        super();
+        this.config = config;
+        cluster.clients.push(this);
+      }
+
+      async connect() {
+        if (cluster.coord.down) throw connectionError();
+      }
+
+      async query(sql) {
+        const c = cluster.coord;
+        if (c.down) throw connectionError();
+        if (sql.startsWith('LISTEN ')) {
+          c.listeners.add(this);
+          return { rows: [], command: 'LISTEN' };
+        }
+        if (sql.includes('ORDER BY lower_gene')) {
+          c.routeReads += 1;
+          let lower = 0;
+          const rows = c.uppers.map(([upper, shard]) => {
+            const row = { lower_gene: lower, upper_gene: upper, shard, version: c.version };
+            lower = upper + 1;
+            return row;
+          });
+          return { rows, command: 'SELECT' };
+        }
+        if (sql.includes('NOT EXISTS')) return { rows: c.uppers.length ? [] : [{ version: c.version }], command: 'SELECT' };
+        if (sql === 'SELECT id_gen.route_version() AS version') return { rows: [{ version: c.version }], command: 'SELECT' };
+        throw new Error(`the fake coordinator does not know ${sql}`);
+      }
+
+      async end() {
+        cluster.coord.listeners.delete(this);
+        this.ended = true;
+      }
+    }
+
+    class ShardClient {
+      constructor(shard, pool) {
+        this.shard = shard;
+        this.pool = pool;
+        this.log = [];
+        this.inBlock = false;
+        this.failed = false;
+        this.localVersion = null;
+      }
+
+      async query(sql, params) {
+        this.log.push(sql);
+        let result = { rows: [], command: null };
+        for (const statement of sql.split('; ')) result = this.statement(statement, params); // a simple-protocol message of several
+        if (!this.inBlock) this.localVersion = null;
+        return result;
+      }
+
+      statement(sql, params) {
+        const coord = cluster.coord;
+        if (sql === 'BEGIN') {
+          this.inBlock = true;
+          this.failed = false;
+          return { rows: [], command: 'BEGIN' };
+        }
+        if (sql === 'COMMIT' || sql === 'ROLLBACK') {
+          const command = sql === 'COMMIT' && this.failed ? 'ROLLBACK' : sql;
+          this.inBlock = false;
+          this.failed = false;
+          return { rows: [], command };
+        }
+        try {
+          return this.run(sql, params, coord);
+        } catch (e) {
+          if (this.inBlock) this.failed = true;
+          throw e;
+        }
+      }
+
+      run(sql, params, coord) {
+        if (this.failed) throw sqlError('25P02');
+        let m = /^SELECT id_gen\.route_claim\((\d+), (\d+)\)$/.exec(sql);
+        if (m) {
+          if (cluster.fences > 0) {
+            cluster.fences -= 1;
+            throw sqlError('IG002');
+          }
+          if (coord.ownerOf(Number(m[1])) !== this.shard || BigInt(m[2]) < coord.version) throw sqlError('IG001');
+          return { rows: [{ route_claim: coord.version }], command: 'SELECT' };
+        }
+        m = /^SELECT pg_catalog\.set_config\('id_gen\.route_version', '(\d+)', true\)$/.exec(sql);
+        if (m) {
+          this.localVersion = BigInt(m[1]);
+          return { rows: [{ set_config: m[1] }], command: 'SELECT' };
+        }
+        if (sql === READ) {
+          // The first statement of the transaction touching a distributed table checks the
+          // declared version; a read by owner of genes the shard lost finds nothing.
+          if (cluster.fences > 0) {
+            cluster.fences -= 1;
+            throw sqlError('IG002');
+          }
+          if (this.localVersion !== null && this.localVersion < coord.version) throw sqlError('IG001');
+          const owns = coord.ownerOf(geneOf(BigInt(params[0]))) === this.shard;
+          if (owns) cluster.lastReadShard = this.shard;
+          return { rows: owns ? [{ amount: 7 }] : [], command: 'SELECT' };
+        }
+        if (sql.includes('gene_order_id')) {
+          cluster.lastParams = params;
+          // (the id's text, as the server sends it, through the parser the pool was given)
+          return { rows: [{ id: this.pool.config.types.getTypeParser(20, 'text')('9007199254740993') }], command: 'SELECT' };
+        }
+        if (sql === 'SELECT fail') throw sqlError('22012');
+        return { rows: [], command: 'SELECT' };
+      }
+
+      release(destroy) {
+        this.pool.out -= 1;
+        if (destroy) this.pool.destroyed += 1;
+      }
+    }
+
+    class Pool extends EventEmitter {
+      constructor(config) {
+        super();
+        this.config = config;
+        this.shard = config.connectionString;
+        this.out = 0;
+        this.destroyed = 0;
+        this.conns = [];
+        cluster.pools[this.shard] = this;
+      }
+
+      async connect() {
+        this.out += 1;
+        const client = new ShardClient(this.shard, this);
+        this.conns.push(client);
+        return client;
+      }
+
+      async end() {
+        this.ended = true;
+      }
+    }
+
+    this.pg = { Client, Pool, types: { getTypeParser: () => (v) => v } };
+  }
+
+  /** route_claim statements sent to every shard. */
+  claims() {
+    return Object.values(this.pools).flatMap((p) => p.conns).flatMap((c) => c.log)
+      .filter((s) => s.startsWith('BEGIN; SELECT id_gen.route_claim(')).length;
+  }
+
+  outstanding() {
+    return Object.values(this.pools).reduce((n, p) => n + p.out, 0);
+  }
+}
+
+module.exports = { Cluster, READ, sqlError };

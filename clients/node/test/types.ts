@@ -1,0 +1,27 @@
+// Compiled by `tsc -p test/tsconfig.json` (npm test): the declarations serve a TypeScript
+// user's code as the README shows it, and refuse what they should.
+import { Router, geneOf, uuid, RouteRetryExhausted, NoRouteError } from 'id-gen-client';
+
+export async function example(): Promise<bigint> {
+  const router = await Router.connect({ routes: 'postgresql://coordinator/app', shards: { shard_1: 'postgresql://s1/app' } });
+  try {
+    const owner = 42n;
+    const total: number = await router.transaction({ owner }, async (client) => {
+      const r = await client.query<{ n: string }>('SELECT count(*) AS n FROM orders WHERE owner_id = $1', [String(owner)]);
+      return Number(r.rows[0].n);
+    });
+    const rows = await router.execute<{ id: bigint }>({ id: 9007199254740993n }, 'SELECT id FROM orders WHERE id = $1', ['9007199254740993']);
+    const shard: string = router.shardForId(rows[0]?.id ?? 0n);
+    const g: number = geneOf(uuid('12345678-1234-5678-1234-567812345678')) + router.geneOf('alice') + total + shard.length;
+    const version: bigint = router.version + BigInt(g * 0);
+    // @ts-expect-error a key names exactly one of owner, id or gene
+    await router.transaction({}, async () => 1);
+    const id = await router.nextId('orders', owner);
+    return typeof id === 'bigint' ? id + version : BigInt(id);
+  } catch (e) {
+    if (e instanceof RouteRetryExhausted || e instanceof NoRouteError) throw e;
+    throw e;
+  } finally {
+    await router.close();
+  }
+}
