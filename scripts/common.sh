@@ -61,9 +61,11 @@ ensure_toolchain() {
   command -v mariadbd >/dev/null || need+=(mariadb-server mariadb-client)
   # pg_auto_failover for the central authority's automatic failover (tests/cluster/test_authority_failover.py).
   command -v pg_autoctl >/dev/null || need+=(postgresql-15-auto-failover pg-auto-failover-cli)
-  # Node.js and npm for clients/node.
+  # Node.js and npm for clients/node; PgBouncer for the clients behind a transaction-mode
+  # pooler (tests/cluster/test_pooler.py).
   command -v node >/dev/null || need+=(nodejs)
   command -v npm >/dev/null || need+=(npm)
+  command -v pgbouncer >/dev/null || need+=(pgbouncer)
   if [ ${#need[@]} -gt 0 ]; then
     log "installing ${need[*]}"
     apt-get update -qq

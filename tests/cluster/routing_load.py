@@ -100,7 +100,9 @@ def reader(router, seed):
             failed(e)
 
 
-with Router(routes_dsn, shards, max_size=6) as router:
+# (IDG_POOL_KWARGS: the shard pools' arguments as JSON, e.g. psycopg's prepare_threshold
+# turned off behind a transaction-mode pooler: test_pooler.py)
+with Router(routes_dsn, shards, max_size=6, pool_kwargs=json.loads(os.environ.get("IDG_POOL_KWARGS", "{}"))) as router:
     # Every reader owner has rows before the load starts.
     for o in readers:
         amount = 5

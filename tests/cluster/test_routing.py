@@ -31,7 +31,6 @@ import json
 import os
 import random
 import subprocess
-import sys
 
 import psycopg
 import pytest
@@ -39,21 +38,15 @@ import pytest
 from harness import LOGICAL as LOGICAL_BASE
 from harness import coordinator_with_shards, poll_until
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-RUST_TOOL = os.path.join(REPO, "target", "clients", "debug", "id_gen_client_tool")
-NODE_CLIENT = ["node", os.path.join(os.path.dirname(__file__), "node_client.js")]
+import routing_clients
+from routing_clients import NODE_CLIENT, REPO, RUST_TOOL
 LOGICAL = [*LOGICAL_BASE, "max_connections = 60"]
 S = {}
 
 
 @pytest.fixture(scope="module", autouse=True)
 def servers(cluster, tmp_path_factory):
-    # The Rust client's command-line tool (tier 1 of scripts/test.sh builds it too).
-    subprocess.run(["cargo", "build", "-q", "-p", "id_gen_client", "--bin", "id_gen_client_tool"],
-                   cwd=REPO, env=dict(os.environ, CARGO_TARGET_DIR=os.path.join(REPO, "target", "clients")), check=True,
-                   timeout=1800)
-    # The Node.js client's dependencies (tier 1 installs them too).
-    subprocess.run(["bash", "-c", "source scripts/common.sh && ensure_node_client"], cwd=REPO, check=True, timeout=600)
+    routing_clients.build()
     c, shards = coordinator_with_shards(cluster, coordinator_conf=["max_connections = 60"], shard_conf=LOGICAL)
     S["c"] = c
     S.update(shards)
@@ -151,46 +144,8 @@ def test_b_clients_while_genes_move_and_a_range_splits():
         UNION ALL (SELECT o FROM generate_series(1001, 200000) o WHERE id_gen.shard_gene(o::bigint) >= 49152 LIMIT 15)""")
     (work / "readers").write_text(" ".join(map(str, readers)))
     S["reader_owner"] = readers[0]
-    stop = work / "stop"
-    with open(work / "load.json", "w") as out, open(work / "load.err", "w") as err:
-        load = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(__file__), "routing_load.py"), c.dsn(),
-                                 json.dumps(shards), str(work / "owners"), str(work / "readers"), "120", str(stop)],
-                                stdout=out, stderr=err)
-    with open(work / "rust.json", "w") as out, open(work / "rust.err", "w") as err:
-        rust = subprocess.Popen([RUST_TOOL, "bench", "--routes-dsn", c.dsn(), "--shard", f"shard_1={shards['shard_1']}",
-                                 "--shard", f"shard_2={shards['shard_2']}", "--table", "orders", "--owners", "600",
-                                 "--seconds", "1000", "--mode", "insert", "--stop-file", str(stop)], stdout=out, stderr=err)
-    with open(work / "node.json", "w") as out, open(work / "node.err", "w") as err:
-        node = subprocess.Popen([*NODE_CLIENT, "load", c.dsn(), json.dumps(shards), "600", str(stop)], stdout=out, stderr=err)
-    try:
-        poll_until("the load generator is ready", lambda: "ready" in (work / "load.err").read_text(), True, 30)
-        # The clients write before, between and after the route changes: polls on the rows
-        # they inserted (the Python clients' have no note, the Rust client's say 'rust'), so
-        # the minimums asserted below never depend on how fast this machine is.
-        python_rows = lambda: c.one("SELECT count(*) FROM orders WHERE note IS NULL")  # noqa: E731
-        before = poll_until("the Python clients inserted 400 rows", python_rows, lambda n: n >= 400, 60)
-        c.execute("CALL id_gen.move_genes(0, 16383, 'shard_2')")
-        assert c.one("SELECT shard FROM id_gen.route_map WHERE lower_gene = 0") == "shard_2", "genes 0 .. 16383 are on shard_2"
-        after_move = poll_until("400 more after the move", python_rows, lambda n: n >= before + 400, 60)
-        c.execute("CALL id_gen.split_route(57343)")
-        assert c.one("SELECT count(*) FROM id_gen.route_map WHERE shard = 'shard_2'") == 4, "genes 49152 .. 65535 are split in two"
-        poll_until("400 more after the split", python_rows, lambda n: n >= after_move + 400, 60)
-        poll_until("the Rust client inserted 150 rows", lambda: c.one("SELECT count(*) FROM orders WHERE note = 'rust'"),
-                   lambda n: n >= 150, 60)
-        poll_until("the Node.js client inserted 150 rows", lambda: c.one("SELECT count(*) FROM orders WHERE note = 'node'"),
-                   lambda n: n >= 150, 60)
-    finally:
-        stop.touch()
-        try:
-            load_rc, rust_rc, node_rc = load.wait(timeout=120), rust.wait(timeout=120), node.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            load.kill()
-            rust.kill()
-            node.kill()
-            raise
-    assert load_rc == 0, f"the load generator failed: {(work / 'load.err').read_text()}"
-    assert rust_rc == 0, f"the Rust client failed: {(work / 'rust.err').read_text()}"
-    r = json.loads((work / "load.json").read_text())
+    clients = routing_clients.write_while_genes_move(c, shards, work, 600, 400, 150)
+    r = clients.result("load")
     retries = r["router"].get("retries_moved", 0) + r["router"].get("retries_fenced", 0)
     print(f"Python clients: {r['committed']} transactions, {r['reads']} reads, {retries} retries; "
           f"latency p50 {r['p50_ms']} / p99 {r['p99_ms']} / max {r['max_ms']} ms; errors {r['errors']}")
@@ -206,13 +161,12 @@ def test_b_clients_while_genes_move_and_a_range_splits():
         "SELECT owner_id, count(*), sum(amount) FROM orders WHERE note IS NULL GROUP BY owner_id")}
     bad = [(o, log.get(o), rows_by_owner.get(o)) for o in set(log) | set(rows_by_owner) if log.get(o) != rows_by_owner.get(o)]
     assert not bad, f"the rows per owner (count and sum) equal the clients' log ({len(bad)} owners differ of {len(log)}: {bad[:3]})"
-    rust_result = json.loads((work / "rust.json").read_text())
+    rust_result = clients.result("rust")
     print(f"Rust client: {rust_result}")
     assert rust_result["tx"] > 100, "the Rust client committed inserts during the move and the split"
     assert rust_result["errors"] == 0, "the Rust client had no failed transaction"
     assert c.one("SELECT count(*) FROM orders WHERE note = 'rust'") == rust_result["tx"], "every insert of the Rust client is there"
-    assert node_rc == 0, f"the Node.js client failed: {(work / 'node.err').read_text()}"
-    node_result = json.loads((work / "node.json").read_text())
+    node_result = clients.result("node")
     print(f"Node.js client: {node_result}")
     assert node_result["tx"] > 100, "the Node.js client committed inserts during the move and the split"
     assert node_result["errors"] == 0, f"the Node.js client had no failed transaction: {node_result}"
@@ -224,7 +178,8 @@ def test_c_a_client_with_stale_routes():
     from id_gen_client import Router
 
     c, shards, owner = S["c"], S["shards"], S["reader_owner"]
-    with Router(c.dsn(), shards, listen=False) as r, Router(c.dsn(), shards, listen=False) as r2:
+    with Router(c.dsn(), shards, listen=False, refresh_interval=0) as r, \
+            Router(c.dsn(), shards, listen=False, refresh_interval=0) as r2:
         before = r.shard_for_owner(owner)
         r2.execute("SELECT 1 FROM orders WHERE id = 0", owner=owner)  # a connection of the old shard in its pool
         c.execute("CALL id_gen.move_genes(0, 16383, 'shard_1')")
@@ -266,8 +221,9 @@ def test_c_the_async_router_with_stale_routes():
     count = "SELECT count(*) FROM orders WHERE owner_id = %s AND id BETWEEN %s AND %s"
 
     async def scenario():
-        async with AsyncRouter(c.dsn(), shards, listen=False) as stale, \
-                AsyncRouter(c.dsn(), shards, listen=False) as stale2, AsyncRouter(c.dsn(), shards) as listening:
+        async with AsyncRouter(c.dsn(), shards, listen=False, refresh_interval=0) as stale, \
+                AsyncRouter(c.dsn(), shards, listen=False, refresh_interval=0) as stale2, \
+                AsyncRouter(c.dsn(), shards, refresh_interval=0) as listening:
             before, version = stale.shard_for_owner(owner), listening.version
             await asyncio.to_thread(c.execute, "CALL id_gen.move_genes(0, 16383, 'shard_2')")
 
@@ -318,7 +274,7 @@ def test_c_the_node_router_with_stale_routes():
 def test_d_clients_compute_the_extensions_genes():
     from id_gen_client import gene
 
-    c, work = S["c"], S["work"]
+    c = S["c"]
     rng = random.Random(16)
     alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-éü中文🙂"
     owners = [("b", v) for v in (42, 0, 1, 45346343212, -1, -(1 << 63), (1 << 63) - 1)] + [("t", "alice")]

@@ -32,6 +32,9 @@ ROUTES_SQL = "SELECT lower_gene, upper_gene, shard, version FROM id_gen.route_ma
 # One snapshot: the version, only when there are still no routes (else read them again).
 EMPTY_ROUTES_VERSION_SQL = ("SELECT id_gen.route_version() "
                             "WHERE NOT EXISTS (SELECT 1 FROM id_gen.route_map)")
+# The version alone, for the poll that catches a route change whose notification was lost
+# (or that a pooler kept from the listener).
+ROUTE_VERSION_SQL = "SELECT id_gen.route_version()"
 # Declares the route version for the rest of the transaction (SET LOCAL semantics).
 DECLARE_VERSION_SQL = "SELECT pg_catalog.set_config('id_gen.route_version', '{}', true)"
 OWNER_CASTS = ((bool, None), (int, "bigint"), (str, "text"), (uuid.UUID, "uuid"))
@@ -71,9 +74,12 @@ class RouteLookups:
 
     def __init__(self, routes_dsn: str, shards: Mapping[str, str], *, min_size: int,
                  max_size: int, retry_limit: int, backoff_base: float, backoff_max: float,
-                 listen: bool, pool_kwargs: Optional[Mapping[str, Any]]) -> None:
+                 listen: bool, refresh_interval: float, pool_kwargs: Optional[Mapping[str, Any]]) -> None:
         if retry_limit < 0:
             raise ValueError("retry_limit counts retries after the first attempt: 0 or more")
+        if refresh_interval < 0:
+            raise ValueError("refresh_interval is in seconds: 0 (no poll) or more")
+        self.refresh_interval = refresh_interval
         self._routes_dsn = routes_dsn
         self._shard_dsns = dict(shards)
         self._pool_args: Dict[str, Any] = dict(pool_kwargs or {}, min_size=min_size, max_size=max_size)

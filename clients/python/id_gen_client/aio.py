@@ -25,7 +25,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from . import _routes
 from ._routes import (COORDINATOR_CONNECT, DECLARE_VERSION_SQL, EMPTY_ROUTES_VERSION_SQL,
-                      LISTEN_POLL_SECONDS, ROUTES_CHANNEL, ROUTES_SQL, Owner, RouteLookups, RouteTable,
+                      LISTEN_POLL_SECONDS, ROUTE_VERSION_SQL, ROUTES_CHANNEL, ROUTES_SQL, Owner, RouteLookups, RouteTable,
                       target_gene)
 from .errors import NoRouteError, route_error_code
 
@@ -39,11 +39,11 @@ class AsyncRouter(RouteLookups):
 
     def __init__(self, routes_dsn: str, shards: Mapping[str, str], *, min_size: int = 1,
                  max_size: int = 8, retry_limit: int = 20, backoff_base: float = 0.005,
-                 backoff_max: float = 0.2, listen: bool = True,
+                 backoff_max: float = 0.2, listen: bool = True, refresh_interval: float = 1.0,
                  pool_kwargs: Optional[Mapping[str, Any]] = None) -> None:
         super().__init__(routes_dsn, shards, min_size=min_size, max_size=max_size, retry_limit=retry_limit,
                          backoff_base=backoff_base, backoff_max=backoff_max, listen=listen,
-                         pool_kwargs=pool_kwargs)
+                         refresh_interval=refresh_interval, pool_kwargs=pool_kwargs)
         self._pools: Dict[str, AsyncConnectionPool[Any]] = {}
         self._reload_lock: Optional[asyncio.Lock] = None  # guards _routes_conn and reloads; made
         # in the running loop (on Python 3.9 a lock binds to the loop current at its creation)
@@ -66,7 +66,7 @@ class AsyncRouter(RouteLookups):
                 await listener.close()
             await self.close()
             raise
-        if listener is not None:
+        if self.listen or self.refresh_interval > 0:
             self._listener_task = asyncio.get_running_loop().create_task(
                 self._listen_loop(listener), name="id_gen_client-routes")
         return self
@@ -132,9 +132,19 @@ class AsyncRouter(RouteLookups):
         return conn
 
     async def _listen_loop(self, conn: Optional[AsyncConn]) -> None:
+        """The routes' task: LISTEN (when listen) and the version poll (every refresh_interval
+        seconds, when not 0), until close() cancels it."""
         failures = 0
+        loop = asyncio.get_running_loop()
+        next_poll = loop.time() + self.refresh_interval
         try:
             while True:
+                if self.refresh_interval > 0 and loop.time() >= next_poll:
+                    next_poll = loop.time() + self.refresh_interval
+                    await self._poll_version()
+                if not self.listen:
+                    await asyncio.sleep(max(0.0, next_poll - loop.time()))
+                    continue
                 try:
                     if conn is None:
                         conn = await self._connect_listener()
@@ -154,6 +164,24 @@ class AsyncRouter(RouteLookups):
         finally:
             if conn is not None:
                 await conn.close()
+
+    async def _poll_version(self) -> None:
+        """Re-reads the routes when the coordinator's route version is newer than the one
+        held (a notification lost, or kept from the listener by a pooler); a coordinator that
+        does not answer is tried again at the next poll."""
+        try:
+            async with self._lock():
+                if self._closed:
+                    return
+                if self._routes_conn is None or self._routes_conn.closed:
+                    self._routes_conn = await psycopg.AsyncConnection.connect(
+                        self._routes_dsn, autocommit=True, **COORDINATOR_CONNECT)
+                row = await (await self._routes_conn.execute(ROUTE_VERSION_SQL)).fetchone()
+            if row is not None and row[0] > self._table.version:
+                await self.refresh()
+        except Exception:  # (a lost connection, a closed router: the next poll tries again)
+            async with self._lock():
+                await self._drop_routes_conn()
 
     async def _pool(self, shard: str) -> AsyncConnectionPool[Any]:
         if self._closed:

@@ -47,8 +47,8 @@ from psycopg_pool import ConnectionPool
 
 from . import _routes
 from ._routes import (COORDINATOR_CONNECT, DECLARE_VERSION_SQL, EMPTY_ROUTES_VERSION_SQL,
-                      LISTEN_POLL_SECONDS, ROUTES_CHANNEL, ROUTES_SQL, Owner, RouteLookups, RouteTable,
-                      target_gene)
+                      LISTEN_POLL_SECONDS, ROUTE_VERSION_SQL, ROUTES_CHANNEL, ROUTES_SQL, Owner, RouteLookups,
+                      RouteTable, target_gene)
 from .errors import NoRouteError, route_error_code
 
 T = TypeVar("T")
@@ -62,11 +62,11 @@ class Router(RouteLookups):
 
     def __init__(self, routes_dsn: str, shards: Mapping[str, str], *, min_size: int = 1,
                  max_size: int = 8, retry_limit: int = 20, backoff_base: float = 0.005,
-                 backoff_max: float = 0.2, listen: bool = True,
+                 backoff_max: float = 0.2, listen: bool = True, refresh_interval: float = 1.0,
                  pool_kwargs: Optional[Mapping[str, Any]] = None) -> None:
         super().__init__(routes_dsn, shards, min_size=min_size, max_size=max_size, retry_limit=retry_limit,
                          backoff_base=backoff_base, backoff_max=backoff_max, listen=listen,
-                         pool_kwargs=pool_kwargs)
+                         refresh_interval=refresh_interval, pool_kwargs=pool_kwargs)
         self._stats_lock = threading.Lock()
         self._pools: Dict[str, ConnectionPool[Any]] = {}
         self._pools_lock = threading.Lock()
@@ -85,7 +85,7 @@ class Router(RouteLookups):
                 listener.close()
             self.close()
             raise
-        if listen:
+        if listen or refresh_interval > 0:
             self._listener_thread = threading.Thread(
                 target=self._listen_loop, args=(listener,), name="id_gen_client-routes", daemon=True)
             self._listener_thread.start()
@@ -141,8 +141,17 @@ class Router(RouteLookups):
         return conn
 
     def _listen_loop(self, conn: Optional[Conn]) -> None:
+        """The routes' thread: LISTEN (when listen) and the version poll (every
+        refresh_interval seconds, when not 0), until close()."""
         failures = 0
+        next_poll = time.monotonic() + self.refresh_interval
         while not self._stop.is_set():
+            if self.refresh_interval > 0 and time.monotonic() >= next_poll:
+                next_poll = time.monotonic() + self.refresh_interval
+                self._poll_version()
+            if not self.listen:
+                self._stop.wait(max(0.0, next_poll - time.monotonic()))
+                continue
             try:
                 if conn is None:
                     conn = self._connect_listener()
@@ -159,6 +168,24 @@ class Router(RouteLookups):
                 self._stop.wait(min(0.1 * 2 ** failures, 5.0))
         if conn is not None:
             conn.close()
+
+    def _poll_version(self) -> None:
+        """Re-reads the routes when the coordinator's route version is newer than the one
+        held: a route change whose notification was lost (or that a pooler kept from the
+        listener) is seen within refresh_interval. A coordinator that does not answer is
+        tried again at the next poll."""
+        try:
+            with self._reload_lock:
+                if self._closed:
+                    return
+                if self._routes_conn is None or self._routes_conn.closed:
+                    self._routes_conn = psycopg.connect(self._routes_dsn, autocommit=True, **COORDINATOR_CONNECT)
+                row = self._routes_conn.execute(ROUTE_VERSION_SQL).fetchone()
+            if row is not None and row[0] > self._table.version:
+                self.refresh()
+        except Exception:  # (a lost connection, a closed router: the next poll tries again)
+            with self._reload_lock:
+                self._drop_routes_conn()
 
     def _wait_for_notifications(self, conn: Conn) -> List[str]:
         """Payloads received within LISTEN_POLL_SECONDS (psycopg >= 3.2: notifies(timeout);

@@ -46,6 +46,7 @@ class Coordinator:
         self.cond = threading.Condition()
         self.queues = []
         self.route_reads = 0
+        self.version_polls = 0
         self.connects = 0
         self.down = False  # connections and route reads fail, as with a stopped coordinator
 
@@ -93,6 +94,9 @@ class CoordinatorConn:
             return Result(rows)
         if "NOT EXISTS" in sql:
             return Result([] if c.uppers else [(c.version,)])
+        if sql == "SELECT id_gen.route_version()":
+            c.version_polls += 1
+            return Result([(c.version,)])
         raise AssertionError(sql)
 
     def notifies(self, timeout=None):
@@ -293,6 +297,7 @@ class RouterTest(unittest.TestCase):
 
     def router(self, **kw):
         kw.setdefault("listen", False)
+        kw.setdefault("refresh_interval", 0)
         r = Router("coord", SHARDS, backoff_base=0.0001, backoff_max=0.001, **kw)
         self.addCleanup(r.close)
         return r
@@ -520,7 +525,7 @@ class RouterTest(unittest.TestCase):
             with self.subTest(notifies_takes_timeout=notifies_takes_timeout), \
                     mock.patch.object(router_module, "NOTIFIES_TAKES_TIMEOUT", notifies_takes_timeout):
                 self.cluster.coord.connects = 0
-                with Router("coord", SHARDS) as r:
+                with Router("coord", SHARDS, refresh_interval=0) as r:
                     self.assertTrue(r._listener_thread.is_alive())
                     v = r.version
                     self.cluster.coord.change([(100, "b"), (65535, "a")])
@@ -544,12 +549,40 @@ class RouterTest(unittest.TestCase):
 
         with mock.patch.object(CoordinatorConn, "notifies", notifies_losing_the_first), \
                 mock.patch.object(router_module, "NOTIFIES_TAKES_TIMEOUT", True):
-            with Router("coord", SHARDS) as r:
+            with Router("coord", SHARDS, refresh_interval=0) as r:
                 deadline = time.time() + 5
                 while r.version != 2 and time.time() < deadline:
                     time.sleep(0.01)
                 self.assertEqual((r.version, r.routes), (2, [(0, 65535, "a")]))
                 self.assertEqual(self.cluster.coord.connects, 3)  # routes, listener, listener again
+
+    def test_a_change_nobody_notified_is_seen_by_the_version_poll(self):
+        r = self.router(refresh_interval=0.05)  # no listener: only the poll can see it
+        self.assertTrue(r._listener_thread.is_alive())
+        self.cluster.coord.change([(65535, "b")])
+        deadline = time.time() + 5
+        while r.version != 2 and time.time() < deadline:
+            time.sleep(0.01)
+        self.assertEqual((r.version, r.routes), (2, [(0, 65535, "b")]),
+                         f"the poll did not see the change within 5 s ({self.cluster.coord.version_polls} polls)")
+        # A coordinator that stops answering: the poll fails quietly and tries again.
+        self.cluster.coord.down = True
+        polls = self.cluster.coord.version_polls
+        time.sleep(0.2)
+        self.cluster.coord.down = False
+        self.cluster.coord.change([(65535, "a")])
+        deadline = time.time() + 5
+        while r.version != 3 and time.time() < deadline:
+            time.sleep(0.01)
+        self.assertEqual(r.version, 3, "the poll came back after the coordinator did")
+        self.assertGreater(self.cluster.coord.version_polls, polls)
+        r.close()
+        self.assertFalse(r._listener_thread.is_alive())
+
+    def test_no_thread_without_listen_and_poll(self):
+        self.assertIsNone(self.router()._listener_thread)
+        with self.assertRaises(ValueError):
+            self.router(refresh_interval=-1)
 
     def test_threads_share_a_router(self):
         r = self.router()

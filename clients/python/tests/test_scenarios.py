@@ -17,7 +17,7 @@ from id_gen_client import AsyncRouter, NoRouteError, RouteRetryExhausted, Router
 from test_router_fake import SHARDS, Cluster, ShardConn, sql_error
 
 SCENARIOS = os.path.join(os.path.dirname(__file__), "..", "..", "protocol-scenarios.json")
-ROUTER_ARGS = {"listen": False, "backoff_base": 0.0001, "backoff_max": 0.001}
+ROUTER_ARGS = {"listen": False, "refresh_interval": 0, "backoff_base": 0.0001, "backoff_max": 0.001}
 
 
 def load_scenarios():
@@ -199,6 +199,24 @@ class ScenarioTest(unittest.TestCase):
         self.assertEqual(log, ["BEGIN; SELECT id_gen.route_claim(1, 1)", "X", "COMMIT"])
         self.assertEqual(failed_log[-1], "ROLLBACK")
         self.assertEqual(sum(p.out for p in cluster.pools.values()), 0)
+
+    def test_async_version_poll(self):
+        """AsyncRouter without a listener sees a change nobody notified by its version poll."""
+        cluster = Cluster([(32767, "a"), (65535, "b")])
+
+        async def scenario():
+            args = dict(ROUTER_ARGS, refresh_interval=0.05)
+            async with AsyncRouter("coord", SHARDS, **args) as r:
+                cluster.coord.change([(65535, "b")])
+                deadline = asyncio.get_running_loop().time() + 5
+                while r.version != 2 and asyncio.get_running_loop().time() < deadline:
+                    await asyncio.sleep(0.01)
+                return r.version, r.routes, r._listener_task
+
+        with self.patched(cluster):
+            version, routes, task = asyncio.run(scenario())
+        self.assertEqual((version, routes), (2, [(0, 65535, "b")]), f"{cluster.coord.version_polls} polls")
+        self.assertTrue(task.done(), "close() ended the routes' task")
 
     async def async_scenario(self, run, sc):
         r = AsyncRouter("coord", SHARDS, retry_limit=sc.get("retry_limit", 20), **ROUTER_ARGS)

@@ -43,6 +43,8 @@ pub const ROUTES_CHANNEL: &str = "id_gen_routes";
 /// Reads the route ranges and their version in one statement (one snapshot).
 pub const ROUTES_SQL: &str =
     "SELECT lower_gene, upper_gene, shard, version FROM id_gen.route_map ORDER BY lower_gene";
+/// The version alone, for the poll.
+const ROUTE_VERSION_SQL: &str = "SELECT id_gen.route_version()";
 /// The version when there are no routes, only if there are still none (else read again).
 const EMPTY_ROUTES_VERSION_SQL: &str =
     "SELECT id_gen.route_version() WHERE NOT EXISTS (SELECT 1 FROM id_gen.route_map)";
@@ -104,6 +106,10 @@ pub struct RouterConfig {
     pub backoff_base: Duration,
     /// Largest retry delay (default 200 ms).
     pub backoff_max: Duration,
+    /// How often the route version is polled besides LISTEN (default 1 s; zero: never), so
+    /// that a route change whose notification was lost, or that a pooler kept from the
+    /// listener, is seen within this long.
+    pub refresh_interval: Duration,
 }
 
 impl RouterConfig {
@@ -116,6 +122,7 @@ impl RouterConfig {
             retry_limit: 20,
             backoff_base: Duration::from_millis(5),
             backoff_max: Duration::from_millis(200),
+            refresh_interval: Duration::from_secs(1),
         }
     }
 
@@ -188,6 +195,12 @@ impl RouterConfigBuilder {
     pub fn backoff(mut self, base: Duration, max: Duration) -> Self {
         self.config.backoff_base = base;
         self.config.backoff_max = max;
+        self
+    }
+
+    /// How often the route version is polled besides LISTEN (default 1 s; zero: never).
+    pub fn refresh_interval(mut self, interval: Duration) -> Self {
+        self.config.refresh_interval = interval;
         self
     }
 
@@ -313,6 +326,9 @@ impl Router {
             Some(listener),
             shutdown_rx,
         ));
+        if !inner.config.refresh_interval.is_zero() {
+            tokio::spawn(poll_loop(Arc::downgrade(&inner)));
+        }
         Ok(Router { inner })
     }
 
@@ -802,6 +818,48 @@ impl Inner {
     }
 }
 
+/// The version poll, until the router is closed or dropped: every `refresh_interval`, the
+/// coordinator's route version (on the listener's connection, or one of its own while the
+/// listener is down), and a re-read when it is newer than the routes held. A coordinator
+/// that does not answer (each poll bounded by ROUTE_READ_TIMEOUT) is tried at the next tick.
+async fn poll_loop(weak: Weak<Inner>) {
+    let Some(interval) = weak.upgrade().map(|inner| inner.config.refresh_interval) else {
+        return;
+    };
+    let mut ticks = tokio::time::interval(interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticks.tick().await; // (the first tick is at once: the routes were just read)
+    loop {
+        ticks.tick().await;
+        let Some(inner) = weak.upgrade() else { return };
+        if inner.closed.load(Ordering::SeqCst) {
+            return;
+        }
+        let polled = tokio::time::timeout(ROUTE_READ_TIMEOUT, async {
+            // (unnamed statements, as every route read: nothing prepared for a pooler to lose)
+            let row = match inner.listener_client() {
+                Some(client) => client.query_typed_opt(ROUTE_VERSION_SQL, &[]).await?,
+                None => {
+                    connect_plain(&inner.config.routes_dsn)
+                        .await?
+                        .query_typed_opt(ROUTE_VERSION_SQL, &[])
+                        .await?
+                }
+            };
+            match row {
+                Some(row) => Ok::<i64, Error>(row.try_get(0)?),
+                None => Err(Error::Protocol("route_version() returned no row".into())),
+            }
+        })
+        .await;
+        if let Ok(Ok(version)) = polled {
+            if version > inner.table().version() {
+                let _ = inner.refresh().await; // (failed: the next tick tries again)
+            }
+        }
+    }
+}
+
 /// Reads the routes and their version as one snapshot.
 async fn read_routes(client: &Client) -> Result<RouteTable, Error> {
     for _ in 0..100 {
@@ -981,6 +1039,7 @@ mod tests {
         assert_eq!(c.retry_limit, 20);
         assert_eq!(c.backoff_base, Duration::from_millis(5));
         assert_eq!(c.backoff_max, Duration::from_millis(200));
+        assert_eq!(c.refresh_interval, Duration::from_secs(1));
     }
 
     /// Compile-time check of the closure forms callers use; never run against a server.

@@ -20,6 +20,7 @@ fn config(fake: &Fake) -> RouterConfig {
     c.backoff_base = Duration::from_millis(1);
     c.backoff_max = Duration::from_millis(4);
     c.pool_size = 2;
+    c.refresh_interval = Duration::ZERO; // (a poll would see the changes tests make unnoticed)
     c
 }
 
@@ -788,4 +789,23 @@ async fn the_shared_protocol_scenarios() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// A route change nobody notified is seen by the version poll within refresh_interval; a
+/// router with refresh_interval zero does not poll.
+#[tokio::test]
+async fn the_version_poll_sees_a_change_nobody_notified() {
+    let fake = two_shards().await;
+    let mut c = config(&fake);
+    c.refresh_interval = Duration::from_millis(50);
+    let router = Router::connect(c).await.unwrap();
+    let quiet = Router::connect(config(&fake)).await.unwrap();
+    let v = fake.set_routes(vec![(0, 65535, "s2")], false);
+    wait_for("the poll read the new routes", || router.version() == v).await;
+    assert_eq!(router.shard_for(Key::Gene(1)).unwrap(), "s2");
+    assert!(fake.with(|st| st.version_polls) > 0);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(quiet.version(), 5, "no poll without refresh_interval");
+    router.close();
+    quiet.close();
 }

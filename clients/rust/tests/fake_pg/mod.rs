@@ -99,6 +99,7 @@ pub struct State {
     pub closed: HashMap<String, u32>,
     /// Route reads served by the coordinator.
     pub route_reads: u32,
+    pub version_polls: u32,
     /// While set, the coordinator closes every connection it accepts at once (it is down).
     pub coordinator_down: bool,
     /// Notification senders of the coordinator connections that LISTEN.
@@ -427,6 +428,14 @@ impl Conn<'_> {
                             .map(String::from)
                             .to_vec(),
                         rows,
+                        tag: "SELECT".into(),
+                    })
+                }
+                "SELECT id_gen.route_version()" => {
+                    st.version_polls += 1;
+                    Ok(Reply::Rows {
+                        names: vec!["route_version".into()],
+                        rows: vec![vec![Value::I8(st.version)]],
                         tag: "SELECT".into(),
                     })
                 }
