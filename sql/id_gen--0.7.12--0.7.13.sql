@@ -19,6 +19,8 @@ CREATE TABLE id_gen.shard_kept_copies (
     move_id    bigint      NOT NULL,
     rows_table text        NOT NULL,
     kept       oid         NOT NULL,
+    lower_gene integer     NOT NULL,
+    upper_gene integer     NOT NULL,
     complete   boolean     NOT NULL DEFAULT false,
     made_at    timestamptz NOT NULL DEFAULT clock_timestamp(),
     PRIMARY KEY (move_id, rows_table)
@@ -28,6 +30,8 @@ COMMENT ON TABLE id_gen.shard_kept_copies IS 'On the source of a move with keep_
 COMMENT ON COLUMN id_gen.shard_kept_copies.move_id IS 'The move (id_gen.shard_moves on the coordinator).';
 COMMENT ON COLUMN id_gen.shard_kept_copies.rows_table IS 'The table of rows copied (its qualified name, as the move names it).';
 COMMENT ON COLUMN id_gen.shard_kept_copies.kept IS 'The table made for the copy (pg_class oid; named by id_gen.moved_partition_name).';
+COMMENT ON COLUMN id_gen.shard_kept_copies.lower_gene IS 'The first gene of the move: a row of the same move id for other genes (a coordinator restored from an older backup numbers its moves again) is refused (42P07), never taken as this copy.';
+COMMENT ON COLUMN id_gen.shard_kept_copies.upper_gene IS 'The last gene of the move.';
 COMMENT ON COLUMN id_gen.shard_kept_copies.complete IS 'Every row was copied and the table given to the owner of the table of rows; false while batches are still copied.';
 COMMENT ON COLUMN id_gen.shard_kept_copies.made_at IS 'When the table was made.';
 
@@ -4978,6 +4982,13 @@ BEGIN
                                                    ELSE 'keep_source with tables laid out by ownership' END, '0.7.12')
         FROM unnest(ARRAY[src, move_genes.target_shard]) shard;
       END IF;
+      -- (keep_source: 0.7.12's copy could end a batch inside an id; 0.7.13's records its copies)
+      IF move_genes.keep_source
+         AND id_gen.remote_exec(src, 'SELECT pg_catalog.to_regclass(''id_gen.shard_kept_copies'') IS NOT NULL', 10000) IS DISTINCT FROM 't' THEN
+        RAISE EXCEPTION 'id_gen: keep_source with tables laid out by ownership needs id_gen 0.7.13 or later on shard "%"', src
+          USING ERRCODE = '55000', DETAIL = 'Its copy of the source''s rows could miss rows of ids that repeat. Nothing was changed.',
+                HINT = 'Run ALTER EXTENSION id_gen UPDATE on the shard, then call again.';
+      END IF;
     END IF;
     INSERT INTO id_gen.shard_moves (lower_gene, upper_gene, source_shard, target_shard, keep_source, reversible, runner_pid)
     VALUES (move_genes.lower_gene, move_genes.upper_gene, src, move_genes.target_shard, move_genes.keep_source,
@@ -8429,6 +8440,12 @@ BEGIN
                    lower_gene, upper_gene, rel, move_id);
     SELECT * INTO made FROM id_gen.shard_kept_copies kc
     WHERE (kc.move_id, kc.rows_table) = (shard_keep_unowned_rows.move_id, rows_tables[i]);
+    IF made.move_id IS NOT NULL AND (made.lower_gene, made.upper_gene) IS DISTINCT FROM (lower_gene, upper_gene) THEN
+      RAISE EXCEPTION 'id_gen: move %: this shard kept rows of genes % .. % for a move of that number, not of genes % .. %',
+                      move_id, made.lower_gene, made.upper_gene, lower_gene, upper_gene
+        USING ERRCODE = '42P07', DETAIL = 'id_gen.shard_kept_copies has that row: move numbers were used again (a coordinator restored from an older backup?).',
+              HINT = 'Check the move on the coordinator; delete the row of id_gen.shard_kept_copies once its copy is dealt with.';
+    END IF;
     -- (complete: the table's owner has it, whatever became of it since)
     CONTINUE WHEN made.complete;
     kept_rel := to_regclass(kept);
@@ -8438,16 +8455,17 @@ BEGIN
       EXECUTE format('CREATE TABLE %s (LIKE %s INCLUDING INDEXES)', kept, rel);
       EXECUTE format('COMMENT ON TABLE %s IS %L', kept, note);
       kept_rel := to_regclass(kept);
-      INSERT INTO id_gen.shard_kept_copies AS kc (move_id, rows_table, kept)
-      VALUES (shard_keep_unowned_rows.move_id, rows_tables[i], kept_rel)
+      INSERT INTO id_gen.shard_kept_copies AS kc (move_id, rows_table, kept, lower_gene, upper_gene)
+      VALUES (shard_keep_unowned_rows.move_id, rows_tables[i], kept_rel, shard_keep_unowned_rows.lower_gene,
+              shard_keep_unowned_rows.upper_gene)
       ON CONFLICT ON CONSTRAINT shard_kept_copies_pkey DO UPDATE SET kept = excluded.kept, made_at = excluded.made_at
       RETURNING * INTO made;
     ELSIF made.kept IS DISTINCT FROM kept_rel::oid THEN
       RAISE EXCEPTION 'id_gen: move %: % exists on this shard and is not the copy of the rows of % that this move keeps',
                       move_id, kept_rel, rel
         USING ERRCODE = '42P07',
-              DETAIL = 'id_gen.shard_kept_copies records no such table for this move: id_gen did not make it.',
-              HINT = 'Rename it (and see whether it holds rows someone wants); the move''s clean-up tries again.';
+              DETAIL = 'id_gen.shard_kept_copies records no such table for this move: this version of id_gen did not make it (another role did, or id_gen 0.7.12 began it before the shard was updated).',
+              HINT = 'Rename it (and see whether it holds rows someone wants); the move''s clean-up then copies the rows the source still holds.';
     END IF;
     PERFORM id_gen.refuse_untrusted_table(kept_rel, 'keep rows in');
     -- The next batch: whole ids (an id is not unique when the primary key has more columns),

@@ -1628,6 +1628,13 @@ BEGIN
                                                    ELSE 'keep_source with tables laid out by ownership' END, '0.7.12')
         FROM unnest(ARRAY[src, move_genes.target_shard]) shard;
       END IF;
+      -- (keep_source: 0.7.12's copy could end a batch inside an id; 0.7.13's records its copies)
+      IF move_genes.keep_source
+         AND id_gen.remote_exec(src, 'SELECT pg_catalog.to_regclass(''id_gen.shard_kept_copies'') IS NOT NULL', 10000) IS DISTINCT FROM 't' THEN
+        RAISE EXCEPTION 'id_gen: keep_source with tables laid out by ownership needs id_gen 0.7.13 or later on shard "%"', src
+          USING ERRCODE = '55000', DETAIL = 'Its copy of the source''s rows could miss rows of ids that repeat. Nothing was changed.',
+                HINT = 'Run ALTER EXTENSION id_gen UPDATE on the shard, then call again.';
+      END IF;
     END IF;
     INSERT INTO id_gen.shard_moves (lower_gene, upper_gene, source_shard, target_shard, keep_source, reversible, runner_pid)
     VALUES (move_genes.lower_gene, move_genes.upper_gene, src, move_genes.target_shard, move_genes.keep_source,

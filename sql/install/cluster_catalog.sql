@@ -332,6 +332,8 @@ CREATE TABLE id_gen.shard_kept_copies (
     move_id    bigint      NOT NULL,
     rows_table text        NOT NULL,
     kept       oid         NOT NULL,
+    lower_gene integer     NOT NULL,
+    upper_gene integer     NOT NULL,
     complete   boolean     NOT NULL DEFAULT false,
     made_at    timestamptz NOT NULL DEFAULT clock_timestamp(),
     PRIMARY KEY (move_id, rows_table)
@@ -341,5 +343,7 @@ COMMENT ON TABLE id_gen.shard_kept_copies IS 'On the source of a move with keep_
 COMMENT ON COLUMN id_gen.shard_kept_copies.move_id IS 'The move (id_gen.shard_moves on the coordinator).';
 COMMENT ON COLUMN id_gen.shard_kept_copies.rows_table IS 'The table of rows copied (its qualified name, as the move names it).';
 COMMENT ON COLUMN id_gen.shard_kept_copies.kept IS 'The table made for the copy (pg_class oid; named by id_gen.moved_partition_name).';
+COMMENT ON COLUMN id_gen.shard_kept_copies.lower_gene IS 'The first gene of the move: a row of the same move id for other genes (a coordinator restored from an older backup numbers its moves again) is refused (42P07), never taken as this copy.';
+COMMENT ON COLUMN id_gen.shard_kept_copies.upper_gene IS 'The last gene of the move.';
 COMMENT ON COLUMN id_gen.shard_kept_copies.complete IS 'Every row was copied and the table given to the owner of the table of rows; false while batches are still copied.';
 COMMENT ON COLUMN id_gen.shard_kept_copies.made_at IS 'When the table was made.';

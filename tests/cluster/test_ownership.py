@@ -57,7 +57,8 @@ max_locks_per_transaction, 1,024 route ranges alternating between the shards.
     table whose ids repeat (primary key (id, line), two lines each): no batch ends inside an
     id, every line of every id of the genes is copied, none of other genes, into a table
     owned by the table's owner once complete (id_gen.shard_kept_copies says so, and a call
-    after that copies nothing); a table of a copy's name that id_gen did not make is refused
+    after that copies nothing, and the same move number for other genes is refused, 42P07);
+    a table of a copy's name that id_gen did not make is refused
     (42P07) whoever made it (the table's owner, the caller, another role), with the COMMENT
     the move would give it; a copy dropped before it was complete is made again, whole; a
     table of rows owned by a role that is not a superuser is refused (42501), nothing made.
@@ -666,6 +667,10 @@ def test_m_keep_source_copies_whole_ids_in_batches_into_a_table_it_made():
         # Complete: called again, nothing is copied, whatever the owner did with it since.
         s1.execute(f"DELETE FROM {kept} WHERE line = 2")
         assert s1.one(keep(9001)) == 0
+        # The same move number for other genes (numbers used again): refused, never taken
+        # for a complete copy.
+        err = s1.error(keep(9001).replace("100, 101,", "200, 201,"))
+        assert err is not None and err.sqlstate == "42P07" and "for a move of that number" in str(err), err
         # A table of another move's name that id_gen did not make is refused (42P07), before
         # anything is copied, whoever made it: the table's owner, the caller, another role.
         for move_id, owner in ((9002, "keep_dba"), (9003, "postgres"), (9004, "keep_app")):

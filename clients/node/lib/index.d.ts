@@ -82,6 +82,6 @@ export declare class Router {
   /** One statement with the route version declared in its transaction; its rows. */
   execute<R extends Record<string, unknown> = Record<string, unknown>>(key: Key, sql: string, params?: unknown[]): Promise<R[]>;
   /** An owner-affine id from the owner's shard (a bigint, or a string with ids: 'string'). */
-  nextId(sequence: string, owner: Owner): Promise<bigint | string>;
+  nextId(sequence: string, owner: bigint | number | string | Uuid): Promise<bigint | string>;
   close(): Promise<void>;
 }

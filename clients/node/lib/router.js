@@ -40,8 +40,7 @@ const INT8_OID = 20;
 // Route reads must not hang the callers that wait for them (a coordinator that stopped
 // answering): bounded connect, bounded statements, TCP keepalives.
 const COORDINATOR_OPTIONS = {
-  connectionTimeoutMillis: 10000, query_timeout: 10000, statement_timeout: 10000,
-  keepAlive: true, keepAliveInitialDelayMillis: 10000,
+  connectionTimeoutMillis: 10000, query_timeout: 10000, keepAlive: true, keepAliveInitialDelayMillis: 10000,
 };
 const SHARD_POOL_DEFAULTS = { max: 8, connectionTimeoutMillis: 10000, query_timeout: 60000, keepAlive: true };
 
@@ -212,7 +211,8 @@ class Router {
   }
 
   async _coordinatorClient() {
-    const client = new this._pg.Client({ ...this._routesConfig, ...COORDINATOR_OPTIONS, types: this._coordinatorTypes });
+    // (the caller's own timeouts win; the defaults bound the waits otherwise)
+    const client = new this._pg.Client({ ...COORDINATOR_OPTIONS, ...this._routesConfig, types: this._coordinatorTypes });
     client.on('error', () => {}); // (a lost connection fails its next query; handled there)
     await client.connect();
     if (this._closed) {
@@ -263,6 +263,10 @@ class Router {
     } catch (e) {
       client.end().catch(() => {});
       throw e;
+    }
+    if (this._closed) { // (closed during the LISTEN round trip)
+      client.end().catch(() => {});
+      throw closedError();
     }
     client.on('notification', (msg) => {
       let version;
@@ -337,6 +341,10 @@ class Router {
     if (pool === undefined) {
       pool = new this._pg.Pool({ ...this._poolOptions, ...this._shardConfigs.get(shard), types: this._shardTypes });
       pool.on('error', () => {}); // (an idle client that broke: the pool drops it)
+      // A checked-out client whose connection breaks (a shard restarted, failed over, or a
+      // pooler restarted) emits 'error' with no pool listener on it: without this the
+      // process would crash; the client is destroyed when it goes back.
+      pool.on('connect', (client) => client.on('error', () => { client.idGenBroken = true; }));
       this._pools.set(shard, pool);
     }
     return pool;
@@ -367,7 +375,7 @@ class Router {
         this.stats.transactions += 1;
         return result;
       } catch (e) {
-        await rollbackQuietly(client);
+        await rollbackQuietly(client, e);
         const code = routeErrorCode(e);
         if (code === null || (bodyRan && !retryBody)) throw e;
         throw new RetryRoute(e, code);
@@ -386,7 +394,7 @@ class Router {
         this.stats.transactions += 1;
         return result.rows;
       } catch (e) {
-        await rollbackQuietly(client);
+        await rollbackQuietly(client, e);
         const code = routeErrorCode(e);
         if (code === null) throw e;
         throw new RetryRoute(e, code);
@@ -493,7 +501,10 @@ async function commit(client) {
 }
 
 /** Ends a failed transaction; a client that cannot is destroyed when it goes back to its pool. */
-async function rollbackQuietly(client) {
+async function rollbackQuietly(client, error) {
+  // (pg's query_timeout leaves the statement running: a ROLLBACK would wait behind it)
+  if (error && error.message === 'Query read timeout') client.idGenBroken = true;
+  if (client.idGenBroken === true) return;
   try {
     await client.query('ROLLBACK');
   } catch (e) {

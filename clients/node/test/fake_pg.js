@@ -88,8 +88,9 @@ class Cluster {
       }
     }
 
-    class ShardClient {
+    class ShardClient extends EventEmitter {
       constructor(shard, pool) {
+        super();
         this.shard = shard;
         this.pool = pool;
         this.log = [];
@@ -185,6 +186,7 @@ class Cluster {
         this.out += 1;
         const client = new ShardClient(this.shard, this);
         this.conns.push(client);
+        this.emit('connect', client);
         return client;
       }
 

@@ -120,3 +120,16 @@ test('connection strings: libpq keyword/value pairs (as the other clients take t
   assert.throws(() => asConfig('host=h gssencmode=disable'), /not supported/);
   assert.throws(() => asConfig('host=h junk'), /not a connection string/);
 });
+
+test('a shard connection that breaks while checked out does not crash the process; the client is destroyed', async () => {
+  await withRouter({}, async (router, cluster) => {
+    await assert.rejects(router.transaction({ gene: 1 }, async (client) => {
+      client.emit('error', new Error('fake: terminating connection'));
+      const e = new Error('fake: Connection terminated');
+      throw e;
+    }), /Connection terminated/);
+    const pool = cluster.pools.a;
+    assert.equal(pool.destroyed, 1);
+    assert.equal(pool.out, 0);
+  });
+});

@@ -411,6 +411,12 @@ BEGIN
                    lower_gene, upper_gene, rel, move_id);
     SELECT * INTO made FROM id_gen.shard_kept_copies kc
     WHERE (kc.move_id, kc.rows_table) = (shard_keep_unowned_rows.move_id, rows_tables[i]);
+    IF made.move_id IS NOT NULL AND (made.lower_gene, made.upper_gene) IS DISTINCT FROM (lower_gene, upper_gene) THEN
+      RAISE EXCEPTION 'id_gen: move %: this shard kept rows of genes % .. % for a move of that number, not of genes % .. %',
+                      move_id, made.lower_gene, made.upper_gene, lower_gene, upper_gene
+        USING ERRCODE = '42P07', DETAIL = 'id_gen.shard_kept_copies has that row: move numbers were used again (a coordinator restored from an older backup?).',
+              HINT = 'Check the move on the coordinator; delete the row of id_gen.shard_kept_copies once its copy is dealt with.';
+    END IF;
     -- (complete: the table's owner has it, whatever became of it since)
     CONTINUE WHEN made.complete;
     kept_rel := to_regclass(kept);
@@ -420,16 +426,17 @@ BEGIN
       EXECUTE format('CREATE TABLE %s (LIKE %s INCLUDING INDEXES)', kept, rel);
       EXECUTE format('COMMENT ON TABLE %s IS %L', kept, note);
       kept_rel := to_regclass(kept);
-      INSERT INTO id_gen.shard_kept_copies AS kc (move_id, rows_table, kept)
-      VALUES (shard_keep_unowned_rows.move_id, rows_tables[i], kept_rel)
+      INSERT INTO id_gen.shard_kept_copies AS kc (move_id, rows_table, kept, lower_gene, upper_gene)
+      VALUES (shard_keep_unowned_rows.move_id, rows_tables[i], kept_rel, shard_keep_unowned_rows.lower_gene,
+              shard_keep_unowned_rows.upper_gene)
       ON CONFLICT ON CONSTRAINT shard_kept_copies_pkey DO UPDATE SET kept = excluded.kept, made_at = excluded.made_at
       RETURNING * INTO made;
     ELSIF made.kept IS DISTINCT FROM kept_rel::oid THEN
       RAISE EXCEPTION 'id_gen: move %: % exists on this shard and is not the copy of the rows of % that this move keeps',
                       move_id, kept_rel, rel
         USING ERRCODE = '42P07',
-              DETAIL = 'id_gen.shard_kept_copies records no such table for this move: id_gen did not make it.',
-              HINT = 'Rename it (and see whether it holds rows someone wants); the move''s clean-up tries again.';
+              DETAIL = 'id_gen.shard_kept_copies records no such table for this move: this version of id_gen did not make it (another role did, or id_gen 0.7.12 began it before the shard was updated).',
+              HINT = 'Rename it (and see whether it holds rows someone wants); the move''s clean-up then copies the rows the source still holds.';
     END IF;
     PERFORM id_gen.refuse_untrusted_table(kept_rel, 'keep rows in');
     -- The next batch: whole ids (an id is not unique when the primary key has more columns),
