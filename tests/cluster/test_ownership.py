@@ -61,7 +61,8 @@ max_locks_per_transaction, 1,024 route ranges alternating between the shards.
     a table of a copy's name that id_gen did not make is refused
     (42P07) whoever made it (the table's owner, the caller, another role), with the COMMENT
     the move would give it; a copy dropped before it was complete is made again, whole; a
-    table of rows owned by a role that is not a superuser is refused (42501), nothing made.
+    table of rows owned by a role that is not a superuser is refused (42501), nothing made; a
+    column added while a copy is under way stops it (55000).
 (n) a revert's fence left up (the target fences the genes, the source owns them) while the
     source hangs (SIGSTOP): a lift that does not know how far the fence came fails and
     keeps the target's fence; a new revert stops at once (55006), before any fence; a lift
@@ -678,6 +679,12 @@ def test_m_keep_source_copies_whole_ids_in_batches_into_a_table_it_made():
             err = s1.error(keep(move_id))
             assert err is not None and err.sqlstate == "42P07" and "is not the copy" in str(err), (owner, err)
             assert s1.one(f"SELECT count(*) FROM {kept_name(move_id)}") == 1, owner
+        # A column added while a copy is under way: refused (55000), nothing copied into it.
+        assert s1.one(keep(9007, batch=5)) == 6
+        s1.execute("ALTER TABLE public.lines_rows ADD COLUMN late text")
+        assert s1.sqlstate(keep(9007, batch=5)) == "55000"
+        assert s1.one(f"SELECT count(*) FROM {kept_name(9007)}") == 6
+        s1.execute("ALTER TABLE public.lines_rows DROP COLUMN late")
         # A copy dropped before it was complete is made again, whole.
         assert s1.one(keep(9005, batch=5)) == 6
         s1.execute(f"DROP TABLE {kept_name(9005)}")
@@ -690,8 +697,8 @@ def test_m_keep_source_copies_whole_ids_in_batches_into_a_table_it_made():
         assert s1.one(f"SELECT to_regclass('{kept_name(9006)}')") is None
     finally:
         s1.execute("DROP TABLE IF EXISTS public.lines_rows",
-                   *[f"DROP TABLE IF EXISTS {kept_name(m)}" for m in range(9001, 9007)],
-                   "DELETE FROM id_gen.shard_kept_copies WHERE move_id BETWEEN 9001 AND 9006")
+                   *[f"DROP TABLE IF EXISTS {kept_name(m)}" for m in range(9001, 9008)],
+                   "DELETE FROM id_gen.shard_kept_copies WHERE move_id BETWEEN 9001 AND 9007")
 
 
 def test_n_a_revert_fence_left_up_while_its_source_hangs():

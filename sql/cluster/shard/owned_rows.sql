@@ -392,6 +392,7 @@ DECLARE
   made id_gen.shard_kept_copies;
   last_copied bigint;
   batch_bound bigint;
+  columns text;
   n bigint;
   total bigint := 0;
 BEGIN
@@ -439,6 +440,18 @@ BEGIN
               HINT = 'Rename it (and see whether it holds rows someone wants); the move''s clean-up then copies the rows the source still holds.';
     END IF;
     PERFORM id_gen.refuse_untrusted_table(kept_rel, 'keep rows in');
+    -- The copy takes the columns by name, and only while both tables have the same ones (a
+    -- column added or dropped since the copy began would be lost or shifted).
+    SELECT string_agg(quote_ident(a.attname), ', ' ORDER BY a.attnum) INTO columns
+    FROM pg_attribute a WHERE a.attrelid = kept_rel AND a.attnum > 0 AND NOT a.attisdropped;
+    IF EXISTS (SELECT a.attname FROM pg_attribute a WHERE a.attrelid = kept_rel AND a.attnum > 0 AND NOT a.attisdropped
+               EXCEPT SELECT a.attname FROM pg_attribute a WHERE a.attrelid = rel AND a.attnum > 0 AND NOT a.attisdropped)
+       OR EXISTS (SELECT a.attname FROM pg_attribute a WHERE a.attrelid = rel AND a.attnum > 0 AND NOT a.attisdropped
+                  EXCEPT SELECT a.attname FROM pg_attribute a WHERE a.attrelid = kept_rel AND a.attnum > 0 AND NOT a.attisdropped) THEN
+      RAISE EXCEPTION 'id_gen: move %: the columns of % changed while its rows were copied to %', move_id, rel, kept_rel
+        USING ERRCODE = '55000',
+              HINT = 'The copy is not complete and no row of the genes was deleted: rename or drop it, and the move''s clean-up copies again.';
+    END IF;
     -- The next batch: whole ids (an id is not unique when the primary key has more columns),
     -- up to and including the id of the batch-th row above what the copy holds (none: the
     -- rest, and the copy is complete).
@@ -449,9 +462,9 @@ BEGIN
                    'AND NOT id_gen.shard_owns(%5$L::pg_catalog.regclass, %2$I) ORDER BY %2$I OFFSET %6$s LIMIT 1',
                    rel, id_columns[i], last_copied, id_gen.gene_last_id(upper_gene), rel::text, batch - 1)
       INTO batch_bound;
-    EXECUTE format('INSERT INTO %1$s SELECT * FROM %2$s WHERE %3$I OPERATOR(pg_catalog.>) %4$s AND %3$I OPERATOR(pg_catalog.<=) %5$s '
+    EXECUTE format('INSERT INTO %1$s (%7$s) SELECT %7$s FROM %2$s WHERE %3$I OPERATOR(pg_catalog.>) %4$s AND %3$I OPERATOR(pg_catalog.<=) %5$s '
                    'AND NOT id_gen.shard_owns(%6$L::pg_catalog.regclass, %3$I)',
-                   kept, rel, id_columns[i], last_copied, coalesce(batch_bound, id_gen.gene_last_id(upper_gene)), rel::text);
+                   kept, rel, id_columns[i], last_copied, coalesce(batch_bound, id_gen.gene_last_id(upper_gene)), rel::text, columns);
     GET DIAGNOSTICS n = ROW_COUNT;
     total := total + n;
     IF batch_bound IS NULL THEN  -- (all copied: the table's owner gets it)
