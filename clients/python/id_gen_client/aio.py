@@ -105,15 +105,21 @@ class AsyncRouter(RouteLookups):
             self._reload_lock = asyncio.Lock()
         return self._reload_lock
 
-    async def _read_routes(self) -> RouteTable:
+    async def _routes_connection(self) -> AsyncConn:
+        """The connection route reads and version polls use (under the reload lock), opened
+        again when it was lost."""
         if self._routes_conn is None or self._routes_conn.closed:
             self._routes_conn = await psycopg.AsyncConnection.connect(
                 self._routes_dsn, autocommit=True, **COORDINATOR_CONNECT)
+        return self._routes_conn
+
+    async def _read_routes(self) -> RouteTable:
+        conn = await self._routes_connection()
         while True:
-            rows = await (await self._routes_conn.execute(ROUTES_SQL)).fetchall()
+            rows = await (await conn.execute(ROUTES_SQL)).fetchall()
             if rows:
                 return RouteTable.from_rows(rows)
-            empty = await (await self._routes_conn.execute(EMPTY_ROUTES_VERSION_SQL)).fetchone()
+            empty = await (await conn.execute(EMPTY_ROUTES_VERSION_SQL)).fetchone()
             if empty is not None:
                 return RouteTable((), empty[0])
 
@@ -173,10 +179,7 @@ class AsyncRouter(RouteLookups):
             async with self._lock():
                 if self._closed:
                     return
-                if self._routes_conn is None or self._routes_conn.closed:
-                    self._routes_conn = await psycopg.AsyncConnection.connect(
-                        self._routes_dsn, autocommit=True, **COORDINATOR_CONNECT)
-                row = await (await self._routes_conn.execute(ROUTE_VERSION_SQL)).fetchone()
+                row = await (await (await self._routes_connection()).execute(ROUTE_VERSION_SQL)).fetchone()
             if row is not None and row[0] > self._table.version:
                 await self.refresh()
         except Exception:  # (a lost connection, a closed router: the next poll tries again)

@@ -113,14 +113,20 @@ class Router(RouteLookups):
             self._count("refreshes")
             return self._table.version
 
-    def _read_routes(self) -> RouteTable:
+    def _routes_connection(self) -> Conn:
+        """The connection route reads and version polls use (under _reload_lock), opened
+        again when it was lost."""
         if self._routes_conn is None or self._routes_conn.closed:
             self._routes_conn = psycopg.connect(self._routes_dsn, autocommit=True, **COORDINATOR_CONNECT)
+        return self._routes_conn
+
+    def _read_routes(self) -> RouteTable:
+        conn = self._routes_connection()
         while True:
-            rows = self._routes_conn.execute(ROUTES_SQL).fetchall()
+            rows = conn.execute(ROUTES_SQL).fetchall()
             if rows:
                 return RouteTable.from_rows(rows)
-            empty = self._routes_conn.execute(EMPTY_ROUTES_VERSION_SQL).fetchone()
+            empty = conn.execute(EMPTY_ROUTES_VERSION_SQL).fetchone()
             if empty is not None:
                 return RouteTable((), empty[0])
 
@@ -178,9 +184,7 @@ class Router(RouteLookups):
             with self._reload_lock:
                 if self._closed:
                     return
-                if self._routes_conn is None or self._routes_conn.closed:
-                    self._routes_conn = psycopg.connect(self._routes_dsn, autocommit=True, **COORDINATOR_CONNECT)
-                row = self._routes_conn.execute(ROUTE_VERSION_SQL).fetchone()
+                row = self._routes_connection().execute(ROUTE_VERSION_SQL).fetchone()
             if row is not None and row[0] > self._table.version:
                 self.refresh()
         except Exception:  # (a lost connection, a closed router: the next poll tries again)
