@@ -66,6 +66,15 @@ ensure_toolchain() {
   command -v node >/dev/null || need+=(nodejs)
   command -v npm >/dev/null || need+=(npm)
   command -v pgbouncer >/dev/null || need+=(pgbouncer)
+  # Java (JDBC, HikariCP, JUnit 5) and Go (pgx v4) for clients/java and clients/go, built
+  # offline from Debian's jars and Go sources.
+  command -v javac >/dev/null || need+=(openjdk-17-jdk-headless)
+  [ -f /usr/share/java/postgresql.jar ] || need+=(libpostgresql-jdbc-java)
+  ls /usr/share/java/HikariCP*.jar >/dev/null 2>&1 || need+=(libhikaricp-java libslf4j-java)
+  [ -f /usr/share/java/junit-platform-console-standalone.jar ] || need+=(junit5)
+  command -v go >/dev/null || need+=(golang-go)
+  [ -d /usr/share/gocode/src/github.com/jackc/pgx/v4 ] \
+    || need+=(golang-github-jackc-pgx-v4-dev golang-github-cespare-xxhash-dev golang-github-twmb-murmur3-dev)
   if [ ${#need[@]} -gt 0 ]; then
     log "installing ${need[*]}"
     apt-get update -qq

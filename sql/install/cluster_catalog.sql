@@ -347,3 +347,5 @@ COMMENT ON COLUMN id_gen.shard_kept_copies.lower_gene IS 'The first gene of the 
 COMMENT ON COLUMN id_gen.shard_kept_copies.upper_gene IS 'The last gene of the move.';
 COMMENT ON COLUMN id_gen.shard_kept_copies.complete IS 'Every row was copied and the table given to the owner of the table of rows; false while batches are still copied.';
 COMMENT ON COLUMN id_gen.shard_kept_copies.made_at IS 'When the table was made.';
+-- @new-in-0.7.14
+-- (no new catalog table in 0.7.14)

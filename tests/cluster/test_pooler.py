@@ -7,8 +7,7 @@ transaction), the coordinator reached directly (LISTEN does not work through suc
     client's next statement runs on another server connection, where it is lost; which is
     why the clients declare the route version in each transaction (the claim, or
     set_config(..., true)) and never per session.
-(b) Python (psycopg's automatic prepared statements off, through pool_kwargs), Rust and
-    Node.js Routers write through the poolers while genes move and a range splits: no failed
+(b) Python (unchanged: it prepares no statement unless asked), Rust and Node.js Routers write through the poolers while genes move and a range splits: no failed
     transaction, every insert of the Rust and Node.js clients is there, and the Python
     clients' log equals the rows per owner (count and sum).
 (c) stale routes through the poolers: Python's execute() and transaction() and Node.js's
@@ -23,59 +22,11 @@ import psycopg
 import pytest
 
 import routing_clients
+from bouncer import start_bouncer, stop_bouncer
 from harness import LOGICAL, coordinator_with_shards, poll_until
 from routing_clients import NODE_CLIENT
 
 S = {}
-NO_AUTO_PREPARE = {"kwargs": {"prepare_threshold": None}}
-BOUNCER_INI = """\
-[databases]
-postgres = host={shard_dir} port={shard_port} dbname=postgres
-[pgbouncer]
-listen_addr =
-listen_port = {port}
-unix_socket_dir = {dir}
-auth_type = trust
-auth_file = {dir}/users.txt
-pool_mode = transaction
-default_pool_size = 3
-max_client_conn = 100
-server_round_robin = 0
-ignore_startup_parameters = extra_float_digits
-logfile = {dir}/pgbouncer.log
-pidfile = {dir}/pgbouncer.pid
-"""
-
-
-def start_bouncer(directory, port, shard):
-    """A PgBouncer in transaction mode in front of `shard`, on a socket in `directory`."""
-    os.makedirs(directory, exist_ok=True)
-    with open(os.path.join(directory, "pgbouncer.ini"), "w") as f:
-        f.write(BOUNCER_INI.format(shard_dir=shard.dir, shard_port=shard.port, port=port, dir=directory))
-    with open(os.path.join(directory, "users.txt"), "w") as f:
-        f.write('"postgres" ""\n')
-    subprocess.run(["chown", "-R", "postgres:postgres", directory], check=True)
-    subprocess.run(["runuser", "-u", "postgres", "--", "pgbouncer", "-d", os.path.join(directory, "pgbouncer.ini")],
-                   check=True, timeout=30)
-    dsn = f"host={directory} port={port} dbname=postgres user=postgres"
-    poll_until(f"PgBouncer on {directory} accepts", lambda: _answers(dsn), True, 30)
-    return dsn
-
-
-def _answers(dsn):
-    try:
-        with psycopg.connect(dsn, autocommit=True, connect_timeout=2, prepare_threshold=None) as conn:
-            return conn.execute("SELECT true").fetchone()[0]
-    except psycopg.OperationalError:
-        return False
-
-
-def stop_bouncer(directory):
-    try:
-        with open(os.path.join(directory, "pgbouncer.pid")) as f:
-            os.kill(int(f.read().strip()), 15)
-    except (FileNotFoundError, ProcessLookupError, ValueError):
-        pass
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -112,8 +63,8 @@ def test_b_three_clients_write_through_the_poolers_while_genes_move_and_a_range_
     readers = c.column("SELECT o FROM generate_series(1001, 200000) o WHERE id_gen.shard_gene(o::bigint) <= 16383 LIMIT 10")
     (work / "readers").write_text(" ".join(map(str, readers)))
     S["reader_owner"] = readers[0]
-    clients = routing_clients.write_while_genes_move(c, pooled, work, 400, 200, 100,
-                                                     env=dict(os.environ, IDG_POOL_KWARGS=json.dumps(NO_AUTO_PREPARE)))
+    # The Python client unchanged: it prepares nothing unless asked (pool_kwargs).
+    clients = routing_clients.write_while_genes_move(c, pooled, work, 400, 200, 100)
     r = clients.result("load")
     print(f"through PgBouncer: Python {r['committed']} transactions ({r['errors']} errors), "
           f"Rust {clients.result('rust')}, Node.js {clients.result('node')}")
@@ -140,7 +91,7 @@ def test_c_stale_routes_through_the_poolers():
     with open(work / "stale.json", "w") as out, open(work / "stale.err", "w") as err:
         node = subprocess.Popen([*NODE_CLIENT, "stale", c.dsn(), json.dumps(pooled), str(owner), str(go)], stdout=out, stderr=err)
     try:
-        args = dict(listen=False, refresh_interval=0, pool_kwargs=NO_AUTO_PREPARE)
+        args = dict(listen=False, refresh_interval=0)
         with Router(c.dsn(), pooled, **args) as r, Router(c.dsn(), pooled, **args) as r2:
             poll_until("the Node.js routers read the routes", lambda: "ready" in (work / "stale.err").read_text(), True, 30)
             before = r.shard_for_owner(owner)

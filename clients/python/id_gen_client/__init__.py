@@ -9,11 +9,11 @@ import only downwards: errors and genes import nothing of the package, _routes i
 both, router and aio import _routes. Typed (py.typed).
 """
 from .aio import AsyncRouter
-from .errors import (ROUTE_CHANGED, ROUTE_FENCED, NoRouteError, RouteRetryExhausted,
-                     RoutingError)
+from .errors import (ROUTE_CHANGED, ROUTE_FENCED, CommitOutcomeUnknown, NoRouteError,
+                     RouteRetryExhausted, RoutingError)
 from .genes import gene, gene_of_id, owner_bytes
 from .router import Router
 
 __version__ = "0.7.0"
 __all__ = ["Router", "AsyncRouter", "gene", "gene_of_id", "owner_bytes", "RoutingError",
-           "NoRouteError", "RouteRetryExhausted", "ROUTE_CHANGED", "ROUTE_FENCED"]
+           "NoRouteError", "RouteRetryExhausted", "CommitOutcomeUnknown", "ROUTE_CHANGED", "ROUTE_FENCED"]

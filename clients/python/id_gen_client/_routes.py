@@ -8,8 +8,11 @@ Invariants:
   retry_limit + 1 attempts), the same in every client.
 * After IG001 the routes are re-read before the next attempt; after IG002 every third
   time; the wait before attempt n + 1 is min(base * 2**n, max), jittered to [1/2, 1] of it.
-* One attempt of a routed call raises `RetryRoute` for IG001/IG002 and nothing else; the
-  one retry loop of each router (`_retrying`) catches only that.
+* One attempt of a routed call raises `RetryRoute` for IG001/IG002 and for a shard
+  connection refused or lost before COMMIT was sent (`attempt_failure`), and nothing else;
+  the one retry loop of each router (`_retrying`) catches only that. A connection lost
+  after COMMIT (or `execute`'s statement) was sent becomes CommitOutcomeUnknown, never a
+  retry.
 """
 from __future__ import annotations
 
@@ -18,7 +21,8 @@ import random
 import uuid
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
-from .errors import ROUTE_CHANGED, NoRouteError, RouteRetryExhausted
+from .errors import (CONNECTION_LOST, ROUTE_CHANGED, CommitOutcomeUnknown, NoRouteError, RouteRetryExhausted,
+                     connection_lost, route_error_code)
 
 __all__ = ["ROUTE_CHANGED", "RouteTable", "RouteLookups", "target_gene", "owner_cast", "rereads_after",
            "backoff_delay", "exhausted", "RetryRoute"]
@@ -87,7 +91,8 @@ class RouteLookups:
         self.backoff_base = backoff_base
         self.backoff_max = backoff_max
         self.listen = listen
-        self.stats = {"transactions": 0, "retries_moved": 0, "retries_fenced": 0, "refreshes": 0}
+        self.stats = {"transactions": 0, "retries_moved": 0, "retries_fenced": 0, "retries_lost": 0,
+                      "refreshes": 0}
         self._table = RouteTable((), 0)
         self._reloads_begun = 0  # reloads numbered in the order they began
         self._last_good_reload = 0  # the number of the last reload that succeeded
@@ -145,8 +150,38 @@ def owner_cast(owner: object) -> str:
 
 
 def rereads_after(code: str, attempt: int) -> bool:
-    """Whether to re-read the routes after attempt number `attempt` met `code`."""
-    return code == ROUTE_CHANGED or attempt % 3 == 2
+    """Whether to re-read the routes after attempt number `attempt` met `code` (never after
+    a lost connection: the routes did not say anything new)."""
+    return code == ROUTE_CHANGED or (code != CONNECTION_LOST and attempt % 3 == 2)
+
+
+RETRY_COUNTERS = {ROUTE_CHANGED: "retries_moved", CONNECTION_LOST: "retries_lost"}
+
+
+def retry_counter(code: str) -> str:
+    """The stats counter of a retry after `code`."""
+    return RETRY_COUNTERS.get(code, "retries_fenced")
+
+
+def attempt_failure(error: BaseException, phase: str, retry_body: bool) -> BaseException:
+    """What an error of one attempt becomes, by where it happened (`phase`: "connect",
+    "claim", "body", "commit", or "statement" for `execute`): a RetryRoute (IG001/IG002, or
+    a connection refused or lost while no COMMIT was sent; from the body only when
+    retry_body), CommitOutcomeUnknown (a connection lost after COMMIT or the statement was
+    sent), or the error itself (raised unchanged)."""
+    if isinstance(error, (RetryRoute, RouteRetryExhausted, CommitOutcomeUnknown)):
+        return error
+    lost = connection_lost(error)
+    if lost and phase in ("commit", "statement"):
+        unknown = CommitOutcomeUnknown(
+            f"the shard connection was lost after {'COMMIT' if phase == 'commit' else 'the statement'} was sent: "
+            f"the transaction may or may not have committed ({error})")
+        unknown.__cause__ = error
+        return unknown
+    code = route_error_code(error) or (CONNECTION_LOST if lost else None)
+    if code is None or (phase in ("body", "commit") and not retry_body):
+        return error
+    return RetryRoute(error, code)
 
 
 def backoff_delay(attempt: int, base: float, largest: float) -> float:
@@ -163,7 +198,9 @@ def exhausted(g: int, what: str, retry_limit: int, refresh_error: Optional[BaseE
 
 class RetryRoute(Exception):
     """Raised by one attempt of a routed call whose shard answered IG001 or IG002 (`error`,
-    with SQLSTATE `code`): the router's retry loop tries again on the routes it then holds."""
+    with SQLSTATE `code`), or whose connection was refused or lost before COMMIT was sent
+    (`code` CONNECTION_LOST): the router's retry loop tries again on the routes it then
+    holds."""
 
     def __init__(self, error: BaseException, code: str) -> None:
         super().__init__(code)

@@ -27,7 +27,7 @@ from . import _routes
 from ._routes import (COORDINATOR_CONNECT, DECLARE_VERSION_SQL, EMPTY_ROUTES_VERSION_SQL,
                       LISTEN_POLL_SECONDS, ROUTE_VERSION_SQL, ROUTES_CHANNEL, ROUTES_SQL, Owner, RouteLookups, RouteTable,
                       target_gene)
-from .errors import NoRouteError, route_error_code
+from .errors import NoRouteError
 
 T = TypeVar("T")
 AsyncConn = psycopg.AsyncConnection[Any]
@@ -192,7 +192,8 @@ class AsyncRouter(RouteLookups):
         pool = self._pools.get(shard)
         if pool is None:
             args = dict(self._pool_args)
-            args["kwargs"] = dict(args.get("kwargs") or {}, autocommit=True)
+            # No prepared statements unless the caller asks: see Router._pool.
+            args["kwargs"] = {"prepare_threshold": None, **(args.get("kwargs") or {}), "autocommit": True}
             args.setdefault("name", f"id_gen_client-{shard}")
             args["open"] = False
             pool = self._pools[shard] = AsyncConnectionPool(self._shard_dsns[shard], **args)
@@ -220,10 +221,14 @@ class AsyncRouter(RouteLookups):
         try:
             try:
                 yield conn
-                await _commit(conn)
             except BaseException:
                 await _rollback_quietly(conn)
                 raise
+            try:
+                await _commit(conn)
+            except BaseException as e:
+                await _rollback_quietly(conn)
+                raise _routes.attempt_failure(e, "commit", False)
             self.stats["transactions"] += 1
         finally:
             await pool.putconn(conn)
@@ -233,8 +238,8 @@ class AsyncRouter(RouteLookups):
         """As Router._retrying: the one retry loop."""
         last_error = refresh_error = None
         for attempt in range(self.retry_limit + 1):
-            table, pool, conn = await self._checkout(g, attempt)
             try:
+                table, pool, conn = await self._checkout(g, attempt)
                 return await once(table, pool, conn)
             except _routes.RetryRoute as retry:
                 last_error = retry.error
@@ -250,29 +255,24 @@ class AsyncRouter(RouteLookups):
             except BaseException as e:
                 await _rollback_quietly(conn)
                 await pool.putconn(conn)
-                code = route_error_code(e) if isinstance(e, psycopg.Error) else None
-                if code is None:
-                    raise
-                raise _routes.RetryRoute(e, code) from e
+                raise _routes.attempt_failure(e, "claim", False)
             return pool, conn
         return await self._retrying(g, "no shard accepted the claim in", once)
 
     async def _call(self, body: Body[T], g: int, retry_body: bool) -> T:
         async def once(table: RouteTable, pool: AsyncConnectionPool[Any], conn: AsyncConn) -> T:
-            body_ran = False
+            phase = "claim"
             try:
                 await _simple(conn, _claim_sql(g, table.version))
-                body_ran = True
+                phase = "body"
                 result = await body(conn)
+                phase = "commit"
                 await _commit(conn)
                 self.stats["transactions"] += 1
                 return result
             except BaseException as e:
                 await _rollback_quietly(conn)
-                code = route_error_code(e) if isinstance(e, psycopg.Error) else None
-                if code is None or (body_ran and not retry_body):
-                    raise
-                raise _routes.RetryRoute(e, code) from e
+                raise _routes.attempt_failure(e, phase, retry_body)
             finally:
                 await pool.putconn(conn)
         return await self._retrying(g, "the route kept changing for", once)
@@ -289,10 +289,7 @@ class AsyncRouter(RouteLookups):
                 self.stats["transactions"] += 1
                 return rows
             except BaseException as e:
-                code = route_error_code(e) if isinstance(e, psycopg.Error) else None
-                if code is None:
-                    raise
-                raise _routes.RetryRoute(e, code) from e
+                raise _routes.attempt_failure(e, "statement", True)
             finally:
                 await pool.putconn(conn)
         return await self._retrying(target_gene(owner, id, gene), "the route kept changing for", once)
@@ -319,14 +316,17 @@ class AsyncRouter(RouteLookups):
             table = self._table
             shard = self._route(g, table)
         pool = await self._pool(shard)
-        return table, pool, await pool.getconn()
+        try:
+            return table, pool, await pool.getconn()
+        except psycopg.Error as e:  # refused (the shard restarting) or not in time: retried
+            raise _routes.attempt_failure(e, "connect", True)
 
     async def _after_route_error(self, code: str, attempt: int,
                                  refresh_error: Optional[BaseException]) -> Optional[BaseException]:
         """As Router._after_route_error."""
         if attempt >= self.retry_limit:
             return refresh_error
-        self.stats["retries_moved" if code == _routes.ROUTE_CHANGED else "retries_fenced"] += 1
+        self.stats[_routes.retry_counter(code)] += 1
         if _routes.rereads_after(code, attempt):
             try:
                 await self.refresh()

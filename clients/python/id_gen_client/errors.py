@@ -3,9 +3,14 @@
 Invariant: every error the router raises about routing itself is a RoutingError;
 database errors that are not about routes reach the caller unchanged (psycopg.Error).
 """
+import psycopg
 
 ROUTE_CHANGED = "IG001"  # the shard does not own the gene, or the declared version is older
 ROUTE_FENCED = "IG002"  # the gene is fenced for a cut-over: retry after a short wait
+# Not a SQLSTATE: the retry code of a shard connection refused or lost before COMMIT was sent.
+CONNECTION_LOST = "lost"
+# The server ended the session (shutdown, a terminated backend, still starting up).
+SERVER_ENDED_SESSION = ("57P01", "57P02", "57P03")
 
 
 class RoutingError(Exception):
@@ -17,11 +22,33 @@ class NoRouteError(RoutingError):
 
 
 class RouteRetryExhausted(RoutingError):
-    """IG001/IG002 kept coming back for retry_limit retries (retry_limit + 1 attempts);
-    __cause__ is the last one."""
+    """IG001/IG002, or a refused or lost shard connection, kept coming back for retry_limit
+    retries (retry_limit + 1 attempts); __cause__ is the last one."""
+
+
+class CommitOutcomeUnknown(RoutingError):
+    """The shard connection was lost after COMMIT was sent (or, for `execute`, after the
+    statement was sent) and before its answer: the transaction may or may not have
+    committed. Never retried; __cause__ is the driver's error. The caller decides (look the
+    row up by its id, or make the body idempotent)."""
+
+
+def sqlstate_of(error: BaseException) -> "str | None":
+    """The SQLSTATE of a psycopg error (or of a fake that carries one), else None."""
+    return getattr(error, "sqlstate", None) or getattr(getattr(error, "diag", None), "sqlstate", None)
+
+
+def connection_lost(error: BaseException) -> bool:
+    """Whether `error` says the connection is gone: SQLSTATE class 08, the server ending the
+    session (57P01-57P03), or a psycopg OperationalError without a SQLSTATE (a socket closed
+    under libpq, a refused connect, a pool that could not connect in time)."""
+    code = sqlstate_of(error)
+    if code is None:
+        return isinstance(error, psycopg.OperationalError)  # psycopg_pool's PoolTimeout is one
+    return code.startswith("08") or code in SERVER_ENDED_SESSION
 
 
 def route_error_code(error: BaseException) -> "str | None":
     """ROUTE_CHANGED or ROUTE_FENCED when `error` is one of them, else None."""
-    code = getattr(error, "sqlstate", None) or getattr(getattr(error, "diag", None), "sqlstate", None)
+    code = sqlstate_of(error)
     return code if code in (ROUTE_CHANGED, ROUTE_FENCED) else None

@@ -49,7 +49,7 @@ from . import _routes
 from ._routes import (COORDINATOR_CONNECT, DECLARE_VERSION_SQL, EMPTY_ROUTES_VERSION_SQL,
                       LISTEN_POLL_SECONDS, ROUTE_VERSION_SQL, ROUTES_CHANNEL, ROUTES_SQL, Owner, RouteLookups,
                       RouteTable, target_gene)
-from .errors import NoRouteError, route_error_code
+from .errors import NoRouteError
 
 T = TypeVar("T")
 Conn = psycopg.Connection[Any]
@@ -219,7 +219,10 @@ class Router(RouteLookups):
             pool = self._pools.get(shard)
             if pool is None:
                 args = dict(self._pool_args)
-                args["kwargs"] = dict(args.get("kwargs") or {}, autocommit=True)
+                # No prepared statements unless the caller asks (pool_kwargs): PgBouncer
+                # 1.18 in transaction mode cannot keep them (a statement prepared on one
+                # server connection is missing on the next).
+                args["kwargs"] = {"prepare_threshold": None, **(args.get("kwargs") or {}), "autocommit": True}
                 args.setdefault("name", f"id_gen_client-{shard}")
                 args.setdefault("open", True)
                 pool = self._pools[shard] = ConnectionPool(self._shard_dsns[shard], **args)
@@ -263,7 +266,8 @@ class Router(RouteLookups):
     def claim(self, *, owner: Optional[Owner] = None, id: Optional[int] = None,
               gene: Optional[int] = None) -> Iterator[Conn]:
         """Yields a connection in a claimed transaction on the owning shard (the `with` form
-        of `run`): commits when the block ends, rolls back (and re-raises) when it raises."""
+        of `run`): commits when the block ends, rolls back (and re-raises) when it raises.
+        A connection lost at COMMIT raises CommitOutcomeUnknown."""
         pool, conn = self._claim(target_gene(owner, id, gene))
         try:
             try:
@@ -273,9 +277,9 @@ class Router(RouteLookups):
                 raise
             try:
                 _commit(conn)
-            except BaseException:
+            except BaseException as e:
                 _rollback_quietly(conn)
-                raise
+                raise _routes.attempt_failure(e, "commit", False)
             self._count("transactions")
         finally:
             pool.putconn(conn)
@@ -287,8 +291,8 @@ class Router(RouteLookups):
         waited between (_after_route_error); then RouteRetryExhausted, naming `what`."""
         last_error = refresh_error = None
         for attempt in range(self.retry_limit + 1):
-            table, pool, conn = self._checkout(g, attempt)
             try:
+                table, pool, conn = self._checkout(g, attempt)
                 return once(table, pool, conn)
             except _routes.RetryRoute as retry:
                 last_error = retry.error
@@ -299,20 +303,18 @@ class Router(RouteLookups):
         """Claim, body, COMMIT; IG001/IG002 from the claim are retried, from the body or
         COMMIT only when retry_body; all retries count against retry_limit."""
         def once(table: RouteTable, pool: ConnectionPool[Any], conn: Conn) -> T:
-            body_ran = False
+            phase = "claim"
             try:
                 _simple(conn, _claim_sql(g, table.version))
-                body_ran = True
+                phase = "body"
                 result = body(conn)
+                phase = "commit"
                 _commit(conn)
                 self._count("transactions")
                 return result
             except BaseException as e:
                 _rollback_quietly(conn)
-                code = route_error_code(e) if isinstance(e, psycopg.Error) else None
-                if code is None or (body_ran and not retry_body):
-                    raise
-                raise _routes.RetryRoute(e, code) from e
+                raise _routes.attempt_failure(e, phase, retry_body)
             finally:
                 pool.putconn(conn)
         return self._retrying(g, "the route kept changing for", once)
@@ -331,10 +333,7 @@ class Router(RouteLookups):
                 self._count("transactions")
                 return rows
             except psycopg.Error as e:
-                code = route_error_code(e)
-                if code is None:
-                    raise
-                raise _routes.RetryRoute(e, code) from e
+                raise _routes.attempt_failure(e, "statement", True)
             finally:
                 pool.putconn(conn)
         return self._retrying(target_gene(owner, id, gene), "the route kept changing for", once)
@@ -359,7 +358,10 @@ class Router(RouteLookups):
             table = self._table
             shard = self._route(g, table)
         pool = self._pool(shard)
-        return table, pool, pool.getconn()
+        try:
+            return table, pool, pool.getconn()
+        except psycopg.Error as e:  # refused (the shard restarting) or not in time: retried
+            raise _routes.attempt_failure(e, "connect", True)
 
     def _claim(self, g: int) -> Tuple[ConnectionPool[Any], Conn]:
         """A connection of the owning shard's pool, in a transaction that claimed gene g
@@ -370,10 +372,7 @@ class Router(RouteLookups):
             except BaseException as e:
                 _rollback_quietly(conn)
                 pool.putconn(conn)
-                code = route_error_code(e) if isinstance(e, psycopg.Error) else None
-                if code is None:
-                    raise
-                raise _routes.RetryRoute(e, code) from e
+                raise _routes.attempt_failure(e, "claim", False)
             return pool, conn
         return self._retrying(g, "no shard accepted the claim in", once)
 
@@ -387,7 +386,7 @@ class Router(RouteLookups):
         what the previous call returned)."""
         if attempt >= retries:
             return refresh_error
-        self._count("retries_moved" if code == _routes.ROUTE_CHANGED else "retries_fenced")
+        self._count(_routes.retry_counter(code))
         if _routes.rereads_after(code, attempt):
             try:
                 self.refresh()
@@ -441,10 +440,14 @@ def _simple(conn: Conn, sql: str) -> None:
     """Runs statements without parameters as one simple-protocol message straight through
     libpq: the claim and the COMMIT are on every transaction's path, and psycopg's cursor
     machinery would cost about as much as the claim itself. Raises psycopg's error for the
-    SQLSTATE, as conn.execute would."""
+    SQLSTATE, as conn.execute would; a connection lost on the way (no SQLSTATE, libpq's
+    connection gone bad) as psycopg.OperationalError, as conn.execute would too."""
     res = conn.pgconn.exec_(sql.encode())
     if res.status not in (pq.ExecStatus.COMMAND_OK, pq.ExecStatus.TUPLES_OK):
-        raise psycopg.errors.error_from_result(res, encoding=conn.info.encoding)
+        error = psycopg.errors.error_from_result(res, encoding=conn.info.encoding)
+        if error.sqlstate is None and conn.pgconn.status != pq.ConnStatus.OK:
+            raise psycopg.OperationalError(str(error)) from error
+        raise error
 
 
 def _execute_declared(conn: Conn, version: int, query: Any,

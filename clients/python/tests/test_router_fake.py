@@ -25,6 +25,16 @@ def sql_error(code):
     return e
 
 
+def lost_connection(conn, code=None):
+    """Ends the fake connection as a server that goes away does: FATAL with `code`
+    (57P01: terminating connection due to administrator command), or no answer at all."""
+    conn.closed = conn.broken = True
+    e = psycopg.OperationalError(f"fake: the connection was lost ({code or 'no answer'})")
+    if code is not None:
+        e.sqlstate = code
+    return e
+
+
 class Result:
     def __init__(self, rows=(), description=None):
         self.rows = list(rows)
@@ -198,6 +208,9 @@ class ShardConn:
             return Result()
         if sql in ("COMMIT", "ROLLBACK"):
             self.in_block = False
+            if sql == "COMMIT" and cluster.commit_lost:
+                cluster.commit_lost = False
+                raise lost_connection(self)
             return Result()
         m = re.fullmatch(r"SELECT id_gen\.route_claim\((\d+), (\d+)\)", sql)
         if m:
@@ -207,6 +220,9 @@ class ShardConn:
                 raise sql_error(ROUTE_FENCED)
             if cluster.claim_error:
                 raise cluster.claim_error
+            if cluster.claim_lost:
+                cluster.claim_lost -= 1
+                raise lost_connection(self, "57P01")
             if coord.owner_of(g) != self.shard or v < coord.version:
                 raise sql_error(ROUTE_CHANGED)
             return Result([(coord.version,)])
@@ -241,6 +257,9 @@ class Cluster:
     def __init__(self, uppers):
         self.coord = Coordinator(uppers)
         self.fences, self.claim_error, self.params = 0, None, []
+        # Lost connections (clients/protocol-scenarios.json): connects to shard "a" refused,
+        # claims that find the connection ended, the first COMMIT without an answer.
+        self.connect_fails, self.claim_lost, self.commit_lost = 0, 0, False
         self.last_read_shard = None  # the shard of the last read by owner that found rows
         self.pools = {}
         self.transaction_pooling = False
@@ -267,6 +286,9 @@ class Cluster:
                 self.out, self.conns, self.closed = 0, [], False
 
             def getconn(self):
+                if conninfo == "a" and cluster.connect_fails:
+                    cluster.connect_fails -= 1
+                    raise psycopg.OperationalError("fake: connection refused")
                 self.out += 1
                 conn = ShardConn(conninfo, cluster)
                 self.conns.append(conn)
@@ -430,7 +452,7 @@ class RouterTest(unittest.TestCase):
 
     def test_other_claim_error_is_raised(self):
         r = self.router()
-        self.cluster.claim_error = sql_error("57P01")
+        self.cluster.claim_error = sql_error("42501")  # e.g. no right to call the claim
         with self.assertRaises(psycopg.DatabaseError):
             with r.claim(gene=1):
                 pass

@@ -13,7 +13,7 @@ import psycopg
 
 import id_gen_client.aio as aio_module
 import id_gen_client.router as router_module
-from id_gen_client import AsyncRouter, NoRouteError, RouteRetryExhausted, Router, gene
+from id_gen_client import AsyncRouter, CommitOutcomeUnknown, NoRouteError, RouteRetryExhausted, Router, gene
 from test_router_fake import SHARDS, Cluster, ShardConn, sql_error
 
 SCENARIOS = os.path.join(os.path.dirname(__file__), "..", "..", "protocol-scenarios.json")
@@ -105,6 +105,9 @@ class Run:
             coord.change([(up, shard) for up, shard in sc["routes_change_unseen"]])  # no listener
         coord.down = bool(sc.get("coordinator_down"))
         self.cluster.fences = sc.get("fenced", 0)
+        self.cluster.connect_fails = sc.get("connect_fails", 0)
+        self.cluster.claim_lost = sc.get("claim_lost", 0)
+        self.cluster.commit_lost = bool(sc.get("commit_lost"))
 
     def body_step(self, conn):
         self.runs += 1
@@ -123,11 +126,14 @@ class Run:
             got["outcome"], got["last_code"] = "exhausted", e.__cause__.sqlstate
         except NoRouteError:
             got["outcome"] = "no_route"
+        except CommitOutcomeUnknown as e:
+            self.test.assertIsInstance(e.__cause__, psycopg.OperationalError)
+            got["outcome"] = "commit_unknown"
         except psycopg.Error as e:
             got["outcome"], got["last_code"] = "error", e.sqlstate
         stats = router.stats
         got.update(body_runs=self.runs, retries_moved=stats["retries_moved"],
-                   retries_fenced=stats["retries_fenced"], refreshes=stats["refreshes"],
+                   retries_fenced=stats["retries_fenced"], retries_lost=stats["retries_lost"], refreshes=stats["refreshes"],
                    version=router.version,
                    claims=sum(1 for p in self.cluster.pools.values() for c in p.conns for s in c.log
                               if s.startswith("BEGIN; SELECT id_gen.route_claim(")))

@@ -3,7 +3,8 @@
 //! Invariant: database errors reach the caller unchanged inside [`Error::Db`] (their
 //! SQLSTATE readable through [`Error::code`]); errors about routing itself have their own
 //! variants; [`Error::RetryExhausted`] always wraps the last route error (IG001/IG002) or
-//! the last error of the attempt that ran out the retries.
+//! the last error of the attempt that ran out the retries; [`Error::CommitOutcomeUnknown`]
+//! is returned only for a connection lost after COMMIT (or `execute`'s statement) was sent.
 
 use std::fmt;
 
@@ -12,6 +13,9 @@ use std::fmt;
 pub const ROUTE_CHANGED: &str = "IG001";
 /// SQLSTATE of "route fenced": the gene is fenced for a cut-over. Retry after a short wait.
 pub const ROUTE_FENCED: &str = "IG002";
+/// SQLSTATEs of a server that ends the session: admin shutdown, crash shutdown, and a
+/// server still starting up (a shard that restarts or fails over).
+pub const SERVER_ENDED_SESSION: [&str; 3] = ["57P01", "57P02", "57P03"];
 
 /// Everything `id_gen_client` can fail with (new kinds may come: `#[non_exhaustive]`).
 #[derive(Debug)]
@@ -35,9 +39,14 @@ pub enum Error {
     Timeout(&'static str),
     /// [`crate::Router::close`] was called.
     Closed,
-    /// IG001/IG002 kept coming back for `retry_limit` retries after the first attempt;
-    /// holds the last error.
+    /// IG001/IG002, or a refused or lost shard connection, kept coming back for
+    /// `retry_limit` retries after the first attempt; holds the last error.
     RetryExhausted(Box<Error>),
+    /// The shard connection was lost after COMMIT (or `execute`'s statement) was sent and
+    /// before its answer: the transaction may or may not have committed. Never retried;
+    /// holds the driver's error. The caller decides (look the row up, or make the body
+    /// idempotent).
+    CommitOutcomeUnknown(Box<Error>),
 }
 
 impl Error {
@@ -45,8 +54,30 @@ impl Error {
     pub fn code(&self) -> Option<&str> {
         match self {
             Error::Db(e) => e.code().map(|c| c.code()),
-            Error::RetryExhausted(last) => last.code(),
+            Error::RetryExhausted(last) | Error::CommitOutcomeUnknown(last) => last.code(),
             _ => None,
+        }
+    }
+
+    /// True when the error says the shard connection is gone or could not be made: a pool
+    /// that could not connect, SQLSTATE class 08, the server ending the session
+    /// (57P01-57P03), or a connection closed or broken under the driver (no SQLSTATE).
+    pub fn is_connection_lost(&self) -> bool {
+        match self {
+            Error::Pool(deadpool_postgres::PoolError::Closed) => false,
+            Error::Pool(_) => true,
+            Error::Db(e) => match e.code() {
+                Some(code) => {
+                    let code = code.code();
+                    code.starts_with("08") || SERVER_ENDED_SESSION.contains(&code)
+                }
+                None => {
+                    e.is_closed()
+                        || std::error::Error::source(e)
+                            .is_some_and(|cause| cause.is::<std::io::Error>())
+                }
+            },
+            _ => false,
         }
     }
 
@@ -99,7 +130,13 @@ impl fmt::Display for Error {
             Error::Closed => write!(f, "the Router is closed")?,
             Error::RetryExhausted(last) => write!(
                 f,
-                "the route kept changing; retries exhausted; last error: {last}"
+                "retries exhausted (the route kept changing, the gene stayed fenced or the shard \
+                 could not be reached); last error: {last}"
+            )?,
+            Error::CommitOutcomeUnknown(last) => write!(
+                f,
+                "commit outcome unknown: the shard connection was lost after COMMIT was sent, \
+                 so the transaction may or may not have committed: {last}"
             )?,
         }
         Ok(())
@@ -111,7 +148,7 @@ impl std::error::Error for Error {
         match self {
             Error::Db(e) => Some(e),
             Error::Pool(e) => Some(e),
-            Error::RetryExhausted(last) => Some(last.as_ref()),
+            Error::RetryExhausted(last) | Error::CommitOutcomeUnknown(last) => Some(last.as_ref()),
             _ => None,
         }
     }

@@ -110,6 +110,9 @@ pub struct RouterConfig {
     /// that a route change whose notification was lost, or that a pooler kept from the
     /// listener, is seen within this long.
     pub refresh_interval: Duration,
+    /// LISTEN for route changes on the coordinator (default true). Off, the routes are
+    /// re-read only by the poll, after IG001, and by [`Router::refresh`].
+    pub listen: bool,
 }
 
 impl RouterConfig {
@@ -123,6 +126,7 @@ impl RouterConfig {
             backoff_base: Duration::from_millis(5),
             backoff_max: Duration::from_millis(200),
             refresh_interval: Duration::from_secs(1),
+            listen: true,
         }
     }
 
@@ -204,6 +208,12 @@ impl RouterConfigBuilder {
         self
     }
 
+    /// LISTEN for route changes (default true); see [`RouterConfig::listen`].
+    pub fn listen(mut self, listen: bool) -> Self {
+        self.config.listen = listen;
+        self
+    }
+
     /// The configuration, checked by [`RouterConfig::validate`].
     pub fn build(self) -> Result<RouterConfig, Error> {
         self.config.validate()?;
@@ -227,6 +237,8 @@ pub struct Stats {
     pub retries_moved: u64,
     /// Retries after IG002 (route fenced).
     pub retries_fenced: u64,
+    /// Retries after a shard connection refused or lost before COMMIT was sent.
+    pub retries_lost: u64,
     /// Route reads that succeeded (the first one in `connect` included).
     pub refreshes: u64,
 }
@@ -236,6 +248,7 @@ struct Counters {
     transactions: AtomicU64,
     retries_moved: AtomicU64,
     retries_fenced: AtomicU64,
+    retries_lost: AtomicU64,
     refreshes: AtomicU64,
 }
 
@@ -305,13 +318,17 @@ impl Router {
                 .map_err(|e| Error::Config(format!("shard {name}: {e}")))?;
             pools.insert(name.clone(), pool);
         }
-        let listener = open_listener(&config.routes_dsn).await?;
+        let listener = if config.listen {
+            Some(open_listener(&config.routes_dsn).await?)
+        } else {
+            None
+        };
         let (shutdown_tx, shutdown_rx) = oneshot::channel();
         let inner = Arc::new(Inner {
             config,
             pools,
             table: RwLock::new(Arc::new(RouteTable::empty(0))),
-            listener: Mutex::new(Some(listener.client.clone())),
+            listener: Mutex::new(listener.as_ref().map(|l| l.client.clone())),
             reload_lock: tokio::sync::Mutex::new(()),
             reloads_begun: AtomicU64::new(0),
             last_good_reload: AtomicU64::new(0),
@@ -321,11 +338,9 @@ impl Router {
             shutdown: Mutex::new(Some(shutdown_tx)),
         });
         inner.refresh().await?;
-        tokio::spawn(listen_loop(
-            Arc::downgrade(&inner),
-            Some(listener),
-            shutdown_rx,
-        ));
+        if listener.is_some() {
+            tokio::spawn(listen_loop(Arc::downgrade(&inner), listener, shutdown_rx));
+        }
         if !inner.config.refresh_interval.is_zero() {
             tokio::spawn(poll_loop(Arc::downgrade(&inner)));
         }
@@ -395,6 +410,7 @@ impl Router {
             transactions: c.transactions.load(Ordering::Relaxed),
             retries_moved: c.retries_moved.load(Ordering::Relaxed),
             retries_fenced: c.retries_fenced.load(Ordering::Relaxed),
+            retries_lost: c.retries_lost.load(Ordering::Relaxed),
             refreshes: c.refreshes.load(Ordering::Relaxed),
         }
     }
@@ -452,7 +468,7 @@ impl Router {
             let (pool, version) = retry.route().await?;
             match run_once(&pool, gene, version, &mut body).await {
                 Ok(value) => return Ok(retry.done(value)),
-                Err((error, body_ran)) => retry.after(error, body_ran).await?,
+                Err((error, phase)) => retry.after(error, phase).await?,
             }
         }
     }
@@ -475,7 +491,7 @@ impl Router {
             let (pool, version) = retry.route().await?;
             match run_once(&pool, gene, version, &mut once).await {
                 Ok(value) => return Ok(retry.done(value)),
-                Err((error, body_ran)) => retry.after(error, body_ran).await?,
+                Err((error, phase)) => retry.after(error, phase).await?,
             }
         }
     }
@@ -508,7 +524,7 @@ impl Router {
             let (pool, version) = retry.route().await?;
             match execute_once(&pool, version, sql, params).await {
                 Ok(rows) => return Ok(retry.done(rows)),
-                Err((error, body_ran)) => retry.after(error, body_ran).await?,
+                Err((error, phase)) => retry.after(error, phase).await?,
             }
         }
     }
@@ -559,11 +575,26 @@ impl Router {
     }
 }
 
+/// Where an attempt failed: what was sent decides whether it may be retried.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// Taking a pooled connection (a refused connect: nothing was sent).
+    Connect,
+    Claim,
+    Body,
+    /// COMMIT was sent: a connection lost now leaves the outcome unknown.
+    Commit,
+    /// `execute`'s statement and its COMMIT were sent together.
+    Statement,
+}
+
 /// The retry state of `transaction`, `run` and `execute` (protocol §4): each routes the
 /// gene by the current routes (`route`), runs one attempt, and reports its error with
-/// whether the body ran (`after`): on IG001/IG002 it re-reads the routes (IG001; IG002
-/// every third time) and waits the jittered backoff, at most `retry_limit` times; an error
-/// after the body ran is retried only when `retry_body`.
+/// where it failed (`after`): on IG001/IG002 it re-reads the routes (IG001; IG002 every
+/// third time) and waits the jittered backoff, at most `retry_limit` times; so for a
+/// connection refused or lost before COMMIT was sent (no re-read); an error from the body
+/// or COMMIT is retried only when `retry_body`; a connection lost after COMMIT (or the
+/// statement) was sent is [`Error::CommitOutcomeUnknown`], never retried.
 struct Retry<'a> {
     inner: &'a Inner,
     gene: u16,
@@ -618,24 +649,38 @@ impl<'a> Retry<'a> {
 
     /// After a failed attempt: `Ok` to try again (after the re-read and the wait), or the
     /// error to return.
-    async fn after(&mut self, error: Error, body_ran: bool) -> Result<(), Error> {
+    async fn after(&mut self, error: Error, phase: Phase) -> Result<(), Error> {
         let inner = self.inner;
+        let lost = error.is_connection_lost();
+        if lost && matches!(phase, Phase::Commit | Phase::Statement) {
+            return Err(Error::CommitOutcomeUnknown(Box::new(error)));
+        }
         let code = match error.route_code() {
-            Some(code) if self.retry_body || !body_ran => code,
-            _ => return Err(error),
+            Some(code) => Some(code),
+            None if lost => None,
+            None => return Err(error),
         };
+        if matches!(phase, Phase::Body | Phase::Commit) && !self.retry_body {
+            return Err(error);
+        }
         if self.attempt >= inner.config.retry_limit {
             return Err(Error::RetryExhausted(Box::new(error)));
         }
-        let reread = if code == ROUTE_CHANGED {
-            inner.counters.retries_moved.fetch_add(1, Ordering::Relaxed);
-            true
-        } else {
-            inner
-                .counters
-                .retries_fenced
-                .fetch_add(1, Ordering::Relaxed);
-            self.attempt % 3 == 2
+        let c = &inner.counters;
+        let reread = match code {
+            Some(ROUTE_CHANGED) => {
+                c.retries_moved.fetch_add(1, Ordering::Relaxed);
+                true
+            }
+            Some(_) => {
+                c.retries_fenced.fetch_add(1, Ordering::Relaxed);
+                self.attempt % 3 == 2
+            }
+            None => {
+                // The routes said nothing new: wait and try a new connection.
+                c.retries_lost.fetch_add(1, Ordering::Relaxed);
+                false
+            }
         };
         if reread {
             // A failed re-read is not the end: only a closed router is.
@@ -664,30 +709,37 @@ where
 }
 
 /// One attempt: a pooled connection, the claim, the body, COMMIT. Rolls back on any error,
-/// which comes with whether the body was called.
+/// which comes with the phase it happened in.
 async fn run_once<'env, T, F>(
     pool: &Pool,
     gene: u16,
     version: i64,
     body: &mut F,
-) -> Result<T, (Error, bool)>
+) -> Result<T, (Error, Phase)>
 where
     F: for<'c> FnMut(&'c Client) -> TxFuture<'env, 'c, T>,
 {
     let mut conn = Pooled {
-        object: Some(pool.get().await.map_err(|e| (Error::from(e), false))?),
+        object: Some(
+            pool.get()
+                .await
+                .map_err(|e| (Error::from(e), Phase::Connect))?,
+        ),
         idle: false,
     };
     let client: &Client = conn.client();
     let claim = format!("BEGIN; SELECT id_gen.route_claim({gene}, {version})");
-    let mut body_ran = false;
+    let mut phase = Phase::Claim;
     let result = match client.batch_execute(&claim).await {
         Err(e) => Err(e),
         Ok(()) => {
-            body_ran = true;
+            phase = Phase::Body;
             match body(client).await {
                 Err(e) => Err(e),
-                Ok(value) => client.batch_execute(CHECKED_COMMIT).await.map(|()| value),
+                Ok(value) => {
+                    phase = Phase::Commit;
+                    client.batch_execute(CHECKED_COMMIT).await.map(|()| value)
+                }
             }
         }
     };
@@ -700,7 +752,7 @@ where
             // After a failed COMMIT the transaction is already over; ROLLBACK only warns.
             let rolled_back = client.batch_execute("ROLLBACK").await.is_ok();
             conn.idle = rolled_back;
-            Err((Error::Db(e), body_ran))
+            Err((Error::Db(e), phase))
         }
     }
 }
@@ -714,9 +766,13 @@ async fn execute_once(
     version: i64,
     sql: &str,
     params: &[(&(dyn ToSql + Sync), Type)],
-) -> Result<Vec<Row>, (Error, bool)> {
+) -> Result<Vec<Row>, (Error, Phase)> {
     let mut conn = Pooled {
-        object: Some(pool.get().await.map_err(|e| (Error::from(e), false))?),
+        object: Some(
+            pool.get()
+                .await
+                .map_err(|e| (Error::from(e), Phase::Connect))?,
+        ),
         idle: false,
     };
     let client: &Client = conn.client();
@@ -738,7 +794,7 @@ async fn execute_once(
         }
         Err(e) => {
             conn.idle = ended || client.batch_execute("ROLLBACK").await.is_ok();
-            Err((Error::Db(e), false))
+            Err((Error::Db(e), Phase::Statement))
         }
     }
 }

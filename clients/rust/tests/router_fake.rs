@@ -689,6 +689,11 @@ async fn run_scenario(sc: &serde_json::Value) -> serde_json::Value {
         let gene = key.gene();
         fake.with(|s| s.fenced.insert(gene, n as u32));
     }
+    fake.with(|s| {
+        s.connect_fails = sc["connect_fails"].as_u64().unwrap_or(0) as u32;
+        s.claim_lost = sc["claim_lost"].as_u64().unwrap_or(0) as u32;
+        s.commit_lost = sc["commit_lost"].as_bool() == Some(true);
+    });
     let body_errors: Vec<String> = sc["body_errors"]
         .as_array()
         .map(|a| a.iter().map(|e| e.as_str().unwrap().to_string()).collect())
@@ -716,6 +721,7 @@ async fn run_scenario(sc: &serde_json::Value) -> serde_json::Value {
         "claims": fake.with(|s| s.count("route_claim(")),
         "retries_moved": stats.retries_moved,
         "retries_fenced": stats.retries_fenced,
+        "retries_lost": stats.retries_lost,
         "refreshes": stats.refreshes,
         "version": router.version(),
     });
@@ -729,6 +735,10 @@ async fn run_scenario(sc: &serde_json::Value) -> serde_json::Value {
             "exhausted"
         }
         Err(Error::NoRoute { .. }) => "no_route",
+        Err(Error::CommitOutcomeUnknown(last)) => {
+            assert!(last.is_connection_lost(), "{last}");
+            "commit_unknown"
+        }
         Err(e @ Error::Db(_)) => {
             got["last_code"] = json!(e.code());
             "error"

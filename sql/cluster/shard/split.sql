@@ -285,8 +285,13 @@ BEGIN
   END IF;
   PERFORM set_config('lock_timeout', lock_timeout_ms || 'ms', true);
   PERFORM id_gen.quiet_ddl();
-  FOR r IN SELECT DISTINCT sp.parent::regclass FROM id_gen.shard_split_pieces sp
-           WHERE sp.split_id = shard_split_swap.split_id ORDER BY 1 LOOP
+  -- In the order of schema and name, as route_claim locks them (its lock of the gene's
+  -- partitions, table by table): in another order (0.7.13 took the tables' oids), a claim
+  -- holding one table and waiting for the next deadlocked with the swap, whose lock
+  -- timeout then lost every attempt while clients wrote to several distributed tables.
+  FOR r IN SELECT c.oid::regclass FROM pg_class c JOIN pg_namespace ns ON ns.oid = c.relnamespace
+           WHERE c.oid IN (SELECT sp.parent FROM id_gen.shard_split_pieces sp WHERE sp.split_id = shard_split_swap.split_id)
+           ORDER BY ns.nspname, c.relname LOOP
     EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', r);
   END LOOP;
   -- Nobody writes now: the last rows noted make the new tables exact.

@@ -78,6 +78,10 @@ pub struct SqlError {
     pub message: String,
 }
 
+/// Not a SQLSTATE: the fake closes the connection instead of answering. (57P01, the
+/// server's shutdown, is sent as FATAL and closes the connection too.)
+const CLOSE_SILENTLY: &str = "close";
+
 fn err(code: &str, message: impl Into<String>) -> SqlError {
     SqlError {
         code: code.into(),
@@ -102,6 +106,12 @@ pub struct State {
     pub version_polls: u32,
     /// While set, the coordinator closes every connection it accepts at once (it is down).
     pub coordinator_down: bool,
+    /// Lost connections (protocol-scenarios.json): the next N connections to shard "a" are
+    /// closed at once (refused, as while it restarts); the next N claims end the connection
+    /// with FATAL 57P01; the next COMMIT closes it without an answer.
+    pub connect_fails: u32,
+    pub claim_lost: u32,
+    pub commit_lost: bool,
     /// Notification senders of the coordinator connections that LISTEN.
     listeners: Vec<mpsc::UnboundedSender<String>>,
     seq: i64,
@@ -237,6 +247,14 @@ async fn serve(name: String, state: Arc<Mutex<State>>, kill: watch::Receiver<u64
                 drop(stream);
                 continue;
             }
+            if name == "a" {
+                let mut st = state.lock().unwrap();
+                if st.connect_fails > 0 {
+                    st.connect_fails -= 1;
+                    drop(stream);
+                    continue;
+                }
+            }
             tokio::spawn(async move {
                 *state
                     .lock()
@@ -329,9 +347,10 @@ impl Conn<'_> {
 
     fn error(&mut self, e: &SqlError) {
         let mut b = Vec::new();
+        let severity = if e.code == "57P01" { "FATAL" } else { "ERROR" };
         for (k, v) in [
-            (b'S', "ERROR"),
-            (b'V', "ERROR"),
+            (b'S', severity),
+            (b'V', severity),
             (b'C', e.code.as_str()),
             (b'M', e.message.as_str()),
         ] {
@@ -463,6 +482,10 @@ impl Conn<'_> {
                 Ok(Reply::Tag("BEGIN".into()))
             }
             "COMMIT" | "ROLLBACK" => {
+                if sql == "COMMIT" && st.commit_lost {
+                    st.commit_lost = false;
+                    return Err(err(CLOSE_SILENTLY, "the connection closes with no answer"));
+                }
                 let tag = if self.failed { "ROLLBACK" } else { sql };
                 self.in_tx = false;
                 self.failed = false;
@@ -477,6 +500,13 @@ impl Conn<'_> {
                 let (gene, version): (u16, i64) =
                     (g.trim().parse().unwrap(), v.trim().parse().unwrap());
                 st.take_fence(gene)?;
+                if st.claim_lost > 0 {
+                    st.claim_lost -= 1;
+                    return Err(err(
+                        "57P01",
+                        "terminating connection due to administrator command",
+                    ));
+                }
                 if st.owner_of(gene) != Some(self.name) || version < st.version {
                     return Err(err("IG001", format!("route changed for gene {gene}")));
                 }
@@ -689,8 +719,14 @@ async fn connection(
                             c.data_rows(&rows, false);
                             c.complete(&tag);
                         }
+                        Err(e) if e.code == CLOSE_SILENTLY => return Ok(()),
                         Err(e) => {
                             c.error(&e);
+                            if e.code == "57P01" {
+                                // FATAL: the server ends the session.
+                                wr.write_all(&std::mem::take(&mut c.out)).await?;
+                                return Ok(());
+                            }
                             break;
                         }
                     }

@@ -1,0 +1,157 @@
+"""The conformance tool of the Python client (docs/routing-protocol.md §6): the same command
+line as every other client's, run by tests/cluster/test_conformance.py.
+
+    conformance genes        owners on stdin (i:<bigint>, t:<text>, u:<uuid>), genes on stdout
+    conformance load ...     4 writers through one Router; see --help
+
+Invariants: a log line `owner,id` is written (whole, flushed) only after its transaction
+committed; every failure is counted, none ends the load; the last two stdout lines are
+`reads R empty E unknown U` and `committed N failed M retries X`.
+"""
+import argparse
+import os
+import random
+import sys
+import threading
+import time
+import uuid
+
+from id_gen_client import CommitOutcomeUnknown, Router, gene
+
+
+def genes() -> int:
+    out = []
+    for line in sys.stdin:
+        line = line.rstrip("\n")
+        if not line:
+            continue
+        kind, value = line[:2], line[2:]
+        if kind == "i:":
+            out.append(gene(int(value)))
+        elif kind == "t:":
+            out.append(gene(value))
+        elif kind == "u:":
+            out.append(gene(uuid.UUID(value)))
+        else:
+            print(f"conformance genes: a line must start with i:, t: or u:, not {line!r}", file=sys.stderr)
+            return 2
+    sys.stdout.write("".join(f"{g}\n" for g in out))
+    return 0
+
+
+def parse_load(argv):
+    p = argparse.ArgumentParser(prog="conformance load")
+    p.add_argument("--routes", required=True)
+    p.add_argument("--shard", action="append", required=True, metavar="NAME=DSN")
+    p.add_argument("--table", required=True)
+    p.add_argument("--sequence", required=True)
+    p.add_argument("--owners", type=int, required=True)
+    p.add_argument("--seconds", type=float, required=True)
+    p.add_argument("--log", required=True)
+    p.add_argument("--stop-file")
+    p.add_argument("--read-every", type=int, default=4)
+    p.add_argument("--refresh-interval-ms", type=int, default=1000)
+    p.add_argument("--no-listen", action="store_true")
+    args = p.parse_args(argv)
+    shards = {}
+    for item in args.shard:
+        name, sep, dsn = item.partition("=")
+        if not sep or not name:
+            p.error(f"--shard takes NAME=DSN, not {item!r}")
+        shards[name] = dsn
+    if args.owners < 1:
+        p.error("--owners must be at least 1")
+    return args, shards
+
+
+class Load:
+    def __init__(self, router, args):
+        self.router, self.args = router, args
+        self.deadline = time.monotonic() + args.seconds
+        self.lock = threading.Lock()
+        self.log = open(args.log, "a", buffering=1)
+        self.counts = {"committed": 0, "failed": 0, "reads": 0, "empty": 0, "unknown": 0}
+        self.insert = (f"INSERT INTO {args.table} (id, owner_id) "
+                       f"VALUES (id_gen.gene_order_id(%s::text, %s::bigint), %s) RETURNING id")
+        self.read = (f"SELECT count(*) FROM {args.table} "
+                     f"WHERE id BETWEEN %s AND %s AND owner_id = %s")
+
+    def done(self):
+        return time.monotonic() > self.deadline or (self.args.stop_file and os.path.exists(self.args.stop_file))
+
+    def failed(self, what, e):
+        with self.lock:
+            self.counts["failed"] += 1
+            if isinstance(e, CommitOutcomeUnknown):
+                self.counts["unknown"] += 1
+            if self.counts["failed"] <= 5:
+                print(f"failed {what}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+
+    def writer(self, seed):
+        rng = random.Random(seed)
+        mine = []
+        iteration = 0
+        while not self.done():
+            iteration += 1
+            owner = rng.randint(1, self.args.owners)
+            try:
+                row_id = self.router.transaction(
+                    lambda conn: conn.execute(self.insert, (self.args.sequence, owner, owner)).fetchone()[0],
+                    owner=owner)
+                with self.lock:
+                    self.log.write(f"{owner},{row_id}\n")
+                    self.counts["committed"] += 1
+                mine.append(owner)
+            except Exception as e:  # a failed transaction is counted, never fatal
+                self.failed("transaction", e)
+            every = self.args.read_every
+            if every > 0 and iteration % every == 0 and mine:
+                self.read_one(rng.choice(mine))
+
+    def read_one(self, owner):
+        lo = gene(owner) << 47
+        try:
+            rows = self.router.execute(self.read, (lo, lo | ((1 << 47) - 1), owner), owner=owner)
+            with self.lock:
+                self.counts["reads"] += 1
+                if rows is None or rows[0][0] == 0:
+                    self.counts["empty"] += 1
+        except Exception as e:
+            self.failed("read", e)
+
+
+def load(argv) -> int:
+    args, shards = parse_load(argv)
+    try:
+        router = Router(args.routes, shards, max_size=4, listen=not args.no_listen,
+                        refresh_interval=args.refresh_interval_ms / 1000.0)
+    except Exception as e:
+        print(f"conformance load: the routes could not be read: {e}", file=sys.stderr)
+        return 1
+    with router:
+        run = Load(router, args)
+        threads = [threading.Thread(target=run.writer, args=(seed,)) for seed in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        run.log.close()
+        s, c = router.stats, run.counts
+        retries = s["retries_moved"] + s["retries_fenced"] + s["retries_lost"]
+    print(f"reads {c['reads']} empty {c['empty']} unknown {c['unknown']}")
+    print(f"committed {c['committed']} failed {c['failed']} retries {retries}", flush=True)
+    return 0
+
+
+def main(argv) -> int:
+    if argv[:1] == ["genes"]:
+        return genes()
+    if argv[:1] == ["load"]:
+        return load(argv[1:])
+    print("usage: conformance genes | conformance load --routes DSN --shard NAME=DSN ... --table T "
+          "--sequence Q --owners N --seconds S --log FILE", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,327 @@
+//! `conformance` — the Rust client's conformance tool (docs/routing-protocol.md §6), the
+//! same command line as every other client's, run by `tests/cluster/test_conformance.py`:
+//!
+//! ```text
+//! conformance genes < lines        # "i:<bigint>", "t:<text>", "u:<uuid>": one gene per line
+//! conformance load --routes DSN --shard NAME=DSN [--shard ...] --table T --sequence Q
+//!     --owners N --seconds S --log FILE [--stop-file F] [--read-every K]
+//!     [--refresh-interval-ms MS] [--no-listen]
+//! ```
+//!
+//! Invariants: genes only through `id_gen_client::Key`; a log line `owner,id` is written
+//! (whole) only after its transaction committed; failures are counted, never fatal; the
+//! last two stdout lines are `reads R empty E unknown U` and `committed N failed M retries
+//! X`; the table name reaches SQL only quoted and checked (`[a-z0-9_]`, one optional
+//! schema). Exit 0 when the load ran, 2 for bad arguments, 1 when the routes could not be
+//! read at the start.
+#![forbid(unsafe_code)]
+
+use id_gen_client::key::parse_uuid;
+use id_gen_client::tokio_postgres::types::Type;
+use id_gen_client::{Error, Key, Router, RouterConfig};
+use std::collections::BTreeMap;
+use std::io::{BufRead, Write};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const USAGE: &str = "usage: conformance genes < owners
+       conformance load --routes DSN --shard NAME=DSN [--shard NAME=DSN ...] --table T
+                        --sequence Q --owners N --seconds S --log FILE [--stop-file F]
+                        [--read-every K] [--refresh-interval-ms MS] [--no-listen]";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.first().map(String::as_str) {
+        Some("genes") => match genes() {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => fail(2, &e),
+        },
+        Some("load") => {
+            let opts = match LoadOpts::parse(&args[1..]) {
+                Ok(opts) => opts,
+                Err(e) => return fail(2, &format!("{e}\n{USAGE}")),
+            };
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .expect("a tokio runtime");
+            runtime.block_on(load(opts))
+        }
+        _ => fail(2, USAGE),
+    }
+}
+
+fn fail(code: u8, message: &str) -> ExitCode {
+    eprintln!("conformance: {message}");
+    ExitCode::from(code)
+}
+
+fn genes() -> Result<(), String> {
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    for (n, line) in std::io::stdin().lock().lines().enumerate() {
+        let line = line.map_err(|e| format!("stdin: {e}"))?;
+        let line = line.strip_suffix('\r').unwrap_or(&line);
+        if line.is_empty() {
+            continue;
+        }
+        let key = match line.split_at(line.len().min(2)) {
+            ("i:", v) => Key::Owner(v.parse().map_err(|e| format!("line {}: {e}", n + 1))?),
+            ("t:", v) => Key::OwnerText(v.to_string()),
+            ("u:", v) => Key::OwnerUuid(parse_uuid(v).ok_or(format!("line {}: bad uuid", n + 1))?),
+            _ => return Err(format!("line {}: want i:, t: or u:, not {line:?}", n + 1)),
+        };
+        writeln!(out, "{}", key.gene()).map_err(|e| format!("stdout: {e}"))?;
+    }
+    out.flush().map_err(|e| format!("stdout: {e}"))
+}
+
+#[derive(Debug)]
+struct LoadOpts {
+    routes: String,
+    shards: BTreeMap<String, String>,
+    table: String,
+    sequence: String,
+    owners: i64,
+    seconds: f64,
+    log: String,
+    stop_file: Option<String>,
+    read_every: u64,
+    refresh_interval: Duration,
+    listen: bool,
+}
+
+impl LoadOpts {
+    fn parse(args: &[String]) -> Result<LoadOpts, String> {
+        let mut o = LoadOpts {
+            routes: String::new(),
+            shards: BTreeMap::new(),
+            table: String::new(),
+            sequence: String::new(),
+            owners: 0,
+            seconds: 0.0,
+            log: String::new(),
+            stop_file: None,
+            read_every: 4,
+            refresh_interval: Duration::from_secs(1),
+            listen: true,
+        };
+        let mut it = args.iter();
+        while let Some(flag) = it.next() {
+            if flag == "--no-listen" {
+                o.listen = false;
+                continue;
+            }
+            let value = it.next().ok_or(format!("{flag} needs a value"))?.clone();
+            let number = |v: &str| -> Result<f64, String> {
+                v.parse::<f64>().map_err(|e| format!("{flag} {v:?}: {e}"))
+            };
+            match flag.as_str() {
+                "--routes" => o.routes = value,
+                "--shard" => {
+                    let (name, dsn) = value
+                        .split_once('=')
+                        .filter(|(n, _)| !n.is_empty())
+                        .ok_or(format!("--shard takes NAME=DSN, not {value:?}"))?;
+                    o.shards.insert(name.to_string(), dsn.to_string());
+                }
+                "--table" => o.table = quote_table(&value)?,
+                "--sequence" => o.sequence = value,
+                "--owners" => o.owners = number(&value)? as i64,
+                "--seconds" => o.seconds = number(&value)?,
+                "--log" => o.log = value,
+                "--stop-file" => o.stop_file = Some(value),
+                "--read-every" => o.read_every = number(&value)? as u64,
+                "--refresh-interval-ms" => {
+                    o.refresh_interval = Duration::from_millis(number(&value)? as u64)
+                }
+                other => return Err(format!("unknown flag {other}")),
+            }
+        }
+        for (missing, flag) in [
+            (o.routes.is_empty(), "--routes"),
+            (o.shards.is_empty(), "--shard"),
+            (o.table.is_empty(), "--table"),
+            (o.sequence.is_empty(), "--sequence"),
+            (o.log.is_empty(), "--log"),
+            (o.owners < 1, "--owners (1 or more)"),
+        ] {
+            if missing {
+                return Err(format!("{flag} is required"));
+            }
+        }
+        Ok(o)
+    }
+}
+
+/// `table` or `schema.table` made of `[a-z0-9_]`, each part double-quoted.
+fn quote_table(name: &str) -> Result<String, String> {
+    let parts: Vec<&str> = name.split('.').collect();
+    let ok = parts.len() <= 2
+        && parts.iter().all(|p| {
+            !p.is_empty()
+                && p.bytes()
+                    .all(|c| matches!(c, b'a'..=b'z' | b'0'..=b'9' | b'_'))
+        });
+    if !ok {
+        return Err(format!(
+            "--table {name:?}: want [schema.]table made of [a-z0-9_]"
+        ));
+    }
+    Ok(parts
+        .iter()
+        .map(|p| format!("\"{p}\""))
+        .collect::<Vec<_>>()
+        .join("."))
+}
+
+#[derive(Default)]
+struct Counts {
+    committed: AtomicU64,
+    failed: AtomicU64,
+    reads: AtomicU64,
+    empty: AtomicU64,
+    unknown: AtomicU64,
+}
+
+impl Counts {
+    fn failed(&self, what: &str, e: &Error) {
+        if matches!(e, Error::CommitOutcomeUnknown(_)) {
+            self.unknown.fetch_add(1, Ordering::Relaxed);
+        }
+        if self.failed.fetch_add(1, Ordering::Relaxed) < 5 {
+            eprintln!("failed {what}: {e}");
+        }
+    }
+}
+
+/// A small seeded generator (xorshift64*): each writer its own, no dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) % n
+    }
+}
+
+async fn load(o: LoadOpts) -> ExitCode {
+    let mut config = RouterConfig::new(o.routes.clone(), o.shards.clone());
+    config.listen = o.listen;
+    config.refresh_interval = o.refresh_interval;
+    config.pool_size = 4;
+    let router = match Router::connect(config).await {
+        Ok(router) => router,
+        Err(e) => return fail(1, &format!("the routes could not be read: {e}")),
+    };
+    let log = match std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&o.log)
+    {
+        Ok(f) => Arc::new(Mutex::new(f)),
+        Err(e) => return fail(2, &format!("--log {}: {e}", o.log)),
+    };
+    let o = Arc::new(o);
+    let counts = Arc::new(Counts::default());
+    let deadline = Instant::now() + Duration::from_secs_f64(o.seconds);
+    let writers: Vec<_> = (0..4u64)
+        .map(|seed| {
+            let (router, o, counts, log) = (router.clone(), o.clone(), counts.clone(), log.clone());
+            tokio::spawn(async move { writer(router, o, counts, log, seed, deadline).await })
+        })
+        .collect();
+    for w in writers {
+        w.await.expect("a writer panicked");
+    }
+    let s = router.stats();
+    router.close();
+    let c = &counts;
+    println!(
+        "reads {} empty {} unknown {}",
+        c.reads.load(Ordering::Relaxed),
+        c.empty.load(Ordering::Relaxed),
+        c.unknown.load(Ordering::Relaxed)
+    );
+    println!(
+        "committed {} failed {} retries {}",
+        c.committed.load(Ordering::Relaxed),
+        c.failed.load(Ordering::Relaxed),
+        s.retries_moved + s.retries_fenced + s.retries_lost
+    );
+    ExitCode::SUCCESS
+}
+
+async fn writer(
+    router: Router,
+    o: Arc<LoadOpts>,
+    counts: Arc<Counts>,
+    log: Arc<Mutex<std::fs::File>>,
+    seed: u64,
+    deadline: Instant,
+) {
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (seed + 1).wrapping_mul(0xD1B5_4A32_D192_ED03));
+    let insert = format!(
+        "INSERT INTO {} (id, owner_id) VALUES (id_gen.gene_order_id($1::text, $2::bigint), $2) \
+         RETURNING id",
+        o.table
+    );
+    let read = format!(
+        "SELECT count(*) FROM {} WHERE id BETWEEN $1 AND $2 AND owner_id = $3",
+        o.table
+    );
+    let mut mine: Vec<i64> = Vec::new();
+    let mut iteration = 0u64;
+    let stopped = || {
+        o.stop_file
+            .as_deref()
+            .is_some_and(|f| std::path::Path::new(f).exists())
+    };
+    while Instant::now() < deadline && !stopped() {
+        iteration += 1;
+        let owner = 1 + rng.below(o.owners as u64) as i64;
+        let (insert, sequence) = (insert.as_str(), o.sequence.as_str());
+        let result = router
+            .transaction(Key::Owner(owner), |c| {
+                Box::pin(async move {
+                    c.query_typed_one(insert, &[(&sequence, Type::TEXT), (&owner, Type::INT8)])
+                        .await?
+                        .try_get::<_, i64>(0)
+                })
+            })
+            .await;
+        match result {
+            Ok(id) => {
+                writeln!(log.lock().unwrap(), "{owner},{id}").expect("the log file");
+                counts.committed.fetch_add(1, Ordering::Relaxed);
+                mine.push(owner);
+            }
+            Err(e) => counts.failed("transaction", &e),
+        }
+        if o.read_every > 0 && iteration % o.read_every == 0 && !mine.is_empty() {
+            let owner = mine[rng.below(mine.len() as u64) as usize];
+            let lo = (Key::Owner(owner).gene() as i64) << 47;
+            let hi = lo | ((1i64 << 47) - 1);
+            let rows = router
+                .execute(
+                    Key::Owner(owner),
+                    &read,
+                    &[(&lo, Type::INT8), (&hi, Type::INT8), (&owner, Type::INT8)],
+                )
+                .await;
+            match rows {
+                Ok(rows) => {
+                    counts.reads.fetch_add(1, Ordering::Relaxed);
+                    if rows.first().map(|r| r.get::<_, i64>(0)).unwrap_or(0) == 0 {
+                        counts.empty.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                Err(e) => counts.failed("read", &e),
+            }
+        }
+    }
+}

@@ -1,0 +1,4 @@
+-- Catalog changes, 0.7.13 -> 0.7.14 (by hand): none. The rest is code: a split's or merge's
+-- swap on a shard locks the distributed tables in the order of schema and name, as
+-- route_claim does (0.7.13 took their oids, and deadlocked with claims while clients wrote
+-- to several distributed tables, until its fence ran out of attempts).
