@@ -26,8 +26,13 @@ export declare const ROUTE_FENCED: 'IG002';
 export declare class RoutingError extends Error {}
 /** No route covers the gene, or it names a shard this Router has no connection for. Not retried. */
 export declare class NoRouteError extends RoutingError {}
-/** IG001/IG002 kept coming back for retryLimit retries; `cause` is the last one. Retryable later. */
+/** IG001/IG002, or a refused or lost shard connection, kept coming back for retryLimit retries; `cause` is the last one. Retryable later. */
 export declare class RouteRetryExhausted extends RoutingError {}
+/**
+ * The shard connection was lost after COMMIT was sent and before its answer: the transaction may
+ * or may not have committed. Never retried; `cause` is the driver's error.
+ */
+export declare class CommitOutcomeUnknownError extends RoutingError {}
 
 export interface RouterOptions {
   /** The coordinator: a connection string or a pg ClientConfig. */
@@ -55,6 +60,8 @@ export interface RouterStats {
   transactions: number;
   retriesMoved: number;
   retriesFenced: number;
+  /** Retries after a refused or lost shard connection, before COMMIT was sent. */
+  retriesLost: number;
   refreshes: number;
 }
 
@@ -75,9 +82,9 @@ export declare class Router {
   shardForGene(gene: number): string;
   shardForOwner(owner: Owner): string;
   shardForId(id: Id): string;
-  /** body in a claimed transaction on the owning shard, retried on IG001/IG002; its value. */
+  /** body in a claimed transaction on the owning shard, retried on IG001/IG002 and lost connections; its value. */
   transaction<T>(key: Key, body: (client: PoolClient) => Promise<T> | T): Promise<T>;
-  /** body once in a claimed transaction; IG001/IG002 from it reach the caller. */
+  /** body once in a claimed transaction; IG001/IG002 or a lost connection from it reach the caller. */
   run<T>(key: Key, body: (client: PoolClient) => Promise<T> | T): Promise<T>;
   /** One statement with the route version declared in its transaction; its rows. */
   execute<R extends Record<string, unknown> = Record<string, unknown>>(key: Key, sql: string, params?: unknown[]): Promise<R[]>;

@@ -2,6 +2,7 @@
 import client from './index.js';
 
 export const {
-  Router, RoutingError, NoRouteError, RouteRetryExhausted, ROUTE_CHANGED, ROUTE_FENCED, geneOf, geneOfId, Uuid, uuid,
+  Router, RoutingError, NoRouteError, RouteRetryExhausted, CommitOutcomeUnknownError, ROUTE_CHANGED, ROUTE_FENCED,
+  geneOf, geneOfId, Uuid, uuid,
 } = client;
 export default client;

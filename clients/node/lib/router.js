@@ -4,9 +4,10 @@
 // - transaction(key, body): body(client) in a transaction on the owning shard that starts
 //   with the claim; on IG001/IG002 (from the claim, the body or COMMIT) it rolls back, re-reads
 //   the routes (IG001; IG002 every third time), waits, and runs the body again, at most
-//   retryLimit times after the first attempt. Resolves to the body's value.
-// - run(key, body): the same, but the body runs once: IG001/IG002 from the body or COMMIT
-//   reach the caller.
+//   retryLimit times after the first attempt; so too after a shard connection refused or lost
+//   before COMMIT was sent (waits, no re-read). Resolves to the body's value.
+// - run(key, body): the same, but the body runs once: IG001/IG002 or a lost connection from
+//   the body or COMMIT reach the caller (only a failed connect or claim is retried).
 // - execute(key, sql, params): one statement in a transaction of its own that declares the
 //   route version (set_config(..., true)), retried like transaction; resolves to its rows.
 // - nextId(sequence, owner), geneOf, shardForId/Owner/Gene, refresh(), version, routes, stats.
@@ -21,14 +22,17 @@
 //   live in the transaction, so shards may sit behind a transaction-mode pooler (PgBouncer).
 // - A body that failed is never reported committed (a COMMIT that the server turns into a
 //   ROLLBACK is an error), and a body whose COMMIT succeeded is never run again.
-// - Every client taken from a pool goes back to it, idle, or destroyed when it broke.
+// - A connection lost after COMMIT was sent and before its answer is a
+//   CommitOutcomeUnknownError, never retried and never reported committed.
+// - Every client taken from a pool goes back to it, idle, or destroyed when it broke (a lost
+//   connection is destroyed, never returned idle).
 // - Every wait is bounded: connects (connectionTimeoutMillis), route reads and the version
 //   poll (query_timeout), shard statements (query_timeout unless the caller sets another).
 // - Ids (bigint columns) reach JavaScript as BigInt (ids: 'string' for decimal strings),
 //   never as a Number that loses precision.
 
 const {
-  ROUTE_CHANGED, NoRouteError, RouteRetryExhausted, routeErrorCode,
+  ROUTE_CHANGED, CONNECTION_LOST, NoRouteError, RouteRetryExhausted, CommitOutcomeUnknownError, routeErrorCode, connectionLost,
 } = require('./errors');
 const genes = require('./genes');
 const {
@@ -113,7 +117,7 @@ class Router {
     this.backoffMax = backoffMax;
     this.listen = listen;
     this.refreshInterval = refreshInterval;
-    this.stats = { transactions: 0, retriesMoved: 0, retriesFenced: 0, refreshes: 0 };
+    this.stats = { transactions: 0, retriesMoved: 0, retriesFenced: 0, retriesLost: 0, refreshes: 0 };
     const parseInt8 = ids === 'string' ? String : BigInt;
     this._shardTypes = { getTypeParser: (oid, format) => (oid === INT8_OID && format !== 'binary' ? parseInt8 : this._pg.types.getTypeParser(oid, format)) };
     this._coordinatorTypes = { getTypeParser: (oid, format) => (oid === INT8_OID && format !== 'binary' ? BigInt : this._pg.types.getTypeParser(oid, format)) };
@@ -352,12 +356,15 @@ class Router {
 
   // --- transactions -----------------------------------------------------------------------
 
-  /** body(client) in a claimed transaction on the owning shard, retried on IG001/IG002. */
+  /**
+   * body(client) in a claimed transaction on the owning shard, retried on IG001/IG002 and on
+   * a connection lost before COMMIT was sent.
+   */
   transaction(key, body) {
     return this._call(key, body, true);
   }
 
-  /** body(client) once in a claimed transaction; IG001/IG002 from the body reach the caller. */
+  /** body(client) once in a claimed transaction; IG001/IG002 or a lost connection from the body reach the caller. */
   run(key, body) {
     return this._call(key, body, false);
   }
@@ -365,20 +372,19 @@ class Router {
   async _call(key, body, retryBody) {
     if (typeof body !== 'function') throw new TypeError('body must be a function: async (client) => value');
     const gene = targetGene(key);
-    return this._retrying(gene, 'the route kept changing for', async (table, client) => {
-      let bodyRan = false;
+    return this._retrying(gene, async (table, client) => {
+      let phase = 'claim';
       try {
         await client.query(claimSql(gene, table.version));
-        bodyRan = true;
+        phase = 'body';
         const result = await body(client);
+        phase = 'commit';
         await commit(client);
         this.stats.transactions += 1;
         return result;
       } catch (e) {
         await rollbackQuietly(client, e);
-        const code = routeErrorCode(e);
-        if (code === null || (bodyRan && !retryBody)) throw e;
-        throw new RetryRoute(e, code);
+        throw attemptFailure(e, phase, retryBody);
       }
     });
   }
@@ -386,18 +392,21 @@ class Router {
   /** One statement on the owning shard, the route version declared in its transaction; its rows. */
   async execute(key, sql, params) {
     const gene = targetGene(key);
-    return this._retrying(gene, 'the route kept changing for', async (table, client) => {
+    return this._retrying(gene, async (table, client) => {
+      // (three round trips: the statement runs inside BEGIN, so a connection lost before
+      // COMMIT was sent left nothing committed and is retried like a transaction's body)
+      let phase = 'claim';
       try {
         await client.query(`BEGIN; ${declareVersionSql(table.version)}`);
+        phase = 'body';
         const result = await client.query(sql, params);
+        phase = 'commit';
         await commit(client);
         this.stats.transactions += 1;
         return result.rows;
       } catch (e) {
         await rollbackQuietly(client, e);
-        const code = routeErrorCode(e);
-        if (code === null) throw e;
-        throw new RetryRoute(e, code);
+        throw attemptFailure(e, phase, true);
       }
     });
   }
@@ -410,30 +419,33 @@ class Router {
   }
 
   // The one retry loop: once(routes, client) on the gene's shard by the routes held. A
-  // RetryRoute from it (IG001/IG002) is retried up to retryLimit times, the routes re-read and
-  // the backoff waited between; then RouteRetryExhausted with the last error as its cause.
-  async _retrying(gene, what, once) {
+  // RetryRoute from the connect or from once (IG001/IG002, a connection refused or lost
+  // before COMMIT was sent) is retried up to retryLimit times, the routes re-read (IG001,
+  // IG002 at times) and the backoff waited between; then RouteRetryExhausted with the last
+  // error as its cause.
+  async _retrying(gene, once) {
     await this._ready;
-    let lastError = null;
+    let last = null;
     let refreshError = null;
     for (let attempt = 0; attempt <= this.retryLimit; attempt += 1) {
       const [table, pool] = await this._checkout(gene, attempt);
-      const client = await pool.connect();
-      let retry;
       try {
-        return await once(table, client);
+        const client = await connectShard(pool);
+        try {
+          return await once(table, client);
+        } finally {
+          client.release(client.idGenBroken === true ? true : undefined);
+        }
       } catch (e) {
         if (!(e instanceof RetryRoute)) throw e;
-        retry = e;
-      } finally {
-        client.release(client.idGenBroken === true ? true : undefined);
+        last = e;
       }
-      lastError = retry.error;
-      refreshError = await this._afterRouteError(retry.code, attempt, refreshError);
+      refreshError = await this._afterRouteError(last.code, attempt, refreshError);
     }
-    let message = `gene ${gene}: ${what} ${this.retryLimit + 1} attempts (${this.retryLimit} retries)`;
+    const what = last.code === CONNECTION_LOST ? 'the shard connection was refused or lost' : 'the route kept changing';
+    let message = `gene ${gene}: ${what} in ${this.retryLimit + 1} attempts (${this.retryLimit} retries)`;
     if (refreshError !== null) message += `; the last re-read of the routes failed: ${refreshError.message}`;
-    throw new RouteRetryExhausted(message, { cause: lastError });
+    throw new RouteRetryExhausted(message, { cause: last.error });
   }
 
   async _checkout(gene, attempt) {
@@ -454,6 +466,7 @@ class Router {
   async _afterRouteError(code, attempt, refreshError) {
     if (attempt >= this.retryLimit) return refreshError;
     if (code === ROUTE_CHANGED) this.stats.retriesMoved += 1;
+    else if (code === CONNECTION_LOST) this.stats.retriesLost += 1;
     else this.stats.retriesFenced += 1;
     let error = refreshError;
     if (rereadsAfter(code, attempt)) {
@@ -500,10 +513,44 @@ async function commit(client) {
   }
 }
 
+/** A client of the shard's pool; a connect refused or lost (nothing was sent) is a RetryRoute. */
+async function connectShard(pool) {
+  try {
+    return await pool.connect();
+  } catch (e) {
+    if (connectionLost(e)) throw new RetryRoute(e, CONNECTION_LOST);
+    throw e;
+  }
+}
+
+// pg refuses a query on a connection it saw end, and sends nothing.
+const NOT_SENT = 'Client has encountered a connection error and is not queryable';
+
+/**
+ * What an error of one attempt becomes, by where it happened (phase: 'claim', 'body' or
+ * 'commit'; execute's BEGIN and statement count as claim and body): a connection lost after
+ * COMMIT was sent is a CommitOutcomeUnknownError; IG001/IG002 and a connection lost before
+ * COMMIT was sent are a RetryRoute (from the body or COMMIT only when retryBody); anything
+ * else is the error itself.
+ */
+function attemptFailure(error, phase, retryBody) {
+  const lost = connectionLost(error);
+  if (lost && phase === 'commit' && error.message !== NOT_SENT) {
+    return new CommitOutcomeUnknownError(
+      `the shard connection was lost after COMMIT was sent: the transaction may or may not have committed (${error.message})`,
+      { cause: error },
+    );
+  }
+  const code = routeErrorCode(error) ?? (lost ? CONNECTION_LOST : null);
+  if (code === null || (phase !== 'claim' && !retryBody)) return error;
+  return new RetryRoute(error, code);
+}
+
 /** Ends a failed transaction; a client that cannot is destroyed when it goes back to its pool. */
 async function rollbackQuietly(client, error) {
-  // (pg's query_timeout leaves the statement running: a ROLLBACK would wait behind it)
-  if (error && error.message === 'Query read timeout') client.idGenBroken = true;
+  // (pg's query_timeout leaves the statement running: a ROLLBACK would wait behind it; a
+  // lost connection cannot roll back, and must not go back to the pool idle)
+  if (error && (error.message === 'Query read timeout' || connectionLost(error))) client.idGenBroken = true;
   if (client.idGenBroken === true) return;
   try {
     await client.query('ROLLBACK');

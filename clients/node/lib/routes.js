@@ -6,9 +6,10 @@
 // - A RouteTable is immutable: routes and their version are one snapshot, replaced whole.
 // - retryLimit counts retries after the first attempt (at most retryLimit + 1 attempts).
 // - After IG001 the routes are re-read before the next attempt; after IG002 every third time;
-//   the wait before attempt n + 1 is min(base * 2^n, max), jittered to [1/2, 1] of it.
+//   never after a lost connection (the routes said nothing new); the wait before attempt
+//   n + 1 is min(base * 2^n, max), jittered to [1/2, 1] of it.
 
-const { ROUTE_CHANGED, NoRouteError } = require('./errors');
+const { ROUTE_CHANGED, ROUTE_FENCED, NoRouteError } = require('./errors');
 const { geneOf, geneOfId, asGene, Uuid } = require('./genes');
 
 const ROUTES_CHANNEL = 'id_gen_routes';
@@ -66,7 +67,7 @@ function ownerParam(owner) {
   throw new TypeError('gene_order_id takes a BigInt, a safe integer, a string or a Uuid owner');
 }
 
-const rereadsAfter = (code, attempt) => code === ROUTE_CHANGED || attempt % 3 === 2;
+const rereadsAfter = (code, attempt) => code === ROUTE_CHANGED || (code === ROUTE_FENCED && attempt % 3 === 2);
 const backoffDelay = (attempt, base, largest) => Math.min(base * 2 ** attempt, largest) * (0.5 + Math.random() / 2);
 
 module.exports = {

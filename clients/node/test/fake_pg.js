@@ -1,8 +1,10 @@
 'use strict';
 // A fake of the pg module for the Router's tests without a server: a coordinator (routes, a
 // version, NOTIFY to its listeners; it can be down) and shards (route_claim's IG001/IG002,
-// the declared route version, a read by owner), as clients/python/tests/test_router_fake.py
-// fakes them for the Python client.
+// the declared route version, a read by owner, lost connections: a connect refused, a claim
+// or a COMMIT whose connection ends), as clients/python/tests/test_router_fake.py fakes them
+// for the Python client. Lost connections fail as pg reports them; a client whose connection
+// ended fails every later query, and must be destroyed when it goes back to its pool.
 const { EventEmitter } = require('node:events');
 const { geneOf } = require('../lib/genes');
 
@@ -15,6 +17,20 @@ function sqlError(code) {
 function connectionError() {
   return Object.assign(new Error('fake: Connection terminated unexpectedly'), { code: 'ECONNREFUSED' });
 }
+
+/** A TCP connect refused (the shard restarting), as net reports it through pg. */
+function refusedError() {
+  return Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:5432'), {
+    code: 'ECONNREFUSED', errno: -111, syscall: 'connect', address: '127.0.0.1', port: 5432,
+  });
+}
+
+/** The ways pg reports a connection that ended under a query, taken in turn. */
+const LOST_CONNECTION_ERRORS = [
+  () => Object.assign(new Error('terminating connection due to administrator command'), { code: '57P01', severity: 'FATAL' }),
+  () => Object.assign(new Error('fake: connection failure'), { code: '08006', severity: 'FATAL' }),
+  () => new Error('Connection terminated unexpectedly'),
+];
 
 class Coordinator {
   constructor(uppers) {
@@ -44,6 +60,12 @@ class Cluster {
   constructor(uppers) {
     this.coord = new Coordinator(uppers);
     this.fences = 0;
+    this.connectFails = 0; // the next connects to shard 'a' that fail,
+    this.connectError = refusedError; // with this error (refused, by default)
+    this.claimsLost = 0; // the next claims whose connection ends
+    this.commitLost = false; // whether the next COMMIT's connection ends, unanswered
+    this.readsLost = 0; // the next reads by owner whose connection ends under them
+    this.lostConnections = 0;
     this.pools = {};
     this.lastReadShard = null;
     this.clients = [];
@@ -97,9 +119,18 @@ class Cluster {
         this.inBlock = false;
         this.failed = false;
         this.localVersion = null;
+        this.dead = false;
+      }
+
+      /** The connection ends (the server or the network ended it): error is what pg reports. */
+      lose(error) {
+        this.dead = true;
+        this.inBlock = false;
+        return error;
       }
 
       async query(sql, params) {
+        if (this.dead) throw new Error('Client has encountered a connection error and is not queryable');
         this.log.push(sql);
         let result = { rows: [], command: null };
         for (const statement of sql.split('; ')) result = this.statement(statement, params); // a simple-protocol message of several
@@ -113,6 +144,10 @@ class Cluster {
           this.inBlock = true;
           this.failed = false;
           return { rows: [], command: 'BEGIN' };
+        }
+        if (sql === 'COMMIT' && cluster.commitLost) {
+          cluster.commitLost = false;
+          throw this.lose(new Error('Connection terminated unexpectedly'));
         }
         if (sql === 'COMMIT' || sql === 'ROLLBACK') {
           const command = sql === 'COMMIT' && this.failed ? 'ROLLBACK' : sql;
@@ -132,6 +167,12 @@ class Cluster {
         if (this.failed) throw sqlError('25P02');
         let m = /^SELECT id_gen\.route_claim\((\d+), (\d+)\)$/.exec(sql);
         if (m) {
+          if (cluster.claimsLost > 0) {
+            cluster.claimsLost -= 1;
+            const kind = LOST_CONNECTION_ERRORS[cluster.lostConnections % LOST_CONNECTION_ERRORS.length];
+            cluster.lostConnections += 1;
+            throw this.lose(kind());
+          }
           if (cluster.fences > 0) {
             cluster.fences -= 1;
             throw sqlError('IG002');
@@ -145,6 +186,10 @@ class Cluster {
           return { rows: [{ set_config: m[1] }], command: 'SELECT' };
         }
         if (sql === READ) {
+          if (cluster.readsLost > 0) {
+            cluster.readsLost -= 1;
+            throw this.lose(sqlError('57P01'));
+          }
           // The first statement of the transaction touching a distributed table checks the
           // declared version; a read by owner of genes the shard lost finds nothing.
           if (cluster.fences > 0) {
@@ -168,6 +213,7 @@ class Cluster {
       release(destroy) {
         this.pool.out -= 1;
         if (destroy) this.pool.destroyed += 1;
+        else if (this.dead) this.pool.deadReturnedIdle += 1;
       }
     }
 
@@ -178,11 +224,16 @@ class Cluster {
         this.shard = config.connectionString;
         this.out = 0;
         this.destroyed = 0;
+        this.deadReturnedIdle = 0;
         this.conns = [];
         cluster.pools[this.shard] = this;
       }
 
       async connect() {
+        if (this.shard === 'a' && cluster.connectFails > 0) {
+          cluster.connectFails -= 1;
+          throw cluster.connectError();
+        }
         this.out += 1;
         const client = new ShardClient(this.shard, this);
         this.conns.push(client);
@@ -206,6 +257,11 @@ class Cluster {
 
   outstanding() {
     return Object.values(this.pools).reduce((n, p) => n + p.out, 0);
+  }
+
+  /** Clients whose connection had ended that went back to a pool idle (never right). */
+  deadReturnedIdle() {
+    return Object.values(this.pools).reduce((n, p) => n + p.deadReturnedIdle, 0);
   }
 }
 

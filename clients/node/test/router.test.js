@@ -1,12 +1,16 @@
 'use strict';
 // The Router against the fake of fake_pg.js, beyond the shared scenarios: 64-bit ids, a body
 // that swallowed an error, what is sent to a shard (nothing per session), route changes
-// heard, missed and polled, and a coordinator down at the start.
+// heard, missed and polled, a coordinator down at the start, and lost shard connections.
 const test = require('node:test');
 const assert = require('node:assert/strict');
+const net = require('node:net');
 
-const { Router, NoRouteError } = require('..');
-const { Cluster, READ } = require('./fake_pg');
+const {
+  Router, NoRouteError, RouteRetryExhausted, CommitOutcomeUnknownError,
+} = require('..');
+const { connectionLost } = require('../lib/errors');
+const { Cluster, READ, sqlError } = require('./fake_pg');
 
 const ROUTES = [[32767, 'a'], [65535, 'b']];
 
@@ -123,13 +127,107 @@ test('connection strings: libpq keyword/value pairs (as the other clients take t
 
 test('a shard connection that breaks while checked out does not crash the process; the client is destroyed', async () => {
   await withRouter({}, async (router, cluster) => {
-    await assert.rejects(router.transaction({ gene: 1 }, async (client) => {
+    await assert.rejects(router.run({ gene: 1 }, async (client) => {
       client.emit('error', new Error('fake: terminating connection'));
-      const e = new Error('fake: Connection terminated');
-      throw e;
+      throw client.lose(new Error('Connection terminated unexpectedly'));
     }), /Connection terminated/);
     const pool = cluster.pools.a;
     assert.equal(pool.destroyed, 1);
     assert.equal(pool.out, 0);
   });
+});
+
+test('a connection lost between the body and COMMIT (COMMIT never sent): transaction runs the body again, run fails', async () => {
+  await withRouter({}, async (router, cluster) => {
+    let runs = 0;
+    const loseOnce = async (client) => {
+      runs += 1;
+      if (runs === 1) client.lose(new Error('Connection terminated unexpectedly')); // (the body saw nothing)
+      return runs;
+    };
+    assert.equal(await router.transaction({ gene: 1 }, loseOnce), 2);
+    assert.equal(router.stats.retriesLost, 1);
+    runs = 0;
+    await assert.rejects(router.run({ gene: 1 }, loseOnce), (e) => !(e instanceof CommitOutcomeUnknownError) && /not queryable/.test(e.message));
+    assert.equal(runs, 1);
+    assert.deepEqual([cluster.pools.a.out, cluster.pools.a.destroyed, cluster.pools.a.deadReturnedIdle], [0, 2, 0]);
+  });
+});
+
+test('lost connections: what counts as one', () => {
+  for (const code of ['08006', '08001', '08P01', '57P01', '57P02', '57P03', 'ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT']) {
+    assert.ok(connectionLost(Object.assign(new Error('x'), { code })), code);
+  }
+  for (const message of ['Connection terminated unexpectedly', 'Connection terminated', 'Connection terminated due to connection timeout',
+    'Client has encountered a connection error and is not queryable', 'timeout expired', 'timeout exceeded when trying to connect']) {
+    assert.ok(connectionLost(new Error(message)), message);
+  }
+  for (const code of ['IG001', 'IG002', '22012', '40001', '57014', '28P01', 'ENOTFOUND']) {
+    assert.ok(!connectionLost(Object.assign(new Error('Connection terminated'), { code })), code);
+  }
+  assert.ok(!connectionLost(new Error('Query read timeout')));
+  assert.ok(!connectionLost(new Error('fake: Connection terminated')));
+  assert.ok(!connectionLost(null));
+});
+
+test('execute: a connection lost under the statement is retried (COMMIT was not sent); lost at COMMIT, the outcome is unknown', async () => {
+  await withRouter({}, async (router, cluster) => {
+    cluster.readsLost = 1;
+    assert.deepEqual(await router.execute({ owner: 1n }, READ, ['1']), [{ amount: 7 }]);
+    assert.equal(router.stats.retriesLost, 1);
+    cluster.commitLost = true;
+    const unknown = await router.execute({ owner: 1n }, READ, ['1']).catch((e) => e);
+    assert.ok(unknown instanceof CommitOutcomeUnknownError, String(unknown));
+    assert.match(unknown.cause.message, /Connection terminated/);
+    assert.equal(router.stats.retriesLost, 1, 'never retried');
+    assert.equal(router.stats.transactions, 1);
+    const pool = cluster.pools[router.shardForOwner(1n)];
+    assert.deepEqual([pool.out, pool.destroyed, pool.deadReturnedIdle], [0, 2, 0]);
+  });
+});
+
+test('retries exhausted after lost connections say so, with the last error as the cause', async () => {
+  await withRouter({ retryLimit: 1 }, async (router, cluster) => {
+    cluster.connectFails = 5;
+    const error = await router.transaction({ gene: 1 }, async () => 1).catch((e) => e);
+    assert.ok(error instanceof RouteRetryExhausted, String(error));
+    assert.match(error.message, /shard connection was refused or lost in 2 attempts/);
+    assert.equal(error.cause.code, 'ECONNREFUSED');
+    assert.equal(router.stats.retriesLost, 1);
+  });
+});
+
+test('a connect that fails for another reason (a password refused) is not retried', async () => {
+  await withRouter({}, async (router, cluster) => {
+    cluster.connectFails = 1;
+    cluster.connectError = () => sqlError('28P01');
+    await assert.rejects(router.transaction({ gene: 1 }, async () => 1), (e) => e.code === '28P01');
+    assert.equal(router.stats.retriesLost, 0);
+  });
+});
+
+test("pg's own errors of a shard that drops or refuses connections are lost connections, retried", async () => {
+  // (a loopback socket that closes every connection at once; nothing listens on port 1)
+  const dropping = net.createServer((socket) => socket.destroy());
+  await new Promise((resolve) => { dropping.listen(0, '127.0.0.1', resolve); });
+  const cluster = new Cluster(ROUTES);
+  const realPg = require('pg');
+  const router = new Router({
+    routes: { connectionString: 'coord' },
+    shards: { a: `host=127.0.0.1 port=${dropping.address().port} user=u dbname=d`, b: 'host=127.0.0.1 port=1 user=u dbname=d' },
+    retryLimit: 2, backoffBase: 0.05, backoffMax: 0.2, listen: false, refreshInterval: 0, pool: { connectionTimeoutMillis: 5000 },
+    pg: { Client: cluster.pg.Client, Pool: realPg.Pool, types: realPg.types },
+  });
+  try {
+    await router.ready();
+    for (const [gene, cause] of [[1, /Connection terminated unexpectedly/], [40000, /ECONNREFUSED/]]) {
+      const error = await router.transaction({ gene }, async () => 1).catch((e) => e);
+      assert.ok(error instanceof RouteRetryExhausted, String(error));
+      assert.match(error.cause.message, cause);
+    }
+    assert.equal(router.stats.retriesLost, 4);
+  } finally {
+    await router.close();
+    dropping.close();
+  }
 });

@@ -6,7 +6,9 @@ const assert = require('node:assert/strict');
 const fs = require('node:fs');
 const path = require('node:path');
 
-const { Router, RouteRetryExhausted, NoRouteError, geneOf } = require('..');
+const {
+  Router, RouteRetryExhausted, NoRouteError, CommitOutcomeUnknownError, geneOf,
+} = require('..');
 const { Cluster, READ, sqlError } = require('./fake_pg');
 
 const { scenarios } = JSON.parse(fs.readFileSync(path.join(__dirname, '..', '..', 'protocol-scenarios.json'), 'utf8'));
@@ -32,11 +34,18 @@ for (const sc of scenarios) {
       if (sc.routes_change_unseen) cluster.coord.change(sc.routes_change_unseen, false);
       cluster.coord.down = Boolean(sc.coordinator_down);
       cluster.fences = sc.fenced ?? 0;
+      cluster.connectFails = sc.connect_fails ?? 0;
+      cluster.claimsLost = sc.claim_lost ?? 0;
+      cluster.commitLost = Boolean(sc.commit_lost);
       let bodyRuns = 0;
       const body = async (client) => {
         bodyRuns += 1;
         const errors = sc.body_errors ?? [];
-        if (bodyRuns <= errors.length) throw sqlError(errors[bodyRuns - 1]);
+        if (bodyRuns <= errors.length) {
+          const code = errors[bodyRuns - 1];
+          // (class 08: the connection ended under the body)
+          throw code.startsWith('08') ? client.lose(sqlError(code)) : sqlError(code);
+        }
         return client.shard;
       };
       const calls = {
@@ -58,6 +67,9 @@ for (const sc of scenarios) {
           got.last_code = e.cause.code;
         } else if (e instanceof NoRouteError) {
           got.outcome = 'no_route';
+        } else if (e instanceof CommitOutcomeUnknownError) {
+          got.outcome = 'commit_unknown';
+          assert.ok(e.cause instanceof Error, 'commit outcome unknown holds the driver error');
         } else if (typeof e.code === 'string') {
           got.outcome = 'error';
           got.last_code = e.code;
@@ -67,11 +79,13 @@ for (const sc of scenarios) {
       }
       Object.assign(got, {
         body_runs: bodyRuns, claims: cluster.claims(), retries_moved: router.stats.retriesMoved,
-        retries_fenced: router.stats.retriesFenced, refreshes: router.stats.refreshes, version: Number(router.version),
+        retries_fenced: router.stats.retriesFenced, retries_lost: router.stats.retriesLost, refreshes: router.stats.refreshes,
+        version: Number(router.version),
       });
       const picked = Object.fromEntries(Object.keys(sc.expect).map((k) => [k, got[k]]));
       assert.deepEqual(picked, sc.expect);
       assert.equal(cluster.outstanding(), 0, 'a client was kept');
+      assert.equal(cluster.deadReturnedIdle(), 0, 'a lost connection went back to its pool idle');
     } finally {
       await router.close();
     }

@@ -1,6 +1,8 @@
 // Compiled by `tsc -p test/tsconfig.json` (npm test): the declarations serve a TypeScript
 // user's code as the README shows it, and refuse what they should.
-import { Router, geneOf, uuid, RouteRetryExhausted, NoRouteError } from 'id-gen-client';
+import {
+  Router, geneOf, uuid, RouteRetryExhausted, NoRouteError, CommitOutcomeUnknownError, RoutingError,
+} from 'id-gen-client';
 
 export async function example(): Promise<bigint> {
   const router = await Router.connect({ routes: 'postgresql://coordinator/app', shards: { shard_1: 'postgresql://s1/app' } });
@@ -13,13 +15,18 @@ export async function example(): Promise<bigint> {
     const rows = await router.execute<{ id: bigint }>({ id: 9007199254740993n }, 'SELECT id FROM orders WHERE id = $1', ['9007199254740993']);
     const shard: string = router.shardForId(rows[0]?.id ?? 0n);
     const g: number = geneOf(uuid('12345678-1234-5678-1234-567812345678')) + router.geneOf('alice') + total + shard.length;
-    const version: bigint = router.version + BigInt(g * 0);
+    const retries: number = router.stats.retriesMoved + router.stats.retriesFenced + router.stats.retriesLost;
+    const version: bigint = router.version + BigInt(g * 0 + retries * 0);
     // @ts-expect-error a key names exactly one of owner, id or gene
     await router.transaction({}, async () => 1);
     const id = await router.nextId('orders', owner);
     return typeof id === 'bigint' ? id + version : BigInt(id);
   } catch (e) {
     if (e instanceof RouteRetryExhausted || e instanceof NoRouteError) throw e;
+    if (e instanceof CommitOutcomeUnknownError) {
+      const routing: RoutingError = e; // (the caller decides: look the row up by its id)
+      throw routing.cause;
+    }
     throw e;
   } finally {
     await router.close();
