@@ -7,8 +7,10 @@
 #       id_gen_client.Router (Python; the claim rides with BEGIN), through the coordinator
 #       (postgres_fdw), directly on the owning shard (psycopg pool); single statements in
 #       autocommit through Router.execute (set_config with each statement, one pipeline)
-#       against direct autocommit; the same transactions through the Rust client
-#       (clients/rust) against Rust directly on the shard;
+#       against direct autocommit;
+#   (a') each of the five clients through its conformance tool (`bench`: Python, Rust, Java,
+#       Go, Node.js), transactions and lookups through its Router against the same statements
+#       on its own pool, directly on the shards and through PgBouncer (transaction mode);
 #   (b) the shard-side cost of the checks: pgbench point lookups on shard_1 with no declared
 #       version, with SET id_gen.route_version (checked by the executor-start guard in every
 #       transaction), with the guard off (id_gen.routing_guard = off: no plan walk), and
@@ -20,7 +22,7 @@ rb_shard_dir() { echo "/tmp/idg_bench_rt_shard$1"; }
 rb_shard_port() { echo $((RB_CP + $1)); }
 RB_ROUNDS=5 RB_T=3 RB_PGB_T=5
 [ "${QUICK:-}" = "--quick" ] && RB_ROUNDS=3 RB_T=2 RB_PGB_T=3
-RB_SMALL=("shared_buffers = 32MB" "max_connections = 40")
+RB_SMALL=("shared_buffers = 32MB" "max_connections = 40" "listen_addresses = '127.0.0.1'")
 trap 'cluster_stop "$RB_C"; cluster_stop "$(rb_shard_dir 1)"; cluster_stop "$(rb_shard_dir 2)"; [ -z "${CDIR:-}" ] || cluster_stop "$CDIR"; [ -z "${CL_COO:-}" ] || { cluster_stop "$CL_COO"; cluster_stop "$(cl_shard_dir 1)"; cluster_stop "$(cl_shard_dir 2)"; }; cluster_stop "$DIR"' EXIT
 rbq() { cpsql "$RB_C" "$RB_CP" -At "$@"; }
 rbsq() { local i=$1; shift; cpsql "$(rb_shard_dir "$i")" "$(rb_shard_port "$i")" -At "$@"; }
@@ -80,27 +82,62 @@ for line in open(sys.argv[1]):
         print(f"  Router: {r['router_stats']}")
 PYEOF
 
-RB_TOOL="$REPO_ROOT/target/clients/release/id_gen_client_tool"
-if [ ! -x "$RB_TOOL" ]; then
-  (cd "$REPO_ROOT" && CARGO_TARGET_DIR="$REPO_ROOT/target/clients" cargo build --release -q -p id_gen_client --bin id_gen_client_tool)
-fi
-RUNS=()
-for r in $(seq "$RB_ROUNDS"); do
-  line=""
-  for op in insert lookup; do
-    for mode in router direct; do
-      out=$("$RB_TOOL" bench --routes-dsn "$RB_CDSN" --shard "shard_1=$(rb_dsn 1)" --shard "shard_2=$(rb_dsn 2)" --table orders \
-              --owners 40000 --seconds "$RB_T" --mode "$op" --ids-file "$RB_W/ids" $([ "$mode" = direct ] && echo --direct))
-      line+=" $(printf '%s' "$out" | "$RB_PY" -c 'import json,sys; r=json.load(sys.stdin); print(r["tps"], r["p50_ms"])')"
-    done
-  done
-  RUNS+=("${line# }")
+echo
+echo "-- 9b. the five clients (their conformance tools, docs/routing-protocol.md §6), one client each, ${RB_T} s per run: Router against the same statements on the tool's own pool of the same driver, directly on the shards and through PgBouncer 1.18 in transaction mode (median of $RB_ROUNDS interleaved rounds; ratio (min..max))"
+# TCP for the tools (pgjdbc has no unix sockets); a PgBouncer per shard, transaction mode.
+RB_BP=$((RB_CP + 10))
+rb_tcp() { echo "host=127.0.0.1 port=$1 dbname=postgres user=postgres"; }
+for i in 1 2; do
+  d="$RB_W/bouncer_$i"; mkdir -p "$d"
+  cat > "$d/pgbouncer.ini" <<INI
+[databases]
+postgres = host=$(rb_shard_dir "$i") port=$(rb_shard_port "$i") dbname=postgres
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = $((RB_BP + i))
+unix_socket_dir = $d
+auth_type = trust
+auth_file = $d/users.txt
+pool_mode = transaction
+default_pool_size = 4
+ignore_startup_parameters = extra_float_digits
+logfile = $d/pgbouncer.log
+pidfile = $d/pgbouncer.pid
+INI
+  echo '"postgres" ""' > "$d/users.txt"; chown -R postgres:postgres "$d"
+  runuser -u postgres -- pgbouncer -d "$d/pgbouncer.ini"
 done
-# columns: insert router tps p50, insert direct tps p50, lookup router tps p50, lookup direct tps p50
-read -r m lo hi <<< "$(col_stats 0)"; read -r rm rlo rhi <<< "$(ratio_stats 0 2)"
-echo "  Rust   insert router     : $(fmt_range "$m" "$lo" "$hi") tps; $(fmt_ratio "$rm" "$rlo" "$rhi" "x direct") (direct $(col_stats 2 | awk '{printf "%.0f", $1}') tps)"
-read -r m lo hi <<< "$(col_stats 4)"; read -r rm rlo rhi <<< "$(ratio_stats 4 6)"
-echo "  Rust   lookup router     : $(fmt_range "$m" "$lo" "$hi") tps; $(fmt_ratio "$rm" "$rlo" "$rhi" "x direct") (direct $(col_stats 6 | awk '{printf "%.0f", $1}') tps)"
+trap 'for i in 1 2; do kill "$(cat "$RB_W/bouncer_$i/pgbouncer.pid" 2>/dev/null)" 2>/dev/null; done; cluster_stop "$RB_C"; cluster_stop "$(rb_shard_dir 1)"; cluster_stop "$(rb_shard_dir 2)"; [ -z "${CDIR:-}" ] || cluster_stop "$CDIR"; [ -z "${CL_COO:-}" ] || { cluster_stop "$CL_COO"; cluster_stop "$(cl_shard_dir 1)"; cluster_stop "$(cl_shard_dir 2)"; }; cluster_stop "$DIR"' EXIT
+rb_client() { # rb_client LANGUAGE tx|lookup router|direct direct|pooled: operations per second
+  local s1 s2
+  if [ "$4" = pooled ]; then s1=$(rb_tcp $((RB_BP + 1))); s2=$(rb_tcp $((RB_BP + 2)))
+  else s1=$(rb_tcp "$(rb_shard_port 1)"); s2=$(rb_tcp "$(rb_shard_port 2)"); fi
+  "$REPO_ROOT/clients/$1/conformance" bench --routes "$(rb_tcp "$RB_CP")" --shard "shard_1=$s1" --shard "shard_2=$s2" \
+      --table orders --sequence orders --owners 40000 --seconds "$RB_T" --mode "$2" $([ "$3" = direct ] && echo --direct) |
+    awk '/^ops / { printf "%.1f", $2 / $4 }'
+}
+for lang in python rust java go node; do
+  "$REPO_ROOT/clients/$lang/conformance" genes <<< 'i:42' >/dev/null  # built before it is timed
+  RUNS=()
+  for r in $(seq "$RB_ROUNDS"); do
+    line=""
+    for via in direct pooled; do
+      for op in tx lookup; do
+        if [ $((r % 2)) = 0 ]; then a=$(rb_client "$lang" "$op" router "$via"); b=$(rb_client "$lang" "$op" direct "$via")
+        else b=$(rb_client "$lang" "$op" direct "$via"); a=$(rb_client "$lang" "$op" router "$via"); fi
+        line+=" $a $b"
+      done
+    done
+    RUNS+=("${line# }")
+  done
+  # columns: shards direct: tx router, tx own pool, lookup router, lookup own pool; then the same through PgBouncer
+  for c in "0 transactions" "2 lookups     " "4 transactions through PgBouncer" "6 lookups through PgBouncer     "; do
+    i=${c%% *}; what=${c#* }
+    read -r m lo hi <<< "$(col_stats "$i")"; read -r rm rlo rhi <<< "$(ratio_stats "$i" $((i + 1)))"
+    printf '  %-7s %s: Router %s /s; %s (own pool %.0f /s)\n' "$lang" "$what" "$(fmt_range "$m" "$lo" "$hi")" \
+      "$(fmt_ratio "$rm" "$rlo" "$rhi" "x its own pool")" "$(col_stats $((i + 1)) | awk '{print $1}')"
+  done
+done
 
 echo
 echo "-- 10. the version check on a shard: pgbench -c 2 -j 2 -T ${RB_PGB_T}, point lookups by id on shard_1 (median of $RB_ROUNDS interleaved rounds; ratio (min..max))"

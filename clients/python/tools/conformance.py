@@ -3,6 +3,7 @@ line as every other client's, run by tests/cluster/test_conformance.py.
 
     conformance genes        owners on stdin (i:<bigint>, t:<text>, u:<uuid>), genes on stdout
     conformance load ...     4 writers through one Router; see --help
+    conformance bench ...    one client's transactions or lookups, Router or --direct
 
 Invariants: a log line `owner,id` is written (whole, flushed) only after its transaction
 committed; every failure is counted, none ends the load; the last two stdout lines are
@@ -15,6 +16,9 @@ import sys
 import threading
 import time
 import uuid
+
+import psycopg
+from psycopg_pool import ConnectionPool
 
 from id_gen_client import CommitOutcomeUnknown, Router, gene
 
@@ -39,19 +43,22 @@ def genes() -> int:
     return 0
 
 
-def parse_load(argv):
-    p = argparse.ArgumentParser(prog="conformance load")
+def parse_load(argv, prog="conformance load"):
+    p = argparse.ArgumentParser(prog=prog)
     p.add_argument("--routes", required=True)
     p.add_argument("--shard", action="append", required=True, metavar="NAME=DSN")
     p.add_argument("--table", required=True)
     p.add_argument("--sequence", required=True)
     p.add_argument("--owners", type=int, required=True)
     p.add_argument("--seconds", type=float, required=True)
-    p.add_argument("--log", required=True)
+    p.add_argument("--log", required=not prog.endswith("bench"))
     p.add_argument("--stop-file")
     p.add_argument("--read-every", type=int, default=4)
     p.add_argument("--refresh-interval-ms", type=int, default=1000)
     p.add_argument("--no-listen", action="store_true")
+    if prog.endswith("bench"):
+        p.add_argument("--mode", choices=("tx", "lookup"), required=True)
+        p.add_argument("--direct", action="store_true")
     args = p.parse_args(argv)
     shards = {}
     for item in args.shard:
@@ -143,11 +150,74 @@ def load(argv) -> int:
     return 0
 
 
+def bench(argv) -> int:
+    """One client, one operation at a time (docs/routing-protocol.md §6, `bench`)."""
+    args, shards = parse_load(argv, "conformance bench")
+    router = Router(args.routes, shards, max_size=2, listen=False, refresh_interval=0)
+    pools = {}
+    insert = (f"INSERT INTO {args.table} (id, owner_id) "
+              f"VALUES (id_gen.gene_order_id(%s::text, %s::bigint), %s) RETURNING id")
+    lookup = f"SELECT owner_id FROM {args.table} WHERE id = %s"
+    rng = random.Random(7)
+
+    def pool(shard):  # as the Router's shard pools: autocommit, nothing prepared
+        if shard not in pools:
+            pools[shard] = ConnectionPool(shards[shard], min_size=1, max_size=2, open=True,
+                                          kwargs={"autocommit": True, "prepare_threshold": None})
+        return pools[shard]
+
+    if args.mode == "lookup":
+        with psycopg.connect(args.routes, autocommit=True) as c:
+            ids = [r[0] for r in c.execute(f"SELECT id FROM {args.table} LIMIT 1000")]
+        if not ids:
+            print(f"conformance bench: {args.table} has no rows to look up", file=sys.stderr)
+            return 1
+    n = 0
+
+    def one():
+        nonlocal n
+        n += 1
+        if args.mode == "tx":
+            owner = rng.randint(1, args.owners)
+            if args.direct:
+                with pool(router.shard_for_owner(owner)).connection() as conn:
+                    conn.pgconn.exec_(b"BEGIN")
+                    conn.execute(insert, (args.sequence, owner, owner)).fetchone()
+                    conn.pgconn.exec_(b"COMMIT")
+            else:
+                router.transaction(lambda conn: conn.execute(insert, (args.sequence, owner, owner)).fetchone(),
+                                   owner=owner)
+        else:
+            row_id = ids[n % len(ids)]
+            if args.direct:
+                with pool(router.shard_for_id(row_id)).connection() as conn:
+                    conn.execute(lookup, (row_id,)).fetchone()
+            else:
+                router.execute(lookup, (row_id,), id=row_id)
+
+    with router:
+        try:
+            warm = time.monotonic() + 0.5
+            while time.monotonic() < warm:
+                one()
+            n, start = 0, time.monotonic()
+            while time.monotonic() - start < args.seconds:
+                one()
+            elapsed = time.monotonic() - start
+        finally:
+            for p in pools.values():
+                p.close()
+    print(f"ops {n} seconds {elapsed:.3f}", flush=True)
+    return 0
+
+
 def main(argv) -> int:
     if argv[:1] == ["genes"]:
         return genes()
     if argv[:1] == ["load"]:
         return load(argv[1:])
+    if argv[:1] == ["bench"]:
+        return bench(argv[1:])
     print("usage: conformance genes | conformance load --routes DSN --shard NAME=DSN ... --table T "
           "--sequence Q --owners N --seconds S --log FILE", file=sys.stderr)
     return 2

@@ -6,6 +6,7 @@
 //! conformance load --routes DSN --shard NAME=DSN [--shard ...] --table T --sequence Q
 //!     --owners N --seconds S --log FILE [--stop-file F] [--read-every K]
 //!     [--refresh-interval-ms MS] [--no-listen]
+//! conformance bench (the same flags but --log) --mode tx|lookup [--direct]
 //! ```
 //!
 //! Invariants: genes only through `id_gen_client::Key`; a log line `owner,id` is written
@@ -29,7 +30,8 @@ use std::time::{Duration, Instant};
 const USAGE: &str = "usage: conformance genes < owners
        conformance load --routes DSN --shard NAME=DSN [--shard NAME=DSN ...] --table T
                         --sequence Q --owners N --seconds S --log FILE [--stop-file F]
-                        [--read-every K] [--refresh-interval-ms MS] [--no-listen]";
+                        [--read-every K] [--refresh-interval-ms MS] [--no-listen]
+       conformance bench (the flags of load but --log) --mode tx|lookup [--direct]";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -38,8 +40,8 @@ fn main() -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(2, &e),
         },
-        Some("load") => {
-            let opts = match LoadOpts::parse(&args[1..]) {
+        Some(command @ ("load" | "bench")) => {
+            let opts = match LoadOpts::parse(&args[1..], command == "bench") {
                 Ok(opts) => opts,
                 Err(e) => return fail(2, &format!("{e}\n{USAGE}")),
             };
@@ -47,7 +49,11 @@ fn main() -> ExitCode {
                 .enable_all()
                 .build()
                 .expect("a tokio runtime");
-            runtime.block_on(load(opts))
+            if command == "bench" {
+                runtime.block_on(bench(opts))
+            } else {
+                runtime.block_on(load(opts))
+            }
         }
         _ => fail(2, USAGE),
     }
@@ -91,10 +97,13 @@ struct LoadOpts {
     read_every: u64,
     refresh_interval: Duration,
     listen: bool,
+    /// bench only: "tx" or "lookup", and whether on the tool's own pools.
+    mode: String,
+    direct: bool,
 }
 
 impl LoadOpts {
-    fn parse(args: &[String]) -> Result<LoadOpts, String> {
+    fn parse(args: &[String], bench: bool) -> Result<LoadOpts, String> {
         let mut o = LoadOpts {
             routes: String::new(),
             shards: BTreeMap::new(),
@@ -107,11 +116,17 @@ impl LoadOpts {
             read_every: 4,
             refresh_interval: Duration::from_secs(1),
             listen: true,
+            mode: String::new(),
+            direct: false,
         };
         let mut it = args.iter();
         while let Some(flag) = it.next() {
             if flag == "--no-listen" {
                 o.listen = false;
+                continue;
+            }
+            if bench && flag == "--direct" {
+                o.direct = true;
                 continue;
             }
             let value = it.next().ok_or(format!("{flag} needs a value"))?.clone();
@@ -134,6 +149,7 @@ impl LoadOpts {
                 "--log" => o.log = value,
                 "--stop-file" => o.stop_file = Some(value),
                 "--read-every" => o.read_every = number(&value)? as u64,
+                "--mode" if bench && matches!(value.as_str(), "tx" | "lookup") => o.mode = value,
                 "--refresh-interval-ms" => {
                     o.refresh_interval = Duration::from_millis(number(&value)? as u64)
                 }
@@ -145,7 +161,8 @@ impl LoadOpts {
             (o.shards.is_empty(), "--shard"),
             (o.table.is_empty(), "--table"),
             (o.sequence.is_empty(), "--sequence"),
-            (o.log.is_empty(), "--log"),
+            (o.log.is_empty() && !bench, "--log"),
+            (o.mode.is_empty() && bench, "--mode tx|lookup"),
             (o.owners < 1, "--owners (1 or more)"),
         ] {
             if missing {
@@ -302,7 +319,7 @@ async fn writer(
             }
             Err(e) => counts.failed("transaction", &e),
         }
-        if o.read_every > 0 && iteration % o.read_every == 0 && !mine.is_empty() {
+        if o.read_every > 0 && iteration.is_multiple_of(o.read_every) && !mine.is_empty() {
             let owner = mine[rng.below(mine.len() as u64) as usize];
             let lo = (Key::Owner(owner).gene() as i64) << 47;
             let hi = lo | ((1i64 << 47) - 1);
@@ -324,4 +341,153 @@ async fn writer(
             }
         }
     }
+}
+
+/// One pool per shard, straight from its DSN, as the Router's shard pools are made (the
+/// `--direct` baseline of `bench`).
+fn direct_pools(o: &LoadOpts) -> Result<BTreeMap<String, deadpool_postgres::Pool>, String> {
+    let mut pools = BTreeMap::new();
+    for (name, dsn) in &o.shards {
+        let pg: id_gen_client::tokio_postgres::Config =
+            dsn.parse().map_err(|e| format!("shard {name}: {e}"))?;
+        let manager = deadpool_postgres::Manager::from_config(
+            pg,
+            id_gen_client::tokio_postgres::NoTls,
+            deadpool_postgres::ManagerConfig {
+                recycling_method: deadpool_postgres::RecyclingMethod::Fast,
+            },
+        );
+        let pool = deadpool_postgres::Pool::builder(manager)
+            .max_size(2)
+            .build()
+            .map_err(|e| format!("shard {name}: {e}"))?;
+        pools.insert(name.clone(), pool);
+    }
+    Ok(pools)
+}
+
+/// `bench`: one client, one operation at a time, through the Router or (`--direct`) the
+/// tool's own pools; 0.5 s of warm-up, then `--seconds`; prints `ops N seconds X`.
+async fn bench(o: LoadOpts) -> ExitCode {
+    let mut config = RouterConfig::new(o.routes.clone(), o.shards.clone());
+    config.listen = false;
+    config.refresh_interval = Duration::ZERO;
+    config.pool_size = 2;
+    let router = match Router::connect(config).await {
+        Ok(router) => router,
+        Err(e) => return fail(1, &format!("the routes could not be read: {e}")),
+    };
+    let pools = match direct_pools(&o) {
+        Ok(pools) => pools,
+        Err(e) => return fail(2, &e),
+    };
+    let insert = format!(
+        "INSERT INTO {} (id, owner_id) VALUES (id_gen.gene_order_id($1::text, $2::bigint), $2) \
+         RETURNING id",
+        o.table
+    );
+    let lookup = format!("SELECT owner_id FROM {} WHERE id = $1", o.table);
+    let mut ids: Vec<i64> = Vec::new();
+    if o.mode == "lookup" {
+        let coordinator = match connect_plain(&o.routes).await {
+            Ok(c) => c,
+            Err(e) => return fail(1, &e),
+        };
+        match coordinator
+            .query(&format!("SELECT id FROM {} LIMIT 1000", o.table), &[])
+            .await
+        {
+            Ok(rows) => ids = rows.iter().map(|r| r.get(0)).collect(),
+            Err(e) => return fail(1, &format!("the ids to look up: {e}")),
+        }
+        if ids.is_empty() {
+            return fail(1, &format!("{} has no rows to look up", o.table));
+        }
+    }
+    let mut rng = Rng(0x2545_F491_4F6C_DD1D);
+    let mut n = 0u64;
+    let mut one = |n: u64| {
+        let owner = 1 + rng.below(o.owners as u64) as i64;
+        let id = if ids.is_empty() {
+            0
+        } else {
+            ids[n as usize % ids.len()]
+        };
+        (owner, id)
+    };
+    let run = |owner: i64, id: i64| {
+        let (router, pools, insert, lookup, o) = (&router, &pools, &insert, &lookup, &o);
+        async move {
+            let sequence = o.sequence.as_str();
+            let result: Result<(), String> = match (o.mode.as_str(), o.direct) {
+                ("tx", false) => router
+                    .transaction(Key::Owner(owner), |c| {
+                        Box::pin(async move {
+                            c.query_typed_one(
+                                insert,
+                                &[(&sequence, Type::TEXT), (&owner, Type::INT8)],
+                            )
+                            .await
+                            .map(|_| ())
+                        })
+                    })
+                    .await
+                    .map_err(|e| e.to_string()),
+                ("tx", true) => {
+                    let pool = &pools[&router.shard_for(Key::Owner(owner)).unwrap()];
+                    let c = pool.get().await.map_err(|e| e.to_string())?;
+                    c.batch_execute("BEGIN").await.map_err(|e| e.to_string())?;
+                    c.query_typed_one(insert, &[(&sequence, Type::TEXT), (&owner, Type::INT8)])
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    c.batch_execute("COMMIT").await.map_err(|e| e.to_string())
+                }
+                (_, false) => router
+                    .execute(Key::Id(id), lookup, &[(&id, Type::INT8)])
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| e.to_string()),
+                (_, true) => {
+                    let pool = &pools[&router.shard_for(Key::Id(id)).unwrap()];
+                    let c = pool.get().await.map_err(|e| e.to_string())?;
+                    c.query_typed(lookup, &[(&id, Type::INT8)])
+                        .await
+                        .map(|_| ())
+                        .map_err(|e| e.to_string())
+                }
+            };
+            result
+        }
+    };
+    let warm = Instant::now() + Duration::from_millis(500);
+    while Instant::now() < warm {
+        n += 1;
+        let (owner, id) = one(n);
+        if let Err(e) = run(owner, id).await {
+            return fail(1, &e);
+        }
+    }
+    let start = Instant::now();
+    let mut ops = 0u64;
+    while start.elapsed().as_secs_f64() < o.seconds {
+        n += 1;
+        let (owner, id) = one(n);
+        if let Err(e) = run(owner, id).await {
+            return fail(1, &e);
+        }
+        ops += 1;
+    }
+    println!("ops {ops} seconds {:.3}", start.elapsed().as_secs_f64());
+    router.close();
+    ExitCode::SUCCESS
+}
+
+/// A plain connection (the coordinator, for the ids to look up), its task spawned.
+async fn connect_plain(dsn: &str) -> Result<id_gen_client::tokio_postgres::Client, String> {
+    let (client, connection) =
+        id_gen_client::tokio_postgres::connect(dsn, id_gen_client::tokio_postgres::NoTls)
+            .await
+            .map_err(|e| format!("the coordinator: {e}"))?;
+    tokio::spawn(connection);
+    Ok(client)
 }
