@@ -4,6 +4,7 @@
 //
 //   conformance genes        owners on stdin (i:<bigint>, t:<text>, u:<uuid>), genes on stdout
 //   conformance load ...     4 writers through one Router (see USAGE)
+//   conformance bench ...    one client's transactions or lookups, Router or --direct
 //
 // Invariants: a log line `owner,id` is written whole (one write to a file opened for append)
 // only after its transaction committed; every failure is counted, none ends the load; the
@@ -21,7 +22,8 @@ const { asConfig } = require('../lib/router');
 const USAGE = `usage: conformance genes
        conformance load --routes DSN --shard NAME=DSN [--shard NAME=DSN ...] --table T --sequence Q
                         --owners N --seconds S --log FILE [--stop-file F] [--read-every K]
-                        [--refresh-interval-ms MS] [--no-listen]`;
+                        [--refresh-interval-ms MS] [--no-listen]
+       conformance bench (the flags of load but --log) --mode tx|lookup [--direct]`;
 const WRITERS = 4;
 const ERRORS_SHOWN = 5;
 const CLOSE_TIMEOUT_MS = 10000;
@@ -71,7 +73,7 @@ function integerArg(values, name, fallback, least) {
 }
 
 /** The load's options from its arguments; a UsageError (exit status 2) when they are wrong. */
-function parseLoadArgs(argv) {
+function parseLoadArgs(argv, bench = false) {
   let values;
   try {
     ({ values } = parseArgs({
@@ -88,12 +90,13 @@ function parseLoadArgs(argv) {
         'read-every': { type: 'string' },
         'refresh-interval-ms': { type: 'string' },
         'no-listen': { type: 'boolean' },
+        ...(bench ? { mode: { type: 'string' }, direct: { type: 'boolean' } } : {}),
       },
     }));
   } catch (e) {
     throw new UsageError(e.message);
   }
-  for (const name of ['routes', 'shard', 'table', 'sequence', 'owners', 'seconds', 'log']) {
+  for (const name of ['routes', 'shard', 'table', 'sequence', 'owners', 'seconds', bench ? 'mode' : 'log']) {
     if (values[name] === undefined) throw new UsageError(`--${name} is required`);
   }
   const shards = {};
@@ -126,7 +129,13 @@ function parseLoadArgs(argv) {
     readEvery: integerArg(values, 'read-every', 4, 0),
     refreshIntervalMs: integerArg(values, 'refresh-interval-ms', 1000, 0),
     listen: !values['no-listen'],
+    ...(bench ? { mode: parseMode(values.mode), direct: Boolean(values.direct) } : {}),
   };
+}
+
+function parseMode(mode) {
+  if (mode !== 'tx' && mode !== 'lookup') throw new UsageError(`--mode takes tx or lookup, not ${JSON.stringify(mode)}`);
+  return mode;
 }
 
 /** A seeded generator of numbers in [0, 1) (mulberry32): each writer has its own. */
@@ -250,6 +259,80 @@ async function load(argv) {
   return 0;
 }
 
+// --- bench -------------------------------------------------------------------------------
+
+/**
+ * One client, one operation at a time (docs/routing-protocol.md §6, bench): transactions or
+ * lookups by id through the Router, or (--direct) the same statements on pools of the tool's
+ * own, made as the Router makes its shard pools. 0.5 s of warm-up; prints `ops N seconds X`.
+ */
+async function bench(argv) {
+  const options = parseLoadArgs(argv, true);
+  const pg = require('pg');
+  const router = await Router.connect({
+    routes: options.routes, shards: options.shards, listen: false, refreshInterval: 0, pool: { max: 2 },
+  });
+  const pools = new Map();
+  const pool = (shard) => {
+    if (!pools.has(shard)) {
+      pools.set(shard, new pg.Pool({
+        max: 2, connectionTimeoutMillis: 10000, query_timeout: 60000, keepAlive: true, ...asConfig(options.shards[shard]),
+      }));
+    }
+    return pools.get(shard);
+  };
+  const insertSql = `INSERT INTO ${options.table} (id, owner_id) VALUES (id_gen.gene_order_id($1::text, $2::bigint), $2) RETURNING id`;
+  const lookupSql = `SELECT owner_id FROM ${options.table} WHERE id = $1`;
+  let ids = [];
+  try {
+    if (options.mode === 'lookup') {
+      const coordinator = new pg.Client({ ...asConfig(options.routes), query_timeout: 10000 });
+      await coordinator.connect();
+      try {
+        ids = (await coordinator.query(`SELECT id::text FROM ${options.table} LIMIT 1000`)).rows.map((r) => r.id);
+      } finally {
+        await coordinator.end();
+      }
+      if (ids.length === 0) throw new Error(`${options.table} has no rows to look up`);
+    }
+    const random = seededRandom(7);
+    let n = 0;
+    const one = async () => {
+      n += 1;
+      if (options.mode === 'tx') {
+        const owner = BigInt(1 + Math.floor(random() * options.owners));
+        const args = [options.sequence, String(owner)];
+        if (!options.direct) {
+          await router.transaction({ owner }, (client) => client.query(insertSql, args));
+          return;
+        }
+        const client = await pool(router.shardForOwner(owner)).connect();
+        try {
+          await client.query('BEGIN');
+          await client.query(insertSql, args);
+          await client.query('COMMIT');
+        } finally {
+          client.release();
+        }
+      } else {
+        const id = ids[n % ids.length];
+        if (!options.direct) await router.execute({ id: BigInt(id) }, lookupSql, [id]);
+        else await pool(router.shardForId(BigInt(id))).query(lookupSql, [id]);
+      }
+    };
+    const warm = performance.now() + 500;
+    while (performance.now() < warm) await one();
+    n = 0;
+    const start = performance.now();
+    while (performance.now() - start < options.seconds * 1000) await one();
+    const seconds = (performance.now() - start) / 1000;
+    process.stdout.write(`ops ${n} seconds ${seconds.toFixed(3)}\n`);
+    return 0;
+  } finally {
+    await Promise.all([router.close(), ...[...pools.values()].map((p) => p.end())]);
+  }
+}
+
 // --- main --------------------------------------------------------------------------------
 
 async function main(argv) {
@@ -257,6 +340,7 @@ async function main(argv) {
   try {
     if (mode === 'genes' && rest.length === 0) return await genes();
     if (mode === 'load') return await load(rest);
+    if (mode === 'bench') return await bench(rest);
     throw new UsageError(`conformance: no mode ${JSON.stringify(mode ?? '')}`);
   } catch (e) {
     if (!(e instanceof UsageError)) throw e;
