@@ -7,7 +7,9 @@
 -- Catalog changes, 0.7.13 -> 0.7.14 (by hand): none. The rest is code: a split's or merge's
 -- swap on a shard locks the distributed tables in the order of schema and name, as
 -- route_claim does (0.7.13 took their oids, and deadlocked with claims while clients wrote
--- to several distributed tables, until its fence ran out of attempts).
+-- to several distributed tables, until its fence ran out of attempts); a push of the route
+-- version tries a shard whose last push failed at once when the routes changed since (after
+-- a move or split its shards are told at once, not up to 10 s later).
 
 -- ===== sql/install/cluster_catalog.sql (the tables after -- @new-in-0.7.14) =====
 -- (no new catalog table in 0.7.14)
@@ -7647,7 +7649,9 @@ COMMENT ON FUNCTION id_gen.note_route_push(text, bigint, text) IS 'Records in id
 REVOKE EXECUTE ON FUNCTION id_gen.note_route_push(text, bigint, text) FROM PUBLIC;
 
 -- Pushes the committed version and route table to every shard that routes or placements
--- name and that has not got it; a shard that failed is tried again after 10 s. force
+-- name and that has not got it; a shard that failed is tried again after 10 s, or at once
+-- when the routes changed since it failed (each new version is worth one attempt: after a
+-- move or split, its shards are told at once even if an earlier push to them failed). force
 -- pushes to every shard at once, also those recorded as up to date (a shard ahead of a
 -- coordinator restored from an older dump is set back). The statement goes to every shard
 -- before any answer is awaited (5 s in all), so a shard that hangs delays the others by
@@ -7685,7 +7689,8 @@ BEGIN
                                 UNION SELECT p.shard FROM id_gen.shard_placements p) x
            LEFT JOIN id_gen.route_pushes rp ON rp.shard = x.shard
            WHERE (force OR rp.version IS DISTINCT FROM v)
-             AND (force OR rp.last_error IS NULL OR rp.tried_at < clock_timestamp() - interval '10 s')
+             AND (force OR rp.last_error IS NULL OR rp.tried_at < clock_timestamp() - interval '10 s'
+                  OR rp.tried_at < (SELECT st.changed_at FROM id_gen.route_state st))
            ORDER BY rp.last_error IS NOT NULL, 1 LOOP
     BEGIN
       PERFORM id_gen.remote_send(s, id_gen.remote_call_text('shard_set_route_state', ARRAY[v::text, s, lowers::text, uppers::text, names::text]), 5000);
@@ -7705,7 +7710,7 @@ BEGIN
   END LOOP;
   RETURN n;
 END $$;
-COMMENT ON FUNCTION id_gen.push_route_state(boolean) IS 'Tells every shard the committed route version and route table (id_gen.shard_set_route_state there), skipping shards that have it; run after moves, reverts and splits and by the move supervisor every 2 s. Errors are recorded in id_gen.route_pushes (retried after 10 s); force pushes to every shard at once, also those recorded as up to date (a shard ahead of a coordinator restored from an older dump). Superuser only.';
+COMMENT ON FUNCTION id_gen.push_route_state(boolean) IS 'Tells every shard the committed route version and route table (id_gen.shard_set_route_state there), skipping shards that have it; run after moves, reverts and splits and by the move supervisor every 2 s. Errors are recorded in id_gen.route_pushes (retried after 10 s, or at once for a newer route version); force pushes to every shard at once, also those recorded as up to date (a shard ahead of a coordinator restored from an older dump). Superuser only.';
 REVOKE EXECUTE ON FUNCTION id_gen.push_route_state(boolean) FROM PUBLIC;
 
 -- The push after a procedure's commit: never fails the caller.

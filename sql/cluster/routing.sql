@@ -198,7 +198,9 @@ COMMENT ON FUNCTION id_gen.note_route_push(text, bigint, text) IS 'Records in id
 REVOKE EXECUTE ON FUNCTION id_gen.note_route_push(text, bigint, text) FROM PUBLIC;
 
 -- Pushes the committed version and route table to every shard that routes or placements
--- name and that has not got it; a shard that failed is tried again after 10 s. force
+-- name and that has not got it; a shard that failed is tried again after 10 s, or at once
+-- when the routes changed since it failed (each new version is worth one attempt: after a
+-- move or split, its shards are told at once even if an earlier push to them failed). force
 -- pushes to every shard at once, also those recorded as up to date (a shard ahead of a
 -- coordinator restored from an older dump is set back). The statement goes to every shard
 -- before any answer is awaited (5 s in all), so a shard that hangs delays the others by
@@ -236,7 +238,8 @@ BEGIN
                                 UNION SELECT p.shard FROM id_gen.shard_placements p) x
            LEFT JOIN id_gen.route_pushes rp ON rp.shard = x.shard
            WHERE (force OR rp.version IS DISTINCT FROM v)
-             AND (force OR rp.last_error IS NULL OR rp.tried_at < clock_timestamp() - interval '10 s')
+             AND (force OR rp.last_error IS NULL OR rp.tried_at < clock_timestamp() - interval '10 s'
+                  OR rp.tried_at < (SELECT st.changed_at FROM id_gen.route_state st))
            ORDER BY rp.last_error IS NOT NULL, 1 LOOP
     BEGIN
       PERFORM id_gen.remote_send(s, id_gen.remote_call_text('shard_set_route_state', ARRAY[v::text, s, lowers::text, uppers::text, names::text]), 5000);
@@ -256,7 +259,7 @@ BEGIN
   END LOOP;
   RETURN n;
 END $$;
-COMMENT ON FUNCTION id_gen.push_route_state(boolean) IS 'Tells every shard the committed route version and route table (id_gen.shard_set_route_state there), skipping shards that have it; run after moves, reverts and splits and by the move supervisor every 2 s. Errors are recorded in id_gen.route_pushes (retried after 10 s); force pushes to every shard at once, also those recorded as up to date (a shard ahead of a coordinator restored from an older dump). Superuser only.';
+COMMENT ON FUNCTION id_gen.push_route_state(boolean) IS 'Tells every shard the committed route version and route table (id_gen.shard_set_route_state there), skipping shards that have it; run after moves, reverts and splits and by the move supervisor every 2 s. Errors are recorded in id_gen.route_pushes (retried after 10 s, or at once for a newer route version); force pushes to every shard at once, also those recorded as up to date (a shard ahead of a coordinator restored from an older dump). Superuser only.';
 REVOKE EXECUTE ON FUNCTION id_gen.push_route_state(boolean) FROM PUBLIC;
 
 -- The push after a procedure's commit: never fails the caller.

@@ -1,4 +1,6 @@
 -- Catalog changes, 0.7.13 -> 0.7.14 (by hand): none. The rest is code: a split's or merge's
 -- swap on a shard locks the distributed tables in the order of schema and name, as
 -- route_claim does (0.7.13 took their oids, and deadlocked with claims while clients wrote
--- to several distributed tables, until its fence ran out of attempts).
+-- to several distributed tables, until its fence ran out of attempts); a push of the route
+-- version tries a shard whose last push failed at once when the routes changed since (after
+-- a move or split its shards are told at once, not up to 10 s later).

@@ -52,10 +52,6 @@ def servers(cluster, tmp_path_factory):
     tables = [f"CREATE TABLE conf_{lang} (id bigint PRIMARY KEY, owner_id bigint NOT NULL);" for lang in CLIENTS]
     c, shards = coordinator_with_shards(cluster, coordinator_conf=TCP, shard_conf=[*LOGICAL, *TCP], tables=tables,
                                         distribute=[f"'conf_{lang}', 'id', 'owner_id', 'orders'" for lang in CLIENTS])
-    # The harness set the routes before the shards existed, so their first pushes failed; a
-    # push that failed within 10 s is not retried at once (routing.sql): wait for it here.
-    poll_until("both shards told the route version", lambda: c.one(
-        "SELECT bool_and(up_to_date) FROM id_gen.route_push_status"), True, 60)
     S.update(c=c, nodes=shards, direct={f"shard_{i}": tcp_dsn(shards[i]) for i in (1, 2)},
              work=tmp_path_factory.mktemp("conformance"))
     yield
