@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # README command 2: every test tier, from a fresh machine (as root).
 #   1. core unit tests          cargo test -p id_gen_core; the clients' unit tests (Rust,
-#                               Python, Node.js)
+#                               Python, Node.js, Java, Go)
 #   2. SQL golden tests         pg_regress on tests/pg_regress, then pg_isolation_regress on
 #                               tests/isolation (concurrent sessions), against a throwaway cluster;
 #                               docs/catalog.md checked against the installed catalog; the
@@ -45,6 +45,8 @@ if has core; then
   log "tier 1: clients/node (node --test against a fake pg; tsc checks its type declarations)"
   ensure_node_client
   (cd clients/node && node --test test/ && node_modules/.bin/tsc -p test/tsconfig.json)
+  log "tier 1: clients/java (javac against Debian's pgjdbc and HikariCP; JUnit 5: genes, the shared scenarios against a fake JDBC layer and a fake wire server)"
+  bash clients/java/build.sh
 fi
 
 # Tiers 2 and 3 use the extension installed in the system PostgreSQL.

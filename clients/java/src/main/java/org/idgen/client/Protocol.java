@@ -1,0 +1,66 @@
+// Protocol: what the router needs without I/O — the SQL of docs/routing-protocol.md (the same
+// as every other client's), how an error is classified, and the retry decisions.
+//
+// Invariants:
+// - retryLimit counts retries after the first attempt (at most retryLimit + 1 attempts).
+// - After IG001 the routes are re-read before the next attempt; after IG002 every third
+//   time; never after a lost connection (the routes said nothing new). The wait before
+//   attempt n + 1 is min(base * 2^n, max), jittered to [1/2, 1] of it.
+// - A connection is lost when its error has SQLState class 08 or 57P01..57P03, or the driver
+//   closed it under the error.
+package org.idgen.client;
+
+import java.util.concurrent.ThreadLocalRandom;
+
+final class Protocol {
+    static final String ROUTES_CHANNEL = "id_gen_routes";
+    static final String ROUTES_SQL =
+            "SELECT lower_gene, upper_gene, shard, version FROM id_gen.route_map ORDER BY lower_gene";
+    /** One snapshot: the version, only when there are still no routes (else read them again). */
+    static final String EMPTY_ROUTES_VERSION_SQL =
+            "SELECT id_gen.route_version() AS version WHERE NOT EXISTS (SELECT 1 FROM id_gen.route_map)";
+    static final String ROUTE_VERSION_SQL = "SELECT id_gen.route_version() AS version";
+    static final String ROUTE_CHANGED = "IG001";
+    static final String ROUTE_FENCED = "IG002";
+
+    /** Why an attempt is retried. */
+    enum RetryCause { MOVED, FENCED, LOST }
+
+    private Protocol() {
+    }
+
+    /** BEGIN and the claim in one message: one round trip, as a BEGIN alone. */
+    static String claimSql(int gene, long version) {
+        return "BEGIN; SELECT id_gen.route_claim(" + gene + ", " + version + ")";
+    }
+
+    /** Declares the route version for the rest of the transaction (SET LOCAL semantics). */
+    static String declareVersionSql(long version) {
+        return "SELECT pg_catalog.set_config('id_gen.route_version', '" + version + "', true)";
+    }
+
+    /** MOVED for IG001, FENCED for IG002, else null. */
+    static RetryCause routeErrorCause(String sqlState) {
+        if (ROUTE_CHANGED.equals(sqlState)) {
+            return RetryCause.MOVED;
+        }
+        return ROUTE_FENCED.equals(sqlState) ? RetryCause.FENCED : null;
+    }
+
+    /** Whether a SQLState says the connection is gone: class 08, or the server ended the session. */
+    static boolean connectionLostState(String sqlState) {
+        return sqlState != null && (sqlState.startsWith("08") || sqlState.equals("57P01")
+                || sqlState.equals("57P02") || sqlState.equals("57P03"));
+    }
+
+    /** Whether to re-read the routes after attempt number `attempt` met `cause`. */
+    static boolean rereadsAfter(RetryCause cause, int attempt) {
+        return cause == RetryCause.MOVED || (cause == RetryCause.FENCED && attempt % 3 == 2);
+    }
+
+    /** The jittered wait in nanoseconds after attempt number `attempt` (0 for the first). */
+    static long backoffNanos(int attempt, long baseNanos, long maxNanos) {
+        double full = Math.min(baseNanos * Math.pow(2, attempt), maxNanos);
+        return (long) (full * (0.5 + ThreadLocalRandom.current().nextDouble() / 2));
+    }
+}

@@ -1,0 +1,22 @@
+// RouteRetryExhaustedException: IG001/IG002, or a refused or lost shard connection, kept coming
+// back for retryLimit retries after the first attempt.
+//
+// Invariant: getCause() is the last error (an SQLException), and getSQLState() is its SQLState
+// (IG001, IG002, or a class 08 / 57P0x state), so code that retries "later" can tell why.
+package org.idgen.client;
+
+import java.sql.SQLException;
+
+/** The retries ran out; retryable later (the routes kept changing, the gene stayed fenced or the shard unreachable). */
+public class RouteRetryExhaustedException extends RoutingException {
+    private static final long serialVersionUID = 1L;
+
+    public RouteRetryExhaustedException(String message, SQLException lastError) {
+        super(message + ": " + lastError.getMessage(), lastError.getSQLState(), lastError);
+    }
+
+    /** The last error: the IG001/IG002 or the connection error of the last attempt. */
+    public SQLException lastError() {
+        return (SQLException) getCause();
+    }
+}

@@ -1,0 +1,292 @@
+// The Router against the fake driver of FakeCluster, beyond the shared scenarios: what is sent
+// to a shard (nothing per session), a body that swallowed an error, nextId's SQL and
+// parameters, route changes heard, missed and polled, a listener lost, a coordinator down at
+// the start, closing; and the real pgjdbc driver against a port where nothing listens.
+//
+// Invariant: no test waits a fixed time for a condition; pollUntil polls with a deadline and
+// fails with the last value seen.
+package org.idgen.client;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertSame;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.sql.SQLException;
+import java.sql.Statement;
+import java.time.Duration;
+import java.util.Arrays;
+import java.util.List;
+import java.util.Objects;
+import java.util.Properties;
+import java.util.UUID;
+import java.util.concurrent.Callable;
+import java.util.function.Consumer;
+import org.junit.jupiter.api.Test;
+
+class RouterTest {
+    private static final List<Object[]> ROUTES = List.of(new Object[] {32767, "a"}, new Object[] {65535, "b"});
+    private static final List<Object[]> ALL_ON_B = List.<Object[]>of(new Object[] {65535, "b"});
+
+    private interface Scenario {
+        void run(Router router, FakeCluster cluster) throws Exception;
+    }
+
+    private static void withRouter(Consumer<Router.Builder> settings, Scenario scenario) throws Exception {
+        FakeCluster cluster = new FakeCluster(ROUTES);
+        Router.Builder b = Router.builder().routes("coord").shard("a", "a").shard("b", "b").listen(false)
+                .refreshInterval(Duration.ZERO).backoff(Duration.ofNanos(1000), Duration.ofNanos(10_000))
+                .connector(cluster);
+        settings.accept(b);
+        try (Router router = b.build()) {
+            scenario.run(router, cluster);
+            assertEquals(0, cluster.outstanding(), "a pooled connection was kept");
+            assertEquals(List.of(), cluster.problems());
+        }
+        assertEquals(0, cluster.openCoordinatorConnections(), "close() left a coordinator connection open");
+    }
+
+    /** Polls what until it equals want; fails with the last value after timeout. */
+    private static <T> void pollUntil(String what, Callable<T> value, T want) throws Exception {
+        long deadline = System.nanoTime() + Duration.ofSeconds(5).toNanos();
+        T last = value.call();
+        while (!Objects.equals(last, want)) {
+            if (System.nanoTime() - deadline > 0) {
+                throw new AssertionError(what + ": still " + last + " after 5 s (want " + want + ")");
+            }
+            Thread.sleep(5);
+            last = value.call();
+        }
+    }
+
+    @Test
+    void aShardGetsTheVersionPerTransactionOnlyTheClaimOrSetConfigInTheStatementsMessage() throws Exception {
+        withRouter(b -> { }, (router, cluster) -> {
+            router.transaction(Key.gene(1), conn -> {
+                try (Statement st = conn.createStatement()) {
+                    return st.execute("SELECT 1");
+                }
+            });
+            router.execute(Key.gene(1), FakeCluster.READ, 1L);
+            assertEquals(List.of("BEGIN; SELECT id_gen.route_claim(1, 1)", "SELECT 1", "COMMIT",
+                    "SELECT pg_catalog.set_config('id_gen.route_version', '1', true); " + FakeCluster.READ),
+                    cluster.sent());
+            assertEquals(2, router.stats().transactions());
+        });
+    }
+
+    @Test
+    void aBodyThatSwallowedAnErrorIsNotReportedCommitted() throws Exception {
+        withRouter(b -> { }, (router, cluster) -> {
+            SQLException e = assertThrows(SQLException.class, () -> router.transaction(Key.gene(1), conn -> {
+                try (Statement st = conn.createStatement()) {
+                    st.execute("SELECT fail");
+                } catch (SQLException swallowed) {
+                    // (the body goes on as if nothing happened)
+                }
+                return "looks fine";
+            }));
+            assertEquals("25P02", e.getSQLState());
+            assertEquals(0, router.stats().transactions());
+            List<String> sent = cluster.sent();
+            assertEquals("ROLLBACK", sent.get(sent.size() - 1), "rolled back, never sent COMMIT: " + sent);
+        });
+    }
+
+    @Test
+    void aBodyThatThrowsAnUncheckedExceptionIsRolledBackAndItReachesTheCaller() throws Exception {
+        withRouter(b -> { }, (router, cluster) -> {
+            IllegalStateException thrown = new IllegalStateException("the body's own");
+            assertSame(thrown, assertThrows(IllegalStateException.class,
+                    () -> router.transaction(Key.gene(1), conn -> {
+                        throw thrown;
+                    })));
+            assertEquals(List.of("BEGIN; SELECT id_gen.route_claim(1, 1)", "ROLLBACK"), cluster.sent());
+            assertEquals(0, cluster.discarded());
+        });
+    }
+
+    @Test
+    void nextIdPassesTheOwnerWithItsSqlTypeAndReturnsTheIdExact() throws Exception {
+        withRouter(b -> { }, (router, cluster) -> {
+            assertEquals(FakeCluster.NEXT_ID, router.nextId("orders", Key.owner(42L)));
+            assertEquals(List.of("orders", 42L), cluster.lastParams);
+            assertEquals("SELECT id_gen.gene_order_id(?::text, ?::bigint)", cluster.lastSql);
+            router.nextId("orders", Key.owner("alice"));
+            assertEquals("SELECT id_gen.gene_order_id(?::text, ?::text)", cluster.lastSql);
+            UUID u = UUID.fromString("12345678-1234-5678-1234-567812345678");
+            router.nextId("orders", Key.owner(u));
+            assertEquals(List.of("orders", u), cluster.lastParams);
+            assertEquals("SELECT id_gen.gene_order_id(?::text, ?::uuid)", cluster.lastSql);
+            assertThrows(IllegalArgumentException.class, () -> router.nextId("orders", Key.id(5)));
+            assertThrows(IllegalArgumentException.class, () -> router.nextId("orders", Key.owner(new byte[] {1})));
+        });
+    }
+
+    @Test
+    void lookupsByTheRoutesHeld() throws Exception {
+        withRouter(b -> { }, (router, cluster) -> {
+            assertEquals(1, router.version());
+            assertEquals(List.of(new Route(0, 32767, "a"), new Route(32768, 65535, "b")), router.routes());
+            assertEquals("a", router.shardForGene(32767));
+            assertEquals("b", router.shardForGene(32768));
+            assertEquals("a", router.shardForOwner(42L)); // gene 16043
+            assertEquals("a", router.shardForOwner("alice")); // gene 13795
+            assertEquals(router.geneOf(UUID.fromString("12345678-1234-5678-1234-567812345678")) <= 32767 ? "a" : "b",
+                    router.shardForOwner(UUID.fromString("12345678-1234-5678-1234-567812345678")));
+            assertEquals("b", router.shardForId(40000L << 47 | 12345));
+            assertEquals("a", router.shardFor(Key.id(7)));
+        });
+    }
+
+    @Test
+    void aGeneRoutedToAShardWithoutAConnectionIsNoRoute() throws Exception {
+        FakeCluster cluster = new FakeCluster(ROUTES);
+        try (Router router = Router.builder().routes("coord").shard("a", "a").listen(false)
+                .refreshInterval(Duration.ZERO).connector(cluster).build()) {
+            assertThrows(NoRouteException.class, () -> router.transaction(Key.gene(40000), conn -> 1));
+            assertThrows(NoRouteException.class, () -> router.shardForGene(40000));
+            assertEquals(1, router.stats().refreshes() - 1, "looked again after one re-read");
+            assertEquals(0, cluster.claims());
+        }
+    }
+
+    @Test
+    void aRouteChangeNotifiedIsReadAtOnce() throws Exception {
+        withRouter(b -> b.listen(true), (router, cluster) -> {
+            pollUntil("a listener", cluster::listeners, 1);
+            cluster.change(ALL_ON_B, true);
+            pollUntil("the routes after a NOTIFY", () -> router.shardForGene(1), "b");
+            assertEquals(2, router.version());
+        });
+    }
+
+    @Test
+    void aRouteChangeNobodyNotifiedIsSeenByTheVersionPoll() throws Exception {
+        withRouter(b -> b.refreshInterval(Duration.ofMillis(20)), (router, cluster) -> {
+            cluster.change(ALL_ON_B, false);
+            pollUntil("the routes after a change nobody notified", () -> router.shardForGene(1), "b");
+            assertTrue(cluster.versionPolls > 0);
+        });
+    }
+
+    @Test
+    void aListeningConnectionLostReconnectsAndReReadsTheRoutes() throws Exception {
+        withRouter(b -> b.listen(true), (router, cluster) -> {
+            pollUntil("a listener", cluster::listeners, 1);
+            cluster.change(ALL_ON_B, false); // missed while it was away
+            cluster.loseListeners();
+            pollUntil("the routes after the listener came back", () -> router.shardForGene(1), "b");
+            pollUntil("a listener again", cluster::listeners, 1);
+        });
+    }
+
+    @Test
+    void closeStopsTheRoutesThreadAndClosesEveryConnection() throws Exception {
+        FakeCluster cluster = new FakeCluster(ROUTES);
+        Router router = Router.builder().routes("coord").shard("a", "a").shard("b", "b").listen(true)
+                .refreshInterval(Duration.ofMillis(10)).connector(cluster).build();
+        Thread watcher = router.watcherThread();
+        assertTrue(watcher.isAlive() && watcher.isDaemon());
+        router.transaction(Key.gene(1), conn -> 1);
+        router.close();
+        router.close(); // (twice is fine)
+        assertFalse(watcher.isAlive(), "the routes' thread ended within close()");
+        assertEquals(0, cluster.openCoordinatorConnections());
+        assertEquals(1, cluster.connectorCloses);
+        assertThrows(IllegalStateException.class, () -> router.transaction(Key.gene(1), conn -> 1));
+        assertThrows(IllegalStateException.class, router::refresh);
+    }
+
+    @Test
+    void theCoordinatorDownAtTheStartFailsTheBuildAndLeavesNothingOpen() {
+        FakeCluster cluster = new FakeCluster(ROUTES);
+        cluster.coordinatorDown = true;
+        SQLException e = assertThrows(SQLException.class, () -> Router.builder().routes("coord").shard("a", "a")
+                .connector(cluster).build());
+        assertEquals("08001", e.getSQLState());
+        assertEquals(0, cluster.openCoordinatorConnections());
+        assertEquals(1, cluster.connectorCloses);
+    }
+
+    @Test
+    void exhaustedHoldsTheLastErrorAndItsSqlState() throws Exception {
+        withRouter(b -> b.retryLimit(2), (router, cluster) -> {
+            synchronized (cluster) {
+                cluster.fences = 5;
+            }
+            RouteRetryExhaustedException e = assertThrows(RouteRetryExhaustedException.class,
+                    () -> router.transaction(Key.gene(1), conn -> 1));
+            assertEquals("IG002", e.getSQLState());
+            assertEquals("IG002", e.lastError().getSQLState());
+            assertTrue(e.getMessage().contains("3 attempts"), e.getMessage());
+        });
+    }
+
+    @Test
+    void retryDecisionsAndBackoff() {
+        assertTrue(Protocol.rereadsAfter(Protocol.RetryCause.MOVED, 0));
+        assertEquals(List.of(false, false, true, false, false, true),
+                Arrays.asList(Protocol.rereadsAfter(Protocol.RetryCause.FENCED, 0),
+                        Protocol.rereadsAfter(Protocol.RetryCause.FENCED, 1),
+                        Protocol.rereadsAfter(Protocol.RetryCause.FENCED, 2),
+                        Protocol.rereadsAfter(Protocol.RetryCause.FENCED, 3),
+                        Protocol.rereadsAfter(Protocol.RetryCause.FENCED, 4),
+                        Protocol.rereadsAfter(Protocol.RetryCause.FENCED, 5)));
+        assertFalse(Protocol.rereadsAfter(Protocol.RetryCause.LOST, 2), "never after a lost connection");
+        long ms = 1_000_000;
+        for (int attempt = 0; attempt < 100; attempt++) {
+            long full = Math.min(5 * ms << Math.min(attempt, 20), 200 * ms);
+            long wait = Protocol.backoffNanos(attempt, 5 * ms, 200 * ms);
+            assertTrue(wait >= full / 2 && wait <= full, attempt + ": " + wait);
+        }
+        for (String lost : List.of("08000", "08001", "08003", "08006", "57P01", "57P02", "57P03")) {
+            assertTrue(Protocol.connectionLostState(lost), lost);
+        }
+        for (String other : Arrays.asList(null, "57014", "40001", "IG001", "25P02")) {
+            assertFalse(Protocol.connectionLostState(other), other);
+        }
+    }
+
+    @Test
+    void routeTables() {
+        RouteTable t = new RouteTable(List.of(new Route(0, 99, "a"), new Route(200, 65535, "b")), 7);
+        assertEquals("a", t.shardForGene(0));
+        assertEquals("a", t.shardForGene(99));
+        assertEquals(null, t.shardForGene(150), "a gap has no route");
+        assertEquals("b", t.shardForGene(200));
+        assertEquals("b", t.shardForGene(65535));
+        assertThrows(IllegalArgumentException.class, () -> new RouteTable(List.of(new Route(5, 4, "a")), 1));
+        assertThrows(IllegalArgumentException.class,
+                () -> new RouteTable(List.of(new Route(0, 10, "a"), new Route(10, 20, "b")), 1));
+        assertThrows(IllegalArgumentException.class, () -> new RouteTable(List.of(new Route(0, 65536, "a")), 1));
+    }
+
+    @Test
+    void shardConnectionsDeclareNothingPerSessionAndEveryWaitIsBounded() {
+        Properties given = new Properties();
+        given.setProperty("user", "app");
+        given.setProperty("socketTimeout", "5");
+        Properties shard = JdbcConnector.shardProperties(given, 60);
+        assertEquals("0", shard.getProperty("prepareThreshold"));
+        assertEquals("10", shard.getProperty("assumeMinServerVersion"));
+        assertEquals("5", shard.getProperty("socketTimeout"), "the caller's properties win");
+        assertEquals("app", shard.getProperty("user"));
+        assertEquals(null, shard.getProperty("options"), "no startup options (PgBouncer refuses them)");
+        Properties coordinator = JdbcConnector.coordinatorProperties(new Properties());
+        for (String bound : List.of("connectTimeout", "loginTimeout", "socketTimeout")) {
+            assertEquals("10", coordinator.getProperty(bound), bound);
+        }
+    }
+
+    @Test
+    void theRealDriverAgainstAPortWhereNothingListensFailsTheBuildAtOnce() {
+        long start = System.nanoTime();
+        SQLException e = assertThrows(SQLException.class, () -> Router.builder()
+                .routes("jdbc:postgresql://127.0.0.1:1/postgres").shard("a", "jdbc:postgresql://127.0.0.1:1/postgres")
+                .user("postgres").build());
+        assertTrue(e.getSQLState().startsWith("08"), e.getSQLState() + " " + e);
+        assertTrue(System.nanoTime() - start < Duration.ofSeconds(15).toNanos(), "bounded by connectTimeout");
+    }
+}

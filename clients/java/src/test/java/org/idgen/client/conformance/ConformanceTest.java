@@ -1,0 +1,63 @@
+// The conformance tool's parts that need no server: libpq DSNs as pgjdbc URLs, the genes mode,
+// and the load's argument checks.
+package org.idgen.client.conformance;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+
+import java.io.ByteArrayInputStream;
+import java.io.ByteArrayOutputStream;
+import java.io.PrintStream;
+import java.nio.charset.StandardCharsets;
+import java.util.List;
+import org.junit.jupiter.api.Test;
+
+class ConformanceTest {
+    @Test
+    void libpqDsnsBecomePgjdbcUrlsAndProperties() {
+        Dsn d = Dsn.parse("host=127.0.0.1 port=5433 user=postgres dbname=postgres");
+        assertEquals("jdbc:postgresql://127.0.0.1:5433/postgres", d.url);
+        assertEquals("postgres", d.properties.getProperty("user"));
+        d = Dsn.parse("host=::1 user=u dbname='my db' password='a b\\'c' connect_timeout=2");
+        assertEquals("jdbc:postgresql://[::1]:5432/my%20db", d.url);
+        assertEquals("a b'c", d.properties.getProperty("password"));
+        assertEquals("2", d.properties.getProperty("connectTimeout"));
+        assertEquals("jdbc:postgresql://localhost:5432/u", Dsn.parse("user=u").url, "dbname defaults to user");
+        assertThrows(IllegalArgumentException.class, () -> Dsn.parse("host=h gssencmode=disable"));
+        assertThrows(IllegalArgumentException.class, () -> Dsn.parse("host=h junk"));
+        assertThrows(IllegalArgumentException.class, () -> Dsn.parse("host=/tmp user=u"));
+    }
+
+    @Test
+    void genesReadsOwnersAndWritesTheirGenes() {
+        ByteArrayOutputStream out = new ByteArrayOutputStream();
+        ByteArrayOutputStream err = new ByteArrayOutputStream();
+        String in = "i:42\nt:alice\ni:0\nt:a\tb \nu:12345678-1234-5678-1234-567812345678\n";
+        assertEquals(0, Conformance.genes(new ByteArrayInputStream(in.getBytes(StandardCharsets.UTF_8)),
+                new PrintStream(out, true, StandardCharsets.UTF_8), new PrintStream(err, true, StandardCharsets.UTF_8)));
+        String[] genes = out.toString(StandardCharsets.UTF_8).split("\n");
+        assertEquals(List.of("16043", "13795", "55408"), List.of(genes).subList(0, 3));
+        assertEquals(5, genes.length);
+        assertEquals(2, Conformance.genes(new ByteArrayInputStream("x:1\n".getBytes(StandardCharsets.UTF_8)),
+                new PrintStream(out, true, StandardCharsets.UTF_8), new PrintStream(err, true, StandardCharsets.UTF_8)));
+        assertEquals(2, Conformance.genes(new ByteArrayInputStream("u:1-2-3-4-5\n".getBytes(StandardCharsets.UTF_8)),
+                new PrintStream(out, true, StandardCharsets.UTF_8), new PrintStream(err, true, StandardCharsets.UTF_8)));
+    }
+
+    @Test
+    void loadArguments() {
+        List<String> ok = List.of("--routes", "host=h user=u dbname=d", "--shard", "shard_1=host=h port=1 user=u",
+                "--shard", "shard_2=host=h port=2 user=u", "--table", "t", "--sequence", "q", "--owners", "10",
+                "--seconds", "1.5", "--log", "/tmp/x", "--no-listen", "--refresh-interval-ms", "0");
+        Conformance.LoadArgs a = Conformance.LoadArgs.parse(ok);
+        assertEquals(List.of("shard_1", "shard_2"), a.shardNames);
+        assertEquals("jdbc:postgresql://h:2/u", a.shardDsns.get(1).url);
+        assertEquals(4, a.readEvery);
+        assertEquals(false, a.listen);
+        assertEquals(0, a.refreshIntervalMs);
+        assertThrows(IllegalArgumentException.class, () -> Conformance.LoadArgs.parse(ok.subList(0, 4)));
+        assertThrows(IllegalArgumentException.class, () -> Conformance.LoadArgs.parse(List.of("--owners", "x")));
+        assertThrows(IllegalArgumentException.class, () -> Conformance.LoadArgs.parse(List.of("--bogus", "1")));
+        assertEquals(2, Conformance.load(List.of("--owners")));
+    }
+}
