@@ -47,6 +47,8 @@ if has core; then
   (cd clients/node && node --test test/ && node_modules/.bin/tsc -p test/tsconfig.json)
   log "tier 1: clients/java (javac against Debian's pgjdbc and HikariCP; JUnit 5: genes, the shared scenarios against a fake JDBC layer and a fake wire server)"
   bash clients/java/build.sh
+  log "tier 1: clients/go (go vet and go test offline against Debian's pgx v4: genes, the shared scenarios against a fake driver, pgx against a scripted server)"
+  bash clients/go/test.sh
 fi
 
 # Tiers 2 and 3 use the extension installed in the system PostgreSQL.

@@ -1,0 +1,162 @@
+// conformance bench (docs/routing-protocol.md §6): one client, one operation at a time,
+// through the Router or (--direct) the same statements on pgxpool pools of the tool's own,
+// made as the Router makes its shard pools (statement descriptions cached, no named prepared
+// statement). 0.5 s of warm-up, then --seconds; prints "ops N seconds X".
+//
+// Invariants: nothing is measured but the loop of operations; every call is bounded
+// (callTimeout).
+
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand"
+	"time"
+
+	"github.com/id-gen/id_gen/clients/go/idgen"
+	"github.com/jackc/pgconn"
+	"github.com/jackc/pgconn/stmtcache"
+	"github.com/jackc/pgx/v4"
+	"github.com/jackc/pgx/v4/pgxpool"
+)
+
+type benchOptions struct {
+	loadOptions
+	mode   string
+	direct bool
+}
+
+// parseBenchArgs reads bench's options: load's (but --log) and --mode tx|lookup, --direct.
+func parseBenchArgs(args []string, stderr io.Writer) (benchOptions, error) {
+	o := benchOptions{}
+	rest := make([]string, 0, len(args)+2)
+	for i := 0; i < len(args); i++ {
+		switch args[i] {
+		case "--direct":
+			o.direct = true
+		case "--mode":
+			if i+1 >= len(args) || (args[i+1] != "tx" && args[i+1] != "lookup") {
+				return o, usagef("--mode takes tx or lookup")
+			}
+			o.mode = args[i+1]
+			i++
+		default:
+			rest = append(rest, args[i])
+		}
+	}
+	if o.mode == "" {
+		return o, usagef("--mode tx|lookup is required")
+	}
+	var err error
+	o.loadOptions, err = parseLoadArgs(append(rest, "--log", "/dev/null"), stderr)
+	return o, err
+}
+
+func bench(o benchOptions, stdout io.Writer) (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	router, err := idgen.NewRouter(ctx, idgen.Config{
+		Routes: o.routes, Shards: o.shards, NoListen: true, RefreshInterval: idgen.NoRefreshPoll, MaxConns: 2,
+	})
+	if err != nil {
+		return 1, fmt.Errorf("the routes could not be read: %w", err)
+	}
+	defer closeWithin(router, closeTimeout)
+	pools := map[string]*pgxpool.Pool{}
+	defer func() {
+		for _, p := range pools {
+			p.Close()
+		}
+	}()
+	for name, dsn := range o.shards {
+		config, err := pgxpool.ParseConfig(dsn)
+		if err != nil {
+			return 2, usagef("--shard %s: %v", name, err)
+		}
+		config.MaxConns = 2
+		config.LazyConnect = true
+		config.ConnConfig.BuildStatementCache = func(conn *pgconn.PgConn) stmtcache.Cache {
+			return stmtcache.New(conn, stmtcache.ModeDescribe, 512)
+		}
+		if pools[name], err = pgxpool.ConnectConfig(context.Background(), config); err != nil {
+			return 1, err
+		}
+	}
+	insert := "INSERT INTO " + o.table + " (id, owner_id) VALUES (id_gen.gene_order_id($1::text, $2::bigint), $2) RETURNING id"
+	lookup := "SELECT owner_id FROM " + o.table + " WHERE id = $1"
+	var ids []int64
+	if o.mode == "lookup" {
+		conn, err := pgx.Connect(ctx, o.routes)
+		if err != nil {
+			return 1, err
+		}
+		rows, err := conn.Query(ctx, "SELECT id FROM "+o.table+" LIMIT 1000")
+		for err == nil && rows.Next() {
+			var id int64
+			if err = rows.Scan(&id); err == nil {
+				ids = append(ids, id)
+			}
+		}
+		if err == nil {
+			err = rows.Err()
+		}
+		_ = conn.Close(ctx)
+		if err != nil {
+			return 1, err
+		}
+		if len(ids) == 0 {
+			return 1, fmt.Errorf("%s has no rows to look up", o.table)
+		}
+	}
+	rng := rand.New(rand.NewSource(7))
+	n := 0
+	one := func() error {
+		n++
+		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+		defer cancel()
+		if o.mode == "tx" {
+			owner := 1 + rng.Int63n(o.owners)
+			var id int64
+			if !o.direct {
+				return router.Transaction(ctx, idgen.Owner(owner), func(ctx context.Context, tx pgx.Tx) error {
+					return tx.QueryRow(ctx, insert, o.sequence, owner).Scan(&id)
+				})
+			}
+			shard, err := router.ShardForOwner(owner)
+			if err != nil {
+				return err
+			}
+			return pools[shard].BeginFunc(ctx, func(tx pgx.Tx) error {
+				return tx.QueryRow(ctx, insert, o.sequence, owner).Scan(&id)
+			})
+		}
+		id := ids[n%len(ids)]
+		if !o.direct {
+			_, err := router.Execute(ctx, idgen.ID(id), lookup, id)
+			return err
+		}
+		shard, err := router.ShardForID(id)
+		if err != nil {
+			return err
+		}
+		var owner int64
+		return pools[shard].QueryRow(ctx, lookup, id).Scan(&owner)
+	}
+	for warm := time.Now().Add(500 * time.Millisecond); time.Now().Before(warm); {
+		if err := one(); err != nil {
+			return 1, err
+		}
+	}
+	ops := 0
+	start := time.Now()
+	for time.Since(start) < o.duration {
+		if err := one(); err != nil {
+			return 1, err
+		}
+		ops++
+	}
+	fmt.Fprintf(stdout, "ops %d seconds %.3f\n", ops, time.Since(start).Seconds())
+	return 0, nil
+}

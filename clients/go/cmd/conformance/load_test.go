@@ -1,0 +1,103 @@
+// conformance load end to end against the scripted server of internal/pgscript (coordinator and
+// shard at once): the output lines, the log (one whole line per committed transaction, ids of
+// the owner's gene), reads by owner, and a stop file.
+
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/id-gen/id_gen/clients/go/idgen"
+	"github.com/id-gen/id_gen/clients/go/internal/pgscript"
+)
+
+// scriptedCluster serves id_gen's statements, the load's INSERT (ids gene << 47 | n) and its
+// count by owner and id range.
+func scriptedCluster(t *testing.T) *pgscript.Server {
+	server := pgscript.Start(t)
+	server.ServeIDGen([]pgscript.Range{{Lower: 0, Upper: 65535, Shard: "a"}})
+	var mu sync.Mutex
+	rows := map[int64][]int64{} // owner → ids
+	next := int64(0)
+	server.Handle("INSERT INTO t (id, owner_id) VALUES (id_gen.gene_order_id($1::text, $2::bigint), $2) RETURNING id", pgscript.Handler{
+		Params: []uint32{pgscript.Text, pgscript.Int8}, Columns: []pgscript.Column{{Name: "id", Type: pgscript.Int8}},
+		Run: func(_ string, params []string) pgscript.Result {
+			owner, _ := strconv.ParseInt(params[1], 10, 64)
+			mu.Lock()
+			defer mu.Unlock()
+			next++
+			id := int64(idgen.GeneOf(owner))<<47 | next
+			rows[owner] = append(rows[owner], id)
+			return pgscript.Result{Rows: [][]string{{strconv.FormatInt(id, 10)}}, Tag: "INSERT 0 1"}
+		},
+	})
+	server.Handle("SELECT count(*) FROM t WHERE id BETWEEN $1 AND $2 AND owner_id = $3", pgscript.Handler{
+		Params: []uint32{pgscript.Int8, pgscript.Int8, pgscript.Int8}, Columns: []pgscript.Column{{Name: "count", Type: pgscript.Int8}},
+		Run: func(_ string, params []string) pgscript.Result {
+			var p [3]int64
+			for i := range p {
+				p[i], _ = strconv.ParseInt(params[i], 10, 64)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			n := 0
+			for _, id := range rows[p[2]] {
+				if id >= p[0] && id <= p[1] {
+					n++
+				}
+			}
+			return pgscript.Result{Rows: [][]string{{strconv.Itoa(n)}}}
+		},
+	})
+	return server
+}
+
+func TestLoadOnTheWire(t *testing.T) {
+	server := scriptedCluster(t)
+	dir := t.TempDir()
+	log := filepath.Join(dir, "log")
+	totalCommitted := 0
+	for _, extra := range [][]string{{"--seconds", "0.3", "--read-every", "2"},
+		{"--seconds", "60", "--stop-file", dir, "--no-listen", "--refresh-interval-ms", "5"}} { // (the stop file exists: stops at once)
+		args := append([]string{"load", "--routes", server.DSN(), "--shard", "a=" + server.DSN(), "--table", "t",
+			"--sequence", "q", "--owners", "20", "--log", log}, extra...)
+		status, out, stderr := runTool(args, "")
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		if status != 0 || len(lines) != 2 || stderr != "" {
+			t.Fatalf("%v: status %d, out %q, stderr %q", extra, status, out, stderr)
+		}
+		reads := strings.Fields(lines[0])
+		committed := strings.Fields(lines[1])
+		if len(reads) != 6 || reads[0] != "reads" || reads[2] != "empty" || reads[3] != "0" || reads[4] != "unknown" ||
+			len(committed) != 6 || committed[0] != "committed" || committed[2] != "failed" || committed[3] != "0" ||
+			committed[4] != "retries" || committed[5] != "0" {
+			t.Errorf("%v: output %q", extra, out)
+		}
+		n, _ := strconv.Atoi(committed[1])
+		totalCommitted += n
+		if r, _ := strconv.Atoi(reads[1]); extra[1] == "0.3" && (n == 0 || r == 0) {
+			t.Errorf("%v: no transaction or no read: %q", extra, out)
+		}
+	}
+	data, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logLines := strings.Split(strings.TrimSuffix(string(data), "\n"), "\n")
+	if len(logLines) != totalCommitted || totalCommitted < 10 {
+		t.Fatalf("%d log lines, %d committed", len(logLines), totalCommitted)
+	}
+	for _, line := range logLines {
+		owner, id, ok := strings.Cut(line, ",")
+		o, err1 := strconv.ParseInt(owner, 10, 64)
+		i, err2 := strconv.ParseInt(id, 10, 64)
+		if !ok || err1 != nil || err2 != nil || o < 1 || o > 20 || uint64(i)>>47 != uint64(idgen.GeneOf(o)) {
+			t.Errorf("log line %q", line)
+		}
+	}
+}

@@ -1,0 +1,278 @@
+// The driver of production: pgx v4 (pgx.Conn for the coordinator, pgxpool for the shards). All
+// of the package's pgx-specific code is here, in pgxtx.go and conncheck_*.go; moving to pgx v5
+// changes these files (import paths, pgconn.CommandTag, TxOptions.BeginQuery, PgConn.CheckConn)
+// and little else.
+//
+// Invariants:
+//   - Every connect is bounded: ConnectTimeout unless the DSN sets connect_timeout.
+//   - The coordinator's statements are constants without parameters, sent with the simple
+//     protocol (no prepared statements, nothing interpolated).
+//   - Shard connections hold no session state and no named prepared statements (unless the
+//     DSN or ConfigureShardPool asks for them): statements are described into an unnamed
+//     statement and cached by description (pgx's statement_cache_mode=describe), which works
+//     behind PgBouncer in transaction mode (1.18 has no prepared-statement support).
+//   - The claim, COMMIT and ROLLBACK go through pgconn's simple protocol, one message each.
+//   - A pooled connection that the server closed while it sat idle is checked (a non-blocking
+//     peek at its socket, conncheck_*.go) and destroyed before it is handed out.
+
+package idgen
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgconn"
+	"github.com/jackc/pgconn/stmtcache"
+	"github.com/jackc/pgx/v4"
+	"github.com/jackc/pgx/v4/pgxpool"
+)
+
+// statementCacheSize is the capacity of a shard connection's cache of statement descriptions.
+const statementCacheSize = 512
+
+// closeTimeout bounds closing a connection (a Terminate message and the socket).
+const closeTimeout = 5 * time.Second
+
+type pgxDriver struct {
+	s           settings
+	coordinator *pgx.ConnConfig
+}
+
+func newPgxDriver(s settings) (*pgxDriver, error) {
+	config, err := pgx.ParseConfig(s.Routes)
+	if err != nil {
+		return nil, err
+	}
+	if config.ConnectTimeout == 0 {
+		config.ConnectTimeout = s.ConnectTimeout
+	}
+	config.PreferSimpleProtocol = true
+	config.BuildStatementCache = nil
+	return &pgxDriver{s: s, coordinator: config}, nil
+}
+
+func (d *pgxDriver) connectCoordinator(ctx context.Context) (coordinatorConn, error) {
+	conn, err := pgx.ConnectConfig(ctx, d.coordinator.Copy())
+	if err != nil {
+		return nil, err
+	}
+	return pgxCoordinator{conn}, nil
+}
+
+func (d *pgxDriver) connectListener(ctx context.Context) (listenerConn, error) {
+	conn, err := pgx.ConnectConfig(ctx, d.coordinator.Copy())
+	if err != nil {
+		return nil, err
+	}
+	if _, err := conn.Exec(ctx, "LISTEN "+routesChannel); err != nil {
+		closeConn(conn)
+		return nil, err
+	}
+	return pgxCoordinator{conn}, nil
+}
+
+// pgxCoordinator is a coordinator connection, for route reads or for LISTEN.
+type pgxCoordinator struct{ conn *pgx.Conn }
+
+func (c pgxCoordinator) readRoutes(ctx context.Context) ([]routeRow, error) {
+	rows, err := c.conn.Query(ctx, routesSQL)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []routeRow
+	for rows.Next() {
+		var r routeRow
+		if err := rows.Scan(&r.lower, &r.upper, &r.shard, &r.version); err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+func (c pgxCoordinator) emptyRoutesVersion(ctx context.Context) (int64, bool, error) {
+	var version int64
+	err := c.conn.QueryRow(ctx, emptyRoutesVersionSQL).Scan(&version)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, nil
+	}
+	return version, err == nil, err
+}
+
+func (c pgxCoordinator) routeVersion(ctx context.Context) (int64, error) {
+	var version int64
+	err := c.conn.QueryRow(ctx, routeVersionSQL).Scan(&version)
+	return version, err
+}
+
+func (c pgxCoordinator) waitForNotification(ctx context.Context) (string, error) {
+	n, err := c.conn.WaitForNotification(ctx)
+	if err != nil || n == nil {
+		return "", err
+	}
+	return n.Payload, nil
+}
+
+func (c pgxCoordinator) ping(ctx context.Context) error { return c.conn.Ping(ctx) }
+
+func (c pgxCoordinator) close() { closeConn(c.conn) }
+
+func closeConn(conn *pgx.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+	defer cancel()
+	_ = conn.Close(ctx)
+}
+
+func (d *pgxDriver) newShardPool(shard, dsn string) (shardPool, error) {
+	config, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, err
+	}
+	asked, err := pgconn.ParseConfig(dsn) // (what the DSN set itself: its pgx keys stay in RuntimeParams)
+	if err != nil {
+		return nil, err
+	}
+	if config.ConnConfig.ConnectTimeout == 0 {
+		config.ConnConfig.ConnectTimeout = d.s.ConnectTimeout
+	}
+	if _, ok := asked.RuntimeParams["pool_max_conns"]; !ok {
+		config.MaxConns = int32(d.s.MaxConns)
+	}
+	config.MinConns = 0
+	config.LazyConnect = true
+	_, mode := asked.RuntimeParams["statement_cache_mode"]
+	_, capacity := asked.RuntimeParams["statement_cache_capacity"]
+	_, simple := asked.RuntimeParams["prefer_simple_protocol"]
+	if !mode && !capacity && !simple {
+		config.ConnConfig.BuildStatementCache = func(conn *pgconn.PgConn) stmtcache.Cache {
+			return stmtcache.New(conn, stmtcache.ModeDescribe, statementCacheSize)
+		}
+	}
+	if d.s.ConfigureShardPool != nil {
+		d.s.ConfigureShardPool(shard, config)
+	}
+	before := config.BeforeAcquire
+	config.BeforeAcquire = func(ctx context.Context, conn *pgx.Conn) bool {
+		if checkConn(conn.PgConn()) != nil {
+			return false // (the pool destroys it and hands out another)
+		}
+		return before == nil || before(ctx, conn)
+	}
+	pool, err := pgxpool.ConnectConfig(context.Background(), config) // (lazy: connects on first use)
+	if err != nil {
+		return nil, err
+	}
+	return pgxShardPool{pool}, nil
+}
+
+type pgxShardPool struct{ pool *pgxpool.Pool }
+
+func (p pgxShardPool) acquire(ctx context.Context) (shardConn, error) {
+	conn, err := p.pool.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &pgxShardConn{pooled: conn}, nil
+}
+
+func (p pgxShardPool) close() { p.pool.Close() }
+
+// pgxShardConn is a shard connection checked out of its pool, and the claimed transaction on
+// it.
+type pgxShardConn struct {
+	pooled *pgxpool.Conn
+	tx     *routedTx
+}
+
+func (c *pgxShardConn) pg() *pgconn.PgConn { return c.pooled.Conn().PgConn() }
+
+func (c *pgxShardConn) claim(ctx context.Context, gene uint16, version int64) error {
+	c.tx.end()
+	c.tx = newRoutedTx(c.pooled.Conn())
+	_, err := c.pg().Exec(ctx, claimSQL(gene, version)).ReadAll()
+	return err
+}
+
+func (c *pgxShardConn) bodyTx() pgx.Tx { return c.tx }
+
+func (c *pgxShardConn) commit(ctx context.Context) error {
+	c.tx.end()
+	results, err := c.pg().Exec(ctx, "COMMIT").ReadAll()
+	if err != nil {
+		return err
+	}
+	if len(results) == 1 && string(results[0].CommandTag) == "ROLLBACK" {
+		return pgx.ErrTxCommitRollback
+	}
+	return nil
+}
+
+func (c *pgxShardConn) rollback(ctx context.Context) error {
+	c.tx.end()
+	if c.pg().TxStatus() == 'I' {
+		return nil
+	}
+	_, err := c.pg().Exec(ctx, "ROLLBACK").ReadAll()
+	return err
+}
+
+func (c *pgxShardConn) prepareExecute(ctx context.Context, sql string) error {
+	cache := c.pooled.Conn().StatementCache()
+	if cache == nil || c.pooled.Conn().Config().PreferSimpleProtocol {
+		return nil // (the batch goes as one simple-protocol message)
+	}
+	for _, statement := range []string{declareVersionSQL, sql} {
+		if _, err := cache.Get(ctx, statement); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *pgxShardConn) execute(ctx context.Context, version int64, sql string, args []any) ([][]any, error) {
+	batch := &pgx.Batch{}
+	batch.Queue(declareVersionSQL, versionText(version))
+	batch.Queue(sql, args...)
+	results := c.pooled.Conn().SendBatch(ctx, batch)
+	rows, err := readBatch(results)
+	if cerr := results.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, err
+	}
+	return rows, nil
+}
+
+// readBatch reads the results of execute's batch: the declaration's, then the statement's rows.
+func readBatch(results pgx.BatchResults) ([][]any, error) {
+	if _, err := results.Exec(); err != nil {
+		return nil, err
+	}
+	rows, err := results.Query()
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := [][]any{}
+	for rows.Next() {
+		values, err := rows.Values()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, values)
+	}
+	return out, rows.Err()
+}
+
+func (c *pgxShardConn) closed() bool { return c.pooled.Conn().IsClosed() }
+
+func (c *pgxShardConn) release(destroy bool) {
+	c.tx.end()
+	if destroy && !c.closed() {
+		closeConn(c.pooled.Conn()) // (the pool destroys a closed connection on release)
+	}
+	c.pooled.Release()
+}

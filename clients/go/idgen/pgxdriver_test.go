@@ -1,0 +1,368 @@
+// The pgx driver on the wire: a Router whose coordinator is the fake of fake_test.go and whose
+// shard pools are real pgxpool pools connected to the scripted server of internal/pgscript. What
+// a shard receives (the claim as one message, savepoints, COMMIT, Execute's one batch, nothing
+// per session, no named statements), COMMIT answered by ROLLBACK or never answered, idle
+// connections the server ended, and the errors of a shard that drops or refuses connections.
+
+package idgen
+
+import (
+	"context"
+	"errors"
+	"net"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/id-gen/id_gen/clients/go/internal/pgscript"
+	"github.com/jackc/pgconn/stmtcache"
+	"github.com/jackc/pgx/v4"
+)
+
+// wireDriver is the fake coordinator with real shard pools.
+type wireDriver struct {
+	*fakeCluster
+	real *pgxDriver
+}
+
+func (d wireDriver) newShardPool(shard, dsn string) (shardPool, error) {
+	return d.real.newShardPool(shard, dsn)
+}
+
+// wireRouter is a Router on shards (name → DSN) routed by routes; adjust changes its settings.
+func wireRouter(t *testing.T, routes []fakeRange, shards map[string]string, adjust func(*settings)) *Router {
+	t.Helper()
+	s := scenarioSettings(t, nil)
+	s.Shards = shards
+	s.ConnectTimeout, s.ShardTimeout = 5*time.Second, 10*time.Second
+	if adjust != nil {
+		adjust(&s)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r, err := newRouter(ctx, s, wireDriver{newFakeCluster(routes), &pgxDriver{s: s}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	return r
+}
+
+// Statements of the scripted shard besides the router's own.
+const (
+	wireReadSQL = "SELECT n FROM t WHERE owner = $1" // one row: n = owner * 2
+	wireFailSQL = "SELECT fail"                      // 22012
+)
+
+// scriptedShard is a scripted server that answers the router's statements and the tests'.
+func scriptedShard(t *testing.T) (*pgscript.Server, *pgscript.IDGen) {
+	server := pgscript.Start(t)
+	routes := server.ServeIDGen([]pgscript.Range{{Lower: 0, Upper: 65535, Shard: "a"}})
+	server.Handle(wireReadSQL, pgscript.Handler{
+		Params: []uint32{pgscript.Int8}, Columns: []pgscript.Column{{Name: "n", Type: pgscript.Int8}},
+		Run: func(_ string, params []string) pgscript.Result {
+			owner, _ := strconv.ParseInt(params[0], 10, 64)
+			return pgscript.Result{Rows: [][]string{{strconv.FormatInt(2*owner, 10)}}}
+		},
+	})
+	server.Handle(wireFailSQL, pgscript.Handler{Run: func(string, []string) pgscript.Result { return pgscript.Result{Code: "22012"} }})
+	return server, routes
+}
+
+func oneShard(t *testing.T) (*pgscript.Server, *Router) {
+	server, _ := scriptedShard(t)
+	return server, wireRouter(t, []fakeRange{{65535, "a"}}, map[string]string{"a": server.DSN()}, nil)
+}
+
+func testContext(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// readOwner is a body that reads by owner 21 (n = 42) and checks it.
+func readOwner(t *testing.T) TxBody {
+	return func(ctx context.Context, tx pgx.Tx) error {
+		var n int64
+		if err := tx.QueryRow(ctx, wireReadSQL, int64(21)).Scan(&n); err != nil {
+			return err
+		}
+		if n != 42 {
+			t.Errorf("read %d, want 42", n)
+		}
+		return nil
+	}
+}
+
+func TestPgxTransactionOnTheWire(t *testing.T) {
+	server, r := oneShard(t)
+	ctx := testContext(t)
+	err := r.Transaction(ctx, Gene(7), func(ctx context.Context, tx pgx.Tx) error {
+		if err := readOwner(t)(ctx, tx); err != nil {
+			return err
+		}
+		if err := tx.BeginFunc(ctx, func(sp pgx.Tx) error {
+			_, err := sp.Exec(ctx, wireFailSQL)
+			return err
+		}); SQLState(err) != "22012" {
+			t.Errorf("the savepoint's body: %v", err)
+		}
+		if !errors.Is(tx.Commit(ctx), ErrTxOwnedByRouter) {
+			t.Error("the body committed the router's transaction")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"Query BEGIN; SELECT id_gen.route_claim(7, 1)", // (the claim: one message)
+		"Parse " + wireReadSQL, "Describe S", "Sync",   // (described into the unnamed statement)
+		"Parse " + wireReadSQL, "Bind", "Describe P", "Execute", "Sync",
+		"Query SAVEPOINT sp_1", "Query " + wireFailSQL, "Query ROLLBACK TO SAVEPOINT sp_1",
+		"Query COMMIT",
+	}
+	if got := server.Messages(); !reflect.DeepEqual(got, want) {
+		t.Errorf("received\n%q\nwant\n%q", got, want)
+	}
+	if err := r.Transaction(ctx, Gene(7), readOwner(t)); err != nil {
+		t.Fatal(err)
+	}
+	want = []string{"Query BEGIN; SELECT id_gen.route_claim(7, 1)", "Parse " + wireReadSQL, "Bind", "Describe P",
+		"Execute", "Sync", "Query COMMIT"}
+	if got := server.Messages(); !reflect.DeepEqual(got, want) {
+		t.Errorf("the second time (the connection and the description reused):\n%q\nwant\n%q", got, want)
+	}
+	if n := server.Connections(); n != 1 {
+		t.Errorf("%d connections", n)
+	}
+}
+
+func TestPgxIG001AtTheClaimRollsBackAndRetries(t *testing.T) {
+	server, r := oneShard(t)
+	server.FailNext("SELECT id_gen.route_claim(", "IG001")
+	if err := r.Transaction(testContext(t), Gene(7), readOwner(t)); err != nil {
+		t.Fatal(err)
+	}
+	got := server.Messages()
+	if len(got) < 3 || got[0] != "Query BEGIN; SELECT id_gen.route_claim(7, 1)" || got[1] != "Query ROLLBACK" || got[2] != got[0] {
+		t.Errorf("received %q", got)
+	}
+	if s := r.Stats(); s.RetriesMoved != 1 || s.Refreshes != 2 || s.Transactions != 1 || server.Connections() != 1 {
+		t.Errorf("stats %+v, %d connections", s, server.Connections())
+	}
+}
+
+func TestPgxCommitAnsweredByRollback(t *testing.T) {
+	_, r := oneShard(t)
+	err := r.Transaction(testContext(t), Gene(7), func(ctx context.Context, tx pgx.Tx) error {
+		_, _ = tx.Exec(ctx, wireFailSQL) // (swallowed: the transaction failed anyway)
+		return nil
+	})
+	if !errors.Is(err, pgx.ErrTxCommitRollback) {
+		t.Errorf("error %v", err)
+	}
+}
+
+func TestPgxCommitLost(t *testing.T) {
+	server, r := oneShard(t)
+	ctx := testContext(t)
+	server.CloseOnNextCommit()
+	err := r.Transaction(ctx, Gene(7), readOwner(t))
+	var unknown *CommitOutcomeUnknownError
+	if !errors.As(err, &unknown) || unknown.Err == nil || !IsLostConnection(unknown.Err) {
+		t.Fatalf("error %v", err)
+	}
+	if err := r.Transaction(ctx, Gene(7), readOwner(t)); err != nil {
+		t.Fatal(err)
+	}
+	if s := r.Stats(); s.RetriesLost != 0 || s.Transactions != 1 || server.Connections() != 2 {
+		t.Errorf("stats %+v, %d connections", s, server.Connections())
+	}
+}
+
+func TestPgxExecuteIsOneRoundTrip(t *testing.T) {
+	server, r := oneShard(t)
+	ctx := testContext(t)
+	for i := 0; i < 2; i++ {
+		rows, err := r.Execute(ctx, Owner(int64(21)), wireReadSQL, int64(21))
+		if err != nil || !reflect.DeepEqual(rows, [][]any{{int64(42)}}) {
+			t.Fatalf("rows %v, %v", rows, err)
+		}
+	}
+	batch := []string{"Parse " + declareVersionSQL, "Bind", "Describe P", "Execute",
+		"Parse " + wireReadSQL, "Bind", "Describe P", "Execute", "Sync"}
+	got := server.Messages()
+	if !reflect.DeepEqual(got[len(got)-len(batch):], batch) || !reflect.DeepEqual(got[len(got)-2*len(batch):len(got)-len(batch)], batch) {
+		t.Errorf("received %q\nwant each Execute to end with %q", got, batch)
+	}
+	server.FailNext(wireReadSQL, "IG002")
+	if _, err := r.Execute(ctx, Owner(int64(21)), wireReadSQL, int64(21)); err != nil {
+		t.Fatal(err)
+	}
+	if s := r.Stats(); s.RetriesFenced != 1 || s.Transactions != 3 || server.Connections() != 1 {
+		t.Errorf("stats %+v, %d connections", s, server.Connections())
+	}
+}
+
+func TestPgxIdleConnectionsEndedByTheServer(t *testing.T) {
+	for _, fatal := range []bool{true, false} {
+		server, r := oneShard(t)
+		ctx := testContext(t)
+		if err := r.Transaction(ctx, Gene(7), readOwner(t)); err != nil {
+			t.Fatal(err)
+		}
+		server.TerminateAll(fatal) // (as a shard that restarted: the pooled connection is gone)
+		if err := r.Transaction(ctx, Gene(7), readOwner(t)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.Execute(ctx, Owner(int64(21)), wireReadSQL, int64(21)); err != nil {
+			t.Fatal(err)
+		}
+		if s := r.Stats(); s.RetriesLost != 0 || server.Connections() != 2 {
+			t.Errorf("FATAL %v: stats %+v, %d connections (the dead one should be dropped before use)", fatal, s, server.Connections())
+		}
+	}
+}
+
+func TestPgxShardsThatDropOrRefuseConnections(t *testing.T) {
+	dropping, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dropping.Close()
+	go func() {
+		for {
+			conn, err := dropping.Accept()
+			if err != nil {
+				return
+			}
+			conn.Close()
+		}
+	}()
+	refusing, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refusing.Close() // (nothing listens there now)
+	dsn := func(ln net.Listener) string {
+		return strings.Replace(startPGServerDSN, "PORT", ln.Addr().String()[strings.LastIndex(ln.Addr().String(), ":")+1:], 1)
+	}
+	r := wireRouter(t, testRoutes, map[string]string{"a": dsn(dropping), "b": dsn(refusing)},
+		func(s *settings) { s.retryLimit = 2 })
+	for _, gene := range []int{1, 40000} {
+		err := r.Transaction(testContext(t), Gene(gene), func(context.Context, pgx.Tx) error { return nil })
+		if !errors.Is(err, ErrRetriesExhausted) || !IsLostConnection(errors.Unwrap(err)) {
+			t.Errorf("gene %d: %v", gene, err)
+		}
+	}
+	if n := r.Stats().RetriesLost; n != 4 {
+		t.Errorf("retries lost %d, want 4", n)
+	}
+}
+
+const startPGServerDSN = "host=127.0.0.1 port=PORT user=u dbname=d sslmode=disable"
+
+func TestShardPoolConfiguration(t *testing.T) {
+	d := &pgxDriver{s: scenarioSettings(t, nil)}
+	for _, c := range []struct {
+		dsn      string
+		mode     int // the statement cache's
+		simple   bool
+		maxConns int32
+	}{
+		{"host=h user=u", stmtcache.ModeDescribe, false, 8}, // (PgBouncer-safe: no named statements)
+		{"host=h user=u statement_cache_mode=prepare pool_max_conns=3", stmtcache.ModePrepare, false, 3},
+		{"host=h user=u prefer_simple_protocol=true", stmtcache.ModePrepare, true, 8},
+	} {
+		pool, err := d.newShardPool("a", c.dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		config := pool.(pgxShardPool).pool.Config()
+		if mode := config.ConnConfig.BuildStatementCache(nil).Mode(); mode != c.mode || config.ConnConfig.PreferSimpleProtocol != c.simple {
+			t.Errorf("%s: statement cache mode %d, simple protocol %v", c.dsn, mode, config.ConnConfig.PreferSimpleProtocol)
+		}
+		if config.MaxConns != c.maxConns || config.ConnConfig.ConnectTimeout != DefaultConnectTimeout || config.BeforeAcquire == nil {
+			t.Errorf("%s: max %d, connect timeout %v", c.dsn, config.MaxConns, config.ConnConfig.ConnectTimeout)
+		}
+		pool.close()
+	}
+}
+
+func TestNewRouterOnTheWire(t *testing.T) {
+	server, routes := scriptedShard(t)
+	ctx := testContext(t)
+	r, err := NewRouter(ctx, Config{Routes: server.DSN(), Shards: map[string]string{"a": server.DSN()}, RefreshInterval: NoRefreshPoll})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if got := server.Messages(); len(got) < 2 || got[0] != "Query LISTEN id_gen_routes" || got[1] != "Query "+routesSQL {
+		t.Errorf("LISTEN, then the routes: %q", got)
+	}
+	if r.Version() != 1 || !reflect.DeepEqual(r.Routes(), []RouteRange{{0, 65535, "a"}}) {
+		t.Errorf("version %d, routes %v", r.Version(), r.Routes())
+	}
+	if err := r.Transaction(ctx, Owner("alice"), readOwner(t)); err != nil {
+		t.Fatal(err)
+	}
+	server.Notify(routesChannel, strconv.FormatInt(routes.Change([]pgscript.Range{{Lower: 0, Upper: 65535, Shard: "a"}}), 10))
+	eventually(t, "the routes after a NOTIFY", func() bool { return r.Version() == 2 })
+
+	server.TerminateAll(true) // (the coordinator restarted: the listener reconnects and re-reads)
+	routes.Change([]pgscript.Range{{Lower: 0, Upper: 65535, Shard: "a"}})
+	eventually(t, "the routes after the listener came back", func() bool { return r.Version() == 3 })
+	eventually(t, "a listener again", func() bool { return server.Listening(routesChannel) == 1 })
+	version := routes.Change([]pgscript.Range{{Lower: 0, Upper: 65535, Shard: "a"}})
+	server.Notify(routesChannel, strconv.FormatInt(version, 10))
+	eventually(t, "a NOTIFY heard on the new listener", func() bool { return r.Version() == version })
+	if err := r.Transaction(ctx, Owner("alice"), readOwner(t)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestNewRouterPollsTheVersion(t *testing.T) {
+	server, routes := scriptedShard(t)
+	ctx := testContext(t)
+	r, err := NewRouter(ctx, Config{Routes: server.DSN(), Shards: map[string]string{"a": server.DSN()}, NoListen: true,
+		RefreshInterval: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	routes.Change([]pgscript.Range{{Lower: 0, Upper: 100, Shard: "a"}})
+	eventually(t, "the routes after a change nobody notified", func() bool { return r.Version() == 2 })
+	if _, err := r.ShardForGene(200); !errors.Is(err, ErrNoRoute) {
+		t.Errorf("gene 200: %v", err)
+	}
+}
+
+func TestAQuietListenerPingsAndKeepsListening(t *testing.T) {
+	defer func(d time.Duration) { listenerIdleCheck = d }(listenerIdleCheck)
+	listenerIdleCheck = 5 * time.Millisecond
+	server, routes := scriptedShard(t)
+	r, err := NewRouter(testContext(t), Config{Routes: server.DSN(), Shards: map[string]string{"a": server.DSN()},
+		RefreshInterval: NoRefreshPoll})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	pings := 0
+	eventually(t, "three pings of the listener", func() bool {
+		for _, m := range server.Messages() {
+			if m == "Query ;" {
+				pings++
+			}
+		}
+		return pings >= 3
+	})
+	version := routes.Change([]pgscript.Range{{Lower: 0, Upper: 65535, Shard: "a"}})
+	server.Notify(routesChannel, strconv.FormatInt(version, 10))
+	eventually(t, "a NOTIFY heard after the pings", func() bool { return r.Version() == version })
+	if n := server.Connections(); n != 2 {
+		t.Errorf("%d connections (the listener and the route reads), want 2: the listener reconnected", n)
+	}
+}

@@ -1,0 +1,386 @@
+// The Router against the fake of fake_test.go, beyond the shared scenarios: 64-bit ids, a body
+// that swallowed an error, what is sent to a shard (nothing per session), route changes heard,
+// missed and polled, the coordinator down at the start, lost shard connections, Close, and the
+// caller's context.
+
+package idgen
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v4"
+)
+
+var testRoutes = []fakeRange{{32767, "a"}, {65535, "b"}}
+
+// withRouter runs test with a Router on a fake cluster of testRoutes; adjust changes the
+// scenarios' settings first. It checks that no connection leaked.
+func withRouter(t *testing.T, adjust func(*settings), test func(ctx context.Context, r *Router, c *fakeCluster)) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s := scenarioSettings(t, nil)
+	if adjust != nil {
+		adjust(&s)
+	}
+	cluster := newFakeCluster(append([]fakeRange(nil), testRoutes...))
+	router, err := newRouter(ctx, s, cluster)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer router.Close()
+	test(ctx, router, cluster)
+	if leaks := cluster.leaks(); leaks != "" {
+		t.Error(leaks)
+	}
+}
+
+// eventually polls cond until it holds; fails with what after timeout.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not after 5 s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func TestNextIDExactAbove2To53(t *testing.T) {
+	withRouter(t, nil, func(ctx context.Context, r *Router, c *fakeCluster) {
+		id, err := r.NextID(ctx, "orders", int64(42))
+		if err != nil || id != 9007199254740993 {
+			t.Fatalf("NextID = %d, %v", id, err)
+		}
+		if !reflect.DeepEqual(c.lastParams, []any{"orders", int64(42)}) {
+			t.Errorf("params %v", c.lastParams)
+		}
+		u := [16]byte{0x12, 0x34, 0x56, 0x78, 0x12, 0x34, 0x56, 0x78, 0x12, 0x34, 0x56, 0x78, 0x12, 0x34, 0x56, 0x78}
+		if _, err := r.NextID(ctx, "orders", u); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(c.lastParams, []any{"orders", "12345678-1234-5678-1234-567812345678"}) {
+			t.Errorf("a uuid owner goes as its text: %v", c.lastParams)
+		}
+		if !strings.Contains(c.sent()[len(c.sent())-2], "$2::uuid") {
+			t.Errorf("the owner's type: %v", c.sent())
+		}
+		if _, err := r.NextID(ctx, "orders", []byte("x")); err == nil {
+			t.Error("gene_order_id has no bytea owner")
+		}
+	})
+}
+
+func TestABodyThatSwallowedAnErrorIsNotReportedCommitted(t *testing.T) {
+	withRouter(t, nil, func(ctx context.Context, r *Router, c *fakeCluster) {
+		err := r.Transaction(ctx, Gene(1), func(ctx context.Context, tx pgx.Tx) error {
+			_, _ = tx.Exec(ctx, "SELECT fail")
+			return nil
+		})
+		if !errors.Is(err, pgx.ErrTxCommitRollback) {
+			t.Fatalf("error %v, want pgx.ErrTxCommitRollback", err)
+		}
+		if n := r.Stats().Transactions; n != 0 {
+			t.Errorf("%d transactions counted committed", n)
+		}
+	})
+}
+
+func TestAShardGetsTheVersionPerTransactionOnly(t *testing.T) {
+	withRouter(t, nil, func(ctx context.Context, r *Router, c *fakeCluster) {
+		if err := r.Transaction(ctx, Gene(1), func(ctx context.Context, tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, "SELECT 1")
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.Execute(ctx, Owner(int64(1)), fakeReadSQL, int64(1)); err != nil {
+			t.Fatal(err)
+		}
+		want := []string{"BEGIN; SELECT id_gen.route_claim(1, 1)", "SELECT 1", "COMMIT",
+			"SELECT pg_catalog.set_config('id_gen.route_version', '1', true)", fakeReadSQL}
+		if got := c.sent(); !reflect.DeepEqual(got, want) {
+			t.Errorf("sent %q\nwant %q", got, want)
+		}
+	})
+}
+
+func TestRouteChangesNotifiedAndPolled(t *testing.T) {
+	withRouter(t, func(s *settings) { s.NoListen = false }, func(ctx context.Context, r *Router, c *fakeCluster) {
+		c.change([]fakeRange{{65535, "b"}}, true)
+		eventually(t, "the routes after a NOTIFY", func() bool { return r.Version() == 2 })
+		if shard, _ := r.ShardForGene(1); shard != "b" {
+			t.Errorf("gene 1 on %q", shard)
+		}
+	})
+	withRouter(t, func(s *settings) { s.RefreshInterval = 10 * time.Millisecond }, func(ctx context.Context, r *Router, c *fakeCluster) {
+		c.change([]fakeRange{{65535, "b"}}, false)
+		eventually(t, "the routes after a change nobody notified", func() bool { return r.Version() == 2 })
+	})
+}
+
+func TestAListenerLostReconnectsAndRereads(t *testing.T) {
+	withRouter(t, func(s *settings) { s.NoListen = false }, func(ctx context.Context, r *Router, c *fakeCluster) {
+		c.change([]fakeRange{{65535, "b"}}, false) // (missed while it was away)
+		c.loseListeners()
+		eventually(t, "the routes after the listener came back", func() bool { return r.Version() == 2 })
+		eventually(t, "a listener again", func() bool { return c.listenerCount() == 1 })
+	})
+}
+
+func TestTheCoordinatorDownAtTheStart(t *testing.T) {
+	ctx := context.Background()
+	for _, listen := range []bool{true, false} {
+		cluster := newFakeCluster(testRoutes)
+		cluster.down = true
+		s := scenarioSettings(t, nil)
+		s.NoListen = !listen
+		if r, err := newRouter(ctx, s, cluster); err == nil || r != nil {
+			t.Fatalf("listen %v: a Router without routes: %v", listen, err)
+		}
+		if !errors.Is(newRouterError(cluster, s), syscall.ECONNREFUSED) {
+			t.Errorf("listen %v: the coordinator's error is not kept", listen)
+		}
+		for name, p := range cluster.pools {
+			if !p.closed {
+				t.Errorf("listen %v: the pool of %s was left open", listen, name)
+			}
+		}
+	}
+}
+
+// newRouterError is newRouter's error on cluster.
+func newRouterError(cluster *fakeCluster, s settings) error {
+	_, e := newRouter(context.Background(), s, cluster)
+	return e
+}
+
+func TestEmptyRoutes(t *testing.T) {
+	cluster := newFakeCluster(nil)
+	r, e := newRouter(context.Background(), scenarioSettings(t, nil), cluster)
+	if e != nil {
+		t.Fatal(e)
+	}
+	defer r.Close()
+	if r.Version() != 1 || len(r.Routes()) != 0 {
+		t.Errorf("version %d, routes %v", r.Version(), r.Routes())
+	}
+	if e := r.Transaction(context.Background(), Gene(1), func(context.Context, pgx.Tx) error { return nil }); !errors.Is(e, ErrNoRoute) {
+		t.Errorf("no routes: %v", e)
+	}
+}
+
+func TestNoRouteAndBadKeys(t *testing.T) {
+	withRouter(t, func(s *settings) { delete(s.Shards, "b") }, func(ctx context.Context, r *Router, c *fakeCluster) {
+		body := func(context.Context, pgx.Tx) error { return nil }
+		var noRoute *NoRouteError
+		if e := r.Transaction(ctx, Gene(40000), body); !errors.As(e, &noRoute) || noRoute.Shard != "b" || !errors.Is(e, ErrNoRoute) {
+			t.Errorf("a shard without a connection: %v", e)
+		}
+		for _, key := range []Key{ID(-1), Gene(-1), Gene(70000), {}} {
+			if e := r.Transaction(ctx, key, body); e == nil || errors.Is(e, ErrNoRoute) {
+				t.Errorf("%v: %v", key, e)
+			}
+		}
+		if shard, e := r.ShardForID(9007199254740993); shard != "a" || e != nil {
+			t.Errorf("ShardForID: %q, %v", shard, e)
+		}
+		if got := r.Routes(); !reflect.DeepEqual(got, []RouteRange{{0, 32767, "a"}, {32768, 65535, "b"}}) {
+			t.Errorf("routes %v", got)
+		}
+	})
+}
+
+func TestAConnectionLostBetweenTheBodyAndCommit(t *testing.T) {
+	withRouter(t, nil, func(ctx context.Context, r *Router, c *fakeCluster) {
+		runs := 0
+		loseOnce := func(ctx context.Context, tx pgx.Tx) error {
+			if runs++; runs == 1 {
+				tx.(*fakeTx).conn.dead = true // (the body saw nothing; COMMIT will not be sent)
+			}
+			return nil
+		}
+		if e := r.Transaction(ctx, Gene(1), loseOnce); e != nil || runs != 2 {
+			t.Fatalf("transaction: %v after %d runs", e, runs)
+		}
+		if n := r.Stats().RetriesLost; n != 1 {
+			t.Errorf("retries lost %d", n)
+		}
+		runs = 0
+		e := r.Run(ctx, Gene(1), loseOnce)
+		if !errors.As(e, &fakeConnClosed{}) || errors.Is(e, ErrCommitOutcomeUnknown) || runs != 1 {
+			t.Errorf("run: %v after %d runs", e, runs)
+		}
+		if p := c.pool("a"); p.destroyed != 2 {
+			t.Errorf("%d connections destroyed, want 2", p.destroyed)
+		}
+	})
+}
+
+func TestExecuteLostConnections(t *testing.T) {
+	withRouter(t, nil, func(ctx context.Context, r *Router, c *fakeCluster) {
+		c.readsLost = 1
+		_, e := r.Execute(ctx, Owner(int64(1)), fakeReadSQL, int64(1))
+		if !errors.Is(e, ErrCommitOutcomeUnknown) || SQLState(e) != "57P01" {
+			t.Fatalf("lost under the statement (sent with its implicit COMMIT): %v", e)
+		}
+		if s := r.Stats(); s.RetriesLost != 0 || s.Transactions != 0 {
+			t.Errorf("stats %+v", s)
+		}
+		c.connectFails = 1
+		shard, _ := r.ShardForOwner(int64(1))
+		if shard != "a" {
+			t.Fatalf("owner 1 is on %s", shard)
+		}
+		if rows, e := r.Execute(ctx, Owner(int64(1)), fakeReadSQL, int64(1)); e != nil || len(rows) != 1 {
+			t.Fatalf("refused, then retried: %v %v", rows, e)
+		}
+		if n := r.Stats().RetriesLost; n != 1 {
+			t.Errorf("retries lost %d", n)
+		}
+	})
+}
+
+func TestRetriesExhaustedAfterLostConnections(t *testing.T) {
+	withRouter(t, func(s *settings) { s.retryLimit = 1 }, func(ctx context.Context, r *Router, c *fakeCluster) {
+		c.connectFails = 5
+		e := r.Transaction(ctx, Gene(1), func(context.Context, pgx.Tx) error { return nil })
+		if !errors.Is(e, ErrRetriesExhausted) || !errors.Is(e, syscall.ECONNREFUSED) {
+			t.Fatalf("error %v", e)
+		}
+		if !strings.Contains(e.Error(), "refused or lost in 2 attempts") {
+			t.Errorf("message %q", e)
+		}
+		if n := r.Stats().RetriesLost; n != 1 {
+			t.Errorf("retries lost %d", n)
+		}
+	})
+}
+
+func TestAConnectThatFailsForAnotherReasonIsNotRetried(t *testing.T) {
+	withRouter(t, nil, func(ctx context.Context, r *Router, c *fakeCluster) {
+		c.connectFails = 1
+		c.connectError = func() error { return sqlError("28P01") }
+		e := r.Transaction(ctx, Gene(1), func(context.Context, pgx.Tx) error { return nil })
+		if SQLState(e) != "28P01" || errors.Is(e, ErrRetriesExhausted) || r.Stats().RetriesLost != 0 {
+			t.Errorf("error %v, stats %+v", e, r.Stats())
+		}
+	})
+}
+
+func TestAPanicInTheBodyDestroysItsConnection(t *testing.T) {
+	withRouter(t, nil, func(ctx context.Context, r *Router, c *fakeCluster) {
+		func() {
+			defer func() {
+				if recover() != "body" {
+					t.Error("the panic did not reach the caller")
+				}
+			}()
+			_ = r.Transaction(ctx, Gene(1), func(context.Context, pgx.Tx) error { panic("body") })
+		}()
+		if p := c.pool("a"); p.destroyed != 1 {
+			t.Errorf("%d destroyed", p.destroyed)
+		}
+	})
+}
+
+func TestTheCallersContextEndsTheRetries(t *testing.T) {
+	withRouter(t, func(s *settings) { s.BackoffBase, s.BackoffMax = time.Hour, time.Hour }, func(_ context.Context, r *Router, c *fakeCluster) {
+		c.fences = 100
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		defer cancel()
+		e := r.Transaction(ctx, Gene(1), func(context.Context, pgx.Tx) error { return nil })
+		if !errors.Is(e, context.DeadlineExceeded) || errors.Is(e, ErrRetriesExhausted) {
+			t.Errorf("error %v", e)
+		}
+	})
+}
+
+func TestClose(t *testing.T) {
+	cluster := newFakeCluster(testRoutes)
+	s := scenarioSettings(t, nil)
+	s.NoListen, s.RefreshInterval = false, time.Millisecond
+	r, e := newRouter(context.Background(), s, cluster)
+	if e != nil {
+		t.Fatal(e)
+	}
+	r.Close()
+	r.Close()
+	if n := cluster.listenerCount(); n != 0 {
+		t.Errorf("%d listeners after Close", n)
+	}
+	if e := r.Transaction(context.Background(), Gene(1), func(context.Context, pgx.Tx) error { return nil }); !errors.Is(e, ErrClosed) {
+		t.Errorf("after Close: %v", e)
+	}
+	if _, e := r.Refresh(context.Background()); !errors.Is(e, ErrClosed) {
+		t.Errorf("Refresh after Close: %v", e)
+	}
+}
+
+func TestConcurrentRefreshesShareReads(t *testing.T) {
+	withRouter(t, nil, func(ctx context.Context, r *Router, c *fakeCluster) {
+		r.reads.mu.Lock()
+		calls := r.reads.calls
+		r.reads.mu.Unlock()
+		c.mu.Lock() // (the first read waits here; the others queue behind it and share one)
+		done := make(chan error, 8)
+		for i := 0; i < 8; i++ {
+			go func() { _, e := r.Refresh(ctx); done <- e }()
+		}
+		eventually(t, "8 callers waiting for reads", func() bool {
+			r.reads.mu.Lock()
+			defer r.reads.mu.Unlock()
+			return r.reads.calls == calls+8
+		})
+		before := c.routeReads
+		c.mu.Unlock()
+		for i := 0; i < 8; i++ {
+			if e := <-done; e != nil {
+				t.Fatal(e)
+			}
+		}
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if n := c.routeReads - before; n > 2 {
+			t.Errorf("%d route reads for 8 concurrent refreshes", n)
+		}
+	})
+}
+
+func TestConfigDefaults(t *testing.T) {
+	s, e := Config{Routes: "r", Shards: map[string]string{"a": "a"}}.settings()
+	if e != nil || s.retryLimit != 20 || s.RefreshInterval != time.Second || s.BackoffBase != 5*time.Millisecond ||
+		s.BackoffMax != 200*time.Millisecond || s.MaxConns != 8 || s.NoListen {
+		t.Errorf("defaults %+v, %v", s, e)
+	}
+	if s, _ := (Config{Routes: "r", Shards: map[string]string{"a": "a"}, RetryLimit: Retries(0)}).settings(); s.retryLimit != 0 {
+		t.Error("Retries(0) is no retry")
+	}
+	for _, c := range []Config{{}, {Routes: "r"}, {Routes: "r", Shards: map[string]string{"a": "a"}, RetryLimit: Retries(-1)},
+		{Routes: "r", Shards: map[string]string{"a": "a"}, RefreshInterval: -time.Second}} {
+		if _, e := c.settings(); e == nil {
+			t.Errorf("%+v accepted", c)
+		}
+	}
+}
+
+func TestBackoff(t *testing.T) {
+	for attempt, full := range []time.Duration{5, 10, 20, 40, 80, 160, 200, 200} {
+		full *= time.Millisecond
+		for i := 0; i < 50; i++ {
+			if d := backoffDelay(attempt, 5*time.Millisecond, 200*time.Millisecond); d < full/2 || d > full {
+				t.Fatalf("attempt %d: %v outside [%v, %v]", attempt, d, full/2, full)
+			}
+		}
+	}
+	if d := backoffDelay(1000, 5*time.Millisecond, 200*time.Millisecond); d > 200*time.Millisecond {
+		t.Errorf("attempt 1000: %v", d)
+	}
+}
