@@ -20,6 +20,7 @@ package idgen
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -76,7 +77,13 @@ func (r *Router) transaction(ctx context.Context, key Key, body TxBody, retryBod
 			return phaseConnect, r.rollback(conn), err
 		}
 		if err := body(ctx, conn.bodyTx()); err != nil {
+			if conn.endedByBody() { // (what it committed stays committed: never run again)
+				return phaseBody, true, endedByBody{err}
+			}
 			return phaseBody, r.rollback(conn), err
+		}
+		if conn.endedByBody() { // (a COMMIT now would succeed with a warning, committing nothing)
+			return phaseBody, true, endedByBody{ErrTxEndedByBody}
 		}
 		cctx, cancel = context.WithTimeout(ctx, r.s.ShardTimeout)
 		defer cancel()
@@ -223,6 +230,10 @@ func (r *Router) attempt(ctx context.Context, pool shardPool, table *routeTable,
 // connection lost before COMMIT was sent are retried (from the body or COMMIT only when
 // retryBody); anything else is the error itself.
 func retryReasonOf(ctx context.Context, err error, failedIn phase, retryBody, connClosed bool) (retryReason, error) {
+	var ended endedByBody
+	if errors.As(err, &ended) {
+		return noRetry, ended.err
+	}
 	lost := IsLostConnection(err) || (connClosed && !isContextError(err))
 	if failedIn == phaseCommit && (lost || connClosed) && !notSent(err) {
 		return noRetry, &CommitOutcomeUnknownError{Err: err}

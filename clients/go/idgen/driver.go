@@ -65,6 +65,9 @@ type shardConn interface {
 	commit(ctx context.Context) error
 	// rollback ends a failed transaction; an error means the connection is not reusable.
 	rollback(ctx context.Context) error
+	// endedByBody: the connection is good but no longer in the claimed transaction (the body
+	// sent COMMIT or ROLLBACK itself); no round trip.
+	endedByBody() bool
 	// prepareExecute makes sure, sending nothing that runs, that the connection is alive and the
 	// statement described, so that execute is one round trip.
 	prepareExecute(ctx context.Context, sql string) error

@@ -45,6 +45,9 @@ var (
 	ErrCommitOutcomeUnknown = errors.New("idgen: commit outcome unknown")
 	// ErrClosed: the Router was closed.
 	ErrClosed = errors.New("idgen: the router is closed")
+	// ErrTxEndedByBody: the body ended the claimed transaction itself (a COMMIT or ROLLBACK
+	// sent through its Tx or Conn); the router committed nothing and does not retry.
+	ErrTxEndedByBody = errors.New("idgen: the transaction was ended inside the body (a COMMIT or ROLLBACK of its own); the router committed nothing")
 	// ErrTxOwnedByRouter is what Commit and Rollback of the body's transaction return: the
 	// router ends it when the body returns (commits on nil, rolls back on an error).
 	ErrTxOwnedByRouter = errors.New("idgen: the router commits or rolls back this transaction when the body returns")
@@ -157,3 +160,10 @@ func notSent(err error) bool {
 	var safe interface{ SafeToRetry() bool }
 	return errors.As(err, &safe) && safe.SafeToRetry()
 }
+
+// endedByBody carries the error of an attempt whose body ended the claimed transaction
+// itself: never retried (what the body committed stays committed), returned unwrapped.
+type endedByBody struct{ err error }
+
+func (e endedByBody) Error() string { return e.err.Error() }
+func (e endedByBody) Unwrap() error { return e.err }

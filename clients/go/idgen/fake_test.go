@@ -342,6 +342,8 @@ func (f *fakeConn) commit(ctx context.Context) error {
 	return nil
 }
 
+func (f *fakeConn) endedByBody() bool { return !f.dead && !f.inBlock }
+
 func (f *fakeConn) rollback(ctx context.Context) error {
 	c := f.pool.c
 	c.mu.Lock()
@@ -441,6 +443,10 @@ func (t *fakeTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comm
 	if sql == "SELECT fail" {
 		t.conn.failed = true
 		return nil, sqlError("22012")
+	}
+	if sql == "COMMIT" || sql == "ROLLBACK" { // (what a body must not send: tests of it)
+		t.conn.inBlock = false
+		return pgconn.CommandTag(sql), nil
 	}
 	return pgconn.CommandTag("SELECT 1"), nil
 }

@@ -209,6 +209,10 @@ func (c *pgxShardConn) commit(ctx context.Context) error {
 	return nil
 }
 
+func (c *pgxShardConn) endedByBody() bool {
+	return !c.pg().IsClosed() && c.pg().TxStatus() == 'I'
+}
+
 func (c *pgxShardConn) rollback(ctx context.Context) error {
 	c.tx.end()
 	if c.pg().TxStatus() == 'I' {

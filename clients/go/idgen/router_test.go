@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgconn"
 	"github.com/jackc/pgx/v4"
 )
 
@@ -89,6 +90,28 @@ func TestABodyThatSwallowedAnErrorIsNotReportedCommitted(t *testing.T) {
 		}
 		if n := r.Stats().Transactions; n != 0 {
 			t.Errorf("%d transactions counted committed", n)
+		}
+	})
+}
+
+func TestABodyThatEndsTheTransactionItself(t *testing.T) {
+	withRouter(t, nil, func(ctx context.Context, r *Router, c *fakeCluster) {
+		err := r.Transaction(ctx, Gene(1), func(ctx context.Context, tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, "ROLLBACK")
+			return err
+		})
+		if !errors.Is(err, ErrTxEndedByBody) || r.Stats().Transactions != 0 {
+			t.Fatalf("a ROLLBACK in the body: error %v, %d committed; want ErrTxEndedByBody, 0", err, r.Stats().Transactions)
+		}
+		runs := 0
+		err = r.Transaction(ctx, Gene(1), func(ctx context.Context, tx pgx.Tx) error {
+			runs++
+			_, _ = tx.Exec(ctx, "COMMIT")
+			return sqlError("IG001") // (a statement after its own COMMIT runs without the claim)
+		})
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != "IG001" || runs != 1 || r.Stats().RetriesMoved != 0 {
+			t.Fatalf("an error after the body's own COMMIT: %v after %d runs; want IG001, never run again", err, runs)
 		}
 	})
 }

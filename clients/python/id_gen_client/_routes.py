@@ -21,6 +21,8 @@ import random
 import uuid
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
+from psycopg import pq
+
 from .errors import (CONNECTION_LOST, ROUTE_CHANGED, CommitOutcomeUnknown, NoRouteError, RouteRetryExhausted,
                      connection_lost, route_error_code)
 
@@ -147,6 +149,12 @@ def owner_cast(owner: object) -> str:
     if cast is None:
         raise TypeError(f"gene_order_id takes an int, str or uuid.UUID owner, not {type(owner).__name__}")
     return cast
+
+
+def ended_by_body(conn: Any) -> bool:
+    """Whether the claimed transaction is over on a connection that is still good: the body
+    sent COMMIT or ROLLBACK itself (libpq's transaction status, no round trip)."""
+    return bool(not conn.closed and conn.pgconn.transaction_status == pq.TransactionStatus.IDLE)
 
 
 def rereads_after(code: str, attempt: int) -> bool:

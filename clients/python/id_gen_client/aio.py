@@ -271,8 +271,11 @@ class AsyncRouter(RouteLookups):
                 self.stats["transactions"] += 1
                 return result
             except BaseException as e:
+                # A body that ended the transaction itself (its own COMMIT or ROLLBACK) and
+                # then failed is never run again: what it committed stays committed.
+                ended = phase == "body" and _routes.ended_by_body(conn)
                 await _rollback_quietly(conn)
-                raise _routes.attempt_failure(e, phase, retry_body)
+                raise e if ended else _routes.attempt_failure(e, phase, retry_body)
             finally:
                 await pool.putconn(conn)
         return await self._retrying(g, "the route kept changing for", once)
@@ -364,6 +367,10 @@ async def _commit(conn: AsyncConn) -> None:
     if conn.pgconn.transaction_status == pq.TransactionStatus.INERROR:
         raise psycopg.errors.InFailedSqlTransaction(
             "id_gen_client: the transaction failed inside the body; it was rolled back")
+    if _routes.ended_by_body(conn):  # (see router._commit)
+        raise psycopg.errors.NoActiveSqlTransaction(
+            "id_gen_client: the transaction was ended inside the body (a COMMIT or ROLLBACK of its own); "
+            "the router committed nothing")
     await _simple(conn, "COMMIT")
 
 

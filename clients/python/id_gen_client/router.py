@@ -313,8 +313,11 @@ class Router(RouteLookups):
                 self._count("transactions")
                 return result
             except BaseException as e:
+                # A body that ended the transaction itself (its own COMMIT or ROLLBACK) and
+                # then failed is never run again: what it committed stays committed.
+                ended = phase == "body" and _routes.ended_by_body(conn)
                 _rollback_quietly(conn)
-                raise _routes.attempt_failure(e, phase, retry_body)
+                raise e if ended else _routes.attempt_failure(e, phase, retry_body)
             finally:
                 pool.putconn(conn)
         return self._retrying(g, "the route kept changing for", once)
@@ -433,7 +436,12 @@ def _commit(conn: Conn) -> None:
     if conn.pgconn.transaction_status == pq.TransactionStatus.INERROR:
         raise psycopg.errors.InFailedSqlTransaction(
             "id_gen_client: the transaction failed inside the body; it was rolled back")
+    if _routes.ended_by_body(conn):  # a COMMIT now would succeed with a warning, committing nothing
+        raise psycopg.errors.NoActiveSqlTransaction(
+            "id_gen_client: the transaction was ended inside the body (a COMMIT or ROLLBACK of its own); "
+            "the router committed nothing")
     _simple(conn, "COMMIT")
+
 
 
 def _simple(conn: Conn, sql: str) -> None:

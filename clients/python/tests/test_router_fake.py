@@ -132,10 +132,13 @@ class CoordinatorConn:
 class FakeLibpq:
     """conn.pgconn of a fake shard connection: exec_ goes through the fake's execute (its
     errors are raised as psycopg errors, as the Router's own check would raise them)."""
-    transaction_status = pq.TransactionStatus.INTRANS
-
     def __init__(self, conn):
         self.conn = conn
+
+    @property
+    def transaction_status(self):
+        """In a block (BEGIN .. COMMIT/ROLLBACK) or idle, as libpq reports it."""
+        return pq.TransactionStatus.INTRANS if self.conn.in_block else pq.TransactionStatus.IDLE
 
     def exec_(self, sql):
         self.conn.execute(sql.decode())
@@ -633,3 +636,34 @@ class RouterTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class BodyEndsTheTransactionTest(unittest.TestCase):
+    """A body that sends COMMIT or ROLLBACK itself: never reported committed by the router
+    (25P01 at its COMMIT), and never run again after an error that follows its own COMMIT."""
+
+    def setUp(self):
+        RouterTest.setUp(self)
+
+    def router(self):
+        return Router("coord", SHARDS, listen=False, refresh_interval=0, backoff_base=0.0001, backoff_max=0.001)
+
+    def test_a_rollback_in_the_body_is_not_a_commit(self):
+        r = self.router()
+        with self.assertRaises(psycopg.errors.NoActiveSqlTransaction):
+            r.transaction(lambda conn: conn.execute("ROLLBACK"), gene=1)
+        self.assertEqual(r.stats["transactions"], 0)
+        self.assertNotIn("COMMIT", self.cluster.pools["a"].conns[0].log)
+
+    def test_an_error_after_the_body_s_own_commit_is_not_retried(self):
+        r = self.router()
+        runs = []
+
+        def body(conn):
+            runs.append(1)
+            conn.execute("COMMIT")
+            raise sql_error(ROUTE_CHANGED)  # as a statement without the claim would meet it
+
+        with self.assertRaises(psycopg.DatabaseError) as caught:
+            r.transaction(body, gene=1)
+        self.assertEqual((caught.exception.sqlstate, len(runs), r.stats["retries_moved"]), (ROUTE_CHANGED, 1, 0))
