@@ -383,8 +383,11 @@ class Router {
         this.stats.transactions += 1;
         return result;
       } catch (e) {
+        // A body that ended the transaction itself (its own COMMIT or ROLLBACK) and then failed
+        // is never run again: what it committed stays committed.
+        const ended = phase === 'body' && !connectionLost(e) && endedByBody(client);
         await rollbackQuietly(client, e);
-        throw attemptFailure(e, phase, retryBody);
+        throw ended ? e : attemptFailure(e, phase, retryBody);
       }
     });
   }
@@ -504,7 +507,21 @@ class Router {
  * COMMIT, unless the body swallowed an error: the server would then roll back and answer
  * ROLLBACK, which is reported as an error, never as a success.
  */
+/**
+ * Whether the claimed transaction is over on a client that is still good: the body sent COMMIT
+ * or ROLLBACK itself (pg's ReadyForQuery status, no round trip; pg without
+ * getTransactionStatus cannot tell).
+ */
+function endedByBody(client) {
+  return typeof client.getTransactionStatus === 'function' && client.getTransactionStatus() === 'I';
+}
+
 async function commit(client) {
+  if (endedByBody(client)) { // (a COMMIT now would succeed with a warning, committing nothing)
+    const error = new Error('id-gen-client: the transaction was ended inside the body (a COMMIT or ROLLBACK of its own); the router committed nothing');
+    error.code = '25P01';
+    throw error;
+  }
   const result = await client.query('COMMIT');
   if (result && result.command === 'ROLLBACK') {
     const error = new Error('id-gen-client: the transaction failed inside the body; it was rolled back');

@@ -122,8 +122,16 @@ class Cluster {
         this.dead = false;
       }
 
+      /** As pg's: 'T' in a transaction block, 'E' in a failed one, 'I' outside. */
+      getTransactionStatus() {
+        if (this.dead) return this.statusWhenLost; // (pg keeps the last ReadyForQuery's)
+        if (!this.inBlock) return 'I';
+        return this.failed ? 'E' : 'T';
+      }
+
       /** The connection ends (the server or the network ended it): error is what pg reports. */
       lose(error) {
+        this.statusWhenLost = this.getTransactionStatus();
         this.dead = true;
         this.inBlock = false;
         return error;

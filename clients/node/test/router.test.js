@@ -231,3 +231,24 @@ test("pg's own errors of a shard that drops or refuses connections are lost conn
     dropping.close();
   }
 });
+
+test('a body that ends the transaction itself is never reported committed, nor run again after its own COMMIT', async () => {
+  const cluster = new Cluster([[32767, 'a'], [65535, 'b']]);
+  const router = new Router({
+    routes: { connectionString: 'coord' }, shards: { a: { connectionString: 'a' }, b: { connectionString: 'b' } },
+    listen: false, refreshInterval: 0, backoffBase: 0.05, backoffMax: 0.2, pg: cluster.pg,
+  });
+  try {
+    await router.ready();
+    await assert.rejects(router.transaction({ gene: 1 }, (client) => client.query('ROLLBACK')), (e) => e.code === '25P01');
+    let runs = 0;
+    await assert.rejects(router.transaction({ gene: 1 }, async (client) => {
+      runs += 1;
+      await client.query('COMMIT');
+      throw sqlError('IG001'); // (a statement after its own COMMIT runs without the claim)
+    }), (e) => e.code === 'IG001');
+    assert.deepEqual([runs, router.stats.transactions, router.stats.retriesMoved], [1, 0, 0]);
+  } finally {
+    await router.close();
+  }
+});

@@ -21,7 +21,7 @@
 //!   connection is detached from the pool and closed (the server rolls back).
 
 use crate::backoff::Jitter;
-use crate::error::{Error, ROUTE_CHANGED};
+use crate::error::{route_code_of, Error, ROUTE_CHANGED};
 use crate::key::{uuid_text, Key};
 use crate::routes::RouteTable;
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
@@ -35,6 +35,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
+use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{AsyncMessage, Client, NoTls, Row};
 
@@ -48,11 +49,16 @@ const ROUTE_VERSION_SQL: &str = "SELECT id_gen.route_version()";
 /// The version when there are no routes, only if there are still none (else read again).
 const EMPTY_ROUTES_VERSION_SQL: &str =
     "SELECT id_gen.route_version() WHERE NOT EXISTS (SELECT 1 FROM id_gen.route_map)";
-/// COMMIT, unless the body swallowed a statement's error: PostgreSQL would turn that COMMIT
-/// into a ROLLBACK that tokio-postgres reports as done, so `SELECT 1` in the same message
-/// fails first with 25P02 (and the COMMIT is not run). A body that failed is never
-/// reported committed.
-const CHECKED_COMMIT: &str = "SELECT 1; COMMIT";
+/// COMMIT, unless the body swallowed a statement's error or ended the transaction itself:
+/// PostgreSQL would turn that COMMIT into a ROLLBACK, or answer it with a mere warning outside
+/// a transaction block, and tokio-postgres would report either as done. So a SAVEPOINT goes
+/// first in the same message: it fails with 25P02 in a failed transaction block and with
+/// 25P01 outside one (an implicit block of one message takes no SAVEPOINT), and the COMMIT is
+/// then not run. A body that failed is never reported committed.
+const CHECKED_COMMIT: &str = "SAVEPOINT id_gen_commit; COMMIT";
+/// Sent after a route error from the body: 25P01 when the body ended the claimed transaction
+/// itself (its own COMMIT or ROLLBACK), which is then not run again.
+const IN_TRANSACTION_PROBE: &str = "SAVEPOINT id_gen_probe";
 /// Listener reconnect backoff: min(100 ms * 2^n, 5 s), jittered.
 const RECONNECT_BASE: Duration = Duration::from_millis(100);
 const RECONNECT_MAX: Duration = Duration::from_secs(5);
@@ -586,6 +592,8 @@ enum Phase {
     Commit,
     /// `execute`'s statement and its COMMIT were sent together.
     Statement,
+    /// The body failed after it had ended the claimed transaction itself: never retried.
+    EndedByBody,
 }
 
 /// The retry state of `transaction`, `run` and `execute` (protocol §4): each routes the
@@ -654,6 +662,9 @@ impl<'a> Retry<'a> {
         let lost = error.is_connection_lost();
         if lost && matches!(phase, Phase::Commit | Phase::Statement) {
             return Err(Error::CommitOutcomeUnknown(Box::new(error)));
+        }
+        if phase == Phase::EndedByBody {
+            return Err(error);
         }
         let code = match error.route_code() {
             Some(code) => Some(code),
@@ -735,7 +746,18 @@ where
         Ok(()) => {
             phase = Phase::Body;
             match body(client).await {
-                Err(e) => Err(e),
+                Err(e) => {
+                    // A route error after the body ended the transaction itself (its statement
+                    // ran without the claim): what it committed stays committed.
+                    if route_code_of(&e).is_some() {
+                        if let Err(probe) = client.batch_execute(IN_TRANSACTION_PROBE).await {
+                            if probe.code() == Some(&SqlState::NO_ACTIVE_SQL_TRANSACTION) {
+                                phase = Phase::EndedByBody;
+                            }
+                        }
+                    }
+                    Err(e)
+                }
                 Ok(value) => {
                     phase = Phase::Commit;
                     client.batch_execute(CHECKED_COMMIT).await.map(|()| value)

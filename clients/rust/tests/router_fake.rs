@@ -105,7 +105,7 @@ async fn a_transaction_claims_runs_the_body_and_commits() {
             "s1: BEGIN".to_string(),
             format!("s1: SELECT id_gen.route_claim({G42}, 5)"),
             "s1: SELECT fake.echo($1)".to_string(),
-            "s1: SELECT 1".to_string(),
+            "s1: SAVEPOINT id_gen_commit".to_string(),
             "s1: COMMIT".to_string()
         ]
     );
@@ -313,6 +313,42 @@ async fn a_body_that_swallows_an_error_is_never_reported_committed() {
         assert_eq!(s.count("s1: ROLLBACK"), 1);
     });
     assert_eq!(router.stats().transactions, 0);
+}
+
+#[tokio::test]
+async fn a_body_that_ends_the_transaction_itself_is_never_reported_committed_nor_run_again() {
+    let fake = two_shards().await;
+    let router = Router::connect(config(&fake)).await.unwrap();
+    let e = router
+        .transaction(Key::Owner(42), |c| {
+            Box::pin(async move { c.batch_execute("ROLLBACK").await })
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Some("25P01"), "a ROLLBACK in the body: {e}");
+    fake.with(|s| assert_eq!(s.count("s1: COMMIT"), 0, "the COMMIT was not sent"));
+    let mut runs = 0;
+    let runs_ref = &mut runs;
+    let e = router
+        .transaction(Key::Owner(42), |c| {
+            *runs_ref += 1;
+            Box::pin(async move {
+                c.batch_execute("COMMIT").await?;
+                // A statement after its own COMMIT runs without the claim.
+                c.query_typed("SELECT fake.fail($1)", &[(&ROUTE_CHANGED, Type::TEXT)])
+                    .await?;
+                Ok(())
+            })
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (e.code(), runs),
+        (Some(ROUTE_CHANGED), 1),
+        "never run again: {e}"
+    );
+    assert_eq!(router.stats().transactions, 0);
+    assert_eq!(router.stats().retries_moved, 0);
 }
 
 #[tokio::test]

@@ -481,6 +481,17 @@ impl Conn<'_> {
                 self.in_tx = true;
                 Ok(Reply::Tag("BEGIN".into()))
             }
+            s if s.starts_with("SAVEPOINT ") => {
+                // As PostgreSQL: only inside a transaction block (25P01 outside one).
+                if self.in_tx {
+                    Ok(Reply::Tag("SAVEPOINT".into()))
+                } else {
+                    Err(err(
+                        "25P01",
+                        "SAVEPOINT can only be used in transaction blocks",
+                    ))
+                }
+            }
             "COMMIT" | "ROLLBACK" => {
                 if sql == "COMMIT" && st.commit_lost {
                     st.commit_lost = false;

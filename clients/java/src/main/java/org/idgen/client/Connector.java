@@ -33,6 +33,12 @@ interface Connector extends AutoCloseable {
     /** Whether the connection's transaction block has failed (COMMIT would roll it back). */
     boolean inFailedTransaction(Connection conn) throws SQLException;
 
+    /**
+     * Whether the connection is in a transaction block (failed or not), as the driver last
+     * heard from the server: false once the body sent COMMIT or ROLLBACK itself.
+     */
+    boolean inTransaction(Connection conn) throws SQLException;
+
     /** Closes every pool. */
     @Override
     void close();

@@ -163,6 +163,11 @@ final class JdbcConnector implements Connector {
     }
 
     @Override
+    public boolean inTransaction(Connection conn) throws SQLException {
+        return conn.unwrap(BaseConnection.class).getTransactionState() != TransactionState.IDLE;
+    }
+
+    @Override
     public void close() {
         closed = true;
         for (HikariDataSource pool : pools.values()) {

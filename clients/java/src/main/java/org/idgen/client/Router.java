@@ -396,7 +396,13 @@ public final class Router implements AutoCloseable {
                 return result;
             } catch (SQLException e) {
                 boolean lost = isLost(e, conn);
+                // A body that ended the transaction itself (its own COMMIT or ROLLBACK) and then
+                // failed is never run again: what it committed stays committed.
+                boolean ended = phase == Phase.BODY && !lost && !connector.inTransaction(conn);
                 broken = lost || !rollbackQuietly(conn);
+                if (ended) {
+                    throw e;
+                }
                 throw failure(e, phase, retryBody, lost);
             } catch (RuntimeException | Error e) {
                 broken = !rollbackQuietly(conn);
@@ -642,6 +648,10 @@ public final class Router implements AutoCloseable {
         if (connector.inFailedTransaction(conn)) {
             throw new SQLException("id-gen-client: the transaction failed inside the body; it was rolled back",
                     "25P02");
+        }
+        if (!connector.inTransaction(conn)) { // (a COMMIT now would succeed with a warning, committing nothing)
+            throw new SQLException("id-gen-client: the transaction was ended inside the body (a COMMIT or "
+                    + "ROLLBACK of its own); the router committed nothing", "25P01");
         }
         try (Statement st = conn.createStatement()) {
             st.execute("COMMIT");

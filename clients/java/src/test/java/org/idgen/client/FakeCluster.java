@@ -256,6 +256,11 @@ final class FakeCluster implements Connector {
     }
 
     @Override
+    public synchronized boolean inTransaction(Connection conn) throws SQLException {
+        return conn.unwrap(ShardSession.class).inBlock;
+    }
+
+    @Override
     public synchronized void close() {
         connectorCloses++;
         notifyAll();

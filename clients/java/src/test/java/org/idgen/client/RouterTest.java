@@ -95,6 +95,31 @@ class RouterTest {
     }
 
     @Test
+    void aBodyThatEndsTheTransactionItselfIsNeverReportedCommittedNorRunAgain() throws Exception {
+        withRouter(b -> { }, (router, cluster) -> {
+            SQLException e = assertThrows(SQLException.class, () -> router.transaction(Key.gene(1), conn -> {
+                try (Statement st = conn.createStatement()) {
+                    st.execute("ROLLBACK");
+                }
+                return "looks fine";
+            }));
+            assertEquals("25P01", e.getSQLState(), "a ROLLBACK in the body: " + e);
+            int[] runs = {0};
+            SQLException moved = assertThrows(SQLException.class, () -> router.transaction(Key.gene(1), conn -> {
+                runs[0]++;
+                try (Statement st = conn.createStatement()) {
+                    st.execute("COMMIT");
+                }
+                throw new SQLException("a statement after its own COMMIT runs without the claim", "IG001");
+            }));
+            assertEquals("IG001", moved.getSQLState());
+            assertEquals(1, runs[0], "never run again after its own COMMIT");
+            assertEquals(0, router.stats().transactions());
+            assertEquals(0, router.stats().retriesMoved());
+        });
+    }
+
+    @Test
     void aBodyThatThrowsAnUncheckedExceptionIsRolledBackAndItReachesTheCaller() throws Exception {
         withRouter(b -> { }, (router, cluster) -> {
             IllegalStateException thrown = new IllegalStateException("the body's own");
