@@ -122,7 +122,10 @@ func (r *Router) start(f func()) bool {
 }
 
 // Close stops listening and polling, waits for the background goroutines and closes every
-// connection; calls made afterwards return ErrClosed. Safe to call more than once.
+// connection; calls made afterwards return ErrClosed. Safe to call more than once. It waits
+// for calls in flight to give their connections back (pgxpool's Close): the router's own
+// statements are bounded by ShardTimeout, a body's by the caller's context; never call it
+// from a body.
 func (r *Router) Close() {
 	r.mu.Lock()
 	already := r.closed
