@@ -234,6 +234,13 @@ func retryReasonOf(ctx context.Context, err error, failedIn phase, retryBody, co
 	if errors.As(err, &ended) {
 		return noRetry, ended.err
 	}
+	// The router's own outcome of a call made inside the body (a nested transaction's commit
+	// outcome unknown, or its retries exhausted) is final: never retried by this one.
+	var unknown *CommitOutcomeUnknownError
+	var exhausted *RetriesExhaustedError
+	if failedIn == phaseBody && (errors.As(err, &unknown) || errors.As(err, &exhausted)) {
+		return noRetry, err
+	}
 	lost := IsLostConnection(err) || (connClosed && !isContextError(err))
 	if failedIn == phaseCommit && (lost || connClosed) && !notSent(err) {
 		return noRetry, &CommitOutcomeUnknownError{Err: err}

@@ -395,6 +395,13 @@ public final class Router implements AutoCloseable {
                 transactions.increment();
                 return result;
             } catch (SQLException e) {
+                if (e instanceof RoutingException || timedOut(e)) {
+                    // The router's own error from a call inside the body (a nested transaction's
+                    // outcome unknown, its retries exhausted), or a statement past socketTimeout
+                    // (pgjdbc closed the connection; the server may still run it): never retried.
+                    broken = connector.isClosed(conn) || !rollbackQuietly(conn);
+                    throw e;
+                }
                 boolean lost = isLost(e, conn);
                 // A body that ended the transaction itself (its own COMMIT or ROLLBACK) and then
                 // failed is never run again: what it committed stays committed.
@@ -584,12 +591,32 @@ public final class Router implements AutoCloseable {
         return table;
     }
 
-    private Connection borrow(String shard) throws Retry {
+    private Connection borrow(String shard) throws Retry, SQLException {
         try {
             return connector.borrow(shard);
-        } catch (SQLException e) { // refused (the shard restarting) or not in time: nothing was sent
-            throw new Retry(RetryCause.LOST, e);
+        } catch (SQLException e) {
+            // Refused or reset (the shard restarting, failing over): nothing was sent, retried.
+            // A pool exhausted by the caller's own load, a refused password or an unknown
+            // database are not lost connections: raised as they are.
+            if (Protocol.connectionLostState(e.getSQLState()) || causedBy(e, java.net.ConnectException.class)) {
+                throw new Retry(RetryCause.LOST, e);
+            }
+            throw e;
         }
+    }
+
+    /** A statement past pgjdbc's socketTimeout (it closed the connection). */
+    private static boolean timedOut(SQLException e) {
+        return causedBy(e, java.net.SocketTimeoutException.class);
+    }
+
+    private static boolean causedBy(Throwable e, Class<? extends Throwable> kind) {
+        for (Throwable t = e; t != null; t = t.getCause() == t ? null : t.getCause()) {
+            if (kind.isInstance(t)) {
+                return true;
+            }
+        }
+        return false;
     }
 
     /**
