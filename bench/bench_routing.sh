@@ -22,6 +22,8 @@ rb_shard_dir() { echo "/tmp/idg_bench_rt_shard$1"; }
 rb_shard_port() { echo $((RB_CP + $1)); }
 RB_ROUNDS=5 RB_T=3 RB_PGB_T=5
 [ "${QUICK:-}" = "--quick" ] && RB_ROUNDS=3 RB_T=2 RB_PGB_T=3
+# (IDG_BENCH_ROUNDS / IDG_BENCH_SECONDS: fewer rounds or shorter runs, e.g. 3 and 2)
+RB_ROUNDS=${IDG_BENCH_ROUNDS:-$RB_ROUNDS} RB_T=${IDG_BENCH_SECONDS:-$RB_T}
 RB_SMALL=("shared_buffers = 32MB" "max_connections = 40" "listen_addresses = '127.0.0.1'")
 trap 'cluster_stop "$RB_C"; cluster_stop "$(rb_shard_dir 1)"; cluster_stop "$(rb_shard_dir 2)"; [ -z "${CDIR:-}" ] || cluster_stop "$CDIR"; [ -z "${CL_COO:-}" ] || { cluster_stop "$CL_COO"; cluster_stop "$(cl_shard_dir 1)"; cluster_stop "$(cl_shard_dir 2)"; }; cluster_stop "$DIR"' EXIT
 rbq() { cpsql "$RB_C" "$RB_CP" -At "$@"; }
