@@ -41,7 +41,7 @@ CREATE ROLE id_authority LOGIN;
 GRANT UPDATE (max_id) ON id_gen.sequences TO id_authority;
 SELECT id_gen.set_route(32767, 'shard_1');
 SELECT id_gen.set_route(65535, 'shard_2');
-CREATE TABLE orders (id bigint PRIMARY KEY, owner_id bigint NOT NULL, amount bigint NOT NULL, note text);
+CREATE TABLE orders (id bigint PRIMARY KEY, owner_id bigint NOT NULL, amount bigint NOT NULL DEFAULT 0, note text);
 SQL
 for i in 1 2; do
   cluster_start "$(rb_shard_dir $i)" "$(rb_shard_port $i)" "${RB_SMALL[@]}"
