@@ -49,8 +49,8 @@ ensure_pg_tree() {
   rm -rf "$tmp"
 }
 
-# Installs PostgreSQL 15 (+ headers), sudo, clang, MariaDB, pg_auto_failover; cargo-pgrx 0.18.0;
-# pgrx init.
+# Installs PostgreSQL 15 (+ headers), sudo, clang, MariaDB, pg_auto_failover, Node.js and npm,
+# PgBouncer, the JDK's and Go's packages for the clients; cargo-pgrx 0.18.0; pgrx init.
 ensure_toolchain() {
   local need=()
   [ -x "$PG_CONFIG" ] || need+=(postgresql-15 postgresql-server-dev-15)

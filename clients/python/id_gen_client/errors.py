@@ -4,6 +4,7 @@ Invariant: every error the router raises about routing itself is a RoutingError;
 database errors that are not about routes reach the caller unchanged (psycopg.Error).
 """
 import psycopg
+from psycopg_pool import PoolTimeout
 
 ROUTE_CHANGED = "IG001"  # the shard does not own the gene, or the declared version is older
 ROUTE_FENCED = "IG002"  # the gene is fenced for a cut-over: retry after a short wait
@@ -41,10 +42,13 @@ def sqlstate_of(error: BaseException) -> "str | None":
 def connection_lost(error: BaseException) -> bool:
     """Whether `error` says the connection is gone: SQLSTATE class 08, the server ending the
     session (57P01-57P03), or a psycopg OperationalError without a SQLSTATE (a socket closed
-    under libpq, a refused connect, a pool that could not connect in time)."""
+    under libpq, a refused connect), but not a pool's timeout."""
     code = sqlstate_of(error)
     if code is None:
-        return isinstance(error, psycopg.OperationalError)  # psycopg_pool's PoolTimeout is one
+        # (psycopg_pool's PoolTimeout is an OperationalError too, but a pool that had no free
+        # connection in its timeout is the caller's own load, or a shard down for that long:
+        # raised, not retried; a pool waits for a restarting shard by itself)
+        return isinstance(error, psycopg.OperationalError) and not isinstance(error, PoolTimeout)
     return code.startswith("08") or code in SERVER_ENDED_SESSION
 
 
