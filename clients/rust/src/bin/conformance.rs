@@ -17,6 +17,10 @@
 //! read at the start.
 #![forbid(unsafe_code)]
 
+#[path = "shared/direct_pools.rs"]
+mod direct_pools;
+use direct_pools::direct_pools;
+
 use id_gen_client::key::parse_uuid;
 use id_gen_client::tokio_postgres::types::Type;
 use id_gen_client::{Error, Key, Router, RouterConfig};
@@ -343,29 +347,6 @@ async fn writer(
     }
 }
 
-/// One pool per shard, straight from its DSN, as the Router's shard pools are made (the
-/// `--direct` baseline of `bench`).
-fn direct_pools(o: &LoadOpts) -> Result<BTreeMap<String, deadpool_postgres::Pool>, String> {
-    let mut pools = BTreeMap::new();
-    for (name, dsn) in &o.shards {
-        let pg: id_gen_client::tokio_postgres::Config =
-            dsn.parse().map_err(|e| format!("shard {name}: {e}"))?;
-        let manager = deadpool_postgres::Manager::from_config(
-            pg,
-            id_gen_client::tokio_postgres::NoTls,
-            deadpool_postgres::ManagerConfig {
-                recycling_method: deadpool_postgres::RecyclingMethod::Fast,
-            },
-        );
-        let pool = deadpool_postgres::Pool::builder(manager)
-            .max_size(2)
-            .build()
-            .map_err(|e| format!("shard {name}: {e}"))?;
-        pools.insert(name.clone(), pool);
-    }
-    Ok(pools)
-}
-
 /// `bench`: one client, one operation at a time, through the Router or (`--direct`) the
 /// tool's own pools; 0.5 s of warm-up, then `--seconds`; prints `ops N seconds X`.
 async fn bench(o: LoadOpts) -> ExitCode {
@@ -377,7 +358,7 @@ async fn bench(o: LoadOpts) -> ExitCode {
         Ok(router) => router,
         Err(e) => return fail(1, &format!("the routes could not be read: {e}")),
     };
-    let pools = match direct_pools(&o) {
+    let pools = match direct_pools(&o.shards, 2) {
         Ok(pools) => pools,
         Err(e) => return fail(2, &e),
     };

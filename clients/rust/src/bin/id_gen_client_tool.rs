@@ -21,6 +21,10 @@
 //! Arguments are parsed by hand (no clap).
 #![forbid(unsafe_code)]
 
+#[path = "shared/direct_pools.rs"]
+mod direct_pools;
+use direct_pools::direct_pools;
+
 use id_gen_client::key::parse_uuid;
 use id_gen_client::tokio_postgres::types::Type;
 use id_gen_client::{Key, Router, RouterConfig};
@@ -283,7 +287,10 @@ async fn bench(opts: BenchOpts) -> Result<(), String> {
         opts.table, opts.sequence
     );
     let direct_pools = if opts.direct {
-        Some(std::sync::Arc::new(direct_pools(&opts)?))
+        Some(std::sync::Arc::new(direct_pools(
+            &opts.shards,
+            opts.pool_size.unwrap_or(opts.tasks.max(8)),
+        )?))
     } else {
         None
     };
@@ -394,28 +401,6 @@ async fn bench(opts: BenchOpts) -> Result<(), String> {
         opts.tasks,
     );
     Ok(())
-}
-
-/// One pool per shard, straight from its DSN (the `--direct` baseline).
-fn direct_pools(opts: &BenchOpts) -> Result<BTreeMap<String, deadpool_postgres::Pool>, String> {
-    let mut pools = BTreeMap::new();
-    for (name, dsn) in &opts.shards {
-        let pg: id_gen_client::tokio_postgres::Config =
-            dsn.parse().map_err(|e| format!("shard {name}: {e}"))?;
-        let manager = deadpool_postgres::Manager::from_config(
-            pg,
-            id_gen_client::tokio_postgres::NoTls,
-            deadpool_postgres::ManagerConfig {
-                recycling_method: deadpool_postgres::RecyclingMethod::Fast,
-            },
-        );
-        let pool = deadpool_postgres::Pool::builder(manager)
-            .max_size(opts.pool_size.unwrap_or(opts.tasks.max(8)))
-            .build()
-            .map_err(|e| format!("shard {name}: {e}"))?;
-        pools.insert(name.clone(), pool);
-    }
-    Ok(pools)
 }
 
 /// BEGIN, one statement with one bigint parameter, COMMIT on the owning shard, no claim.
