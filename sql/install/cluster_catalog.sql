@@ -349,3 +349,5 @@ COMMENT ON COLUMN id_gen.shard_kept_copies.complete IS 'Every row was copied and
 COMMENT ON COLUMN id_gen.shard_kept_copies.made_at IS 'When the table was made.';
 -- @new-in-0.7.14
 -- (no new catalog table in 0.7.14)
+-- @new-in-0.7.15
+-- (no new catalog table in 0.7.15)

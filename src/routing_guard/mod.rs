@@ -27,7 +27,9 @@
 //!     re-checked against a fresh load before it becomes an error.
 //!   * The version check runs once per transaction (the first statement that touches a
 //!     distributed table, or `route_claim`), so a route change elsewhere never fails a
-//!     transaction half-way.
+//!     transaction half-way. A statement declares its version by a leading comment
+//!     (`/* id_gen.route_version=N */`, read from at most 128 bytes of its text) or by the
+//!     setting `id_gen.route_version`; the comment wins.
 
 pub mod claim;
 mod id_predicates;
@@ -158,7 +160,9 @@ unsafe fn executor_start_checked(
     if unsafe { pg_sys::ParallelWorkerNumber >= 0 } {
         return None;
     }
-    let declared = crate::gucs::ROUTE_VERSION.get() as i64;
+    // SAFETY: the source text of a started QueryDesc is NULL or a NUL-terminated string.
+    let declared = unsafe { declared_in_text((*query_desc).sourceText) }
+        .unwrap_or_else(|| crate::gucs::ROUTE_VERSION.get() as i64);
     if declared > 0 && !checked_this_transaction() {
         // SAFETY: the plannedstmt of a started QueryDesc is valid.
         return unsafe { check_declared_version((*query_desc).plannedstmt, declared) };
@@ -166,7 +170,34 @@ unsafe fn executor_start_checked(
     None
 }
 
-/// The version check of `SET id_gen.route_version`: only for statements that touch a
+/// The version a statement declares in its own text (a leading
+/// `/* id_gen.route_version=N */`, `id_gen_core::route_declaration`): it takes the place of
+/// the setting for that statement. Reads at most the first `PREFIX_BYTES` bytes.
+///
+/// # Safety
+/// `text` is NULL or points to a NUL-terminated string.
+unsafe fn declared_in_text(text: *const std::ffi::c_char) -> Option<i64> {
+    use id_gen_core::route_declaration::{declared_in, PREFIX_BYTES};
+    if text.is_null() {
+        return None;
+    }
+    let mut prefix = [0u8; PREFIX_BYTES];
+    let mut len = 0;
+    while len < PREFIX_BYTES {
+        // SAFETY: every byte up to and including the terminating NUL is readable, and the
+        // loop stops at the NUL.
+        let byte = unsafe { *text.add(len) } as u8;
+        if byte == 0 {
+            break;
+        }
+        prefix[len] = byte;
+        len += 1;
+    }
+    declared_in(&prefix[..len])
+}
+
+/// The version check of a declared route version (the statement's leading comment, or
+/// `SET id_gen.route_version`): only for statements that touch a
 /// distributed table of this shard (or one of its partitions).
 unsafe fn check_declared_version(
     stmt: *mut pg_sys::PlannedStmt,

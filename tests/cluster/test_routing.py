@@ -7,7 +7,9 @@ the same assertions; its fixed sleeps became polls on what the clients committed
     told the version; on a shard, a write of a gene it does not own, a lookup by id, a
     generic-plan lookup and an owner's id-range read of such genes fail with IG001 (never
     23514, never an empty result), while a scan without an id predicate works; SET
-    id_gen.route_version older than the shard's fails with IG001, the current one works;
+    id_gen.route_version older than the shard's fails with IG001, the current one works, and
+    so does a version declared by a statement's leading comment (simple and extended
+    protocol, prepared or not);
     route_claim refuses stale versions and genes not owned (IG001) and fenced genes (IG002),
     and so do writes and id reads of a fenced partition.
 (b) Python clients (id_gen_client.Router: no coordinator in the data path) insert and update
@@ -114,6 +116,24 @@ def test_a_protocol_in_sql():
     assert s2.one(f"SET id_gen.route_version = {v2}", f"SELECT amount FROM orders WHERE id = {id2}") == 20, \
         "the current version: the statement runs"
     assert s2.one(f"SET id_gen.route_version = {old}", "SELECT 1") == 1, "a statement that touches no distributed table is not checked"
+    assert s2.sqlstate(f"/* id_gen.route_version={old} */ SELECT amount FROM orders WHERE id = {id2}") == "IG001", \
+        "a version declared by the statement's leading comment, older than the shard's"
+    assert s2.one(f"/*id_gen.route_version = {v2}*/SELECT amount FROM orders WHERE id = {id2}") == 20, \
+        "the current version declared by the comment: the statement runs"
+    assert s2.one(f"SET id_gen.route_version = {old}", f"/* id_gen.route_version={v2} */ SELECT amount FROM orders WHERE id = {id2}") \
+        == 20, "the comment takes the place of the setting for its statement"
+    assert s2.sqlstate(f"SELECT /* id_gen.route_version={old} */ amount FROM orders WHERE id = {id2}") is None, \
+        "a comment that is not the statement's first thing declares nothing"
+    with s2.connect() as conn:  # the extended protocol, as the clients send it, prepared or not
+        for prepare in (False, True):
+            for version, want in ((old, "IG001"), (v2, None)):
+                try:
+                    conn.execute(f"/* id_gen.route_version={version} */ SELECT amount FROM orders WHERE id = %s",
+                                 (id2,), prepare=prepare).fetchall()
+                    got = None
+                except psycopg.Error as e:
+                    got = e.sqlstate
+                assert got == want, f"a comment-declared version {version} over the extended protocol (prepare={prepare})"
     with s2.connect() as conn, conn.transaction():
         claimed = conn.execute(f"SELECT id_gen.route_claim({g2}, {v2})").fetchone()[0]
         amount = conn.execute(f"SELECT amount FROM orders WHERE id = {id2}").fetchone()[0]

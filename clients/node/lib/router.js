@@ -9,7 +9,8 @@
 // - run(key, body): the same, but the body runs once: IG001/IG002 or a lost connection from
 //   the body or COMMIT reach the caller (only a failed connect or claim is retried).
 // - execute(key, sql, params): one statement in a transaction of its own that declares the
-//   route version (set_config(..., true)), retried like transaction; resolves to its rows.
+//   route version in a leading comment (/* id_gen.route_version=N */), one round trip,
+//   retried like transaction; resolves to its rows.
 // - nextId(sequence, owner), geneOf, shardForId/Owner/Gene, refresh(), version, routes, stats.
 //
 // Invariants:
@@ -18,8 +19,9 @@
 // - The listening connection LISTENs before the first route read and re-reads after it
 //   reconnects; the version is also polled every refreshInterval ms, so a notification lost
 //   (or a pooler that cannot LISTEN) costs at most that long.
-// - Nothing is declared per connection (no session SET): the claim and set_config(..., true)
-//   live in the transaction, so shards may sit behind a transaction-mode pooler (PgBouncer).
+// - Nothing is declared per connection (no session SET): the claim and the statement's
+//   comment live in the transaction, so shards may sit behind a transaction-mode pooler
+//   (PgBouncer).
 // - A body that failed is never reported committed (a COMMIT that the server turns into a
 //   ROLLBACK is an error), and a body whose COMMIT succeeded is never run again.
 // - A connection lost after COMMIT was sent and before its answer is a
@@ -36,7 +38,7 @@ const {
 } = require('./errors');
 const genes = require('./genes');
 const {
-  ROUTES_CHANNEL, ROUTES_SQL, EMPTY_ROUTES_VERSION_SQL, ROUTE_VERSION_SQL, declareVersionSql, claimSql,
+  ROUTES_CHANNEL, ROUTES_SQL, EMPTY_ROUTES_VERSION_SQL, ROUTE_VERSION_SQL, declaredSql, claimSql,
   RouteTable, targetGene, ownerParam, rereadsAfter, backoffDelay,
 } = require('./routes');
 
@@ -392,24 +394,20 @@ class Router {
     });
   }
 
-  /** One statement on the owning shard, the route version declared in its transaction; its rows. */
+  /** One statement on the owning shard, in a transaction of its own that declares the route version; its rows. */
   async execute(key, sql, params) {
     const gene = targetGene(key);
     return this._retrying(gene, async (table, client) => {
-      // (three round trips: the statement runs inside BEGIN, so a connection lost before
-      // COMMIT was sent left nothing committed and is retried like a transaction's body)
-      let phase = 'claim';
+      // (one round trip: the version rides in the statement's leading comment, and the
+      // statement commits on its own, so a connection lost after it was sent may have
+      // committed it: that is 'commit', and its outcome unknown)
       try {
-        await client.query(`BEGIN; ${declareVersionSql(table.version)}`);
-        phase = 'body';
-        const result = await client.query(sql, params);
-        phase = 'commit';
-        await commit(client);
+        const result = await client.query(declaredSql(table.version, sql), params);
         this.stats.transactions += 1;
         return result.rows;
       } catch (e) {
-        await rollbackQuietly(client, e);
-        throw attemptFailure(e, phase, true);
+        if (timedOut(e) || connectionLost(e)) client.idGenBroken = true;
+        throw attemptFailure(e, 'commit', true);
       }
     });
   }
@@ -540,21 +538,27 @@ async function connectShard(pool) {
   }
 }
 
+/** pg's query_timeout expired: the statement may still run, the connection is unusable. */
+function timedOut(error) {
+  return error !== null && typeof error === 'object' && error.message === 'Query read timeout';
+}
+
 // pg refuses a query on a connection it saw end, and sends nothing.
 const NOT_SENT = 'Client has encountered a connection error and is not queryable';
 
 /**
  * What an error of one attempt becomes, by where it happened (phase: 'claim', 'body' or
- * 'commit'; execute's BEGIN and statement count as claim and body): a connection lost after
+ * 'commit'; execute's statement counts as 'commit'): a connection lost after
  * COMMIT was sent is a CommitOutcomeUnknownError; IG001/IG002 and a connection lost before
  * COMMIT was sent are a RetryRoute (from the body or COMMIT only when retryBody); anything
  * else is the error itself.
  */
 function attemptFailure(error, phase, retryBody) {
-  const lost = connectionLost(error);
+  // (a statement that timed out left its connection unusable: as lost, from where it was sent)
+  const lost = connectionLost(error) || timedOut(error);
   if (lost && phase === 'commit' && error.message !== NOT_SENT) {
     return new CommitOutcomeUnknownError(
-      `the shard connection was lost after COMMIT was sent: the transaction may or may not have committed (${error.message})`,
+      `the shard connection was lost or stopped answering after COMMIT was sent: the transaction may or may not have committed (${error.message})`,
       { cause: error },
     );
   }
@@ -567,7 +571,7 @@ function attemptFailure(error, phase, retryBody) {
 async function rollbackQuietly(client, error) {
   // (pg's query_timeout leaves the statement running: a ROLLBACK would wait behind it; a
   // lost connection cannot roll back, and must not go back to the pool idle)
-  if (error && (error.message === 'Query read timeout' || connectionLost(error))) client.idGenBroken = true;
+  if (timedOut(error) || connectionLost(error)) client.idGenBroken = true;
   if (client.idGenBroken === true) return;
   try {
     await client.query('ROLLBACK');

@@ -17,7 +17,9 @@ const ROUTES_SQL = 'SELECT lower_gene, upper_gene, shard, version FROM id_gen.ro
 // One snapshot: the version, only when there are still no routes (else read them again).
 const EMPTY_ROUTES_VERSION_SQL = 'SELECT id_gen.route_version() AS version WHERE NOT EXISTS (SELECT 1 FROM id_gen.route_map)';
 const ROUTE_VERSION_SQL = 'SELECT id_gen.route_version() AS version';
-const declareVersionSql = (version) => `SELECT pg_catalog.set_config('id_gen.route_version', '${BigInt(version)}', true)`;
+// A statement that declares the route version it was routed with: a leading comment the
+// shard reads (docs/routing-protocol.md §3), so it needs no second statement nor a transaction.
+const declaredSql = (version, sql) => `/* id_gen.route_version=${BigInt(version)} */ ${sql}`;
 const claimSql = (gene, version) => `BEGIN; SELECT id_gen.route_claim(${asGene(gene)}, ${BigInt(version)})`;
 
 class RouteTable {
@@ -71,6 +73,6 @@ const rereadsAfter = (code, attempt) => code === ROUTE_CHANGED || (code === ROUT
 const backoffDelay = (attempt, base, largest) => Math.min(base * 2 ** attempt, largest) * (0.5 + Math.random() / 2);
 
 module.exports = {
-  ROUTES_CHANNEL, ROUTES_SQL, EMPTY_ROUTES_VERSION_SQL, ROUTE_VERSION_SQL, declareVersionSql, claimSql,
+  ROUTES_CHANNEL, ROUTES_SQL, EMPTY_ROUTES_VERSION_SQL, ROUTE_VERSION_SQL, declaredSql, claimSql,
   RouteTable, targetGene, ownerParam, rereadsAfter, backoffDelay,
 };

@@ -64,6 +64,7 @@ class Cluster {
     this.connectError = refusedError; // with this error (refused, by default)
     this.claimsLost = 0; // the next claims whose connection ends
     this.commitLost = false; // whether the next COMMIT's connection ends, unanswered
+    this.commitTimesOut = false; // whether the next COMMIT gets no answer within query_timeout
     this.readsLost = 0; // the next reads by owner whose connection ends under them
     this.lostConnections = 0;
     this.pools = {};
@@ -140,10 +141,19 @@ class Cluster {
       async query(sql, params) {
         if (this.dead) throw new Error('Client has encountered a connection error and is not queryable');
         this.log.push(sql);
-        let result = { rows: [], command: null };
-        for (const statement of sql.split('; ')) result = this.statement(statement, params); // a simple-protocol message of several
-        if (!this.inBlock) this.localVersion = null;
-        return result;
+        // A version declared by the statement's leading comment holds for this message only.
+        const declared = /^\/\* id_gen\.route_version=(\d+) \*\/ /.exec(sql);
+        if (declared) {
+          this.localVersion = BigInt(declared[1]);
+          sql = sql.slice(declared[0].length);
+        }
+        try {
+          let result = { rows: [], command: null };
+          for (const statement of sql.split('; ')) result = this.statement(statement, params); // a simple-protocol message of several
+          return result;
+        } finally {
+          if (!this.inBlock) this.localVersion = null;
+        }
       }
 
       statement(sql, params) {
@@ -152,6 +162,10 @@ class Cluster {
           this.inBlock = true;
           this.failed = false;
           return { rows: [], command: 'BEGIN' };
+        }
+        if (sql === 'COMMIT' && cluster.commitTimesOut) {
+          cluster.commitTimesOut = false;
+          throw new Error('Query read timeout'); // (as pg's: the connection stays, unusable)
         }
         if (sql === 'COMMIT' && cluster.commitLost) {
           cluster.commitLost = false;

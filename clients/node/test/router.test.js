@@ -60,14 +60,14 @@ test('a body that swallowed an error is not reported committed', async () => {
   });
 });
 
-test('a shard gets the version per transaction only: the claim, or set_config(..., true)', async () => {
+test('a shard gets the version per transaction only: the claim, or the statement\'s leading comment', async () => {
   await withRouter({}, async (router, cluster) => {
     await router.transaction({ gene: 1 }, async (client) => client.query('SELECT 1'));
     await router.execute({ gene: 1 }, READ, ['1']);
     const sent = Object.values(cluster.pools).flatMap((p) => p.conns).flatMap((c) => c.log);
     assert.deepEqual(sent, [
       'BEGIN; SELECT id_gen.route_claim(1, 1)', 'SELECT 1', 'COMMIT',
-      "BEGIN; SELECT pg_catalog.set_config('id_gen.route_version', '1', true)", READ, 'COMMIT',
+      `/* id_gen.route_version=1 */ ${READ}`,
     ]);
     assert.ok(!sent.some((s) => /^\s*SET /i.test(s)), 'no session SET');
   });
@@ -170,19 +170,30 @@ test('lost connections: what counts as one', () => {
   assert.ok(!connectionLost(null));
 });
 
-test('execute: a connection lost under the statement is retried (COMMIT was not sent); lost at COMMIT, the outcome is unknown', async () => {
+test('execute: the statement commits on its own, so a connection lost under it is commit outcome unknown; a refused connect is retried', async () => {
   await withRouter({}, async (router, cluster) => {
     cluster.readsLost = 1;
-    assert.deepEqual(await router.execute({ owner: 1n }, READ, ['1']), [{ amount: 7 }]);
-    assert.equal(router.stats.retriesLost, 1);
-    cluster.commitLost = true;
     const unknown = await router.execute({ owner: 1n }, READ, ['1']).catch((e) => e);
     assert.ok(unknown instanceof CommitOutcomeUnknownError, String(unknown));
-    assert.match(unknown.cause.message, /Connection terminated/);
-    assert.equal(router.stats.retriesLost, 1, 'never retried');
+    assert.equal(unknown.cause.code, '57P01');
+    assert.equal(router.stats.retriesLost, 0, 'never retried');
+    cluster.connectFails = 1;
+    assert.deepEqual(await router.execute({ owner: 1n }, READ, ['1']), [{ amount: 7 }]);
+    assert.equal(router.stats.retriesLost, 1);
     assert.equal(router.stats.transactions, 1);
     const pool = cluster.pools[router.shardForOwner(1n)];
-    assert.deepEqual([pool.out, pool.destroyed, pool.deadReturnedIdle], [0, 2, 0]);
+    assert.deepEqual([pool.out, pool.destroyed, pool.deadReturnedIdle], [0, 1, 0]);
+  });
+});
+
+test('a statement that timed out (query_timeout) leaves its connection destroyed; at COMMIT the outcome is unknown', async () => {
+  await withRouter({}, async (router, cluster) => {
+    cluster.commitTimesOut = true;
+    const unknown = await router.transaction({ gene: 1 }, async (client) => client.query('SELECT 1')).catch((e) => e);
+    assert.ok(unknown instanceof CommitOutcomeUnknownError, String(unknown));
+    assert.equal(unknown.cause.message, 'Query read timeout');
+    const pool = cluster.pools.a;
+    assert.deepEqual([pool.out, pool.destroyed, pool.deadReturnedIdle], [0, 1, 0]);
   });
 });
 

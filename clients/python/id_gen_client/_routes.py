@@ -12,16 +12,24 @@ Invariants:
   connection refused or lost before COMMIT was sent (`attempt_failure`), and nothing else;
   the one retry loop of each router (`_retrying`) catches only that. A connection lost
   after COMMIT (or `execute`'s statement) was sent becomes CommitOutcomeUnknown, never a
-  retry.
+  retry. A shard that did not answer within shard_timeout is such a lost connection
+  (ShardTimeout, _watchdog.py).
+* `shard_timeout` also bounds a shard pool's wait for a free connection (the pool's
+  `timeout`, unless pool_kwargs sets one) and its connects (`connect_timeout`, unless the
+  DSN, PGCONNECT_TIMEOUT or pool_kwargs sets one): `shard_pool_args`.
 """
 from __future__ import annotations
 
 import bisect
+import math
+import os
 import random
 import uuid
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
-from psycopg import pq
+import psycopg
+from psycopg import pq, sql
+from psycopg.conninfo import conninfo_to_dict
 
 from .errors import (CONNECTION_LOST, ROUTE_CHANGED, CommitOutcomeUnknown, NoRouteError, RouteRetryExhausted,
                      connection_lost, route_error_code)
@@ -41,8 +49,6 @@ EMPTY_ROUTES_VERSION_SQL = ("SELECT id_gen.route_version() "
 # The version alone, for the poll that catches a route change whose notification was lost
 # (or that a pooler kept from the listener).
 ROUTE_VERSION_SQL = "SELECT id_gen.route_version()"
-# Declares the route version for the rest of the transaction (SET LOCAL semantics).
-DECLARE_VERSION_SQL = "SELECT pg_catalog.set_config('id_gen.route_version', '{}', true)"
 OWNER_CASTS = ((bool, None), (int, "bigint"), (str, "text"), (uuid.UUID, "uuid"))
 LISTEN_POLL_SECONDS = 0.5
 # Route reads must not hang the callers that wait for them (a coordinator that stopped
@@ -80,12 +86,16 @@ class RouteLookups:
 
     def __init__(self, routes_dsn: str, shards: Mapping[str, str], *, min_size: int,
                  max_size: int, retry_limit: int, backoff_base: float, backoff_max: float,
-                 listen: bool, refresh_interval: float, pool_kwargs: Optional[Mapping[str, Any]]) -> None:
+                 listen: bool, refresh_interval: float, pool_kwargs: Optional[Mapping[str, Any]],
+                 shard_timeout: float) -> None:
         if retry_limit < 0:
             raise ValueError("retry_limit counts retries after the first attempt: 0 or more")
         if refresh_interval < 0:
             raise ValueError("refresh_interval is in seconds: 0 (no poll) or more")
+        if not shard_timeout > 0:  # (also NaN)
+            raise ValueError("shard_timeout is in seconds: more than 0")
         self.refresh_interval = refresh_interval
+        self.shard_timeout = float(shard_timeout)
         self._routes_dsn = routes_dsn
         self._shard_dsns = dict(shards)
         self._pool_args: Dict[str, Any] = dict(pool_kwargs or {}, min_size=min_size, max_size=max_size)
@@ -128,6 +138,43 @@ class RouteLookups:
         if shard not in self._shard_dsns:
             raise NoRouteError(f"gene {g} routes to shard {shard!r}, which has no DSN in this {type(self).__name__}")
         return shard
+
+
+
+def declared_query(version: int, query: Any) -> Any:
+    """`query` with the route version it was routed with in a leading comment
+    (`/* id_gen.route_version=N */`, docs/routing-protocol.md §3): the shard checks it for
+    that statement, so it needs no second statement and no session state. `query` is a
+    str, bytes or psycopg.sql.Composable."""
+    prefix = f"/* id_gen.route_version={int(version)} */ "
+    if isinstance(query, str):
+        return prefix + query
+    if isinstance(query, bytes):
+        return prefix.encode() + query
+    if isinstance(query, sql.Composable):
+        return sql.SQL(prefix) + query
+    raise TypeError(f"id_gen_client: a query is a str, bytes or psycopg.sql.Composable, not {type(query).__name__}")
+
+def shard_pool_args(pool_args: Mapping[str, Any], dsn: str, shard: str, shard_timeout: float) -> Dict[str, Any]:
+    """The arguments of a shard's pool (ConnectionPool or AsyncConnectionPool, without
+    `open`): the caller's pool_kwargs and sizes; autocommit connections, without prepared
+    statements unless the caller asks (PgBouncer 1.18 in transaction mode cannot keep them: a
+    statement prepared on one server connection is missing on the next); the wait for a free
+    connection (`timeout`) and each connect (`connect_timeout`, whole seconds, at least 2 as
+    libpq counts them) bounded by shard_timeout unless set already."""
+    args = dict(pool_args)
+    kwargs = {"prepare_threshold": None, **(args.get("kwargs") or {}), "autocommit": True}
+    if "connect_timeout" not in kwargs and not os.environ.get("PGCONNECT_TIMEOUT"):
+        try:
+            in_dsn = "connect_timeout" in conninfo_to_dict(dsn)
+        except psycopg.Error:  # (a DSN libpq cannot parse fails at the connect, as before)
+            in_dsn = False
+        if not in_dsn:
+            kwargs["connect_timeout"] = max(2, math.ceil(shard_timeout))
+    args["kwargs"] = kwargs
+    args.setdefault("name", f"id_gen_client-{shard}")
+    args.setdefault("timeout", shard_timeout)
+    return args
 
 
 def target_gene(owner: Optional[Owner], id: Optional[int], gene_: Optional[int]) -> int:

@@ -10,7 +10,11 @@ docs/routing-protocol.md.
 Invariants, beside those of router.py: no lock is held across an await except the one that
 serialises route reloads; the listener is one task, cancelled by `close()`; every wait on a
 server is bounded (connect_timeout, statement_timeout on the coordinator, the pools'
-timeouts). Needs psycopg >= 3.2 (AsyncConnection.notifies(timeout=...)).
+timeouts, and `shard_timeout` for the claim, COMMIT, ROLLBACK and `execute`'s statement). A
+shard silent for shard_timeout gets its socket shut down by a timer of the loop
+(_watchdog.AsyncGuard), never by cancelling the awaiting task: psycopg answers a
+cancellation with a cancel request to the server and a wait for the query to end, which a
+frozen server would not answer. Needs psycopg >= 3.2 (AsyncConnection.notifies(timeout=...)).
 """
 from __future__ import annotations
 
@@ -24,9 +28,10 @@ from psycopg import pq
 from psycopg_pool import AsyncConnectionPool
 
 from . import _routes
-from ._routes import (COORDINATOR_CONNECT, DECLARE_VERSION_SQL, EMPTY_ROUTES_VERSION_SQL,
+from ._routes import (COORDINATOR_CONNECT, EMPTY_ROUTES_VERSION_SQL,
                       LISTEN_POLL_SECONDS, ROUTE_VERSION_SQL, ROUTES_CHANNEL, ROUTES_SQL, Owner, RouteLookups, RouteTable,
-                      target_gene)
+                      shard_pool_args, target_gene)
+from ._watchdog import AsyncGuard
 from .errors import NoRouteError
 
 T = TypeVar("T")
@@ -35,15 +40,22 @@ Body = Callable[[AsyncConn], Awaitable[T]]
 
 
 class AsyncRouter(RouteLookups):
-    """Routes transactions by owner, id or gene to the owning shard; for one event loop."""
+    """Routes transactions by owner, id or gene to the owning shard; for one event loop.
+
+    The arguments are Router's (pool_kwargs go to psycopg_pool.AsyncConnectionPool),
+    shard_timeout too (seconds, default 60): it bounds a free connection from the pool
+    (PoolTimeout, raised), a connect, the claim, COMMIT, ROLLBACK and `execute`'s statement;
+    a shard silent that long is a lost connection (ShardTimeout, the connection closed): the
+    claim is retried, COMMIT or `execute`'s statement raises CommitOutcomeUnknown. The
+    body's own statements are not bounded by it."""
 
     def __init__(self, routes_dsn: str, shards: Mapping[str, str], *, min_size: int = 1,
                  max_size: int = 8, retry_limit: int = 20, backoff_base: float = 0.005,
                  backoff_max: float = 0.2, listen: bool = True, refresh_interval: float = 1.0,
-                 pool_kwargs: Optional[Mapping[str, Any]] = None) -> None:
+                 pool_kwargs: Optional[Mapping[str, Any]] = None, shard_timeout: float = 60.0) -> None:
         super().__init__(routes_dsn, shards, min_size=min_size, max_size=max_size, retry_limit=retry_limit,
                          backoff_base=backoff_base, backoff_max=backoff_max, listen=listen,
-                         refresh_interval=refresh_interval, pool_kwargs=pool_kwargs)
+                         refresh_interval=refresh_interval, pool_kwargs=pool_kwargs, shard_timeout=shard_timeout)
         self._pools: Dict[str, AsyncConnectionPool[Any]] = {}
         self._reload_lock: Optional[asyncio.Lock] = None  # guards _routes_conn and reloads; made
         # in the running loop (on Python 3.9 a lock binds to the loop current at its creation)
@@ -191,12 +203,10 @@ class AsyncRouter(RouteLookups):
             raise RuntimeError("the AsyncRouter is closed")
         pool = self._pools.get(shard)
         if pool is None:
-            args = dict(self._pool_args)
-            # No prepared statements unless the caller asks: see Router._pool.
-            args["kwargs"] = {"prepare_threshold": None, **(args.get("kwargs") or {}), "autocommit": True}
-            args.setdefault("name", f"id_gen_client-{shard}")
+            dsn = self._shard_dsns[shard]
+            args = shard_pool_args(self._pool_args, dsn, shard, self.shard_timeout)
             args["open"] = False
-            pool = self._pools[shard] = AsyncConnectionPool(self._shard_dsns[shard], **args)
+            pool = self._pools[shard] = AsyncConnectionPool(dsn, **args)
             await pool.open()
         return pool
 
@@ -218,16 +228,17 @@ class AsyncRouter(RouteLookups):
                     gene: Optional[int] = None) -> AsyncIterator[AsyncConn]:
         """async with: a connection in a claimed transaction (the form of `run`)."""
         pool, conn = await self._claim(target_gene(owner, id, gene))
+        t = self.shard_timeout
         try:
             try:
                 yield conn
             except BaseException:
-                await _rollback_quietly(conn)
+                await _rollback_quietly(conn, t)
                 raise
             try:
-                await _commit(conn)
+                await _commit(conn, t)
             except BaseException as e:
-                await _rollback_quietly(conn)
+                await _rollback_quietly(conn, t)
                 raise _routes.attempt_failure(e, "commit", False)
             self.stats["transactions"] += 1
         finally:
@@ -248,33 +259,39 @@ class AsyncRouter(RouteLookups):
 
     async def _claim(self, g: int) -> Tuple[AsyncConnectionPool[Any], AsyncConn]:
         """As Router._claim."""
+        t = self.shard_timeout
+
         async def once(table: RouteTable, pool: AsyncConnectionPool[Any],
                        conn: AsyncConn) -> Tuple[AsyncConnectionPool[Any], AsyncConn]:
             try:
-                await _simple(conn, _claim_sql(g, table.version))
+                with AsyncGuard(conn, "the claim", t, strict=True):
+                    await _simple(conn, _claim_sql(g, table.version))
             except BaseException as e:
-                await _rollback_quietly(conn)
+                await _rollback_quietly(conn, t)
                 await pool.putconn(conn)
                 raise _routes.attempt_failure(e, "claim", False)
             return pool, conn
         return await self._retrying(g, "no shard accepted the claim in", once)
 
     async def _call(self, body: Body[T], g: int, retry_body: bool) -> T:
+        t = self.shard_timeout
+
         async def once(table: RouteTable, pool: AsyncConnectionPool[Any], conn: AsyncConn) -> T:
             phase = "claim"
             try:
-                await _simple(conn, _claim_sql(g, table.version))
+                with AsyncGuard(conn, "the claim", t, strict=True):
+                    await _simple(conn, _claim_sql(g, table.version))
                 phase = "body"
                 result = await body(conn)
                 phase = "commit"
-                await _commit(conn)
+                await _commit(conn, t)
                 self.stats["transactions"] += 1
                 return result
             except BaseException as e:
                 # A body that ended the transaction itself (its own COMMIT or ROLLBACK) and
                 # then failed is never run again: what it committed stays committed.
                 ended = phase == "body" and _routes.ended_by_body(conn)
-                await _rollback_quietly(conn)
+                await _rollback_quietly(conn, t)
                 raise e if ended else _routes.attempt_failure(e, phase, retry_body)
             finally:
                 await pool.putconn(conn)
@@ -283,12 +300,16 @@ class AsyncRouter(RouteLookups):
     async def execute(self, query: Any, params: Optional[Sequence[Any]] = None, *,
                       owner: Optional[Owner] = None, id: Optional[int] = None,
                       gene: Optional[int] = None) -> Optional[List[Tuple[Any, ...]]]:
-        """One statement with the route version declared in its own transaction, one round
-        trip (a pipeline); retried on IG001/IG002. Its rows, or None."""
+        """One statement with the route version declared in its leading comment, in a
+        transaction of its own: one round trip; retried on IG001/IG002. Its rows, or None. Lost after the
+        statement was sent, or not answered within shard_timeout: CommitOutcomeUnknown."""
+        t = self.shard_timeout
+
         async def once(table: RouteTable, pool: AsyncConnectionPool[Any],
                        conn: AsyncConn) -> Optional[List[Tuple[Any, ...]]]:
             try:
-                rows = await _execute_declared(conn, table.version, query, params)
+                with AsyncGuard(conn, "the statement", t):
+                    rows = await _execute_declared(conn, table.version, query, params)
                 self.stats["transactions"] += 1
                 return rows
             except BaseException as e:
@@ -320,8 +341,8 @@ class AsyncRouter(RouteLookups):
             shard = self._route(g, table)
         pool = await self._pool(shard)
         try:
-            return table, pool, await pool.getconn()
-        except psycopg.Error as e:  # refused (the shard restarting) or not in time: retried
+            return table, pool, await pool.getconn()  # (waits at most the pool's timeout: shard_timeout)
+        except psycopg.Error as e:  # refused (the shard restarting): retried; PoolTimeout: raised
             raise _routes.attempt_failure(e, "connect", True)
 
     async def _after_route_error(self, code: str, attempt: int,
@@ -363,7 +384,7 @@ async def _simple(conn: AsyncConn, sql: str) -> None:
     await conn.execute(sql, prepare=False)
 
 
-async def _commit(conn: AsyncConn) -> None:
+async def _commit(conn: AsyncConn, timeout: float) -> None:
     if conn.pgconn.transaction_status == pq.TransactionStatus.INERROR:
         raise psycopg.errors.InFailedSqlTransaction(
             "id_gen_client: the transaction failed inside the body; it was rolled back")
@@ -371,38 +392,26 @@ async def _commit(conn: AsyncConn) -> None:
         raise psycopg.errors.NoActiveSqlTransaction(
             "id_gen_client: the transaction was ended inside the body (a COMMIT or ROLLBACK of its own); "
             "the router committed nothing")
-    await _simple(conn, "COMMIT")
+    with AsyncGuard(conn, "COMMIT", timeout):
+        await _simple(conn, "COMMIT")
 
 
 async def _execute_declared(conn: AsyncConn, version: int, query: Any,
                             params: Optional[Sequence[Any]]) -> Optional[List[Tuple[Any, ...]]]:
-    """As router._execute_declared: the declaration and the statement in one pipeline (one
-    round trip, one implicit transaction); without pipeline mode (libpq < 14) `BEGIN;
-    set_config` as one message, the statement, COMMIT. Rolls back what it began on any
-    error."""
-    declare = DECLARE_VERSION_SQL.format(int(version))
-    try:
-        if psycopg.AsyncPipeline.is_supported():
-            async with conn.pipeline():
-                await conn.execute(declare, prepare=False)
-                cur = await conn.execute(query, params)
-            return await cur.fetchall() if cur.description is not None else None
-        await _simple(conn, f"BEGIN; {declare}")
-        cur = await conn.execute(query, params)
-        rows = await cur.fetchall() if cur.description is not None else None
-        await _simple(conn, "COMMIT")
-        return rows
-    except BaseException:
-        await _rollback_quietly(conn)
-        raise
+    """As router._execute_declared: the statement with the route version in its leading
+    comment, in autocommit (one round trip, one implicit transaction)."""
+    cur = await conn.execute(_routes.declared_query(version, query), params)
+    return await cur.fetchall() if cur.description is not None else None
 
 
-async def _rollback_quietly(conn: AsyncConn) -> None:
-    """Ends a failed or abandoned transaction (none open: nothing to send); a broken
-    connection is left to the pool."""
+async def _rollback_quietly(conn: AsyncConn, timeout: float) -> None:
+    """Ends a failed or abandoned transaction (none open: nothing to send), bounded by
+    timeout; a broken connection (or one that did not answer in time, then closed) is left
+    to the pool, which discards it."""
     if conn.closed or conn.broken or conn.pgconn.transaction_status == pq.TransactionStatus.IDLE:
         return
     try:
-        await _simple(conn, "ROLLBACK")
+        with AsyncGuard(conn, "ROLLBACK", timeout):
+            await _simple(conn, "ROLLBACK")
     except psycopg.Error:
         pass

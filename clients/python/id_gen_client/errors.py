@@ -1,7 +1,8 @@
 """Errors of id_gen_client and the SQLSTATEs of the route-change protocol.
 
 Invariant: every error the router raises about routing itself is a RoutingError;
-database errors that are not about routes reach the caller unchanged (psycopg.Error).
+database errors that are not about routes reach the caller unchanged (psycopg.Error). A
+shard that did not answer in time is a lost connection: ShardTimeout, an OperationalError.
 """
 import psycopg
 from psycopg_pool import PoolTimeout
@@ -32,6 +33,13 @@ class CommitOutcomeUnknown(RoutingError):
     statement was sent) and before its answer: the transaction may or may not have
     committed. Never retried; __cause__ is the driver's error. The caller decides (look the
     row up by its id, or make the body idempotent)."""
+
+
+class ShardTimeout(psycopg.OperationalError):
+    """A shard did not answer within the router's `shard_timeout` (the claim, COMMIT,
+    ROLLBACK or `execute`'s statement): the router shut the connection down and closed it.
+    Not a RoutingError but a lost connection (an OperationalError without SQLSTATE): retried
+    when no COMMIT was sent, the __cause__ of CommitOutcomeUnknown after."""
 
 
 def sqlstate_of(error: BaseException) -> "str | None":

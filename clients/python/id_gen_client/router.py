@@ -25,10 +25,18 @@ Invariants it keeps:
   simple-protocol message. A re-read that fails (the coordinator down) does not end the
   retries; only retry_limit does. A body that raised is never reported committed, and a
   body whose COMMIT succeeded is never run again.
-* `execute` sends `set_config('id_gen.route_version', v, true)` and the statement in one
-  pipeline (one implicit transaction up to its Sync), so a transaction-mode pooler
-  (PgBouncer) runs both on the same server connection. Nothing is declared per connection.
+* `execute` sends its statement with the route version in a leading comment
+  (`/* id_gen.route_version=v */`), in autocommit: one statement, so a transaction-mode
+  pooler (PgBouncer) has nothing to keep together. Nothing is declared per connection.
 * Every connection taken from a pool goes back to it, idle (rolled back) or broken.
+* What the router sends to a shard or waits for there is bounded by `shard_timeout`: a free
+  connection from the pool (and each connect), the claim, COMMIT, ROLLBACK and `execute`'s
+  statement (the body's own statements are the caller's). A shard silent that long (a
+  frozen process whose kernel still acknowledges TCP) gets its socket shut down by the
+  router's watchdog thread (_watchdog.py): the connection is discarded and the wait ends as
+  a lost connection (ShardTimeout): retried before COMMIT was sent, CommitOutcomeUnknown
+  after it (or after `execute`'s statement was sent). No free connection in time is
+  psycopg_pool's PoolTimeout, raised, not retried.
 """
 from __future__ import annotations
 
@@ -46,27 +54,43 @@ from psycopg import pq
 from psycopg_pool import ConnectionPool
 
 from . import _routes
-from ._routes import (COORDINATOR_CONNECT, DECLARE_VERSION_SQL, EMPTY_ROUTES_VERSION_SQL,
+from ._routes import (COORDINATOR_CONNECT, EMPTY_ROUTES_VERSION_SQL,
                       LISTEN_POLL_SECONDS, ROUTE_VERSION_SQL, ROUTES_CHANNEL, ROUTES_SQL, Owner, RouteLookups,
-                      RouteTable, target_gene)
+                      RouteTable, shard_pool_args, target_gene)
+from ._watchdog import Watchdog
 from .errors import NoRouteError
 
 T = TypeVar("T")
 Conn = psycopg.Connection[Any]
 NOTIFIES_TAKES_TIMEOUT = "timeout" in inspect.signature(psycopg.Connection.notifies).parameters
-PIPELINE_SUPPORTED = psycopg.Pipeline.is_supported()  # libpq >= 14
 
 
 class Router(RouteLookups):
-    """Routes transactions by owner, id or gene to the owning shard; thread-safe."""
+    """Routes transactions by owner, id or gene to the owning shard; thread-safe.
+
+    routes_dsn: the coordinator; shards: shard name -> DSN. min_size, max_size: each shard
+    pool's sizes (pool_kwargs: more psycopg_pool.ConnectionPool arguments). retry_limit:
+    retries after the first attempt. backoff_base, backoff_max: the wait before retry n is
+    min(base * 2**n, max) seconds, jittered. listen: LISTEN for route changes;
+    refresh_interval: seconds between polls of the route version (0: none).
+
+    shard_timeout (seconds, default 60): the longest the router waits on a shard for what it
+    sends itself: a free connection from the pool (psycopg_pool's PoolTimeout after it, not
+    retried; pool_kwargs' own `timeout` takes its place there), a connect (the connections'
+    connect_timeout, unless the DSN, PGCONNECT_TIMEOUT or pool_kwargs sets one), the claim,
+    COMMIT, ROLLBACK and `execute`'s statement. A shard silent that long is a lost
+    connection (ShardTimeout; the connection is closed): the claim is retried, COMMIT or
+    `execute`'s statement raises CommitOutcomeUnknown. The body's own statements are not
+    bounded by it (use statement_timeout, or the caller's own bound)."""
 
     def __init__(self, routes_dsn: str, shards: Mapping[str, str], *, min_size: int = 1,
                  max_size: int = 8, retry_limit: int = 20, backoff_base: float = 0.005,
                  backoff_max: float = 0.2, listen: bool = True, refresh_interval: float = 1.0,
-                 pool_kwargs: Optional[Mapping[str, Any]] = None) -> None:
+                 pool_kwargs: Optional[Mapping[str, Any]] = None, shard_timeout: float = 60.0) -> None:
         super().__init__(routes_dsn, shards, min_size=min_size, max_size=max_size, retry_limit=retry_limit,
                          backoff_base=backoff_base, backoff_max=backoff_max, listen=listen,
-                         refresh_interval=refresh_interval, pool_kwargs=pool_kwargs)
+                         refresh_interval=refresh_interval, pool_kwargs=pool_kwargs, shard_timeout=shard_timeout)
+        self._watchdog = Watchdog(self.shard_timeout, "id_gen_client-shard-timeout")
         self._stats_lock = threading.Lock()
         self._pools: Dict[str, ConnectionPool[Any]] = {}
         self._pools_lock = threading.Lock()
@@ -218,14 +242,10 @@ class Router(RouteLookups):
                 raise RuntimeError("the Router is closed")
             pool = self._pools.get(shard)
             if pool is None:
-                args = dict(self._pool_args)
-                # No prepared statements unless the caller asks (pool_kwargs): PgBouncer
-                # 1.18 in transaction mode cannot keep them (a statement prepared on one
-                # server connection is missing on the next).
-                args["kwargs"] = {"prepare_threshold": None, **(args.get("kwargs") or {}), "autocommit": True}
-                args.setdefault("name", f"id_gen_client-{shard}")
+                dsn = self._shard_dsns[shard]
+                args = shard_pool_args(self._pool_args, dsn, shard, self.shard_timeout)
                 args.setdefault("open", True)
-                pool = self._pools[shard] = ConnectionPool(self._shard_dsns[shard], **args)
+                pool = self._pools[shard] = ConnectionPool(dsn, **args)
             return pool
 
     # --- transactions ---------------------------------------------------------------------
@@ -267,18 +287,20 @@ class Router(RouteLookups):
               gene: Optional[int] = None) -> Iterator[Conn]:
         """Yields a connection in a claimed transaction on the owning shard (the `with` form
         of `run`): commits when the block ends, rolls back (and re-raises) when it raises.
-        A connection lost at COMMIT raises CommitOutcomeUnknown."""
+        A connection lost at COMMIT (or silent for shard_timeout) raises
+        CommitOutcomeUnknown."""
         pool, conn = self._claim(target_gene(owner, id, gene))
+        wd = self._watchdog
         try:
             try:
                 yield conn
             except BaseException:
-                _rollback_quietly(conn)
+                _rollback_quietly(conn, wd)
                 raise
             try:
-                _commit(conn)
+                _commit(conn, wd)
             except BaseException as e:
-                _rollback_quietly(conn)
+                _rollback_quietly(conn, wd)
                 raise _routes.attempt_failure(e, "commit", False)
             self._count("transactions")
         finally:
@@ -302,21 +324,24 @@ class Router(RouteLookups):
     def _call(self, body: Callable[[Conn], T], g: int, retry_body: bool) -> T:
         """Claim, body, COMMIT; IG001/IG002 from the claim are retried, from the body or
         COMMIT only when retry_body; all retries count against retry_limit."""
+        wd = self._watchdog
+
         def once(table: RouteTable, pool: ConnectionPool[Any], conn: Conn) -> T:
             phase = "claim"
             try:
-                _simple(conn, _claim_sql(g, table.version))
+                with wd.guard(conn, "the claim", strict=True):
+                    _simple(conn, _claim_sql(g, table.version))
                 phase = "body"
                 result = body(conn)
                 phase = "commit"
-                _commit(conn)
+                _commit(conn, wd)
                 self._count("transactions")
                 return result
             except BaseException as e:
                 # A body that ended the transaction itself (its own COMMIT or ROLLBACK) and
                 # then failed is never run again: what it committed stays committed.
                 ended = phase == "body" and _routes.ended_by_body(conn)
-                _rollback_quietly(conn)
+                _rollback_quietly(conn, wd)
                 raise e if ended else _routes.attempt_failure(e, phase, retry_body)
             finally:
                 pool.putconn(conn)
@@ -325,14 +350,19 @@ class Router(RouteLookups):
     def execute(self, query: Any, params: Optional[Sequence[Any]] = None, *, owner: Optional[Owner] = None,
                 id: Optional[int] = None, gene: Optional[int] = None) -> Optional[List[Tuple[Any, ...]]]:
         """One statement on the owning shard, in a transaction of its own that declares the
-        route version in the same round trip (see _execute_declared): one round trip, as on
+        route version in a leading comment (see _execute_declared): one round trip, as on
         a direct connection, also behind a transaction-mode pooler. `query` is one
         statement (it goes by the extended protocol). Retried on IG001/IG002, which a
         statement that failed leaves without effect. Returns its rows (a list of tuples),
-        or None for a statement that returns none."""
+        or None for a statement that returns none. A connection lost after the statement
+        was sent, or a shard that did not answer it within shard_timeout, raises
+        CommitOutcomeUnknown (the statement and its implicit COMMIT travel together)."""
+        wd = self._watchdog
+
         def once(table: RouteTable, pool: ConnectionPool[Any], conn: Conn) -> Optional[List[Tuple[Any, ...]]]:
             try:
-                rows = _execute_declared(conn, table.version, query, params)
+                with wd.guard(conn, "the statement"):
+                    rows = _execute_declared(conn, table.version, query, params)
                 self._count("transactions")
                 return rows
             except psycopg.Error as e:
@@ -362,18 +392,21 @@ class Router(RouteLookups):
             shard = self._route(g, table)
         pool = self._pool(shard)
         try:
-            return table, pool, pool.getconn()
-        except psycopg.Error as e:  # refused (the shard restarting) or not in time: retried
+            return table, pool, pool.getconn()  # (waits at most the pool's timeout: shard_timeout)
+        except psycopg.Error as e:  # refused (the shard restarting): retried; PoolTimeout: raised
             raise _routes.attempt_failure(e, "connect", True)
 
     def _claim(self, g: int) -> Tuple[ConnectionPool[Any], Conn]:
         """A connection of the owning shard's pool, in a transaction that claimed gene g
         (the claim retried on IG001/IG002 up to retry_limit times)."""
+        wd = self._watchdog
+
         def once(table: RouteTable, pool: ConnectionPool[Any], conn: Conn) -> Tuple[ConnectionPool[Any], Conn]:
             try:
-                _simple(conn, _claim_sql(g, table.version))
+                with wd.guard(conn, "the claim", strict=True):
+                    _simple(conn, _claim_sql(g, table.version))
             except BaseException as e:
-                _rollback_quietly(conn)
+                _rollback_quietly(conn, wd)
                 pool.putconn(conn)
                 raise _routes.attempt_failure(e, "claim", False)
             return pool, conn
@@ -417,6 +450,7 @@ class Router(RouteLookups):
             pool.close()
         with self._reload_lock:
             self._drop_routes_conn()
+        self._watchdog.stop()  # (its thread ends once the guards still armed are done)
 
     def __enter__(self) -> "Router":
         return self
@@ -430,9 +464,9 @@ def _claim_sql(g: int, version: int) -> str:
     return f"BEGIN; SELECT id_gen.route_claim({int(g)}, {int(version)})"
 
 
-def _commit(conn: Conn) -> None:
-    """COMMIT, unless the body swallowed an error: COMMIT would then roll back and report
-    success, so this raises instead (the caller rolls back)."""
+def _commit(conn: Conn, wd: Watchdog) -> None:
+    """COMMIT (bounded by the watchdog), unless the body swallowed an error: COMMIT would
+    then roll back and report success, so this raises instead (the caller rolls back)."""
     if conn.pgconn.transaction_status == pq.TransactionStatus.INERROR:
         raise psycopg.errors.InFailedSqlTransaction(
             "id_gen_client: the transaction failed inside the body; it was rolled back")
@@ -440,8 +474,8 @@ def _commit(conn: Conn) -> None:
         raise psycopg.errors.NoActiveSqlTransaction(
             "id_gen_client: the transaction was ended inside the body (a COMMIT or ROLLBACK of its own); "
             "the router committed nothing")
-    _simple(conn, "COMMIT")
-
+    with wd.guard(conn, "COMMIT"):
+        _simple(conn, "COMMIT")
 
 
 def _simple(conn: Conn, sql: str) -> None:
@@ -449,7 +483,9 @@ def _simple(conn: Conn, sql: str) -> None:
     libpq: the claim and the COMMIT are on every transaction's path, and psycopg's cursor
     machinery would cost about as much as the claim itself. Raises psycopg's error for the
     SQLSTATE, as conn.execute would; a connection lost on the way (no SQLSTATE, libpq's
-    connection gone bad) as psycopg.OperationalError, as conn.execute would too."""
+    connection gone bad) as psycopg.OperationalError, as conn.execute would too. PQexec
+    cannot be interrupted from Python: the callers bound it with a watchdog guard, which
+    shuts the socket down when the shard is silent too long."""
     res = conn.pgconn.exec_(sql.encode())
     if res.status not in (pq.ExecStatus.COMMAND_OK, pq.ExecStatus.TUPLES_OK):
         error = psycopg.errors.error_from_result(res, encoding=conn.info.encoding)
@@ -460,36 +496,22 @@ def _simple(conn: Conn, sql: str) -> None:
 
 def _execute_declared(conn: Conn, version: int, query: Any,
                       params: Optional[Sequence[Any]]) -> Optional[List[Tuple[Any, ...]]]:
-    """Runs one statement in a transaction of its own that declares the route version
-    before it (set_config(..., true): for this transaction only); returns its rows, or None.
-    A pipeline of both statements and one Sync: one round trip, and one implicit
-    transaction, which a transaction-mode pooler keeps on one server connection. Without
-    pipeline mode (libpq < 14), three round trips: `BEGIN; set_config` as one
-    simple-protocol message (as the claim), the statement, COMMIT. The declaration is never
-    prepared (prepare=False), so it adds no prepared statement for a pooler to lose."""
-    declare = DECLARE_VERSION_SQL.format(int(version))
-    if PIPELINE_SUPPORTED:
-        with conn.pipeline():
-            conn.execute(declare, prepare=False)
-            cur = conn.execute(query, params)
-        return cur.fetchall() if cur.description is not None else None
-    _simple(conn, f"BEGIN; {declare}")
-    try:
-        cur = conn.execute(query, params)
-        rows = cur.fetchall() if cur.description is not None else None
-        _simple(conn, "COMMIT")
-    except BaseException:
-        _rollback_quietly(conn)
-        raise
-    return rows
+    """Runs one statement in a transaction of its own (autocommit) that declares the route
+    version in its leading comment (`_routes.declared_query`); returns its rows, or None.
+    One statement, one round trip, one implicit transaction, which a transaction-mode
+    pooler keeps on one server connection."""
+    cur = conn.execute(_routes.declared_query(version, query), params)
+    return cur.fetchall() if cur.description is not None else None
 
 
-def _rollback_quietly(conn: Conn) -> None:
-    """Ends a failed or abandoned transaction (none open: nothing to send); a broken
-    connection is left to the pool."""
+def _rollback_quietly(conn: Conn, wd: Watchdog) -> None:
+    """Ends a failed or abandoned transaction (none open: nothing to send), bounded by the
+    watchdog; a broken connection (or one that did not answer in time, then closed) is left
+    to the pool, which discards it."""
     if conn.closed or conn.broken or conn.pgconn.transaction_status == pq.TransactionStatus.IDLE:
         return
     try:
-        _simple(conn, "ROLLBACK")
+        with wd.guard(conn, "ROLLBACK"):
+            _simple(conn, "ROLLBACK")
     except psycopg.Error:
         pass

@@ -5,8 +5,13 @@
 //! variants; [`Error::RetryExhausted`] always wraps the last route error (IG001/IG002) or
 //! the last error of the attempt that ran out the retries; [`Error::CommitOutcomeUnknown`]
 //! is returned only for a connection lost after COMMIT (or `execute`'s statement) was sent.
+//! A shard that does not answer within `shard_timeout` is a lost connection
+//! ([`Error::ShardTimeout`]); a pool with no free connection within it is not
+//! ([`Error::PoolTimeout`]).
 
+use deadpool_postgres::{PoolError, TimeoutType};
 use std::fmt;
+use std::time::Duration;
 
 /// SQLSTATE of "route changed": the shard does not own the gene, or the declared route
 /// version is older than the shard's. Re-read the routes and retry on the owning shard.
@@ -37,14 +42,29 @@ pub enum Error {
     Protocol(String),
     /// Reading the routes from the coordinator took longer than allowed.
     Timeout(&'static str),
+    /// No connection of shard `shard`'s pool came free within
+    /// [`crate::RouterConfig::shard_timeout`]: every one was busy (the caller's own load, or
+    /// a pool too small for it). No lost connection: not retried.
+    PoolTimeout { shard: String, waited: Duration },
+    /// Shard `shard` did not answer `what` (a new connection, the claim, `execute`'s
+    /// statement, COMMIT, ROLLBACK) within [`crate::RouterConfig::shard_timeout`]. The
+    /// connection is treated as lost ([`Error::is_connection_lost`]) and closed, never
+    /// pooled: retried before COMMIT was sent, inside [`Error::CommitOutcomeUnknown`] after.
+    ShardTimeout {
+        shard: String,
+        what: &'static str,
+        after: Duration,
+    },
     /// [`crate::Router::close`] was called.
     Closed,
-    /// IG001/IG002, or a refused or lost shard connection, kept coming back for
-    /// `retry_limit` retries after the first attempt; holds the last error.
+    /// IG001/IG002, or a refused or lost shard connection (a shard silent past
+    /// `shard_timeout` included), kept coming back for `retry_limit` retries after the first
+    /// attempt; holds the last error.
     RetryExhausted(Box<Error>),
     /// The shard connection was lost after COMMIT (or `execute`'s statement) was sent and
-    /// before its answer: the transaction may or may not have committed. Never retried;
-    /// holds the driver's error. The caller decides (look the row up, or make the body
+    /// before its answer, or the shard did not answer it within `shard_timeout`: the
+    /// transaction may or may not have committed. Never retried; holds the driver's error
+    /// (or [`Error::ShardTimeout`]). The caller decides (look the row up, or make the body
     /// idempotent).
     CommitOutcomeUnknown(Box<Error>),
 }
@@ -61,22 +81,18 @@ impl Error {
 
     /// True when the error says the shard connection is gone or could not be made: a pool
     /// that could not connect, SQLSTATE class 08, the server ending the session
-    /// (57P01-57P03), or a connection closed or broken under the driver (no SQLSTATE).
+    /// (57P01-57P03), a connection closed or broken under the driver (no SQLSTATE), or a
+    /// shard that did not answer within `shard_timeout` ([`Error::ShardTimeout`]). Not a
+    /// pool that had no free connection ([`Error::PoolTimeout`]).
     pub fn is_connection_lost(&self) -> bool {
         match self {
-            Error::Pool(deadpool_postgres::PoolError::Closed) => false,
+            Error::ShardTimeout { .. } => true,
+            Error::Pool(PoolError::Closed | PoolError::Timeout(TimeoutType::Wait)) => false,
+            // (a connect the server refused for a reason of its own, a password or a
+            // database unknown, is raised, not retried)
+            Error::Pool(PoolError::Backend(e)) => db_connection_lost(e),
             Error::Pool(_) => true,
-            Error::Db(e) => match e.code() {
-                Some(code) => {
-                    let code = code.code();
-                    code.starts_with("08") || SERVER_ENDED_SESSION.contains(&code)
-                }
-                None => {
-                    e.is_closed()
-                        || std::error::Error::source(e)
-                            .is_some_and(|cause| cause.is::<std::io::Error>())
-                }
-            },
+            Error::Db(e) => db_connection_lost(e),
             _ => false,
         }
     }
@@ -96,6 +112,21 @@ impl Error {
     }
 }
 
+/// Whether a driver error means the connection is gone (class 08, the server ending the
+/// session, or the socket closed under it) rather than an answer of the server.
+fn db_connection_lost(e: &tokio_postgres::Error) -> bool {
+    match e.code() {
+        Some(code) => {
+            let code = code.code();
+            code.starts_with("08") || SERVER_ENDED_SESSION.contains(&code)
+        }
+        None => {
+            e.is_closed()
+                || std::error::Error::source(e).is_some_and(|cause| cause.is::<std::io::Error>())
+        }
+    }
+}
+
 /// `Some(ROUTE_CHANGED)` / `Some(ROUTE_FENCED)` when a database error is one of them.
 pub fn route_code_of(e: &tokio_postgres::Error) -> Option<&'static str> {
     match e.code().map(|c| c.code()) {
@@ -105,18 +136,26 @@ pub fn route_code_of(e: &tokio_postgres::Error) -> Option<&'static str> {
     }
 }
 
+/// tokio_postgres' Display of a server error is just "db error": the server's message,
+/// detail and SQLSTATE instead (or the cause of an error without one).
+fn write_db_error(f: &mut fmt::Formatter<'_>, e: &tokio_postgres::Error) -> fmt::Result {
+    match e.as_db_error() {
+        Some(db) => write!(f, "{db} (SQLSTATE {})", db.code().code()),
+        None => match std::error::Error::source(e) {
+            Some(cause) => write!(f, "{e}: {cause}"),
+            None => write!(f, "{e}"),
+        },
+    }
+}
+
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Error::Db(e) => match e.as_db_error() {
-                // tokio_postgres' Display of a server error is just "db error": show the
-                // server's message, detail and SQLSTATE instead.
-                Some(db) => write!(f, "{db} (SQLSTATE {})", db.code().code())?,
-                None => match std::error::Error::source(e) {
-                    Some(cause) => write!(f, "{e}: {cause}")?,
-                    None => write!(f, "{e}")?,
-                },
-            },
+            Error::Db(e) => write_db_error(f, e)?,
+            Error::Pool(PoolError::Backend(e)) => {
+                write!(f, "connection pool: a new connection failed: ")?;
+                write_db_error(f, e)?
+            }
             Error::Pool(e) => write!(f, "connection pool: {e}")?,
             Error::Config(m) => write!(f, "configuration: {m}")?,
             Error::NoRoute { gene } => write!(f, "no route for gene {gene}")?,
@@ -127,6 +166,16 @@ impl fmt::Display for Error {
             Error::InvalidKey(m) => write!(f, "invalid key: {m}")?,
             Error::Protocol(m) => write!(f, "routing protocol: {m}")?,
             Error::Timeout(what) => write!(f, "timed out: {what}")?,
+            Error::PoolTimeout { shard, waited } => write!(
+                f,
+                "timed out: no free connection to shard {shard:?} within {waited:?} (every \
+                 pooled connection busy: raise pool_size or shard_timeout, or lower the load)"
+            )?,
+            Error::ShardTimeout { shard, what, after } => write!(
+                f,
+                "timed out: shard {shard:?} did not answer {what} within {after:?} (the \
+                 connection was closed as lost)"
+            )?,
             Error::Closed => write!(f, "the Router is closed")?,
             Error::RetryExhausted(last) => write!(
                 f,
@@ -135,8 +184,9 @@ impl fmt::Display for Error {
             )?,
             Error::CommitOutcomeUnknown(last) => write!(
                 f,
-                "commit outcome unknown: the shard connection was lost after COMMIT was sent, \
-                 so the transaction may or may not have committed: {last}"
+                "commit outcome unknown: the shard connection was lost (or the shard did not \
+                 answer) after COMMIT was sent, so the transaction may or may not have \
+                 committed: {last}"
             )?,
         }
         Ok(())
@@ -160,8 +210,8 @@ impl From<tokio_postgres::Error> for Error {
     }
 }
 
-impl From<deadpool_postgres::PoolError> for Error {
-    fn from(e: deadpool_postgres::PoolError) -> Self {
+impl From<PoolError> for Error {
+    fn from(e: PoolError) -> Self {
         Error::Pool(e)
     }
 }

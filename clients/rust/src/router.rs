@@ -19,12 +19,21 @@
 //! * A pooled connection goes back to the pool only idle (after COMMIT or a successful
 //!   ROLLBACK); if a transaction future is dropped midway, or the ROLLBACK fails, the
 //!   connection is detached from the pool and closed (the server rolls back).
+//! * Every step the router itself takes on a shard is bounded by `shard_timeout`: a free
+//!   pooled connection, a new one (connect and startup), the claim, `execute`'s statement,
+//!   COMMIT, ROLLBACK and the probe after a route error; the body's own statements are not.
+//!   A step that ran out treats the connection as lost: it is closed, never pooled (a request
+//!   may still be outstanding on it), and no ROLLBACK is sent on it. Before COMMIT was sent
+//!   the attempt is retried as for a lost connection; after, [`Error::CommitOutcomeUnknown`].
+//!   No free connection in time is [`Error::PoolTimeout`], never retried.
 
 use crate::backoff::Jitter;
 use crate::error::{route_code_of, Error, ROUTE_CHANGED};
 use crate::key::{uuid_text, Key};
 use crate::routes::RouteTable;
-use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
+use deadpool_postgres::{
+    Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod, Runtime, TimeoutType,
+};
 use futures_util::StreamExt;
 use std::borrow::Borrow;
 use std::collections::{BTreeMap, HashMap};
@@ -119,6 +128,22 @@ pub struct RouterConfig {
     /// LISTEN for route changes on the coordinator (default true). Off, the routes are
     /// re-read only by the poll, after IG001, and by [`Router::refresh`].
     pub listen: bool,
+    /// Bounds what the router itself sends to a shard or waits for there (default 60 s;
+    /// above zero), each step on its own: a free connection from the shard's pool, a new
+    /// connection (connect and startup; a `connect_timeout` in the DSN bounds the connect
+    /// alone), the claim, `execute`'s statement with its COMMIT, the COMMIT of a transaction,
+    /// a ROLLBACK, and the probe after a route error from the body. The body's own
+    /// statements are the caller's business and are not bounded (bound the whole call with
+    /// `tokio::time::timeout`: a call dropped midway closes its connection).
+    ///
+    /// A shard that does not answer in time (a frozen server whose kernel still acks TCP) is
+    /// a lost connection, [`Error::ShardTimeout`]: the connection is closed, never pooled.
+    /// Before COMMIT was sent the attempt is retried like one (`retries_lost`, against
+    /// `retry_limit`: a shard that stays silent fails the call after about
+    /// `(retry_limit + 1) * shard_timeout`); a COMMIT (or `execute`'s statement) left
+    /// unanswered is [`Error::CommitOutcomeUnknown`], never retried. No free connection
+    /// within it (every pooled one busy) is [`Error::PoolTimeout`], not retried.
+    pub shard_timeout: Duration,
 }
 
 impl RouterConfig {
@@ -133,6 +158,7 @@ impl RouterConfig {
             backoff_max: Duration::from_millis(200),
             refresh_interval: Duration::from_secs(1),
             listen: true,
+            shard_timeout: Duration::from_secs(60),
         }
     }
 
@@ -155,10 +181,14 @@ impl RouterConfig {
     }
 
     /// Checks what can be checked without connecting: the DSNs parse, the pool holds at
-    /// least one connection, the backoff's first delay is not above its largest.
+    /// least one connection, the backoff's first delay is not above its largest,
+    /// `shard_timeout` is above zero.
     pub fn validate(&self) -> Result<(), Error> {
         if self.pool_size == 0 {
             return Err(Error::Config("pool_size must be at least 1".into()));
+        }
+        if self.shard_timeout.is_zero() {
+            return Err(Error::Config("shard_timeout must be above zero".into()));
         }
         if self.backoff_base > self.backoff_max {
             return Err(Error::Config(
@@ -220,6 +250,13 @@ impl RouterConfigBuilder {
         self
     }
 
+    /// The bound on each step the router takes on a shard (default 60 s); see
+    /// [`RouterConfig::shard_timeout`].
+    pub fn shard_timeout(mut self, timeout: Duration) -> Self {
+        self.config.shard_timeout = timeout;
+        self
+    }
+
     /// The configuration, checked by [`RouterConfig::validate`].
     pub fn build(self) -> Result<RouterConfig, Error> {
         self.config.validate()?;
@@ -243,7 +280,8 @@ pub struct Stats {
     pub retries_moved: u64,
     /// Retries after IG002 (route fenced).
     pub retries_fenced: u64,
-    /// Retries after a shard connection refused or lost before COMMIT was sent.
+    /// Retries after a shard connection refused or lost before COMMIT was sent (a shard that
+    /// did not answer within `shard_timeout` included).
     pub retries_lost: u64,
     /// Route reads that succeeded (the first one in `connect` included).
     pub refreshes: u64,
@@ -318,8 +356,14 @@ impl Router {
                     recycling_method: RecyclingMethod::Fast,
                 },
             );
+            // Waiting for a free connection and creating one are each bounded by
+            // shard_timeout (recycling is a local check, RecyclingMethod::Fast).
             let pool = Pool::builder(manager)
                 .max_size(config.pool_size)
+                .runtime(Runtime::Tokio1)
+                .wait_timeout(Some(config.shard_timeout))
+                .create_timeout(Some(config.shard_timeout))
+                .recycle_timeout(Some(config.shard_timeout))
                 .build()
                 .map_err(|e| Error::Config(format!("shard {name}: {e}")))?;
             pools.insert(name.clone(), pool);
@@ -455,6 +499,12 @@ impl Router {
     /// routes that fails meanwhile (the coordinator down) does not end the retries: the next
     /// attempt runs on the routes held (the listener re-reads them when it can).
     ///
+    /// A shard connection refused or lost before COMMIT was sent (a shard that did not
+    /// answer the connect or the claim within [`RouterConfig::shard_timeout`] included) is
+    /// retried the same way; lost after COMMIT was sent, or COMMIT unanswered within
+    /// `shard_timeout`: [`Error::CommitOutcomeUnknown`]. No free pooled connection within
+    /// `shard_timeout`: [`Error::PoolTimeout`]. The body's own statements are not bounded.
+    ///
     /// The `async move` block may use the client, `Copy` values and borrows of the caller's
     /// environment (`&str`, `&Vec<_>`: write `let v = &v;` before the closure). It may not
     /// move an owned value out of the closure (the closure runs again on a retry): borrow
@@ -471,8 +521,8 @@ impl Router {
         let gene = key.borrow().try_gene()?;
         let mut retry = Retry::new(&self.inner, gene, true)?;
         loop {
-            let (pool, version) = retry.route().await?;
-            match run_once(&pool, gene, version, &mut body).await {
+            let (shard, version) = retry.route().await?;
+            match run_once(&shard, gene, version, &mut body).await {
                 Ok(value) => return Ok(retry.done(value)),
                 Err((error, phase)) => retry.after(error, phase).await?,
             }
@@ -494,8 +544,8 @@ impl Router {
         let mut once = as_body(|client| (body.take().expect("run: the body runs once"))(client));
         let mut retry = Retry::new(&self.inner, gene, false)?;
         loop {
-            let (pool, version) = retry.route().await?;
-            match run_once(&pool, gene, version, &mut once).await {
+            let (shard, version) = retry.route().await?;
+            match run_once(&shard, gene, version, &mut once).await {
                 Ok(value) => return Ok(retry.done(value)),
                 Err((error, phase)) => retry.after(error, phase).await?,
             }
@@ -503,10 +553,12 @@ impl Router {
     }
 
     /// One statement on the owning shard in a transaction of its own that declares the
-    /// route version: `BEGIN; SELECT pg_catalog.set_config('id_gen.route_version', v, true)`,
-    /// the statement, `COMMIT`, sent together (one round trip), so a transaction-mode
-    /// pooler keeps them on one server connection. Retried on IG001/IG002, which leave a
-    /// failed statement without effect. Returns its rows (none for a statement without).
+    /// route version in a leading comment (`/* id_gen.route_version=v */ <sql>`), in
+    /// autocommit: one statement, one round trip, nothing for a transaction-mode pooler to
+    /// keep together. Retried on IG001/IG002, which leave a failed statement without effect.
+    /// Returns its rows (none for a statement without).
+    /// The statement travels with its COMMIT: a connection lost after it was sent, or no
+    /// answer within [`RouterConfig::shard_timeout`], is [`Error::CommitOutcomeUnknown`].
     ///
     /// ```no_run
     /// # async fn f(router: id_gen_client::Router) -> Result<(), id_gen_client::Error> {
@@ -527,8 +579,8 @@ impl Router {
         let gene = key.borrow().try_gene()?;
         let mut retry = Retry::new(&self.inner, gene, true)?;
         loop {
-            let (pool, version) = retry.route().await?;
-            match execute_once(&pool, version, sql, params).await {
+            let (shard, version) = retry.route().await?;
+            match execute_once(&shard, version, sql, params).await {
                 Ok(rows) => return Ok(retry.done(rows)),
                 Err((error, phase)) => retry.after(error, phase).await?,
             }
@@ -602,7 +654,9 @@ enum Phase {
 /// third time) and waits the jittered backoff, at most `retry_limit` times; so for a
 /// connection refused or lost before COMMIT was sent (no re-read); an error from the body
 /// or COMMIT is retried only when `retry_body`; a connection lost after COMMIT (or the
-/// statement) was sent is [`Error::CommitOutcomeUnknown`], never retried.
+/// statement) was sent is [`Error::CommitOutcomeUnknown`], never retried. A shard that did not
+/// answer within `shard_timeout` ([`Error::ShardTimeout`]) counts as a lost connection; a
+/// pool without a free connection ([`Error::PoolTimeout`]) is returned as it is.
 struct Retry<'a> {
     inner: &'a Inner,
     gene: u16,
@@ -623,10 +677,10 @@ impl<'a> Retry<'a> {
         })
     }
 
-    /// The pool and route version for the gene. When the gene has no route on the first
-    /// attempt, the routes are re-read and looked up once more (they may have changed since
-    /// they were read); that look is no attempt of its own.
-    async fn route(&mut self) -> Result<(Pool, i64), Error> {
+    /// The shard (its name and pool) and route version for the gene. When the gene has no
+    /// route on the first attempt, the routes are re-read and looked up once more (they may
+    /// have changed since they were read); that look is no attempt of its own.
+    async fn route(&mut self) -> Result<(Shard<'a>, i64), Error> {
         let inner = self.inner;
         let mut table = inner.table();
         let (shard, version) = match table.lookup(self.gene) {
@@ -639,12 +693,16 @@ impl<'a> Retry<'a> {
                 (table.lookup(self.gene)?.to_owned(), table.version())
             }
         };
-        let pool = inner
+        let (name, pool) = inner
             .pools
-            .get(&shard)
-            .ok_or_else(|| Error::UnknownShard(shard.clone()))?
-            .clone();
-        Ok((pool, version))
+            .get_key_value(&shard)
+            .ok_or_else(|| Error::UnknownShard(shard.clone()))?;
+        let shard = Shard {
+            name,
+            pool,
+            timeout: inner.config.shard_timeout,
+        };
+        Ok((shard, version))
     }
 
     fn done<T>(&self, value: T) -> T {
@@ -719,10 +777,65 @@ where
     g
 }
 
+/// The shard an attempt runs on: its name, its pool, and the bound on each step the router
+/// takes there (`shard_timeout`).
+struct Shard<'a> {
+    name: &'a str,
+    pool: &'a Pool,
+    timeout: Duration,
+}
+
+impl Shard<'_> {
+    /// A pooled connection, not yet idle. Waiting for a free one and opening a new one are
+    /// each bounded by `timeout` (the pool's own timeouts): the first running out is
+    /// [`Error::PoolTimeout`], the second [`Error::ShardTimeout`] (a lost connection).
+    async fn connect(&self) -> Result<Pooled, Error> {
+        match self.pool.get().await {
+            Ok(object) => Ok(Pooled {
+                object: Some(object),
+                idle: false,
+            }),
+            Err(PoolError::Timeout(TimeoutType::Wait)) => Err(Error::PoolTimeout {
+                shard: self.name.to_owned(),
+                waited: self.timeout,
+            }),
+            Err(PoolError::Timeout(_)) => Err(self.timed_out("a new connection's startup")),
+            Err(e) => Err(Error::Pool(e)),
+        }
+    }
+
+    /// A request of the router's own, bounded by `timeout`: [`Error::ShardTimeout`] when it
+    /// runs out (the request may still be outstanding: the caller closes the connection).
+    async fn bounded<T>(
+        &self,
+        what: &'static str,
+        request: impl Future<Output = Result<T, tokio_postgres::Error>>,
+    ) -> Result<T, Error> {
+        match tokio::time::timeout(self.timeout, request).await {
+            Ok(answer) => answer.map_err(Error::Db),
+            Err(_) => Err(self.timed_out(what)),
+        }
+    }
+
+    fn timed_out(&self, what: &'static str) -> Error {
+        Error::ShardTimeout {
+            shard: self.name.to_owned(),
+            what,
+            after: self.timeout,
+        }
+    }
+}
+
+/// True for a request that got no answer in time: its connection is closed, not rolled back.
+fn unanswered(e: &Error) -> bool {
+    matches!(e, Error::ShardTimeout { .. })
+}
+
 /// One attempt: a pooled connection, the claim, the body, COMMIT. Rolls back on any error,
-/// which comes with the phase it happened in.
+/// which comes with the phase it happened in; a connection left with a request unanswered
+/// (a step past `shard_timeout`) is closed instead.
 async fn run_once<'env, T, F>(
-    pool: &Pool,
+    shard: &Shard<'_>,
     gene: u16,
     version: i64,
     body: &mut F,
@@ -730,18 +843,16 @@ async fn run_once<'env, T, F>(
 where
     F: for<'c> FnMut(&'c Client) -> TxFuture<'env, 'c, T>,
 {
-    let mut conn = Pooled {
-        object: Some(
-            pool.get()
-                .await
-                .map_err(|e| (Error::from(e), Phase::Connect))?,
-        ),
-        idle: false,
-    };
+    let mut conn = shard.connect().await.map_err(|e| (e, Phase::Connect))?;
     let client: &Client = conn.client();
     let claim = format!("BEGIN; SELECT id_gen.route_claim({gene}, {version})");
     let mut phase = Phase::Claim;
-    let result = match client.batch_execute(&claim).await {
+    // The probe after a route error got no answer in time: the connection is closed.
+    let mut probe_unanswered = false;
+    let result = match shard
+        .bounded("the claim", client.batch_execute(&claim))
+        .await
+    {
         Err(e) => Err(e),
         Ok(()) => {
             phase = Phase::Body;
@@ -750,17 +861,25 @@ where
                     // A route error after the body ended the transaction itself (its statement
                     // ran without the claim): what it committed stays committed.
                     if route_code_of(&e).is_some() {
-                        if let Err(probe) = client.batch_execute(IN_TRANSACTION_PROBE).await {
-                            if probe.code() == Some(&SqlState::NO_ACTIVE_SQL_TRANSACTION) {
+                        let probe = client.batch_execute(IN_TRANSACTION_PROBE);
+                        match shard.bounded("a transaction check", probe).await {
+                            Err(Error::Db(probe))
+                                if probe.code() == Some(&SqlState::NO_ACTIVE_SQL_TRANSACTION) =>
+                            {
                                 phase = Phase::EndedByBody;
                             }
+                            Err(probe) => probe_unanswered = unanswered(&probe),
+                            Ok(()) => {}
                         }
                     }
-                    Err(e)
+                    Err(Error::Db(e))
                 }
                 Ok(value) => {
                     phase = Phase::Commit;
-                    client.batch_execute(CHECKED_COMMIT).await.map(|()| value)
+                    shard
+                        .bounded("COMMIT", client.batch_execute(CHECKED_COMMIT))
+                        .await
+                        .map(|()| value)
                 }
             }
         }
@@ -772,53 +891,47 @@ where
         }
         Err(e) => {
             // After a failed COMMIT the transaction is already over; ROLLBACK only warns.
-            let rolled_back = client.batch_execute("ROLLBACK").await.is_ok();
-            conn.idle = rolled_back;
-            Err((Error::Db(e), phase))
+            // A ROLLBACK that got no answer in time leaves the connection closed too.
+            conn.idle = !probe_unanswered
+                && !unanswered(&e)
+                && shard
+                    .bounded("ROLLBACK", client.batch_execute("ROLLBACK"))
+                    .await
+                    .is_ok();
+            Err((e, phase))
         }
     }
 }
 
-/// One attempt of `execute`: BEGIN with the declaration, the statement and COMMIT sent
-/// together (tokio-postgres writes each request when its future is first polled, so
-/// joining them puts all three on the wire before the first answer). A failed statement
-/// turns the COMMIT into a ROLLBACK on the server.
+/// One attempt of `execute`: the statement with the route version in its leading comment
+/// ([`declared_sql`]), in autocommit: one statement, one round trip, its own implicit
+/// transaction. It is answered within `shard_timeout`, or the connection is closed and the
+/// outcome unknown.
 async fn execute_once(
-    pool: &Pool,
+    shard: &Shard<'_>,
     version: i64,
     sql: &str,
     params: &[(&(dyn ToSql + Sync), Type)],
 ) -> Result<Vec<Row>, (Error, Phase)> {
-    let mut conn = Pooled {
-        object: Some(
-            pool.get()
-                .await
-                .map_err(|e| (Error::from(e), Phase::Connect))?,
-        ),
-        idle: false,
-    };
+    let mut conn = shard.connect().await.map_err(|e| (e, Phase::Connect))?;
     let client: &Client = conn.client();
-    let declare =
-        format!("BEGIN; SELECT pg_catalog.set_config('id_gen.route_version', '{version}', true)");
-    let (begun, rows, committed) = tokio::join!(
-        biased;
-        client.batch_execute(&declare),
-        client.query_typed(sql, params),
-        client.batch_execute("COMMIT"),
-    );
-    // An answered COMMIT ended the transaction (as a ROLLBACK after a failed statement).
-    let ended = committed.is_ok();
-    let result = begun.and(rows).and_then(|rows| committed.map(|()| rows));
-    match result {
-        Ok(rows) => {
-            conn.idle = true;
-            Ok(rows)
-        }
-        Err(e) => {
-            conn.idle = ended || client.batch_execute("ROLLBACK").await.is_ok();
-            Err((Error::Db(e), Phase::Statement))
-        }
-    }
+    let declared = declared_sql(version, sql);
+    let result =
+        match tokio::time::timeout(shard.timeout, client.query_typed(&declared, params)).await {
+            Ok(answered) => answered,
+            // (the connection is closed: `conn` is not idle)
+            Err(_) => return Err((shard.timed_out("the statement"), Phase::Statement)),
+        };
+    // (autocommit: an answered statement, failed or not, left no transaction open)
+    conn.idle = !client.is_closed();
+    result.map_err(|e| (Error::Db(e), Phase::Statement))
+}
+
+/// `sql` with the route version it was routed with in a leading comment
+/// (`/* id_gen.route_version=N */`, docs/routing-protocol.md §3): the shard checks it for
+/// that statement, with no second statement and no session state.
+fn declared_sql(version: i64, sql: &str) -> String {
+    format!("/* id_gen.route_version={version} */ {sql}")
 }
 
 /// A pooled connection that goes back to the pool only when `idle` (no open transaction);
@@ -1118,6 +1231,14 @@ mod tests {
         assert_eq!(c.backoff_base, Duration::from_millis(5));
         assert_eq!(c.backoff_max, Duration::from_millis(200));
         assert_eq!(c.refresh_interval, Duration::from_secs(1));
+        assert_eq!(c.shard_timeout, Duration::from_secs(60));
+        let built = RouterConfig::builder("host=/tmp dbname=x")
+            .shard_timeout(Duration::from_millis(300))
+            .build()
+            .unwrap();
+        assert_eq!(built.shard_timeout, Duration::from_millis(300));
+        let zero = RouterConfig::builder("host=/tmp dbname=x").shard_timeout(Duration::ZERO);
+        assert!(matches!(zero.build(), Err(Error::Config(_))));
     }
 
     /// Compile-time check of the closure forms callers use; never run against a server.

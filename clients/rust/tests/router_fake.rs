@@ -855,3 +855,315 @@ async fn the_version_poll_sees_a_change_nobody_notified() {
     router.close();
     quiet.close();
 }
+
+// --- shard_timeout: a shard that stops answering (frozen, its kernel still acking TCP) ----
+
+const BOUND: Duration = Duration::from_millis(300);
+
+/// A router whose steps on a shard are bounded by BOUND.
+async fn bounded_router(fake: &Fake, retry_limit: u32) -> Router {
+    let mut c = config(fake);
+    c.shard_timeout = BOUND;
+    c.retry_limit = retry_limit;
+    Router::connect(c).await.unwrap()
+}
+
+/// Runs a call that must return (with 20 times the bound per attempt to spare); the time it
+/// took.
+async fn must_return<T>(
+    attempts: u32,
+    call: impl std::future::Future<Output = T>,
+) -> (T, Duration) {
+    let started = std::time::Instant::now();
+    let out = tokio::time::timeout(BOUND * 20 * attempts, call)
+        .await
+        .expect("the call did not return: shard_timeout did not bound it");
+    (out, started.elapsed())
+}
+
+fn assert_shard_timeout(e: &Error, shard: &str, step: &str) {
+    match e {
+        Error::ShardTimeout {
+            shard: s,
+            what,
+            after,
+        } => {
+            assert_eq!((s.as_str(), *what, *after), (shard, step, BOUND), "{e}");
+            assert!(
+                e.is_connection_lost(),
+                "a silent shard is a lost connection"
+            );
+        }
+        other => panic!("expected a ShardTimeout of {step} on {shard}, got {other:?}"),
+    }
+}
+
+async fn wait_closed(fake: &Fake, shard: &str, n: u32) {
+    wait_for("the connection left unanswered to be closed", || {
+        fake.with(|s| s.closed(shard)) == n
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_claim_left_unanswered_fails_within_the_bound_and_closes_the_connection() {
+    let fake = two_shards().await;
+    let router = bounded_router(&fake, 0).await;
+    fake.with(|s| s.stall_on.insert("SELECT id_gen.route_claim(".into(), 1));
+    let (result, took) = must_return(1, echo(&router, Key::Owner(42), 1)).await;
+    let e = result.unwrap_err();
+    assert!(took >= BOUND, "{took:?}");
+    // Retried like a lost connection: with retry_limit 0, exhausted at once.
+    match &e {
+        Error::RetryExhausted(last) => assert_shard_timeout(last, "s1", "the claim"),
+        other => panic!("{other:?}"),
+    }
+    assert!(e.to_string().contains("did not answer the claim"), "{e}");
+    assert_eq!(router.stats().transactions, 0);
+    // Discarded, never pooled (no ROLLBACK queued behind the claim): the next call opens a
+    // new connection and commits.
+    wait_closed(&fake, "s1", 1).await;
+    assert_eq!(fake.with(|s| s.count("s1: ROLLBACK")), 0);
+    assert_eq!(echo(&router, Key::Owner(42), 2).await.unwrap(), 2);
+    fake.with(|s| {
+        assert_eq!(s.opened("s1"), 2);
+        assert_eq!(s.count("s1: COMMIT"), 1);
+    });
+}
+
+#[tokio::test]
+async fn a_claim_left_unanswered_is_retried_as_a_lost_connection() {
+    let fake = two_shards().await;
+    let router = bounded_router(&fake, 20).await;
+    fake.with(|s| s.stall_on.insert("SELECT id_gen.route_claim(".into(), 2));
+    let (result, took) = must_return(3, echo(&router, Key::Owner(42), 5)).await;
+    assert_eq!(result.unwrap(), 5);
+    assert!(took >= BOUND * 2, "{took:?}");
+    let stats = router.stats();
+    assert_eq!(
+        (stats.retries_lost, stats.retries_moved, stats.transactions),
+        (2, 0, 1)
+    );
+    wait_closed(&fake, "s1", 2).await;
+    fake.with(|s| {
+        assert_eq!(s.count("s1: SELECT id_gen.route_claim"), 3);
+        assert_eq!(s.opened("s1"), 3);
+    });
+}
+
+#[tokio::test]
+async fn a_shard_that_stays_silent_exhausts_the_retries() {
+    let fake = two_shards().await;
+    let router = bounded_router(&fake, 2).await;
+    fake.with(|s| {
+        s.stall_on
+            .insert("SELECT id_gen.route_claim(".into(), u32::MAX)
+    });
+    let (result, took) = must_return(3, echo(&router, Key::Owner(42), 1)).await;
+    let e = result.unwrap_err();
+    assert!(took >= BOUND * 3, "{took:?}");
+    match &e {
+        Error::RetryExhausted(last) => assert_shard_timeout(last, "s1", "the claim"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(router.stats().retries_lost, 2);
+    wait_closed(&fake, "s1", 3).await;
+}
+
+#[tokio::test]
+async fn a_connection_whose_startup_is_never_answered_is_retried_as_lost() {
+    let fake = two_shards().await;
+    let router = bounded_router(&fake, 20).await;
+    fake.with(|s| s.stall_connects = 1);
+    let (result, _) = must_return(2, echo(&router, Key::Owner(42), 3)).await;
+    assert_eq!(result.unwrap(), 3);
+    assert_eq!(router.stats().retries_lost, 1);
+    wait_closed(&fake, "s1", 1).await;
+    // With no retry left, the error names the step.
+    fake.with(|s| s.stall_connects = 1);
+    let router = bounded_router(&fake, 0).await;
+    let (result, _) = must_return(1, echo(&router, Key::Owner(42), 3)).await;
+    match result.unwrap_err() {
+        Error::RetryExhausted(last) => {
+            assert_shard_timeout(&last, "s1", "a new connection's startup")
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_commit_left_unanswered_is_commit_outcome_unknown() {
+    let fake = two_shards().await;
+    let router = bounded_router(&fake, 20).await;
+    fake.with(|s| s.stall_on.insert("COMMIT".into(), 1));
+    let mut runs = 0;
+    let runs_ref = &mut runs;
+    let (result, took) = must_return(
+        1,
+        router.transaction(Key::Owner(42), |c| {
+            *runs_ref += 1;
+            Box::pin(async move { c.batch_execute("SELECT 1").await })
+        }),
+    )
+    .await;
+    let e = result.unwrap_err();
+    assert!(took >= BOUND, "{took:?}");
+    match &e {
+        Error::CommitOutcomeUnknown(last) => assert_shard_timeout(last, "s1", "COMMIT"),
+        other => panic!("{other:?}"),
+    }
+    assert!(e.to_string().contains("commit outcome unknown"), "{e}");
+    // Never retried, never reported committed; the connection is closed, not rolled back.
+    assert_eq!(runs, 1);
+    let stats = router.stats();
+    assert_eq!((stats.retries_lost, stats.transactions), (0, 0));
+    wait_closed(&fake, "s1", 1).await;
+    fake.with(|s| {
+        assert_eq!(s.count("s1: COMMIT"), 1);
+        assert_eq!(s.count("s1: ROLLBACK"), 0);
+    });
+    assert_eq!(echo(&router, Key::Owner(42), 4).await.unwrap(), 4);
+    assert_eq!(fake.with(|s| s.opened("s1")), 2);
+}
+
+#[tokio::test]
+async fn an_execute_statement_left_unanswered_is_commit_outcome_unknown() {
+    let fake = two_shards().await;
+    let router = bounded_router(&fake, 20).await;
+    fake.with(|s| s.stall_on.insert("SELECT fake.read(".into(), 1));
+    let owner = 42i64;
+    let (result, took) = must_return(
+        1,
+        router.execute(
+            Key::Owner(owner),
+            "SELECT fake.read($1)",
+            &[(&owner, Type::INT8)],
+        ),
+    )
+    .await;
+    let e = result.unwrap_err();
+    assert!(took >= BOUND, "{took:?}");
+    match &e {
+        Error::CommitOutcomeUnknown(last) => assert_shard_timeout(last, "s1", "the statement"),
+        other => panic!("{other:?}"),
+    }
+    // The statement travelled with its COMMIT: never sent again.
+    assert_eq!(router.stats().retries_lost, 0);
+    assert_eq!(fake.with(|s| s.count("s1: SELECT fake.read")), 1);
+    wait_closed(&fake, "s1", 1).await;
+    let rows = router
+        .execute(
+            Key::Owner(owner),
+            "SELECT fake.read($1)",
+            &[(&owner, Type::INT8)],
+        )
+        .await
+        .unwrap();
+    assert_eq!(rows[0].get::<_, String>(0), "s1");
+    // The statement alone, with the version in its leading comment: no BEGIN, no COMMIT.
+    let version = router.version();
+    let sent = fake.with(|s| s.log.clone());
+    let tail: Vec<&str> = sent
+        .iter()
+        .rev()
+        .take(2)
+        .rev()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        tail,
+        [
+            format!("s1: -- declared {version}").as_str(),
+            "s1: SELECT fake.read($1)"
+        ],
+        "{sent:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_rollback_left_unanswered_closes_the_connection_and_returns_the_bodys_error() {
+    let fake = two_shards().await;
+    let router = bounded_router(&fake, 20).await;
+    fake.with(|s| s.stall_on.insert("ROLLBACK".into(), 1));
+    let (result, took) = must_return(
+        1,
+        router.transaction(Key::Owner(42), |c| {
+            Box::pin(async move {
+                c.query_typed("SELECT fake.fail($1)", &[(&"23505", Type::TEXT)])
+                    .await?;
+                Ok(())
+            })
+        }),
+    )
+    .await;
+    let e = result.unwrap_err();
+    assert_eq!(e.code(), Some("23505"), "{e}");
+    assert!(took >= BOUND, "{took:?}");
+    wait_closed(&fake, "s1", 1).await;
+    assert_eq!(echo(&router, Key::Owner(42), 6).await.unwrap(), 6);
+    assert_eq!(fake.with(|s| s.opened("s1")), 2);
+}
+
+#[tokio::test]
+async fn no_free_connection_within_the_bound_is_a_pool_timeout_not_a_retry() {
+    let fake = two_shards().await;
+    let mut c = config(&fake);
+    c.shard_timeout = BOUND;
+    c.pool_size = 1;
+    let router = Router::connect(c).await.unwrap();
+    // The only connection of s1 is busy with a body that takes long.
+    let busy = {
+        let r = router.clone();
+        tokio::spawn(async move {
+            r.transaction(Key::Owner(42), |c| {
+                Box::pin(async move { c.batch_execute("SELECT fake.sleep_ms(2000)").await })
+            })
+            .await
+        })
+    };
+    wait_for("the busy body", || {
+        fake.with(|s| s.count("s1: SELECT fake.sleep_ms")) == 1
+    })
+    .await;
+    let (result, took) = must_return(1, echo(&router, Key::Owner(42), 1)).await;
+    let e = result.unwrap_err();
+    assert!(took >= BOUND, "{took:?}");
+    match &e {
+        Error::PoolTimeout { shard, waited } => {
+            assert_eq!((shard.as_str(), *waited), ("s1", BOUND))
+        }
+        other => panic!("expected PoolTimeout, got {other:?}"),
+    }
+    assert!(
+        !e.is_connection_lost(),
+        "no free connection is no lost connection"
+    );
+    assert!(
+        e.to_string().contains("no free connection to shard \"s1\""),
+        "{e}"
+    );
+    assert_eq!(router.stats().retries_lost, 0);
+    // The busy transaction is not disturbed; its body outlives shard_timeout (the body's
+    // statements are not bounded) and commits.
+    busy.await.unwrap().unwrap();
+    fake.with(|s| {
+        assert_eq!(s.opened("s1"), 1);
+        assert_eq!(s.count("s1: COMMIT"), 1);
+        assert_eq!(s.count("s1: SELECT id_gen.route_claim"), 1);
+    });
+}
+
+#[tokio::test]
+async fn a_login_refused_by_the_shard_is_raised_not_retried() {
+    let fake = two_shards().await;
+    let router = bounded_router(&fake, 20).await;
+    fake.with(|s| s.refuse_logins = 1);
+    let e = echo(&router, Key::Owner(42), 1).await.unwrap_err();
+    assert!(!e.is_connection_lost(), "{e:?}");
+    assert!(
+        format!("{e}").contains("password authentication failed"),
+        "{e}"
+    );
+    assert_eq!(router.stats().retries_lost, 0);
+    assert_eq!(echo(&router, Key::Owner(42), 2).await.unwrap(), 2);
+}

@@ -17,6 +17,7 @@ pub mod id_selection;
 pub mod layout;
 pub mod name;
 pub mod owned_genes;
+pub mod route_declaration;
 pub mod route_slots;
 pub mod routing;
 pub mod segment;

@@ -9,7 +9,9 @@
 //! `id_gen.route_claim(g, v)` (IG001/IG002 as in protocol §3, by the coordinator's current
 //! routes), `id_gen.gene_order_id` and a few `fake.*` functions for bodies.
 //!
-//! The coordinator can be stopped and started again (`stop_coordinator`).
+//! The coordinator can be stopped and started again (`stop_coordinator`). A shard can go
+//! silent as a frozen server whose kernel still acks TCP (`stall_on`, `stall_connects`): it
+//! keeps the connection open, reads and drops whatever comes, and never answers again.
 //!
 //! Invariants: every server-side event a test checks is appended to `State::log` as
 //! `"<server>: <sql>"`; shards own exactly the genes the coordinator's current routes give
@@ -81,6 +83,8 @@ pub struct SqlError {
 /// Not a SQLSTATE: the fake closes the connection instead of answering. (57P01, the
 /// server's shutdown, is sent as FATAL and closes the connection too.)
 const CLOSE_SILENTLY: &str = "close";
+/// Not a SQLSTATE: the fake never answers again on this connection (`State::stall_on`).
+const STALL: &str = "stall";
 
 fn err(code: &str, message: impl Into<String>) -> SqlError {
     SqlError {
@@ -112,6 +116,13 @@ pub struct State {
     pub connect_fails: u32,
     pub claim_lost: u32,
     pub commit_lost: bool,
+    /// Silent shards: the next N statements on any shard that start with a key get no
+    /// answer, nor does anything after them on that connection (a count of u32::MAX: for
+    /// ever); the next N connections to any shard get no answer to their startup.
+    pub stall_on: HashMap<String, u32>,
+    pub stall_connects: u32,
+    /// The next N logins to any shard are refused with FATAL 28P01 (a password refused).
+    pub refuse_logins: u32,
     /// Notification senders of the coordinator connections that LISTEN.
     listeners: Vec<mpsc::UnboundedSender<String>>,
     seq: i64,
@@ -139,6 +150,26 @@ impl State {
     }
     pub fn count(&self, needle: &str) -> usize {
         self.log.iter().filter(|l| l.contains(needle)).count()
+    }
+    /// Whether a statement on a shard stalls, counting down `stall_on`.
+    fn take_stall(&mut self, sql: &str) -> bool {
+        for (prefix, n) in self.stall_on.iter_mut() {
+            if *n > 0 && sql.starts_with(prefix.as_str()) {
+                if *n != u32::MAX {
+                    *n -= 1;
+                }
+                return true;
+            }
+        }
+        false
+    }
+    /// Connections a server accepted.
+    pub fn opened(&self, server: &str) -> u32 {
+        self.opened.get(server).copied().unwrap_or(0)
+    }
+    /// Connections of a server that ended (closed by either side).
+    pub fn closed(&self, server: &str) -> u32 {
+        self.closed.get(server).copied().unwrap_or(0)
     }
 }
 
@@ -255,6 +286,12 @@ async fn serve(name: String, state: Arc<Mutex<State>>, kill: watch::Receiver<u64
                     continue;
                 }
             }
+            let silent = name != "coordinator" && {
+                let mut st = state.lock().unwrap();
+                let silent = st.stall_connects > 0;
+                st.stall_connects = st.stall_connects.saturating_sub(1);
+                silent
+            };
             tokio::spawn(async move {
                 *state
                     .lock()
@@ -262,7 +299,14 @@ async fn serve(name: String, state: Arc<Mutex<State>>, kill: watch::Receiver<u64
                     .opened
                     .entry(name.clone())
                     .or_default() += 1;
-                let _ = connection(stream, &name, &state, kill).await;
+                if silent {
+                    // Accepted, never answered: until the client closes it.
+                    let mut sink = [0u8; 1024];
+                    let mut stream = stream;
+                    while matches!(stream.read(&mut sink).await, Ok(n) if n > 0) {}
+                } else {
+                    let _ = connection(stream, &name, &state, kill).await;
+                }
                 *state
                     .lock()
                     .unwrap()
@@ -298,7 +342,8 @@ struct Conn<'a> {
     out: Vec<u8>,
     in_tx: bool,
     failed: bool,
-    /// The route version declared with set_config(..., true) in the open transaction.
+    /// The route version declared with set_config(..., true) in the open transaction, or by
+    /// the statement's leading comment.
     declared: Option<i64>,
     notify_tx: mpsc::UnboundedSender<String>,
 }
@@ -399,14 +444,38 @@ impl Conn<'_> {
         msg(&mut self.out, b'C', &b);
     }
 
-    /// Runs one statement.
+    /// Runs one statement. A version declared by its leading comment
+    /// (`/* id_gen.route_version=N */ `) holds for it alone, outside a transaction block
+    /// (logged as `<server>: -- declared N`, then the statement without the comment).
     async fn exec(&mut self, sql: &str, params: &[Value]) -> Result<Reply, SqlError> {
         let sql = sql.trim();
+        let declared = sql
+            .strip_prefix("/* id_gen.route_version=")
+            .and_then(|rest| rest.split_once(" */ "));
+        let Some((version, statement)) = declared else {
+            return self.exec_statement(sql, params).await;
+        };
         self.state
             .lock()
             .unwrap()
             .log
-            .push(format!("{}: {sql}", self.name));
+            .push(format!("{}: -- declared {version}", self.name));
+        self.declared = Some(version.parse().unwrap());
+        let reply = self.exec_statement(statement, params).await;
+        if !self.in_tx {
+            self.declared = None;
+        }
+        reply
+    }
+
+    async fn exec_statement(&mut self, sql: &str, params: &[Value]) -> Result<Reply, SqlError> {
+        {
+            let mut st = self.state.lock().unwrap();
+            st.log.push(format!("{}: {sql}", self.name));
+            if self.name != "coordinator" && st.take_stall(sql) {
+                return Err(err(STALL, "the server stops answering"));
+            }
+        }
         if self.failed && !matches!(sql, "ROLLBACK" | "COMMIT") {
             return Err(err("25P02", "current transaction is aborted"));
         }
@@ -649,6 +718,13 @@ impl Conn<'_> {
     }
 }
 
+/// A frozen server: reads and drops what comes, answers nothing, until the client closes the
+/// connection.
+async fn stall(mut incoming: mpsc::UnboundedReceiver<Frontend>) -> std::io::Result<()> {
+    while incoming.recv().await.is_some() {}
+    Ok(())
+}
+
 fn decode_param(oid: i32, binary: bool, bytes: &[u8]) -> Value {
     match (oid, binary) {
         (INT8, true) => Value::I8(i64::from_be_bytes(bytes.try_into().unwrap())),
@@ -666,6 +742,28 @@ async fn connection(
 ) -> std::io::Result<()> {
     kill.borrow_and_update();
     read_startup(&mut stream).await?;
+    let refused = name != "coordinator" && {
+        let mut st = state.lock().unwrap();
+        let refused = st.refuse_logins > 0;
+        st.refuse_logins = st.refuse_logins.saturating_sub(1);
+        refused
+    };
+    if refused {
+        let mut b = Vec::new();
+        for (k, v) in [
+            (b'S', "FATAL"),
+            (b'V', "FATAL"),
+            (b'C', "28P01"),
+            (b'M', "password authentication failed for user \"fake\""),
+        ] {
+            b.push(k);
+            cstr(&mut b, v);
+        }
+        b.push(0);
+        let mut out = Vec::new();
+        msg(&mut out, b'E', &b);
+        return stream.write_all(&out).await;
+    }
     let mut hello = Vec::new();
     msg(&mut hello, b'R', &0i32.to_be_bytes());
     let mut kd = Vec::new();
@@ -731,6 +829,7 @@ async fn connection(
                             c.complete(&tag);
                         }
                         Err(e) if e.code == CLOSE_SILENTLY => return Ok(()),
+                        Err(e) if e.code == STALL => return stall(incoming).await,
                         Err(e) => {
                             c.error(&e);
                             if e.code == "57P01" {
@@ -777,7 +876,11 @@ async fn connection(
                     ));
                 }
                 msg(&mut c.out, b'2', &[]);
-                result = Some(c.exec(&sql, &params).await);
+                let done = c.exec(&sql, &params).await;
+                if matches!(&done, Err(e) if e.code == STALL) {
+                    return stall(incoming).await;
+                }
+                result = Some(done);
             }
             b'D' => {
                 // Describe of the statement: its parameters, then its row shape.

@@ -1,0 +1,107 @@
+//! The route version a client declares in a statement's own text (docs/routing-protocol.md
+//! §3): a leading comment `/* id_gen.route_version=N */`.
+//!
+//! A client that routes by itself sends a single statement with the version it routed with
+//! in front of it, so the shard can refuse a stale route (IG001) without a second statement
+//! (`set_config(..., true)`) in the same round trip, and without any session state a
+//! transaction-mode pooler could lose. The shard reads the declaration from the start of the
+//! statement's source text; the comment is otherwise ignored by PostgreSQL.
+//!
+//! Invariants:
+//! - only the first [`PREFIX_BYTES`] bytes of a text are ever read, so a long statement
+//!   costs nothing more to check;
+//! - the comment must come first (after ASCII whitespace); spaces are allowed around the
+//!   name, the `=` and the number; anything else is not a declaration and declares nothing
+//!   (it stays an ordinary comment), nor does `0`;
+//! - [`declaration`] and [`declared_in`] round-trip for every version above 0.
+
+/// The most bytes of a statement's text [`declared_in`] reads.
+pub const PREFIX_BYTES: usize = 128;
+
+const NAME: &[u8] = b"id_gen.route_version";
+
+/// The comment that declares `version`, followed by a space, to put in front of a statement.
+pub fn declaration(version: i64) -> String {
+    format!("/* id_gen.route_version={version} */ ")
+}
+
+/// The version declared by a leading `/* id_gen.route_version=N */` in `text` (of which
+/// only the first [`PREFIX_BYTES`] bytes are read), or `None` when there is no such
+/// comment or it declares 0.
+pub fn declared_in(text: &[u8]) -> Option<i64> {
+    let text = &text[..text.len().min(PREFIX_BYTES)];
+    let mut rest = skip_spaces(text).strip_prefix(b"/*")?;
+    rest = skip_spaces(rest).strip_prefix(NAME)?;
+    rest = skip_spaces(rest).strip_prefix(b"=")?;
+    rest = skip_spaces(rest);
+    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    if digits == 0 || digits > 19 {
+        return None;
+    }
+    let (number, after) = rest.split_at(digits);
+    skip_spaces(after).strip_prefix(b"*/")?;
+    let version = std::str::from_utf8(number).ok()?.parse::<i64>().ok()?;
+    (version > 0).then_some(version)
+}
+
+fn skip_spaces(text: &[u8]) -> &[u8] {
+    let n = text.iter().take_while(|b| b.is_ascii_whitespace()).count();
+    &text[n..]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips() {
+        for v in [1, 7, 42, 1 << 40, i64::MAX] {
+            let text = format!("{}SELECT 1", declaration(v));
+            assert_eq!(declared_in(text.as_bytes()), Some(v), "{text}");
+        }
+    }
+
+    #[test]
+    fn spaces_are_allowed() {
+        assert_eq!(
+            declared_in(b"\n  /*id_gen.route_version=5*/SELECT"),
+            Some(5)
+        );
+        assert_eq!(declared_in(b"/*  id_gen.route_version =  9  */"), Some(9));
+    }
+
+    #[test]
+    fn anything_else_declares_nothing() {
+        for text in [
+            &b""[..],
+            b"SELECT 1",
+            b"/* id_gen.route_version=0 */ SELECT 1",
+            b"/* id_gen.route_version= */",
+            b"/* id_gen.route_version=-3 */",
+            b"/* id_gen.route_version=12x */",
+            b"/* id_gen.route_version=12",
+            b"/* id_gen.route_versions=12 */",
+            b"/* other */ /* id_gen.route_version=12 */",
+            b"SELECT 1 /* id_gen.route_version=12 */",
+            b"-- id_gen.route_version=12\nSELECT 1",
+            b"/* id_gen.route_version=99999999999999999999 */",
+            b"/* id_gen.route_version=9223372036854775808 */",
+        ] {
+            assert_eq!(declared_in(text), None, "{}", String::from_utf8_lossy(text));
+        }
+    }
+
+    #[test]
+    fn reads_only_the_prefix() {
+        let pad = " ".repeat(PREFIX_BYTES);
+        assert_eq!(
+            declared_in(format!("{pad}/* id_gen.route_version=5 */").as_bytes()),
+            None
+        );
+        let near = " ".repeat(PREFIX_BYTES - declaration(5).len());
+        assert_eq!(
+            declared_in(format!("{near}{}", declaration(5)).as_bytes()),
+            Some(5)
+        );
+    }
+}

@@ -1,0 +1,4 @@
+-- Catalog changes, 0.7.14 -> 0.7.15 (by hand): none. The rest is code: a shard reads the
+-- route version a single statement declares in a leading comment
+-- (/* id_gen.route_version=N */), so a client that routes by itself sends one statement
+-- instead of set_config(..., true) and the statement (docs/routing-protocol.md §3).
