@@ -6,6 +6,9 @@
 //     refused or lost before COMMIT was sent are retried, nothing else. Before retry n the
 //     routes are re-read (IG001; IG002 every third time) and the backoff waited; a re-read that
 //     fails does not end the loop.
+//   - A shard that does not answer one of the router's own steps (the claim, COMMIT, Execute's
+//     statement) within ShardTimeout is a lost connection (pgx closed it); the caller's context
+//     ending never is: its error is returned, not retried.
 //   - A body that failed is never reported committed (a COMMIT answered by ROLLBACK is
 //     pgx.ErrTxCommitRollback), and a body whose COMMIT succeeded never runs again.
 //   - A connection lost after COMMIT (or Execute's statement, which travels with its implicit
@@ -22,7 +25,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v4"
@@ -70,10 +72,7 @@ func (r *Router) transaction(ctx context.Context, key Key, body TxBody, retryBod
 		return err
 	}
 	return r.retrying(ctx, gene, retryBody, func(ctx context.Context, table *routeTable, conn shardConn) (phase, bool, error) {
-		cctx, cancel := context.WithTimeout(ctx, r.s.ShardTimeout)
-		err := conn.claim(cctx, gene, table.version)
-		cancel()
-		if err != nil {
+		if err := r.onShard(ctx, func(sctx context.Context) error { return conn.claim(sctx, gene, table.version) }); err != nil {
 			return phaseConnect, r.rollback(conn), err
 		}
 		if err := body(ctx, conn.bodyTx()); err != nil {
@@ -85,9 +84,12 @@ func (r *Router) transaction(ctx context.Context, key Key, body TxBody, retryBod
 		if conn.endedByBody() { // (a COMMIT now would succeed with a warning, committing nothing)
 			return phaseBody, true, endedByBody{ErrTxEndedByBody}
 		}
-		cctx, cancel = context.WithTimeout(ctx, r.s.ShardTimeout)
-		defer cancel()
-		if err := conn.commit(cctx); err != nil {
+		// The statements the body prepared are dropped inside the transaction, before COMMIT (on
+		// the server connection that holds them, also behind a transaction-mode pooler).
+		if err := r.onShard(ctx, conn.dropPrepared); err != nil {
+			return phaseBody, r.rollback(conn), err
+		}
+		if err := r.onShard(ctx, conn.commit); err != nil {
 			return phaseCommit, r.rollback(conn), err
 		}
 		r.stats.transactions.Add(1)
@@ -95,9 +97,9 @@ func (r *Router) transaction(ctx context.Context, key Key, body TxBody, retryBod
 	})
 }
 
-// Execute runs one statement on the shard that owns key, with the route version declared in
-// its own implicit transaction, in one round trip (set_config(..., true) and the statement in
-// one batch), retried like Transaction (a statement that failed had no effect). It returns the
+// Execute runs one statement on the shard that owns key, in autocommit, with the route version
+// declared in its leading comment ("/* id_gen.route_version=N */ "): one statement, one round
+// trip, retried like Transaction (a statement that failed had no effect). It returns the
 // statement's rows, each as its column values (pgx's Rows.Values). A connection lost after the
 // statement was sent is a *CommitOutcomeUnknownError.
 func (r *Router) Execute(ctx context.Context, key Key, sql string, args ...any) ([][]any, error) {
@@ -107,14 +109,14 @@ func (r *Router) Execute(ctx context.Context, key Key, sql string, args ...any) 
 	}
 	var rows [][]any
 	err = r.retrying(ctx, gene, true, func(ctx context.Context, table *routeTable, conn shardConn) (phase, bool, error) {
-		ctx, cancel := context.WithTimeout(ctx, r.s.ShardTimeout)
+		sctx, cancel := context.WithTimeout(ctx, r.s.ShardTimeout)
 		defer cancel()
-		if err := conn.prepareExecute(ctx, sql); err != nil {
-			return phaseConnect, !conn.closed(), err
+		if err := conn.prepareExecute(sctx, table.version, sql); err != nil {
+			return phaseConnect, !conn.closed(), r.shardTimedOut(ctx, sctx, err)
 		}
-		got, err := conn.execute(ctx, table.version, sql, args)
+		got, err := conn.execute(sctx, table.version, sql, args)
 		if err != nil {
-			return phaseCommit, !conn.closed(), err
+			return phaseCommit, !conn.closed(), r.shardTimedOut(ctx, sctx, err)
 		}
 		rows = got
 		r.stats.transactions.Add(1)
@@ -225,6 +227,25 @@ func (r *Router) attempt(ctx context.Context, pool shardPool, table *routeTable,
 	return retryReasonOf(ctx, err, failedIn, retryBody, conn.closed())
 }
 
+// onShard runs one step of the router's own on a shard (the claim, dropping the body's prepared
+// statements, COMMIT) bounded by ShardTimeout; see shardTimedOut.
+func (r *Router) onShard(ctx context.Context, step func(context.Context) error) error {
+	sctx, cancel := context.WithTimeout(ctx, r.s.ShardTimeout)
+	defer cancel()
+	return r.shardTimedOut(ctx, sctx, step(sctx))
+}
+
+// shardTimedOut is err, or a *shardTimeoutError when ShardTimeout (sctx, derived from the
+// caller's ctx) ended the wait and the caller's ctx did not: the shard stopped answering, a lost
+// connection (docs/routing-protocol.md §4). The caller's own deadline or cancel stays a context
+// error, never retried.
+func (r *Router) shardTimedOut(ctx, sctx context.Context, err error) error {
+	if err != nil && ctx.Err() == nil && sctx.Err() != nil && isContextError(err) {
+		return &shardTimeoutError{timeout: r.s.ShardTimeout, err: err}
+	}
+	return err
+}
+
 // retryReasonOf decides about a failed attempt: a connection lost after COMMIT was sent is
 // commit outcome unknown; a caller's context that ended is its error; IG001/IG002 and a
 // connection lost before COMMIT was sent are retried (from the body or COMMIT only when
@@ -293,6 +314,3 @@ func (r *Router) sleep(ctx context.Context, d time.Duration) error {
 		return ErrClosed
 	}
 }
-
-// versionText is a route version as set_config takes it.
-func versionText(version int64) string { return strconv.FormatInt(version, 10) }

@@ -54,8 +54,10 @@ type Config struct {
 	// CoordinatorTimeout bounds each route read, version poll and LISTEN (0: 10 s).
 	CoordinatorTimeout time.Duration
 	// ShardTimeout bounds what the router itself sends to a shard or waits for there: a free
-	// connection, the claim, COMMIT, ROLLBACK and Execute's statement (0: 60 s). The body's own
-	// statements run under the caller's context alone.
+	// connection, the claim, COMMIT, ROLLBACK and Execute's statement (0: 60 s). A shard that
+	// does not answer within it counts as a lost connection (retried before COMMIT was sent,
+	// ErrCommitOutcomeUnknown after); no free connection within it is returned, not retried.
+	// The body's own statements run under the caller's context alone.
 	ShardTimeout time.Duration
 	// ConfigureShardPool, when set, adjusts each shard's pool configuration after the router
 	// made it (for example to use prepared statements on direct connections).
@@ -72,13 +74,18 @@ type settings struct {
 }
 
 func (c Config) settings() (settings, error) {
-	s := settings{Config: c, retryLimit: DefaultRetryLimit}
 	if c.Routes == "" {
-		return s, errors.New("idgen: Config.Routes (the coordinator's DSN) is required")
+		return settings{Config: c}, errors.New("idgen: Config.Routes (the coordinator's DSN) is required")
 	}
 	if len(c.Shards) == 0 {
-		return s, errors.New("idgen: Config.Shards (shard name to DSN) is required")
+		return settings{Config: c}, errors.New("idgen: Config.Shards (shard name to DSN) is required")
 	}
+	return c.withDefaults()
+}
+
+// withDefaults is c with its zero fields defaulted and checked; Routes and Shards may be empty.
+func (c Config) withDefaults() (settings, error) {
+	s := settings{Config: c, retryLimit: DefaultRetryLimit}
 	if c.RetryLimit != nil {
 		if *c.RetryLimit < 0 {
 			return s, errors.New("idgen: Config.RetryLimit counts retries after the first attempt: 0 or more")

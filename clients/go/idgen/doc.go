@@ -8,5 +8,11 @@
 // lookups, Close), calls.go (the routed calls and their retry loop), coordinator.go (route
 // reads, LISTEN, the version poll), routes.go (the route snapshot, SQL, retry decisions),
 // errors.go (errors and their classification), driver.go (the driver interfaces),
-// pgxdriver.go, pgxtx.go and conncheck_*.go (the pgx v4 driver).
+// pgxdriver.go, pgxtx.go and conncheck_*.go (the pgx v4 driver; ShardPoolConfig, the shard
+// pools' configuration, for pools of an application's own).
+//
+// The body's pgx.Tx (pgxtx.go) is the claimed transaction; its Prepare makes a named statement
+// for that transaction only, as database/sql's Tx.Prepare: the router deallocates it before
+// COMMIT or ROLLBACK, so that none is left on a pooled connection (which a transaction-mode
+// pooler could hand to another server connection).
 package idgen

@@ -7,7 +7,8 @@
 //   - closed() is true once the connection is known to be gone (the server ended it, the socket
 //     closed, a context ended a wait on it): such a connection is only released, destroyed.
 //   - Nothing is set per session on a shard connection: the claim and the declared version live
-//     in the transaction (shards may sit behind a transaction-mode pooler).
+//     in the transaction (shards may sit behind a transaction-mode pooler), and a statement the
+//     body prepared is deallocated before the transaction ends.
 
 package idgen
 
@@ -63,16 +64,20 @@ type shardConn interface {
 	// commit sends COMMIT; a COMMIT the server answered with ROLLBACK (the body swallowed an
 	// error) is pgx.ErrTxCommitRollback. The body's Tx is unusable afterwards.
 	commit(ctx context.Context) error
-	// rollback ends a failed transaction; an error means the connection is not reusable.
+	// dropPrepared deallocates the named statements the body prepared through its Tx, inside the
+	// transaction (failed or not), so that none outlives it; nothing is sent when there are none.
+	dropPrepared(ctx context.Context) error
+	// rollback ends a failed transaction (dropping the body's prepared statements first); an
+	// error means the connection is not reusable.
 	rollback(ctx context.Context) error
 	// endedByBody: the connection is good but no longer in the claimed transaction (the body
 	// sent COMMIT or ROLLBACK itself); no round trip.
 	endedByBody() bool
 	// prepareExecute makes sure, sending nothing that runs, that the connection is alive and the
-	// statement described, so that execute is one round trip.
-	prepareExecute(ctx context.Context, sql string) error
-	// execute runs declareVersionSQL and sql in one implicit transaction, one round trip; the
-	// rows of sql.
+	// statement (declaredSQL(version, sql)) described, so that execute is one round trip.
+	prepareExecute(ctx context.Context, version int64, sql string) error
+	// execute runs declaredSQL(version, sql) in autocommit (its own implicit transaction), one
+	// round trip; its rows.
 	execute(ctx context.Context, version int64, sql string, args []any) ([][]any, error)
 	closed() bool
 	release(destroy bool)

@@ -7,8 +7,10 @@
 //     unwrap to the driver's error (errors.As finds its *pgconn.PgError, when it has one).
 //   - A database error that is not about routes reaches the caller as the driver returned it
 //     (a *pgconn.PgError, with its Code), never wrapped.
-//   - A lost connection is SQLSTATE class 08, 57P01..57P03, or a socket error (refused, reset,
-//     closed, EOF); a context that ended is never one (the caller's deadline is not retried).
+//   - A lost connection is SQLSTATE class 08, 57P01..57P03, a socket error (refused, reset,
+//     closed, EOF), or a shard that did not answer the router's own step within ShardTimeout
+//     (*shardTimeoutError); the caller's context that ended is never one (its deadline is not
+//     retried).
 
 package idgen
 
@@ -20,6 +22,7 @@ import (
 	"net"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/jackc/pgconn"
 )
@@ -127,11 +130,16 @@ func SQLState(err error) string {
 
 // IsLostConnection reports whether err says the connection is gone: SQLSTATE class 08, the
 // server ending the session (57P01 admin shutdown, 57P02 crash shutdown, 57P03 cannot connect
-// now), or a socket refused, reset, closed or cut (EOF). A context canceled or past its deadline
-// is not (see retryReasonOf).
+// now), a socket refused, reset, closed or cut (EOF), or a shard that did not answer the
+// router's claim, COMMIT or Execute within Config.ShardTimeout (pgx closed the connection). The
+// caller's context canceled or past its deadline is not (see retryReasonOf).
 func IsLostConnection(err error) bool {
 	if err == nil {
 		return false
+	}
+	var noAnswer *shardTimeoutError
+	if errors.As(err, &noAnswer) {
+		return true
 	}
 	if code := SQLState(err); code != "" {
 		return strings.HasPrefix(code, "08") || code == "57P01" || code == "57P02" || code == "57P03"
@@ -167,3 +175,18 @@ type endedByBody struct{ err error }
 
 func (e endedByBody) Error() string { return e.err.Error() }
 func (e endedByBody) Unwrap() error { return e.err }
+
+// shardTimeoutError is a wait on a shard that Config.ShardTimeout ended while the caller's
+// context was still live: the shard stopped answering (pgx closed the connection). A lost
+// connection: retried when COMMIT was not sent, commit outcome unknown when it was. It unwraps
+// to pgx's timeout error (errors.Is(err, context.DeadlineExceeded) holds).
+type shardTimeoutError struct {
+	timeout time.Duration
+	err     error
+}
+
+func (e *shardTimeoutError) Error() string {
+	return fmt.Sprintf("idgen: the shard did not answer within ShardTimeout (%v); its connection was closed: %v", e.timeout, e.err)
+}
+
+func (e *shardTimeoutError) Unwrap() error { return e.err }

@@ -45,6 +45,7 @@ type fakeCluster struct {
 	connectFails int          // the next connects to shard "a" that fail,
 	connectError func() error // with this error (refused, by default)
 	claimsLost   int          // the next claims whose connection ends
+	claimsHang   int          // the next claims never answered (until their context ends; then closed, as pgx does)
 	readsLost    int          // the next reads by owner whose connection ends under them
 	commitLost   bool         // whether the next COMMIT's connection ends, unanswered
 	lostKinds    int          // how many connections were lost (the kind of error rotates)
@@ -304,6 +305,13 @@ func (f *fakeConn) claim(ctx context.Context, gene uint16, version int64) error 
 		return fakeConnClosed{}
 	}
 	f.log = append(f.log, claimSQL(gene, version))
+	if c.claimsHang > 0 {
+		c.claimsHang--
+		c.mu.Unlock()
+		<-ctx.Done() // (the shard never answers)
+		c.mu.Lock()
+		return f.lose(fmt.Errorf("fake: timeout: %w", ctx.Err()))
+	}
 	f.inBlock, f.failed = true, false
 	switch {
 	case c.claimsLost > 0:
@@ -344,6 +352,8 @@ func (f *fakeConn) commit(ctx context.Context) error {
 
 func (f *fakeConn) endedByBody() bool { return !f.dead && !f.inBlock }
 
+func (f *fakeConn) dropPrepared(ctx context.Context) error { return nil } // (the fake Tx prepares nothing)
+
 func (f *fakeConn) rollback(ctx context.Context) error {
 	c := f.pool.c
 	c.mu.Lock()
@@ -356,7 +366,7 @@ func (f *fakeConn) rollback(ctx context.Context) error {
 	return nil
 }
 
-func (f *fakeConn) prepareExecute(ctx context.Context, sql string) error {
+func (f *fakeConn) prepareExecute(ctx context.Context, version int64, sql string) error {
 	c := f.pool.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -366,8 +376,8 @@ func (f *fakeConn) prepareExecute(ctx context.Context, sql string) error {
 	return nil
 }
 
-// execute runs the declaration and the read by owner (the only statement it knows) in one
-// implicit transaction: the first statement touching a distributed table checks the declared
+// execute runs the read by owner (the only statement it knows) with its declared version in
+// one implicit transaction: the first statement touching a distributed table checks the declared
 // version; a read by owner of genes the shard lost finds nothing.
 func (f *fakeConn) execute(ctx context.Context, version int64, sql string, args []any) ([][]any, error) {
 	c := f.pool.c
@@ -376,7 +386,7 @@ func (f *fakeConn) execute(ctx context.Context, version int64, sql string, args 
 	if f.dead {
 		return nil, fakeConnClosed{}
 	}
-	f.log = append(f.log, "SELECT pg_catalog.set_config('id_gen.route_version', '"+versionText(version)+"', true)", sql)
+	f.log = append(f.log, declaredSQL(version, sql))
 	if sql != fakeReadSQL || len(args) != 1 {
 		return nil, fmt.Errorf("the fake shard does not know %q", sql)
 	}

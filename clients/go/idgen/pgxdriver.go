@@ -11,7 +11,8 @@
 //     DSN or ConfigureShardPool asks for them): statements are described into an unnamed
 //     statement and cached by description (pgx's statement_cache_mode=describe), which works
 //     behind PgBouncer in transaction mode (1.18 has no prepared-statement support).
-//   - The claim, COMMIT and ROLLBACK go through pgconn's simple protocol, one message each.
+//   - The claim, COMMIT and ROLLBACK go through pgconn's simple protocol, one message each;
+//     statements the body prepared are closed (one message) before COMMIT or ROLLBACK.
 //   - A pooled connection that the server closed while it sat idle is checked (a non-blocking
 //     peek at its socket, conncheck_*.go) and destroyed before it is handed out.
 
@@ -24,6 +25,7 @@ import (
 
 	"github.com/jackc/pgconn"
 	"github.com/jackc/pgconn/stmtcache"
+	"github.com/jackc/pgproto3/v2"
 	"github.com/jackc/pgx/v4"
 	"github.com/jackc/pgx/v4/pgxpool"
 )
@@ -126,6 +128,33 @@ func closeConn(conn *pgx.Conn) {
 }
 
 func (d *pgxDriver) newShardPool(shard, dsn string) (shardPool, error) {
+	config, err := shardPoolConfig(d.s, shard, dsn)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := pgxpool.ConnectConfig(context.Background(), config) // (lazy: connects on first use)
+	if err != nil {
+		return nil, err
+	}
+	return pgxShardPool{pool}, nil
+}
+
+// ShardPoolConfig is the pgxpool configuration a Router with config c makes for its shard
+// named shard at dsn: c's MaxConns and ConnectTimeout (or their defaults) where the DSN sets
+// neither, lazy connects, statement descriptions cached without named prepared statements
+// (unless the DSN chooses), c.ConfigureShardPool applied, and a BeforeAcquire that drops a
+// connection the server closed while it sat idle. For pools of an application's own that
+// should talk to a shard as the Router does (such as the conformance tool's direct bench);
+// c.Routes and c.Shards are not needed.
+func ShardPoolConfig(c Config, shard, dsn string) (*pgxpool.Config, error) {
+	s, err := c.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return shardPoolConfig(s, shard, dsn)
+}
+
+func shardPoolConfig(s settings, shard, dsn string) (*pgxpool.Config, error) {
 	config, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, err
@@ -135,10 +164,10 @@ func (d *pgxDriver) newShardPool(shard, dsn string) (shardPool, error) {
 		return nil, err
 	}
 	if config.ConnConfig.ConnectTimeout == 0 {
-		config.ConnConfig.ConnectTimeout = d.s.ConnectTimeout
+		config.ConnConfig.ConnectTimeout = s.ConnectTimeout
 	}
 	if _, ok := asked.RuntimeParams["pool_max_conns"]; !ok {
-		config.MaxConns = int32(d.s.MaxConns)
+		config.MaxConns = int32(s.MaxConns)
 	}
 	config.MinConns = 0
 	config.LazyConnect = true
@@ -150,8 +179,8 @@ func (d *pgxDriver) newShardPool(shard, dsn string) (shardPool, error) {
 			return stmtcache.New(conn, stmtcache.ModeDescribe, statementCacheSize)
 		}
 	}
-	if d.s.ConfigureShardPool != nil {
-		d.s.ConfigureShardPool(shard, config)
+	if s.ConfigureShardPool != nil {
+		s.ConfigureShardPool(shard, config)
 	}
 	before := config.BeforeAcquire
 	config.BeforeAcquire = func(ctx context.Context, conn *pgx.Conn) bool {
@@ -160,11 +189,7 @@ func (d *pgxDriver) newShardPool(shard, dsn string) (shardPool, error) {
 		}
 		return before == nil || before(ctx, conn)
 	}
-	pool, err := pgxpool.ConnectConfig(context.Background(), config) // (lazy: connects on first use)
-	if err != nil {
-		return nil, err
-	}
-	return pgxShardPool{pool}, nil
+	return config, nil
 }
 
 type pgxShardPool struct{ pool *pgxpool.Pool }
@@ -218,44 +243,68 @@ func (c *pgxShardConn) rollback(ctx context.Context) error {
 	if c.pg().TxStatus() == 'I' {
 		return nil
 	}
+	if err := c.dropPrepared(ctx); err != nil {
+		return err
+	}
 	_, err := c.pg().Exec(ctx, "ROLLBACK").ReadAll()
 	return err
 }
 
-func (c *pgxShardConn) prepareExecute(ctx context.Context, sql string) error {
-	cache := c.pooled.Conn().StatementCache()
-	if cache == nil || c.pooled.Conn().Config().PreferSimpleProtocol {
-		return nil // (the batch goes as one simple-protocol message)
+// dropPrepared closes the statements the body prepared (pgxtx.go) with one message of Close
+// messages and a Sync: a failed transaction accepts them (it refuses DEALLOCATE), a name
+// already gone is no error, and they reach the server connection of the transaction, also
+// behind a transaction-mode pooler. Then pgx forgets them: Conn.Deallocate drops its entry first
+// and, with a context already done, sends nothing (pgconn's Exec checks the context before
+// writing).
+func (c *pgxShardConn) dropPrepared(ctx context.Context) error {
+	names := c.tx.preparedNames()
+	if len(names) == 0 {
+		return nil
 	}
-	for _, statement := range []string{declareVersionSQL, sql} {
-		if _, err := cache.Get(ctx, statement); err != nil {
+	var buf []byte
+	for _, name := range names {
+		buf = (&pgproto3.Close{ObjectType: 'S', Name: name}).Encode(buf)
+	}
+	buf = (&pgproto3.Sync{}).Encode(buf)
+	if err := c.pg().SendBytes(ctx, buf); err != nil {
+		return err // (nothing sent, or pgconn closed the connection)
+	}
+	var failed error
+	for {
+		msg, err := c.pg().ReceiveMessage(ctx)
+		if err != nil {
+			closeConn(c.pooled.Conn()) // (a timeout leaves it open, its answers still to come: out of step)
 			return err
 		}
+		switch msg := msg.(type) {
+		case *pgproto3.ErrorResponse:
+			failed = pgconn.ErrorResponseToPgError(msg)
+		case *pgproto3.ReadyForQuery:
+			if failed != nil {
+				return failed
+			}
+			forget, cancel := context.WithCancel(context.Background())
+			cancel()
+			for _, name := range names {
+				_ = c.pooled.Conn().Deallocate(forget, name) // (pgx's entry only: nothing is sent)
+			}
+			c.tx.state.prepared = nil
+			return nil
+		}
 	}
-	return nil
+}
+
+func (c *pgxShardConn) prepareExecute(ctx context.Context, version int64, sql string) error {
+	cache := c.pooled.Conn().StatementCache()
+	if cache == nil || c.pooled.Conn().Config().PreferSimpleProtocol {
+		return nil // (the statement goes as one simple-protocol message)
+	}
+	_, err := cache.Get(ctx, declaredSQL(version, sql))
+	return err
 }
 
 func (c *pgxShardConn) execute(ctx context.Context, version int64, sql string, args []any) ([][]any, error) {
-	batch := &pgx.Batch{}
-	batch.Queue(declareVersionSQL, versionText(version))
-	batch.Queue(sql, args...)
-	results := c.pooled.Conn().SendBatch(ctx, batch)
-	rows, err := readBatch(results)
-	if cerr := results.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return nil, err
-	}
-	return rows, nil
-}
-
-// readBatch reads the results of execute's batch: the declaration's, then the statement's rows.
-func readBatch(results pgx.BatchResults) ([][]any, error) {
-	if _, err := results.Exec(); err != nil {
-		return nil, err
-	}
-	rows, err := results.Query()
+	rows, err := c.pooled.Conn().Query(ctx, declaredSQL(version, sql), args...)
 	if err != nil {
 		return nil, err
 	}
@@ -275,6 +324,9 @@ func (c *pgxShardConn) closed() bool { return c.pooled.Conn().IsClosed() }
 
 func (c *pgxShardConn) release(destroy bool) {
 	c.tx.end()
+	if len(c.tx.preparedNames()) > 0 {
+		destroy = true // (the body's statements outlive its transaction: never pooled so)
+	}
 	if destroy && !c.closed() {
 		closeConn(c.pooled.Conn()) // (the pool destroys a closed connection on release)
 	}

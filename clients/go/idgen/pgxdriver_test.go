@@ -19,6 +19,7 @@ import (
 	"github.com/id-gen/id_gen/clients/go/internal/pgscript"
 	"github.com/jackc/pgconn/stmtcache"
 	"github.com/jackc/pgx/v4"
+	"github.com/jackc/pgx/v4/pgxpool"
 )
 
 // wireDriver is the fake coordinator with real shard pools.
@@ -192,8 +193,7 @@ func TestPgxExecuteIsOneRoundTrip(t *testing.T) {
 			t.Fatalf("rows %v, %v", rows, err)
 		}
 	}
-	batch := []string{"Parse " + declareVersionSQL, "Bind", "Describe P", "Execute",
-		"Parse " + wireReadSQL, "Bind", "Describe P", "Execute", "Sync"}
+	batch := []string{"Parse /* id_gen.route_version=1 */ " + wireReadSQL, "Bind", "Describe P", "Execute", "Sync"}
 	got := server.Messages()
 	if !reflect.DeepEqual(got[len(got)-len(batch):], batch) || !reflect.DeepEqual(got[len(got)-2*len(batch):len(got)-len(batch)], batch) {
 		t.Errorf("received %q\nwant each Execute to end with %q", got, batch)
@@ -265,6 +265,110 @@ func TestPgxShardsThatDropOrRefuseConnections(t *testing.T) {
 
 const startPGServerDSN = "host=127.0.0.1 port=PORT user=u dbname=d sslmode=disable"
 
+func TestPgxAShardThatStopsAnsweringTheClaim(t *testing.T) {
+	server, _ := scriptedShard(t)
+	r := wireRouter(t, []fakeRange{{65535, "a"}}, map[string]string{"a": server.DSN()},
+		func(s *settings) { s.ShardTimeout = 300 * time.Millisecond })
+	ctx := testContext(t)
+	server.StallNext("SELECT id_gen.route_claim(") // (pgx closes the connection at ShardTimeout)
+	runs := 0
+	err := r.Transaction(ctx, Gene(7), func(ctx context.Context, tx pgx.Tx) error { runs++; return readOwner(t)(ctx, tx) })
+	if err != nil || runs != 1 {
+		t.Fatalf("%v after %d runs", err, runs)
+	}
+	if s := r.Stats(); s.RetriesLost != 1 || s.Transactions != 1 || server.Connections() != 2 {
+		t.Errorf("stats %+v, %d connections (the one that hung is discarded)", s, server.Connections())
+	}
+	server.StallNext("COMMIT") // (after COMMIT was sent: never retried)
+	err = r.Transaction(ctx, Gene(7), readOwner(t))
+	if !errors.Is(err, ErrCommitOutcomeUnknown) || !strings.Contains(err.Error(), "ShardTimeout") {
+		t.Errorf("a COMMIT never answered: %v", err)
+	}
+	server.StallNext(wireReadSQL) // (Execute's statement travels with its implicit COMMIT)
+	if _, err := r.Execute(ctx, Owner(int64(21)), wireReadSQL, int64(21)); !errors.Is(err, ErrCommitOutcomeUnknown) {
+		t.Errorf("an Execute never answered: %v", err)
+	}
+	if s := r.Stats(); s.RetriesLost != 1 || s.Transactions != 1 {
+		t.Errorf("stats %+v", s)
+	}
+}
+
+func TestPgxTheCallersDeadlineWhileTheClaimHangs(t *testing.T) {
+	server, r := oneShard(t) // (ShardTimeout 10 s)
+	server.StallNext("SELECT id_gen.route_claim(")
+	ctx, cancel := context.WithTimeout(testContext(t), 200*time.Millisecond)
+	defer cancel()
+	err := r.Transaction(ctx, Gene(7), readOwner(t))
+	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrRetriesExhausted) || IsLostConnection(err) {
+		t.Errorf("error %v", err)
+	}
+	if s := r.Stats(); s.RetriesLost != 0 || server.Connections() != 1 {
+		t.Errorf("stats %+v, %d connections", s, server.Connections())
+	}
+}
+
+func TestPgxABodysPreparedStatementsEndWithItsTransaction(t *testing.T) {
+	server, r := oneShard(t)
+	ctx := testContext(t)
+	prepareAndRead := func(ctx context.Context, tx pgx.Tx) error {
+		if _, err := tx.Prepare(ctx, "read_owner", wireReadSQL); err != nil {
+			return err
+		}
+		return tx.BeginFunc(ctx, func(sp pgx.Tx) error { // (through a savepoint too)
+			if _, err := sp.Prepare(ctx, "read_owner_2", wireReadSQL); err != nil {
+				return err
+			}
+			// (Exec by name: pgx 4.15's Query by name, with the describe cache, sends the name as SQL)
+			_, err := sp.Exec(ctx, "read_owner", int64(21))
+			return err
+		})
+	}
+	for i := 0; i < 2; i++ { // (the second time on the same connection: pgx prepares them again)
+		if err := r.Transaction(ctx, Gene(7), prepareAndRead); err != nil {
+			t.Fatalf("%d: %v", i, err)
+		}
+		got := server.Messages()
+		want := []string{"Parse[read_owner] " + wireReadSQL, "Describe S", "Sync", "Query SAVEPOINT sp_1",
+			"Parse[read_owner_2] " + wireReadSQL, "Describe S", "Sync", "Bind", "Describe P", "Execute", "Sync",
+			"Query RELEASE SAVEPOINT sp_1", "Close S read_owner", "Close S read_owner_2", "Sync", "Query COMMIT"}
+		if len(got) < 1 || !reflect.DeepEqual(got[1:], want) {
+			t.Errorf("%d: received\n%q\nwant the claim, then\n%q", i, got, want)
+		}
+		if n := server.Prepared(); n != 0 {
+			t.Errorf("%d: %d named statements left on the shard", i, n)
+		}
+	}
+	// A failed transaction (DEALLOCATE would fail there): closed, then ROLLBACK.
+	err := r.Transaction(ctx, Gene(7), func(ctx context.Context, tx pgx.Tx) error {
+		if _, err := tx.Prepare(ctx, "read_owner", wireReadSQL); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, wireFailSQL)
+		return err
+	})
+	got := server.Messages()
+	if SQLState(err) != "22012" || len(got) < 3 || got[len(got)-3] != "Close S read_owner" || got[len(got)-1] != "Query ROLLBACK" {
+		t.Errorf("error %v, received %q", err, got)
+	}
+	if n, c := server.Prepared(), server.Connections(); n != 0 || c != 1 {
+		t.Errorf("%d named statements left, %d connections", n, c)
+	}
+	// A body that ended the transaction itself: its connection is destroyed, not pooled.
+	err = r.Transaction(ctx, Gene(7), func(ctx context.Context, tx pgx.Tx) error {
+		if _, err := tx.Prepare(ctx, "read_owner", wireReadSQL); err != nil {
+			return err
+		}
+		_, err := tx.Conn().Exec(ctx, "ROLLBACK")
+		return err
+	})
+	if !errors.Is(err, ErrTxEndedByBody) {
+		t.Errorf("error %v", err)
+	}
+	if err := r.Transaction(ctx, Gene(7), prepareAndRead); err != nil || server.Connections() != 2 {
+		t.Errorf("%v, %d connections (want a new one)", err, server.Connections())
+	}
+}
+
 func TestShardPoolConfiguration(t *testing.T) {
 	d := &pgxDriver{s: scenarioSettings(t, nil)}
 	for _, c := range []struct {
@@ -289,6 +393,21 @@ func TestShardPoolConfiguration(t *testing.T) {
 			t.Errorf("%s: max %d, connect timeout %v", c.dsn, config.MaxConns, config.ConnConfig.ConnectTimeout)
 		}
 		pool.close()
+		// The exported function (for pools of an application's own) makes the same configuration.
+		own, err := ShardPoolConfig(Config{ConfigureShardPool: func(shard string, config *pgxpool.Config) {
+			config.HealthCheckPeriod = 42 * time.Second
+		}}, "a", c.dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if mode := own.ConnConfig.BuildStatementCache(nil).Mode(); mode != c.mode || own.MaxConns != c.maxConns ||
+			own.ConnConfig.ConnectTimeout != DefaultConnectTimeout || own.BeforeAcquire == nil || !own.LazyConnect ||
+			own.ConnConfig.PreferSimpleProtocol != c.simple || own.HealthCheckPeriod != 42*time.Second {
+			t.Errorf("%s: ShardPoolConfig %+v", c.dsn, own)
+		}
+	}
+	if _, err := ShardPoolConfig(Config{MaxConns: -1}, "a", "host=h"); err == nil {
+		t.Error("a negative MaxConns")
 	}
 }
 

@@ -8,6 +8,14 @@
 //   - Begin and BeginFunc are savepoints (SAVEPOINT / RELEASE / ROLLBACK TO), as pgx's own.
 //   - Once the router committed or rolled back, every method returns pgx.ErrTxClosed and sends
 //     nothing (a body that kept its Tx cannot reach the connection's next user).
+//   - Prepare makes a named statement for the transaction only, as database/sql's Tx.Prepare:
+//     the router deallocates every name the body prepared through this Tx (or a savepoint of
+//     it) inside the transaction, before COMMIT or ROLLBACK, with the protocol's Close message
+//     (which a failed transaction accepts, and which goes to the server connection that holds
+//     the statement, also behind a transaction-mode pooler), and pgx forgets it. A connection
+//     whose statements could not be dropped (the body ended the transaction itself) is
+//     destroyed, never pooled. A statement prepared on Conn() directly is the body's own to
+//     deallocate.
 //   - LargeObjects is not available (pgx v4 builds it only on its own Tx): it returns the zero
 //     value; use the lo_* functions through Exec/Query.
 
@@ -35,6 +43,7 @@ type routedTx struct {
 type txState struct {
 	ended      bool // the router committed or rolled back
 	savepoints int64
+	prepared   []string // the names the body prepared (each once), not yet deallocated
 }
 
 var _ pgx.Tx = (*routedTx)(nil)
@@ -151,11 +160,34 @@ func (tx *routedTx) CopyFrom(ctx context.Context, table pgx.Identifier, columns 
 	return tx.conn.CopyFrom(ctx, table, columns, src)
 }
 
+// Prepare prepares a named statement for the rest of the transaction (see the file comment); an
+// empty name describes sql into the unnamed statement, as pgx's.
 func (tx *routedTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
 	if err := tx.usable(); err != nil {
 		return nil, err
 	}
-	return tx.conn.Prepare(ctx, name, sql)
+	sd, err := tx.conn.Prepare(ctx, name, sql)
+	if err == nil && name != "" && !tx.state.hasPrepared(name) {
+		tx.state.prepared = append(tx.state.prepared, name)
+	}
+	return sd, err
+}
+
+func (s *txState) hasPrepared(name string) bool {
+	for _, n := range s.prepared {
+		if n == name {
+			return true
+		}
+	}
+	return false
+}
+
+// preparedNames are the statements the body prepared and the router has not dropped yet.
+func (tx *routedTx) preparedNames() []string {
+	if tx == nil {
+		return nil
+	}
+	return tx.state.prepared
 }
 
 // LargeObjects is not available on the router's Tx (see the file comment).

@@ -128,7 +128,7 @@ func TestAShardGetsTheVersionPerTransactionOnly(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := []string{"BEGIN; SELECT id_gen.route_claim(1, 1)", "SELECT 1", "COMMIT",
-			"SELECT pg_catalog.set_config('id_gen.route_version', '1', true)", fakeReadSQL}
+			"/* id_gen.route_version=1 */ " + fakeReadSQL}
 		if got := c.sent(); !reflect.DeepEqual(got, want) {
 			t.Errorf("sent %q\nwant %q", got, want)
 		}
@@ -322,6 +322,58 @@ func TestTheCallersContextEndsTheRetries(t *testing.T) {
 		e := r.Transaction(ctx, Gene(1), func(context.Context, pgx.Tx) error { return nil })
 		if !errors.Is(e, context.DeadlineExceeded) || errors.Is(e, ErrRetriesExhausted) {
 			t.Errorf("error %v", e)
+		}
+	})
+}
+
+func TestAShardThatStopsAnsweringTheClaimIsALostConnection(t *testing.T) {
+	withRouter(t, func(s *settings) { s.ShardTimeout = 20 * time.Millisecond }, func(ctx context.Context, r *Router, c *fakeCluster) {
+		c.claimsHang = 2
+		runs := 0
+		body := func(context.Context, pgx.Tx) error { runs++; return nil }
+		if e := r.Transaction(ctx, Gene(1), body); e != nil || runs != 1 {
+			t.Fatalf("transaction: %v after %d runs", e, runs)
+		}
+		if s := r.Stats(); s.RetriesLost != 2 || s.Transactions != 1 || c.claims() != 3 {
+			t.Errorf("stats %+v, %d claims", s, c.claims())
+		}
+		if p := c.pool("a"); p.destroyed != 2 {
+			t.Errorf("%d connections destroyed, want the 2 that hung", p.destroyed)
+		}
+		c.claimsHang = 1 // (Run retries the claim too: no body ran yet)
+		if e := r.Run(ctx, Gene(1), body); e != nil || runs != 2 || r.Stats().RetriesLost != 3 {
+			t.Errorf("run: %v after %d runs, stats %+v", e, runs, r.Stats())
+		}
+	})
+}
+
+func TestAShardThatKeepsHangingExhaustsTheRetries(t *testing.T) {
+	withRouter(t, func(s *settings) { s.ShardTimeout, s.retryLimit = 10*time.Millisecond, 2 }, func(ctx context.Context, r *Router, c *fakeCluster) {
+		c.claimsHang = 10
+		e := r.Transaction(ctx, Gene(1), func(context.Context, pgx.Tx) error { return nil })
+		var exhausted *RetriesExhaustedError
+		if !errors.As(e, &exhausted) || !exhausted.Lost || exhausted.Attempts != 3 || !IsLostConnection(exhausted.Last) ||
+			!strings.Contains(e.Error(), "did not answer within ShardTimeout (10ms)") || !errors.Is(e, context.DeadlineExceeded) {
+			t.Fatalf("error %v", e)
+		}
+		if ctx.Err() != nil || r.Stats().RetriesLost != 2 {
+			t.Errorf("the caller's context %v, stats %+v", ctx.Err(), r.Stats())
+		}
+	})
+}
+
+func TestTheCallersDeadlineDuringTheClaimIsNotRetried(t *testing.T) {
+	withRouter(t, func(s *settings) { s.ShardTimeout = time.Hour }, func(_ context.Context, r *Router, c *fakeCluster) {
+		c.claimsHang = 5
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		defer cancel()
+		e := r.Transaction(ctx, Gene(1), func(context.Context, pgx.Tx) error { return nil })
+		var noAnswer *shardTimeoutError
+		if !errors.Is(e, context.DeadlineExceeded) || errors.Is(e, ErrRetriesExhausted) || errors.As(e, &noAnswer) || IsLostConnection(e) {
+			t.Errorf("error %v", e)
+		}
+		if s := r.Stats(); s.RetriesLost != 0 || c.claims() != 1 {
+			t.Errorf("stats %+v, %d claims", s, c.claims())
 		}
 	})
 }

@@ -25,9 +25,14 @@ const (
 	// One snapshot: the version, only when there are still no routes (else read them again).
 	emptyRoutesVersionSQL = "SELECT id_gen.route_version() AS version WHERE NOT EXISTS (SELECT 1 FROM id_gen.route_map)"
 	routeVersionSQL       = "SELECT id_gen.route_version() AS version"
-	// Declares the route version for the rest of the transaction ($1: the version as text).
-	declareVersionSQL = "SELECT pg_catalog.set_config('id_gen.route_version', $1, true)"
 )
+
+// declaredSQL is sql with the route version it was routed with in a leading comment
+// (docs/routing-protocol.md §3): the shard checks it for that statement, with no second
+// statement and no session state.
+func declaredSQL(version int64, sql string) string {
+	return "/* id_gen.route_version=" + strconv.FormatInt(version, 10) + " */ " + sql
+}
 
 // claimSQL is the claim as one simple-protocol message: no round trip over a plain BEGIN.
 func claimSQL(gene uint16, version int64) string {

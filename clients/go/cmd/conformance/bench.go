@@ -1,7 +1,8 @@
 // conformance bench (docs/routing-protocol.md §6): one client, one operation at a time,
 // through the Router or (--direct) the same statements on pgxpool pools of the tool's own,
-// made as the Router makes its shard pools (statement descriptions cached, no named prepared
-// statement). 0.5 s of warm-up, then --seconds; prints "ops N seconds X".
+// configured by the Router's own function (idgen.ShardPoolConfig: statement descriptions
+// cached, no named prepared statement, the connect timeout, the check of idle connections
+// before use). 0.5 s of warm-up, then --seconds; prints "ops N seconds X".
 //
 // Invariants: nothing is measured but the loop of operations; every call is bounded
 // (callTimeout).
@@ -16,8 +17,6 @@ import (
 	"time"
 
 	"github.com/id-gen/id_gen/clients/go/idgen"
-	"github.com/jackc/pgconn"
-	"github.com/jackc/pgconn/stmtcache"
 	"github.com/jackc/pgx/v4"
 	"github.com/jackc/pgx/v4/pgxpool"
 )
@@ -57,32 +56,22 @@ func parseBenchArgs(args []string, stderr io.Writer) (benchOptions, error) {
 func bench(o benchOptions, stdout io.Writer) (int, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
-	router, err := idgen.NewRouter(ctx, idgen.Config{
+	routerConfig := idgen.Config{
 		Routes: o.routes, Shards: o.shards, NoListen: true, RefreshInterval: idgen.NoRefreshPoll, MaxConns: 2,
-	})
+	}
+	router, err := idgen.NewRouter(ctx, routerConfig)
 	if err != nil {
 		return 1, fmt.Errorf("the routes could not be read: %w", err)
 	}
 	defer closeWithin(router, closeTimeout)
-	pools := map[string]*pgxpool.Pool{}
+	pools, err := directPools(routerConfig)
 	defer func() {
 		for _, p := range pools {
 			p.Close()
 		}
 	}()
-	for name, dsn := range o.shards {
-		config, err := pgxpool.ParseConfig(dsn)
-		if err != nil {
-			return 2, usagef("--shard %s: %v", name, err)
-		}
-		config.MaxConns = 2
-		config.LazyConnect = true
-		config.ConnConfig.BuildStatementCache = func(conn *pgconn.PgConn) stmtcache.Cache {
-			return stmtcache.New(conn, stmtcache.ModeDescribe, 512)
-		}
-		if pools[name], err = pgxpool.ConnectConfig(context.Background(), config); err != nil {
-			return 1, err
-		}
+	if err != nil {
+		return 1, err
 	}
 	insert := "INSERT INTO " + o.table + " (id, owner_id) VALUES (id_gen.gene_order_id($1::text, $2::bigint), $2) RETURNING id"
 	lookup := "SELECT owner_id FROM " + o.table + " WHERE id = $1"
@@ -159,4 +148,21 @@ func bench(o benchOptions, stdout io.Writer) (int, error) {
 	}
 	fmt.Fprintf(stdout, "ops %d seconds %.3f\n", ops, time.Since(start).Seconds())
 	return 0, nil
+}
+
+// directPools are the --direct pools, one per shard of c, configured by the Router's own
+// function (idgen.ShardPoolConfig), so that the comparison is fair; lazy: nothing connects here.
+// On an error, the pools made so far are returned too (to be closed).
+func directPools(c idgen.Config) (map[string]*pgxpool.Pool, error) {
+	pools := map[string]*pgxpool.Pool{}
+	for name, dsn := range c.Shards {
+		config, err := idgen.ShardPoolConfig(c, name, dsn)
+		if err != nil {
+			return pools, fmt.Errorf("--shard %s: %w", name, err)
+		}
+		if pools[name], err = pgxpool.ConnectConfig(context.Background(), config); err != nil {
+			return pools, err
+		}
+	}
+	return pools, nil
 }

@@ -1,6 +1,7 @@
 // conformance load end to end against the scripted server of internal/pgscript (coordinator and
 // shard at once): the output lines, the log (one whole line per committed transaction, ids of
-// the owner's gene), reads by owner, and a stop file.
+// the owner's gene), reads by owner, and a stop file; bench's transactions, through the Router
+// and on its direct pools (made by the Router's own pool configuration).
 
 package main
 
@@ -11,9 +12,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/id-gen/id_gen/clients/go/idgen"
 	"github.com/id-gen/id_gen/clients/go/internal/pgscript"
+	"github.com/jackc/pgconn/stmtcache"
 )
 
 // scriptedCluster serves id_gen's statements, the load's INSERT (ids gene << 47 | n) and its
@@ -98,6 +101,43 @@ func TestLoadOnTheWire(t *testing.T) {
 		i, err2 := strconv.ParseInt(id, 10, 64)
 		if !ok || err1 != nil || err2 != nil || o < 1 || o > 20 || uint64(i)>>47 != uint64(idgen.GeneOf(o)) {
 			t.Errorf("log line %q", line)
+		}
+	}
+}
+
+func TestBenchDirectPoolsAreMadeAsTheRoutersPools(t *testing.T) {
+	pools, err := directPools(idgen.Config{MaxConns: 2, Shards: map[string]string{
+		"a": "host=127.0.0.1 port=1 user=u dbname=d", "b": "host=127.0.0.1 port=1 user=u dbname=d connect_timeout=3"}})
+	defer func() {
+		for _, p := range pools {
+			p.Close()
+		}
+	}()
+	if err != nil || len(pools) != 2 {
+		t.Fatalf("%d pools, %v", len(pools), err)
+	}
+	for name, timeout := range map[string]time.Duration{"a": idgen.DefaultConnectTimeout, "b": 3 * time.Second} {
+		config := pools[name].Config()
+		if config.BeforeAcquire == nil || config.ConnConfig.ConnectTimeout != timeout || config.MaxConns != 2 || !config.LazyConnect ||
+			config.ConnConfig.BuildStatementCache(nil).Mode() != stmtcache.ModeDescribe {
+			t.Errorf("shard %s: before acquire %v, connect timeout %v, max %d", name, config.BeforeAcquire != nil,
+				config.ConnConfig.ConnectTimeout, config.MaxConns)
+		}
+	}
+}
+
+func TestBenchOnTheWire(t *testing.T) {
+	server := scriptedCluster(t)
+	for _, direct := range []bool{false, true} {
+		args := []string{"bench", "--routes", server.DSN(), "--shard", "a=" + server.DSN(), "--table", "t", "--sequence", "q",
+			"--owners", "20", "--seconds", "0.2", "--mode", "tx"}
+		if direct {
+			args = append(args, "--direct")
+		}
+		status, out, stderr := runTool(args, "")
+		fields := strings.Fields(out)
+		if status != 0 || stderr != "" || len(fields) != 4 || fields[0] != "ops" || fields[1] == "0" || fields[2] != "seconds" {
+			t.Errorf("direct %v: status %d, out %q, stderr %q", direct, status, out, stderr)
 		}
 	}
 }

@@ -3,8 +3,10 @@
 // transaction statements itself (BEGIN, COMMIT, ROLLBACK, savepoints, LISTEN, the empty
 // statement), and every other statement by a handler registered for its SQL's prefix; it
 // records every message it receives, and can fail the next executions of a statement, close
-// the connection at COMMIT (unanswered), send NOTIFY to the sessions that LISTEN, and end
-// every session as a server shutting down does (FATAL 57P01).
+// the connection at COMMIT (unanswered), stop answering a connection at a statement (a shard
+// that hangs), send NOTIFY to the sessions that LISTEN, and end every session as a server
+// shutting down does (FATAL 57P01). Named statements live per session, as on a server (Parse
+// of a name in use is 42P05, Bind of an unknown one 26000, Close of one drops it).
 //
 // Invariants: a session's messages are answered in order, in the result formats the client
 // asked for (int4, int8 and text in binary, everything in text otherwise); after an error in
@@ -59,6 +61,7 @@ type Server struct {
 	mu            sync.Mutex
 	handlers      []registered
 	failures      map[string][]string // prefix → the SQLSTATEs of its next executions
+	stalls        []string            // prefixes: the next execution of each is never answered
 	received      []string
 	closeOnCommit bool
 	sessions      []*session
@@ -104,6 +107,26 @@ func (s *Server) FailNext(prefix string, codes ...string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.failures[prefix] = append(s.failures[prefix], codes...)
+}
+
+// StallNext makes the next execution of a statement starting with prefix go unanswered, and
+// everything after it on its connection (a shard that stopped answering; the client gives up).
+func (s *Server) StallNext(prefix string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stalls = append(s.stalls, prefix)
+}
+
+// Prepared counts the named statements the sessions hold (every session since the last
+// TerminateAll, including those whose client has gone).
+func (s *Server) Prepared() int {
+	n := 0
+	for _, p := range s.liveSessions() {
+		p.stmtMu.Lock()
+		n += len(p.named)
+		p.stmtMu.Unlock()
+	}
+	return n
 }
 
 // CloseOnNextCommit closes the connection of the next COMMIT when it arrives, unanswered.
@@ -183,13 +206,25 @@ func (s *Server) accept() {
 			return
 		}
 		p := &session{s: s, conn: conn, be: pgproto3.NewBackend(pgproto3.NewChunkReader(conn), conn), status: 'I',
-			channels: map[string]bool{}}
+			channels: map[string]bool{}, named: map[string]string{}}
 		go p.serve()
 	}
 }
 
+// undeclared is sql without a leading route-version comment ("/* id_gen.route_version=N */ "),
+// which a shard reads for that statement alone; the handlers, failures and stalls match the rest.
+func undeclared(sql string) string {
+	if rest := strings.TrimPrefix(sql, "/* id_gen.route_version="); rest != sql {
+		if i := strings.Index(rest, " */ "); i >= 0 {
+			return rest[i+len(" */ "):]
+		}
+	}
+	return sql
+}
+
 // handler is the handler of sql.
 func (s *Server) handler(sql string) (Handler, bool) {
+	sql = undeclared(sql)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, r := range s.handlers {
@@ -202,6 +237,7 @@ func (s *Server) handler(sql string) (Handler, bool) {
 
 // takeFailure is the SQLSTATE queued for the next execution of sql ("" for none).
 func (s *Server) takeFailure(sql string) string {
+	sql = undeclared(sql)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for prefix, codes := range s.failures {
@@ -211,6 +247,20 @@ func (s *Server) takeFailure(sql string) string {
 		}
 	}
 	return ""
+}
+
+// takeStall reports whether the execution of sql is to stall (and forgets it then).
+func (s *Server) takeStall(sql string) bool {
+	sql = undeclared(sql)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, prefix := range s.stalls {
+		if strings.HasPrefix(sql, prefix) {
+			s.stalls = append(s.stalls[:i:i], s.stalls[i+1:]...)
+			return true
+		}
+	}
+	return false
 }
 
 func (s *Server) takeCloseOnCommit() bool {
@@ -230,6 +280,9 @@ type session struct {
 	status   byte       // 'I', 'T' or 'E'
 	chanMu   sync.Mutex
 	channels map[string]bool
+	stmtMu   sync.Mutex
+	named    map[string]string // the named statements: name → SQL
+	stalled  bool              // answers nothing any more
 }
 
 // portal is the unnamed statement or portal of the extended protocol, or a statement of a
@@ -288,6 +341,9 @@ func (p *session) serve() {
 		if err != nil {
 			return
 		}
+		if p.stalled {
+			continue // (received, never answered)
+		}
 		switch m := msg.(type) {
 		case *pgproto3.Query:
 			p.s.record("Query " + m.String)
@@ -300,17 +356,28 @@ func (p *session) serve() {
 			} else {
 				p.s.record("Parse " + m.Query)
 			}
-			if !skipping {
-				stmt = portal{sql: m.Query}
-				p.send(&pgproto3.ParseComplete{})
+			if skipping {
+				continue
 			}
+			if m.Name != "" {
+				if !p.prepare(m.Name, m.Query) {
+					skipping = true
+					continue
+				}
+			}
+			stmt = portal{sql: m.Query}
+			p.send(&pgproto3.ParseComplete{})
 		case *pgproto3.Describe:
 			p.s.record("Describe " + string(m.ObjectType))
 			if skipping {
 				continue
 			}
 			if m.ObjectType == 'S' {
-				h, _ := p.s.handler(stmt.sql)
+				sql := stmt.sql
+				if m.Name != "" {
+					sql = p.namedSQL(m.Name)
+				}
+				h, _ := p.s.handler(sql)
 				p.send(&pgproto3.ParameterDescription{ParameterOIDs: append([]uint32{}, h.Params...)}, rowDescription(h, nil))
 			} else {
 				h, _ := p.s.handler(bound.sql)
@@ -318,13 +385,38 @@ func (p *session) serve() {
 			}
 		case *pgproto3.Bind:
 			p.s.record("Bind")
-			if !skipping {
-				bound = portal{sql: stmt.sql, params: copyParams(m.Parameters), paramFormats: append([]int16(nil), m.ParameterFormatCodes...),
-					resultFormats: append([]int16(nil), m.ResultFormatCodes...)}
-				p.send(&pgproto3.BindComplete{})
+			if skipping {
+				continue
 			}
+			sql := stmt.sql
+			if m.PreparedStatement != "" {
+				if sql = p.namedSQL(m.PreparedStatement); sql == "" {
+					p.send(&pgproto3.ErrorResponse{Severity: "ERROR", Code: "26000", Message: "prepared statement does not exist"})
+					p.failBlock()
+					skipping = true
+					continue
+				}
+			}
+			bound = portal{sql: sql, params: copyParams(m.Parameters), paramFormats: append([]int16(nil), m.ParameterFormatCodes...),
+				resultFormats: append([]int16(nil), m.ResultFormatCodes...)}
+			p.send(&pgproto3.BindComplete{})
+		case *pgproto3.Close:
+			p.s.record("Close " + string(m.ObjectType) + " " + m.Name)
+			if skipping {
+				continue
+			}
+			if m.ObjectType == 'S' {
+				p.stmtMu.Lock()
+				delete(p.named, m.Name) // (a name not there is no error)
+				p.stmtMu.Unlock()
+			}
+			p.send(&pgproto3.CloseComplete{})
 		case *pgproto3.Execute:
 			p.s.record("Execute")
+			if !skipping && p.s.takeStall(bound.sql) {
+				p.stalled = true
+				continue
+			}
 			if !skipping {
 				skipping = !p.run(bound)
 			}
@@ -335,6 +427,36 @@ func (p *session) serve() {
 		case *pgproto3.Terminate:
 			return
 		}
+	}
+}
+
+// prepare makes the named statement name (whatever the transaction's state, as a server does
+// for Parse); false, after a 42P05 error, when the name is in use.
+func (p *session) prepare(name, sql string) bool {
+	p.stmtMu.Lock()
+	_, inUse := p.named[name]
+	if !inUse {
+		p.named[name] = sql
+	}
+	p.stmtMu.Unlock()
+	if inUse {
+		p.send(&pgproto3.ErrorResponse{Severity: "ERROR", Code: "42P05", Message: "prepared statement already exists"})
+		p.failBlock()
+	}
+	return !inUse
+}
+
+// namedSQL is the SQL of the named statement name, "" when there is none.
+func (p *session) namedSQL(name string) string {
+	p.stmtMu.Lock()
+	defer p.stmtMu.Unlock()
+	return p.named[name]
+}
+
+// failBlock marks a transaction block failed (after an error).
+func (p *session) failBlock() {
+	if p.status == 'T' {
+		p.status = 'E'
 	}
 }
 
@@ -354,9 +476,13 @@ func (p *session) simpleQuery(query string) bool {
 		return true
 	}
 	for _, sql := range strings.Split(query, "; ") {
-		if sql == "COMMIT" && p.s.takeCloseOnCommit() {
+		if strings.EqualFold(sql, "COMMIT") && p.s.takeCloseOnCommit() {
 			p.close()
 			return false
+		}
+		if p.s.takeStall(sql) {
+			p.stalled = true
+			return true
 		}
 		if !p.run(portal{sql: sql, simple: true}) {
 			break
@@ -370,33 +496,32 @@ func (p *session) simpleQuery(query string) bool {
 func (p *session) run(b portal) bool {
 	fail := func(code string) bool {
 		p.send(&pgproto3.ErrorResponse{Severity: "ERROR", Code: code, Message: "scripted " + code})
-		if p.status == 'T' {
-			p.status = 'E'
-		}
+		p.failBlock()
 		return false
 	}
 	complete := func(tag string) bool {
 		p.send(&pgproto3.CommandComplete{CommandTag: []byte(tag)})
 		return true
 	}
-	if p.status == 'E' && !strings.HasPrefix(b.sql, "ROLLBACK") && b.sql != "COMMIT" {
+	control := strings.ToUpper(b.sql) // (pgx's own Tx sends "begin", "commit", "rollback")
+	if p.status == 'E' && !strings.HasPrefix(control, "ROLLBACK") && control != "COMMIT" {
 		return fail("25P02")
 	}
 	switch word := strings.Fields(b.sql + " x")[0]; {
-	case b.sql == "BEGIN":
+	case control == "BEGIN":
 		p.status = 'T'
 		return complete("BEGIN")
-	case b.sql == "COMMIT":
+	case control == "COMMIT":
 		tag := "COMMIT"
 		if p.status == 'E' {
 			tag = "ROLLBACK"
 		}
 		p.status = 'I'
 		return complete(tag)
-	case b.sql == "ROLLBACK":
+	case control == "ROLLBACK":
 		p.status = 'I'
 		return complete("ROLLBACK")
-	case strings.HasPrefix(b.sql, "ROLLBACK TO "):
+	case strings.HasPrefix(control, "ROLLBACK TO "):
 		p.status = 'T'
 		return complete("ROLLBACK")
 	case word == "SAVEPOINT" || word == "RELEASE":

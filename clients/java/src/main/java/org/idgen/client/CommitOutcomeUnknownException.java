@@ -3,7 +3,7 @@
 // (docs/routing-protocol.md §4, "Lost connections").
 //
 // Invariants: never retried by the router, never reported committed; getCause() is the
-// driver's error; the SQLState is 08007 (transaction resolution unknown), never a class 08
+// driver's error as it was thrown (or an unchecked exception carrying it); the SQLState is 08007 (transaction resolution unknown), never a class 08
 // state a generic retry layer would take for "safe to run again".
 package org.idgen.client;
 
@@ -16,6 +16,11 @@ public class CommitOutcomeUnknownException extends RoutingException {
     public static final String SQLSTATE = "08007";
 
     public CommitOutcomeUnknownException(String message, SQLException driverError) {
-        super(message + ": " + driverError.getMessage(), SQLSTATE, driverError);
+        this(message, driverError, driverError);
+    }
+
+    /** thrown: the driver's error as it was thrown (driverError, or an exception whose causes hold it). */
+    public CommitOutcomeUnknownException(String message, SQLException driverError, Throwable thrown) {
+        super(message + ": " + driverError.getMessage(), SQLSTATE, thrown);
     }
 }

@@ -8,6 +8,9 @@
 //   attempt n + 1 is min(base * 2^n, max), jittered to [1/2, 1] of it.
 // - A connection is lost when its error has SQLState class 08 or 57P01..57P03, or the driver
 //   closed it under the error.
+// - An error is classified by the SQLException it is or carries: a RuntimeException (Spring's
+//   or jOOQ's DataAccessException, ...) is looked through along getCause(), at most
+//   MAX_CAUSES deep (a cycle of causes ends there), to the first SQLException.
 package org.idgen.client;
 
 import java.util.concurrent.ThreadLocalRandom;
@@ -23,6 +26,9 @@ final class Protocol {
     static final String ROUTE_CHANGED = "IG001";
     static final String ROUTE_FENCED = "IG002";
 
+    /** How deep a chain of causes is looked through (a bound against cycles). */
+    static final int MAX_CAUSES = 32;
+
     /** Why an attempt is retried. */
     enum RetryCause { MOVED, FENCED, LOST }
 
@@ -34,9 +40,13 @@ final class Protocol {
         return "BEGIN; SELECT id_gen.route_claim(" + gene + ", " + version + ")";
     }
 
-    /** Declares the route version for the rest of the transaction (SET LOCAL semantics). */
-    static String declareVersionSql(long version) {
-        return "SELECT pg_catalog.set_config('id_gen.route_version', '" + version + "', true)";
+    /**
+     * sql with the route version it was routed with in a leading comment
+     * (docs/routing-protocol.md §3): the shard checks it for that statement, with no second
+     * statement and no session state.
+     */
+    static String declaredSql(long version, String sql) {
+        return "/* id_gen.route_version=" + version + " */ " + sql;
     }
 
     /** MOVED for IG001, FENCED for IG002, else null. */
@@ -51,6 +61,34 @@ final class Protocol {
     static boolean connectionLostState(String sqlState) {
         return sqlState != null && (sqlState.startsWith("08") || sqlState.equals("57P01")
                 || sqlState.equals("57P02") || sqlState.equals("57P03"));
+    }
+
+    /**
+     * The SQLException an error is or wraps: thrown itself, or the first along its causes (a
+     * RuntimeException wrapping the driver's error, as Spring's DataAccessException does);
+     * null when there is none within MAX_CAUSES.
+     */
+    static java.sql.SQLException sqlExceptionIn(Throwable thrown) {
+        Throwable t = thrown;
+        for (int depth = 0; t != null && depth < MAX_CAUSES; depth++) {
+            if (t instanceof java.sql.SQLException) {
+                return (java.sql.SQLException) t;
+            }
+            t = t.getCause();
+        }
+        return null;
+    }
+
+    /** Whether the error or one of its causes (at most MAX_CAUSES deep) is a `kind`. */
+    static boolean causedBy(Throwable thrown, Class<? extends Throwable> kind) {
+        Throwable t = thrown;
+        for (int depth = 0; t != null && depth < MAX_CAUSES; depth++) {
+            if (kind.isInstance(t)) {
+                return true;
+            }
+            t = t.getCause();
+        }
+        return false;
     }
 
     /** Whether to re-read the routes after attempt number `attempt` met `cause`. */

@@ -8,16 +8,18 @@
 // - run(key, body): the same, but the body runs once: only a failed connect or claim is
 //   retried; errors from the body or COMMIT reach the caller.
 // - execute(key, sql, params): one statement in a transaction of its own that declares the
-//   route version (set_config(..., true)) in the same round trip, retried like transaction.
+//   route version in a leading comment (/* id_gen.route_version=N */): one statement, one
+//   round trip; retried like transaction.
 // - nextId, geneOf, shardForId/Owner/Gene, refresh(), version(), routes(), stats().
 //
 // Invariants:
 // - The routes and their version are one immutable snapshot (RouteTable), replaced whole; a
 //   call routes by one snapshot and claims with its version.
 // - The listening connection LISTENs before the first route read and re-reads after it
-//   reconnects; the version is also polled every refreshInterval, so a notification lost (or
-//   a pooler that cannot LISTEN) costs at most that long.
-// - Nothing is declared per session on a shard: the claim and set_config(..., true) live in
+//   reconnects (100 ms .. 5 s apart); the version is also polled every refreshInterval, also
+//   while the listener is away or LISTEN keeps failing, so a notification lost (or a pooler
+//   that cannot LISTEN) costs at most that long.
+// - Nothing is declared per session on a shard: the claim and the statement's comment live in
 //   the transaction, so shards may sit behind a transaction-mode pooler (PgBouncer).
 // - A body that failed is never reported committed (a failed transaction block is rolled
 //   back, never sent COMMIT), a body whose COMMIT succeeded is never run again, and a
@@ -55,6 +57,8 @@ import org.idgen.client.Protocol.RetryCause;
 /** Routes transactions by owner, id or gene to the shard that owns it; thread-safe. */
 public final class Router implements AutoCloseable {
     static final long LISTEN_WAIT_MILLIS = 500;
+    static final long LISTEN_RETRY_FIRST_MILLIS = 100;
+    static final long LISTEN_RETRY_MAX_MILLIS = 5000;
     static final long CLOSE_WAIT_MILLIS = 2000;
     private static final int ROUTE_READ_TRIES = 3;
     private static final AtomicInteger INSTANCES = new AtomicInteger();
@@ -116,6 +120,21 @@ public final class Router implements AutoCloseable {
 
     public static Builder builder() {
         return new Builder();
+    }
+
+    /**
+     * The pgjdbc properties of the Router's shard connections (prepareThreshold=0,
+     * assumeMinServerVersion=10, connectTimeout and loginTimeout 10 s, socketTimeout,
+     * tcpKeepAlive, ApplicationName), the given ones overriding them: for connections or pools of
+     * an application's own that should talk to a shard as the Router does (such as the
+     * conformance tool's direct bench). socketTimeout: whole seconds, at least 1 s.
+     */
+    public static Properties shardConnectionProperties(Properties given, Duration socketTimeout) {
+        if (socketTimeout.getSeconds() < 1) {
+            throw new IllegalArgumentException("socketTimeout is at least 1 s");
+        }
+        return JdbcConnector.shardProperties(Objects.requireNonNull(given, "given"),
+                (int) Math.min(Integer.MAX_VALUE, socketTimeout.getSeconds()));
     }
 
     // --- routes ---------------------------------------------------------------------------
@@ -212,10 +231,18 @@ public final class Router implements AutoCloseable {
         }
     }
 
-    /** Until close(): waits for notifications (when listen), polls the version (every refreshInterval). */
+    /**
+     * Until close(): waits for notifications (when listen), polls the version (every
+     * refreshInterval). A listener that failed is reconnected after a backoff of its own
+     * (LISTEN_RETRY_FIRST_MILLIS doubling to LISTEN_RETRY_MAX_MILLIS), which the poll does not
+     * wait for: while LISTEN fails (the coordinator down, or behind a pooler), the poll keeps
+     * its interval. Every wait is at most the time to the next poll or reconnect, and
+     * LISTEN_WAIT_MILLIS.
+     */
     private void watch(Connection firstListener) {
         Connection listener = firstListener;
         int failures = 0;
+        long nextListen = System.nanoTime(); // (when listener is null: the next reconnect)
         long nextPoll = System.nanoTime() + refreshIntervalNanos;
         try {
             while (!closed.get() && !Thread.currentThread().isInterrupted()) {
@@ -229,6 +256,11 @@ public final class Router implements AutoCloseable {
                         ? Math.max(1, TimeUnit.NANOSECONDS.toMillis(nextPoll - now)) : LISTEN_WAIT_MILLIS;
                 if (!listen) {
                     awaitStopping(untilPollMillis);
+                    continue;
+                }
+                if (listener == null && now - nextListen < 0) { // (backing off: the poll goes on)
+                    awaitStopping(Math.max(1, Math.min(Math.min(untilPollMillis, LISTEN_WAIT_MILLIS),
+                            TimeUnit.NANOSECONDS.toMillis(nextListen - now))));
                     continue;
                 }
                 try {
@@ -246,7 +278,8 @@ public final class Router implements AutoCloseable {
                     closeQuietly(listener);
                     listener = null;
                     failures++;
-                    awaitStopping(Math.min(100L << Math.min(failures - 1, 6), 5000));
+                    nextListen = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(Math.min(
+                            LISTEN_RETRY_FIRST_MILLIS << Math.min(failures - 1, 6), LISTEN_RETRY_MAX_MILLIS));
                 }
             }
         } finally {
@@ -361,7 +394,10 @@ public final class Router implements AutoCloseable {
      * value. Retried (the body runs again) on IG001/IG002 and on a connection refused or lost
      * before COMMIT was sent, at most retryLimit times. Throws the body's own SQLException
      * (rolled back, not retried), NoRouteException, RouteRetryExhaustedException, or
-     * CommitOutcomeUnknownException.
+     * CommitOutcomeUnknownException. An unchecked exception from the body that carries an
+     * SQLException in its causes (Spring's or jOOQ's DataAccessException, ...) is classified by
+     * it, as if the SQLException had been thrown; the caller gets the exception as it was thrown
+     * (or as the cause of RouteRetryExhaustedException).
      */
     public <T> T transaction(Key key, Body<T> body) throws SQLException {
         return claimed(key, body, true);
@@ -394,15 +430,24 @@ public final class Router implements AutoCloseable {
                 broken = false;
                 transactions.increment();
                 return result;
-            } catch (SQLException e) {
-                if (e instanceof RoutingException || timedOut(e)) {
+            } catch (SQLException | RuntimeException e) {
+                // Classified by the SQLException it is or carries (a RuntimeException wrapping
+                // the driver's error, as Spring's or jOOQ's DataAccessException); the caller
+                // gets e itself, or a RoutingException whose cause is e.
+                SQLException sql = Protocol.sqlExceptionIn(e);
+                if (sql == null) { // (not a database error: rolled back, raised as it is)
+                    broken = !rollbackQuietly(conn);
+                    throw e;
+                }
+                if (sql instanceof RoutingException || (phase == Phase.BODY && timedOut(e))) {
                     // The router's own error from a call inside the body (a nested transaction's
-                    // outcome unknown, its retries exhausted), or a statement past socketTimeout
-                    // (pgjdbc closed the connection; the server may still run it): never retried.
+                    // outcome unknown, its retries exhausted), or a body's statement past
+                    // socketTimeout (pgjdbc closed the connection; the server may still run it):
+                    // never retried. (The claim or COMMIT past it: a lost connection, below.)
                     broken = connector.isClosed(conn) || !rollbackQuietly(conn);
                     throw e;
                 }
-                boolean lost = isLost(e, conn);
+                boolean lost = isLost(sql, conn);
                 // A body that ended the transaction itself (its own COMMIT or ROLLBACK) and then
                 // failed is never run again: what it committed stays committed.
                 boolean ended = phase == Phase.BODY && !lost && !connector.inTransaction(conn);
@@ -410,8 +455,9 @@ public final class Router implements AutoCloseable {
                 if (ended) {
                     throw e;
                 }
-                throw failure(e, phase, retryBody, lost);
-            } catch (RuntimeException | Error e) {
+                retryOrUnknown(sql, e, phase, retryBody, lost);
+                throw e;
+            } catch (Error e) {
                 broken = !rollbackQuietly(conn);
                 throw e;
             } finally {
@@ -421,8 +467,8 @@ public final class Router implements AutoCloseable {
     }
 
     /**
-     * One statement on the owning shard, the route version declared in its own transaction in
-     * the same round trip (one pipeline, one Sync: one implicit transaction, also behind a
+     * One statement on the owning shard, in autocommit, with the route version declared in its
+     * leading comment (one statement, one round trip, one implicit transaction, also behind a
      * transaction-mode pooler). `sql` is one statement with JDBC `?` placeholders. Retried on
      * IG001/IG002 (a statement that failed had no effect) and on a refused connection; a
      * connection lost after the statement was sent is CommitOutcomeUnknownException.
@@ -441,10 +487,17 @@ public final class Router implements AutoCloseable {
                 broken = false;
                 transactions.increment();
                 return rows;
-            } catch (SQLException e) {
-                boolean lost = isLost(e, conn);
-                broken = lost; // (a statement that failed ended its implicit transaction)
-                throw failure(e, Phase.STATEMENT, true, lost);
+            } catch (SQLException | RuntimeException e) {
+                SQLException error = Protocol.sqlExceptionIn(e); // (as in claimed)
+                if (error == null) {
+                    throw e; // (broken: discarded)
+                }
+                boolean lost = isLost(error, conn);
+                // (a statement that failed ended its implicit transaction; a driver that threw
+                // unchecked may have left the connection in any state)
+                broken = lost || e instanceof RuntimeException;
+                retryOrUnknown(error, e, Phase.STATEMENT, true, lost);
+                throw e;
             } finally {
                 connector.giveBack(shard, conn, broken);
             }
@@ -453,14 +506,14 @@ public final class Router implements AutoCloseable {
 
     private static List<Object[]> executeDeclared(Connection conn, long version, String sql, Object[] params)
             throws SQLException {
-        try (PreparedStatement ps = conn.prepareStatement(Protocol.declareVersionSql(version) + "; " + sql)) {
+        try (PreparedStatement ps = conn.prepareStatement(Protocol.declaredSql(version, sql))) {
             for (int i = 0; i < params.length; i++) {
                 ps.setObject(i + 1, params[i]);
             }
-            ps.execute(); // (the first result is set_config's row; the statement's is the last)
+            // (the last result, should sql hold several statements)
             List<Object[]> rows = Collections.emptyList();
-            for (;;) {
-                if (ps.getMoreResults()) {
+            for (boolean isResultSet = ps.execute();; isResultSet = ps.getMoreResults()) {
+                if (isResultSet) {
                     try (ResultSet rs = ps.getResultSet()) {
                         rows = readRows(rs);
                     }
@@ -514,16 +567,22 @@ public final class Router implements AutoCloseable {
         T run(RouteTable routes, String shard) throws SQLException, Retry;
     }
 
-    /** An attempt's failure that is retried: IG001, IG002, or a connection refused or lost before COMMIT. */
+    /**
+     * An attempt's failure that is retried: IG001, IG002, or a connection refused or lost before
+     * COMMIT; error is the SQLException that says so, thrown what was thrown (error itself, or a
+     * RuntimeException carrying it).
+     */
     private static final class Retry extends Exception {
         private static final long serialVersionUID = 1L;
         final RetryCause cause;
         final transient SQLException error;
+        final transient Exception thrown;
 
-        Retry(RetryCause cause, SQLException error) {
-            super(cause.name(), error, false, false);
+        Retry(RetryCause cause, SQLException error, Exception thrown) {
+            super(cause.name(), thrown, false, false);
             this.cause = cause;
             this.error = error;
+            this.thrown = thrown;
         }
     }
 
@@ -558,7 +617,7 @@ public final class Router implements AutoCloseable {
                 RouteRetryExhaustedException exhausted = new RouteRetryExhaustedException("gene " + gene + ": "
                         + (retryLimit + 1) + " attempts (retryLimit " + retryLimit + ") failed, the last with "
                         + retry.cause + (refreshError == null ? "" : " (the last re-read of the routes failed too)"),
-                        retry.error);
+                        retry.error, retry.thrown);
                 if (refreshError != null) {
                     exhausted.addSuppressed(refreshError);
                 }
@@ -594,50 +653,46 @@ public final class Router implements AutoCloseable {
     private Connection borrow(String shard) throws Retry, SQLException {
         try {
             return connector.borrow(shard);
-        } catch (SQLException e) {
+        } catch (SQLException | RuntimeException e) {
             // Refused or reset (the shard restarting, failing over): nothing was sent, retried.
             // A pool exhausted by the caller's own load, a refused password or an unknown
             // database are not lost connections: raised as they are.
-            if (Protocol.connectionLostState(e.getSQLState()) || causedBy(e, java.net.ConnectException.class)) {
-                throw new Retry(RetryCause.LOST, e);
+            SQLException sql = Protocol.sqlExceptionIn(e);
+            if (sql != null && (Protocol.connectionLostState(sql.getSQLState())
+                    || Protocol.causedBy(e, java.net.ConnectException.class))) {
+                throw new Retry(RetryCause.LOST, sql, e);
             }
             throw e;
         }
     }
 
     /** A statement past pgjdbc's socketTimeout (it closed the connection). */
-    private static boolean timedOut(SQLException e) {
-        return causedBy(e, java.net.SocketTimeoutException.class);
-    }
-
-    private static boolean causedBy(Throwable e, Class<? extends Throwable> kind) {
-        for (Throwable t = e; t != null; t = t.getCause() == t ? null : t.getCause()) {
-            if (kind.isInstance(t)) {
-                return true;
-            }
-        }
-        return false;
+    private static boolean timedOut(Throwable e) {
+        return Protocol.causedBy(e, java.net.SocketTimeoutException.class);
     }
 
     /**
-     * What an error of one attempt becomes, by where it happened: CommitOutcomeUnknown (a
-     * connection lost after COMMIT or the statement was sent), a Retry (IG001/IG002, or a
-     * connection lost before; from the body or COMMIT only when retryBody), or the error itself.
+     * Throws what an error of one attempt becomes, by where it happened (sql: the SQLException
+     * it is or carries; thrown: the error as thrown): CommitOutcomeUnknown (a connection lost
+     * after COMMIT or the statement was sent), or a Retry (IG001/IG002, or a connection lost
+     * before; from the body or COMMIT only when retryBody). Returns when thrown is to reach the
+     * caller as it is.
      */
-    private static SQLException failure(SQLException e, Phase phase, boolean retryBody, boolean lost) throws Retry {
+    private static void retryOrUnknown(SQLException sql, Exception thrown, Phase phase, boolean retryBody, boolean lost)
+            throws Retry, CommitOutcomeUnknownException {
         if (lost && (phase == Phase.COMMIT || phase == Phase.STATEMENT)) {
-            return new CommitOutcomeUnknownException("the shard connection was lost after "
+            throw new CommitOutcomeUnknownException("the shard connection was lost after "
                     + (phase == Phase.COMMIT ? "COMMIT" : "the statement") + " was sent: the transaction may or may "
-                    + "not have committed", e);
+                    + "not have committed", sql, thrown);
         }
-        RetryCause cause = Protocol.routeErrorCause(e.getSQLState());
+        RetryCause cause = Protocol.routeErrorCause(sql.getSQLState());
         if (cause == null && lost) {
             cause = RetryCause.LOST;
         }
         if (cause == null || ((phase == Phase.BODY || phase == Phase.COMMIT) && !retryBody)) {
-            return e;
+            return;
         }
-        throw new Retry(cause, e);
+        throw new Retry(cause, sql, thrown);
     }
 
     private boolean isLost(SQLException e, Connection conn) {

@@ -2,7 +2,8 @@
 // server, as clients/node/test/fake_pg.js and clients/python/tests/test_router_fake.py fake
 // theirs: a coordinator (routes, a version, NOTIFY to its listeners; it can be down) and shards
 // (route_claim's IG001/IG002, the declared route version, a read by owner; refused connects,
-// claims that find the connection ended, a COMMIT lost without an answer), with
+// claims that find the connection ended, a COMMIT lost without an answer, errors thrown
+// wrapped in an unchecked exception; a LISTEN that fails), with
 // java.lang.reflect.Proxy connections, statements and result sets.
 //
 // Invariants: one lock (this) guards all state; every JDBC method the fake does not know fails
@@ -36,11 +37,15 @@ final class FakeCluster implements Connector {
     private static final Pattern CLAIM = Pattern.compile("SELECT id_gen\\.route_claim\\((\\d+), (\\d+)\\)");
     private static final Pattern DECLARE =
             Pattern.compile("SELECT pg_catalog\\.set_config\\('id_gen\\.route_version', '(\\d+)', true\\)");
+    /** A version declared by a statement's leading comment, for that message alone. */
+    private static final Pattern DECLARED_BY_COMMENT = Pattern.compile("/\\* id_gen\\.route_version=(\\d+) \\*/ (.*)", Pattern.DOTALL);
 
     // --- the coordinator ---
     private List<Object[]> uppers; // [upper, shard], ascending
     private long version = 1;
     boolean coordinatorDown;
+    boolean listenFails; // LISTEN fails (the coordinator reached through a pooler that refuses it)
+    int listenAttempts;
     int routeReads;
     int versionPolls;
     private final List<CoordinatorSession> coordinatorSessions = new ArrayList<>();
@@ -50,6 +55,7 @@ final class FakeCluster implements Connector {
     int connectFails; // the next N connects to shard "a" are refused
     int claimLost; // the next N claims find the connection ended (FATAL 57P01)
     boolean commitLost; // the next COMMIT's connection closes with no answer
+    boolean uncheckedErrors; // shard statements throw their SQLException wrapped, as a translating JDBC wrapper would
     String lastReadShard;
     List<Object> lastParams;
     String lastSql;
@@ -103,6 +109,14 @@ final class FakeCluster implements Connector {
             n += s.notifications != null && !s.closed ? 1 : 0;
         }
         return n;
+    }
+
+    synchronized long versionPolls() {
+        return versionPolls;
+    }
+
+    synchronized long listenAttempts() {
+        return listenAttempts;
     }
 
     synchronized int openCoordinatorConnections() {
@@ -441,6 +455,10 @@ final class FakeCluster implements Connector {
                 throw new SQLException("fake: An I/O error occurred while sending to the backend", "08006");
             }
             if (sql.equals("LISTEN " + Protocol.ROUTES_CHANNEL)) {
+                listenAttempts++;
+                if (listenFails) {
+                    throw new SQLException("fake: LISTEN is not allowed here", "0A000");
+                }
                 notifications = new ArrayList<>();
                 return List.of(Result.update());
             }
@@ -492,9 +510,10 @@ final class FakeCluster implements Connector {
             this.conn = fake(Connection.class, this, "shard " + shard + " connection", (m, a) -> {
                 switch (m) {
                     case "createStatement":
-                        return statement(Statement.class, "shard statement", this::send, null);
+                        return statement(Statement.class, "shard statement", this::sendOrWrap, null);
                     case "prepareStatement":
-                        return statement(PreparedStatement.class, "shard prepared statement", this::send, (String) a[0]);
+                        return statement(PreparedStatement.class, "shard prepared statement", this::sendOrWrap,
+                                (String) a[0]);
                     case "isClosed":
                         return closed;
                     case "close":
@@ -506,12 +525,29 @@ final class FakeCluster implements Connector {
             });
         }
 
+        /** send, its SQLException wrapped in a RuntimeException when uncheckedErrors. */
+        private List<Result> sendOrWrap(String sql, Map<Integer, Object> params) throws SQLException {
+            try {
+                return send(sql, params);
+            } catch (SQLException e) {
+                if (uncheckedErrors) {
+                    throw new IllegalStateException("fake: translated", e);
+                }
+                throw e;
+            }
+        }
+
         /** One message: its statements ("; " between them) as one simple-protocol message or one pipeline. */
         private List<Result> send(String sql, Map<Integer, Object> params) throws SQLException {
             if (closed) {
                 throw new SQLException("fake: This connection has been closed.", "08003");
             }
             log.add(sql);
+            Matcher declared = DECLARED_BY_COMMENT.matcher(sql);
+            if (declared.matches()) {
+                localVersion = Long.parseLong(declared.group(1));
+                sql = declared.group(2);
+            }
             List<Result> results = new ArrayList<>();
             try {
                 for (String statement : sql.split("; ")) {

@@ -60,8 +60,21 @@ class RouterTest {
         }
     }
 
+    /** Polls value until it is at least least; fails with the last value after timeout. */
+    private static void pollUntilAtLeast(String what, Callable<Long> value, long least) throws Exception {
+        long deadline = System.nanoTime() + Duration.ofSeconds(5).toNanos();
+        long last = value.call();
+        while (last < least) {
+            if (System.nanoTime() - deadline > 0) {
+                throw new AssertionError(what + ": still " + last + " after 5 s (want at least " + least + ")");
+            }
+            Thread.sleep(5);
+            last = value.call();
+        }
+    }
+
     @Test
-    void aShardGetsTheVersionPerTransactionOnlyTheClaimOrSetConfigInTheStatementsMessage() throws Exception {
+    void aShardGetsTheVersionPerTransactionOnlyTheClaimOrTheStatementsLeadingComment() throws Exception {
         withRouter(b -> { }, (router, cluster) -> {
             router.transaction(Key.gene(1), conn -> {
                 try (Statement st = conn.createStatement()) {
@@ -70,7 +83,7 @@ class RouterTest {
             });
             router.execute(Key.gene(1), FakeCluster.READ, 1L);
             assertEquals(List.of("BEGIN; SELECT id_gen.route_claim(1, 1)", "SELECT 1", "COMMIT",
-                    "SELECT pg_catalog.set_config('id_gen.route_version', '1', true); " + FakeCluster.READ),
+                    "/* id_gen.route_version=1 */ " + FakeCluster.READ),
                     cluster.sent());
             assertEquals(2, router.stats().transactions());
         });
@@ -193,6 +206,126 @@ class RouterTest {
             cluster.change(ALL_ON_B, false);
             pollUntil("the routes after a change nobody notified", () -> router.shardForGene(1), "b");
             assertTrue(cluster.versionPolls > 0);
+        });
+    }
+
+    @Test
+    void whileListenFailsTheVersionPollKeepsItsInterval() throws Exception {
+        withRouter(b -> b.listen(true).refreshInterval(Duration.ofMillis(50)), (router, cluster) -> {
+            pollUntil("a listener", cluster::listeners, 1);
+            synchronized (cluster) {
+                cluster.listenFails = true; // (a pooler in front of the coordinator, say)
+            }
+            cluster.loseListeners();
+            long attempts = cluster.listenAttempts();
+            pollUntilAtLeast("a LISTEN that failed", cluster::listenAttempts, attempts + 1);
+            // The listener now backs off (100 ms doubling to 5 s); the poll must not wait for it.
+            cluster.change(ALL_ON_B, false);
+            pollUntil("the routes after a change nobody notified", () -> router.shardForGene(1), "b");
+            long polls = cluster.versionPolls();
+            long failedListens = cluster.listenAttempts();
+            pollUntilAtLeast("version polls after the change, at 50 ms while LISTEN fails",
+                    () -> cluster.versionPolls() - polls, 20);
+            long listensMeanwhile = cluster.listenAttempts() - failedListens;
+            assertTrue(listensMeanwhile < 10, "LISTEN retried " + listensMeanwhile + " times during 20 polls: no backoff");
+            assertEquals(0, cluster.listeners());
+        });
+    }
+
+    @Test
+    void anErrorWrappedInAnUncheckedExceptionIsClassifiedByItsSqlState() throws Exception {
+        withRouter(b -> b.retryLimit(2), (router, cluster) -> {
+            // IG001 inside a RuntimeException (Spring's, jOOQ's DataAccessException): re-read, run again.
+            int[] runs = {0};
+            assertEquals("done", router.transaction(Key.gene(1), conn -> {
+                if (++runs[0] == 1) {
+                    throw new RuntimeException(new SQLException("moved", "IG001"));
+                }
+                return "done";
+            }));
+            assertEquals(2, runs[0]);
+            assertEquals(1, router.stats().retriesMoved());
+            // A lost connection's SQLState two causes deep: retried as lost.
+            runs[0] = 0;
+            router.transaction(Key.gene(1), conn -> {
+                if (++runs[0] == 1) {
+                    throw new IllegalStateException(new RuntimeException(new SQLException("gone", "08006")));
+                }
+                return null;
+            });
+            assertEquals(2, runs[0]);
+            assertEquals(1, router.stats().retriesLost());
+            // IG002 every time: exhausted, holding the last exception as it was thrown.
+            RuntimeException[] last = {null};
+            RouteRetryExhaustedException exhausted = assertThrows(RouteRetryExhaustedException.class,
+                    () -> router.transaction(Key.gene(1), conn -> {
+                        last[0] = new RuntimeException(new SQLException("fenced", "IG002"));
+                        throw last[0];
+                    }));
+            assertSame(last[0], exhausted.getCause());
+            assertSame(last[0].getCause(), exhausted.lastError());
+            assertEquals("IG002", exhausted.getSQLState());
+            assertEquals(2, router.stats().retriesFenced(), "3 attempts");
+            // Not about routes: raised as it was thrown, not retried.
+            runs[0] = 0;
+            RuntimeException duplicate = new RuntimeException(new SQLException("duplicate key", "23505"));
+            assertSame(duplicate, assertThrows(RuntimeException.class, () -> router.transaction(Key.gene(1), conn -> {
+                runs[0]++;
+                throw duplicate;
+            })));
+            assertEquals(1, runs[0]);
+            // run(): an IG001 from the body reaches the caller as it was thrown.
+            RuntimeException moved = new RuntimeException(new SQLException("moved", "IG001"));
+            assertSame(moved, assertThrows(RuntimeException.class, () -> router.run(Key.gene(1), conn -> {
+                throw moved;
+            })));
+            // A nested call's RouteRetryExhaustedException, wrapped: final, never retried.
+            runs[0] = 0;
+            RuntimeException nested = new RuntimeException(
+                    new RouteRetryExhaustedException("nested", new SQLException("moved", "IG001")));
+            assertSame(nested, assertThrows(RuntimeException.class, () -> router.transaction(Key.gene(1), conn -> {
+                runs[0]++;
+                throw nested;
+            })));
+            assertEquals(1, runs[0]);
+            // Causes in a cycle, no SQLException: raised as it was thrown (the walk is bounded).
+            RuntimeException a = new RuntimeException("a");
+            RuntimeException b = new RuntimeException("b", a);
+            a.initCause(b);
+            assertSame(a, assertThrows(RuntimeException.class, () -> router.transaction(Key.gene(1), conn -> {
+                throw a;
+            })));
+            assertEquals(1, router.stats().retriesMoved());
+            assertEquals(1, router.stats().retriesLost());
+        });
+    }
+
+    @Test
+    void executeClassifiesAnErrorWrappedInAnUncheckedException() throws Exception {
+        withRouter(b -> b.retryLimit(2), (router, cluster) -> {
+            synchronized (cluster) {
+                cluster.uncheckedErrors = true;
+                cluster.fences = 1;
+            }
+            assertEquals(1, router.execute(Key.owner(1L), FakeCluster.READ, 1L).size());
+            assertEquals(1, router.stats().retriesFenced());
+            synchronized (cluster) {
+                cluster.fences = 5;
+            }
+            RouteRetryExhaustedException exhausted = assertThrows(RouteRetryExhaustedException.class,
+                    () -> router.execute(Key.owner(1L), FakeCluster.READ, 1L));
+            assertTrue(exhausted.getCause() instanceof IllegalStateException, String.valueOf(exhausted.getCause()));
+            assertSame(exhausted.getCause().getCause(), exhausted.lastError());
+            assertEquals("IG002", exhausted.getSQLState());
+            // A COMMIT lost, the driver's error wrapped: commit outcome unknown, holding it.
+            synchronized (cluster) {
+                cluster.fences = 0;
+                cluster.commitLost = true;
+            }
+            CommitOutcomeUnknownException unknown = assertThrows(CommitOutcomeUnknownException.class,
+                    () -> router.transaction(Key.gene(1), conn -> 1));
+            assertTrue(unknown.getCause() instanceof IllegalStateException, String.valueOf(unknown.getCause()));
+            assertEquals("08006", ((SQLException) unknown.getCause().getCause()).getSQLState());
         });
     }
 

@@ -37,9 +37,16 @@ final class WireServer implements AutoCloseable {
         final String errorCode; // an ERROR (or a FATAL that ends the connection, when fatal)
         final boolean fatal;
         final boolean vanish; // close the socket without an answer
+        final boolean silent; // answer nothing more, the socket left open (a frozen server)
 
         private Reply(String tag, List<String> columns, List<List<Object>> rows, String errorCode, boolean fatal,
                       boolean vanish) {
+            this(tag, columns, rows, errorCode, fatal, vanish, false);
+        }
+
+        private Reply(String tag, List<String> columns, List<List<Object>> rows, String errorCode, boolean fatal,
+                      boolean vanish, boolean silent) {
+            this.silent = silent;
             this.tag = tag;
             this.columns = columns;
             this.rows = rows;
@@ -71,6 +78,11 @@ final class WireServer implements AutoCloseable {
 
         static Reply vanish() {
             return new Reply(null, null, null, null, false, true);
+        }
+
+        /** No answer, ever: reads and drops what comes until the client closes the socket. */
+        static Reply silence() {
+            return new Reply(null, null, null, null, false, false, true);
         }
     }
 
@@ -410,6 +422,16 @@ final class WireServer implements AutoCloseable {
          * Executes one statement (described: its answer, asked at Describe); false when the
          * connection ended or an error skips the rest of the message.
          */
+        /** A frozen server: until the client closes the connection, nothing is answered. */
+        private boolean silent() throws IOException {
+            byte[] sink = new byte[1024];
+            while (in.read(sink) >= 0) {
+                // (dropped)
+            }
+            socket.close();
+            return false;
+        }
+
         private boolean statement(RoundTrip trip, String sql, List<String> params, Reply described)
                 throws IOException {
             String s = sql.trim();
@@ -431,6 +453,9 @@ final class WireServer implements AutoCloseable {
                     socket.close();
                     return false;
                 }
+                if (scripted != null && scripted.silent) {
+                    return silent();
+                }
                 status = s.equals("BEGIN") ? 'T' : 'I';
                 send('C', o -> cstring(o, tag));
                 return true;
@@ -439,6 +464,9 @@ final class WireServer implements AutoCloseable {
             if (reply.vanish) {
                 socket.close();
                 return false;
+            }
+            if (reply.silent) {
+                return silent();
             }
             if (reply.errorCode != null) {
                 return error(reply.errorCode, reply.fatal);

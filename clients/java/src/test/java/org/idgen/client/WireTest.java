@@ -33,12 +33,15 @@ import org.junit.jupiter.api.Test;
 class WireTest {
     private static final Pattern CLAIM = Pattern.compile("SELECT id_gen\\.route_claim\\((\\d+), (\\d+)\\)");
     private static final String READ_WIRE = "SELECT amount FROM orders WHERE owner_id = $1"; // (pgjdbc's ? as $1)
+    private static final String DECLARED = "/* id_gen.route_version=1 */ ";
 
     private final AtomicReference<List<Object[]>> uppers = new AtomicReference<>(
             List.of(new Object[] {32767, "a"}, new Object[] {65535, "b"}));
     private final AtomicLong version = new AtomicLong(1);
     private final AtomicInteger claimFatal = new AtomicInteger();
     private final AtomicBoolean commitVanishes = new AtomicBoolean();
+    private final AtomicBoolean commitSilent = new AtomicBoolean();
+    private final AtomicInteger claimSilent = new AtomicInteger();
     private final AtomicInteger bodyVanishes = new AtomicInteger();
     private WireServer coordinator;
     private WireServer shardA;
@@ -87,6 +90,9 @@ class WireTest {
         if (sql.equals("COMMIT") && commitVanishes.compareAndSet(true, false)) {
             return WireServer.Reply.vanish();
         }
+        if (sql.equals("COMMIT") && commitSilent.compareAndSet(true, false)) {
+            return WireServer.Reply.silence();
+        }
         if (sql.equals("BEGIN") || sql.equals("COMMIT") || sql.equals("ROLLBACK")) {
             return null;
         }
@@ -95,14 +101,14 @@ class WireTest {
             if (claimFatal.getAndUpdate(n -> Math.max(0, n - 1)) > 0) {
                 return WireServer.Reply.fatal("57P01");
             }
+            if (claimSilent.getAndUpdate(n -> Math.max(0, n - 1)) > 0) {
+                return WireServer.Reply.silence();
+            }
             boolean owns = shard.equals(ownerOf(Integer.parseInt(m.group(1))));
             return owns && Long.parseLong(m.group(2)) >= version.get()
                     ? WireServer.Reply.row("route_claim", version.get()) : WireServer.Reply.error("IG001");
         }
-        if (sql.startsWith("SELECT pg_catalog.set_config('id_gen.route_version', ")) {
-            return WireServer.Reply.row("set_config", "1");
-        }
-        if (sql.equals(READ_WIRE)) {
+        if (sql.equals(READ_WIRE) || sql.equals(DECLARED + READ_WIRE)) {
             return WireServer.Reply.row("amount", 7L);
         }
         if (sql.equals("SELECT 1")) {
@@ -167,8 +173,8 @@ class WireTest {
             assertEquals(FakeCluster.NEXT_ID, router.nextId("orders", Key.owner(42L)));
         }
         assertEquals(List.of(List.of("BEGIN", "SELECT id_gen.route_claim(1, 1)")), tripsWith(shardA, "route_claim(1,"));
-        assertEquals(List.of(List.of("SELECT pg_catalog.set_config('id_gen.route_version', '1', true)", READ_WIRE)),
-                tripsWith(shardA, "set_config"), "execute: the declaration and the statement in one round trip");
+        assertEquals(List.of(List.of(DECLARED + READ_WIRE)),
+                tripsWith(shardA, "route_version="), "execute: the statement alone, the version in its leading comment");
         assertEquals(List.of(List.of("SELECT 1")), tripsWith(shardA, "SELECT 1"));
         assertEquals(2, tripsWith(shardA, "COMMIT").size());
         for (WireServer.RoundTrip t : shardA.roundTrips()) {
@@ -209,6 +215,21 @@ class WireTest {
             assertEquals(1, tripsWith(shardA, "route_claim").size(), "never retried");
             assertEquals(1, router.transaction(Key.gene(1), WireTest::selectOne), "the next one, on a new connection");
             assertEquals(1, router.stats().transactions());
+        }
+    }
+
+    @Test
+    void aShardSilentPastSocketTimeoutAtTheClaimIsRetriedAndAtCommitIsCommitOutcomeUnknown() throws Exception {
+        try (Router router = router(b -> b.socketTimeout(Duration.ofSeconds(1)))) {
+            claimSilent.set(1);
+            assertEquals(1, router.transaction(Key.gene(1), WireTest::selectOne));
+            assertEquals(1, router.stats().retriesLost(), "the silent claim: a lost connection, retried");
+            commitSilent.set(true);
+            CommitOutcomeUnknownException e = assertThrows(CommitOutcomeUnknownException.class,
+                    () -> router.transaction(Key.gene(1), WireTest::selectOne));
+            assertTrue(Protocol.causedBy(e, java.net.SocketTimeoutException.class), e.toString());
+            assertEquals(1, router.stats().retriesLost(), "never retried");
+            assertEquals(1, router.transaction(Key.gene(1), WireTest::selectOne), "the next one, on a new connection");
         }
     }
 

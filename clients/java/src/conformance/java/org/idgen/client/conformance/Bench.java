@@ -1,7 +1,8 @@
 // `conformance bench` (docs/routing-protocol.md §6): one client, one operation at a time,
 // through the Router or (--direct) the same statements on HikariCP pools of the tool's own,
-// made with the settings of the Router's shard pools (autocommit, prepareThreshold=0,
-// assumeMinServerVersion=10). 0.5 s of warm-up, then --seconds; prints `ops N seconds X`.
+// autocommit, with the Router's own shard connection properties
+// (Router.shardConnectionProperties: prepareThreshold=0, assumeMinServerVersion=10, the same
+// timeouts). 0.5 s of warm-up, then --seconds; prints `ops N seconds X`.
 //
 // Invariants: nothing is measured but the loop of operations; every wait is bounded (the
 // Router's timeouts, Hikari's connectionTimeout, pgjdbc's socketTimeout).
@@ -26,6 +27,9 @@ import org.idgen.client.Key;
 import org.idgen.client.Router;
 
 final class Bench {
+    /** The Router's default socketTimeout (Router.Builder.socketTimeout). */
+    static final Duration SOCKET_TIMEOUT = Duration.ofSeconds(60);
+
     private Bench() {
     }
 
@@ -80,24 +84,20 @@ final class Bench {
     }
 
     private static HikariDataSource pool(String name, Dsn dsn) {
-        Properties p = new Properties();
-        p.setProperty("prepareThreshold", "0");
-        p.setProperty("assumeMinServerVersion", "10");
-        p.setProperty("connectTimeout", "10");
-        p.setProperty("socketTimeout", "60");
-        p.setProperty("tcpKeepAlive", "true");
-        for (String key : dsn.properties.stringPropertyNames()) {
-            p.setProperty(key, dsn.properties.getProperty(key));
-        }
+        return new HikariDataSource(poolConfig(name, dsn));
+    }
+
+    /** A direct pool's settings: the Router's shard connection properties (its default socketTimeout). */
+    static HikariConfig poolConfig(String name, Dsn dsn) {
         HikariConfig config = new HikariConfig();
         config.setPoolName("bench-direct-" + name);
         config.setJdbcUrl(dsn.url);
-        config.setDataSourceProperties(p);
+        config.setDataSourceProperties(Router.shardConnectionProperties(dsn.properties, SOCKET_TIMEOUT));
         config.setAutoCommit(true);
         config.setMaximumPoolSize(2);
         config.setMinimumIdle(1);
         config.setConnectionTimeout(10000);
-        return new HikariDataSource(config);
+        return config;
     }
 
     /** Up to 1,000 ids of the table, read once through the coordinator. */

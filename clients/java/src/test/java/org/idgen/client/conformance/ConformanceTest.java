@@ -1,5 +1,5 @@
 // The conformance tool's parts that need no server: libpq DSNs as pgjdbc URLs, the genes mode,
-// and the load's argument checks.
+// the load's argument checks, and the bench's direct pools (the Router's connection properties).
 package org.idgen.client.conformance;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
@@ -9,7 +9,10 @@ import java.io.ByteArrayInputStream;
 import java.io.ByteArrayOutputStream;
 import java.io.PrintStream;
 import java.nio.charset.StandardCharsets;
+import java.time.Duration;
 import java.util.List;
+import java.util.Properties;
+import org.idgen.client.Router;
 import org.junit.jupiter.api.Test;
 
 class ConformanceTest {
@@ -26,6 +29,20 @@ class ConformanceTest {
         assertThrows(IllegalArgumentException.class, () -> Dsn.parse("host=h gssencmode=disable"));
         assertThrows(IllegalArgumentException.class, () -> Dsn.parse("host=h junk"));
         assertThrows(IllegalArgumentException.class, () -> Dsn.parse("host=/tmp user=u"));
+    }
+
+    @Test
+    void benchDirectPoolsUseTheRoutersShardConnectionProperties() {
+        Dsn d = Dsn.parse("host=127.0.0.1 port=5433 user=u dbname=d connect_timeout=3");
+        Properties direct = Bench.poolConfig("a", d).getDataSourceProperties();
+        assertEquals(Router.shardConnectionProperties(d.properties, Duration.ofSeconds(60)), direct);
+        assertEquals("0", direct.getProperty("prepareThreshold"));
+        assertEquals("10", direct.getProperty("loginTimeout"));
+        assertEquals("60", direct.getProperty("socketTimeout"));
+        assertEquals("3", direct.getProperty("connectTimeout"), "the DSN's own win");
+        assertEquals("u", direct.getProperty("user"));
+        assertThrows(IllegalArgumentException.class,
+                () -> Router.shardConnectionProperties(new Properties(), Duration.ofMillis(500)));
     }
 
     @Test
