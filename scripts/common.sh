@@ -75,6 +75,11 @@ ensure_toolchain() {
   command -v go >/dev/null || need+=(golang-go)
   [ -d /usr/share/gocode/src/github.com/jackc/pgx/v4 ] \
     || need+=(golang-github-jackc-pgx-v4-dev golang-github-cespare-xxhash-dev golang-github-twmb-murmur3-dev)
+  # Prometheus's promtool (the alert rules' tests) and Debian's postgres exporter (the
+  # metrics' scrape test, tests/cluster/test_monitoring.py); python3-yaml reads their files.
+  command -v promtool >/dev/null || need+=(prometheus)
+  command -v prometheus-postgres-exporter >/dev/null || need+=(prometheus-postgres-exporter)
+  python3 -c 'import yaml' 2>/dev/null || need+=(python3-yaml)
   if [ ${#need[@]} -gt 0 ]; then
     log "installing ${need[*]}"
     apt-get update -qq
@@ -107,10 +112,10 @@ ensure_toolchain() {
 ensure_python_env() {
   local py="$REPO_ROOT/target/py/bin/python" src="$REPO_ROOT/clients/python"
   local stamp="$REPO_ROOT/target/py/id_gen_client.sha256" sum
-  if ! "$py" -c "import psycopg, psycopg_pool, pytest, mypy" 2>/dev/null; then
-    log "creating target/py (psycopg 3, psycopg_pool, pytest, mypy)"
+  if ! "$py" -c "import psycopg, psycopg_pool, pytest, mypy, yaml" 2>/dev/null; then
+    log "creating target/py (psycopg 3, psycopg_pool, pytest, mypy, PyYAML)"
     [ -x "$py" ] || python3 -m venv "$REPO_ROOT/target/py" >&2
-    "$py" -m pip install -q "psycopg[binary]>=3.2" "psycopg_pool>=3.2" "pytest>=7" "mypy>=1.8" >&2
+    "$py" -m pip install -q "psycopg[binary]>=3.2" "psycopg_pool>=3.2" "pytest>=7" "mypy>=1.8" "pyyaml>=6" >&2
   fi
   sum=$(cd "$src" && find . -type f ! -path '*/__pycache__/*' ! -path './build/*' ! -path '*.egg-info/*' \
           -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1)

@@ -50,6 +50,9 @@ if has core; then
   bash clients/java/build.sh
   log "tier 1: clients/go (go vet and go test offline against Debian's pgx v4: genes, the shared scenarios against a fake driver, pgx against a scripted server)"
   bash clients/go/test.sh
+  log "tier 1: monitoring/ (the exporter's queries, alert rules and dashboard name the same metrics; promtool checks the rules and runs their tests)"
+  python3 scripts/check_monitoring.py
+  (cd monitoring && promtool check rules alerts.yml && promtool test rules alerts_test.yml)
 fi
 
 # Tiers 2 and 3 use the extension installed in the system PostgreSQL.

@@ -175,6 +175,11 @@ extension_sql_file!(
     name = "convert",
     requires = ["shard_convert"]
 );
+extension_sql_file!(
+    "../sql/cluster/metrics.sql",
+    name = "metrics",
+    requires = ["convert"]
+);
 extension_sql_file!("../sql/install/finalize.sql", finalize);
 
 /// Every subsystem's shared memory, in the order it is attached.

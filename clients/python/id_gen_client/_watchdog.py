@@ -25,7 +25,9 @@ Invariants:
 * The sync `Watchdog` has one thread per router, started when a guard is armed and ending
   after IDLE_SECONDS without any; its lock is held only for bookkeeping and the shutdown
   (which does not block). One timeout per watchdog, deadlines taken under the lock: guards
-  are armed in deadline order, so the thread only ever waits for the oldest.
+  are armed in deadline order, so the thread only ever waits for the oldest, and is woken
+  only for a deadline before the time it wakes by itself (so not per call when the timeout
+  is at least IDLE_SECONDS).
 * `AsyncGuard` is the asyncio form: a timer of the running loop (no thread, no
   cancellation of the awaiting task, so psycopg never sends a cancel request).
 """
@@ -98,6 +100,7 @@ class Watchdog:
         self._armed: Dict[Guard, None] = {}  # in arming order, which is deadline order
         self._thread: Optional[threading.Thread] = None
         self._stopping = False
+        self._wake_at = 0.0  # when the thread wakes next by itself (monotonic)
 
     def guard(self, conn: Any, what: str, strict: bool = False) -> "Guard":
         """A `with` block bounded by the timeout (`what` names the wait in ShardTimeout)."""
@@ -116,7 +119,10 @@ class Watchdog:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
                 self._thread.start()
-            elif len(self._armed) == 1:  # the thread waits idle: wake it for this deadline
+            elif guard.deadline < self._wake_at:
+                # The thread sleeps past this deadline (idle, and the timeout is shorter than
+                # IDLE_SECONDS): wake it. Otherwise it wakes in time by itself, and a router's
+                # calls cost no thread switch (nor a turn of the GIL) each.
                 self._cond.notify()
 
     def _disarm(self, guard: "Guard") -> bool:
@@ -131,6 +137,7 @@ class Watchdog:
         with self._cond:
             while True:
                 if not self._armed:
+                    self._wake_at = time.monotonic() + IDLE_SECONDS
                     if (self._stopping or not self._cond.wait(IDLE_SECONDS)) and not self._armed:
                         self._thread = None
                         return
@@ -138,6 +145,7 @@ class Watchdog:
                 guard = next(iter(self._armed))
                 delay = guard.deadline - time.monotonic()
                 if delay > 0:
+                    self._wake_at = guard.deadline
                     self._cond.wait(delay)
                     continue
                 del self._armed[guard]

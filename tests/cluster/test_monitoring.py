@@ -1,0 +1,278 @@
+"""Monitoring (issue 29; docs/operations.md "Monitoring"): Debian's prometheus-postgres-exporter
+(0.11) scrapes, with monitoring/postgres_exporter.yml and as a role in pg_monitor, a
+coordinator (the authority of sequence 'orders' and the keeper of the order-number keys) and
+two shards whose 'orders' reserves its segments there.
+
+(a) after known actions (values taken on shard_1, a split on the coordinator, two
+    order-number keys, the routes pushed), every metric of the file is exported, with the
+    values the catalog and id_gen.status show; each metric's HELP and TYPE, as scraped and as
+    id_gen.metrics has them on every node, are those of the file.
+(b) a shard down during a route change: on the coordinator its push fails (route_push_error
+    1, lag_versions 1) while the other shard's is up to date; back up, its lag returns to 0.
+(c) the authority down: shard_1's refills of 'orders' fail (authority_up 0,
+    sequence_refill_failing 1); the authority back, both return to 1 and 0.
+(d) a role outside pg_monitor may read none of it (42501).
+(e) cost: a database with 1,000 sequences (each cached) and 64 shards: each family's query
+    and the whole view timed on the server, and the exporter's scrape of it (reported).
+"""
+import os
+import re
+import signal
+import statistics
+import subprocess
+import time
+import urllib.request
+
+import psycopg
+import pytest
+import yaml
+
+from harness import coordinator_with_shards, poll_until, report
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+QUERIES = os.path.join(REPO, "monitoring", "postgres_exporter.yml")
+EXPORTER = "prometheus-postgres-exporter"
+S = {}
+
+
+def file_metrics():
+    """{metric: (type, help)} of the exporter's queries file."""
+    out = {}
+    for name, q in yaml.safe_load(open(QUERIES)).items():
+        for column in q["metrics"]:
+            (col, spec), = column.items()
+            if spec["usage"] != "LABEL":
+                out[f"{name}_{col}"] = (spec["usage"].lower(), spec["description"])
+    return out
+
+
+class Exporter:
+    """The exporter on 127.0.0.1:port over the DSNs given, its log in `directory`; stopped
+    by stop() (its process group)."""
+
+    def __init__(self, directory, port, dsns):
+        os.makedirs(directory, exist_ok=True)
+        self.url = f"http://127.0.0.1:{port}/metrics"
+        self.log = os.path.join(directory, "exporter.log")
+        env = dict(os.environ, DATA_SOURCE_NAME=",".join(dsns))
+        with open(self.log, "w") as log:
+            self.proc = subprocess.Popen(
+                [EXPORTER, f"--web.listen-address=127.0.0.1:{port}", f"--extend.query-path={QUERIES}",
+                 "--disable-default-metrics", "--disable-settings-metrics",
+                 "--no-collector.database", "--no-collector.bgwriter"],
+                env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        poll_until("the exporter answers", lambda: self.scrape() is not None, True, timeout=30)
+
+    def scrape(self):
+        """The samples {(name, frozenset(labels)): value}, and HELP and TYPE by name."""
+        if self.proc.poll() is not None:
+            raise AssertionError(f"the exporter ended ({self.proc.returncode}): {open(self.log).read()[-2000:]}")
+        with urllib.request.urlopen(self.url, timeout=20) as r:
+            text = r.read().decode()
+        samples, helps, types = {}, {}, {}
+        for line in text.splitlines():
+            if line.startswith("# HELP "):
+                name, _, help_text = line[7:].partition(" ")
+                helps[name] = help_text.replace("\\\\", "\\").replace("\\n", "\n")
+            elif line.startswith("# TYPE "):
+                name, _, kind = line[7:].partition(" ")
+                types[name] = kind
+            elif line and not line.startswith("#"):
+                m = re.fullmatch(r'([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)', line)
+                assert m, f"a line the exporter wrote: {line!r}"
+                labels = frozenset(re.findall(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"', m[2] or ""))
+                samples[(m[1], labels)] = float(m[3])
+        return samples, helps, types
+
+    def values(self, name, **labels):
+        """The values of the series of `name` whose labels include `labels`."""
+        samples, _, _ = self.scrape()
+        want = set(labels.items())
+        return [v for (n, ls), v in samples.items() if n == name and want <= set(ls)]
+
+    def stop(self):
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+
+
+def server_label(node):
+    """The exporter's `server` label of a node (host:port of its DSN)."""
+    return f"{node.dir}:{node.port}"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def servers(cluster):
+    kek = os.path.join(cluster.root, "kek.hex")
+    os.makedirs(cluster.root, exist_ok=True)
+    with open(kek, "w") as f:
+        f.write(os.urandom(32).hex() + "\n")
+    subprocess.run(["chown", "postgres:postgres", kek], check=True)
+    os.chmod(kek, 0o400)
+    c, shards = coordinator_with_shards(
+        cluster, coordinator_conf=[f"id_gen.order_no_kek_file = '{kek}'", "id_gen.max_sequences = 2048"])
+    nodes = {"coordinator": c, "shard_1": shards[1], "shard_2": shards[2]}
+    for n in nodes.values():
+        n.execute("CREATE ROLE exporter LOGIN IN ROLE pg_monitor", "CREATE ROLE outsider LOGIN")
+    exporter = Exporter(os.path.join(cluster.root, "exporter"), cluster.port_base + 19,
+                        [f"host={n.dir} port={n.port} user=exporter dbname=postgres sslmode=disable"
+                         for n in nodes.values()])
+    S.update(c=c, s1=shards[1], s2=shards[2], nodes=nodes, exporter=exporter, cluster=cluster)
+    try:
+        yield
+    finally:
+        exporter.stop()
+
+
+def test_a_every_metric_is_exported_with_the_catalogs_values():
+    c, s1, e = S["c"], S["s1"], S["exporter"]
+    s1.execute("SELECT id_gen.next_segment_id('orders') FROM generate_series(1, 3000)")
+    c.execute("SELECT id_gen.create_order_no_key('v1')", "SELECT id_gen.create_order_no_key('v2')")
+    c.execute("CALL id_gen.split_route(8191)")
+    version = c.one("SELECT version FROM id_gen.route_state")
+    for shard in ("shard_1", "shard_2"):
+        poll_until(f"{shard} pushed the route version {version}",
+                   lambda: e.values("id_gen_route_push_lag_versions", shard=shard), [0.0], timeout=60)
+    # The sequence on shard_1, as its catalog and id_gen.status say, once its worker is idle.
+    s1l = server_label(s1)
+
+    def sequence_as_scraped():
+        got = {m: e.values(f"id_gen_sequence_{m}", server=s1l, sequence="orders")
+               for m in ("id_space_used", "refills_total", "step", "calls_total")}
+        row = s1.execute("SELECT s.max_id, st.step FROM id_gen.sequences s, id_gen.status st "
+                         "WHERE s.name = 'orders' AND st.sequence = 'orders'")[0]
+        return got, row
+    got, row = poll_until("shard_1's orders as scraped and as its catalog says", sequence_as_scraped,
+                          lambda v: v[0]["id_space_used"] == [float(v[1][0])], timeout=30)
+    assert got["step"] == [float(row[1])], f"the step as id_gen.status shows it: {got}, {row}"
+    assert got["refills_total"][0] >= 3, f"3000 values of step-1000 segments took refills: {got}"
+    assert got["calls_total"][0] >= 3000 - 64 * 2, f"values taken (counted in batches of 64): {got}"
+    ratio = e.values("id_gen_sequence_id_space_used_ratio", server=s1l, sequence="orders")
+    assert ratio == [pytest.approx(row[0] / (2 ** 47 - 1))], f"the share of the 47-bit space: {ratio}"
+    assert e.values("id_gen_authority_up", server=s1l, authority="central") == [1.0]
+    cl = server_label(c)
+    assert sorted(e.values("id_gen_order_no_key_current", server=cl)) == [0.0, 1.0]
+    current = c.one("SELECT key_version FROM id_gen.order_no_key_store WHERE is_current")
+    assert e.values("id_gen_order_no_key_current", server=cl, key_version=str(current)) == [1.0], \
+        f"key version {current} is the current one"
+    split = c.one("SELECT operation_id FROM id_gen.operations WHERE kind = 'split' AND phase = 'done'")
+    assert e.values("id_gen_operation_phase_info", server=cl, operation_id=str(split), phase="done") == [1.0]
+    assert e.values("id_gen_operation_progress_ratio", server=cl, operation_id=str(split)) == [1.0]
+    fence = e.values("id_gen_operation_fence_seconds", server=cl, operation_id=str(split))
+    assert len(fence) == 1 and 0 < fence[0] < 60, f"the split's fence, as recorded: {fence}"
+    # Every metric of the file, with its HELP and TYPE; and as id_gen.metrics has them.
+    want = file_metrics()
+    samples, helps, types = e.scrape()
+    scraped = {n for n, _ in samples}
+    assert not set(want) - scraped, f"metrics of the file not exported: {sorted(set(want) - scraped)}"
+    for m, (kind, help_text) in want.items():
+        assert (types.get(m), helps.get(m)) == (kind, help_text), f"{m}: TYPE and HELP as scraped"
+    for name, node in S["nodes"].items():
+        rows = node.execute("SELECT DISTINCT metric, type, help FROM id_gen.metrics")
+        for metric, kind, help_text in rows:
+            assert want.get(metric) == (kind, help_text), f"{name}: {metric} in id_gen.metrics and in the file"
+    assert {r[0] for n in S["nodes"].values() for r in n.execute("SELECT DISTINCT metric FROM id_gen.metrics")} \
+        == set(want), "every metric of the file has rows in some node's id_gen.metrics"
+    errors = e.values("pg_exporter_last_scrape_error")
+    assert errors == [0.0], f"no query of the file failed: {errors}; {open(e.log).read()[-2000:]}"
+
+
+def test_b_a_shard_down_during_a_route_change_shows_as_a_failed_push():
+    c, s2, e = S["c"], S["s2"], S["exporter"]
+    cl = server_label(c)
+    s2.stop()
+    try:
+        c.execute("CALL id_gen.split_route(24575)")  # (a range of shard_1's: shard_2 is only told)
+        poll_until("the failed push to shard_2", lambda: (
+            e.values("id_gen_route_push_error", server=cl, shard="shard_2"),
+            e.values("id_gen_route_push_lag_versions", server=cl, shard="shard_2")), ([1.0], [1.0]), timeout=60)
+        assert e.values("id_gen_route_push_lag_versions", server=cl, shard="shard_1") == [0.0]
+        lag = e.values("id_gen_route_push_lag_seconds", server=cl, shard="shard_2")
+        assert len(lag) == 1 and lag[0] > 0, f"seconds behind: {lag}"
+    finally:
+        s2.start()
+    poll_until("shard_2 told the routes again", lambda: (
+        e.values("id_gen_route_push_error", server=cl, shard="shard_2"),
+        e.values("id_gen_route_push_lag_versions", server=cl, shard="shard_2")), ([0.0], [0.0]), timeout=60)
+
+
+def test_c_the_authority_down_shows_as_failing_refills():
+    c, s1, e = S["c"], S["s1"], S["exporter"]
+    s1l = server_label(s1)
+    c.stop()
+    try:
+        with s1.connect() as conn:
+            conn.execute("SET id_gen.refill_timeout = '1s'")
+            with pytest.raises(psycopg.Error) as failed:
+                for _ in range(20):  # until the cache runs out (at most 20 x 1,000 values)
+                    conn.execute("SELECT id_gen.next_segment_id('orders') FROM generate_series(1, 1000)").fetchall()
+        assert failed.value.sqlstate == "55000", f"the cache ran out: {failed.value}"
+        poll_until("the authority as shard_1's refill worker saw it", lambda: (
+            e.values("id_gen_authority_up", server=s1l, authority="central"),
+            e.values("id_gen_sequence_refill_failing", server=s1l, sequence="orders")), ([0.0], [1.0]), timeout=30)
+    finally:
+        c.start()
+    poll_until("a value of orders on shard_1 again", lambda: s1.one("SELECT id_gen.next_segment_id('orders') > 0"),
+               True, timeout=60)
+    poll_until("the authority back", lambda: (
+        e.values("id_gen_authority_up", server=s1l, authority="central"),
+        e.values("id_gen_sequence_refill_failing", server=s1l, sequence="orders")), ([1.0], [0.0]), timeout=60)
+
+
+def test_d_only_pg_monitor_reads_the_metrics():
+    c = S["c"]
+    for statement in ("SELECT count(*) FROM id_gen.metrics", "SELECT * FROM id_gen.metrics_sequences()",
+                      "SELECT * FROM id_gen.metrics_route_pushes()", "SELECT * FROM id_gen.metrics_operations()"):
+        with c.connect(user="outsider") as conn:
+            with pytest.raises(psycopg.Error) as denied:
+                conn.execute(statement)
+            assert denied.value.sqlstate == "42501", f"{statement}: {denied.value}"
+    with c.connect(user="exporter") as conn:
+        assert conn.execute("SELECT count(*) FROM id_gen.metrics").fetchone()[0] > 0
+
+
+def test_e_the_cost_of_a_scrape_at_1000_sequences_and_64_shards():
+    c, cluster = S["c"], S["cluster"]
+    c.execute("CREATE DATABASE scale")
+    c.script("""
+        CREATE EXTENSION id_gen; CREATE EXTENSION postgres_fdw;
+        SELECT id_gen.create_sequence('s' || i, step => 1000) FROM generate_series(1, 1000) i;
+        SELECT id_gen.next_segment_id('s' || i) FROM generate_series(1, 1000) i;
+    """, dbname="scale")
+    shards = "\n".join(
+        f"CREATE SERVER shard_{k} FOREIGN DATA WRAPPER postgres_fdw OPTIONS (host '/nonexistent', port '1', connect_timeout '1');"
+        f"CREATE USER MAPPING FOR postgres SERVER shard_{k} OPTIONS (user 'postgres');"
+        f"SELECT id_gen.set_route({k * 1024 - 1}, 'shard_{k}');"
+        for k in range(1, 65))
+    c.script(shards, dbname="scale")
+    assert c.one("SELECT count(DISTINCT labels->>'sequence') FROM id_gen.metrics "
+                 "WHERE metric = 'id_gen_sequence_refills_total' AND value > 0", dbname="scale") == 1000
+    assert c.one("SELECT count(*) FROM id_gen.metrics_route_pushes()", dbname="scale") == 64
+    timings = {}
+    with c.connect(dbname="scale") as conn:
+        for query in ("SELECT * FROM id_gen.metrics_sequences()", "SELECT * FROM id_gen.metrics_authorities()",
+                      "SELECT * FROM id_gen.metrics_route_pushes()", "SELECT * FROM id_gen.metrics_operations()",
+                      "SELECT * FROM id_gen.metrics_operation_phases()", "SELECT * FROM id_gen.metrics_order_no_keys()",
+                      "SELECT * FROM id_gen.metrics"):
+            runs = []
+            for _ in range(5):
+                t = time.perf_counter()
+                conn.execute(query).fetchall()
+                runs.append((time.perf_counter() - t) * 1000)
+            timings[query] = statistics.median(runs)
+    exporter = Exporter(os.path.join(cluster.root, "exporter_scale"), cluster.port_base + 18,
+                        [f"host={c.dir} port={c.port} user=exporter dbname=scale sslmode=disable"])
+    try:
+        durations = [exporter.values("pg_exporter_last_scrape_duration_seconds")[0] for _ in range(3)]
+        series = sum(1 for (n, _) in exporter.scrape()[0] if n.startswith("id_gen_"))
+    finally:
+        exporter.stop()
+    assert series >= 1000 * 11 + 64 * 5, f"the sequences' and shards' series: {series}"
+    report("metrics at 1,000 sequences and 64 shards (median of 5, ms, on the server): "
+           + "; ".join(f"{q.split('FROM ')[1]} {ms:.1f}" for q, ms in timings.items()),
+           f"the exporter's scrape of that database: {series} id_gen series, "
+           f"{statistics.median(durations) * 1000:.0f} ms (median of 3)")
