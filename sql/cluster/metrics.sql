@@ -36,7 +36,7 @@
 CREATE OR REPLACE FUNCTION id_gen.metrics_cache_slots()
 RETURNS TABLE (sequence text, authority text, refills bigint, waits bigint, calls bigint,
                step bigint, rate double precision, cached bigint, failing boolean,
-               last_refill_ms double precision)
+               refill_error boolean, last_refill_ms double precision)
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
   RETURN QUERY
@@ -44,6 +44,7 @@ BEGIN
          coalesce(c.current_last - c.current_first + 1 - c.current_used, 0)
            + coalesce(c.standby_last - c.standby_first + 1, 0),
          c.state IN ('refill failed', 'exhausted') OR c.last_error IS NOT NULL,
+         c.state = 'refill failed' OR c.last_error IS NOT NULL,
          c.last_refill_ms
   FROM id_gen.cache_status() c
   WHERE c.dboid = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database());
@@ -82,11 +83,10 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
               WHEN sl.cached > 0 THEN 'Infinity'::float8 END,
          coalesce(sl.failing, false)::int::float8
   FROM id_gen.sequences s
-  -- The id space: the 47 bits of gene-order ids (2^47 - 1), or max_value when smaller; a
-  -- sequence already past 2^47 (not used for gene-order ids) counts against max_value.
-  CROSS JOIN LATERAL (SELECT CASE WHEN s.max_id <= 140737488355327
-                                  THEN least(s.max_value, 140737488355327)
-                                  ELSE s.max_value END AS space) x
+  -- The id space: the 47 bits of gene-order ids (2^47 - 1), or max_value when smaller. A
+  -- sequence past it (one that only gives plain ids) shows a ratio above 1 and a negative
+  -- remainder: gene_order_id refuses its values.
+  CROSS JOIN LATERAL (SELECT least(s.max_value, 140737488355327) AS space) x
   LEFT JOIN slot sl ON sl.name = s.name
 $$;
 COMMENT ON FUNCTION id_gen.metrics_sequences() IS
@@ -97,7 +97,7 @@ RETURNS TABLE (database text, authority text, up double precision,
                last_reservation_seconds double precision)
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
   SELECT current_database()::text, c.authority,
-         (NOT bool_or(c.failing))::int::float8,
+         (NOT bool_or(c.refill_error))::int::float8,
          (max(c.last_refill_ms) / 1000)::float8
   FROM id_gen.metrics_cache_slots() c
   WHERE c.authority IS NOT NULL
@@ -182,9 +182,9 @@ CROSS JOIN LATERAL (VALUES
   ('id_gen_sequence_id_space_used', s.l, s.id_space_used, 'gauge',
    'Highest value reserved so far (max_id; includes values cached and not yet taken).'),
   ('id_gen_sequence_id_space_remaining', s.l, s.id_space_remaining, 'gauge',
-   'Values left in the id space: the 47 bits of gene-order ids, or max_value when smaller.'),
+   'Values left in the id space: the 47 bits of gene-order ids, or max_value when smaller (negative past it).'),
   ('id_gen_sequence_id_space_used_ratio', s.l, s.id_space_used_ratio, 'gauge',
-   'Share of the id space used (id_space_used over its size).'),
+   'Share of the id space used (id_space_used over its size; above 1: past the 47 bits of gene-order ids).'),
   ('id_gen_sequence_refills_total', s.l, s.refills_total, 'counter',
    'Segments the refill worker reserved (since the sequence was cached).'),
   ('id_gen_sequence_waits_total', s.l, s.waits_total, 'counter',

@@ -28,8 +28,10 @@
 //!   * The version check runs once per transaction (the first statement that touches a
 //!     distributed table, or `route_claim`), so a route change elsewhere never fails a
 //!     transaction half-way. A statement declares its version by a leading comment
-//!     (`/* id_gen.route_version=N */`, read from at most 128 bytes of its text) or by the
-//!     setting `id_gen.route_version`; the comment wins.
+//!     (`/* id_gen.route_version=N */`, read from at most 128 bytes of its text; it then
+//!     holds for the rest of the transaction, as SET LOCAL would, so the statements of a
+//!     function it calls are checked too) or by the setting `id_gen.route_version`; the
+//!     comment wins.
 
 pub mod claim;
 mod id_predicates;
@@ -48,6 +50,10 @@ thread_local! {
     static CHECKED_IN: Cell<pg_sys::LocalTransactionId> = const { Cell::new(0) };
     /// Set while the guard itself runs SQL (its queries must not be checked again).
     static BUSY: Cell<bool> = const { Cell::new(false) };
+    /// The version a statement's leading comment declared, and the local transaction id it
+    /// holds for: the statements run under it (a function's, a trigger's, the next one of
+    /// the same implicit transaction) are checked against it too, as with SET LOCAL.
+    static DECLARED_IN: Cell<(pg_sys::LocalTransactionId, i64)> = const { Cell::new((0, 0)) };
 }
 
 static PREV_EXECUTOR_START: std::sync::OnceLock<pg_sys::ExecutorStart_hook_type> =
@@ -161,8 +167,16 @@ unsafe fn executor_start_checked(
         return None;
     }
     // SAFETY: the source text of a started QueryDesc is NULL or a NUL-terminated string.
-    let declared = unsafe { declared_in_text((*query_desc).sourceText) }
-        .unwrap_or_else(|| crate::gucs::ROUTE_VERSION.get() as i64);
+    let declared = match unsafe { declared_in_text((*query_desc).sourceText) } {
+        Some(version) => {
+            DECLARED_IN.with(|d| d.set((local_transaction_id(), version)));
+            version
+        }
+        None => match DECLARED_IN.with(|d| d.get()) {
+            (lxid, version) if lxid != 0 && lxid == local_transaction_id() => version,
+            _ => crate::gucs::ROUTE_VERSION.get() as i64,
+        },
+    };
     if declared > 0 && !checked_this_transaction() {
         // SAFETY: the plannedstmt of a started QueryDesc is valid.
         return unsafe { check_declared_version((*query_desc).plannedstmt, declared) };

@@ -124,6 +124,15 @@ def test_a_protocol_in_sql():
         == 20, "the comment takes the place of the setting for its statement"
     assert s2.sqlstate(f"SELECT /* id_gen.route_version={old} */ amount FROM orders WHERE id = {id2}") is None, \
         "a comment that is not the statement's first thing declares nothing"
+    s2.execute("CREATE FUNCTION amount_of(bigint) RETURNS bigint LANGUAGE plpgsql "
+               "AS $$BEGIN RETURN (SELECT amount FROM orders WHERE id = $1); END$$")
+    assert s2.sqlstate(f"/* id_gen.route_version={old} */ SELECT amount_of({id2})") == "IG001", \
+        "the comment holds for the transaction: a function's statement on a distributed table is checked too"
+    assert s2.one(f"/* id_gen.route_version={v2} */ SELECT amount_of({id2})") == 20, "the same at the current version"
+    assert s2.sqlstate(f"/* id_gen.route_version={old} */ SELECT 1; SELECT amount FROM orders WHERE id = {id2}") \
+        == "IG001", "and so is the next statement of the same implicit transaction"
+    assert s2.one(f"/* id_gen.route_version={old} */ SELECT 1", f"SELECT amount FROM orders WHERE id = {id2}") == 20, \
+        "but not a statement of a later transaction"
     with s2.connect() as conn:  # the extended protocol, as the clients send it, prepared or not
         for prepare in (False, True):
             for version, want in ((old, "IG001"), (v2, None)):

@@ -115,15 +115,18 @@ class Watchdog:
     def _arm(self, guard: "Guard") -> None:
         with self._cond:
             guard.deadline = time.monotonic() + self.timeout
-            self._armed[guard] = None
             if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
-                self._thread.start()
+                # (started before the guard is armed: a thread that cannot start leaves
+                # nothing armed, and the caller gets the error with its descriptor closed)
+                thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+                thread.start()
+                self._thread = thread
             elif guard.deadline < self._wake_at:
                 # The thread sleeps past this deadline (idle, and the timeout is shorter than
                 # IDLE_SECONDS): wake it. Otherwise it wakes in time by itself, and a router's
                 # calls cost no thread switch (nor a turn of the GIL) each.
                 self._cond.notify()
+            self._armed[guard] = None  # (the thread sees it once this lock is released)
 
     def _disarm(self, guard: "Guard") -> bool:
         """Whether the guard fired (else it will not anymore)."""
@@ -165,7 +168,12 @@ class Guard:
     def __enter__(self) -> "Guard":
         self.fd = _dup_socket(self.conn)
         if self.fd >= 0:
-            self.watchdog._arm(self)
+            try:
+                self.watchdog._arm(self)
+            except BaseException:
+                os.close(self.fd)
+                self.fd = -1
+                raise
         return self
 
     def __exit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
