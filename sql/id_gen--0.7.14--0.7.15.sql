@@ -9719,7 +9719,9 @@ REVOKE EXECUTE ON PROCEDURE id_gen.abort_conversion(regclass) FROM PUBLIC;
 --     hour or not finished, key versions; no error text (it may name hosts) leaves in a
 --     label or value.
 --   * The functions run as the extension's owner (SECURITY DEFINER, search_path pinned to
---     pg_catalog), read only, and are granted to pg_monitor, not PUBLIC.
+--     pg_catalog), read only, and are granted to pg_monitor, not PUBLIC. They run without
+--     JIT: the catalog tables are small but unanalyzed, and an estimate of millions of rows
+--     made a scrape compile its plan (20 ms for 64 shards' route pushes, 0.1 ms without).
 --   * A family with nothing to report (no sequence cache without id_gen preloaded, no route
 --     pushes on a shard) returns no rows rather than an error.
 
@@ -9727,7 +9729,8 @@ CREATE OR REPLACE FUNCTION id_gen.metrics_cache_slots()
 RETURNS TABLE (sequence text, authority text, refills bigint, waits bigint, calls bigint,
                step bigint, rate double precision, cached bigint, failing boolean,
                refill_error boolean, last_refill_ms double precision)
-LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 BEGIN
   RETURN QUERY
   SELECT c.sequence, c.authority, c.refills, c.waits, c.calls, c.step, c.rate_per_s,
@@ -9753,7 +9756,8 @@ RETURNS TABLE (database text, sequence text, authority text,
                step double precision, rate_per_second double precision,
                cached_values double precision, cache_headroom_seconds double precision,
                refill_failing double precision)
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
   WITH slot AS (  -- counter groups summed
     SELECT c.sequence AS name, sum(c.refills) AS refills, sum(c.waits) AS waits,
            sum(c.calls) AS calls, max(c.step) AS step, sum(c.rate) AS rate,
@@ -9785,7 +9789,8 @@ COMMENT ON FUNCTION id_gen.metrics_sequences() IS
 CREATE OR REPLACE FUNCTION id_gen.metrics_authorities()
 RETURNS TABLE (database text, authority text, up double precision,
                last_reservation_seconds double precision)
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
   SELECT current_database()::text, c.authority,
          (NOT bool_or(c.refill_error))::int::float8,
          (max(c.last_refill_ms) / 1000)::float8
@@ -9800,7 +9805,8 @@ CREATE OR REPLACE FUNCTION id_gen.metrics_route_pushes()
 RETURNS TABLE (shard text, version double precision, lag_versions double precision,
                lag_seconds double precision, error double precision,
                last_success_timestamp_seconds double precision)
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
   SELECT x.shard, rp.version::float8,
          (st.version - coalesce(rp.version, 0))::float8,
          CASE WHEN rp.version IS NOT DISTINCT FROM st.version THEN 0
@@ -9823,7 +9829,8 @@ RETURNS TABLE (operation_id text, kind text, shard text, target_shard text,
                fence_attempts double precision, way_back_retained_bytes double precision,
                way_back_retained_ratio double precision, seconds_since_update double precision,
                failed double precision)
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
   SELECT o.operation_id::text, o.kind, o.shard, coalesce(o.target_shard, ''),
          coalesce(o.rows_copied, 0)::float8,
          CASE WHEN o.phase = 'done' THEN 1
@@ -9846,7 +9853,8 @@ COMMENT ON FUNCTION id_gen.metrics_operations() IS
 
 CREATE OR REPLACE FUNCTION id_gen.metrics_operation_phases()
 RETURNS TABLE (operation_id text, kind text, phase text, info double precision)
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
   SELECT o.operation_id::text, o.kind, o.phase, 1::float8
   FROM id_gen.cluster_operations o
   WHERE o.phase NOT IN ('done', 'aborted', 'reverted')
@@ -9857,7 +9865,8 @@ COMMENT ON FUNCTION id_gen.metrics_operation_phases() IS
 
 CREATE OR REPLACE FUNCTION id_gen.metrics_order_no_keys()
 RETURNS TABLE (key_version text, current double precision)
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
   SELECT k.key_version::text, k.is_current::int::float8 FROM id_gen.order_no_key_store k
 $$;
 COMMENT ON FUNCTION id_gen.metrics_order_no_keys() IS
