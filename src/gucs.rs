@@ -97,7 +97,7 @@ fn define_runtime() {
     GucRegistry::define_int_guc(
         c"id_gen.route_version",
         c"The route version this session or transaction routed with (0: none declared).",
-        c"On a shard, the first statement of a transaction that touches a distributed table fails with SQLSTATE IG001 when the shard's route version (pushed by the coordinator) is newer than this. Set it from id_gen.route_version() on the coordinator, per session or with SET LOCAL; a single statement can declare it instead in a leading comment /* id_gen.route_version=N */, which takes the place of this setting for that statement.",
+        c"On a shard, the first statement of a transaction that touches a distributed table fails with SQLSTATE IG001 when the shard's route version (pushed by the coordinator) is newer than this. Set it from id_gen.route_version() on the coordinator, per session or with SET LOCAL; a statement can declare it instead in a leading comment /* id_gen.route_version=N */, which takes the place of this setting for the rest of that statement's transaction.",
         &ROUTE_VERSION,
         0,
         i32::MAX,

@@ -186,7 +186,8 @@ unsafe fn executor_start_checked(
 
 /// The version a statement declares in its own text (a leading
 /// `/* id_gen.route_version=N */`, `id_gen_core::route_declaration`): it takes the place of
-/// the setting for that statement. Reads at most the first `PREFIX_BYTES` bytes.
+/// the setting for the rest of the statement's transaction (`DECLARED_IN`). Reads at most the
+/// first `PREFIX_BYTES` bytes.
 ///
 /// # Safety
 /// `text` is NULL or points to a NUL-terminated string.
