@@ -202,11 +202,6 @@ class Cluster {
           if (coord.ownerOf(Number(m[1])) !== this.shard || BigInt(m[2]) < coord.version) throw sqlError('IG001');
           return { rows: [{ route_claim: coord.version }], command: 'SELECT' };
         }
-        m = /^SELECT pg_catalog\.set_config\('id_gen\.route_version', '(\d+)', true\)$/.exec(sql);
-        if (m) {
-          this.localVersion = BigInt(m[1]);
-          return { rows: [{ set_config: m[1] }], command: 'SELECT' };
-        }
         if (sql === READ) {
           if (cluster.readsLost > 0) {
             cluster.readsLost -= 1;

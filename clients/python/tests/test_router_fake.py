@@ -1,7 +1,6 @@
 """Router logic without a server: psycopg.connect and ConnectionPool are replaced by fakes
 of a coordinator (routes, version, NOTIFY; it can be down) and of shards (route_claim's
 IG001/IG002, the declared route version, optionally behind a transaction-mode pooler)."""
-import contextlib
 import os
 import re
 import types
@@ -168,8 +167,8 @@ class ServerSession:
 
 
 class ShardConn:
-    """A client connection of a shard. Each transaction (a statement in autocommit, BEGIN ..
-    COMMIT/ROLLBACK, or a pipeline up to its Sync) runs on one server session: the
+    """A client connection of a shard. Each transaction (a statement in autocommit, or BEGIN ..
+    COMMIT/ROLLBACK) runs on one server session: the
     connection's own, or behind a transaction-mode pooler (cluster.transaction_pooling)
     the pooler's next one, so a SET and the statement after it may meet different ones."""
 
@@ -184,23 +183,12 @@ class ShardConn:
         self.info = types.SimpleNamespace(encoding="utf-8")
         self.own_session = ServerSession()
         self.session = None  # the server session of the transaction under way
-        self.local_version = None  # set_config(..., true) in that transaction
-        self.in_block = self.in_pipeline = False
-
-    @contextlib.contextmanager
-    def pipeline(self):
-        self.round_trips += 1  # statements and one Sync, sent together
-        self.in_pipeline = True
-        try:
-            yield
-        finally:
-            self.in_pipeline = False
-            self._end_of_statement()
+        self.local_version = None  # declared by a statement's leading comment, for its transaction
+        self.in_block = False
 
     def execute(self, sql, params=None, prepare=None):
         self.log.append(sql)
-        if not self.in_pipeline:
-            self.round_trips += 1
+        self.round_trips += 1
         declared = re.match(r"/\* id_gen\.route_version=(\d+) \*/ ", sql)
         if declared:  # a version declared by the statement's leading comment, for it alone
             self.local_version, sql = int(declared[1]), sql[declared.end():]
@@ -219,7 +207,7 @@ class ShardConn:
         return self.session
 
     def _end_of_statement(self):
-        if not (self.in_block or self.in_pipeline):  # the transaction ended
+        if not self.in_block:  # the transaction ended
             self.session, self.local_version = None, None
 
     def _statement(self, sql, params):
@@ -251,10 +239,6 @@ class ShardConn:
         if m:
             server.declared = int(m[1])
             return Result()
-        m = re.fullmatch(r"SELECT pg_catalog\.set_config\('id_gen\.route_version', '(\d+)', true\)", sql)
-        if m:
-            self.local_version = int(m[1])
-            return Result([(m[1],)], description=[("set_config",)])
         if sql == self.READ:
             # The first statement of the transaction touching a distributed table checks
             # the declared version; a read by owner of genes the shard lost finds nothing.

@@ -50,11 +50,6 @@ class AsyncWrapped:
     async def execute(self, sql, params=None, prepare=None):
         return AsyncResult(self.conn.execute(sql, params))
 
-    @contextlib.asynccontextmanager
-    async def pipeline(self):
-        with self.conn.pipeline():
-            yield
-
     async def close(self):
         self.conn.close()
 

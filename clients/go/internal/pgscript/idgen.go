@@ -1,5 +1,5 @@
 // id_gen's statements on the scripted server: the coordinator's route reads (id_gen.route_map,
-// id_gen.route_version()) and a shard's route_claim and set_config, by one route table that a
+// id_gen.route_version()) and a shard's route_claim, by one route table that a
 // test may change.
 //
 // Invariant: a claim with a version older than the table's fails with IG001, as on a shard
@@ -65,10 +65,6 @@ func (s *Server) ServeIDGen(ranges []Range) *IDGen {
 			}
 			return Result{Rows: [][]string{{strconv.FormatInt(g.version, 10)}}}
 		},
-	})
-	s.Handle("SELECT pg_catalog.set_config(", Handler{
-		Params: []uint32{Text}, Columns: []Column{{"set_config", Text}},
-		Run: func(_ string, params []string) Result { return Result{Rows: [][]string{{params[0]}}} },
 	})
 	return g
 }

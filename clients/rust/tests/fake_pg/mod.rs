@@ -342,8 +342,7 @@ struct Conn<'a> {
     out: Vec<u8>,
     in_tx: bool,
     failed: bool,
-    /// The route version declared with set_config(..., true) in the open transaction, or by
-    /// the statement's leading comment.
+    /// The route version declared by a statement's leading comment, for its transaction.
     declared: Option<i64>,
     notify_tx: mpsc::UnboundedSender<String>,
 }
@@ -642,17 +641,6 @@ impl Conn<'_> {
                 Ok(Reply::Rows {
                     names: vec!["id".into()],
                     rows: vec![vec![Value::I8(id)]],
-                    tag: "SELECT 1".into(),
-                })
-            }
-            s if s.starts_with("SELECT pg_catalog.set_config('id_gen.route_version', '") => {
-                let v = s
-                    .trim_start_matches("SELECT pg_catalog.set_config('id_gen.route_version', '")
-                    .trim_end_matches("', true)");
-                self.declared = Some(v.parse().unwrap());
-                Ok(Reply::Rows {
-                    names: vec!["set_config".into()],
-                    rows: vec![vec![Value::Text(v.to_string())]],
                     tag: "SELECT 1".into(),
                 })
             }

@@ -35,8 +35,6 @@ final class FakeCluster implements Connector {
     static final long NEXT_ID = 9007199254740993L; // (above 2^53)
 
     private static final Pattern CLAIM = Pattern.compile("SELECT id_gen\\.route_claim\\((\\d+), (\\d+)\\)");
-    private static final Pattern DECLARE =
-            Pattern.compile("SELECT pg_catalog\\.set_config\\('id_gen\\.route_version', '(\\d+)', true\\)");
     /** A version declared by a statement's leading comment, for that message alone. */
     private static final Pattern DECLARED_BY_COMMENT = Pattern.compile("/\\* id_gen\\.route_version=(\\d+) \\*/ (.*)", Pattern.DOTALL);
 
@@ -503,7 +501,7 @@ final class FakeCluster implements Connector {
         boolean failed;
         boolean closed;
         boolean givenBack;
-        Long localVersion; // set_config(..., true) in the transaction under way
+        Long localVersion; // declared by a statement's leading comment, for its transaction
 
         ShardSession(String shard) {
             this.shard = shard;
@@ -609,11 +607,6 @@ final class FakeCluster implements Connector {
                     throw sqlError(Protocol.ROUTE_CHANGED);
                 }
                 return Result.row("route_claim", version);
-            }
-            m = DECLARE.matcher(sql);
-            if (m.matches()) {
-                localVersion = Long.parseLong(m.group(1));
-                return Result.row("set_config", m.group(1));
             }
             if (sql.equals(READ)) {
                 // The first statement of the transaction touching a distributed table checks the
