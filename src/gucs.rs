@@ -27,6 +27,10 @@ pub static MOVE_ABANDON_AFTER_S: GucSetting<i32> = GucSetting::<i32>::new(600);
 pub static REVERSIBLE_MAX_WAL_MB: GucSetting<i32> = GucSetting::<i32>::new(1024);
 /// The route version a client routed with (0: none declared); see `routing_guard/`.
 pub static ROUTE_VERSION: GucSetting<i32> = GucSetting::<i32>::new(0);
+/// The routing protocol revision a shard offers to clients that route by themselves
+/// (docs/routing-protocol.md §3): 2 reads a claim on `BEGIN`; defined only when preloaded,
+/// where the hook that reads it is installed in every backend.
+pub static ROUTING_PROTOCOL: GucSetting<i32> = GucSetting::<i32>::new(2);
 /// Whether a shard refuses id-predicate reads of genes it does not own or that are fenced.
 pub static ROUTING_GUARD: GucSetting<bool> = GucSetting::<bool>::new(true);
 /// Whether the coordinator reads a shard directly (src/direct_read/) where it can.
@@ -179,6 +183,16 @@ fn define_runtime() {
 }
 
 fn define_startup() {
+    GucRegistry::define_int_guc(
+        c"id_gen.routing_protocol",
+        c"The routing protocol revision this shard offers to clients that route by themselves: 2 lets them carry the claim on BEGIN.",
+        c"2: clients send /* id_gen.route_claim=G,V */ BEGIN (no statement of its own); 1: they send BEGIN; SELECT id_gen.route_claim(G, V). The shard accepts both either way; a client reads this once per shard and again after losing a connection to it. On PostgreSQL 15 with pg_stat_statements.track_utility on, each claim on BEGIN is an entry of its own there: set 1, or track_utility off.",
+        &ROUTING_PROTOCOL,
+        1,
+        2,
+        GucContext::Sighup,
+        GucFlags::default(),
+    );
     let startup_int = |name: &'static std::ffi::CStr,
                        short: &'static std::ffi::CStr,
                        long: &'static std::ffi::CStr,

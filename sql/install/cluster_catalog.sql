@@ -351,3 +351,5 @@ COMMENT ON COLUMN id_gen.shard_kept_copies.made_at IS 'When the table was made.'
 -- (no new catalog table in 0.7.14)
 -- @new-in-0.7.15
 -- (no new catalog table in 0.7.15)
+-- @new-in-0.7.16
+-- (no new catalog table in 0.7.16)

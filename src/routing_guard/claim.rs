@@ -18,7 +18,7 @@
 //! (`owned_ranges.rs`) and not fenced (a move's fence takes SHARE ROW EXCLUSIVE on the table of
 //! rows, so it waits for claimed transactions, then records the genes fenced: IG002).
 //! The SQL-callable symbol is an unguarded shim so that it can raise IG-class errors (see
-//! `raise.rs`).
+//! `raise.rs`). A claim carried on `BEGIN` (`begin_claim.rs`) runs the same [`claim_gene`].
 
 use super::plan_check::{guard_of, Guarded};
 use super::raise::Verdict;
@@ -86,7 +86,22 @@ unsafe fn claim(fcinfo: pg_sys::FunctionCallInfo, shard_version: &mut i64) -> Op
             Some("Pass the version read with the routes (id_gen.route_map.version)."),
         );
     }
-    let gene = gene as u16;
+    // SAFETY: inside the claim's transaction (an SQL function call).
+    unsafe { claim_gene(gene as u16, declared, shard_version) }
+}
+
+/// Claims `gene` at route version `declared` for the rest of the transaction (the locks and
+/// checks of this file's header), or says why not; on success `*shard_version` is the shard's
+/// route version. Shared by `id_gen.route_claim(...)` and a claim on `BEGIN`
+/// (`begin_claim.rs`).
+///
+/// # Safety
+/// Inside a transaction, with an active snapshot; PostgreSQL errors are raised as such.
+pub(super) unsafe fn claim_gene(
+    gene: u16,
+    declared: i64,
+    shard_version: &mut i64,
+) -> Option<Verdict> {
     for attempt in 0..4 {
         if attempt > 0 {
             // SAFETY: processes pending invalidations, so that the relcache (partition

@@ -11,6 +11,7 @@
 //! | `owned_scan.rs` | scans of a table laid out by ownership that select by id: the values of their id bounds checked against what the shard owns |
 //! | `owned_ranges.rs` | ownership as data: the gene ranges `id_gen.shard_tables` records per table, cached as a bitmap of the genes; `id_gen.shard_owns(regclass, bigint)` |
 //! | `claim.rs` | `id_gen.route_claim(gene, version)`: check, then lock the gene's partitions |
+//! | `begin_claim.rs` | the same claim carried on `BEGIN` (`/* id_gen.route_claim=G,V */ BEGIN`), in a ProcessUtility hook |
 //! | `raise.rs` | errors with the IG-class SQLSTATEs, which pgrx's error type cannot carry |
 //!
 //! Every shard table has a DEFAULT partition, its *tombstone* (`<stem>_not_owned`,
@@ -33,6 +34,7 @@
 //!     function it calls are checked too) or by the setting `id_gen.route_version`; the
 //!     comment wins.
 
+mod begin_claim;
 pub mod claim;
 mod id_predicates;
 mod join_check;
@@ -59,8 +61,10 @@ thread_local! {
 static PREV_EXECUTOR_START: std::sync::OnceLock<pg_sys::ExecutorStart_hook_type> =
     std::sync::OnceLock::new();
 
-/// Installs the executor-start check (from `_PG_init`, in every process that loads us).
+/// Installs the executor-start check and the claim on `BEGIN` (from `_PG_init`, in every
+/// process that loads us).
 pub fn install() {
+    begin_claim::install();
     // SAFETY: _PG_init runs once per process, single-threaded, before any query; chaining
     // to the previous hook keeps other extensions working.
     unsafe {

@@ -35,6 +35,7 @@ import random
 import subprocess
 
 import psycopg
+from psycopg import pq
 import pytest
 
 from harness import LOGICAL as LOGICAL_BASE
@@ -150,9 +151,38 @@ def test_a_protocol_in_sql():
     assert s2.sqlstate(f"SELECT id_gen.route_claim({g2}, {old})") == "IG001", "route_claim with a stale version"
     assert s2.sqlstate(f"SELECT id_gen.route_claim({g1}, {v2})") == "IG001", "route_claim of a gene not owned"
     assert s2.sqlstate(f"SELECT id_gen.route_claim(70000, {v2})") == "22023", "route_claim of a gene out of range"
+    # The claim carried on BEGIN (routing protocol 2), sent as the clients send it: one
+    # simple-protocol message.
+    assert s2.one("SELECT pg_catalog.current_setting('id_gen.routing_protocol', true)") == "2", \
+        "the shard offers the claim on BEGIN"
+    with s2.connect() as conn:
+        sqlstate, status = begin_claim(conn, f"/* id_gen.route_claim={g2},{v2} */ BEGIN")
+        assert (sqlstate, status) == (None, "INTRANS"), "a claim on BEGIN of an owned gene at the current version"
+        assert conn.execute("SELECT count(*) FROM pg_locks WHERE pid = pg_backend_pid() AND mode = 'RowExclusiveLock' "
+                            "AND relation IN (SELECT 'orders'::regclass UNION ALL "
+                            "SELECT inhrelid FROM pg_inherits WHERE inhparent = 'orders'::regclass)").fetchone()[0] == 2, \
+            "it holds the claim's locks: the table and the gene's partition, as route_claim takes them"
+        assert conn.execute(f"SELECT amount FROM orders WHERE id = {id2}").fetchone()[0] == 20
+        conn.execute("COMMIT")
+        for text, want, why in (
+                (f"/* id_gen.route_claim={g2},{old} */ BEGIN", "IG001", "a stale version"),
+                (f"/* id_gen.route_claim={g1},{v2} */ START TRANSACTION", "IG001", "a gene not owned"),
+                (f"/* id_gen.route_claim=70000,{v2} */ BEGIN", "22023", "a gene out of range"),
+                ("/* id_gen.route_claim=12 */ BEGIN", "22023", "a malformed claim")):
+            sqlstate, status = begin_claim(conn, text)
+            assert (sqlstate, status) == (want, "IDLE"), f"a claim on BEGIN of {why}: {want}, and no transaction is open"
+        sqlstate, status = begin_claim(conn, f"/* id_gen.route_claim={g2},{v2} */ BEGIN ISOLATION LEVEL REPEATABLE READ")
+        assert (sqlstate, status) == (None, "INTRANS"), "a claim on BEGIN with options"
+        assert conn.execute("SHOW transaction_isolation").fetchone()[0] == "repeatable read", "the options still apply"
+        conn.execute("ROLLBACK")
+        assert begin_claim(conn, f"/* id_gen.route_claim={g1},{v2} */ BEGIN; SELECT 1") == ("IG001", "IDLE"), \
+            "a refused claim on BEGIN stops the rest of the message"
     # A fence (as a move's cut-over sets it) on shard_1's partition of genes 0 .. 16383.
     s1.execute("SELECT id_gen.shard_fence(999, 'shard_2', ARRAY['public.orders_g0_16383'])")
     assert s1.sqlstate(f"SELECT id_gen.route_claim({g1}, {v2})") == "IG002", "route_claim of a fenced gene"
+    with s1.connect() as conn:
+        assert begin_claim(conn, f"/* id_gen.route_claim={g1},{v2} */ BEGIN") == ("IG002", "IDLE"), \
+            "a claim on BEGIN of a fenced gene"
     assert s1.sqlstate(f"INSERT INTO orders VALUES ({id1} + 2, {o1}, 10)") == "IG002", "a write of a fenced gene"
     assert s1.sqlstate(f"SELECT * FROM orders WHERE id = {id1}") == "IG002", "an id read of a fenced gene"
     assert s1.one("SELECT count(*) FROM orders") == 1, "a scan without an id predicate still works"
@@ -162,6 +192,15 @@ def test_a_protocol_in_sql():
             "after the fence is lifted the claim succeeds"
     s1.execute("DELETE FROM orders")
     s2.execute("DELETE FROM orders")
+
+
+def begin_claim(conn, text):
+    """Sends `text` as one simple-protocol message on `conn` (in autocommit): the SQLSTATE
+    of its error (None without one) and the transaction status after it."""
+    conn.autocommit = True
+    result = conn.pgconn.exec_(text.encode())
+    sqlstate = result.error_field(pq.DiagnosticField.SQLSTATE)
+    return (sqlstate.decode() if sqlstate else None), pq.TransactionStatus(conn.pgconn.transaction_status).name
 
 
 def test_b_clients_while_genes_move_and_a_range_splits():

@@ -6,9 +6,9 @@
 //     refused or lost before COMMIT was sent are retried, nothing else. Before retry n the
 //     routes are re-read (IG001; IG002 every third time) and the backoff waited; a re-read that
 //     fails does not end the loop.
-//   - A shard that does not answer one of the router's own steps (the claim, COMMIT, Execute's
-//     statement) within ShardTimeout is a lost connection (pgx closed it); the caller's context
-//     ending never is: its error is returned, not retried.
+//   - A shard that does not answer one of the router's own steps (the probe of its claim form,
+//     the claim, COMMIT, Execute's statement) within ShardTimeout is a lost connection (pgx
+//     closed it); the caller's context ending never is: its error is returned, not retried.
 //   - A body that failed is never reported committed (a COMMIT answered by ROLLBACK is
 //     pgx.ErrTxCommitRollback), and a body whose COMMIT succeeded never runs again.
 //   - A connection lost after COMMIT (or Execute's statement, which travels with its implicit
@@ -17,6 +17,10 @@
 //     ended cleanly, destroyed otherwise (lost, a failed ROLLBACK, a panic in the body).
 //   - A gene without a route in the routes held is looked up once more after a re-read before
 //     the first attempt (no attempt of its own); then *NoRouteError.
+//   - The claim goes on BEGIN only where the shard's probe said it takes it there (an older
+//     shard would ignore it); the probe is part of the claim: a connection lost under it is a
+//     lost connection at the claim, any other error of it means the old form. A connection
+//     found lost or refused makes the shard probed again (routedShard).
 
 package idgen
 
@@ -39,14 +43,14 @@ type TxBody func(ctx context.Context, tx pgx.Tx) error
 type phase int
 
 const (
-	phaseConnect phase = iota // acquiring the connection, or the claim: nothing ran yet
+	phaseConnect phase = iota // acquiring the connection, the probe or the claim: nothing ran yet
 	phaseBody                 // the body ran, COMMIT not sent
 	phaseCommit               // COMMIT sent (Execute: the statement, with its implicit COMMIT)
 )
 
-// attemptFunc is one attempt on a connection, routed by table; it reports the phase it failed
-// in and whether the connection may be reused.
-type attemptFunc func(ctx context.Context, table *routeTable, conn shardConn) (failedIn phase, reusable bool, err error)
+// attemptFunc is one attempt on a connection to shard, routed by table; it reports the phase it
+// failed in and whether the connection may be reused.
+type attemptFunc func(ctx context.Context, table *routeTable, shard *routedShard, conn shardConn) (failedIn phase, reusable bool, err error)
 
 // Transaction runs body in a claimed transaction on the shard that owns key, then COMMIT. On
 // IG001/IG002 (from the claim, the body or COMMIT), and on a connection refused or lost before
@@ -71,8 +75,8 @@ func (r *Router) transaction(ctx context.Context, key Key, body TxBody, retryBod
 	if err != nil {
 		return err
 	}
-	return r.retrying(ctx, gene, retryBody, func(ctx context.Context, table *routeTable, conn shardConn) (phase, bool, error) {
-		if err := r.onShard(ctx, func(sctx context.Context) error { return conn.claim(sctx, gene, table.version) }); err != nil {
+	return r.retrying(ctx, gene, retryBody, func(ctx context.Context, table *routeTable, shard *routedShard, conn shardConn) (phase, bool, error) {
+		if err := r.claim(ctx, shard, conn, gene, table.version); err != nil {
 			return phaseConnect, r.rollback(conn), err
 		}
 		if err := body(ctx, conn.bodyTx()); err != nil {
@@ -108,7 +112,7 @@ func (r *Router) Execute(ctx context.Context, key Key, sql string, args ...any) 
 		return nil, err
 	}
 	var rows [][]any
-	err = r.retrying(ctx, gene, true, func(ctx context.Context, table *routeTable, conn shardConn) (phase, bool, error) {
+	err = r.retrying(ctx, gene, true, func(ctx context.Context, table *routeTable, _ *routedShard, conn shardConn) (phase, bool, error) {
 		sctx, cancel := context.WithTimeout(ctx, r.s.ShardTimeout)
 		defer cancel()
 		if err := conn.prepareExecute(sctx, table.version, sql); err != nil {
@@ -163,12 +167,12 @@ func (r *Router) retrying(ctx context.Context, gene uint16, retryBody bool, once
 	var rereadErr error
 	attempts := 0
 	for attempt := 0; attempt <= r.s.retryLimit; attempt++ {
-		table, pool, err := r.checkout(ctx, gene, attempt)
+		table, shard, err := r.checkout(ctx, gene, attempt)
 		if err != nil {
 			return err
 		}
 		attempts++
-		reason, err := r.attempt(ctx, pool, table, retryBody, once)
+		reason, err := r.attempt(ctx, shard, table, retryBody, once)
 		if reason == noRetry {
 			return err
 		}
@@ -189,46 +193,73 @@ func (r *Router) retrying(ctx context.Context, gene uint16, retryBody bool, once
 	return &RetriesExhaustedError{Gene: gene, Attempts: attempts, Lost: lastReason == connLost, Last: last, RereadErr: rereadErr}
 }
 
-// checkout is the routes to use for an attempt and the pool of the gene's shard by them. On
-// the first attempt a gene without a route makes the routes re-read and looked up once more.
-func (r *Router) checkout(ctx context.Context, gene uint16, attempt int) (*routeTable, shardPool, error) {
+// checkout is the routes to use for an attempt and the gene's shard by them. On the first
+// attempt a gene without a route makes the routes re-read and looked up once more.
+func (r *Router) checkout(ctx context.Context, gene uint16, attempt int) (*routeTable, *routedShard, error) {
 	table := r.table.Load()
-	_, pool, err := r.route(gene, table)
+	_, shard, err := r.route(gene, table)
 	if err == nil || attempt > 0 {
-		return table, pool, err
+		return table, shard, err
 	}
 	if version, rerr := r.Refresh(ctx); rerr != nil || version == table.version {
 		return nil, nil, err
 	}
 	table = r.table.Load()
-	_, pool, err = r.route(gene, table)
-	return table, pool, err
+	_, shard, err = r.route(gene, table)
+	return table, shard, err
 }
 
-// attempt acquires a connection, runs once on it and releases it; what to do about a
-// failure (retryReasonOf).
-func (r *Router) attempt(ctx context.Context, pool shardPool, table *routeTable, retryBody bool, once attemptFunc) (retryReason, error) {
+// attempt acquires a connection to shard, runs once on it and releases it; what to do about a
+// failure (retryReasonOf). A connection refused or closed under the attempt makes the shard's
+// claim form probed again.
+func (r *Router) attempt(ctx context.Context, shard *routedShard, table *routeTable, retryBody bool, once attemptFunc) (retryReason, error) {
 	actx, cancel := context.WithTimeout(ctx, r.s.ShardTimeout)
-	conn, err := pool.acquire(actx)
+	conn, err := shard.pool.acquire(actx)
 	waitedOut := actx.Err() != nil // (the caller's deadline, or no free connection within ShardTimeout)
 	cancel()
 	if err != nil {
 		if !waitedOut && (IsLostConnection(err) || isContextError(err)) {
+			shard.forgetProtocol()
 			return connLost, err // (refused, reset, or a connect past its connect_timeout)
 		}
 		return noRetry, err
 	}
 	reusable := false
 	defer func() { conn.release(!reusable) }() // (a panic in the body: destroyed)
-	failedIn, reusable, err := once(ctx, table, conn)
+	failedIn, reusable, err := once(ctx, table, shard, conn)
 	if err == nil {
 		return noRetry, nil
 	}
-	return retryReasonOf(ctx, err, failedIn, retryBody, conn.closed())
+	closed := conn.closed()
+	if closed {
+		shard.forgetProtocol()
+	}
+	return retryReasonOf(ctx, err, failedIn, retryBody, closed)
 }
 
-// onShard runs one step of the router's own on a shard (the claim, dropping the body's prepared
-// statements, COMMIT) bounded by ShardTimeout; see shardTimedOut.
+// claim claims gene at version on conn: on BEGIN where the shard takes it, else with the old
+// SELECT. The first claim on a shard whose form is not known probes it first, on conn in
+// autocommit (its own round trip): an error of the probe other than a lost connection (or the
+// caller's context) means the old form, which every shard takes, and is kept as such.
+func (r *Router) claim(ctx context.Context, shard *routedShard, conn shardConn, gene uint16, version int64) error {
+	onBegin, known, epoch := shard.protocol()
+	if !known {
+		var answer string
+		err := r.onShard(ctx, func(sctx context.Context) (err error) {
+			answer, err = conn.routingProtocol(sctx)
+			return err
+		})
+		if err != nil && (SQLState(err) == "" || IsLostConnection(err)) {
+			return err
+		}
+		onBegin = err == nil && claimsOnBegin(answer)
+		shard.learnProtocol(onBegin, epoch)
+	}
+	return r.onShard(ctx, func(sctx context.Context) error { return conn.claim(sctx, gene, version, onBegin) })
+}
+
+// onShard runs one step of the router's own on a shard (the probe of its claim form, the claim,
+// dropping the body's prepared statements, COMMIT) bounded by ShardTimeout; see shardTimedOut.
 func (r *Router) onShard(ctx context.Context, step func(context.Context) error) error {
 	sctx, cancel := context.WithTimeout(ctx, r.s.ShardTimeout)
 	defer cancel()

@@ -54,10 +54,11 @@ type Config struct {
 	// CoordinatorTimeout bounds each route read, version poll and LISTEN (0: 10 s).
 	CoordinatorTimeout time.Duration
 	// ShardTimeout bounds what the router itself sends to a shard or waits for there: a free
-	// connection, the claim, COMMIT, ROLLBACK and Execute's statement (0: 60 s). A shard that
-	// does not answer within it counts as a lost connection (retried before COMMIT was sent,
-	// ErrCommitOutcomeUnknown after); no free connection within it is returned, not retried.
-	// The body's own statements run under the caller's context alone.
+	// connection, the probe of the claim form, the claim, COMMIT, ROLLBACK and Execute's
+	// statement (0: 60 s). A shard that does not answer within it counts as a lost connection
+	// (retried before COMMIT was sent, ErrCommitOutcomeUnknown after); no free connection within
+	// it is returned, not retried. The body's own statements run under the caller's context
+	// alone.
 	ShardTimeout time.Duration
 	// ConfigureShardPool, when set, adjusts each shard's pool configuration after the router
 	// made it (for example to use prepared statements on direct connections).

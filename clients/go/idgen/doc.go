@@ -4,12 +4,12 @@
 // names are those of every id_gen client (§5): Transaction, Run, Execute, NextID, RetryLimit,
 // RefreshInterval, Refresh, Version, Routes, ShardFor..., Stats.
 //
-// Files: genes.go (genes), keys.go (routing keys), config.go (Config), router.go (the Router,
-// lookups, Close), calls.go (the routed calls and their retry loop), coordinator.go (route
-// reads, LISTEN, the version poll), routes.go (the route snapshot, SQL, retry decisions),
-// errors.go (errors and their classification), driver.go (the driver interfaces),
-// pgxdriver.go, pgxtx.go and conncheck_*.go (the pgx v4 driver; ShardPoolConfig, the shard
-// pools' configuration, for pools of an application's own).
+// Files: genes.go (genes), keys.go (routing keys), config.go (Config), router.go (the Router, its
+// shards and the claim form each takes, lookups, Close), calls.go (the routed calls and their
+// retry loop), coordinator.go (route reads, LISTEN, the version poll), routes.go (the route
+// snapshot, SQL, retry decisions), errors.go (errors and their classification), driver.go (the
+// driver interfaces), pgxdriver.go, pgxtx.go and conncheck_*.go (the pgx v4 driver;
+// ShardPoolConfig, the shard pools' configuration, for pools of an application's own).
 //
 // The body's pgx.Tx (pgxtx.go) is the claimed transaction; its Prepare makes a named statement
 // for that transaction only, as database/sql's Tx.Prepare: the router deallocates it before

@@ -24,8 +24,9 @@ type driver interface {
 	connectCoordinator(ctx context.Context) (coordinatorConn, error)
 	// connectListener connects to the coordinator and LISTENs on id_gen_routes.
 	connectListener(ctx context.Context) (listenerConn, error)
-	// newShardPool makes the (lazily connecting) pool of one shard.
-	newShardPool(shard, dsn string) (shardPool, error)
+	// newShardPool makes the (lazily connecting) pool of one shard; foundLost is called whenever
+	// the pool drops a connection it found lost while idle (the shard may have restarted).
+	newShardPool(shard, dsn string, foundLost func()) (shardPool, error)
 }
 
 // coordinatorConn reads the routes and their version; used by one goroutine at a time.
@@ -57,8 +58,13 @@ type shardPool interface {
 
 // shardConn is one connection to a shard, checked out of its pool.
 type shardConn interface {
-	// claim sends "BEGIN; SELECT id_gen.route_claim(gene, version)" as one message.
-	claim(ctx context.Context, gene uint16, version int64) error
+	// routingProtocol runs routingProtocolSQL in autocommit, its own round trip: the shard's
+	// answer, "" for NULL.
+	routingProtocol(ctx context.Context) (string, error)
+	// claim sends claimSQL(gene, version, onBegin) as one message: the claim on BEGIN (when it
+	// fails, no transaction is open) or the old SELECT after BEGIN (when it fails, the
+	// transaction has failed).
+	claim(ctx context.Context, gene uint16, version int64, onBegin bool) error
 	// bodyTx is the claimed transaction as the body sees it.
 	bodyTx() pgx.Tx
 	// commit sends COMMIT; a COMMIT the server answered with ROLLBACK (the body swallowed an
@@ -67,8 +73,9 @@ type shardConn interface {
 	// dropPrepared deallocates the named statements the body prepared through its Tx, inside the
 	// transaction (failed or not), so that none outlives it; nothing is sent when there are none.
 	dropPrepared(ctx context.Context) error
-	// rollback ends a failed transaction (dropping the body's prepared statements first); an
-	// error means the connection is not reusable.
+	// rollback ends a failed transaction (dropping the body's prepared statements first), and
+	// sends nothing when none is open (a claim on BEGIN that failed); an error means the
+	// connection is not reusable.
 	rollback(ctx context.Context) error
 	// endedByBody: the connection is good but no longer in the claimed transaction (the body
 	// sent COMMIT or ROLLBACK itself); no round trip.

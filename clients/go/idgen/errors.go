@@ -131,7 +131,7 @@ func SQLState(err error) string {
 // IsLostConnection reports whether err says the connection is gone: SQLSTATE class 08, the
 // server ending the session (57P01 admin shutdown, 57P02 crash shutdown, 57P03 cannot connect
 // now), a socket refused, reset, closed or cut (EOF), or a shard that did not answer the
-// router's claim, COMMIT or Execute within Config.ShardTimeout (pgx closed the connection). The
+// router's probe, claim, COMMIT or Execute within Config.ShardTimeout (pgx closed the connection). The
 // caller's context canceled or past its deadline is not (see retryReasonOf).
 func IsLostConnection(err error) bool {
 	if err == nil {

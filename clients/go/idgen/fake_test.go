@@ -1,9 +1,11 @@
 // A fake of the driver (driver.go) for the router's tests without a server: a coordinator
-// (routes, a version, NOTIFY to its listeners; it can be down) and shards (route_claim's
-// IG001/IG002, the declared route version, a read by owner, lost connections: a connect
-// refused, a claim, a read or a COMMIT whose connection ends), as clients/node/test/fake_pg.js
-// fakes pg for the Node.js client. Lost connections fail as pgx reports them; a connection that
-// ended fails every later statement without sending it (pgconn's "conn closed", safe to retry).
+// (routes, a version, NOTIFY to its listeners; it can be down) and shards (the probe of their
+// routing protocol, '2' or, for a shard older than id_gen 0.7.16, NULL; the claim in both forms
+// with route_claim's IG001/IG002, ignored on BEGIN by an old shard; the declared route version,
+// a read by owner, lost connections: a connect refused, a probe, a claim, a read or a COMMIT
+// whose connection ends), as clients/node/test/fake_pg.js fakes pg for the Node.js client. Lost
+// connections fail as pgx reports them; a connection that ended fails every later statement
+// without sending it (pgconn's "conn closed", safe to retry).
 
 package idgen
 
@@ -41,14 +43,17 @@ type fakeCluster struct {
 	listeners  map[*fakeListener]bool
 	routeReads int
 
-	fences       int          // the next claims or reads of any gene that fail with IG002
-	connectFails int          // the next connects to shard "a" that fail,
-	connectError func() error // with this error (refused, by default)
-	claimsLost   int          // the next claims whose connection ends
-	claimsHang   int          // the next claims never answered (until their context ends; then closed, as pgx does)
-	readsLost    int          // the next reads by owner whose connection ends under them
-	commitLost   bool         // whether the next COMMIT's connection ends, unanswered
-	lostKinds    int          // how many connections were lost (the kind of error rotates)
+	fences       int             // the next claims or reads of any gene that fail with IG002
+	connectFails int             // the next connects to shard "a" that fail,
+	connectError func() error    // with this error (refused, by default)
+	oldShards    map[string]bool // shards older than 0.7.16: the probe answers NULL, a claim on BEGIN is a plain BEGIN
+	probesLost   int             // the next probes whose connection ends
+	probesFail   int             // the next probes that fail with an SQL error (42501)
+	claimsLost   int             // the next claims whose connection ends
+	claimsHang   int             // the next claims never answered (until their context ends; then closed, as pgx does)
+	readsLost    int             // the next reads by owner whose connection ends under them
+	commitLost   bool            // whether the next COMMIT's connection ends, unanswered
+	lostKinds    int             // how many connections were lost (the kind of error rotates)
 
 	pools         map[string]*fakePool
 	lastReadShard string
@@ -57,7 +62,7 @@ type fakeCluster struct {
 
 func newFakeCluster(routes []fakeRange) *fakeCluster {
 	return &fakeCluster{routes: routes, version: 1, listeners: map[*fakeListener]bool{},
-		connectError: refusedError, pools: map[string]*fakePool{}}
+		connectError: refusedError, oldShards: map[string]bool{}, pools: map[string]*fakePool{}}
 }
 
 // refusedError is a TCP connect refused (a shard restarting), as net reports it through pgconn.
@@ -155,7 +160,8 @@ func (c *fakeCluster) connectListener(ctx context.Context) (listenerConn, error)
 	return l, nil
 }
 
-func (c *fakeCluster) newShardPool(shard, dsn string) (shardPool, error) {
+// newShardPool makes a pool that connects anew for every acquire: none is found lost while idle.
+func (c *fakeCluster) newShardPool(shard, dsn string, _ func()) (shardPool, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	p := &fakePool{c: c, shard: shard}
@@ -297,14 +303,38 @@ func (f *fakeConn) lose(err error) error {
 	return err
 }
 
-func (f *fakeConn) claim(ctx context.Context, gene uint16, version int64) error {
+// routingProtocol answers the probe in autocommit: '2', NULL ("") on an old shard.
+func (f *fakeConn) routingProtocol(ctx context.Context) (string, error) {
+	c := f.pool.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if f.dead {
+		return "", fakeConnClosed{}
+	}
+	f.log = append(f.log, routingProtocolSQL)
+	switch {
+	case c.probesLost > 0:
+		c.probesLost--
+		return "", f.lose(c.lostError())
+	case c.probesFail > 0:
+		c.probesFail--
+		return "", sqlError("42501")
+	case c.oldShards[f.shard]:
+		return "", nil
+	}
+	return "2", nil
+}
+
+// claim fails as route_claim does in either form; a failed claim on BEGIN opens no transaction,
+// a failed SELECT leaves the one its BEGIN opened failed.
+func (f *fakeConn) claim(ctx context.Context, gene uint16, version int64, onBegin bool) error {
 	c := f.pool.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if f.dead {
 		return fakeConnClosed{}
 	}
-	f.log = append(f.log, claimSQL(gene, version))
+	f.log = append(f.log, claimSQL(gene, version, onBegin))
 	if c.claimsHang > 0 {
 		c.claimsHang--
 		c.mu.Unlock()
@@ -312,20 +342,22 @@ func (f *fakeConn) claim(ctx context.Context, gene uint16, version int64) error 
 		c.mu.Lock()
 		return f.lose(fmt.Errorf("fake: timeout: %w", ctx.Err()))
 	}
-	f.inBlock, f.failed = true, false
-	switch {
-	case c.claimsLost > 0:
+	if c.claimsLost > 0 {
 		c.claimsLost--
 		return f.lose(c.lostError())
+	}
+	var err error
+	switch {
+	case onBegin && c.oldShards[f.shard]: // (the comment ignored: a plain BEGIN, nothing claimed)
 	case c.fences > 0:
 		c.fences--
-		f.failed = true
-		return sqlError(CodeRouteFenced)
+		err = sqlError(CodeRouteFenced)
 	case c.ownerOf(gene) != f.shard || version < c.version:
-		f.failed = true
-		return sqlError(CodeRouteChanged)
+		err = sqlError(CodeRouteChanged)
 	}
-	return nil
+	f.inBlock = err == nil || !onBegin
+	f.failed = err != nil && !onBegin
+	return err
 }
 
 func (f *fakeConn) bodyTx() pgx.Tx { return &fakeTx{conn: f} }
@@ -354,12 +386,17 @@ func (f *fakeConn) endedByBody() bool { return !f.dead && !f.inBlock }
 
 func (f *fakeConn) dropPrepared(ctx context.Context) error { return nil } // (the fake Tx prepares nothing)
 
+// rollback sends nothing when no transaction is open (a claim on BEGIN that failed), as pgx's
+// driver does.
 func (f *fakeConn) rollback(ctx context.Context) error {
 	c := f.pool.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if f.dead {
 		return fakeConnClosed{}
+	}
+	if !f.inBlock {
+		return nil
 	}
 	f.log = append(f.log, "ROLLBACK")
 	f.inBlock, f.failed = false, false
@@ -497,11 +534,22 @@ func (c *fakeCluster) sent() []string {
 	return out
 }
 
-// claims counts the route_claim statements sent to every shard.
+// claims counts the claims sent to every shard, in either form.
 func (c *fakeCluster) claims() int {
 	n := 0
 	for _, s := range c.sent() {
-		if strings.HasPrefix(s, "BEGIN; SELECT id_gen.route_claim(") {
+		if strings.HasPrefix(s, "/* id_gen.route_claim=") || strings.HasPrefix(s, "BEGIN; SELECT id_gen.route_claim(") {
+			n++
+		}
+	}
+	return n
+}
+
+// probes counts the probes of the routing protocol sent to every shard.
+func (c *fakeCluster) probes() int {
+	n := 0
+	for _, s := range c.sent() {
+		if s == routingProtocolSQL {
 			n++
 		}
 	}

@@ -11,10 +11,12 @@
 //     DSN or ConfigureShardPool asks for them): statements are described into an unnamed
 //     statement and cached by description (pgx's statement_cache_mode=describe), which works
 //     behind PgBouncer in transaction mode (1.18 has no prepared-statement support).
-//   - The claim, COMMIT and ROLLBACK go through pgconn's simple protocol, one message each;
-//     statements the body prepared are closed (one message) before COMMIT or ROLLBACK.
+//   - The probe of the claim form, the claim, COMMIT and ROLLBACK go through pgconn's simple
+//     protocol, one message each; statements the body prepared are closed (one message) before
+//     COMMIT or ROLLBACK.
 //   - A pooled connection that the server closed while it sat idle is checked (a non-blocking
-//     peek at its socket, conncheck_*.go) and destroyed before it is handed out.
+//     peek at its socket, conncheck_*.go) and destroyed before it is handed out, and the router
+//     told (the shard may have restarted).
 
 package idgen
 
@@ -127,8 +129,8 @@ func closeConn(conn *pgx.Conn) {
 	_ = conn.Close(ctx)
 }
 
-func (d *pgxDriver) newShardPool(shard, dsn string) (shardPool, error) {
-	config, err := shardPoolConfig(d.s, shard, dsn)
+func (d *pgxDriver) newShardPool(shard, dsn string, foundLost func()) (shardPool, error) {
+	config, err := shardPoolConfig(d.s, shard, dsn, foundLost)
 	if err != nil {
 		return nil, err
 	}
@@ -151,10 +153,12 @@ func ShardPoolConfig(c Config, shard, dsn string) (*pgxpool.Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	return shardPoolConfig(s, shard, dsn)
+	return shardPoolConfig(s, shard, dsn, nil)
 }
 
-func shardPoolConfig(s settings, shard, dsn string) (*pgxpool.Config, error) {
+// shardPoolConfig is ShardPoolConfig's configuration, whose BeforeAcquire calls foundLost (when
+// not nil) for every connection it drops.
+func shardPoolConfig(s settings, shard, dsn string, foundLost func()) (*pgxpool.Config, error) {
 	config, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, err
@@ -185,6 +189,9 @@ func shardPoolConfig(s settings, shard, dsn string) (*pgxpool.Config, error) {
 	before := config.BeforeAcquire
 	config.BeforeAcquire = func(ctx context.Context, conn *pgx.Conn) bool {
 		if checkConn(conn.PgConn()) != nil {
+			if foundLost != nil {
+				foundLost()
+			}
 			return false // (the pool destroys it and hands out another)
 		}
 		return before == nil || before(ctx, conn)
@@ -213,10 +220,21 @@ type pgxShardConn struct {
 
 func (c *pgxShardConn) pg() *pgconn.PgConn { return c.pooled.Conn().PgConn() }
 
-func (c *pgxShardConn) claim(ctx context.Context, gene uint16, version int64) error {
+func (c *pgxShardConn) routingProtocol(ctx context.Context) (string, error) {
+	results, err := c.pg().Exec(ctx, routingProtocolSQL).ReadAll()
+	if err != nil {
+		return "", err
+	}
+	if len(results) != 1 || len(results[0].Rows) != 1 || len(results[0].Rows[0]) != 1 {
+		return "", nil // (not the one value asked for: read as the old form)
+	}
+	return string(results[0].Rows[0][0]), nil // (NULL: "")
+}
+
+func (c *pgxShardConn) claim(ctx context.Context, gene uint16, version int64, onBegin bool) error {
 	c.tx.end()
 	c.tx = newRoutedTx(c.pooled.Conn())
-	_, err := c.pg().Exec(ctx, claimSQL(gene, version)).ReadAll()
+	_, err := c.pg().Exec(ctx, claimSQL(gene, version, onBegin)).ReadAll()
 	return err
 }
 
@@ -241,7 +259,7 @@ func (c *pgxShardConn) endedByBody() bool {
 func (c *pgxShardConn) rollback(ctx context.Context) error {
 	c.tx.end()
 	if c.pg().TxStatus() == 'I' {
-		return nil
+		return nil // (no transaction: a claim on BEGIN that failed opened none)
 	}
 	if err := c.dropPrepared(ctx); err != nil {
 		return err

@@ -1,8 +1,10 @@
 // The pgx driver on the wire: a Router whose coordinator is the fake of fake_test.go and whose
 // shard pools are real pgxpool pools connected to the scripted server of internal/pgscript. What
-// a shard receives (the claim as one message, savepoints, COMMIT, Execute's one batch, nothing
-// per session, no named statements), COMMIT answered by ROLLBACK or never answered, idle
-// connections the server ended, and the errors of a shard that drops or refuses connections.
+// a shard receives (the probe of its routing protocol once, the claim on BEGIN or, on a shard
+// older than 0.7.16, the old claim, as one message; savepoints, COMMIT, Execute's one batch,
+// nothing per session, no named statements), a claim on BEGIN refused, COMMIT answered by
+// ROLLBACK or never answered, idle connections the server ended (and a shard restarted with
+// another id_gen), and the errors of a shard that drops or refuses connections.
 
 package idgen
 
@@ -28,8 +30,8 @@ type wireDriver struct {
 	real *pgxDriver
 }
 
-func (d wireDriver) newShardPool(shard, dsn string) (shardPool, error) {
-	return d.real.newShardPool(shard, dsn)
+func (d wireDriver) newShardPool(shard, dsn string, foundLost func()) (shardPool, error) {
+	return d.real.newShardPool(shard, dsn, foundLost)
 }
 
 // wireRouter is a Router on shards (name → DSN) routed by routes; adjust changes its settings.
@@ -119,8 +121,9 @@ func TestPgxTransactionOnTheWire(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{
-		"Query BEGIN; SELECT id_gen.route_claim(7, 1)", // (the claim: one message)
-		"Parse " + wireReadSQL, "Describe S", "Sync",   // (described into the unnamed statement)
+		"Query " + routingProtocolSQL,                // (the first claim on the shard: probed first)
+		"Query /* id_gen.route_claim=7,1 */ BEGIN",   // (the claim: one message)
+		"Parse " + wireReadSQL, "Describe S", "Sync", // (described into the unnamed statement)
 		"Parse " + wireReadSQL, "Bind", "Describe P", "Execute", "Sync",
 		"Query SAVEPOINT sp_1", "Query " + wireFailSQL, "Query ROLLBACK TO SAVEPOINT sp_1",
 		"Query COMMIT",
@@ -131,28 +134,123 @@ func TestPgxTransactionOnTheWire(t *testing.T) {
 	if err := r.Transaction(ctx, Gene(7), readOwner(t)); err != nil {
 		t.Fatal(err)
 	}
-	want = []string{"Query BEGIN; SELECT id_gen.route_claim(7, 1)", "Parse " + wireReadSQL, "Bind", "Describe P",
+	want = []string{"Query /* id_gen.route_claim=7,1 */ BEGIN", "Parse " + wireReadSQL, "Bind", "Describe P",
 		"Execute", "Sync", "Query COMMIT"}
 	if got := server.Messages(); !reflect.DeepEqual(got, want) {
-		t.Errorf("the second time (the connection and the description reused):\n%q\nwant\n%q", got, want)
+		t.Errorf("the second time (the connection, the protocol and the description known):\n%q\nwant\n%q", got, want)
 	}
 	if n := server.Connections(); n != 1 {
 		t.Errorf("%d connections", n)
 	}
 }
 
-func TestPgxIG001AtTheClaimRollsBackAndRetries(t *testing.T) {
+func TestPgxIG001AtTheClaimOnBEGINIsRetried(t *testing.T) {
 	server, r := oneShard(t)
+	server.FailNext("/* id_gen.route_claim=", "IG001")
+	if err := r.Transaction(testContext(t), Gene(7), readOwner(t)); err != nil {
+		t.Fatal(err)
+	}
+	got := server.Messages()
+	claim := "Query /* id_gen.route_claim=7,1 */ BEGIN"
+	if len(got) < 3 || got[0] != "Query "+routingProtocolSQL || got[1] != claim || got[2] != claim {
+		t.Errorf("received %q\nwant the probe, the claim and the claim again (no transaction to roll back)", got)
+	}
+	if s := r.Stats(); s.RetriesMoved != 1 || s.Refreshes != 2 || s.Transactions != 1 || server.Connections() != 1 {
+		t.Errorf("stats %+v, %d connections", s, server.Connections())
+	}
+}
+
+func TestPgxAnOldShardGetsTheOldClaim(t *testing.T) {
+	server, routes := scriptedShard(t)
+	routes.SetRoutingProtocol(pgscript.Null)
+	r := wireRouter(t, []fakeRange{{65535, "a"}}, map[string]string{"a": server.DSN()}, nil)
 	server.FailNext("SELECT id_gen.route_claim(", "IG001")
 	if err := r.Transaction(testContext(t), Gene(7), readOwner(t)); err != nil {
 		t.Fatal(err)
 	}
 	got := server.Messages()
-	if len(got) < 3 || got[0] != "Query BEGIN; SELECT id_gen.route_claim(7, 1)" || got[1] != "Query ROLLBACK" || got[2] != got[0] {
-		t.Errorf("received %q", got)
+	claim := "Query BEGIN; SELECT id_gen.route_claim(7, 1)"
+	if len(got) < 4 || got[0] != "Query "+routingProtocolSQL || got[1] != claim || got[2] != "Query ROLLBACK" || got[3] != claim {
+		t.Errorf("received %q\nwant the probe (NULL), the old claim, ROLLBACK and the old claim again", got)
 	}
-	if s := r.Stats(); s.RetriesMoved != 1 || s.Refreshes != 2 || s.Transactions != 1 || server.Connections() != 1 {
+	if s := r.Stats(); s.RetriesMoved != 1 || s.Transactions != 1 || server.Connections() != 1 {
 		t.Errorf("stats %+v, %d connections", s, server.Connections())
+	}
+}
+
+func TestPgxAClaimOnBEGINRefusedIsRetriedOnTheNewOwner(t *testing.T) {
+	serverA, routesA := scriptedShard(t)
+	serverB, routesB := scriptedShard(t)
+	r := wireRouter(t, []fakeRange{{65535, "a"}}, map[string]string{"a": serverA.DSN(), "b": serverB.DSN()}, nil)
+	coordinator := r.drv.(wireDriver)
+	ctx := testContext(t)
+	if err := r.Transaction(ctx, Gene(7), readOwner(t)); err != nil {
+		t.Fatal(err)
+	}
+	serverA.Messages()
+	// Gene 7 moves to b (version 2), unseen: a refuses the claim, b takes it.
+	coordinator.change([]fakeRange{{65535, "b"}}, false)
+	routesA.Change(nil)
+	routesB.Change(nil)
+	if err := r.Transaction(ctx, Gene(7), readOwner(t)); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := serverA.Messages(), []string{"Query /* id_gen.route_claim=7,1 */ BEGIN"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("a received %q\nwant %q (no transaction to roll back)", got, want)
+	}
+	gotB := serverB.Messages()
+	if len(gotB) < 3 || gotB[0] != "Query "+routingProtocolSQL || gotB[1] != "Query /* id_gen.route_claim=7,2 */ BEGIN" ||
+		gotB[len(gotB)-1] != "Query COMMIT" {
+		t.Errorf("b received %q", gotB)
+	}
+	// Back to a (version 3): its connection went back to the pool good, its protocol still known.
+	coordinator.change([]fakeRange{{65535, "a"}}, false)
+	routesA.Change(nil)
+	if _, err := r.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Transaction(ctx, Gene(7), readOwner(t)); err != nil {
+		t.Fatal(err)
+	}
+	if got := serverA.Messages(); len(got) < 1 || got[0] != "Query /* id_gen.route_claim=7,3 */ BEGIN" || serverA.Connections() != 1 {
+		t.Errorf("a received %q on %d connections", got, serverA.Connections())
+	}
+	if s := r.Stats(); s.RetriesMoved != 1 || s.Transactions != 3 {
+		t.Errorf("stats %+v", s)
+	}
+}
+
+func TestPgxAShardRestartedWithAnotherIDGenIsProbedAgain(t *testing.T) {
+	server, routes := scriptedShard(t)
+	r := wireRouter(t, []fakeRange{{65535, "a"}}, map[string]string{"a": server.DSN()}, nil)
+	ctx := testContext(t)
+	for _, answer := range []string{"2", pgscript.Null, "2"} {
+		routes.SetRoutingProtocol(answer)
+		server.TerminateAll(true) // (the idle connection found closed before use: the shard probed again)
+		for i := 0; i < 2; i++ {
+			if err := r.Transaction(ctx, Gene(7), readOwner(t)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		claim := "Query /* id_gen.route_claim=7,1 */ BEGIN"
+		if answer == pgscript.Null {
+			claim = "Query BEGIN; SELECT id_gen.route_claim(7, 1)"
+		}
+		probes, claims := 0, 0
+		for _, m := range server.Messages() {
+			switch m {
+			case "Query " + routingProtocolSQL:
+				probes++
+			case claim:
+				claims++
+			}
+		}
+		if probes != 1 || claims != 2 {
+			t.Errorf("routing protocol %q: %d probes, %d claims %q; want 1, 2", answer, probes, claims, claim)
+		}
+	}
+	if s := r.Stats(); s.RetriesLost != 0 || s.Transactions != 6 {
+		t.Errorf("stats %+v", s)
 	}
 }
 
@@ -270,7 +368,7 @@ func TestPgxAShardThatStopsAnsweringTheClaim(t *testing.T) {
 	r := wireRouter(t, []fakeRange{{65535, "a"}}, map[string]string{"a": server.DSN()},
 		func(s *settings) { s.ShardTimeout = 300 * time.Millisecond })
 	ctx := testContext(t)
-	server.StallNext("SELECT id_gen.route_claim(") // (pgx closes the connection at ShardTimeout)
+	server.StallNext("/* id_gen.route_claim=") // (pgx closes the connection at ShardTimeout)
 	runs := 0
 	err := r.Transaction(ctx, Gene(7), func(ctx context.Context, tx pgx.Tx) error { runs++; return readOwner(t)(ctx, tx) })
 	if err != nil || runs != 1 {
@@ -295,7 +393,7 @@ func TestPgxAShardThatStopsAnsweringTheClaim(t *testing.T) {
 
 func TestPgxTheCallersDeadlineWhileTheClaimHangs(t *testing.T) {
 	server, r := oneShard(t) // (ShardTimeout 10 s)
-	server.StallNext("SELECT id_gen.route_claim(")
+	server.StallNext("/* id_gen.route_claim=")
 	ctx, cancel := context.WithTimeout(testContext(t), 200*time.Millisecond)
 	defer cancel()
 	err := r.Transaction(ctx, Gene(7), readOwner(t))
@@ -331,7 +429,8 @@ func TestPgxABodysPreparedStatementsEndWithItsTransaction(t *testing.T) {
 		want := []string{"Parse[read_owner] " + wireReadSQL, "Describe S", "Sync", "Query SAVEPOINT sp_1",
 			"Parse[read_owner_2] " + wireReadSQL, "Describe S", "Sync", "Bind", "Describe P", "Execute", "Sync",
 			"Query RELEASE SAVEPOINT sp_1", "Close S read_owner", "Close S read_owner_2", "Sync", "Query COMMIT"}
-		if len(got) < 1 || !reflect.DeepEqual(got[1:], want) {
+		if len(got) <= len(want) || !reflect.DeepEqual(got[len(got)-len(want):], want) ||
+			got[len(got)-len(want)-1] != "Query /* id_gen.route_claim=7,1 */ BEGIN" {
 			t.Errorf("%d: received\n%q\nwant the claim, then\n%q", i, got, want)
 		}
 		if n := server.Prepared(); n != 0 {
@@ -381,7 +480,7 @@ func TestShardPoolConfiguration(t *testing.T) {
 		{"host=h user=u statement_cache_mode=prepare pool_max_conns=3", stmtcache.ModePrepare, false, 3},
 		{"host=h user=u prefer_simple_protocol=true", stmtcache.ModePrepare, true, 8},
 	} {
-		pool, err := d.newShardPool("a", c.dsn)
+		pool, err := d.newShardPool("a", c.dsn, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,6 +1,8 @@
 // The body's pgx.Tx: the claimed transaction on a shard connection. pgx v4 begins a pgx.Tx with
-// a BEGIN of its own (a round trip), so the router sends "BEGIN; SELECT id_gen.route_claim(...)"
-// itself, as one simple-protocol message, and hands the body this Tx over the same connection.
+// a BEGIN of its own (a round trip), so the router sends the claim itself, as one
+// simple-protocol message ("/* id_gen.route_claim=gene,version */ BEGIN", or "BEGIN; SELECT
+// id_gen.route_claim(gene, version)" to a shard older than id_gen 0.7.16), and hands the body
+// this Tx over the same connection.
 //
 // Invariants:
 //   - The router alone ends the transaction: Commit and Rollback of the body's Tx return

@@ -10,6 +10,10 @@
 //     error it leaves nothing open.
 //   - Every goroutine the Router starts is counted in wg and ends when Close cancels ctx; none
 //     starts after Close (start and Close hold mu).
+//   - A shard's claim form (on BEGIN or the old SELECT) is probed on the first claim there and
+//     kept until a connection to the shard is found lost or refused (it may have restarted with
+//     another library); a probe that began before such a loss is not kept. Concurrent first
+//     claims may each probe.
 
 package idgen
 
@@ -22,12 +26,12 @@ import (
 
 // Router routes transactions by owner, id or gene to the owning shard; safe for concurrent use.
 type Router struct {
-	s     settings
-	drv   driver
-	pools map[string]shardPool
-	table atomic.Pointer[routeTable]
-	stats counters
-	reads routeReads
+	s      settings
+	drv    driver
+	shards map[string]*routedShard
+	table  atomic.Pointer[routeTable]
+	stats  counters
+	reads  routeReads
 
 	coordMu sync.Mutex      // guards coord, and serializes what is sent on it
 	coord   coordinatorConn // the connection of route reads and polls, nil until needed
@@ -68,16 +72,18 @@ func NewRouter(ctx context.Context, config Config) (*Router, error) {
 }
 
 func newRouter(ctx context.Context, s settings, drv driver) (*Router, error) {
-	r := &Router{s: s, drv: drv, pools: make(map[string]shardPool, len(s.Shards))}
+	r := &Router{s: s, drv: drv, shards: make(map[string]*routedShard, len(s.Shards))}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	r.table.Store(&routeTable{})
 	for name, dsn := range s.Shards {
-		pool, err := drv.newShardPool(name, dsn)
+		shard := &routedShard{}
+		pool, err := drv.newShardPool(name, dsn, shard.forgetProtocol)
 		if err != nil {
 			r.Close()
 			return nil, fmt.Errorf("idgen: shard %q: %w", name, err)
 		}
-		r.pools[name] = pool
+		shard.pool = pool
+		r.shards[name] = shard
 	}
 	var listener listenerConn
 	if !s.NoListen {
@@ -139,8 +145,8 @@ func (r *Router) Close() {
 	r.coordMu.Lock()
 	r.dropCoordinator()
 	r.coordMu.Unlock()
-	for _, pool := range r.pools {
-		pool.close()
+	for _, shard := range r.shards {
+		shard.pool.close()
 	}
 }
 
@@ -204,16 +210,53 @@ func (r *Router) ShardForOwner(owner any) (string, error) {
 	return r.ShardForGene(gene)
 }
 
-// route is the shard of gene by table and its pool; a *NoRouteError when the routes have no
-// owner for it or name a shard without a pool here.
-func (r *Router) route(gene uint16, table *routeTable) (string, shardPool, error) {
-	shard, err := table.shardFor(gene)
+// route is the shard of gene by table, by name and as the Router holds it; a *NoRouteError when
+// the routes have no owner for it or name a shard without a pool here.
+func (r *Router) route(gene uint16, table *routeTable) (string, *routedShard, error) {
+	name, err := table.shardFor(gene)
 	if err != nil {
 		return "", nil, err
 	}
-	pool, ok := r.pools[shard]
+	shard, ok := r.shards[name]
 	if !ok {
-		return "", nil, &NoRouteError{Gene: gene, Version: table.version, Shard: shard}
+		return "", nil, &NoRouteError{Gene: gene, Version: table.version, Shard: name}
 	}
-	return shard, pool, nil
+	return name, shard, nil
+}
+
+// routedShard is one shard as the Router holds it: its pool, and whether the shard takes the
+// claim on BEGIN (routingProtocolSQL), once probed.
+type routedShard struct {
+	pool shardPool
+
+	mu      sync.Mutex
+	known   bool   // probed since the protocol was last forgotten
+	onBegin bool   // (when known) the claim goes on BEGIN
+	epoch   uint64 // counts the forgets: what a probe begun in an older epoch found is not kept
+}
+
+// protocol is what the Router knows of the shard's claim form, and the epoch a probe would
+// learn it in.
+func (s *routedShard) protocol() (onBegin, known bool, epoch uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.onBegin, s.known, s.epoch
+}
+
+// learnProtocol keeps what a probe begun in epoch found, unless the protocol was forgotten since.
+func (s *routedShard) learnProtocol(onBegin bool, epoch uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.epoch == epoch {
+		s.known, s.onBegin = true, onBegin
+	}
+}
+
+// forgetProtocol makes the next claim probe again: a connection to the shard was found lost or
+// refused, and a shard that restarted may run another version of id_gen.
+func (s *routedShard) forgetProtocol() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.known = false
+	s.epoch++
 }

@@ -1,7 +1,7 @@
 // The Router against the fake of fake_test.go, beyond the shared scenarios: 64-bit ids, a body
-// that swallowed an error, what is sent to a shard (nothing per session), route changes heard,
-// missed and polled, the coordinator down at the start, lost shard connections, Close, and the
-// caller's context.
+// that swallowed an error, what is sent to a shard (nothing per session), the claim on BEGIN or
+// the old one by the shard's probed routing protocol, route changes heard, missed and polled,
+// the coordinator down at the start, lost shard connections, Close, and the caller's context.
 
 package idgen
 
@@ -127,10 +127,137 @@ func TestAShardGetsTheVersionPerTransactionOnly(t *testing.T) {
 		if _, err := r.Execute(ctx, Owner(int64(1)), fakeReadSQL, int64(1)); err != nil {
 			t.Fatal(err)
 		}
-		want := []string{"BEGIN; SELECT id_gen.route_claim(1, 1)", "SELECT 1", "COMMIT",
+		want := []string{routingProtocolSQL, "/* id_gen.route_claim=1,1 */ BEGIN", "SELECT 1", "COMMIT",
 			"/* id_gen.route_version=1 */ " + fakeReadSQL}
 		if got := c.sent(); !reflect.DeepEqual(got, want) {
 			t.Errorf("sent %q\nwant %q", got, want)
+		}
+	})
+}
+
+// commit is a body that commits what it finds.
+func commit(context.Context, pgx.Tx) error { return nil }
+
+func TestTheRoutingProtocolsAnswer(t *testing.T) {
+	for answer, onBegin := range map[string]bool{"2": true, "3": true, "": false, "1": false, "x": false, " 2": false, "2.0": false} {
+		if claimsOnBegin(answer) != onBegin {
+			t.Errorf("routing protocol %q: claims on BEGIN %v", answer, !onBegin)
+		}
+	}
+}
+
+func TestANewShardTakesTheClaimOnBEGINProbedOnce(t *testing.T) {
+	withRouter(t, nil, func(ctx context.Context, r *Router, c *fakeCluster) {
+		for i := 0; i < 5; i++ {
+			if err := r.Transaction(ctx, Gene(1), commit); err != nil {
+				t.Fatal(err)
+			}
+		}
+		want := []string{routingProtocolSQL, "/* id_gen.route_claim=1,1 */ BEGIN", "COMMIT",
+			"/* id_gen.route_claim=1,1 */ BEGIN", "COMMIT"}
+		if got := c.sent(); len(got) != 11 || !reflect.DeepEqual(got[:5], want) {
+			t.Errorf("sent %q\nwant it to begin with %q, 11 in all", got, want)
+		}
+		if err := r.Transaction(ctx, Gene(40000), commit); err != nil {
+			t.Fatal(err)
+		}
+		if n := c.probes(); n != 2 {
+			t.Errorf("%d probes for 6 transactions on 2 shards, want one per shard", n)
+		}
+	})
+}
+
+func TestAnOldShardGetsTheOldClaim(t *testing.T) {
+	withRouter(t, nil, func(ctx context.Context, r *Router, c *fakeCluster) {
+		c.oldShards["a"] = true // (its probe answers NULL)
+		for i := 0; i < 2; i++ {
+			if err := r.Transaction(ctx, Gene(1), commit); err != nil {
+				t.Fatal(err)
+			}
+		}
+		want := []string{routingProtocolSQL, "BEGIN; SELECT id_gen.route_claim(1, 1)", "COMMIT",
+			"BEGIN; SELECT id_gen.route_claim(1, 1)", "COMMIT"}
+		if got := c.sent(); !reflect.DeepEqual(got, want) {
+			t.Errorf("sent %q\nwant %q", got, want)
+		}
+		c.change([]fakeRange{{65535, "b"}}, false) // (the old claim still finds a stale route)
+		if err := r.Transaction(ctx, Gene(1), commit); err != nil || r.Stats().RetriesMoved != 1 {
+			t.Errorf("%v, stats %+v", err, r.Stats())
+		}
+	})
+}
+
+func TestAProbeThatFailsMeansTheOldClaim(t *testing.T) {
+	withRouter(t, nil, func(ctx context.Context, r *Router, c *fakeCluster) {
+		c.probesFail = 1
+		for i := 0; i < 2; i++ {
+			if err := r.Transaction(ctx, Gene(1), commit); err != nil {
+				t.Fatal(err)
+			}
+		}
+		want := []string{routingProtocolSQL, "BEGIN; SELECT id_gen.route_claim(1, 1)", "COMMIT",
+			"BEGIN; SELECT id_gen.route_claim(1, 1)", "COMMIT"}
+		if got := c.sent(); !reflect.DeepEqual(got, want) {
+			t.Errorf("sent %q\nwant %q", got, want)
+		}
+	})
+}
+
+func TestAfterALostConnectionTheShardIsProbedAgain(t *testing.T) {
+	withRouter(t, nil, func(ctx context.Context, r *Router, c *fakeCluster) {
+		transaction := func(what string) {
+			t.Helper()
+			if err := r.Transaction(ctx, Gene(1), commit); err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+		}
+		transaction("the first")
+		c.claimsLost = 1
+		transaction("a claim lost")
+		if n, lost := c.probes(), r.Stats().RetriesLost; n != 2 || lost != 1 {
+			t.Errorf("after a claim lost: %d probes, %d retries lost; want 2, 1", n, lost)
+		}
+		// The shard restarts with an older id_gen: refused meanwhile, then probed and claimed so.
+		c.oldShards["a"], c.connectFails = true, 1
+		transaction("a connect refused")
+		if got := c.sent(); got[len(got)-3] != routingProtocolSQL || got[len(got)-2] != "BEGIN; SELECT id_gen.route_claim(1, 1)" {
+			t.Errorf("after a connect refused: sent %q", got)
+		}
+		// Refused again, back on the newer id_gen, and lost under the probe: retried as at the claim.
+		c.oldShards["a"], c.connectFails, c.probesLost = false, 1, 1
+		transaction("a probe lost")
+		if n, lost := c.probes(), r.Stats().RetriesLost; n != 5 || lost != 4 {
+			t.Errorf("after a probe lost: %d probes, %d retries lost; want 5, 4", n, lost)
+		}
+		transaction("the last")
+		if got := c.sent(); c.probes() != 5 || got[len(got)-2] != "/* id_gen.route_claim=1,1 */ BEGIN" {
+			t.Errorf("sent %q", got)
+		}
+	})
+}
+
+func TestAClaimOnBEGINRefusedIsRetriedOnTheNewOwner(t *testing.T) {
+	withRouter(t, nil, func(ctx context.Context, r *Router, c *fakeCluster) {
+		c.change([]fakeRange{{65535, "b"}}, false) // (gene 1 moved to b, unseen)
+		if err := r.Transaction(ctx, Gene(1), commit); err != nil {
+			t.Fatal(err)
+		}
+		var onA, onB []string
+		for _, conn := range c.pools["a"].conns {
+			onA = append(onA, conn.log...)
+		}
+		for _, conn := range c.pools["b"].conns {
+			onB = append(onB, conn.log...)
+		}
+		// (no ROLLBACK on a: the BEGIN that failed left no transaction there)
+		if want := []string{routingProtocolSQL, "/* id_gen.route_claim=1,1 */ BEGIN"}; !reflect.DeepEqual(onA, want) {
+			t.Errorf("sent to a %q\nwant %q", onA, want)
+		}
+		if want := []string{routingProtocolSQL, "/* id_gen.route_claim=1,2 */ BEGIN", "COMMIT"}; !reflect.DeepEqual(onB, want) {
+			t.Errorf("sent to b %q\nwant %q", onB, want)
+		}
+		if s := r.Stats(); s.RetriesMoved != 1 || s.Transactions != 1 || c.pool("a").destroyed != 0 {
+			t.Errorf("stats %+v, %d destroyed on a (the connection is idle and good)", s, c.pool("a").destroyed)
 		}
 	})
 }

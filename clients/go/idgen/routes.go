@@ -1,5 +1,5 @@
-// The route snapshot, the SQL of docs/routing-protocol.md (the same as every other client's) and
-// the retry decisions, none of it I/O.
+// The route snapshot, the SQL of docs/routing-protocol.md (the same as every other client's), the
+// reading of a shard's routing protocol and the retry decisions, none of it I/O.
 //
 // Invariants:
 //   - A routeTable is immutable: the ranges and their version are one snapshot, replaced whole.
@@ -34,8 +34,29 @@ func declaredSQL(version int64, sql string) string {
 	return "/* id_gen.route_version=" + strconv.FormatInt(version, 10) + " */ " + sql
 }
 
-// claimSQL is the claim as one simple-protocol message: no round trip over a plain BEGIN.
-func claimSQL(gene uint16, version int64) string {
+// routingProtocolSQL asks a shard whether it takes the claim on BEGIN: '2' from id_gen 0.7.16 on,
+// NULL before (docs/routing-protocol.md §3). Sent in autocommit, so it works through a
+// transaction-mode pooler too.
+const routingProtocolSQL = "SELECT pg_catalog.current_setting('id_gen.routing_protocol', true)"
+
+// claimsOnBeginSince is the first routing protocol whose shards take the claim on BEGIN.
+const claimsOnBeginSince = 2
+
+// claimsOnBegin reads the answer of routingProtocolSQL (NULL as ""): anything but an integer
+// of at least claimsOnBeginSince means the old form, which every shard takes.
+func claimsOnBegin(routingProtocol string) bool {
+	protocol, err := strconv.Atoi(routingProtocol)
+	return err == nil && protocol >= claimsOnBeginSince
+}
+
+// claimSQL is the claim as one simple-protocol message: no round trip over a plain BEGIN. On
+// BEGIN is the claim as a leading comment of BEGIN itself, for the shards that take it (a shard
+// older than 0.7.16 ignores the comment: unclaimed); the other form, a SELECT after the BEGIN,
+// costs a statement more.
+func claimSQL(gene uint16, version int64, onBegin bool) string {
+	if onBegin {
+		return "/* id_gen.route_claim=" + strconv.Itoa(int(gene)) + "," + strconv.FormatInt(version, 10) + " */ BEGIN"
+	}
 	return "BEGIN; SELECT id_gen.route_claim(" + strconv.Itoa(int(gene)) + ", " + strconv.FormatInt(version, 10) + ")"
 }
 

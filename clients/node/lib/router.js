@@ -2,10 +2,12 @@
 // Router: zero-hop routing of transactions to the shard that owns a gene, on node-postgres
 // (pg), with the vocabulary of docs/routing-protocol.md §5:
 // - transaction(key, body): body(client) in a transaction on the owning shard that starts
-//   with the claim; on IG001/IG002 (from the claim, the body or COMMIT) it rolls back, re-reads
-//   the routes (IG001; IG002 every third time), waits, and runs the body again, at most
-//   retryLimit times after the first attempt; so too after a shard connection refused or lost
-//   before COMMIT was sent (waits, no re-read). Resolves to the body's value.
+//   with the claim ("/* id_gen.route_claim=gene,version */ BEGIN", or "BEGIN; SELECT
+//   id_gen.route_claim(gene, version)" on a shard older than id_gen 0.7.16); on IG001/IG002
+//   (from the claim, the body or COMMIT) it rolls back, re-reads the routes (IG001; IG002
+//   every third time), waits, and runs the body again, at most retryLimit times after the
+//   first attempt; so too after a shard connection refused or lost before COMMIT was sent
+//   (waits, no re-read). Resolves to the body's value.
 // - run(key, body): the same, but the body runs once: IG001/IG002 or a lost connection from
 //   the body or COMMIT reach the caller (only a failed connect or claim is retried).
 // - execute(key, sql, params): one statement in a transaction of its own that declares the
@@ -22,6 +24,11 @@
 // - Nothing is declared per connection (no session SET): the claim and the statement's
 //   comment live in the transaction, so shards may sit behind a transaction-mode pooler
 //   (PgBouncer).
+// - The claim goes on BEGIN only where the shard said it takes it there (an older shard ignores
+//   the comment): asked on the first claim there (ShardProtocol), in autocommit, and again
+//   after a connection to the shard was found lost or refused. A probe that lost its connection
+//   is a claim that did (retried); any other error of it means the old form. Concurrent first
+//   claims may each probe.
 // - A body that failed is never reported committed (a COMMIT that the server turns into a
 //   ROLLBACK is an error), and a body whose COMMIT succeeded is never run again.
 // - A connection lost after COMMIT was sent and before its answer is a
@@ -38,8 +45,8 @@ const {
 } = require('./errors');
 const genes = require('./genes');
 const {
-  ROUTES_CHANNEL, ROUTES_SQL, EMPTY_ROUTES_VERSION_SQL, ROUTE_VERSION_SQL, declaredSql, claimSql,
-  RouteTable, targetGene, ownerParam, rereadsAfter, backoffDelay,
+  ROUTES_CHANNEL, ROUTES_SQL, EMPTY_ROUTES_VERSION_SQL, ROUTE_VERSION_SQL, ROUTING_PROTOCOL_SQL, declaredSql, claimSql,
+  claimsOnBegin, ShardProtocol, RouteTable, targetGene, ownerParam, rereadsAfter, backoffDelay,
 } = require('./routes');
 
 const INT8_OID = 20;
@@ -113,6 +120,7 @@ class Router {
     this._pg = pg || require('pg');
     this._routesConfig = asConfig(routes);
     this._shardConfigs = new Map(Object.entries(shards).map(([name, c]) => [name, asConfig(c)]));
+    this._protocols = new Map([...this._shardConfigs.keys()].map((name) => [name, new ShardProtocol()]));
     this._poolOptions = { ...SHARD_POOL_DEFAULTS, ...pool };
     this.retryLimit = retryLimit;
     this.backoffBase = backoffBase;
@@ -346,7 +354,9 @@ class Router {
     let pool = this._pools.get(shard);
     if (pool === undefined) {
       pool = new this._pg.Pool({ ...this._poolOptions, ...this._shardConfigs.get(shard), types: this._shardTypes });
-      pool.on('error', () => {}); // (an idle client that broke: the pool drops it)
+      // An idle client that broke: the pool drops it; the shard may have restarted with
+      // another id_gen.
+      pool.on('error', () => { this._protocols.get(shard).forget(); });
       // A checked-out client whose connection breaks (a shard restarted, failed over, or a
       // pooler restarted) emits 'error' with no pool listener on it: without this the
       // process would crash; the client is destroyed when it goes back.
@@ -374,10 +384,10 @@ class Router {
   async _call(key, body, retryBody) {
     if (typeof body !== 'function') throw new TypeError('body must be a function: async (client) => value');
     const gene = targetGene(key);
-    return this._retrying(gene, async (table, client) => {
+    return this._retrying(gene, async (table, client, protocol) => {
       let phase = 'claim';
       try {
-        await client.query(claimSql(gene, table.version));
+        await client.query(claimSql(gene, table.version, await claimsOnBeginAt(protocol, client)));
         phase = 'body';
         const result = await body(client);
         phase = 'commit';
@@ -419,7 +429,8 @@ class Router {
     return this.transaction({ owner }, async (client) => (await client.query(sql, [sequence, param])).rows[0].id);
   }
 
-  // The one retry loop: once(routes, client) on the gene's shard by the routes held. A
+  // The one retry loop: once(routes, client, protocol) on the gene's shard by the routes held
+  // (protocol: its ShardProtocol, forgotten when a connection to it is refused or breaks). A
   // RetryRoute from the connect or from once (IG001/IG002, a connection refused or lost
   // before COMMIT was sent) is retried up to retryLimit times, the routes re-read (IG001,
   // IG002 at times) and the backoff waited between; then RouteRetryExhausted with the last
@@ -429,13 +440,16 @@ class Router {
     let last = null;
     let refreshError = null;
     for (let attempt = 0; attempt <= this.retryLimit; attempt += 1) {
-      const [table, pool] = await this._checkout(gene, attempt);
+      const [table, shard] = await this._checkout(gene, attempt);
+      const protocol = this._protocols.get(shard);
       try {
-        const client = await connectShard(pool);
+        const client = await connectShard(this._pool(shard), protocol);
         try {
-          return await once(table, client);
+          return await once(table, client, protocol);
         } finally {
-          client.release(client.idGenBroken === true ? true : undefined);
+          const broken = client.idGenBroken === true;
+          if (broken) protocol.forget(); // (lost, or unusable: the shard may have restarted)
+          client.release(broken ? true : undefined);
         }
       } catch (e) {
         if (!(e instanceof RetryRoute)) throw e;
@@ -461,7 +475,7 @@ class Router {
       table = this._table;
       shard = this._route(gene, table);
     }
-    return [table, this._pool(shard)];
+    return [table, shard];
   }
 
   async _afterRouteError(code, attempt, refreshError) {
@@ -528,14 +542,43 @@ async function commit(client) {
   }
 }
 
-/** A client of the shard's pool; a connect refused or lost (nothing was sent) is a RetryRoute. */
-async function connectShard(pool) {
+/**
+ * A client of the shard's pool; a connect refused or lost (nothing was sent) is a RetryRoute,
+ * and makes the shard's claim form asked again (it may be restarting with another id_gen).
+ */
+async function connectShard(pool, protocol) {
   try {
     return await pool.connect();
   } catch (e) {
-    if (connectionLost(e)) throw new RetryRoute(e, CONNECTION_LOST);
-    throw e;
+    if (!connectionLost(e)) throw e;
+    protocol.forget();
+    throw new RetryRoute(e, CONNECTION_LOST);
   }
+}
+
+/**
+ * Whether the shard takes the claim on BEGIN: known, or asked now on client in autocommit (its
+ * own round trip). A probe that fails with an error of the server's (not a lost connection) means
+ * the old form, which every shard takes, and is kept as such; any other error is the claim's.
+ */
+async function claimsOnBeginAt(protocol, client) {
+  if (protocol.known) return protocol.onBegin;
+  const { epoch } = protocol;
+  let onBegin;
+  try {
+    const { rows } = await client.query(ROUTING_PROTOCOL_SQL);
+    onBegin = claimsOnBegin(rows[0].current_setting);
+  } catch (e) {
+    if (!serverError(e) || connectionLost(e)) throw e;
+    onBegin = false;
+  }
+  protocol.learn(onBegin, epoch);
+  return onBegin;
+}
+
+/** An error the server sent (pg's DatabaseError: a severity and a SQLSTATE). */
+function serverError(error) {
+  return error !== null && typeof error === 'object' && typeof error.severity === 'string' && typeof error.code === 'string';
 }
 
 /** pg's query_timeout expired: the statement may still run, the connection is unusable. */

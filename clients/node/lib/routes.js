@@ -1,9 +1,11 @@
 'use strict';
-// What the router needs without I/O: the route snapshot, the routing key, the retry decisions
-// and the SQL of docs/routing-protocol.md (the same as every other client's).
+// What the router needs without I/O: the route snapshot, the routing key, the retry decisions,
+// what is known of a shard's claim form, and the SQL of docs/routing-protocol.md (the same as
+// every other client's).
 //
 // Invariants:
 // - A RouteTable is immutable: routes and their version are one snapshot, replaced whole.
+// - A ShardProtocol keeps what a probe found only if it was not forgotten since the probe began.
 // - retryLimit counts retries after the first attempt (at most retryLimit + 1 attempts).
 // - After IG001 the routes are re-read before the next attempt; after IG002 every third time;
 //   never after a lost connection (the routes said nothing new); the wait before attempt
@@ -20,7 +22,41 @@ const ROUTE_VERSION_SQL = 'SELECT id_gen.route_version() AS version';
 // A statement that declares the route version it was routed with: a leading comment the
 // shard reads (docs/routing-protocol.md §3), so it needs no second statement nor a transaction.
 const declaredSql = (version, sql) => `/* id_gen.route_version=${BigInt(version)} */ ${sql}`;
-const claimSql = (gene, version) => `BEGIN; SELECT id_gen.route_claim(${asGene(gene)}, ${BigInt(version)})`;
+// Whether a shard takes the claim on BEGIN: '2' from id_gen 0.7.16 on, NULL before. Sent in
+// autocommit, so it works through a transaction-mode pooler too.
+const ROUTING_PROTOCOL_SQL = "SELECT pg_catalog.current_setting('id_gen.routing_protocol', true)";
+const CLAIMS_ON_BEGIN_SINCE = 2;
+/** Whether the probe's answer (a string, or null) says the shard takes the claim on BEGIN; anything else means the old form. */
+const claimsOnBegin = (answer) => typeof answer === 'string' && /^\d+$/.test(answer) && Number(answer) >= CLAIMS_ON_BEGIN_SINCE;
+// The claim as one simple-protocol message: on BEGIN, a leading comment of BEGIN itself, for the
+// shards that take it (a shard older than 0.7.16 ignores the comment: unclaimed); else a SELECT
+// after the BEGIN, a statement more.
+const claimSql = (gene, version, onBegin) => (onBegin
+  ? `/* id_gen.route_claim=${asGene(gene)},${BigInt(version)} */ BEGIN`
+  : `BEGIN; SELECT id_gen.route_claim(${asGene(gene)}, ${BigInt(version)})`);
+
+/**
+ * What the router knows of one shard's claim form: probed on the first claim there, forgotten
+ * when a connection to the shard was found lost (it may have restarted with another id_gen).
+ */
+class ShardProtocol {
+  constructor() {
+    this.known = false;
+    this.onBegin = false; // (when known) the claim goes on BEGIN
+    this.epoch = 0; // counts the forgets: what a probe begun in an older epoch found is not kept
+  }
+
+  learn(onBegin, epoch) {
+    if (epoch !== this.epoch) return;
+    this.known = true;
+    this.onBegin = onBegin;
+  }
+
+  forget() {
+    this.known = false;
+    this.epoch += 1;
+  }
+}
 
 class RouteTable {
   /** ranges: [[lower, upper, shard], ...] sorted by lower; version: a BigInt. */
@@ -73,6 +109,6 @@ const rereadsAfter = (code, attempt) => code === ROUTE_CHANGED || (code === ROUT
 const backoffDelay = (attempt, base, largest) => Math.min(base * 2 ** attempt, largest) * (0.5 + Math.random() / 2);
 
 module.exports = {
-  ROUTES_CHANNEL, ROUTES_SQL, EMPTY_ROUTES_VERSION_SQL, ROUTE_VERSION_SQL, declaredSql, claimSql,
-  RouteTable, targetGene, ownerParam, rereadsAfter, backoffDelay,
+  ROUTES_CHANNEL, ROUTES_SQL, EMPTY_ROUTES_VERSION_SQL, ROUTE_VERSION_SQL, ROUTING_PROTOCOL_SQL, declaredSql, claimSql,
+  claimsOnBegin, ShardProtocol, RouteTable, targetGene, ownerParam, rereadsAfter, backoffDelay,
 };

@@ -1,17 +1,20 @@
 'use strict';
 // A fake of the pg module for the Router's tests without a server: a coordinator (routes, a
-// version, NOTIFY to its listeners; it can be down) and shards (route_claim's IG001/IG002,
-// the declared route version, a read by owner, lost connections: a connect refused, a claim
-// or a COMMIT whose connection ends), as clients/python/tests/test_router_fake.py fakes them
-// for the Python client. Lost connections fail as pg reports them; a client whose connection
+// version, NOTIFY to its listeners; it can be down) and shards (the probe of their routing
+// protocol, '2' or, for a shard older than id_gen 0.7.16, NULL; the claim in both forms with
+// route_claim's IG001/IG002, ignored on BEGIN by an old shard; the declared route version, a
+// read by owner, lost connections: a connect refused, a probe, a claim or a COMMIT whose
+// connection ends), as clients/python/tests/test_router_fake.py fakes them for the Python
+// client. Lost connections fail as pg reports them; a client whose connection
 // ended fails every later query, and must be destroyed when it goes back to its pool.
 const { EventEmitter } = require('node:events');
 const { geneOf } = require('../lib/genes');
+const { ROUTING_PROTOCOL_SQL } = require('../lib/routes');
 
 const READ = 'SELECT amount FROM orders WHERE owner_id = $1'; // by owner: no id predicate
 
 function sqlError(code) {
-  return Object.assign(new Error(`fake ${code}`), { code });
+  return Object.assign(new Error(`fake ${code}`), { code, severity: 'ERROR' });
 }
 
 function connectionError() {
@@ -62,6 +65,9 @@ class Cluster {
     this.fences = 0;
     this.connectFails = 0; // the next connects to shard 'a' that fail,
     this.connectError = refusedError; // with this error (refused, by default)
+    this.oldShards = new Set(); // shards older than 0.7.16: the probe answers NULL, a claim on BEGIN is a plain BEGIN
+    this.probesLost = 0; // the next probes whose connection ends
+    this.probesFail = 0; // the next probes that fail with an error of the server's (42501)
     this.claimsLost = 0; // the next claims whose connection ends
     this.commitLost = false; // whether the next COMMIT's connection ends, unanswered
     this.commitTimesOut = false; // whether the next COMMIT gets no answer within query_timeout
@@ -158,6 +164,12 @@ class Cluster {
 
       statement(sql, params) {
         const coord = cluster.coord;
+        const claimOnBegin = /^\/\* id_gen\.route_claim=(\d+),(\d+) \*\/ BEGIN$/.exec(sql);
+        if (claimOnBegin) {
+          // (a claim that fails opens no transaction; an old shard ignores the comment)
+          if (!cluster.oldShards.has(this.shard)) this.claim(Number(claimOnBegin[1]), BigInt(claimOnBegin[2]));
+          sql = 'BEGIN';
+        }
         if (sql === 'BEGIN') {
           this.inBlock = true;
           this.failed = false;
@@ -185,21 +197,41 @@ class Cluster {
         }
       }
 
+      /** route_claim(gene, version), in either form: throws as it fails. */
+      claim(gene, version) {
+        if (cluster.claimsLost > 0) {
+          cluster.claimsLost -= 1;
+          throw this.lose(this.lostError());
+        }
+        if (cluster.fences > 0) {
+          cluster.fences -= 1;
+          throw sqlError('IG002');
+        }
+        if (cluster.coord.ownerOf(gene) !== this.shard || version < cluster.coord.version) throw sqlError('IG001');
+      }
+
+      lostError() {
+        const kind = LOST_CONNECTION_ERRORS[cluster.lostConnections % LOST_CONNECTION_ERRORS.length];
+        cluster.lostConnections += 1;
+        return kind();
+      }
+
       run(sql, params, coord) {
         if (this.failed) throw sqlError('25P02');
+        if (sql === ROUTING_PROTOCOL_SQL) {
+          if (cluster.probesLost > 0) {
+            cluster.probesLost -= 1;
+            throw this.lose(this.lostError());
+          }
+          if (cluster.probesFail > 0) {
+            cluster.probesFail -= 1;
+            throw sqlError('42501');
+          }
+          return { rows: [{ current_setting: cluster.oldShards.has(this.shard) ? null : '2' }], command: 'SELECT' };
+        }
         let m = /^SELECT id_gen\.route_claim\((\d+), (\d+)\)$/.exec(sql);
         if (m) {
-          if (cluster.claimsLost > 0) {
-            cluster.claimsLost -= 1;
-            const kind = LOST_CONNECTION_ERRORS[cluster.lostConnections % LOST_CONNECTION_ERRORS.length];
-            cluster.lostConnections += 1;
-            throw this.lose(kind());
-          }
-          if (cluster.fences > 0) {
-            cluster.fences -= 1;
-            throw sqlError('IG002');
-          }
-          if (coord.ownerOf(Number(m[1])) !== this.shard || BigInt(m[2]) < coord.version) throw sqlError('IG001');
+          this.claim(Number(m[1]), BigInt(m[2]));
           return { rows: [{ route_claim: coord.version }], command: 'SELECT' };
         }
         if (sql === READ) {
@@ -266,10 +298,20 @@ class Cluster {
     this.pg = { Client, Pool, types: { getTypeParser: () => (v) => v } };
   }
 
-  /** route_claim statements sent to every shard. */
+  /** What was sent to every shard, or to one. */
+  sent(shard) {
+    return Object.values(this.pools).filter((p) => shard === undefined || p.shard === shard)
+      .flatMap((p) => p.conns).flatMap((c) => c.log);
+  }
+
+  /** Claims sent to every shard, in either form. */
   claims() {
-    return Object.values(this.pools).flatMap((p) => p.conns).flatMap((c) => c.log)
-      .filter((s) => s.startsWith('BEGIN; SELECT id_gen.route_claim(')).length;
+    return this.sent().filter((s) => s.startsWith('/* id_gen.route_claim=') || s.startsWith('BEGIN; SELECT id_gen.route_claim(')).length;
+  }
+
+  /** Probes of the routing protocol sent to every shard. */
+  probes() {
+    return this.sent().filter((s) => s === ROUTING_PROTOCOL_SQL).length;
   }
 
   outstanding() {

@@ -1,7 +1,8 @@
 'use strict';
 // The Router against the fake of fake_pg.js, beyond the shared scenarios: 64-bit ids, a body
-// that swallowed an error, what is sent to a shard (nothing per session), route changes
-// heard, missed and polled, a coordinator down at the start, and lost shard connections.
+// that swallowed an error, what is sent to a shard (nothing per session), the claim on BEGIN or
+// the old one by the shard's probed routing protocol, route changes heard, missed and polled, a
+// coordinator down at the start, and lost shard connections.
 const test = require('node:test');
 const assert = require('node:assert/strict');
 const net = require('node:net');
@@ -10,6 +11,7 @@ const {
   Router, NoRouteError, RouteRetryExhausted, CommitOutcomeUnknownError,
 } = require('..');
 const { connectionLost } = require('../lib/errors');
+const { ROUTING_PROTOCOL_SQL, claimsOnBegin } = require('../lib/routes');
 const { Cluster, READ, sqlError } = require('./fake_pg');
 
 const ROUTES = [[32767, 'a'], [65535, 'b']];
@@ -64,12 +66,99 @@ test('a shard gets the version per transaction only: the claim, or the statement
   await withRouter({}, async (router, cluster) => {
     await router.transaction({ gene: 1 }, async (client) => client.query('SELECT 1'));
     await router.execute({ gene: 1 }, READ, ['1']);
-    const sent = Object.values(cluster.pools).flatMap((p) => p.conns).flatMap((c) => c.log);
+    const sent = cluster.sent();
     assert.deepEqual(sent, [
-      'BEGIN; SELECT id_gen.route_claim(1, 1)', 'SELECT 1', 'COMMIT',
+      ROUTING_PROTOCOL_SQL, '/* id_gen.route_claim=1,1 */ BEGIN', 'SELECT 1', 'COMMIT',
       `/* id_gen.route_version=1 */ ${READ}`,
     ]);
     assert.ok(!sent.some((s) => /^\s*SET /i.test(s)), 'no session SET');
+  });
+});
+
+test("the routing protocol's answer: 2 or more claims on BEGIN, anything else is the old form", () => {
+  for (const answer of ['2', '3', '10']) assert.ok(claimsOnBegin(answer), answer);
+  for (const answer of [null, '', '1', 'x', ' 2', '2.0']) assert.ok(!claimsOnBegin(answer), String(answer));
+});
+
+const commitNothing = async () => null;
+
+test('a new shard takes the claim on BEGIN, probed once for many transactions', async () => {
+  await withRouter({}, async (router, cluster) => {
+    for (let i = 0; i < 5; i += 1) await router.transaction({ gene: 1 }, commitNothing);
+    const sent = cluster.sent();
+    assert.deepEqual(sent.slice(0, 5), [
+      ROUTING_PROTOCOL_SQL, '/* id_gen.route_claim=1,1 */ BEGIN', 'COMMIT', '/* id_gen.route_claim=1,1 */ BEGIN', 'COMMIT',
+    ]);
+    assert.equal(sent.length, 11);
+    await router.transaction({ gene: 40000 }, commitNothing);
+    assert.equal(cluster.probes(), 2, 'one probe per shard');
+  });
+});
+
+test('an old shard (its probe answers NULL) gets the old claim', async () => {
+  await withRouter({}, async (router, cluster) => {
+    cluster.oldShards.add('a');
+    for (let i = 0; i < 2; i += 1) await router.transaction({ gene: 1 }, commitNothing);
+    assert.deepEqual(cluster.sent(), [
+      ROUTING_PROTOCOL_SQL, 'BEGIN; SELECT id_gen.route_claim(1, 1)', 'COMMIT', 'BEGIN; SELECT id_gen.route_claim(1, 1)', 'COMMIT',
+    ]);
+    cluster.coord.change([[65535, 'b']], false); // (the old claim still finds a stale route)
+    await router.transaction({ gene: 1 }, commitNothing);
+    assert.equal(router.stats.retriesMoved, 1);
+  });
+});
+
+test('a probe that fails with an error of the server means the old claim, and is kept so', async () => {
+  await withRouter({}, async (router, cluster) => {
+    cluster.probesFail = 1;
+    for (let i = 0; i < 2; i += 1) await router.transaction({ gene: 1 }, commitNothing);
+    assert.deepEqual(cluster.sent(), [
+      ROUTING_PROTOCOL_SQL, 'BEGIN; SELECT id_gen.route_claim(1, 1)', 'COMMIT', 'BEGIN; SELECT id_gen.route_claim(1, 1)', 'COMMIT',
+    ]);
+  });
+});
+
+test('after a lost connection the shard is probed again', async () => {
+  await withRouter({}, async (router, cluster) => {
+    await router.transaction({ gene: 1 }, commitNothing);
+    cluster.claimsLost = 1;
+    await router.transaction({ gene: 1 }, commitNothing);
+    assert.deepEqual([cluster.probes(), router.stats.retriesLost], [2, 1], 'after a claim lost');
+    // The shard restarts with an older id_gen: refused meanwhile, then probed and claimed so.
+    cluster.oldShards.add('a');
+    cluster.connectFails = 1;
+    await router.transaction({ gene: 1 }, commitNothing);
+    assert.deepEqual(cluster.sent().slice(-3), [ROUTING_PROTOCOL_SQL, 'BEGIN; SELECT id_gen.route_claim(1, 1)', 'COMMIT']);
+    // Refused again, back on the newer id_gen, and lost under the probe: retried as at the claim.
+    cluster.oldShards.delete('a');
+    cluster.connectFails = 1;
+    cluster.probesLost = 1;
+    await router.transaction({ gene: 1 }, commitNothing);
+    assert.deepEqual([cluster.probes(), router.stats.retriesLost], [5, 4], 'after a probe lost');
+    await router.transaction({ gene: 1 }, commitNothing);
+    assert.deepEqual(cluster.sent().slice(-2), ['/* id_gen.route_claim=1,1 */ BEGIN', 'COMMIT']);
+    assert.equal(cluster.probes(), 5);
+    assert.equal(cluster.pools.a.deadReturnedIdle, 0);
+  });
+});
+
+test('an idle connection the pool dropped as broken makes the shard probed again', async () => {
+  await withRouter({}, async (router, cluster) => {
+    await router.transaction({ gene: 1 }, commitNothing);
+    cluster.pools.a.emit('error', new Error('fake: terminating connection'), null); // (as pg-pool for an idle client)
+    await router.transaction({ gene: 1 }, commitNothing);
+    assert.equal(cluster.probes(), 2);
+  });
+});
+
+test('a claim on BEGIN refused (IG001) is retried on the new owner', async () => {
+  await withRouter({}, async (router, cluster) => {
+    cluster.coord.change([[65535, 'b']], false); // (gene 1 moved to b, unseen)
+    assert.equal(await router.transaction({ gene: 1 }, async (client) => client.shard), 'b');
+    // (the ROLLBACK after the failed claim finds no transaction: harmless, as on a server)
+    assert.deepEqual(cluster.sent('a'), [ROUTING_PROTOCOL_SQL, '/* id_gen.route_claim=1,1 */ BEGIN', 'ROLLBACK']);
+    assert.deepEqual(cluster.sent('b'), [ROUTING_PROTOCOL_SQL, '/* id_gen.route_claim=1,2 */ BEGIN', 'COMMIT']);
+    assert.deepEqual([router.stats.retriesMoved, router.stats.transactions, cluster.pools.a.destroyed], [1, 1, 0]);
   });
 });
 

@@ -17,6 +17,11 @@ Invariants:
 * `shard_timeout` also bounds a shard pool's wait for a free connection (the pool's
   `timeout`, unless pool_kwargs sets one) and its connects (`connect_timeout`, unless the
   DSN, PGCONNECT_TIMEOUT or pool_kwargs sets one): `shard_pool_args`.
+* The claim goes on BEGIN as a comment (`claim_sql`) only to a shard whose probe
+  (ROUTING_PROTOCOL_SQL) said it reads it: a shard before 0.7.16 ignores the comment, and
+  its transaction would then run unclaimed. What a shard pool's probe said is held in
+  `_claims_on_begin` until a connection of that pool comes back lost (a restart may have
+  changed the shard's library).
 """
 from __future__ import annotations
 
@@ -49,6 +54,10 @@ EMPTY_ROUTES_VERSION_SQL = ("SELECT id_gen.route_version() "
 # The version alone, for the poll that catches a route change whose notification was lost
 # (or that a pooler kept from the listener).
 ROUTE_VERSION_SQL = "SELECT id_gen.route_version()"
+# A shard's routing protocol: '2' (or more) from id_gen 0.7.16 on, where the claim may ride on
+# BEGIN as a comment; NULL on an older shard, which has no such setting.
+ROUTING_PROTOCOL_SQL = "SELECT pg_catalog.current_setting('id_gen.routing_protocol', true)"
+CLAIM_ON_BEGIN_PROTOCOL = 2
 OWNER_CASTS = ((bool, None), (int, "bigint"), (str, "text"), (uuid.UUID, "uuid"))
 LISTEN_POLL_SECONDS = 0.5
 # Route reads must not hang the callers that wait for them (a coordinator that stopped
@@ -106,6 +115,9 @@ class RouteLookups:
         self.stats = {"transactions": 0, "retries_moved": 0, "retries_fenced": 0, "retries_lost": 0,
                       "refreshes": 0}
         self._table = RouteTable((), 0)
+        # shard pool -> whether its shard takes the claim on BEGIN (its probe's answer); a
+        # pool missing here is probed before its next claim
+        self._claims_on_begin: Dict[Any, bool] = {}
         self._reloads_begun = 0  # reloads numbered in the order they began
         self._last_good_reload = 0  # the number of the last reload that succeeded
 
@@ -154,6 +166,27 @@ def declared_query(version: int, query: Any) -> Any:
     if isinstance(query, sql.Composable):
         return sql.SQL(prefix) + query
     raise TypeError(f"id_gen_client: a query is a str, bytes or psycopg.sql.Composable, not {type(query).__name__}")
+
+
+def claims_on_begin(setting: Optional[str]) -> bool:
+    """Whether a shard whose id_gen.routing_protocol reads `setting` (the probe's answer;
+    None on a shard without the setting) takes the claim as a comment on BEGIN. What does not
+    parse as a number is an old shard's answer: the claim then goes as a statement, which
+    every shard takes."""
+    try:
+        return setting is not None and int(setting) >= CLAIM_ON_BEGIN_PROTOCOL
+    except ValueError:
+        return False
+
+
+def claim_sql(g: int, version: int, on_begin: bool) -> str:
+    """The claim of gene g at route `version` with the BEGIN of its transaction, in one
+    simple-protocol message: a comment on BEGIN (`on_begin`: routing protocol 2, no
+    statement of its own), or BEGIN and a SELECT of id_gen.route_claim."""
+    if on_begin:
+        return f"/* id_gen.route_claim={int(g)},{int(version)} */ BEGIN"
+    return f"BEGIN; SELECT id_gen.route_claim({int(g)}, {int(version)})"
+
 
 def shard_pool_args(pool_args: Mapping[str, Any], dsn: str, shard: str, shard_timeout: float) -> Dict[str, Any]:
     """The arguments of a shard's pool (ConnectionPool or AsyncConnectionPool, without

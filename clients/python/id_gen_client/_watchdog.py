@@ -1,8 +1,8 @@
 """The bound on what a router sends to a shard and waits for there (`shard_timeout`): the
-claim, COMMIT, ROLLBACK and `execute`'s statement. A shard that stops answering while its
-kernel still acknowledges TCP (a process stopped with SIGSTOP, a frozen VM) defeats
-keepalives and tcp_user_timeout, and libpq's PQexec, which sends the claim and COMMIT,
-cannot be interrupted from Python.
+probe of its routing protocol, the claim, COMMIT, ROLLBACK and `execute`'s statement. A
+shard that stops answering while its kernel still acknowledges TCP (a process stopped with
+SIGSTOP, a frozen VM) defeats keepalives and tcp_user_timeout, and libpq's PQexec, which
+sends the claim and COMMIT, cannot be interrupted from Python.
 
 How: a guarded block holds a duplicate of its connection's socket descriptor; if the block
 is still running at its deadline, that socket is shut down (shutdown(2), SHUT_RDWR, on the

@@ -10,8 +10,9 @@ docs/routing-protocol.md.
 Invariants, beside those of router.py: no lock is held across an await except the one that
 serialises route reloads; the listener is one task, cancelled by `close()`; every wait on a
 server is bounded (connect_timeout, statement_timeout on the coordinator, the pools'
-timeouts, and `shard_timeout` for the claim, COMMIT, ROLLBACK and `execute`'s statement). A
-shard silent for shard_timeout gets its socket shut down by a timer of the loop
+timeouts, and `shard_timeout` for the probe of a shard's routing protocol, the claim, COMMIT,
+ROLLBACK and `execute`'s statement). A shard silent for shard_timeout gets its socket shut
+down by a timer of the loop
 (_watchdog.AsyncGuard), never by cancelling the awaiting task: psycopg answers a
 cancellation with a cancel request to the server and a wait for the query to end, which a
 frozen server would not answer. Needs psycopg >= 3.2 (AsyncConnection.notifies(timeout=...)).
@@ -32,7 +33,7 @@ from ._routes import (COORDINATOR_CONNECT, EMPTY_ROUTES_VERSION_SQL,
                       LISTEN_POLL_SECONDS, ROUTE_VERSION_SQL, ROUTES_CHANNEL, ROUTES_SQL, Owner, RouteLookups, RouteTable,
                       shard_pool_args, target_gene)
 from ._watchdog import AsyncGuard
-from .errors import NoRouteError
+from .errors import NoRouteError, connection_lost
 
 T = TypeVar("T")
 AsyncConn = psycopg.AsyncConnection[Any]
@@ -44,10 +45,10 @@ class AsyncRouter(RouteLookups):
 
     The arguments are Router's (pool_kwargs go to psycopg_pool.AsyncConnectionPool),
     shard_timeout too (seconds, default 60): it bounds a free connection from the pool
-    (PoolTimeout, raised), a connect, the claim, COMMIT, ROLLBACK and `execute`'s statement;
-    a shard silent that long is a lost connection (ShardTimeout, the connection closed): the
-    claim is retried, COMMIT or `execute`'s statement raises CommitOutcomeUnknown. The
-    body's own statements are not bounded by it."""
+    (PoolTimeout, raised), a connect, the probe, the claim, COMMIT, ROLLBACK and `execute`'s
+    statement; a shard silent that long is a lost connection (ShardTimeout, the connection
+    closed): the probe and the claim are retried, COMMIT or `execute`'s statement raises
+    CommitOutcomeUnknown. The body's own statements are not bounded by it."""
 
     def __init__(self, routes_dsn: str, shards: Mapping[str, str], *, min_size: int = 1,
                  max_size: int = 8, retry_limit: int = 20, backoff_base: float = 0.005,
@@ -242,7 +243,7 @@ class AsyncRouter(RouteLookups):
                 raise _routes.attempt_failure(e, "commit", False)
             self.stats["transactions"] += 1
         finally:
-            await pool.putconn(conn)
+            await self._give_back(pool, conn)
 
     async def _retrying(self, g: int, what: str,
                         once: Callable[[RouteTable, AsyncConnectionPool[Any], AsyncConn], Awaitable[T]]) -> T:
@@ -264,14 +265,29 @@ class AsyncRouter(RouteLookups):
         async def once(table: RouteTable, pool: AsyncConnectionPool[Any],
                        conn: AsyncConn) -> Tuple[AsyncConnectionPool[Any], AsyncConn]:
             try:
-                with AsyncGuard(conn, "the claim", t, strict=True):
-                    await _simple(conn, _claim_sql(g, table.version))
+                await self._send_claim(pool, conn, g, table.version)
             except BaseException as e:
                 await _rollback_quietly(conn, t)
-                await pool.putconn(conn)
+                await self._give_back(pool, conn)
                 raise _routes.attempt_failure(e, "claim", False)
             return pool, conn
         return await self._retrying(g, "no shard accepted the claim in", once)
+
+    async def _send_claim(self, pool: AsyncConnectionPool[Any], conn: AsyncConn, g: int, version: int) -> None:
+        """As Router._send_claim: the claim in the form the pool's shard takes, probed on
+        this connection when not known."""
+        on_begin = self._claims_on_begin.get(pool)
+        if on_begin is None:
+            on_begin = self._claims_on_begin[pool] = await _probe_claims_on_begin(conn, self.shard_timeout)
+        with AsyncGuard(conn, "the claim", self.shard_timeout, strict=True):
+            await _simple(conn, _routes.claim_sql(g, version, on_begin))
+
+    async def _give_back(self, pool: AsyncConnectionPool[Any], conn: AsyncConn) -> None:
+        """As Router._give_back: a connection that was lost makes its shard's claim form
+        unknown again."""
+        if conn.closed:
+            self._claims_on_begin.pop(pool, None)
+        await pool.putconn(conn)
 
     async def _call(self, body: Body[T], g: int, retry_body: bool) -> T:
         t = self.shard_timeout
@@ -279,8 +295,7 @@ class AsyncRouter(RouteLookups):
         async def once(table: RouteTable, pool: AsyncConnectionPool[Any], conn: AsyncConn) -> T:
             phase = "claim"
             try:
-                with AsyncGuard(conn, "the claim", t, strict=True):
-                    await _simple(conn, _claim_sql(g, table.version))
+                await self._send_claim(pool, conn, g, table.version)
                 phase = "body"
                 result = await body(conn)
                 phase = "commit"
@@ -294,7 +309,7 @@ class AsyncRouter(RouteLookups):
                 await _rollback_quietly(conn, t)
                 raise e if ended else _routes.attempt_failure(e, phase, retry_body)
             finally:
-                await pool.putconn(conn)
+                await self._give_back(pool, conn)
         return await self._retrying(g, "the route kept changing for", once)
 
     async def execute(self, query: Any, params: Optional[Sequence[Any]] = None, *,
@@ -315,7 +330,7 @@ class AsyncRouter(RouteLookups):
             except BaseException as e:
                 raise _routes.attempt_failure(e, "statement", True)
             finally:
-                await pool.putconn(conn)
+                await self._give_back(pool, conn)
         return await self._retrying(target_gene(owner, id, gene), "the route kept changing for", once)
 
     async def next_id(self, sequence: str, owner: Owner) -> int:
@@ -375,8 +390,17 @@ class AsyncRouter(RouteLookups):
             await self._drop_routes_conn()
 
 
-def _claim_sql(g: int, version: int) -> str:
-    return f"BEGIN; SELECT id_gen.route_claim({int(g)}, {int(version)})"
+async def _probe_claims_on_begin(conn: AsyncConn, timeout: float) -> bool:
+    """As router._probe_claims_on_begin: the shard's routing protocol, read in autocommit
+    (bounded by timeout); a lost connection is raised, any other error answers no."""
+    try:
+        with AsyncGuard(conn, "the probe of the routing protocol", timeout, strict=True):
+            row = await (await conn.execute(_routes.ROUTING_PROTOCOL_SQL, prepare=False)).fetchone()
+    except psycopg.Error as e:
+        if connection_lost(e):
+            raise
+        return False
+    return _routes.claims_on_begin(row[0] if row is not None else None)
 
 
 async def _simple(conn: AsyncConn, sql: str) -> None:

@@ -36,10 +36,11 @@ class CommitOutcomeUnknown(RoutingError):
 
 
 class ShardTimeout(psycopg.OperationalError):
-    """A shard did not answer within the router's `shard_timeout` (the claim, COMMIT,
-    ROLLBACK or `execute`'s statement): the router shut the connection down and closed it.
-    Not a RoutingError but a lost connection (an OperationalError without SQLSTATE): retried
-    when no COMMIT was sent, the __cause__ of CommitOutcomeUnknown after."""
+    """A shard did not answer within the router's `shard_timeout` (the probe of its routing
+    protocol, the claim, COMMIT, ROLLBACK or `execute`'s statement): the router shut the
+    connection down and closed it. Not a RoutingError but a lost connection (an
+    OperationalError without SQLSTATE): retried when no COMMIT was sent, the __cause__ of
+    CommitOutcomeUnknown after."""
 
 
 def sqlstate_of(error: BaseException) -> "str | None":

@@ -21,18 +21,21 @@ Invariants it keeps:
   it was routed by.
 * The listener connection LISTENs on id_gen_routes before any route read, so no committed
   route change after a read goes unnoticed; after it reconnects it re-reads the routes.
-* Every transaction on a shard starts with `BEGIN; SELECT id_gen.route_claim(g, v)` in one
-  simple-protocol message. A re-read that fails (the coordinator down) does not end the
-  retries; only retry_limit does. A body that raised is never reported committed, and a
-  body whose COMMIT succeeded is never run again.
+* Every transaction on a shard starts with the claim in one simple-protocol message:
+  `/* id_gen.route_claim=g,v */ BEGIN` on a shard of routing protocol 2 (id_gen 0.7.16 on),
+  else `BEGIN; SELECT id_gen.route_claim(g, v)`. Which one a shard takes, its pool learns
+  from a probe (`_routes.ROUTING_PROTOCOL_SQL`, in autocommit) before its first claim, and
+  again after one of its connections came back lost. A re-read that fails (the coordinator
+  down) does not end the retries; only retry_limit does. A body that raised is never
+  reported committed, and a body whose COMMIT succeeded is never run again.
 * `execute` sends its statement with the route version in a leading comment
   (`/* id_gen.route_version=v */`), in autocommit: one statement, so a transaction-mode
   pooler (PgBouncer) has nothing to keep together. Nothing is declared per connection.
 * Every connection taken from a pool goes back to it, idle (rolled back) or broken.
 * What the router sends to a shard or waits for there is bounded by `shard_timeout`: a free
-  connection from the pool (and each connect), the claim, COMMIT, ROLLBACK and `execute`'s
-  statement (the body's own statements are the caller's). A shard silent that long (a
-  frozen process whose kernel still acknowledges TCP) gets its socket shut down by the
+  connection from the pool (and each connect), the probe, the claim, COMMIT, ROLLBACK and
+  `execute`'s statement (the body's own statements are the caller's). A shard silent that
+  long (a frozen process whose kernel still acknowledges TCP) gets its socket shut down by the
   router's watchdog thread (_watchdog.py): the connection is discarded and the wait ends as
   a lost connection (ShardTimeout): retried before COMMIT was sent, CommitOutcomeUnknown
   after it (or after `execute`'s statement was sent). No free connection in time is
@@ -58,7 +61,7 @@ from ._routes import (COORDINATOR_CONNECT, EMPTY_ROUTES_VERSION_SQL,
                       LISTEN_POLL_SECONDS, ROUTE_VERSION_SQL, ROUTES_CHANNEL, ROUTES_SQL, Owner, RouteLookups,
                       RouteTable, shard_pool_args, target_gene)
 from ._watchdog import Watchdog
-from .errors import NoRouteError
+from .errors import NoRouteError, connection_lost
 
 T = TypeVar("T")
 Conn = psycopg.Connection[Any]
@@ -77,11 +80,12 @@ class Router(RouteLookups):
     shard_timeout (seconds, default 60): the longest the router waits on a shard for what it
     sends itself: a free connection from the pool (psycopg_pool's PoolTimeout after it, not
     retried; pool_kwargs' own `timeout` takes its place there), a connect (the connections'
-    connect_timeout, unless the DSN, PGCONNECT_TIMEOUT or pool_kwargs sets one), the claim,
-    COMMIT, ROLLBACK and `execute`'s statement. A shard silent that long is a lost
-    connection (ShardTimeout; the connection is closed): the claim is retried, COMMIT or
-    `execute`'s statement raises CommitOutcomeUnknown. The body's own statements are not
-    bounded by it (use statement_timeout, or the caller's own bound)."""
+    connect_timeout, unless the DSN, PGCONNECT_TIMEOUT or pool_kwargs sets one), the probe of
+    the shard's routing protocol, the claim, COMMIT, ROLLBACK and `execute`'s statement. A
+    shard silent that long is a lost connection (ShardTimeout; the connection is closed):
+    the probe and the claim are retried, COMMIT or `execute`'s statement raises
+    CommitOutcomeUnknown. The body's own statements are not bounded by it (use
+    statement_timeout, or the caller's own bound)."""
 
     def __init__(self, routes_dsn: str, shards: Mapping[str, str], *, min_size: int = 1,
                  max_size: int = 8, retry_limit: int = 20, backoff_base: float = 0.005,
@@ -304,7 +308,7 @@ class Router(RouteLookups):
                 raise _routes.attempt_failure(e, "commit", False)
             self._count("transactions")
         finally:
-            pool.putconn(conn)
+            self._give_back(pool, conn)
 
     def _retrying(self, g: int, what: str, once: Callable[[RouteTable, ConnectionPool[Any], Conn], T]) -> T:
         """The one retry loop: once(routes, pool, connection) on gene g's shard by the
@@ -329,8 +333,7 @@ class Router(RouteLookups):
         def once(table: RouteTable, pool: ConnectionPool[Any], conn: Conn) -> T:
             phase = "claim"
             try:
-                with wd.guard(conn, "the claim", strict=True):
-                    _simple(conn, _claim_sql(g, table.version))
+                self._send_claim(pool, conn, g, table.version)
                 phase = "body"
                 result = body(conn)
                 phase = "commit"
@@ -344,7 +347,7 @@ class Router(RouteLookups):
                 _rollback_quietly(conn, wd)
                 raise e if ended else _routes.attempt_failure(e, phase, retry_body)
             finally:
-                pool.putconn(conn)
+                self._give_back(pool, conn)
         return self._retrying(g, "the route kept changing for", once)
 
     def execute(self, query: Any, params: Optional[Sequence[Any]] = None, *, owner: Optional[Owner] = None,
@@ -368,7 +371,7 @@ class Router(RouteLookups):
             except psycopg.Error as e:
                 raise _routes.attempt_failure(e, "statement", True)
             finally:
-                pool.putconn(conn)
+                self._give_back(pool, conn)
         return self._retrying(target_gene(owner, id, gene), "the route kept changing for", once)
 
     def next_id(self, sequence: str, owner: Owner) -> int:
@@ -403,14 +406,30 @@ class Router(RouteLookups):
 
         def once(table: RouteTable, pool: ConnectionPool[Any], conn: Conn) -> Tuple[ConnectionPool[Any], Conn]:
             try:
-                with wd.guard(conn, "the claim", strict=True):
-                    _simple(conn, _claim_sql(g, table.version))
+                self._send_claim(pool, conn, g, table.version)
             except BaseException as e:
                 _rollback_quietly(conn, wd)
-                pool.putconn(conn)
+                self._give_back(pool, conn)
                 raise _routes.attempt_failure(e, "claim", False)
             return pool, conn
         return self._retrying(g, "no shard accepted the claim in", once)
+
+    def _send_claim(self, pool: ConnectionPool[Any], conn: Conn, g: int, version: int) -> None:
+        """Opens the transaction with the claim of gene g at `version`, in the form the
+        pool's shard takes (`_routes.claim_sql`), probed on this connection when not known."""
+        on_begin = self._claims_on_begin.get(pool)
+        if on_begin is None:
+            on_begin = self._claims_on_begin[pool] = _probe_claims_on_begin(conn, self._watchdog)
+        with self._watchdog.guard(conn, "the claim", strict=True):
+            _simple(conn, _routes.claim_sql(g, version, on_begin))
+
+    def _give_back(self, pool: ConnectionPool[Any], conn: Conn) -> None:
+        """Returns the connection to its pool (which discards it when broken). One that was
+        lost makes its shard's claim form unknown again: a restart may have changed the
+        shard's library, so the next claim there probes first."""
+        if conn.closed:
+            self._claims_on_begin.pop(pool, None)
+        pool.putconn(conn)
 
     def _after_route_error(self, code: str, attempt: int, retries: int,
                            refresh_error: Optional[BaseException]) -> Optional[BaseException]:
@@ -459,9 +478,19 @@ class Router(RouteLookups):
         self.close()
 
 
-def _claim_sql(g: int, version: int) -> str:
-    """BEGIN and the claim in one simple-protocol message: one round trip, as a BEGIN."""
-    return f"BEGIN; SELECT id_gen.route_claim({int(g)}, {int(version)})"
+def _probe_claims_on_begin(conn: Conn, wd: Watchdog) -> bool:
+    """Whether the connection's shard takes the claim on BEGIN: its routing protocol, read in
+    autocommit (bounded by the watchdog). A lost connection is raised (retried as a claim
+    that found it lost); any other error answers no, as the claim as a statement is taken
+    by every shard."""
+    try:
+        with wd.guard(conn, "the probe of the routing protocol", strict=True):
+            row = conn.execute(_routes.ROUTING_PROTOCOL_SQL, prepare=False).fetchone()
+    except psycopg.Error as e:
+        if connection_lost(e):
+            raise
+        return False
+    return _routes.claims_on_begin(row[0] if row is not None else None)
 
 
 def _commit(conn: Conn, wd: Watchdog) -> None:

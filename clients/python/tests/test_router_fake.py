@@ -1,6 +1,7 @@
 """Router logic without a server: psycopg.connect and ConnectionPool are replaced by fakes
-of a coordinator (routes, version, NOTIFY; it can be down) and of shards (route_claim's
-IG001/IG002, the declared route version, optionally behind a transaction-mode pooler)."""
+of a coordinator (routes, version, NOTIFY; it can be down) and of shards (the probe of their
+routing protocol, the claim in both forms with its IG001/IG002, the declared route version,
+optionally behind a transaction-mode pooler)."""
 import os
 import re
 import types
@@ -17,6 +18,26 @@ import id_gen_client.router as router_module
 from id_gen_client import _routes
 from id_gen_client import (ROUTE_CHANGED, ROUTE_FENCED, NoRouteError, RouteRetryExhausted,
                            Router, RoutingError, gene)
+
+
+# The probe of a shard's routing protocol, and the claim in either form (routing protocol 2:
+# a comment on BEGIN; every shard: BEGIN and a SELECT of route_claim), as a shard reads them.
+PROBE = "SELECT pg_catalog.current_setting('id_gen.routing_protocol', true)"
+CLAIM_ON_BEGIN = re.compile(r"/\* id_gen\.route_claim=(\d+),(\d+) \*/ BEGIN")
+CLAIM_STATEMENT = re.compile(r"SELECT id_gen\.route_claim\((\d+), (\d+)\)")
+
+
+def claim_on_begin(g, version):
+    return f"/* id_gen.route_claim={g},{version} */ BEGIN"
+
+
+def claim_statement(g, version):
+    return f"BEGIN; SELECT id_gen.route_claim({g}, {version})"
+
+
+def is_claim(sent):
+    """Whether a message a shard connection received is a claim, in either form."""
+    return bool(CLAIM_ON_BEGIN.fullmatch(sent) or sent.startswith("BEGIN; SELECT id_gen.route_claim("))
 
 
 def sql_error(code):
@@ -215,25 +236,31 @@ class ShardConn:
         if sql == "BEGIN":
             self.in_block = True
             return Result()
+        if sql == PROBE:
+            cluster.probes[self.shard] = cluster.probes.get(self.shard, 0) + 1
+            if cluster.probe_lost:
+                cluster.probe_lost -= 1
+                raise lost_connection(self)
+            if cluster.probe_error:
+                raise cluster.probe_error
+            return Result([(cluster.routing_protocol_of(self.shard),)], description=[("current_setting",)])
+        m = CLAIM_ON_BEGIN.fullmatch(sql)
+        if m:
+            # From 0.7.16 on, BEGIN then the claim: a claim refused leaves no transaction open.
+            # An older shard reads a comment, and a plain BEGIN.
+            if cluster.routing_protocol_of(self.shard) is not None:
+                self._claim(int(m[1]), int(m[2]))
+            self.in_block = True
+            return Result()
         if sql in ("COMMIT", "ROLLBACK"):
             self.in_block = False
             if sql == "COMMIT" and cluster.commit_lost:
                 cluster.commit_lost = False
                 raise lost_connection(self)
             return Result()
-        m = re.fullmatch(r"SELECT id_gen\.route_claim\((\d+), (\d+)\)", sql)
+        m = CLAIM_STATEMENT.fullmatch(sql)
         if m:
-            g, v = int(m[1]), int(m[2])
-            if cluster.fences:
-                cluster.fences -= 1
-                raise sql_error(ROUTE_FENCED)
-            if cluster.claim_error:
-                raise cluster.claim_error
-            if cluster.claim_lost:
-                cluster.claim_lost -= 1
-                raise lost_connection(self, "57P01")
-            if coord.owner_of(g) != self.shard or v < coord.version:
-                raise sql_error(ROUTE_CHANGED)
+            self._claim(int(m[1]), int(m[2]))
             return Result([(coord.version,)])
         m = re.fullmatch(r"SET id_gen\.route_version = (\d+)", sql)
         if m:
@@ -257,6 +284,21 @@ class ShardConn:
             return Result([(12345,)])
         return Result()
 
+    def _claim(self, g, v):
+        """route_claim(g, v), in either form: IG002 while fenced, the errors injected at the
+        claim, IG001 for a gene this shard does not own or a stale version."""
+        cluster, coord = self.cluster, self.cluster.coord
+        if cluster.fences:
+            cluster.fences -= 1
+            raise sql_error(ROUTE_FENCED)
+        if cluster.claim_error:
+            raise cluster.claim_error
+        if cluster.claim_lost:
+            cluster.claim_lost -= 1
+            raise lost_connection(self, "57P01")
+        if coord.owner_of(g) != self.shard or v < coord.version:
+            raise sql_error(ROUTE_CHANGED)
+
 
 class Cluster:
     def __init__(self, uppers):
@@ -265,6 +307,11 @@ class Cluster:
         # Lost connections (clients/protocol-scenarios.json): connects to shard "a" refused,
         # claims that find the connection ended, the first COMMIT without an answer.
         self.connect_fails, self.claim_lost, self.commit_lost = 0, 0, False
+        # Shard -> its id_gen.routing_protocol: '2' unless set here; None for a shard before
+        # 0.7.16, which has no such setting and ignores a claim on BEGIN. Probes served per
+        # shard; the next N probes find the connection lost; an error every probe raises.
+        self.routing_protocol = {}
+        self.probes, self.probe_lost, self.probe_error = {}, 0, None
         self.last_read_shard = None  # the shard of the last read by owner that found rows
         self.pools = {}
         self.transaction_pooling = False
@@ -276,6 +323,9 @@ class Cluster:
             raise psycopg.OperationalError("fake: connection refused")
         self.coord.connects += 1
         return CoordinatorConn(self.coord)
+
+    def routing_protocol_of(self, shard):
+        return self.routing_protocol.get(shard, "2")
 
     def pooler_session(self, shard):
         sessions = self.sessions.setdefault(shard, [ServerSession(), ServerSession()])
@@ -362,7 +412,7 @@ class RouterTest(unittest.TestCase):
         owner = self.owner_on("b")
         with r.claim(owner=owner) as conn:
             conn.execute("INSERT")
-        self.assertEqual(conn.log, [f"BEGIN; SELECT id_gen.route_claim({gene(owner)}, 1)", "INSERT", "COMMIT"])
+        self.assertEqual(conn.log, [PROBE, claim_on_begin(gene(owner), 1), "INSERT", "COMMIT"])
         self.assertEqual(self.cluster.pools["b"].out, 0)
         self.assertEqual(r.stats["transactions"], 1)
 
@@ -372,7 +422,7 @@ class RouterTest(unittest.TestCase):
             cm = r.transaction(gene=1)
         with cm as conn:
             conn.execute("X")
-        self.assertEqual(conn.log, ["BEGIN; SELECT id_gen.route_claim(1, 1)", "X", "COMMIT"])
+        self.assertEqual(conn.log, [PROBE, claim_on_begin(1, 1), "X", "COMMIT"])
 
     def test_exactly_one_target(self):
         r = self.router()
@@ -382,15 +432,101 @@ class RouterTest(unittest.TestCase):
                     pass
 
     def test_stale_routes_refresh_and_retry(self):
+        """IG001 from the claim on shard a, then the claim on b at the new version commits;
+        a claim refused on BEGIN left no transaction to roll back."""
+        for protocol in ("2", None):
+            with self.subTest(routing_protocol=protocol):
+                self.setUp()
+                self.cluster.routing_protocol = {"a": protocol, "b": protocol}
+                r = self.router()
+                owner = self.owner_on("a")
+                g = gene(owner)
+                self.cluster.coord.change([(65535, "b")])  # unseen: listen=False
+                with r.claim(owner=owner) as conn:
+                    pass
+                self.assertEqual(conn.shard, "b")
+                refused = self.cluster.pools["a"].conns[0]
+                if protocol is None:
+                    self.assertEqual(refused.log, [PROBE, claim_statement(g, 1), "ROLLBACK"])
+                    self.assertEqual(conn.log, [PROBE, claim_statement(g, 2), "COMMIT"])
+                else:
+                    self.assertEqual(refused.log, [PROBE, claim_on_begin(g, 1)])
+                    self.assertEqual(conn.log, [PROBE, claim_on_begin(g, 2), "COMMIT"])
+                self.assertFalse(refused.in_block)
+                self.assertEqual((r.stats["retries_moved"], r.stats["refreshes"], r.version), (1, 2, 2))
+                self.assertEqual(self.cluster.pools["a"].out + self.cluster.pools["b"].out, 0)
+
+    def test_a_new_shard_is_probed_once_and_takes_the_claim_on_begin(self):
         r = self.router()
-        owner = self.owner_on("a")
-        self.cluster.coord.change([(65535, "b")])  # unseen: listen=False
-        with r.claim(owner=owner) as conn:
-            pass
-        self.assertEqual(conn.shard, "b")
-        self.assertEqual(self.cluster.pools["a"].conns[0].log[-1], "ROLLBACK")
-        self.assertEqual((r.stats["retries_moved"], r.stats["refreshes"], r.version), (1, 2, 2))
-        self.assertEqual(self.cluster.pools["a"].out + self.cluster.pools["b"].out, 0)
+        for i in range(5):
+            self.assertEqual(r.transaction(lambda conn: conn.shard, gene=1), "a")
+            r.execute("UPDATE", gene=1)  # (execute claims nothing: no probe either)
+        sent = [s for c in self.cluster.pools["a"].conns for s in c.log]
+        self.assertEqual(self.cluster.probes, {"a": 1})
+        self.assertEqual(sent[0], PROBE)
+        self.assertEqual([s for s in sent if is_claim(s)], ["/* id_gen.route_claim=1,1 */ BEGIN"] * 5)
+        self.assertEqual(r.stats["transactions"], 10)
+
+    def test_an_old_shard_gets_the_claim_as_a_statement(self):
+        # No setting (before 0.7.16), or one that does not say 2 or more: the old form.
+        for setting in (None, "1", "", "two"):
+            with self.subTest(routing_protocol=setting):
+                self.setUp()
+                self.cluster.routing_protocol = {"a": setting}
+                r = self.router()
+                for _ in range(3):
+                    with r.claim(gene=1) as conn:
+                        conn.execute("X")
+                    self.assertEqual(conn.log[-3:], [claim_statement(1, 1), "X", "COMMIT"])
+                self.assertEqual(self.cluster.probes, {"a": 1})
+                self.assertEqual(r.stats["transactions"], 3)
+        self.assertEqual([_routes.claims_on_begin(s) for s in ("2", "3", " 2", "1", "0", "", "x", None)],
+                         [True, True, True, False, False, False, False, False])
+
+    def test_each_shard_gets_the_form_it_takes(self):
+        self.cluster.routing_protocol = {"b": None}
+        r = self.router()
+        r.transaction(lambda conn: None, gene=1)
+        r.transaction(lambda conn: None, gene=40000)
+        (on_a,), (on_b,) = self.cluster.pools["a"].conns, self.cluster.pools["b"].conns
+        self.assertEqual((on_a.log[1], on_b.log[1]), (claim_on_begin(1, 1), claim_statement(40000, 1)))
+
+    def test_a_lost_connection_makes_the_shard_probed_again(self):
+        r = self.router()
+        r.transaction(lambda conn: None, gene=1)
+        self.cluster.claim_lost = 1  # the claim on BEGIN finds the connection lost: retried
+        self.assertEqual(r.transaction(lambda conn: "done", gene=1), "done")
+        self.assertEqual((r.stats["retries_lost"], self.cluster.probes), (1, {"a": 2}))
+        lost, retried = self.cluster.pools["a"].conns[1:]
+        self.assertEqual(lost.log, [claim_on_begin(1, 1)])
+        self.assertEqual(retried.log, [PROBE, claim_on_begin(1, 1), "COMMIT"])
+
+        def body_losing_its_connection(conn):
+            raise lost_connection(conn)
+
+        with self.assertRaises(psycopg.OperationalError):
+            r.run(body_losing_its_connection, gene=1)  # (run: the body once)
+        r.transaction(lambda conn: None, gene=1)
+        self.assertEqual(self.cluster.probes, {"a": 3})
+        r.transaction(lambda conn: None, gene=1)
+        self.assertEqual(self.cluster.probes, {"a": 3})
+
+    def test_a_probe_that_fails(self):
+        # Lost: retried as a claim that found the connection lost.
+        r = self.router()
+        self.cluster.probe_lost = 1
+        self.assertEqual(r.transaction(lambda conn: "done", gene=1), "done")
+        self.assertEqual((r.stats["retries_lost"], self.cluster.probes), (1, {"a": 2}))
+        self.assertEqual(self.cluster.pools["a"].conns[-1].log, [PROBE, claim_on_begin(1, 1), "COMMIT"])
+        # Another error: the claim as a statement, which every shard takes, and no probe more.
+        self.setUp()
+        r = self.router()
+        self.cluster.probe_error = sql_error("42501")
+        for _ in range(2):
+            with r.claim(gene=1) as conn:
+                pass
+        self.assertEqual(conn.log[-2:], [claim_statement(1, 1), "COMMIT"])
+        self.assertEqual((r.stats["transactions"], r.stats["retries_lost"], self.cluster.probes), (2, 0, {"a": 1}))
 
     def test_fenced_waits_and_refreshes_every_third(self):
         r = self.router()
@@ -456,13 +592,19 @@ class RouterTest(unittest.TestCase):
         self.assertEqual(self.cluster.pools["a"].out, 0)
 
     def test_other_claim_error_is_raised(self):
-        r = self.router()
-        self.cluster.claim_error = sql_error("42501")  # e.g. no right to call the claim
-        with self.assertRaises(psycopg.DatabaseError):
-            with r.claim(gene=1):
-                pass
-        self.assertEqual(self.cluster.pools["a"].conns[0].log[-1], "ROLLBACK")
-        self.assertEqual(len(self.cluster.pools["a"].conns), 1)
+        for protocol, after_the_claim in (("2", []), (None, ["ROLLBACK"])):
+            with self.subTest(routing_protocol=protocol):
+                self.setUp()
+                self.cluster.routing_protocol = {"a": protocol}
+                r = self.router()
+                self.cluster.claim_error = sql_error("42501")  # e.g. no right to call the claim
+                with self.assertRaises(psycopg.DatabaseError):
+                    with r.claim(gene=1):
+                        pass
+                (conn,) = self.cluster.pools["a"].conns
+                self.assertTrue(is_claim(conn.log[1]))
+                self.assertEqual(conn.log[2:], after_the_claim)  # (a refused BEGIN opened nothing)
+                self.assertFalse(conn.in_block)
 
     def test_body_error_rolls_back_not_retried(self):
         r = self.router()

@@ -1,7 +1,8 @@
 """The protocol scenarios shared by every client (clients/protocol-scenarios.json), run
 against the fakes of test_router_fake.py by the sync Router and by the AsyncRouter (through
 thin async wrappers of the same fakes), so the three runs and the Rust client's
-(clients/rust/tests/router_fake.rs) check one set of expectations."""
+(clients/rust/tests/router_fake.rs) check one set of expectations. Each scenario runs twice:
+on shards that take the claim on BEGIN (routing protocol 2) and on shards before 0.7.16."""
 import asyncio
 import contextlib
 import json
@@ -14,10 +15,12 @@ import psycopg
 import id_gen_client.aio as aio_module
 import id_gen_client.router as router_module
 from id_gen_client import AsyncRouter, CommitOutcomeUnknown, NoRouteError, RouteRetryExhausted, Router, gene
-from test_router_fake import SHARDS, Cluster, ShardConn, sql_error
+from test_router_fake import PROBE, SHARDS, Cluster, ShardConn, claim_on_begin, claim_statement, is_claim, sql_error
 
 SCENARIOS = os.path.join(os.path.dirname(__file__), "..", "..", "protocol-scenarios.json")
 ROUTER_ARGS = {"listen": False, "refresh_interval": 0, "backoff_base": 0.0001, "backoff_max": 0.001}
+# The shards' id_gen.routing_protocol in the runs of each scenario: 0.7.16 on, and before.
+ROUTING_PROTOCOLS = ("2", None)
 
 
 def load_scenarios():
@@ -80,9 +83,10 @@ def async_pool_of(cluster):
 class Run:
     """One scenario against a fresh fake cluster, by one face of the client."""
 
-    def __init__(self, test, sc):
+    def __init__(self, test, sc, routing_protocol):
         self.test, self.sc = test, sc
         self.cluster = Cluster([(up, shard) for up, shard in sc["routes"]])
+        self.cluster.routing_protocol = {shard: routing_protocol for shard in SHARDS}
         self.runs = 0
         self.committed_on = None
 
@@ -130,8 +134,7 @@ class Run:
         got.update(body_runs=self.runs, retries_moved=stats["retries_moved"],
                    retries_fenced=stats["retries_fenced"], retries_lost=stats["retries_lost"], refreshes=stats["refreshes"],
                    version=router.version,
-                   claims=sum(1 for p in self.cluster.pools.values() for c in p.conns for s in c.log
-                              if s.startswith("BEGIN; SELECT id_gen.route_claim(")))
+                   claims=sum(1 for p in self.cluster.pools.values() for c in p.conns for s in c.log if is_claim(s)))
         expect = self.sc["expect"]
         self.test.assertEqual({k: got.get(k) for k in expect}, expect, self.sc["name"])
         self.test.assertEqual(sum(p.out for p in self.cluster.pools.values()), 0, "a connection was kept")
@@ -156,28 +159,32 @@ class ScenarioTest(unittest.TestCase):
 
     def test_sync_router(self):
         for sc in load_scenarios():
-            with self.subTest(sc["name"]):
-                run = Run(self, sc)
-                with self.patched(run.cluster):
-                    r = Router("coord", SHARDS, retry_limit=sc.get("retry_limit", 20), **ROUTER_ARGS)
-                    try:
-                        key = run.key()
-                        run.after_connect(key)
-                        calls = {
-                            "transaction": lambda: r.transaction(run.body_step, **key),
-                            "run": lambda: r.run(run.body_step, **key),
-                            "execute": lambda: run.read_shard(r.execute(ShardConn.READ, (key["owner"],), **key)),
-                        }
-                        run.outcome(calls[sc["call"]], r)
-                    finally:
-                        r.close()
+            for protocol in ROUTING_PROTOCOLS:
+                with self.subTest(sc["name"], routing_protocol=protocol):
+                    self.sync_scenario(Run(self, sc, protocol), sc)
+
+    def sync_scenario(self, run, sc):
+        with self.patched(run.cluster):
+            r = Router("coord", SHARDS, retry_limit=sc.get("retry_limit", 20), **ROUTER_ARGS)
+            try:
+                key = run.key()
+                run.after_connect(key)
+                calls = {
+                    "transaction": lambda: r.transaction(run.body_step, **key),
+                    "run": lambda: r.run(run.body_step, **key),
+                    "execute": lambda: run.read_shard(r.execute(ShardConn.READ, (key["owner"],), **key)),
+                }
+                run.outcome(calls[sc["call"]], r)
+            finally:
+                r.close()
 
     def test_async_router(self):
         for sc in load_scenarios():
-            with self.subTest(sc["name"]):
-                run = Run(self, sc)
-                with self.patched(run.cluster):
-                    asyncio.run(self.async_scenario(run, sc))
+            for protocol in ROUTING_PROTOCOLS:
+                with self.subTest(sc["name"], routing_protocol=protocol):
+                    run = Run(self, sc, protocol)
+                    with self.patched(run.cluster):
+                        asyncio.run(self.async_scenario(run, sc))
 
     def test_async_claim(self):
         """AsyncRouter.claim (async with): the claim retried, the block once, COMMIT; a
@@ -197,9 +204,48 @@ class ScenarioTest(unittest.TestCase):
         with self.patched(cluster):
             stats, log, failed_log = asyncio.run(scenario())
         self.assertEqual((stats["retries_fenced"], stats["transactions"]), (2, 1))
-        self.assertEqual(log, ["BEGIN; SELECT id_gen.route_claim(1, 1)", "X", "COMMIT"])
+        self.assertEqual(log, [claim_on_begin(1, 1), "X", "COMMIT"])
         self.assertEqual(failed_log[-1], "ROLLBACK")
         self.assertEqual(sum(p.out for p in cluster.pools.values()), 0)
+
+    def test_async_claim_forms(self):
+        """AsyncRouter probes a shard once and sends the claim in the form it takes: on BEGIN
+        (shard a), as a statement (b, before 0.7.16); it probes again after a lost
+        connection, and a claim refused on BEGIN (IG001) is retried on the new owner."""
+        cluster = Cluster([(32767, "a"), (65535, "b")])
+        cluster.routing_protocol = {"b": None}
+
+        async def nothing(conn):
+            return conn.shard
+
+        async def scenario():
+            async with AsyncRouter("coord", SHARDS, **ROUTER_ARGS) as r:
+                for _ in range(3):
+                    await r.transaction(nothing, gene=1)
+                    await r.transaction(nothing, gene=40000)
+                probes_before = dict(cluster.probes)
+                cluster.claim_lost = 1
+                await r.transaction(nothing, gene=1)
+                probes_after_lost = dict(cluster.probes)
+                cluster.coord.change([(20000, "b"), (65535, "a")])  # unseen: listen=False
+                moved = await r.transaction(nothing, gene=40000)  # b refuses (old form), a commits
+                cluster.coord.change([(65535, "b")])
+                moved_back = await r.transaction(nothing, gene=30000)  # a refuses on BEGIN, b commits
+                return r.stats, probes_before, probes_after_lost, moved, moved_back
+
+        with self.patched(cluster):
+            stats, probes_before, probes_after_lost, moved, moved_back = asyncio.run(scenario())
+        self.assertEqual(probes_before, {"a": 1, "b": 1})
+        self.assertEqual(probes_after_lost, {"a": 2, "b": 1})
+        self.assertEqual((moved, moved_back), ("a", "b"))
+        self.assertEqual((stats["retries_lost"], stats["retries_moved"], stats["transactions"]), (1, 2, 9))
+        a, b = cluster.pools["a"].conns, cluster.pools["b"].conns
+        self.assertEqual(a[0].log, [PROBE, claim_on_begin(1, 1), "COMMIT"])
+        self.assertEqual(b[0].log, [PROBE, claim_statement(40000, 1), "COMMIT"])
+        self.assertEqual(b[-2].log, [claim_statement(40000, 1), "ROLLBACK"])
+        self.assertEqual(a[-2].log, [claim_on_begin(40000, 2), "COMMIT"])
+        self.assertEqual(a[-1].log, [claim_on_begin(30000, 2)])  # refused: no transaction left to end
+        self.assertEqual(b[-1].log, [claim_statement(30000, 3), "COMMIT"])
 
     def test_async_version_poll(self):
         """AsyncRouter without a listener sees a change nobody notified by its version poll."""

@@ -8,7 +8,9 @@ was sent (the connect aside), a lost connection, retried (`retries_lost`, agains
 retry_limit) on a new connection, the frozen one never reused; after COMMIT (or `execute`'s
 statement) was sent, CommitOutcomeUnknown; no free connection in time (a connect that
 hangs), psycopg_pool's PoolTimeout, not retried. Every wait ends about shard_timeout after
-it began; the bounds asserted here are loose (20 times the timeout) on purpose."""
+it began; the bounds asserted here are loose (20 times the timeout) on purpose. The probe of
+the shard's routing protocol is bounded as the claim is, and what it reads on a real
+connection ('2', or NULL on a shard before 0.7.16) chooses the claim's form."""
 import asyncio
 import contextlib
 import logging
@@ -27,12 +29,11 @@ import id_gen_client.aio as aio_module
 import id_gen_client.router as router_module
 from id_gen_client import AsyncRouter, CommitOutcomeUnknown, RouteRetryExhausted, Router, ShardTimeout
 from id_gen_client._routes import shard_pool_args
-from test_router_fake import Cluster
+from test_router_fake import PROBE, Cluster, claim_on_begin, claim_statement, is_claim
 from test_scenarios import AsyncWrapped
 
 TIMEOUT = 0.3  # shard_timeout in these tests
 SLACK = 20  # an attempt ends within SLACK * TIMEOUT (loose: a slow machine passes)
-CLAIM = "BEGIN; SELECT id_gen.route_claim("
 SSL_REQUEST, GSSENC_REQUEST = 80877103, 80877104
 
 
@@ -49,24 +50,39 @@ def startup_answer():
     return out + message(b"K", struct.pack("!ii", 4242, 1)) + message(b"Z", b"I")
 
 
-def claim_answer(version=1):
-    field = b"route_claim\0" + struct.pack("!ihihih", 0, 0, 20, 8, -1, 0)  # an int8 column
-    value = str(version).encode()
-    return (message(b"C", b"BEGIN\0") + message(b"T", struct.pack("!h", 1) + field)
-            + message(b"D", struct.pack("!hi", 1, len(value)) + value) + message(b"C", b"SELECT 1\0")
-            + message(b"Z", b"T"))
+def one_value(column, type_oid, value):
+    """A row description of one column and one row of it (value: bytes, or None for NULL)."""
+    field = column + b"\0" + struct.pack("!ihihih", 0, 0, type_oid, -1, -1, 0)
+    cell = struct.pack("!i", -1) if value is None else struct.pack("!i", len(value)) + value
+    return message(b"T", struct.pack("!h", 1) + field) + message(b"D", struct.pack("!h", 1) + cell)
+
+
+def claim_answer(text, version=1):
+    """The answer to a claim in either form: a transaction open, claimed at `version`."""
+    if text.endswith(" */ BEGIN"):
+        return message(b"C", b"BEGIN\0") + message(b"Z", b"T")
+    return (message(b"C", b"BEGIN\0") + one_value(b"route_claim", 20, str(version).encode())
+            + message(b"C", b"SELECT 1\0") + message(b"Z", b"T"))
+
+
+def probe_answer(routing_protocol):
+    value = None if routing_protocol is None else routing_protocol.encode()
+    return one_value(b"current_setting", 25, value) + message(b"C", b"SELECT 1\0") + message(b"Z", b"I")
 
 
 class WireShard:
-    """A shard over TCP that answers the startup, the claim, COMMIT and ROLLBACK, and freezes
-    at `freeze_at` ("startup", "claim", "commit", "rollback" or "statement": the extended
-    protocol of execute) on the first `freezes` connections that get there (None: on every
-    one): from then on it reads what the client sends and answers nothing, until the client
-    goes away. Records the queries per connection (`queries`: (connection number, text)),
-    the connections that froze and those the client closed."""
+    """A shard over TCP that answers the startup, the probe of its routing protocol
+    (`routing_protocol`: '2', or None as a shard before 0.7.16), the claim in either form,
+    COMMIT and ROLLBACK, and freezes at `freeze_at` ("startup", "probe", "claim", "commit",
+    "rollback" or "statement": the extended protocol of execute) on the first `freezes`
+    connections that get there (None: on every one): from then on it reads what the client
+    sends and answers nothing, until the client goes away. Records the queries per connection
+    (`queries`: (connection number, text)), the connections that froze and those the client
+    closed."""
 
-    def __init__(self, freeze_at, freezes=None):
+    def __init__(self, freeze_at, freezes=None, routing_protocol="2"):
         self.freeze_at, self.freezes_left = freeze_at, freezes
+        self.routing_protocol = routing_protocol
         self.lock = threading.Lock()
         self.queries, self.frozen, self.ended, self.socks = [], [], [], []
         self.accepted = 0
@@ -151,10 +167,14 @@ class WireShard:
             text = body.rstrip(b"\0").decode()
             with self.lock:
                 self.queries.append((number, text))
-            if text.startswith(CLAIM):
+            if text == PROBE:
+                if self.freezes_here("probe"):
+                    freeze()
+                sock.sendall(probe_answer(self.routing_protocol))
+            elif is_claim(text):
                 if self.freezes_here("claim"):
                     freeze()
-                sock.sendall(claim_answer())
+                sock.sendall(claim_answer(text))
             elif text.startswith("/* id_gen.route_version="):  # execute's statement, without parameters
                 if self.freezes_here("statement"):
                     freeze()
@@ -168,7 +188,7 @@ class WireShard:
 
     def claims_by_connection(self):
         with self.lock:
-            numbers = [n for n, text in self.queries if text.startswith(CLAIM)]
+            numbers = [n for n, text in self.queries if is_claim(text)]
         return {n: numbers.count(n) for n in numbers}
 
     def wait_ended(self, numbers, seconds=5.0):
@@ -186,8 +206,8 @@ class Common:
     """What the sync and the async tests share: the shard, the fake coordinator (every gene
     on shard "a", the WireShard), quiet pool warnings (discarded connections)."""
 
-    def start(self, freeze_at, freezes=None):
-        self.shard = WireShard(freeze_at, freezes)
+    def start(self, freeze_at, freezes=None, routing_protocol="2"):
+        self.shard = WireShard(freeze_at, freezes, routing_protocol)
         self.addCleanup(self.shard.close)
         self.cluster = Cluster([(65535, "a")])
         pool_logger = logging.getLogger("psycopg.pool")
@@ -202,6 +222,16 @@ class Common:
     def assert_about(self, elapsed, attempts=1):
         self.assertGreaterEqual(elapsed, attempts * TIMEOUT - 0.05, "ended before shard_timeout")
         self.assertLess(elapsed, attempts * TIMEOUT * SLACK, "far past shard_timeout")
+
+    def assert_probed_again_after_the_freeze(self):
+        """The probe froze on one connection, which the client closed; the probe, the claim
+        on BEGIN and COMMIT then went on another one."""
+        (frozen,) = self.shard.frozen
+        self.assertEqual([text for _, text in self.shard.queries], [PROBE, PROBE, claim_on_begin(1, 1), "COMMIT"])
+        numbers = [n for n, _ in self.shard.queries]
+        self.assertEqual((numbers[0], len(set(numbers[1:]))), (frozen, 1))
+        self.assertNotIn(frozen, numbers[1:])
+        self.assertTrue(self.shard.wait_ended([frozen]), "a frozen connection was kept open")
 
     def assert_lost_and_discarded(self, claims_expected):
         """Each claim went on its own connection (a frozen one was never used again), and
@@ -244,14 +274,27 @@ class SyncShardTimeoutTest(Common, unittest.TestCase):
         self.assert_lost_and_discarded(4 * 3)
 
     def test_a_claim_frozen_once_is_retried_and_commits(self):
-        self.start("claim", freezes=1)
+        for protocol, claim in (("2", claim_on_begin(1, 1)), (None, claim_statement(1, 1))):
+            with self.subTest(routing_protocol=protocol):
+                self.start("claim", freezes=1, routing_protocol=protocol)
+                r = self.router()
+                started = time.monotonic()
+                self.assertEqual(r.transaction(lambda conn: "done", gene=1), "done")
+                self.assert_about(time.monotonic() - started)
+                self.assertEqual((r.stats["retries_lost"], r.stats["transactions"]), (1, 1))
+                self.assert_lost_and_discarded(2)
+                # The probe again on the new connection (the frozen one was lost), the claim
+                # in the form it read.
+                self.assertEqual([text for _, text in self.shard.queries], [PROBE, claim, PROBE, claim, "COMMIT"])
+
+    def test_a_probe_frozen_once_is_retried_as_a_lost_connection(self):
+        self.start("probe", freezes=1)
         r = self.router()
         started = time.monotonic()
         self.assertEqual(r.transaction(lambda conn: "done", gene=1), "done")
         self.assert_about(time.monotonic() - started)
         self.assertEqual((r.stats["retries_lost"], r.stats["transactions"]), (1, 1))
-        self.assert_lost_and_discarded(2)
-        self.assertEqual(self.shard.queries[-1][1], "COMMIT")
+        self.assert_probed_again_after_the_freeze()
 
     def test_a_commit_never_answered_is_commit_outcome_unknown(self):
         self.start("commit")
@@ -366,7 +409,24 @@ class AsyncShardTimeoutTest(Common, unittest.TestCase):
         self.assert_lost_and_discarded(4 * 3)
 
     def test_a_claim_frozen_once_is_retried_and_commits(self):
-        self.start("claim", freezes=1)
+        self.attempts = 1
+
+        async def body(conn):
+            return "done"
+
+        async def scenario(r):
+            return await self.timed(r.transaction(body, gene=1))
+
+        for protocol, claim in (("2", claim_on_begin(1, 1)), (None, claim_statement(1, 1))):
+            with self.subTest(routing_protocol=protocol):
+                self.start("claim", freezes=1, routing_protocol=protocol)
+                r, value = self.run_with_router(scenario)
+                self.assertEqual((value, r.stats["retries_lost"], r.stats["transactions"]), ("done", 1, 1))
+                self.assert_lost_and_discarded(2)
+                self.assertEqual([text for _, text in self.shard.queries], [PROBE, claim, PROBE, claim, "COMMIT"])
+
+    def test_a_probe_frozen_once_is_retried_as_a_lost_connection(self):
+        self.start("probe", freezes=1)
         self.attempts = 1
 
         async def body(conn):
@@ -377,7 +437,7 @@ class AsyncShardTimeoutTest(Common, unittest.TestCase):
 
         r, value = self.run_with_router(scenario)
         self.assertEqual((value, r.stats["retries_lost"], r.stats["transactions"]), ("done", 1, 1))
-        self.assert_lost_and_discarded(2)
+        self.assert_probed_again_after_the_freeze()
 
     def test_a_commit_never_answered_is_commit_outcome_unknown(self):
         self.start("commit")

@@ -46,8 +46,9 @@ pub enum Error {
     /// [`crate::RouterConfig::shard_timeout`]: every one was busy (the caller's own load, or
     /// a pool too small for it). No lost connection: not retried.
     PoolTimeout { shard: String, waited: Duration },
-    /// Shard `shard` did not answer `what` (a new connection, the claim, `execute`'s
-    /// statement, COMMIT, ROLLBACK) within [`crate::RouterConfig::shard_timeout`]. The
+    /// Shard `shard` did not answer `what` (a new connection, the probe of its routing
+    /// protocol, the claim, `execute`'s statement, COMMIT, ROLLBACK) within
+    /// [`crate::RouterConfig::shard_timeout`]. The
     /// connection is treated as lost ([`Error::is_connection_lost`]) and closed, never
     /// pooled: retried before COMMIT was sent, inside [`Error::CommitOutcomeUnknown`] after.
     ShardTimeout {

@@ -11,17 +11,23 @@
 //!   A payload greater than the version held triggers a re-read.
 //! * Route reloads are serialised (one at a time); a `refresh` that waited for another
 //!   reload takes that reload's result when it began after the call and succeeded.
-//! * Every transaction starts with `BEGIN; SELECT id_gen.route_claim(g, v)` in one
-//!   simple-protocol message; IG001 re-reads the routes and retries, IG002 waits and retries
-//!   (re-reading every third time); the same holds for IG001/IG002 from the body or COMMIT.
+//! * Every transaction starts with the claim in one simple-protocol message:
+//!   `/* id_gen.route_claim=g,v */ BEGIN` on a shard of routing protocol 2 (id_gen 0.7.16 on),
+//!   `BEGIN; SELECT id_gen.route_claim(g, v)` on an older one (which ignores the comment).
+//!   Which one a shard takes is probed (`ROUTING_PROTOCOL_SQL`, in autocommit) on the
+//!   connection of its first claim, held per shard pool, and forgotten whenever a connection
+//!   to that shard is found lost (a restart may bring another library). IG001 re-reads the
+//!   routes and retries, IG002 waits and retries (re-reading every third time); the same
+//!   holds for IG001/IG002 from the body or COMMIT.
 //!   Retries are bounded by `retry_limit`, then [`Error::RetryExhausted`]; a re-read that
 //!   fails (the coordinator down) does not end them.
 //! * A pooled connection goes back to the pool only idle (after COMMIT or a successful
 //!   ROLLBACK); if a transaction future is dropped midway, or the ROLLBACK fails, the
 //!   connection is detached from the pool and closed (the server rolls back).
 //! * Every step the router itself takes on a shard is bounded by `shard_timeout`: a free
-//!   pooled connection, a new one (connect and startup), the claim, `execute`'s statement,
-//!   COMMIT, ROLLBACK and the probe after a route error; the body's own statements are not.
+//!   pooled connection, a new one (connect and startup), the probe of the routing protocol,
+//!   the claim, `execute`'s statement, COMMIT, ROLLBACK and the check after a route error;
+//!   the body's own statements are not.
 //!   A step that ran out treats the connection as lost: it is closed, never pooled (a request
 //!   may still be outstanding on it), and no ROLLBACK is sent on it. Before COMMIT was sent
 //!   the attempt is retried as for a lost connection; after, [`Error::CommitOutcomeUnknown`].
@@ -32,7 +38,7 @@ use crate::error::{route_code_of, Error, ROUTE_CHANGED};
 use crate::key::{uuid_text, Key};
 use crate::routes::RouteTable;
 use deadpool_postgres::{
-    Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod, Runtime, TimeoutType,
+    Hook, Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod, Runtime, TimeoutType,
 };
 use futures_util::StreamExt;
 use std::borrow::Borrow;
@@ -40,7 +46,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::pin::Pin;
 use std::str::FromStr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
@@ -68,6 +74,12 @@ const CHECKED_COMMIT: &str = "SAVEPOINT id_gen_commit; COMMIT";
 /// Sent after a route error from the body: 25P01 when the body ended the claimed transaction
 /// itself (its own COMMIT or ROLLBACK), which is then not run again.
 const IN_TRANSACTION_PROBE: &str = "SAVEPOINT id_gen_probe";
+/// A shard's routing protocol: '2' (or more) from id_gen 0.7.16 on, where the claim may ride
+/// on BEGIN as a comment; NULL on an older shard, which has no such setting.
+const ROUTING_PROTOCOL_SQL: &str =
+    "SELECT pg_catalog.current_setting('id_gen.routing_protocol', true)";
+/// The routing protocol from which a shard reads the claim on BEGIN.
+const CLAIM_ON_BEGIN_PROTOCOL: i64 = 2;
 /// Listener reconnect backoff: min(100 ms * 2^n, 5 s), jittered.
 const RECONNECT_BASE: Duration = Duration::from_millis(100);
 const RECONNECT_MAX: Duration = Duration::from_secs(5);
@@ -131,8 +143,9 @@ pub struct RouterConfig {
     /// Bounds what the router itself sends to a shard or waits for there (default 60 s;
     /// above zero), each step on its own: a free connection from the shard's pool, a new
     /// connection (connect and startup; a `connect_timeout` in the DSN bounds the connect
-    /// alone), the claim, `execute`'s statement with its COMMIT, the COMMIT of a transaction,
-    /// a ROLLBACK, and the probe after a route error from the body. The body's own
+    /// alone), the probe of the shard's routing protocol (once per shard, before its first
+    /// claim), the claim, `execute`'s statement with its COMMIT, the COMMIT of a transaction,
+    /// a ROLLBACK, and the check after a route error from the body. The body's own
     /// statements are the caller's business and are not bounded (bound the whole call with
     /// `tokio::time::timeout`: a call dropped midway closes its connection).
     ///
@@ -306,7 +319,7 @@ pub struct Router {
 
 struct Inner {
     config: RouterConfig,
-    pools: HashMap<String, Pool>,
+    pools: HashMap<String, ShardPool>,
     table: RwLock<Arc<RouteTable>>,
     /// The listener's client, also used for route reads while its connection is up.
     listener: Mutex<Option<Arc<Client>>>,
@@ -356,6 +369,18 @@ impl Router {
                     recycling_method: RecyclingMethod::Fast,
                 },
             );
+            let claim_form = Arc::new(KnownClaimForm::default());
+            // An idle connection the server closed (a restart) is found lost here, where the
+            // pool drops it, not by a request of ours.
+            let forget_on_lost = {
+                let claim_form = claim_form.clone();
+                Hook::sync_fn(move |client, _| {
+                    if client.is_closed() {
+                        claim_form.forget();
+                    }
+                    Ok(())
+                })
+            };
             // Waiting for a free connection and creating one are each bounded by
             // shard_timeout (recycling is a local check, RecyclingMethod::Fast).
             let pool = Pool::builder(manager)
@@ -364,9 +389,10 @@ impl Router {
                 .wait_timeout(Some(config.shard_timeout))
                 .create_timeout(Some(config.shard_timeout))
                 .recycle_timeout(Some(config.shard_timeout))
+                .pre_recycle(forget_on_lost)
                 .build()
                 .map_err(|e| Error::Config(format!("shard {name}: {e}")))?;
-            pools.insert(name.clone(), pool);
+            pools.insert(name.clone(), ShardPool { pool, claim_form });
         }
         let listener = if config.listen {
             Some(open_listener(&config.routes_dsn).await?)
@@ -443,8 +469,8 @@ impl Router {
                 .take(),
         );
         inner.set_listener(None);
-        for pool in inner.pools.values() {
-            pool.close();
+        for shard in inner.pools.values() {
+            shard.pool.close();
         }
     }
 
@@ -466,7 +492,11 @@ impl Router {
     }
 
     /// Runs `body` in a transaction on the shard that owns the key's gene, with the route
-    /// version claimed (`BEGIN; SELECT id_gen.route_claim(gene, version)`), and commits.
+    /// version claimed, and commits. The claim opens the transaction in one round trip:
+    /// `/* id_gen.route_claim=gene,version */ BEGIN` on a shard of routing protocol 2 (id_gen
+    /// 0.7.16 on), `BEGIN; SELECT id_gen.route_claim(gene, version)` on an older one; a
+    /// shard's protocol is read once, before its first claim (and again after a connection
+    /// to it was lost).
     ///
     /// `body` is called with a borrowed client once per attempt and returns a boxed future
     /// (see [`TxFuture`]):
@@ -693,13 +723,14 @@ impl<'a> Retry<'a> {
                 (table.lookup(self.gene)?.to_owned(), table.version())
             }
         };
-        let (name, pool) = inner
+        let (name, shard_pool) = inner
             .pools
             .get_key_value(&shard)
             .ok_or_else(|| Error::UnknownShard(shard.clone()))?;
         let shard = Shard {
             name,
-            pool,
+            pool: &shard_pool.pool,
+            claim_form: &shard_pool.claim_form,
             timeout: inner.config.shard_timeout,
         };
         Ok((shard, version))
@@ -777,11 +808,81 @@ where
     g
 }
 
-/// The shard an attempt runs on: its name, its pool, and the bound on each step the router
-/// takes there (`shard_timeout`).
+/// A shard's pool, and the form of the claim its shard takes (as far as known).
+struct ShardPool {
+    pool: Pool,
+    /// Shared with the pool's hook that sees idle connections found closed.
+    claim_form: Arc<KnownClaimForm>,
+}
+
+/// How a claim opens a transaction on a shard.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ClaimForm {
+    /// `BEGIN; SELECT id_gen.route_claim(g, v)`: every shard takes it.
+    Statement,
+    /// `/* id_gen.route_claim=g,v */ BEGIN`: no statement of its own; routing protocol 2
+    /// (id_gen 0.7.16 on). An older shard would ignore the comment and run the transaction
+    /// unclaimed, so it goes only where the probe said so.
+    OnBegin,
+}
+
+impl ClaimForm {
+    /// The form a shard takes by its `id_gen.routing_protocol` (`None`: no such setting, a
+    /// shard before 0.7.16). What is not a number is an old shard's answer too.
+    fn of_setting(setting: Option<&str>) -> ClaimForm {
+        match setting.and_then(|s| s.trim().parse::<i64>().ok()) {
+            Some(protocol) if protocol >= CLAIM_ON_BEGIN_PROTOCOL => ClaimForm::OnBegin,
+            _ => ClaimForm::Statement,
+        }
+    }
+
+    /// The claim of `gene` at route `version` with its BEGIN, one simple-protocol message.
+    fn sql(self, gene: u16, version: i64) -> String {
+        match self {
+            ClaimForm::OnBegin => format!("/* id_gen.route_claim={gene},{version} */ BEGIN"),
+            ClaimForm::Statement => format!("BEGIN; SELECT id_gen.route_claim({gene}, {version})"),
+        }
+    }
+}
+
+/// The [`ClaimForm`] a shard's probe answered, or none yet (probe before the next claim).
+#[derive(Default)]
+struct KnownClaimForm(AtomicU8);
+
+impl KnownClaimForm {
+    const UNKNOWN: u8 = 0;
+    const STATEMENT: u8 = 1;
+    const ON_BEGIN: u8 = 2;
+
+    fn get(&self) -> Option<ClaimForm> {
+        match self.0.load(Ordering::Acquire) {
+            Self::STATEMENT => Some(ClaimForm::Statement),
+            Self::ON_BEGIN => Some(ClaimForm::OnBegin),
+            _ => None,
+        }
+    }
+
+    fn set(&self, form: ClaimForm) {
+        let value = match form {
+            ClaimForm::Statement => Self::STATEMENT,
+            ClaimForm::OnBegin => Self::ON_BEGIN,
+        };
+        self.0.store(value, Ordering::Release);
+    }
+
+    /// After a connection to the shard was found lost: a restart may have changed its
+    /// library, so the next claim there probes first.
+    fn forget(&self) {
+        self.0.store(Self::UNKNOWN, Ordering::Release);
+    }
+}
+
+/// The shard an attempt runs on: its name, its pool, the form of claim it takes, and the
+/// bound on each step the router takes there (`shard_timeout`).
 struct Shard<'a> {
     name: &'a str,
     pool: &'a Pool,
+    claim_form: &'a KnownClaimForm,
     timeout: Duration,
 }
 
@@ -817,6 +918,47 @@ impl Shard<'_> {
         }
     }
 
+    /// Opens the transaction with the claim of `gene` at `version`, in the form the shard
+    /// takes, probed on this connection first when not known.
+    async fn claim(&self, client: &Client, gene: u16, version: i64) -> Result<(), Error> {
+        let form = match self.claim_form.get() {
+            Some(form) => form,
+            None => {
+                let form = self.probe(client).await?;
+                self.claim_form.set(form);
+                form
+            }
+        };
+        self.bounded("the claim", client.batch_execute(&form.sql(gene, version)))
+            .await
+    }
+
+    /// The claim's form by the shard's routing protocol, read in autocommit. A lost
+    /// connection is returned (retried as a claim that found it lost); any other error
+    /// answers the statement form, which every shard takes.
+    async fn probe(&self, client: &Client) -> Result<ClaimForm, Error> {
+        let read = client.query_typed_opt(ROUTING_PROTOCOL_SQL, &[]);
+        match self
+            .bounded("the probe of the routing protocol", read)
+            .await
+        {
+            Ok(row) => {
+                let setting = row.and_then(|row| row.try_get::<_, Option<String>>(0).ok());
+                Ok(ClaimForm::of_setting(setting.flatten().as_deref()))
+            }
+            Err(e) if e.is_connection_lost() => Err(e),
+            Err(_) => Ok(ClaimForm::Statement),
+        }
+    }
+
+    /// After an attempt's error on a connection of this shard: a lost connection makes the
+    /// claim's form unknown again.
+    fn note_error(&self, e: &Error) {
+        if e.is_connection_lost() {
+            self.claim_form.forget();
+        }
+    }
+
     fn timed_out(&self, what: &'static str) -> Error {
         Error::ShardTimeout {
             shard: self.name.to_owned(),
@@ -845,14 +987,11 @@ where
 {
     let mut conn = shard.connect().await.map_err(|e| (e, Phase::Connect))?;
     let client: &Client = conn.client();
-    let claim = format!("BEGIN; SELECT id_gen.route_claim({gene}, {version})");
     let mut phase = Phase::Claim;
-    // The probe after a route error got no answer in time: the connection is closed.
-    let mut probe_unanswered = false;
-    let result = match shard
-        .bounded("the claim", client.batch_execute(&claim))
-        .await
-    {
+    // The check after a route error (IN_TRANSACTION_PROBE) got no answer in time: the
+    // connection is closed.
+    let mut check_unanswered = false;
+    let result = match shard.claim(client, gene, version).await {
         Err(e) => Err(e),
         Ok(()) => {
             phase = Phase::Body;
@@ -868,7 +1007,7 @@ where
                             {
                                 phase = Phase::EndedByBody;
                             }
-                            Err(probe) => probe_unanswered = unanswered(&probe),
+                            Err(probe) => check_unanswered = unanswered(&probe),
                             Ok(()) => {}
                         }
                     }
@@ -890,9 +1029,11 @@ where
             Ok(value)
         }
         Err(e) => {
-            // After a failed COMMIT the transaction is already over; ROLLBACK only warns.
-            // A ROLLBACK that got no answer in time leaves the connection closed too.
-            conn.idle = !probe_unanswered
+            shard.note_error(&e);
+            // After a failed COMMIT, or a claim refused on BEGIN, no transaction is open;
+            // ROLLBACK only warns. A ROLLBACK that got no answer in time leaves the
+            // connection closed too.
+            conn.idle = !check_unanswered
                 && !unanswered(&e)
                 && shard
                     .bounded("ROLLBACK", client.batch_execute("ROLLBACK"))
@@ -918,13 +1059,16 @@ async fn execute_once(
     let declared = declared_sql(version, sql);
     let result =
         match tokio::time::timeout(shard.timeout, client.query_typed(&declared, params)).await {
-            Ok(answered) => answered,
+            Ok(answered) => answered.map_err(Error::Db),
             // (the connection is closed: `conn` is not idle)
-            Err(_) => return Err((shard.timed_out("the statement"), Phase::Statement)),
+            Err(_) => Err(shard.timed_out("the statement")),
         };
     // (autocommit: an answered statement, failed or not, left no transaction open)
-    conn.idle = !client.is_closed();
-    result.map_err(|e| (Error::Db(e), Phase::Statement))
+    conn.idle = !result.as_ref().is_err_and(unanswered) && !client.is_closed();
+    result.map_err(|e| {
+        shard.note_error(&e);
+        (e, Phase::Statement)
+    })
 }
 
 /// `sql` with the route version it was routed with in a leading comment
@@ -1239,6 +1383,36 @@ mod tests {
         assert_eq!(built.shard_timeout, Duration::from_millis(300));
         let zero = RouterConfig::builder("host=/tmp dbname=x").shard_timeout(Duration::ZERO);
         assert!(matches!(zero.build(), Err(Error::Config(_))));
+    }
+
+    #[test]
+    fn the_claim_form_follows_the_routing_protocol() {
+        use ClaimForm::{OnBegin, Statement};
+        for (setting, form) in [
+            (Some("2"), OnBegin),
+            (Some("3"), OnBegin),
+            (Some(" 2"), OnBegin),
+            (Some("1"), Statement),
+            (Some("0"), Statement),
+            (Some(""), Statement),
+            (Some("two"), Statement),
+            (None, Statement),
+        ] {
+            assert_eq!(ClaimForm::of_setting(setting), form, "{setting:?}");
+        }
+        assert_eq!(OnBegin.sql(7, 12), "/* id_gen.route_claim=7,12 */ BEGIN");
+        assert_eq!(
+            Statement.sql(7, 12),
+            "BEGIN; SELECT id_gen.route_claim(7, 12)"
+        );
+        let known = KnownClaimForm::default();
+        assert_eq!(known.get(), None);
+        known.set(OnBegin);
+        assert_eq!(known.get(), Some(OnBegin));
+        known.set(Statement);
+        assert_eq!(known.get(), Some(Statement));
+        known.forget();
+        assert_eq!(known.get(), None);
     }
 
     /// Compile-time check of the closure forms callers use; never run against a server.

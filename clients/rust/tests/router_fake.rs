@@ -1,6 +1,7 @@
 //! Router behaviour against a fake coordinator and fake shards (tests/fake_pg): routing,
-//! the claim, IG001/IG002 retries, rollbacks, LISTEN/NOTIFY reloads, listener reconnects,
-//! cancellation and `next_id` — all without a PostgreSQL server.
+//! the probe of a shard's routing protocol and the claim in the form it takes, IG001/IG002
+//! retries, rollbacks, LISTEN/NOTIFY reloads, listener reconnects, cancellation and
+//! `next_id` — all without a PostgreSQL server.
 //!
 //! Invariant checked throughout: every transaction the router opens on a shard ends with
 //! exactly one COMMIT or ROLLBACK there, or with the connection closed.
@@ -14,6 +15,42 @@ use id_gen_client::{Error, Key, Router, RouterConfig, ROUTE_CHANGED, ROUTE_FENCE
 use std::time::Duration;
 
 const G42: u16 = 16043; // gene of bigint owner 42
+/// The probe of a shard's routing protocol, as the shards log it.
+const PROBE: &str = "SELECT pg_catalog.current_setting('id_gen.routing_protocol', true)";
+/// What the router sends to stall at the claim (on BEGIN, the fake shards' default form).
+const CLAIM_ON_BEGIN: &str = "/* id_gen.route_claim=";
+
+/// The claim on BEGIN (routing protocol 2) as `shard` logs it.
+fn claim_on_begin(shard: &str, gene: u16, version: i64) -> String {
+    format!("{shard}: /* id_gen.route_claim={gene},{version} */ BEGIN")
+}
+
+/// The claim's statement as `shard` logs it (after its own `BEGIN`): a shard before 0.7.16.
+fn claim_statement(shard: &str, gene: u16, version: i64) -> String {
+    format!("{shard}: SELECT id_gen.route_claim({gene}, {version})")
+}
+
+/// Claims `shard` received, in either form.
+fn claims(fake: &Fake, shard: &str) -> usize {
+    fake.with(|s| {
+        s.count(&format!("{shard}: {CLAIM_ON_BEGIN}"))
+            + s.count(&format!("{shard}: SELECT id_gen.route_claim("))
+    })
+}
+
+/// Probes `shard` received.
+fn probes(fake: &Fake, shard: &str) -> usize {
+    fake.with(|s| s.count(&format!("{shard}: {PROBE}")))
+}
+
+/// What `shard` logged, in order.
+fn log_of(fake: &Fake, shard: &str) -> Vec<String> {
+    let prefix = format!("{shard}: ");
+    fake.log()
+        .into_iter()
+        .filter(|l| l.starts_with(&prefix))
+        .collect()
+}
 
 fn config(fake: &Fake) -> RouterConfig {
     let mut c = RouterConfig::new(fake.coordinator_dsn.clone(), fake.shard_dsns.clone());
@@ -94,16 +131,11 @@ async fn a_transaction_claims_runs_the_body_and_commits() {
     let fake = two_shards().await;
     let router = Router::connect(config(&fake)).await.unwrap();
     assert_eq!(echo(&router, Key::Owner(42), 7).await.unwrap(), 7);
-    let s1: Vec<String> = fake
-        .log()
-        .into_iter()
-        .filter(|l| l.starts_with("s1:"))
-        .collect();
     assert_eq!(
-        s1,
+        log_of(&fake, "s1"),
         vec![
-            "s1: BEGIN".to_string(),
-            format!("s1: SELECT id_gen.route_claim({G42}, 5)"),
+            format!("s1: {PROBE}"),
+            claim_on_begin("s1", G42, 5),
             "s1: SELECT fake.echo($1)".to_string(),
             "s1: SAVEPOINT id_gen_commit".to_string(),
             "s1: COMMIT".to_string()
@@ -160,19 +192,145 @@ async fn a_moved_route_is_reread_and_the_transaction_retried_on_the_new_owner() 
         ),
         (1, 0, 1)
     );
+    // The claim refused on BEGIN left no transaction open: the ROLLBACK after it only warns.
+    // The body never ran on s1.
+    assert_eq!(
+        log_of(&fake, "s1"),
+        vec![
+            format!("s1: {PROBE}"),
+            claim_on_begin("s1", G42, 5),
+            "s1: ROLLBACK".to_string()
+        ]
+    );
+    assert_eq!(
+        log_of(&fake, "s2"),
+        vec![
+            format!("s2: {PROBE}"),
+            claim_on_begin("s2", G42, 6),
+            "s2: SELECT fake.echo($1)".to_string(),
+            "s2: SAVEPOINT id_gen_commit".to_string(),
+            "s2: COMMIT".to_string()
+        ]
+    );
+    // The connection the refused claim left is idle, and serves the next transaction.
+    fake.set_routes(vec![(0, 32767, "s1"), (32768, 65535, "s2")], true);
+    wait_for("the reload", || router.version() == 7).await;
+    echo(&router, Key::Owner(42), 2).await.unwrap();
+    assert_eq!(fake.with(|s| s.opened("s1")), 1);
+}
+
+#[tokio::test]
+async fn a_new_shard_is_probed_once_and_takes_the_claim_on_begin() {
+    let fake = two_shards().await;
+    let router = Router::connect(config(&fake)).await.unwrap();
+    for v in 0..5 {
+        assert_eq!(echo(&router, Key::Owner(42), v).await.unwrap(), v);
+    }
+    // execute claims nothing: no probe for it either.
+    let rows = router
+        .execute(
+            Key::Owner(0),
+            "SELECT fake.read($1)",
+            &[(&0i64, Type::INT8)],
+        )
+        .await
+        .unwrap();
+    assert_eq!(rows[0].get::<_, String>(0), "s2");
+    assert_eq!((probes(&fake, "s1"), probes(&fake, "s2")), (1, 0));
+    assert_eq!(
+        fake.with(|s| s.count(&claim_on_begin("s1", G42, 5))),
+        5,
+        "{:?}",
+        fake.log()
+    );
+    assert_eq!(claims(&fake, "s1"), 5);
+    assert_eq!(router.stats().transactions, 6);
+}
+
+#[tokio::test]
+async fn an_old_shard_gets_the_claim_as_a_statement() {
+    let fake = two_shards().await;
+    // s1 before 0.7.16 (no setting), s2 set to the function form.
     fake.with(|s| {
-        assert_eq!(
-            s.count(&format!("s1: SELECT id_gen.route_claim({G42}, 5)")),
-            1
-        );
-        assert_eq!(s.count("s1: ROLLBACK"), 1);
-        assert_eq!(
-            s.count(&format!("s2: SELECT id_gen.route_claim({G42}, 6)")),
-            1
-        );
-        assert_eq!(s.count("s2: COMMIT"), 1);
-        assert_eq!(s.count("s1: SELECT fake.echo"), 0); // the body never ran on s1
+        s.routing_protocol.insert("s1".into(), None);
+        s.routing_protocol.insert("s2".into(), Some("1".into()));
     });
+    let router = Router::connect(config(&fake)).await.unwrap();
+    for v in 0..3 {
+        assert_eq!(echo(&router, Key::Owner(42), v).await.unwrap(), v);
+        assert_eq!(echo(&router, Key::Owner(0), v).await.unwrap(), v);
+    }
+    assert_eq!(
+        log_of(&fake, "s1")[..4],
+        [
+            format!("s1: {PROBE}"),
+            "s1: BEGIN".to_string(),
+            claim_statement("s1", G42, 5),
+            "s1: SELECT fake.echo($1)".to_string(),
+        ]
+    );
+    assert_eq!((probes(&fake, "s1"), probes(&fake, "s2")), (1, 1));
+    assert_eq!(fake.with(|s| s.count(&claim_statement("s1", G42, 5))), 3);
+    assert_eq!(fake.with(|s| s.count(&claim_statement("s2", 55408, 5))), 3);
+    assert_eq!(fake.with(|s| s.count(CLAIM_ON_BEGIN)), 0);
+    // A claim refused by an old shard is retried there too, and rolled back.
+    fake.with(|s| s.fenced.insert(G42, 1));
+    echo(&router, Key::Owner(42), 1).await.unwrap();
+    assert_eq!(router.stats().retries_fenced, 1);
+    assert_eq!(fake.with(|s| s.count("s1: ROLLBACK")), 1);
+}
+
+#[tokio::test]
+async fn a_lost_connection_makes_the_shard_probed_again() {
+    let fake = two_shards().await;
+    let router = Router::connect(config(&fake)).await.unwrap();
+    echo(&router, Key::Owner(42), 1).await.unwrap();
+    // The claim on BEGIN finds the connection lost: retried, after a probe on the new one.
+    fake.with(|s| s.claim_lost = 1);
+    echo(&router, Key::Owner(42), 2).await.unwrap();
+    assert_eq!((router.stats().retries_lost, probes(&fake, "s1")), (1, 2));
+    echo(&router, Key::Owner(42), 3).await.unwrap();
+    assert_eq!(probes(&fake, "s1"), 2);
+    // A restart closes the idle connection: the pool finds it closed and drops it.
+    fake.restart_shards();
+    wait_for("the idle connection to close", || {
+        fake.with(|s| s.closed("s1") == s.opened("s1"))
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(50)).await; // (for the client to see it closed)
+    echo(&router, Key::Owner(42), 4).await.unwrap();
+    assert_eq!((router.stats().retries_lost, probes(&fake, "s1")), (1, 3));
+    let log = log_of(&fake, "s1");
+    assert_eq!(
+        log[log.len() - 5..],
+        [
+            format!("s1: {PROBE}"),
+            claim_on_begin("s1", G42, 5),
+            "s1: SELECT fake.echo($1)".to_string(),
+            "s1: SAVEPOINT id_gen_commit".to_string(),
+            "s1: COMMIT".to_string()
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_probe_that_fails() {
+    // The connection lost at the probe: retried as a claim that found it lost.
+    let fake = two_shards().await;
+    let router = Router::connect(config(&fake)).await.unwrap();
+    fake.with(|s| s.probe_lost = 1);
+    assert_eq!(echo(&router, Key::Owner(42), 1).await.unwrap(), 1);
+    assert_eq!((router.stats().retries_lost, probes(&fake, "s1")), (1, 2));
+    assert_eq!(fake.with(|s| s.count(&claim_on_begin("s1", G42, 5))), 1);
+    // Another error: the claim as a statement, which every shard takes; no probe more.
+    let fake = two_shards().await;
+    let router = Router::connect(config(&fake)).await.unwrap();
+    fake.with(|s| s.probe_error = Some("42501".into()));
+    for v in 0..2 {
+        assert_eq!(echo(&router, Key::Owner(42), v).await.unwrap(), v);
+    }
+    assert_eq!((router.stats().retries_lost, probes(&fake, "s1")), (0, 1));
+    assert_eq!(fake.with(|s| s.count(&claim_statement("s1", G42, 5))), 2);
 }
 
 #[tokio::test]
@@ -182,10 +340,7 @@ async fn a_stale_version_on_the_right_shard_is_ig001_too() {
     fake.set_routes(vec![(0, 32767, "s1"), (32768, 65535, "s2")], false); // same routes, v6
     echo(&router, Key::Owner(42), 1).await.unwrap();
     assert_eq!(router.stats().retries_moved, 1);
-    assert_eq!(
-        fake.with(|s| s.count(&format!("s1: SELECT id_gen.route_claim({G42}, 6)"))),
-        1
-    );
+    assert_eq!(fake.with(|s| s.count(&claim_on_begin("s1", G42, 6))), 1);
 }
 
 #[tokio::test]
@@ -217,7 +372,7 @@ async fn retries_are_bounded() {
     assert_eq!(e.code(), Some(ROUTE_FENCED));
     assert_eq!(router.stats().retries_fenced, 3);
     // 1 try + 3 retries, each rolled back.
-    assert_eq!(fake.with(|s| s.count("s1: SELECT id_gen.route_claim")), 4);
+    assert_eq!(claims(&fake, "s1"), 4);
     assert_eq!(fake.with(|s| s.count("s1: ROLLBACK")), 4);
 }
 
@@ -246,7 +401,7 @@ async fn a_moved_route_with_the_coordinator_down_is_retried_until_the_limit() {
     assert!(matches!(e, Error::RetryExhausted(_)), "{e:?}");
     assert_eq!(e.code(), Some(ROUTE_CHANGED));
     assert_eq!(router.stats().retries_moved, 3);
-    assert_eq!(fake.with(|s| s.count("s1: SELECT id_gen.route_claim")), 4);
+    assert_eq!(claims(&fake, "s1"), 4);
     // Back up: the next re-read finds the owner.
     fake.start_coordinator();
     assert_eq!(echo(&router, Key::Owner(42), 2).await.unwrap(), 2);
@@ -372,7 +527,7 @@ async fn a_route_error_from_the_body_retries_the_whole_transaction() {
     assert_eq!(runs, 3);
     assert_eq!(router.stats().retries_moved, 2);
     fake.with(|s| {
-        assert_eq!(s.count("s1: BEGIN"), 3);
+        assert_eq!(s.count(&claim_on_begin("s1", G42, 5)), 3);
         assert_eq!(s.count("s1: ROLLBACK"), 2);
         assert_eq!(s.count("s1: COMMIT"), 1);
     });
@@ -661,9 +816,10 @@ async fn the_tool_benchmarks_inserts_and_lookups() {
 
 // --- The protocol scenarios shared by every client (clients/protocol-scenarios.json) ------
 
-/// Runs one scenario of the shared file against the fake; returns what the scenario's
-/// `expect` names, as JSON, so that a difference shows every field at once.
-async fn run_scenario(sc: &serde_json::Value) -> serde_json::Value {
+/// Runs one scenario of the shared file against the fake, its shards' routing protocol
+/// `routing_protocol` (`None`: shards before 0.7.16); returns what the scenario's `expect`
+/// names, as JSON, so that a difference shows every field at once.
+async fn run_scenario(sc: &serde_json::Value, routing_protocol: Option<&str>) -> serde_json::Value {
     use serde_json::{json, Value as J};
     use std::sync::atomic::{AtomicUsize, Ordering};
     let routes = |v: &J| -> Vec<(i32, i32, String)> {
@@ -689,6 +845,12 @@ async fn run_scenario(sc: &serde_json::Value) -> serde_json::Value {
         1,
     )
     .await;
+    fake.with(|s| {
+        for shard in ["a", "b"] {
+            let setting = routing_protocol.map(String::from);
+            s.routing_protocol.insert(shard.into(), setting);
+        }
+    });
     let mut c = config(&fake);
     c.retry_limit = sc["retry_limit"].as_u64().unwrap_or(20) as u32;
     let router = Router::connect(c).await.unwrap();
@@ -754,7 +916,7 @@ async fn run_scenario(sc: &serde_json::Value) -> serde_json::Value {
     let stats = router.stats();
     let mut got = json!({
         "body_runs": runs.load(Ordering::SeqCst),
-        "claims": fake.with(|s| s.count("route_claim(")),
+        "claims": claims(&fake, "a") + claims(&fake, "b"),
         "retries_moved": stats.retries_moved,
         "retries_fenced": stats.retries_fenced,
         "retries_lost": stats.retries_lost,
@@ -825,13 +987,16 @@ async fn the_shared_protocol_scenarios() {
         "the scenario file lost its scenarios"
     );
     let mut failures = Vec::new();
-    for sc in scenarios {
-        let got = run_scenario(sc).await;
-        if got != sc["expect"] {
-            failures.push(format!(
-                "{}:\n  expected {}\n  got      {}",
-                sc["name"], sc["expect"], got
-            ));
+    // On shards that take the claim on BEGIN, and on shards before 0.7.16.
+    for routing_protocol in [Some("2"), None] {
+        for sc in scenarios {
+            let got = run_scenario(sc, routing_protocol).await;
+            if got != sc["expect"] {
+                failures.push(format!(
+                    "{} (routing protocol {routing_protocol:?}):\n  expected {}\n  got      {}",
+                    sc["name"], sc["expect"], got
+                ));
+            }
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
@@ -909,7 +1074,7 @@ async fn wait_closed(fake: &Fake, shard: &str, n: u32) {
 async fn a_claim_left_unanswered_fails_within_the_bound_and_closes_the_connection() {
     let fake = two_shards().await;
     let router = bounded_router(&fake, 0).await;
-    fake.with(|s| s.stall_on.insert("SELECT id_gen.route_claim(".into(), 1));
+    fake.with(|s| s.stall_on.insert(CLAIM_ON_BEGIN.into(), 1));
     let (result, took) = must_return(1, echo(&router, Key::Owner(42), 1)).await;
     let e = result.unwrap_err();
     assert!(took >= BOUND, "{took:?}");
@@ -935,7 +1100,7 @@ async fn a_claim_left_unanswered_fails_within_the_bound_and_closes_the_connectio
 async fn a_claim_left_unanswered_is_retried_as_a_lost_connection() {
     let fake = two_shards().await;
     let router = bounded_router(&fake, 20).await;
-    fake.with(|s| s.stall_on.insert("SELECT id_gen.route_claim(".into(), 2));
+    fake.with(|s| s.stall_on.insert(CLAIM_ON_BEGIN.into(), 2));
     let (result, took) = must_return(3, echo(&router, Key::Owner(42), 5)).await;
     assert_eq!(result.unwrap(), 5);
     assert!(took >= BOUND * 2, "{took:?}");
@@ -946,7 +1111,7 @@ async fn a_claim_left_unanswered_is_retried_as_a_lost_connection() {
     );
     wait_closed(&fake, "s1", 2).await;
     fake.with(|s| {
-        assert_eq!(s.count("s1: SELECT id_gen.route_claim"), 3);
+        assert_eq!(s.count(&claim_on_begin("s1", G42, 5)), 3);
         assert_eq!(s.opened("s1"), 3);
     });
 }
@@ -955,10 +1120,7 @@ async fn a_claim_left_unanswered_is_retried_as_a_lost_connection() {
 async fn a_shard_that_stays_silent_exhausts_the_retries() {
     let fake = two_shards().await;
     let router = bounded_router(&fake, 2).await;
-    fake.with(|s| {
-        s.stall_on
-            .insert("SELECT id_gen.route_claim(".into(), u32::MAX)
-    });
+    fake.with(|s| s.stall_on.insert(CLAIM_ON_BEGIN.into(), u32::MAX));
     let (result, took) = must_return(3, echo(&router, Key::Owner(42), 1)).await;
     let e = result.unwrap_err();
     assert!(took >= BOUND * 3, "{took:?}");
@@ -1149,7 +1311,7 @@ async fn no_free_connection_within_the_bound_is_a_pool_timeout_not_a_retry() {
     fake.with(|s| {
         assert_eq!(s.opened("s1"), 1);
         assert_eq!(s.count("s1: COMMIT"), 1);
-        assert_eq!(s.count("s1: SELECT id_gen.route_claim"), 1);
+        assert_eq!(s.count(&claim_on_begin("s1", G42, 5)), 1);
     });
 }
 

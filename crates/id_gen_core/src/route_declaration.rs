@@ -1,5 +1,6 @@
 //! The route version a client declares in a statement's own text (docs/routing-protocol.md
-//! §3): a leading comment `/* id_gen.route_version=N */`.
+//! §3): a leading comment `/* id_gen.route_version=N */`; and the claim it carries on `BEGIN`
+//! (§4): `/* id_gen.route_claim=G,V */ BEGIN`.
 //!
 //! A client that routes by itself sends a single statement with the version it routed with
 //! in front of it, so the shard can refuse a stale route (IG001) without a second statement
@@ -13,7 +14,10 @@
 //! - the comment must come first (after ASCII whitespace); spaces are allowed around the
 //!   name, the `=` and the number; anything else is not a declaration and declares nothing
 //!   (it stays an ordinary comment), nor does `0`;
-//! - [`declaration`] and [`declared_in`] round-trip for every version above 0.
+//! - [`declaration`] and [`declared_in`] round-trip for every version above 0;
+//! - a claim is never silently dropped: a leading comment that names `id_gen.route_claim`
+//!   is either a claim of a gene in 0..=65535 at a version >= 0, or [`MalformedClaim`]
+//!   (the shard refuses the `BEGIN`); [`claim_declaration`] and [`claimed_in`] round-trip.
 
 /// The most bytes of a statement's text [`declared_in`] reads.
 pub const PREFIX_BYTES: usize = 128;
@@ -42,6 +46,51 @@ pub fn declared_in(text: &[u8]) -> Option<i64> {
     skip_spaces(after).strip_prefix(b"*/")?;
     let version = std::str::from_utf8(number).ok()?.parse::<i64>().ok()?;
     (version > 0).then_some(version)
+}
+
+const CLAIM_NAME: &[u8] = b"id_gen.route_claim";
+
+/// The comment that claims `gene` at route `version`, followed by a space, to put in front
+/// of `BEGIN`.
+pub fn claim_declaration(gene: u16, version: i64) -> String {
+    format!("/* id_gen.route_claim={gene},{version} */ ")
+}
+
+/// A leading comment that names `id_gen.route_claim` but is not `=G,V */` with a gene in
+/// 0..=65535 and a version >= 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MalformedClaim;
+
+/// The claim `(gene, version)` of a leading `/* id_gen.route_claim=G,V */` in `text` (of
+/// which only the first [`PREFIX_BYTES`] bytes are read); `Ok(None)` when the text does not
+/// start with a comment naming the claim.
+pub fn claimed_in(text: &[u8]) -> Result<Option<(u16, i64)>, MalformedClaim> {
+    let text = &text[..text.len().min(PREFIX_BYTES)];
+    let Some(rest) = skip_spaces(text).strip_prefix(b"/*") else {
+        return Ok(None);
+    };
+    let Some(rest) = skip_spaces(rest).strip_prefix(CLAIM_NAME) else {
+        return Ok(None);
+    };
+    let rest = skip_spaces(rest).strip_prefix(b"=").ok_or(MalformedClaim)?;
+    let (gene, rest) = number(skip_spaces(rest)).ok_or(MalformedClaim)?;
+    let rest = skip_spaces(rest).strip_prefix(b",").ok_or(MalformedClaim)?;
+    let (version, rest) = number(skip_spaces(rest)).ok_or(MalformedClaim)?;
+    skip_spaces(rest)
+        .strip_prefix(b"*/")
+        .ok_or(MalformedClaim)?;
+    let gene = u16::try_from(gene).map_err(|_| MalformedClaim)?;
+    Ok(Some((gene, version)))
+}
+
+/// A run of decimal digits that fits an i64 at the start of `text`, and what follows it.
+fn number(text: &[u8]) -> Option<(i64, &[u8])> {
+    let digits = text.iter().take_while(|b| b.is_ascii_digit()).count();
+    if digits == 0 || digits > 19 {
+        return None;
+    }
+    let (n, after) = text.split_at(digits);
+    Some((std::str::from_utf8(n).ok()?.parse::<i64>().ok()?, after))
 }
 
 fn skip_spaces(text: &[u8]) -> &[u8] {
@@ -103,5 +152,63 @@ mod tests {
             declared_in(format!("{near}{}", declaration(5)).as_bytes()),
             Some(5)
         );
+    }
+
+    #[test]
+    fn claims_round_trip() {
+        for (gene, version) in [(0, 0), (1, 7), (65535, i64::MAX), (4242, 1 << 40)] {
+            let text = format!("{}BEGIN", claim_declaration(gene, version));
+            assert_eq!(
+                claimed_in(text.as_bytes()),
+                Ok(Some((gene, version))),
+                "{text}"
+            );
+        }
+        assert_eq!(
+            claimed_in(b"\n /*id_gen.route_claim = 3 , 9*/BEGIN"),
+            Ok(Some((3, 9)))
+        );
+    }
+
+    #[test]
+    fn other_text_claims_nothing() {
+        for text in [
+            &b"BEGIN"[..],
+            b"",
+            b"/* id_gen.route_version=3 */ BEGIN",
+            b"/* other */ /* id_gen.route_claim=1,2 */ BEGIN",
+            b"BEGIN /* id_gen.route_claim=1,2 */",
+            b"-- id_gen.route_claim=1,2\nBEGIN",
+        ] {
+            assert_eq!(
+                claimed_in(text),
+                Ok(None),
+                "{}",
+                String::from_utf8_lossy(text)
+            );
+        }
+    }
+
+    #[test]
+    fn a_claim_that_does_not_parse_is_malformed() {
+        for text in [
+            &b"/* id_gen.route_claim */ BEGIN"[..],
+            b"/* id_gen.route_claim=1 */ BEGIN",
+            b"/* id_gen.route_claim=1, */ BEGIN",
+            b"/* id_gen.route_claim=65536,1 */ BEGIN",
+            b"/* id_gen.route_claim=-1,1 */ BEGIN",
+            b"/* id_gen.route_claim=1,-1 */ BEGIN",
+            b"/* id_gen.route_claim=1,2 BEGIN",
+            b"/* id_gen.route_claim=1,2,3 */ BEGIN",
+            b"/* id_gen.route_claims=1,2 */ BEGIN",
+            b"/* id_gen.route_claim=1,99999999999999999999 */ BEGIN",
+        ] {
+            assert_eq!(
+                claimed_in(text),
+                Err(MalformedClaim),
+                "{}",
+                String::from_utf8_lossy(text)
+            );
+        }
     }
 }

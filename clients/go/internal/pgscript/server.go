@@ -1,7 +1,8 @@
 // Package pgscript is a scripted PostgreSQL server on a loopback socket, for tests that run real
 // pgx against it (the wire protocol through pgproto3; no PostgreSQL). It answers the
 // transaction statements itself (BEGIN, COMMIT, ROLLBACK, savepoints, LISTEN, the empty
-// statement), and every other statement by a handler registered for its SQL's prefix; it
+// statement), and every other statement by a handler registered for its SQL's prefix (which may
+// open a transaction block, as a BEGIN with a leading comment does); it
 // records every message it receives, and can fail the next executions of a statement, close
 // the connection at COMMIT (unanswered), stop answering a connection at a statement (a shard
 // that hangs), send NOTIFY to the sessions that LISTEN, and end every session as a server
@@ -39,13 +40,17 @@ type Column struct {
 	Type uint32
 }
 
-// Result is what a statement answers: rows of text values and a command tag, or the SQLSTATE
-// of its error.
+// Result is what a statement answers: rows of text values (Null for SQL NULL) and a command
+// tag, or the SQLSTATE of its error; Begins when the statement opened a transaction block.
 type Result struct {
-	Rows [][]string
-	Tag  string
-	Code string
+	Rows   [][]string
+	Tag    string
+	Code   string
+	Begins bool
 }
+
+// Null as a value of Result.Rows is sent as SQL NULL (a NUL character, which no text value holds).
+const Null = "\x00"
 
 // Handler answers the statements whose SQL starts with its prefix.
 type Handler struct {
@@ -547,6 +552,9 @@ func (p *session) run(b portal) bool {
 	if result.Code != "" {
 		return fail(result.Code)
 	}
+	if result.Begins {
+		p.status = 'T'
+	}
 	formats := b.resultFormats
 	if b.simple {
 		formats = nil
@@ -557,7 +565,9 @@ func (p *session) run(b portal) bool {
 	for _, row := range result.Rows {
 		values := make([][]byte, len(row))
 		for i, v := range row {
-			values[i] = encodeValue(h.Columns[i].Type, format(formats, i), v)
+			if v != Null {
+				values[i] = encodeValue(h.Columns[i].Type, format(formats, i), v)
+			}
 		}
 		p.send(&pgproto3.DataRow{Values: values})
 	}

@@ -5,13 +5,17 @@
 //! What it understands: simple queries (`Q`, several statements split on `;`) and the
 //! unnamed-statement extended flow of `Client::query_typed` (Parse, Bind, Describe S,
 //! Execute, Sync). Statements are matched by text: the coordinator answers `LISTEN`, the
-//! route reads and `id_gen.route_version()`; a shard answers BEGIN/COMMIT/ROLLBACK,
-//! `id_gen.route_claim(g, v)` (IG001/IG002 as in protocol §3, by the coordinator's current
-//! routes), `id_gen.gene_order_id` and a few `fake.*` functions for bodies.
+//! route reads and `id_gen.route_version()`; a shard answers BEGIN/COMMIT/ROLLBACK, the
+//! probe of its routing protocol (`State::routing_protocol`: '2' unless set, NULL for a shard
+//! before 0.7.16), the claim in both forms, `id_gen.route_claim(g, v)` and
+//! `/* id_gen.route_claim=g,v */ BEGIN` (IG001/IG002 as in protocol §3, by the coordinator's
+//! current routes; a shard before 0.7.16 ignores the comment), `id_gen.gene_order_id` and a
+//! few `fake.*` functions for bodies.
 //!
-//! The coordinator can be stopped and started again (`stop_coordinator`). A shard can go
-//! silent as a frozen server whose kernel still acks TCP (`stall_on`, `stall_connects`): it
-//! keeps the connection open, reads and drops whatever comes, and never answers again.
+//! The coordinator can be stopped and started again (`stop_coordinator`); the shards can
+//! close every connection, as a restart does (`restart_shards`). A shard can go silent as a
+//! frozen server whose kernel still acks TCP (`stall_on`, `stall_connects`): it keeps the
+//! connection open, reads and drops whatever comes, and never answers again.
 //!
 //! Invariants: every server-side event a test checks is appended to `State::log` as
 //! `"<server>: <sql>"`; shards own exactly the genes the coordinator's current routes give
@@ -36,6 +40,8 @@ pub enum Value {
     I4(i32),
     I8(i64),
     Text(String),
+    /// A NULL of type text.
+    Null,
 }
 
 impl Value {
@@ -43,21 +49,18 @@ impl Value {
         match self {
             Value::I4(_) => INT4,
             Value::I8(_) => INT8,
-            Value::Text(_) => TEXT,
+            Value::Text(_) | Value::Null => TEXT,
         }
     }
-    fn text(&self) -> Vec<u8> {
+    /// The value in the text or binary format; None for NULL.
+    fn encoded(&self, binary: bool) -> Option<Vec<u8>> {
         match self {
-            Value::I4(v) => v.to_string().into_bytes(),
-            Value::I8(v) => v.to_string().into_bytes(),
-            Value::Text(s) => s.clone().into_bytes(),
-        }
-    }
-    fn binary(&self) -> Vec<u8> {
-        match self {
-            Value::I4(v) => v.to_be_bytes().to_vec(),
-            Value::I8(v) => v.to_be_bytes().to_vec(),
-            Value::Text(s) => s.clone().into_bytes(),
+            Value::I4(v) if binary => Some(v.to_be_bytes().to_vec()),
+            Value::I8(v) if binary => Some(v.to_be_bytes().to_vec()),
+            Value::I4(v) => Some(v.to_string().into_bytes()),
+            Value::I8(v) => Some(v.to_string().into_bytes()),
+            Value::Text(s) => Some(s.clone().into_bytes()),
+            Value::Null => None,
         }
     }
 }
@@ -123,6 +126,13 @@ pub struct State {
     pub stall_connects: u32,
     /// The next N logins to any shard are refused with FATAL 28P01 (a password refused).
     pub refuse_logins: u32,
+    /// Shard -> its `id_gen.routing_protocol`, '2' unless set here; `None`: a shard before
+    /// 0.7.16, which has no such setting and reads a claim on BEGIN as a mere comment. The
+    /// next N probes of any shard close the connection with no answer; while `probe_error`
+    /// is set, every probe fails with that SQLSTATE.
+    pub routing_protocol: HashMap<String, Option<String>>,
+    pub probe_lost: u32,
+    pub probe_error: Option<String>,
     /// Notification senders of the coordinator connections that LISTEN.
     listeners: Vec<mpsc::UnboundedSender<String>>,
     seq: i64,
@@ -163,6 +173,30 @@ impl State {
         }
         false
     }
+    /// A shard's `id_gen.routing_protocol` (see `routing_protocol`).
+    pub fn routing_protocol_of(&self, shard: &str) -> Option<String> {
+        self.routing_protocol
+            .get(shard)
+            .cloned()
+            .unwrap_or_else(|| Some("2".into()))
+    }
+    /// `route_claim(gene, version)` on `shard`, in either form: IG002 while fenced, the
+    /// connection ended when a lost claim is due, IG001 for a gene the shard does not own or
+    /// a stale version.
+    fn claim(&mut self, shard: &str, gene: u16, version: i64) -> Result<(), SqlError> {
+        self.take_fence(gene)?;
+        if self.claim_lost > 0 {
+            self.claim_lost -= 1;
+            return Err(err(
+                "57P01",
+                "terminating connection due to administrator command",
+            ));
+        }
+        if self.owner_of(gene) != Some(shard) || version < self.version {
+            return Err(err("IG001", format!("route changed for gene {gene}")));
+        }
+        Ok(())
+    }
     /// Connections a server accepted.
     pub fn opened(&self, server: &str) -> u32 {
         self.opened.get(server).copied().unwrap_or(0)
@@ -180,8 +214,8 @@ pub struct Fake {
     pub shard_dsns: std::collections::BTreeMap<String, String>,
     /// Bumping it closes every open coordinator connection.
     kill_coordinator: watch::Sender<u64>,
-    /// Never bumped: shard connections end only when the client closes them.
-    _keep_shards: Vec<watch::Sender<u64>>,
+    /// Bumping them closes every open shard connection (`restart_shards`).
+    kill_shards: Vec<watch::Sender<u64>>,
 }
 
 impl Fake {
@@ -198,11 +232,11 @@ impl Fake {
         let (kill_tx, kill_rx) = watch::channel(0u64);
         let coordinator_dsn = serve("coordinator".into(), state.clone(), kill_rx.clone()).await;
         let mut shard_dsns = std::collections::BTreeMap::new();
-        let mut keep = Vec::new();
+        let mut kill_shards = Vec::new();
         for name in shards {
             // Shard connections are never killed by kill_coordinator: a channel of their own.
             let (tx, rx) = watch::channel(0u64);
-            keep.push(tx);
+            kill_shards.push(tx);
             shard_dsns.insert(
                 name.to_string(),
                 serve(name.to_string(), state.clone(), rx).await,
@@ -213,7 +247,7 @@ impl Fake {
             coordinator_dsn,
             shard_dsns,
             kill_coordinator: kill_tx,
-            _keep_shards: keep,
+            kill_shards,
         }
     }
 
@@ -246,6 +280,13 @@ impl Fake {
     /// Closes every open coordinator connection (the listener's included).
     pub fn kill_coordinator_connections(&self) {
         self.kill_coordinator.send_modify(|n| *n += 1);
+    }
+
+    /// Every shard closes its open connections, as a restart does (new ones are accepted).
+    pub fn restart_shards(&self) {
+        for kill in &self.kill_shards {
+            kill.send_modify(|n| *n += 1);
+        }
     }
 
     /// The coordinator goes down: its connections close, new ones are closed at once.
@@ -429,9 +470,13 @@ impl Conn<'_> {
             let mut b = Vec::new();
             b.extend_from_slice(&(row.len() as i16).to_be_bytes());
             for v in row {
-                let bytes = if binary { v.binary() } else { v.text() };
-                b.extend_from_slice(&(bytes.len() as i32).to_be_bytes());
-                b.extend_from_slice(&bytes);
+                match v.encoded(binary) {
+                    Some(bytes) => {
+                        b.extend_from_slice(&(bytes.len() as i32).to_be_bytes());
+                        b.extend_from_slice(&bytes);
+                    }
+                    None => b.extend_from_slice(&(-1i32).to_be_bytes()),
+                }
             }
             msg(&mut self.out, b'D', &b);
         }
@@ -571,24 +616,42 @@ impl Conn<'_> {
                 self.declared = None;
                 Ok(Reply::Tag(tag.into()))
             }
+            "SELECT pg_catalog.current_setting('id_gen.routing_protocol', true)" => {
+                if st.probe_lost > 0 {
+                    st.probe_lost -= 1;
+                    return Err(err(CLOSE_SILENTLY, "the connection closes with no answer"));
+                }
+                if let Some(code) = st.probe_error.clone() {
+                    return Err(err(&code, "fake failure of the probe"));
+                }
+                let setting = st.routing_protocol_of(self.name).map_or(Value::Null, Value::Text);
+                Ok(Reply::Rows {
+                    names: vec!["current_setting".into()],
+                    rows: vec![vec![setting]],
+                    tag: "SELECT 1".into(),
+                })
+            }
+            s if s.starts_with("/* id_gen.route_claim=") => {
+                let (claim, statement) = s
+                    .trim_start_matches("/* id_gen.route_claim=")
+                    .split_once(" */ ")
+                    .unwrap();
+                assert_eq!(statement, "BEGIN", "a claim on BEGIN: {s:?}");
+                let (g, v) = claim.split_once(',').unwrap();
+                // From 0.7.16 on, BEGIN then the claim: a claim refused leaves no transaction
+                // open. An older shard reads a comment, and a plain BEGIN.
+                if st.routing_protocol_of(self.name).is_some() {
+                    st.claim(self.name, g.parse().unwrap(), v.parse().unwrap())?;
+                }
+                self.in_tx = true;
+                Ok(Reply::Tag("BEGIN".into()))
+            }
             s if s.starts_with("SELECT id_gen.route_claim(") => {
                 let args = s
                     .trim_start_matches("SELECT id_gen.route_claim(")
                     .trim_end_matches(')');
                 let (g, v) = args.split_once(',').unwrap();
-                let (gene, version): (u16, i64) =
-                    (g.trim().parse().unwrap(), v.trim().parse().unwrap());
-                st.take_fence(gene)?;
-                if st.claim_lost > 0 {
-                    st.claim_lost -= 1;
-                    return Err(err(
-                        "57P01",
-                        "terminating connection due to administrator command",
-                    ));
-                }
-                if st.owner_of(gene) != Some(self.name) || version < st.version {
-                    return Err(err("IG001", format!("route changed for gene {gene}")));
-                }
+                st.claim(self.name, g.trim().parse().unwrap(), v.trim().parse().unwrap())?;
                 Ok(Reply::Rows {
                     names: vec!["route_claim".into()],
                     rows: vec![vec![Value::I8(st.version)]],
@@ -865,8 +928,10 @@ async fn connection(
                 }
                 msg(&mut c.out, b'2', &[]);
                 let done = c.exec(&sql, &params).await;
-                if matches!(&done, Err(e) if e.code == STALL) {
-                    return stall(incoming).await;
+                match &done {
+                    Err(e) if e.code == STALL => return stall(incoming).await,
+                    Err(e) if e.code == CLOSE_SILENTLY => return Ok(()),
+                    _ => {}
                 }
                 result = Some(done);
             }

@@ -2,6 +2,10 @@
 // as every other client's), how an error is classified, and the retry decisions.
 //
 // Invariants:
+// - The claim on BEGIN (routing protocol 2) is sent only to a shard whose
+//   id_gen.routing_protocol says it reads it: a shard before 0.7.16 ignores the comment, which
+//   would be a BEGIN with no claim. Anything else the setting says (NULL, not a number, less
+//   than 2) means the claim statement, which every shard takes.
 // - retryLimit counts retries after the first attempt (at most retryLimit + 1 attempts).
 // - After IG001 the routes are re-read before the next attempt; after IG002 every third
 //   time; never after a lost connection (the routes said nothing new). The wait before
@@ -23,6 +27,11 @@ final class Protocol {
     static final String EMPTY_ROUTES_VERSION_SQL =
             "SELECT id_gen.route_version() AS version WHERE NOT EXISTS (SELECT 1 FROM id_gen.route_map)";
     static final String ROUTE_VERSION_SQL = "SELECT id_gen.route_version() AS version";
+    /** A shard's routing protocol revision: '2' from id_gen 0.7.16, NULL before. */
+    static final String ROUTING_PROTOCOL_SQL =
+            "SELECT pg_catalog.current_setting('id_gen.routing_protocol', true)";
+    /** The first routing protocol revision whose shards read the claim on BEGIN. */
+    static final int CLAIM_ON_BEGIN_PROTOCOL = 2;
     static final String ROUTE_CHANGED = "IG001";
     static final String ROUTE_FENCED = "IG002";
 
@@ -35,9 +44,33 @@ final class Protocol {
     private Protocol() {
     }
 
-    /** BEGIN and the claim in one message: one round trip, as a BEGIN alone. */
-    static String claimSql(int gene, long version) {
+    /** Whether a shard whose id_gen.routing_protocol is `setting` (null: unset) reads the claim on BEGIN. */
+    static boolean claimsOnBegin(String setting) {
+        if (setting == null) {
+            return false;
+        }
+        try {
+            return Integer.parseInt(setting) >= CLAIM_ON_BEGIN_PROTOCOL;
+        } catch (NumberFormatException e) {
+            return false;
+        }
+    }
+
+    /**
+     * BEGIN and the claim statement in one message (one round trip, as a BEGIN alone), for
+     * shards before routing protocol 2.
+     */
+    static String claimStatementSql(int gene, long version) {
         return "BEGIN; SELECT id_gen.route_claim(" + gene + ", " + version + ")";
+    }
+
+    /**
+     * BEGIN carrying the claim in its leading comment ({@code id_gen.route_claim=G,V}), for
+     * shards of routing protocol 2: no statement of its own. A refused claim leaves no
+     * transaction open.
+     */
+    static String claimOnBeginSql(int gene, long version) {
+        return "/* id_gen.route_claim=" + gene + "," + version + " */ BEGIN";
     }
 
     /**

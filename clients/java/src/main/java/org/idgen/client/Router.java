@@ -1,10 +1,12 @@
 // Router: zero-hop routing of transactions to the shard that owns a gene, on pgjdbc and
 // HikariCP, with the vocabulary of docs/routing-protocol.md §5 (mirrors clients/node's router):
 // - transaction(key, body): body(conn) in a transaction on the owning shard that starts with
-//   the claim; on IG001/IG002 (from the claim, the body or COMMIT), or a connection refused or
-//   lost before COMMIT was sent, it rolls back, re-reads the routes (IG001; IG002 every third
-//   time), waits, and runs the body again, at most retryLimit times after the first attempt.
-//   Returns the body's value.
+//   the claim (/* id_gen.route_claim=G,V */ BEGIN on a shard of routing protocol 2, id_gen
+//   0.7.16 or later; BEGIN; SELECT id_gen.route_claim(G, V) on an older one, which would
+//   ignore the comment); on IG001/IG002 (from the claim, the body or COMMIT), or a connection
+//   refused or lost before COMMIT was sent, it rolls back, re-reads the routes (IG001; IG002
+//   every third time), waits, and runs the body again, at most retryLimit times after the
+//   first attempt. Returns the body's value.
 // - run(key, body): the same, but the body runs once: only a failed connect or claim is
 //   retried; errors from the body or COMMIT reach the caller.
 // - execute(key, sql, params): one statement in a transaction of its own that declares the
@@ -21,6 +23,11 @@
 //   that cannot LISTEN) costs at most that long.
 // - Nothing is declared per session on a shard: the claim and the statement's comment live in
 //   the transaction, so shards may sit behind a transaction-mode pooler (PgBouncer).
+// - A shard gets the claim on BEGIN only after its id_gen.routing_protocol said it reads it:
+//   probed once per shard (an autocommit SELECT of its own, on the connection about to make
+//   the first claim there), and probed again after a connection to the shard was found lost
+//   or refused (a restart may bring another id_gen). A probe that lost its connection is
+//   retried as a claim that did; one that failed otherwise means the claim statement.
 // - A body that failed is never reported committed (a failed transaction block is rolled
 //   back, never sent COMMIT), a body whose COMMIT succeeded is never run again, and a
 //   connection lost after COMMIT was sent is CommitOutcomeUnknownException, never retried.
@@ -47,6 +54,7 @@ import java.util.Properties;
 import java.util.Set;
 import java.util.UUID;
 import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
@@ -72,6 +80,7 @@ public final class Router implements AutoCloseable {
     private final long refreshIntervalNanos;
 
     private volatile RouteTable table = RouteTable.NONE;
+    private final Map<String, ClaimForm> claimForms = new ConcurrentHashMap<>(); // by shard, once probed
     private final LongAdder transactions = new LongAdder();
     private final LongAdder retriesMoved = new LongAdder();
     private final LongAdder retriesFenced = new LongAdder();
@@ -420,8 +429,10 @@ public final class Router implements AutoCloseable {
             Phase phase = Phase.CLAIM;
             boolean broken = true;
             try {
+                String claim = claimsOnBegin(shard, conn) ? Protocol.claimOnBeginSql(gene, routes.version())
+                        : Protocol.claimStatementSql(gene, routes.version());
                 try (Statement st = conn.createStatement()) {
-                    st.execute(Protocol.claimSql(gene, routes.version()));
+                    st.execute(claim);
                 }
                 phase = Phase.BODY;
                 T result = body.apply(conn);
@@ -448,9 +459,14 @@ public final class Router implements AutoCloseable {
                     throw e;
                 }
                 boolean lost = isLost(sql, conn);
+                if (lost) {
+                    forgetClaimForm(shard);
+                }
                 // A body that ended the transaction itself (its own COMMIT or ROLLBACK) and then
                 // failed is never run again: what it committed stays committed.
                 boolean ended = phase == Phase.BODY && !lost && !connector.inTransaction(conn);
+                // (after a claim on BEGIN that was refused no transaction is open: the
+                // ROLLBACK only draws a warning)
                 broken = lost || !rollbackQuietly(conn);
                 if (ended) {
                     throw e;
@@ -493,6 +509,9 @@ public final class Router implements AutoCloseable {
                     throw e; // (broken: discarded)
                 }
                 boolean lost = isLost(error, conn);
+                if (lost) {
+                    forgetClaimForm(shard);
+                }
                 // (a statement that failed ended its implicit transaction; a driver that threw
                 // unchecked may have left the connection in any state)
                 broken = lost || e instanceof RuntimeException;
@@ -660,10 +679,57 @@ public final class Router implements AutoCloseable {
             SQLException sql = Protocol.sqlExceptionIn(e);
             if (sql != null && (Protocol.connectionLostState(sql.getSQLState())
                     || Protocol.causedBy(e, java.net.ConnectException.class))) {
+                forgetClaimForm(shard);
                 throw new Retry(RetryCause.LOST, sql, e);
             }
             throw e;
         }
+    }
+
+    /**
+     * What a shard is known to read: whether it takes the claim on BEGIN, null until probed.
+     * Forgetting replaces a shard's ClaimForm, so a probe still under way then answers into
+     * the one it began with, never into the next.
+     */
+    private static final class ClaimForm {
+        volatile Boolean onBegin;
+    }
+
+    /**
+     * Whether shard reads the claim on BEGIN: known, or probed now on conn (in autocommit,
+     * before the claim). Threads that meet an unknown shard at once may each probe.
+     */
+    private boolean claimsOnBegin(String shard, Connection conn) throws SQLException {
+        ClaimForm form = claimForms.computeIfAbsent(shard, unknown -> new ClaimForm());
+        Boolean onBegin = form.onBegin;
+        if (onBegin == null) {
+            onBegin = probeClaimsOnBegin(conn);
+            form.onBegin = onBegin;
+        }
+        return onBegin;
+    }
+
+    /**
+     * The shard's answer to the probe. A lost connection is thrown (the attempt is retried as
+     * after a lost claim); any other SQL error answers the claim statement, which every shard
+     * takes, rather than fail the transaction.
+     */
+    private boolean probeClaimsOnBegin(Connection conn) throws SQLException {
+        try (Statement st = conn.createStatement();
+             ResultSet rs = st.executeQuery(Protocol.ROUTING_PROTOCOL_SQL)) {
+            return Protocol.claimsOnBegin(rs.next() ? rs.getString(1) : null);
+        } catch (SQLException | RuntimeException e) {
+            SQLException sql = Protocol.sqlExceptionIn(e);
+            if (sql == null || isLost(sql, conn)) {
+                throw e;
+            }
+            return false;
+        }
+    }
+
+    /** A connection to shard was found lost or refused: it may have restarted with another id_gen. */
+    private void forgetClaimForm(String shard) {
+        claimForms.remove(shard);
     }
 
     /** A statement past pgjdbc's socketTimeout (it closed the connection). */

@@ -1,15 +1,19 @@
 // FakeCluster: a fake of the driver behind the Router (the Connector seam) for tests without a
 // server, as clients/node/test/fake_pg.js and clients/python/tests/test_router_fake.py fake
 // theirs: a coordinator (routes, a version, NOTIFY to its listeners; it can be down) and shards
-// (route_claim's IG001/IG002, the declared route version, a read by owner; refused connects,
-// claims that find the connection ended, a COMMIT lost without an answer, errors thrown
-// wrapped in an unchecked exception; a LISTEN that fails), with
+// (the routing protocol probe, answered '2', or NULL by a shard older than 0.7.16; the claim
+// in either form, BEGIN; SELECT id_gen.route_claim(G, V) or /* id_gen.route_claim=G,V */
+// BEGIN, with its IG001/IG002, a refused claim on BEGIN opening no transaction, an old shard
+// ignoring the comment; the declared route version, a read by owner; refused connects, claims
+// or probes that find the connection ended, a probe that fails, a COMMIT lost without an
+// answer, errors thrown wrapped in an unchecked exception; a LISTEN that fails), with
 // java.lang.reflect.Proxy connections, statements and result sets.
 //
 // Invariants: one lock (this) guards all state; every JDBC method the fake does not know fails
 // loudly (UnsupportedOperationException); misuse the Router must never commit (a connection
 // pooled inside a transaction block or after it closed, given back twice, closed by the
-// router instead of given back, COMMIT sent in a failed block) is recorded in problems().
+// router instead of given back, COMMIT sent in a failed block, the probe sent inside a
+// transaction block, a claim on BEGIN sent to an old shard) is recorded in problems().
 package org.idgen.client;
 
 import java.lang.reflect.Proxy;
@@ -21,9 +25,11 @@ import java.sql.SQLException;
 import java.sql.Statement;
 import java.util.ArrayList;
 import java.util.Collections;
+import java.util.HashSet;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
 import java.util.TreeMap;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
@@ -31,10 +37,14 @@ import java.util.regex.Pattern;
 final class FakeCluster implements Connector {
     /** A read by owner: no id predicate, so on a shard that lost the owner it finds nothing. */
     static final String READ = "SELECT amount FROM orders WHERE owner_id = ?";
-    static final String CLAIM_PREFIX = "BEGIN; SELECT id_gen.route_claim(";
+    /** The routing protocol probe, as docs/routing-protocol.md §3 spells it. */
+    static final String PROBE = "SELECT pg_catalog.current_setting('id_gen.routing_protocol', true)";
     static final long NEXT_ID = 9007199254740993L; // (above 2^53)
 
-    private static final Pattern CLAIM = Pattern.compile("SELECT id_gen\\.route_claim\\((\\d+), (\\d+)\\)");
+    private static final String CLAIM_STATEMENT_PREFIX = "BEGIN; SELECT id_gen.route_claim(";
+    private static final Pattern CLAIM_STATEMENT = Pattern.compile("SELECT id_gen\\.route_claim\\((\\d+), (\\d+)\\)");
+    /** The claim on BEGIN, exactly as a client writes it (the shard's parser is laxer). */
+    private static final Pattern CLAIM_ON_BEGIN = Pattern.compile("/\\* id_gen\\.route_claim=(\\d+),(\\d+) \\*/ BEGIN");
     /** A version declared by a statement's leading comment, for that message alone. */
     private static final Pattern DECLARED_BY_COMMENT = Pattern.compile("/\\* id_gen\\.route_version=(\\d+) \\*/ (.*)", Pattern.DOTALL);
 
@@ -49,9 +59,12 @@ final class FakeCluster implements Connector {
     private final List<CoordinatorSession> coordinatorSessions = new ArrayList<>();
 
     // --- the shards ---
+    final Set<String> oldShards = new HashSet<>(); // before 0.7.16: the probe answers NULL, the comment on BEGIN is ignored
     int fences; // the next N claims or statements of any gene fail with IG002
     int connectFails; // the next N connects to shard "a" are refused
     int claimLost; // the next N claims find the connection ended (FATAL 57P01)
+    int probeLost; // the next N probes find the connection ended (FATAL 57P01)
+    int probeFails; // the next N probes fail with an error of their own (42501)
     boolean commitLost; // the next COMMIT's connection closes with no answer
     boolean uncheckedErrors; // shard statements throw their SQLException wrapped, as a translating JDBC wrapper would
     String lastReadShard;
@@ -134,11 +147,29 @@ final class FakeCluster implements Connector {
         return null;
     }
 
-    /** route_claim statements sent to every shard. */
+    /** Claims sent to every shard, in either form (the scenario file's "claims"). */
     synchronized long claims() {
         long n = 0;
         for (String sql : sent()) {
-            n += sql.startsWith(CLAIM_PREFIX) ? 1 : 0;
+            n += sql.startsWith(CLAIM_STATEMENT_PREFIX) || CLAIM_ON_BEGIN.matcher(sql).matches() ? 1 : 0;
+        }
+        return n;
+    }
+
+    /** Claims on BEGIN sent to every shard. */
+    synchronized long claimsOnBegin() {
+        long n = 0;
+        for (String sql : sent()) {
+            n += CLAIM_ON_BEGIN.matcher(sql).matches() ? 1 : 0;
+        }
+        return n;
+    }
+
+    /** Routing protocol probes sent to every shard. */
+    synchronized long probes() {
+        long n = 0;
+        for (String sql : sent()) {
+            n += sql.equals(PROBE) ? 1 : 0;
         }
         return n;
     }
@@ -567,6 +598,15 @@ final class FakeCluster implements Connector {
         }
 
         private Result run(String sql, List<Object> params) throws SQLException {
+            Matcher claimOnBegin = CLAIM_ON_BEGIN.matcher(sql);
+            if (claimOnBegin.matches()) {
+                if (oldShards.contains(shard)) { // (it ignores the comment: a BEGIN with no claim)
+                    problems.add("a claim on BEGIN sent to a shard older than 0.7.16: " + log);
+                } else {
+                    claim(Integer.parseInt(claimOnBegin.group(1)), Long.parseLong(claimOnBegin.group(2)));
+                }
+                sql = "BEGIN"; // (reached only when granted: a refused claim opens no transaction)
+            }
             if (sql.equals("BEGIN")) {
                 inBlock = true;
                 failed = false;
@@ -590,22 +630,23 @@ final class FakeCluster implements Connector {
             if (failed) {
                 throw sqlError("25P02");
             }
-            Matcher m = CLAIM.matcher(sql);
-            if (m.matches()) {
-                if (fences > 0) {
-                    fences--;
-                    throw sqlError(Protocol.ROUTE_FENCED);
+            if (sql.equals(PROBE)) {
+                if (inBlock) {
+                    problems.add("the probe was sent inside a transaction block: " + log);
                 }
-                if (claimLost > 0) {
-                    claimLost--;
-                    closed = true;
-                    inBlock = false;
-                    throw new SQLException("fake: FATAL: terminating connection due to administrator command",
-                            "57P01");
+                if (probeLost > 0) {
+                    probeLost--;
+                    throw ended();
                 }
-                if (!shard.equals(ownerOf(Integer.parseInt(m.group(1)))) || Long.parseLong(m.group(2)) < version) {
-                    throw sqlError(Protocol.ROUTE_CHANGED);
+                if (probeFails > 0) {
+                    probeFails--;
+                    throw sqlError("42501");
                 }
+                return Result.row("current_setting", oldShards.contains(shard) ? null : "2");
+            }
+            Matcher claimStatement = CLAIM_STATEMENT.matcher(sql);
+            if (claimStatement.matches()) {
+                claim(Integer.parseInt(claimStatement.group(1)), Long.parseLong(claimStatement.group(2)));
                 return Result.row("route_claim", version);
             }
             if (sql.equals(READ)) {
@@ -637,6 +678,28 @@ final class FakeCluster implements Connector {
                 return Result.row("?column?", 1);
             }
             throw new UnsupportedOperationException("the fake shard does not know " + sql);
+        }
+
+        /** route_claim's checks, for either form: IG002 while fenced, the connection ended, IG001. */
+        private void claim(int gene, long claimedVersion) throws SQLException {
+            if (fences > 0) {
+                fences--;
+                throw sqlError(Protocol.ROUTE_FENCED);
+            }
+            if (claimLost > 0) {
+                claimLost--;
+                throw ended();
+            }
+            if (!shard.equals(ownerOf(gene)) || claimedVersion < version) {
+                throw sqlError(Protocol.ROUTE_CHANGED);
+            }
+        }
+
+        /** The server ended the session (an administrator, a restart). */
+        private SQLException ended() {
+            closed = true;
+            inBlock = false;
+            return new SQLException("fake: FATAL: terminating connection due to administrator command", "57P01");
         }
 
         @Override

@@ -1,5 +1,6 @@
 // The Router against the fake driver of FakeCluster, beyond the shared scenarios: what is sent
-// to a shard (nothing per session), a body that swallowed an error, nextId's SQL and
+// to a shard (nothing per session), the claim's form by the shard's routing protocol (probed
+// once, again after a lost connection), a body that swallowed an error, nextId's SQL and
 // parameters, route changes heard, missed and polled, a listener lost, a coordinator down at
 // the start, closing; and the real pgjdbc driver against a port where nothing listens.
 //
@@ -82,7 +83,7 @@ class RouterTest {
                 }
             });
             router.execute(Key.gene(1), FakeCluster.READ, 1L);
-            assertEquals(List.of("BEGIN; SELECT id_gen.route_claim(1, 1)", "SELECT 1", "COMMIT",
+            assertEquals(List.of(FakeCluster.PROBE, "/* id_gen.route_claim=1,1 */ BEGIN", "SELECT 1", "COMMIT",
                     "/* id_gen.route_version=1 */ " + FakeCluster.READ),
                     cluster.sent());
             assertEquals(2, router.stats().transactions());
@@ -140,8 +141,153 @@ class RouterTest {
                     () -> router.transaction(Key.gene(1), conn -> {
                         throw thrown;
                     })));
-            assertEquals(List.of("BEGIN; SELECT id_gen.route_claim(1, 1)", "ROLLBACK"), cluster.sent());
+            assertEquals(List.of(FakeCluster.PROBE, "/* id_gen.route_claim=1,1 */ BEGIN", "ROLLBACK"),
+                    cluster.sent());
             assertEquals(0, cluster.discarded());
+        });
+    }
+
+    private static Integer selectOne(java.sql.Connection conn) throws SQLException {
+        try (Statement st = conn.createStatement()) {
+            st.execute("SELECT 1");
+            return 1;
+        }
+    }
+
+    @Test
+    void aShardOf0716GetsTheClaimOnBeginAndIsProbedOnceForManyTransactions() throws Exception {
+        withRouter(b -> { }, (router, cluster) -> {
+            for (int i = 0; i < 5; i++) {
+                router.transaction(Key.gene(1), RouterTest::selectOne);
+            }
+            router.run(Key.gene(2), RouterTest::selectOne);
+            router.execute(Key.gene(3), FakeCluster.READ, 1L);
+            List<String> sent = cluster.sent();
+            assertEquals(List.of(FakeCluster.PROBE, "/* id_gen.route_claim=1,1 */ BEGIN", "SELECT 1", "COMMIT",
+                    "/* id_gen.route_claim=1,1 */ BEGIN", "SELECT 1", "COMMIT"), sent.subList(0, 7));
+            assertEquals("/* id_gen.route_claim=2,1 */ BEGIN", sent.get(sent.size() - 4), sent.toString());
+            assertEquals(1, cluster.probes(), "once per shard: " + sent);
+            assertEquals(6, cluster.claimsOnBegin());
+            assertEquals(6, cluster.claims());
+            router.transaction(Key.gene(40000), RouterTest::selectOne);
+            assertEquals(2, cluster.probes(), "shard b is probed before its own first claim");
+            assertEquals(8, router.stats().transactions(), "execute counts too");
+        });
+    }
+
+    @Test
+    void aShardBefore0716GetsTheClaimStatement() throws Exception {
+        withRouter(b -> { }, (router, cluster) -> {
+            synchronized (cluster) {
+                cluster.oldShards.add("a");
+            }
+            router.transaction(Key.gene(1), RouterTest::selectOne);
+            router.transaction(Key.gene(1), RouterTest::selectOne);
+            assertEquals(List.of(FakeCluster.PROBE, "BEGIN; SELECT id_gen.route_claim(1, 1)", "SELECT 1", "COMMIT",
+                    "BEGIN; SELECT id_gen.route_claim(1, 1)", "SELECT 1", "COMMIT"), cluster.sent());
+            router.transaction(Key.gene(40000), RouterTest::selectOne);
+            assertEquals("/* id_gen.route_claim=40000,1 */ BEGIN", cluster.sent().get(8), "shard b is of 0.7.16");
+        });
+    }
+
+    @Test
+    void theRoutingProtocolSettingIsReadAsAnInteger() {
+        assertTrue(Protocol.claimsOnBegin("2"));
+        assertTrue(Protocol.claimsOnBegin("3"));
+        for (String older : Arrays.asList(null, "", "1", "0", "-2", "two", "2.0", " 2")) {
+            assertFalse(Protocol.claimsOnBegin(older), String.valueOf(older));
+        }
+        assertEquals("/* id_gen.route_claim=65535,12 */ BEGIN", Protocol.claimOnBeginSql(65535, 12));
+        assertEquals("BEGIN; SELECT id_gen.route_claim(0, 1)", Protocol.claimStatementSql(0, 1));
+    }
+
+    @Test
+    void afterALostConnectionTheShardIsProbedAgain() throws Exception {
+        withRouter(b -> { }, (router, cluster) -> {
+            synchronized (cluster) {
+                cluster.oldShards.add("a");
+            }
+            router.transaction(Key.gene(1), RouterTest::selectOne);
+            assertEquals(1, cluster.probes());
+            // Shard a restarts with 0.7.16: the claim statement finds its connection ended.
+            synchronized (cluster) {
+                cluster.oldShards.clear();
+                cluster.claimLost = 1;
+            }
+            int sentBefore = cluster.sent().size();
+            router.transaction(Key.gene(1), RouterTest::selectOne);
+            assertEquals(List.of("BEGIN; SELECT id_gen.route_claim(1, 1)", FakeCluster.PROBE,
+                    "/* id_gen.route_claim=1,1 */ BEGIN", "SELECT 1", "COMMIT"),
+                    cluster.sent().subList(sentBefore, cluster.sent().size()));
+            assertEquals(1, router.stats().retriesLost());
+            // Lost under the body, or a connect refused: probed again before the next claim.
+            int[] runs = {0};
+            router.transaction(Key.gene(1), conn -> {
+                if (++runs[0] == 1) {
+                    throw new SQLException("fake: gone", "08006");
+                }
+                return 1;
+            });
+            assertEquals(3, cluster.probes());
+            synchronized (cluster) {
+                cluster.connectFails = 1;
+            }
+            router.transaction(Key.gene(1), RouterTest::selectOne);
+            assertEquals(4, cluster.probes());
+            assertEquals(3, router.stats().retriesLost());
+            // Nothing lost: no probe.
+            router.transaction(Key.gene(1), RouterTest::selectOne);
+            assertEquals(4, cluster.probes());
+        });
+    }
+
+    @Test
+    void aProbeThatLostItsConnectionIsRetriedAsALostClaimAndOneThatFailedOtherwiseMeansTheClaimStatement()
+            throws Exception {
+        withRouter(b -> { }, (router, cluster) -> {
+            synchronized (cluster) {
+                cluster.probeLost = 1;
+            }
+            assertEquals(1, router.transaction(Key.gene(1), RouterTest::selectOne));
+            assertEquals(List.of(FakeCluster.PROBE, FakeCluster.PROBE, "/* id_gen.route_claim=1,1 */ BEGIN",
+                    "SELECT 1", "COMMIT"), cluster.sent());
+            assertEquals(1, router.stats().retriesLost());
+            assertEquals(1, cluster.discarded());
+            synchronized (cluster) {
+                cluster.probeFails = 1;
+            }
+            assertEquals(1, router.transaction(Key.gene(40000), RouterTest::selectOne));
+            List<String> sent = cluster.sent();
+            assertEquals(List.of(FakeCluster.PROBE, "BEGIN; SELECT id_gen.route_claim(40000, 1)", "SELECT 1", "COMMIT"),
+                    sent.subList(5, sent.size()), "the transaction goes on with the claim statement");
+            assertEquals(1, router.stats().retriesLost());
+            assertEquals(2, router.stats().transactions());
+        });
+    }
+
+    @Test
+    void aClaimOnBeginRefusedWithIg001IsRetriedOnTheNewOwner() throws Exception {
+        withRouter(b -> { }, (router, cluster) -> {
+            synchronized (cluster) {
+                cluster.oldShards.add("b");
+            }
+            cluster.change(ALL_ON_B, false);
+            assertEquals("b", router.transaction(Key.gene(1), FakeCluster::shardOf));
+            // On a: the BEGIN refused opens no transaction; the ROLLBACK after it is harmless.
+            assertEquals(List.of(FakeCluster.PROBE, "/* id_gen.route_claim=1,1 */ BEGIN", "ROLLBACK",
+                    FakeCluster.PROBE, "BEGIN; SELECT id_gen.route_claim(1, 2)", "COMMIT"), cluster.sent());
+            assertEquals(1, router.stats().retriesMoved());
+            assertEquals(2, router.version());
+            assertEquals(0, cluster.discarded(), "the connection to a was pooled again");
+            // IG002 on BEGIN: waited for and retried on the same shard, no probe again.
+            cluster.change(ROUTES, false);
+            router.refresh();
+            synchronized (cluster) {
+                cluster.fences = 2;
+            }
+            assertEquals("a", router.transaction(Key.gene(1), FakeCluster::shardOf));
+            assertEquals(2, router.stats().retriesFenced());
+            assertEquals(2, cluster.probes());
         });
     }
 

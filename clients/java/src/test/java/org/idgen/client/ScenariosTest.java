@@ -1,6 +1,7 @@
 // The protocol scenarios shared by every client (clients/protocol-scenarios.json), run against
 // the fake driver of FakeCluster: the same expectations as the Node.js, Python and Rust
-// clients' fake tests. Each scenario is one dynamic test named as in the file.
+// clients' fake tests. Each scenario is two dynamic tests named as in the file: with shards of
+// routing protocol 2 (claims on BEGIN), and with shards older than 0.7.16 (the claim statement).
 //
 // Invariants checked after each: the outcome and every counter the scenario names, exactly;
 // no pooled connection kept, none pooled inside a transaction block; after close(), no
@@ -32,13 +33,17 @@ class ScenariosTest {
     Stream<DynamicTest> everyScenario() throws Exception {
         List<Object> scenarios = Json.array(Json.object(Json.readClientsFile("protocol-scenarios.json")).get("scenarios"));
         assertTrue(scenarios.size() >= 24, "the scenario file lost its scenarios: " + scenarios.size());
-        return scenarios.stream().map(Json::object)
-                .map(sc -> DynamicTest.dynamicTest((String) sc.get("name"), () -> run(sc)));
+        return scenarios.stream().map(Json::object).flatMap(sc -> Stream.of(
+                DynamicTest.dynamicTest((String) sc.get("name"), () -> run(sc, false)),
+                DynamicTest.dynamicTest(sc.get("name") + " [shards before 0.7.16]", () -> run(sc, true))));
     }
 
-    private static void run(Map<String, Object> sc) throws Exception {
+    private static void run(Map<String, Object> sc, boolean oldShards) throws Exception {
         assertTrue(FIELDS.containsAll(sc.keySet()), "unknown fields in " + sc.keySet());
         FakeCluster cluster = new FakeCluster(FakeCluster.routesOf(sc.get("routes")));
+        if (oldShards) {
+            cluster.oldShards.addAll(List.of("a", "b"));
+        }
         Map<String, Object> expect = Json.object(sc.get("expect"));
         Map<String, Object> got = new LinkedHashMap<>();
         AtomicLong bodyRuns = new AtomicLong();
@@ -121,6 +126,7 @@ class ScenariosTest {
                 picked.put(k, got.get(k));
             }
             assertEquals(expect, picked, (String) sc.get("name"));
+            assertEquals(oldShards ? 0 : cluster.claims(), cluster.claimsOnBegin(), "every claim in the shards' form");
             assertEquals(0, cluster.outstanding(), "a pooled connection was kept");
             assertEquals(List.of(), cluster.problems());
         }

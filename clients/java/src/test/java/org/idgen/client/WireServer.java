@@ -5,9 +5,11 @@
 // two Syncs, or of one simple Query), so a test sees what pgjdbc really sends.
 //
 // Invariants: every statement goes to the Script (never guessed here) except the protocol's
-// own (BEGIN/COMMIT/ROLLBACK, pgjdbc's and Hikari's checks); after an error the extended
-// protocol's messages are skipped until Sync, as a server does; every blocking read ends when
-// close() closes the sockets.
+// own (BEGIN/COMMIT/ROLLBACK, pgjdbc's and Hikari's checks); a statement the Script answers
+// with the tag BEGIN opens a transaction block, as BEGIN does (a claim on BEGIN), and one it
+// refuses opens none; COMMIT or ROLLBACK outside a block draws WARNING 25P01, as on a server;
+// after an error the extended protocol's messages are skipped until Sync, as a server does;
+// every blocking read ends when close() closes the sockets.
 package org.idgen.client;
 
 import java.io.DataInputStream;
@@ -59,13 +61,13 @@ final class WireServer implements AutoCloseable {
             return new Reply(tag, null, null, null, false, false);
         }
 
-        /** Rows of columns; a Long is sent as int8, anything else as text. */
+        /** Rows of columns; a Long is sent as int8, anything else as text (null as NULL). */
         static Reply rows(List<String> columns, List<List<Object>> rows) {
             return new Reply("SELECT " + rows.size(), columns, rows, null, false, false);
         }
 
         static Reply row(String column, Object value) {
-            return rows(List.of(column), List.of(List.of(value)));
+            return rows(List.of(column), List.of(Collections.singletonList(value)));
         }
 
         static Reply error(String code) {
@@ -418,10 +420,6 @@ final class WireServer implements AutoCloseable {
             return reply != null ? reply : Reply.error("XX000"); // (a statement the script does not know)
         }
 
-        /**
-         * Executes one statement (described: its answer, asked at Describe); false when the
-         * connection ended or an error skips the rest of the message.
-         */
         /** A frozen server: until the client closes the connection, nothing is answered. */
         private boolean silent() throws IOException {
             byte[] sink = new byte[1024];
@@ -432,6 +430,10 @@ final class WireServer implements AutoCloseable {
             return false;
         }
 
+        /**
+         * Executes one statement (described: its answer, asked at Describe); false when the
+         * connection ended or an error skips the rest of the message.
+         */
         private boolean statement(RoundTrip trip, String sql, List<String> params, Reply described)
                 throws IOException {
             String s = sql.trim();
@@ -448,6 +450,7 @@ final class WireServer implements AutoCloseable {
             }
             if (isTransactionControl(s)) {
                 String tag = s.equals("COMMIT") && status == 'E' ? "ROLLBACK" : s;
+                boolean outsideBlock = status == 'I' && !s.equals("BEGIN");
                 Reply scripted = script.answer(this, s, params); // (a script may lose a COMMIT)
                 if (scripted != null && scripted.vanish) {
                     socket.close();
@@ -457,6 +460,9 @@ final class WireServer implements AutoCloseable {
                     return silent();
                 }
                 status = s.equals("BEGIN") ? 'T' : 'I';
+                if (outsideBlock) {
+                    notice("WARNING", "25P01", "there is no transaction in progress");
+                }
                 send('C', o -> cstring(o, tag));
                 return true;
             }
@@ -471,6 +477,9 @@ final class WireServer implements AutoCloseable {
             if (reply.errorCode != null) {
                 return error(reply.errorCode, reply.fatal);
             }
+            if ("BEGIN".equals(reply.tag)) {
+                status = 'T';
+            }
             if (reply.columns != null) {
                 if (described == null) {
                     rowDescription(reply);
@@ -479,6 +488,10 @@ final class WireServer implements AutoCloseable {
                     send('D', o -> {
                         o.writeShort(row.size());
                         for (Object v : row) {
+                            if (v == null) {
+                                o.writeInt(-1);
+                                continue;
+                            }
                             byte[] text = String.valueOf(v).getBytes(StandardCharsets.UTF_8);
                             o.writeInt(text.length);
                             o.write(text);
@@ -511,6 +524,20 @@ final class WireServer implements AutoCloseable {
             }
             skipping = true;
             return false;
+        }
+
+        private void notice(String severity, String code, String message) throws IOException {
+            send('N', o -> {
+                o.write('S');
+                cstring(o, severity);
+                o.write('V');
+                cstring(o, severity);
+                o.write('C');
+                cstring(o, code);
+                o.write('M');
+                cstring(o, message);
+                o.write(0);
+            });
         }
 
         private void rowDescription(Reply reply) throws IOException {

@@ -1,8 +1,9 @@
 // The production path — Router on JdbcConnector, pgjdbc and HikariCP — against WireServer, a
-// minimal PostgreSQL server: what pgjdbc really sends (the claim and BEGIN in one round trip,
-// execute's declaration and statement in one, nothing declared per session), how its errors
-// come back (IG001, FATAL 57P01, a COMMIT with no answer, a failed transaction block), and
-// LISTEN/NOTIFY through getNotifications.
+// minimal PostgreSQL server: what pgjdbc really sends (the routing protocol probe once; the
+// claim on BEGIN to a shard of 0.7.16, the claim statement and BEGIN in one round trip to an
+// older one; execute's declaration and statement in one; nothing declared per session), how
+// its errors come back (IG001 from BEGIN or the claim statement, FATAL 57P01, a COMMIT with
+// no answer, a failed transaction block), and LISTEN/NOTIFY through getNotifications.
 //
 // Invariant: no fixed sleeps; pollUntil polls with a deadline and fails with the last value.
 package org.idgen.client;
@@ -18,7 +19,9 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Objects;
+import java.util.Set;
 import java.util.concurrent.Callable;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
@@ -31,7 +34,8 @@ import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 
 class WireTest {
-    private static final Pattern CLAIM = Pattern.compile("SELECT id_gen\\.route_claim\\((\\d+), (\\d+)\\)");
+    private static final Pattern CLAIM_STATEMENT = Pattern.compile("SELECT id_gen\\.route_claim\\((\\d+), (\\d+)\\)");
+    private static final Pattern CLAIM_ON_BEGIN = Pattern.compile("/\\* id_gen\\.route_claim=(\\d+),(\\d+) \\*/ BEGIN");
     private static final String READ_WIRE = "SELECT amount FROM orders WHERE owner_id = $1"; // (pgjdbc's ? as $1)
     private static final String DECLARED = "/* id_gen.route_version=1 */ ";
 
@@ -43,6 +47,7 @@ class WireTest {
     private final AtomicBoolean commitSilent = new AtomicBoolean();
     private final AtomicInteger claimSilent = new AtomicInteger();
     private final AtomicInteger bodyVanishes = new AtomicInteger();
+    private final Set<String> oldShards = ConcurrentHashMap.newKeySet(); // before 0.7.16
     private WireServer coordinator;
     private WireServer shardA;
     private WireServer shardB;
@@ -96,17 +101,17 @@ class WireTest {
         if (sql.equals("BEGIN") || sql.equals("COMMIT") || sql.equals("ROLLBACK")) {
             return null;
         }
-        Matcher m = CLAIM.matcher(sql);
-        if (m.matches()) {
-            if (claimFatal.getAndUpdate(n -> Math.max(0, n - 1)) > 0) {
-                return WireServer.Reply.fatal("57P01");
-            }
-            if (claimSilent.getAndUpdate(n -> Math.max(0, n - 1)) > 0) {
-                return WireServer.Reply.silence();
-            }
-            boolean owns = shard.equals(ownerOf(Integer.parseInt(m.group(1))));
-            return owns && Long.parseLong(m.group(2)) >= version.get()
-                    ? WireServer.Reply.row("route_claim", version.get()) : WireServer.Reply.error("IG001");
+        if (sql.equals(FakeCluster.PROBE)) {
+            return WireServer.Reply.row("current_setting", oldShards.contains(shard) ? null : "2");
+        }
+        Matcher onBegin = CLAIM_ON_BEGIN.matcher(sql);
+        if (onBegin.matches()) {
+            return oldShards.contains(shard) ? WireServer.Reply.command("BEGIN") // (the comment ignored)
+                    : claim(shard, onBegin, WireServer.Reply.command("BEGIN"));
+        }
+        Matcher statement = CLAIM_STATEMENT.matcher(sql);
+        if (statement.matches()) {
+            return claim(shard, statement, WireServer.Reply.row("route_claim", version.get()));
         }
         if (sql.equals(READ_WIRE) || sql.equals(DECLARED + READ_WIRE)) {
             return WireServer.Reply.row("amount", 7L);
@@ -122,6 +127,18 @@ class WireTest {
             return WireServer.Reply.row("gene_order_id", FakeCluster.NEXT_ID);
         }
         return null;
+    }
+
+    /** A claim of either form (gene and version its groups 1 and 2): granted, or its error. */
+    private WireServer.Reply claim(String shard, Matcher claimed, WireServer.Reply granted) {
+        if (claimFatal.getAndUpdate(n -> Math.max(0, n - 1)) > 0) {
+            return WireServer.Reply.fatal("57P01");
+        }
+        if (claimSilent.getAndUpdate(n -> Math.max(0, n - 1)) > 0) {
+            return WireServer.Reply.silence();
+        }
+        boolean owns = shard.equals(ownerOf(Integer.parseInt(claimed.group(1))));
+        return owns && Long.parseLong(claimed.group(2)) >= version.get() ? granted : WireServer.Reply.error("IG001");
     }
 
     private Router router(Consumer<Router.Builder> settings) throws SQLException {
@@ -164,7 +181,7 @@ class WireTest {
     }
 
     @Test
-    void theClaimGoesWithBeginInOneRoundTripAndNothingIsDeclaredPerSession() throws Exception {
+    void theClaimGoesOnBeginAndNothingIsDeclaredPerSession() throws Exception {
         try (Router router = router(b -> { })) {
             assertEquals(1, router.transaction(Key.gene(1), WireTest::selectOne));
             List<Object[]> rows = router.execute(Key.gene(2), FakeCluster.READ, 42L);
@@ -172,7 +189,8 @@ class WireTest {
             assertEquals(7L, rows.get(0)[0]);
             assertEquals(FakeCluster.NEXT_ID, router.nextId("orders", Key.owner(42L)));
         }
-        assertEquals(List.of(List.of("BEGIN", "SELECT id_gen.route_claim(1, 1)")), tripsWith(shardA, "route_claim(1,"));
+        assertEquals(List.of(List.of(FakeCluster.PROBE)), tripsWith(shardA, "routing_protocol"), "probed once");
+        assertEquals(List.of(List.of("/* id_gen.route_claim=1,1 */ BEGIN")), tripsWith(shardA, "route_claim=1,"));
         assertEquals(List.of(List.of(DECLARED + READ_WIRE)),
                 tripsWith(shardA, "route_version="), "execute: the statement alone, the version in its leading comment");
         assertEquals(List.of(List.of("SELECT 1")), tripsWith(shardA, "SELECT 1"));
@@ -199,10 +217,32 @@ class WireTest {
             assertEquals(1, router.stats().retriesMoved());
             assertEquals(2, router.version());
         }
+        // On a: the BEGIN refused (no transaction open), then a ROLLBACK that draws a warning only.
         List<String> sentToA = new ArrayList<>();
         shardA.roundTrips().forEach(t -> sentToA.addAll(t.statements));
-        assertTrue(sentToA.containsAll(List.of("SELECT id_gen.route_claim(1, 1)", "ROLLBACK")), sentToA.toString());
-        assertEquals(List.of(List.of("BEGIN", "SELECT id_gen.route_claim(1, 2)")), tripsWith(shardB, "route_claim"));
+        assertEquals(List.of(FakeCluster.PROBE, "/* id_gen.route_claim=1,1 */ BEGIN", "ROLLBACK"),
+                sentToA.subList(sentToA.indexOf(FakeCluster.PROBE), sentToA.size()), "after Hikari's checks: " + sentToA);
+        assertEquals(List.of(List.of("/* id_gen.route_claim=1,2 */ BEGIN")), tripsWith(shardB, "route_claim"));
+        assertEquals(1, tripsWith(shardB, "routing_protocol").size());
+    }
+
+    @Test
+    void aShardBefore0716GetsTheClaimStatementWithBeginInOneRoundTrip() throws Exception {
+        oldShards.add("a");
+        try (Router router = router(b -> { })) {
+            assertEquals(1, router.transaction(Key.gene(1), WireTest::selectOne));
+            assertEquals(1, router.transaction(Key.gene(1), WireTest::selectOne));
+            // Moved to b (of 0.7.16): IG001 from the claim statement in a's block, rolled back.
+            uppers.set(List.<Object[]>of(new Object[] {65535, "b"}));
+            version.set(2);
+            assertEquals(1, router.transaction(Key.gene(1), WireTest::selectOne));
+            assertEquals(1, router.stats().retriesMoved());
+        }
+        assertEquals(List.of(List.of(FakeCluster.PROBE)), tripsWith(shardA, "routing_protocol"), "probed once");
+        assertEquals(List.of(List.of("BEGIN", "SELECT id_gen.route_claim(1, 1)"),
+                List.of("BEGIN", "SELECT id_gen.route_claim(1, 1)"), List.of("BEGIN", "SELECT id_gen.route_claim(1, 1)")),
+                tripsWith(shardA, "route_claim"));
+        assertEquals(List.of(List.of("/* id_gen.route_claim=1,2 */ BEGIN")), tripsWith(shardB, "route_claim"));
     }
 
     @Test
@@ -240,6 +280,7 @@ class WireTest {
             assertEquals(1, router.transaction(Key.gene(1), WireTest::selectOne));
             assertEquals(1, router.stats().retriesLost());
             assertEquals(2, tripsWith(shardA, "route_claim").size());
+            assertEquals(2, tripsWith(shardA, "routing_protocol").size(), "probed again on the new connection");
         }
     }
 

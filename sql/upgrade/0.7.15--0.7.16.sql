@@ -1,0 +1,3 @@
+-- Catalog changes, 0.7.15 -> 0.7.16 (by hand): none. The rest is code: a shard reads a claim
+-- carried on BEGIN (/* id_gen.route_claim=G,V */ BEGIN) and offers it to clients through the
+-- setting id_gen.routing_protocol (docs/routing-protocol.md §3).
