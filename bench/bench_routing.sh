@@ -6,15 +6,16 @@
 #   (a) INSERT and point lookup by id, one client, BEGIN + statement + COMMIT: through
 #       id_gen_client.Router (Python; the claim rides with BEGIN), through the coordinator
 #       (postgres_fdw), directly on the owning shard (psycopg pool); single statements in
-#       autocommit through Router.execute (set_config with each statement, one pipeline)
-#       against direct autocommit;
+#       autocommit through Router.execute (the route version in the statement's leading
+#       comment) against direct autocommit;
 #   (a') each of the five clients through its conformance tool (`bench`: Python, Rust, Java,
 #       Go, Node.js), transactions and lookups through its Router against the same statements
 #       on its own pool, directly on the shards and through PgBouncer (transaction mode);
 #   (b) the shard-side cost of the checks: pgbench point lookups on shard_1 with no declared
 #       version, with SET id_gen.route_version (checked by the executor-start guard in every
 #       transaction), with the guard off (id_gen.routing_guard = off: no plan walk), and
-#       BEGIN + route_claim + lookup + COMMIT against BEGIN + lookup + COMMIT.
+#       BEGIN + route_claim + lookup + COMMIT, and the claim carried on BEGIN
+#       (/* id_gen.route_claim=G,V */ BEGIN) + lookup + COMMIT, against BEGIN + lookup + COMMIT.
 # Figures, never a gate.
 
 RB_C=/tmp/idg_bench_rt_coord RB_CP=54480
@@ -149,7 +150,19 @@ V=$(rbq -c "SELECT id_gen.route_version()")
 { echo "\\set i random(1, 1000)"; echo "BEGIN;"; echo "SELECT id_gen.route_claim((SELECT id_gen.shard_of(id) FROM rb_ids WHERE n = :i), $V);"
   echo "SELECT amount FROM orders WHERE id = (SELECT id FROM rb_ids WHERE n = :i);"; echo "COMMIT;"; } > "$RB_W/claim.sql"
 rbsq 1 -c "CREATE TABLE rb_ids (n int PRIMARY KEY, id bigint)" -c "INSERT INTO rb_ids SELECT row_number() OVER (), id FROM (SELECT id FROM orders ORDER BY random() LIMIT 1000) s" -c "ANALYZE rb_ids" >/dev/null
+# The claim on BEGIN names its gene in the statement's text, which pgbench cannot compute per
+# transaction: one gene of shard_1 for every transaction (the claim's work is the same).
+G=$(rbsq 1 -c "SELECT id_gen.shard_of(id) FROM rb_ids WHERE n = 1")
+begin_claim() { { echo "\\set i random(1, 1000)"; echo "/* id_gen.route_claim=$G,$1 */ BEGIN;"
+  echo "SELECT amount FROM orders WHERE id = (SELECT id FROM rb_ids WHERE n = :i);"; echo "COMMIT;"; }; }
+begin_claim "$V" > "$RB_W/begin_claim.sql"
+begin_claim 0 > "$RB_W/stale_claim.sql"
 chmod 644 "$RB_W"/*.sql
+# pgbench sends the comment with BEGIN: a stale version in it fails the transaction (IG001).
+if "$PG_BIN/pgbench" -n -h "$(rb_shard_dir 1)" -p "$(rb_shard_port 1)" -U postgres -t 1 -f "$RB_W/stale_claim.sql" postgres >/dev/null 2>&1; then
+  echo "bench_routing: a stale claim on BEGIN was not refused through pgbench: the claim does not reach the shard" >&2
+  exit 1
+fi
 rb_pgb() { # rb_pgb SCRIPT [PGOPTIONS]: tps
   PGOPTIONS="${2:-}" "$PG_BIN/pgbench" -n -h "$(rb_shard_dir 1)" -p "$(rb_shard_port 1)" -U postgres -c 2 -j 2 -T "$RB_PGB_T" -f "$1" postgres 2>/dev/null |
     sed -n 's/^tps = \([0-9.]*\).*/\1/p'
@@ -158,12 +171,12 @@ RUNS=()
 for r in $(seq "$RB_ROUNDS"); do
   if [ $((r % 2)) = 0 ]; then
     a=$(rb_pgb "$RB_W/plain.sql"); b=$(rb_pgb "$RB_W/plain.sql" "-c id_gen.route_version=$V"); e=$(rb_pgb "$RB_W/plain.sql" "-c id_gen.routing_guard=off")
-    c=$(rb_pgb "$RB_W/txn.sql"); d=$(rb_pgb "$RB_W/claim.sql")
+    c=$(rb_pgb "$RB_W/txn.sql"); d=$(rb_pgb "$RB_W/claim.sql"); f=$(rb_pgb "$RB_W/begin_claim.sql")
   else  # the other order
-    d=$(rb_pgb "$RB_W/claim.sql"); c=$(rb_pgb "$RB_W/txn.sql")
+    f=$(rb_pgb "$RB_W/begin_claim.sql"); d=$(rb_pgb "$RB_W/claim.sql"); c=$(rb_pgb "$RB_W/txn.sql")
     e=$(rb_pgb "$RB_W/plain.sql" "-c id_gen.routing_guard=off"); b=$(rb_pgb "$RB_W/plain.sql" "-c id_gen.route_version=$V"); a=$(rb_pgb "$RB_W/plain.sql")
   fi
-  RUNS+=("$a $b $c $d $e")
+  RUNS+=("$a $b $c $d $e $f")
 done
 read -r m lo hi <<< "$(col_stats 0)"
 echo "  lookup, no version declared              : $(fmt_range "$m" "$lo" "$hi") tps"
@@ -175,3 +188,5 @@ read -r m lo hi <<< "$(col_stats 2)"
 echo "  BEGIN + lookup + COMMIT                  : $(fmt_range "$m" "$lo" "$hi") tps"
 read -r rm rlo rhi <<< "$(ratio_stats 3 2)"
 echo "  BEGIN + route_claim + lookup + COMMIT    : $(fmt_ratio "$rm" "$rlo" "$rhi" "x without the claim (one more statement, as pgbench sends it)")"
+read -r rm rlo rhi <<< "$(ratio_stats 5 2)"
+echo "  claim on BEGIN + lookup + COMMIT         : $(fmt_ratio "$rm" "$rlo" "$rhi" "x without the claim (/* id_gen.route_claim=G,V */ BEGIN)")"

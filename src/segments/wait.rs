@@ -122,7 +122,7 @@ pub fn timed_out(dboid: u32, idx: usize, what: &str, deadline: &Deadline) -> ! {
             Code::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             format!("{waited}: its authority \"{authority}\" failed: {error}"),
             format!(
-                "The last attempt failed {} ms ago; the refill worker (pid {pid}) retries every second and serves again as soon as the authority answers.",
+                "The last attempt failed {} ms ago; the refill worker (pid {pid}) retries every 200 ms and serves again as soon as the authority answers.",
                 (crate::clock::wall_ms() - at).max(0)
             ),
             Some(&format!("Check the ID database behind foreign server \"{authority}\" and this server's user mapping for it; id_gen.refill_timeout sets how long callers wait.")),

@@ -34,7 +34,7 @@
 //!   (callers get a clear ERROR) and the worker keeps serving.
 //! * A sequence with a central authority (`authority.rs`) reserves there. A failed
 //!   authority reservation is no verdict: the slot keeps `refill_wanted`, its last error
-//!   and time go into the slot, and the worker retries about once a second, so callers
+//!   and time go into the slot, and the worker retries every 200 ms, so callers
 //!   wait (up to `id_gen.refill_timeout`) and service resumes by itself when the
 //!   authority answers again. Two nodes moving the central row at once make one of them
 //!   fail to serialize; that attempt is repeated at once.
@@ -200,6 +200,10 @@ fn reserve_in_transaction<R>(
     }
 }
 
+/// How soon an authority that failed is tried again (while callers wait or a standby
+/// segment is wanted): the period at which waiting callers wake (`wait.rs`).
+const AUTHORITY_RETRY_MS: i64 = 200;
+
 /// What a failed attempt means for the slot.
 enum Failure {
     /// Try again later, leaving callers waiting: the catalog row was locked, or the
@@ -214,7 +218,9 @@ fn failure<R>(attempt: &Attempt<R>) -> Option<(Failure, String)> {
     match attempt {
         (Ok(Ok(_)), _) => None,
         (Err(e), _) if e.lock_busy() => Some((Failure::RetryAfter(2_000), e.to_string())),
-        (Err(e), Some(_)) => Some((Failure::RetryAfter(1_000), e.to_string())),
+        // (As often as waiting callers wake, so that an authority back in the middle of
+        // their wait serves them within 200 ms, not a second, of taking writes again.)
+        (Err(e), Some(_)) => Some((Failure::RetryAfter(AUTHORITY_RETRY_MS), e.to_string())),
         (Err(e), None) => Some((Failure::Failed, e.to_string())),
         (Ok(Err(e)), _) => Some((Failure::Failed, e.to_string())),
     }
@@ -500,7 +506,7 @@ fn serve_once(dboid: u32, memory: &mut HashMap<usize, SlotMemory>) {
         }
         // A slot whose catalog row was locked, or whose authority did not answer, waits
         // a little before the next try, so one held row costs the other sequences at
-        // most one lock_timeout every 2 seconds (an authority: one try a second).
+        // most one lock_timeout every 2 seconds (an authority: one try every 200 ms).
         if m.retry_after_ms > now {
             continue;
         }
@@ -640,7 +646,7 @@ fn record(
 }
 
 /// Logs a failed attempt, once per distinct error for an authority that keeps failing
-/// (it is retried every second), and an authority's recovery.
+/// (it is retried every 200 ms), and an authority's recovery.
 fn log_outcome<R>(
     key: &SlotKey,
     (_, authority): &Attempt<R>,
@@ -658,7 +664,7 @@ fn log_outcome<R>(
         ),
         (Some((Failure::RetryAfter(_), text)), Some(server)) => {
             if previous != PreviousError::Same {
-                log!("id_gen: reservation of \"{shown}\" from authority \"{server}\" failed (retrying every second): {text}");
+                log!("id_gen: reservation of \"{shown}\" from authority \"{server}\" failed (retrying every 200 ms): {text}");
             }
         }
         (Some((Failure::RetryAfter(_), _)), None) => {} // a locked row: retried quietly

@@ -6,9 +6,12 @@ A monitor, a primary c1 and a synchronous secondary c2, run by pg_autoctl as the
 OS user on loopback. Two nodes reserve their segments of 'k' (50-value segments: the buffer
 runs dry within a second) and 'roomy' (20000-value segments: the buffer outlasts a failover)
 on the central through a foreign server with host '127.0.0.1,127.0.0.1' port 'c1,c2'
-target_session_attrs 'read-write'. Under load from both nodes (every value handed out and
-every failed call recorded on the node, with its time), and with nobody touching nodes or
-formation afterwards:
+target_session_attrs 'read-write'. On each node the same clients run under two settings,
+side by side through the same outages: 2 clients of 'k' and 1 of 'roomy' with
+id_gen.refill_timeout = 1s, and 2 and 1 with nothing set (the default, 10 s; each client
+records the setting its session runs with). Under their load (every value handed out
+recorded on the node with its time and how long its call took, every failed call with its
+time and how long it waited), and with nobody touching nodes or formation afterwards:
 
 (a) the formation is up, c2 replicates synchronously and inherited id_gen;
 (b) the load runs on both nodes before anything fails;
@@ -16,19 +19,21 @@ formation afterwards:
     The monitor promotes c2; both nodes serve values reserved on c2 (within 60 s, the
     bound of the wait; the time is reported); every value handed out before c2 left
     recovery lies at or below c2's max_id as replayed at the crash (synchronous replication
-    lost no reservation);
+    lost no reservation); no call of the clients with the default refill_timeout failed;
 (d) c1's pg_autoctl is started again: it rejoins as c2's synchronous secondary, and no call
     fails meanwhile;
 (e) c2's postmaster and its children die (kill -9), its pg_autoctl lives: it restarts
     PostgreSQL in place, and the monitor also fails over to c1 if the keeper reported
     PostgreSQL down first (both happen; the test accepts either and reports which). Both
-    nodes reserve again;
+    nodes reserve again; no call with the default refill_timeout failed;
 (f) across both: no value of either sequence handed out twice; the final central's max_id
-    covers every value; the only failed calls are 55000 of 'k' during the two outages (in
-    the host loss all naming the authority and its connection failure); 'roomy' had none.
+    covers every value; no call with the default refill_timeout failed; the only failed
+    calls are 55000 of 'k' with refill_timeout 1s during the two outages (in the host loss
+    all naming the authority and its connection failure); 'roomy' had none.
 
-Reported: the monitor's events and the outage each node's clients saw in each case
-(longest gap between successful calls, failed calls by SQLSTATE).
+Reported: the monitor's events and, per node and setting, the outage the clients saw in
+each case (longest gap between successful calls, longest successful call, failed calls by
+SQLSTATE).
 """
 import os
 import shutil
@@ -46,6 +51,13 @@ if not os.path.exists(os.path.join(PG_BIN, "..", "lib", "pgautofailover.so")) or
 
 S = {}
 SEQUENCES = ("k", "roomy")
+# The clients of each node: (number, sequence, id_gen.refill_timeout set in its session).
+# The same three run under each setting, side by side through the same outages: with
+# 1 s, and with nothing set (the default, 10 s). A caller's refill_timeout bounds only its
+# own wait; the refill worker's retries (every 200 ms) do not depend on it.
+CLIENTS = [(1, "k", "1s"), (2, "k", "1s"), (3, "roomy", "1s"), (4, "k", None), (5, "k", None), (6, "roomy", None)]
+SETTINGS = ("1s", "10s")  # as the clients record current_setting('id_gen.refill_timeout')
+DEFAULT = "10s"
 # Failover timers, shortened for the test (defaults: a node is unhealthy 20 s after its last
 # report, the old primary gets 30 s to demote itself, health checks every 5 s). The keepers'
 # network_partition_timeout (a primary that cannot reach the monitor nor its standby demotes
@@ -53,10 +65,12 @@ SEQUENCES = ("k", "roomy")
 MONITOR_CONF = ["pgautofailover.health_check_period = 1000", "pgautofailover.health_check_timeout = 1000",
                 "pgautofailover.health_check_max_retries = 1", "pgautofailover.health_check_retry_delay = 500",
                 "pgautofailover.node_considered_unhealthy_timeout = 3000",
-                "pgautofailover.primary_demote_timeout = 5000", "pgautofailover.startup_grace_period = 2000"]
+                "pgautofailover.primary_demote_timeout = 3000", "pgautofailover.startup_grace_period = 2000"]
 # A client of one sequence on a node: 5 calls every 20 ms until a row is in stop (or 300 s
-# passed). Every value it is handed is recorded with its time (PL/pgSQL variables survive
-# the failed block), every failed call with its time and SQLSTATE.
+# passed). It registers its sequence and the id_gen.refill_timeout its session runs with;
+# every value it is handed is recorded with its time and how long the call took (PL/pgSQL
+# variables survive the failed block), every failed call with its time, how long it
+# waited and its SQLSTATE.
 NODE_SETUP = """
 CREATE EXTENSION id_gen;
 CREATE EXTENSION postgres_fdw;
@@ -67,25 +81,31 @@ CREATE SERVER central FOREIGN DATA WRAPPER postgres_fdw
 CREATE USER MAPPING FOR PUBLIC SERVER central OPTIONS (user 'id_authority');
 SELECT id_gen.create_sequence('k', step => 50, min_step => 50, max_step => 50, authority => 'central');
 SELECT id_gen.create_sequence('roomy', step => 20000, min_step => 20000, max_step => 20000, authority => 'central');
-CREATE TABLE handed (ts timestamptz NOT NULL, seq text NOT NULL, client int NOT NULL, id bigint NOT NULL);
-CREATE TABLE failed (ts timestamptz NOT NULL, seq text NOT NULL, client int NOT NULL, sqlstate text, msg text);
+CREATE TABLE clients (client int PRIMARY KEY, seq text NOT NULL, refill_timeout text NOT NULL);
+CREATE TABLE handed (ts timestamptz NOT NULL, seq text NOT NULL, client int NOT NULL, id bigint NOT NULL, wait_ms float8 NOT NULL);
+CREATE TABLE failed (ts timestamptz NOT NULL, seq text NOT NULL, client int NOT NULL, wait_ms float8 NOT NULL, sqlstate text, msg text);
 CREATE TABLE stop ();
 CREATE PROCEDURE client(c int, s text) LANGUAGE plpgsql AS $$
 DECLARE
-  v bigint; ids bigint[] := '{{}}'; tss timestamptz[] := '{{}}';
+  v bigint; t0 timestamptz; ids bigint[] := '{{}}'; tss timestamptz[] := '{{}}'; waits float8[] := '{{}}';
   deadline timestamptz := clock_timestamp() + interval '280 s';
 BEGIN
+  INSERT INTO clients VALUES (c, s, current_setting('id_gen.refill_timeout'));
+  COMMIT;
   LOOP
     FOR i IN 1..5 LOOP
+      t0 := clock_timestamp();
       BEGIN
         v := id_gen.next_segment_id(s);
         ids := ids || v; tss := tss || clock_timestamp();
+        waits := waits || 1000 * extract(epoch FROM tss[cardinality(tss)] - t0)::float8;
       EXCEPTION WHEN OTHERS THEN
-        INSERT INTO failed VALUES (clock_timestamp(), s, c, SQLSTATE, SQLERRM);
+        INSERT INTO failed VALUES (clock_timestamp(), s, c, 1000 * extract(epoch FROM clock_timestamp() - t0)::float8,
+                                   SQLSTATE, SQLERRM);
       END;
     END LOOP;
-    INSERT INTO handed SELECT t, s, c, i FROM unnest(tss, ids) AS u(t, i);
-    ids := '{{}}'; tss := '{{}}';
+    INSERT INTO handed SELECT t, s, c, i, w FROM unnest(tss, ids, waits) AS u(t, i, w);
+    ids := '{{}}'; tss := '{{}}'; waits := '{{}}';
     COMMIT;
     EXIT WHEN EXISTS (SELECT FROM stop) OR clock_timestamp() > deadline;
     PERFORM pg_sleep(0.02);
@@ -234,6 +254,15 @@ def more_handed_everywhere(what, since, n=200):
         poll_until(f"{node.name}: {what}", lambda nd=node: handed_since(nd, "k", since), lambda c: c > n, 60)
 
 
+def clients_settled(since):
+    """Polls until every client of every node committed a value handed after `since`:
+    clients commit their values and failures in order, so every call that ended before
+    `since` is then in handed or failed."""
+    for node in nodes():
+        poll_until(f"every client on {node.name} committed a value handed after {since}", lambda nd=node: nd.one(
+            f"SELECT count(DISTINCT client) FROM handed WHERE ts > '{since}'"), len(CLIENTS), 60)
+
+
 def failover_report(t0, new):
     """The monitor's events since t0 and the failover's timing (until the new primary
     reported wait_primary: it takes writes)."""
@@ -251,21 +280,45 @@ def failover_report(t0, new):
            f"{new} reported wait_primary (takes writes) after {secs(t0, t_writes)} s")
 
 
+def outage(node, setting, seq, t0, t1):
+    """What the clients of `seq` with refill_timeout `setting` on `node` saw in [t0, t1]:
+    {"gap": the longest gap between their successful calls that ended in it (s), "at":
+    when it ended (s after t0), "call": their longest successful call (s), "failed": their
+    failed calls, "by": those by SQLSTATE ('55000 xN', or 'none'), "waited": the longest
+    wait of a failed call (s)}."""
+    return dict(zip(("gap", "at", "call", "failed", "by", "waited"), node.execute(f"""
+        WITH c AS (SELECT client FROM clients WHERE refill_timeout = '{setting}' AND seq = '{seq}'),
+             g AS (SELECT ts, wait_ms, ts - lag(ts) OVER (ORDER BY ts) AS gap FROM handed WHERE client IN (SELECT client FROM c)),
+             w AS (SELECT * FROM g WHERE ts BETWEEN '{t0}' AND '{t1}'),
+             f AS (SELECT * FROM failed WHERE client IN (SELECT client FROM c) AND ts BETWEEN '{t0}' AND '{t1}')
+        SELECT round(extract(epoch FROM max(gap))::numeric, 2)::text,
+               round(extract(epoch FROM (SELECT ts FROM w ORDER BY gap DESC NULLS LAST LIMIT 1) - '{t0}'::timestamptz)::numeric, 1)::text,
+               round((max(wait_ms) / 1000)::numeric, 2)::text,
+               (SELECT count(*) FROM f)::int,
+               coalesce((SELECT string_agg(sqlstate || ' x' || n, ', ') FROM
+                         (SELECT sqlstate, count(*) AS n FROM f GROUP BY 1 ORDER BY 1) x), 'none'),
+               (SELECT round((max(wait_ms) / 1000)::numeric, 2)::text FROM f)
+        FROM w""")[0]))
+
+
 def outage_report(t0, t1):
-    """Per node and sequence: the longest gap between successful calls that ended in
-    [t0, t1], and the failed calls in it."""
+    """Reports, per node, setting and sequence, what the clients saw in [t0, t1] (see
+    `outage`); returns {(node name, setting, sequence): that}."""
+    seen = {}
     for node in nodes():
-        for s in SEQUENCES:
-            report(f"outage seen by {node.name} '{s}': " + node.one(f"""
-                WITH g AS (SELECT ts, ts - lag(ts) OVER (ORDER BY ts) AS gap FROM handed WHERE seq = '{s}'),
-                     w AS (SELECT * FROM g WHERE ts BETWEEN '{t0}' AND '{t1}')
-                SELECT 'longest gap between successful calls ' || round(extract(epoch FROM max(gap))::numeric, 2) || ' s (ending '
-                    || round(extract(epoch FROM (SELECT ts FROM w ORDER BY gap DESC NULLS LAST LIMIT 1) - '{t0}'::timestamptz)::numeric, 1)
-                    || ' s after the kill); failed calls: '
-                    || coalesce((SELECT string_agg(sqlstate || ' x' || n, ', ') FROM
-                                 (SELECT sqlstate, count(*) AS n FROM failed
-                                  WHERE seq = '{s}' AND ts BETWEEN '{t0}' AND '{t1}' GROUP BY 1 ORDER BY 1) f), 'none')
-                FROM w"""))
+        for setting in SETTINGS:
+            for s in SEQUENCES:
+                o = seen[node.name, setting, s] = outage(node, setting, s, t0, t1)
+                report(f"outage seen by {node.name} '{s}', refill_timeout {setting}: longest gap between successful calls "
+                       f"{o['gap']} s (ending {o['at']} s after the kill); longest successful call {o['call']} s; "
+                       f"failed calls: {o['by']}" + (f" (the longest waited {o['waited']} s)" if o["failed"] else ""))
+    return seen
+
+
+def no_failed_call_with_the_default(seen, what):
+    """Asserts that the clients with the default refill_timeout had no failed call."""
+    failing = {f"{k[0]} '{k[2]}'": v for k, v in seen.items() if k[1] == DEFAULT and v["failed"] != 0}
+    assert failing == {}, f"{what}: no call fails with the default id_gen.refill_timeout ({DEFAULT}); {failing}"
 
 
 def test_a_the_formation(cluster):
@@ -279,7 +332,7 @@ def test_a_the_formation(cluster):
     for name in ("c1", "c2"):
         f.create(name, "postgres", "--listen", "127.0.0.1", "--hostname", "127.0.0.1", "--name", name,
                  "--monitor", monitor_uri)
-        f.autoctl("config", "set", "--pgdata", f[name].data, "timeout.network_partition_timeout", "3")
+        f.autoctl("config", "set", "--pgdata", f[name].data, "timeout.network_partition_timeout", "2")
         f.run(name)
     poll_until("the formation is up: c1 primary, c2 secondary", f.states, "primary/secondary", 60)
     assert f.sync_state("c1") == "quorum", f"c2 replicates synchronously ({f['c1'].one('SHOW synchronous_standby_names')})"
@@ -299,10 +352,14 @@ ALTER ROLE id_authority SET synchronous_commit = on;
 
 
 def test_b_the_load_runs_on_both_nodes():
-    # Two clients of 'k' and one of 'roomy' on each node, through both failovers.
-    S["clients"] = [Background(node, "SET id_gen.refill_timeout = '1s'", f"CALL client({c}, '{'roomy' if c == 3 else 'k'}')")
-                    for node in nodes() for c in (1, 2, 3)]
+    # Under each setting, two clients of 'k' and one of 'roomy' on each node, through both failovers.
+    S["clients"] = [Background(node, *([f"SET id_gen.refill_timeout = '{t}'"] if t else []), f"CALL client({c}, '{s}')")
+                    for node in nodes() for c, s, t in CLIENTS]
     for node in nodes():
+        poll_until(f"{node.name}'s clients run, clients 4 to 6 with the default refill_timeout",
+                   lambda nd=node: nd.one("SELECT string_agg(client || ' ' || seq || ' ' || refill_timeout, ', ' ORDER BY client) "
+                                          "FROM clients"),
+                   ", ".join(f"{c} {s} {t or DEFAULT}" for c, s, t in CLIENTS), 60)
         poll_until(f"{node.name} is handed values of both sequences",
                    lambda nd=node: nd.one("SELECT count(DISTINCT seq) FROM handed"), 2, 60)
     poll_until("node1 reserved several segments of 'k' on c1",
@@ -353,12 +410,18 @@ def test_c_the_primary_host_dies_and_the_monitor_promotes_c2():
         report(f"{node.name} serves values of 'k' reserved on the promoted c2, {secs(t_kill, resumed)} s after the kill")
     more_handed_everywhere("the load goes on after the failover", now())
     t_end = now()
-    outage_report(t_kill, t_end)
+    clients_settled(t_end)
+    S["kill1"] = (t_kill, t_end)
+    seen = outage_report(t_kill, t_end)
     before_promotion = sum(node.one(f"""SELECT count(*) FROM handed WHERE ts < '{last_in_recovery["ts"]}'
         AND ((seq = 'k' AND id > {standby_max['k']}) OR (seq = 'roomy' AND id > {standby_max['roomy']}))""") for node in nodes())
     assert before_promotion == 0, \
         f"c2's catalog at the crash ({standby_catalog}) covers every value handed out before its promotion"
-    S["kill1"] = (t_kill, t_end)
+    # A caller with the default waits up to 10 s from when the node's 'k' segments ran out
+    # (about 0.1 s after the kill): that must hold the failover (the monitor acts 3-4 s after
+    # the kill, then gives c1 primary_demote_timeout, 3 s) and up to 0.2 s more until the
+    # refill worker's next attempt (it retries a failed authority every 200 ms).
+    no_failed_call_with_the_default(seen, "the host loss")
 
 
 def test_d_c1_rejoins_as_the_synchronous_secondary():
@@ -384,14 +447,16 @@ def test_e_the_new_primary_postmaster_dies_its_keeper_lives():
     # took writes.
     more_handed_everywhere("reserves 'k' again after the kill (more than it held)", t_kill, n=500)
     t_end = now()
+    clients_settled(t_end)
     states = poll_until("the formation settles", f.states, lambda s: s in ("secondary/primary", "primary/secondary"), 60)
     if states == "secondary/primary":
         report("pg_autoctl restarted c2's PostgreSQL in place; c2 stays primary, c1 secondary")
     else:
         report("the monitor failed over to c1; c2 rejoined as secondary")
         failover_report(t_kill, "c1")
-    outage_report(t_kill, t_end)
     S["kill2"] = (t_kill, t_end)
+    seen = outage_report(t_kill, t_end)
+    no_failed_call_with_the_default(seen, "the postmaster kill")
 
 
 def test_f_nothing_twice_and_only_the_expected_failures():
@@ -411,11 +476,14 @@ def test_f_nothing_twice_and_only_the_expected_failures():
             f"{node.name}'s foreign server is as it was created"
         assert node.one("SELECT count(*) FROM failed WHERE seq = 'roomy'") == 0, \
             f"{node.name}: 'roomy' (its buffer outlasts a failover) had no failed call"
+        assert node.one(f"""SELECT count(*) FROM failed WHERE client IN
+            (SELECT client FROM clients WHERE refill_timeout = '{DEFAULT}')""") == 0, \
+            f"{node.name}: no call failed with the default id_gen.refill_timeout ({DEFAULT})"
         # 55000 naming the authority and its last error, or without it while the worker's
         # attempt has not failed yet (a commit waiting for the secondary of a restarted primary).
         assert node.one("""SELECT count(*) FROM failed WHERE NOT (sqlstate = '55000' AND seq = 'k'
             AND msg LIKE 'id_gen: no segment for sequence "k" arrived within 1000 ms%')""") == 0, \
-            f"{node.name}: every failed call is a 55000 of 'k' after id_gen.refill_timeout"
+            f"{node.name}: every failed call is a 55000 of 'k' after id_gen.refill_timeout = 1s"
         # The connection failure is a refused connect, or, for a refill in flight when the
         # host died, a connection the server closed (which one a call meets is a matter of timing;
         # a backend that saw its postmaster die first sends "FATAL: terminating connection due

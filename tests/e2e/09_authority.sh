@@ -149,7 +149,7 @@ pass "service resumed ${took} s after the central's return"
 assert_lt "${took%.*}" "8" "service resumes within seconds"
 assert_eq "$(nq 1 -c "SELECT coalesce(last_error, 'none') FROM id_gen.status WHERE sequence = 'tight'")" "none" "a successful reservation clears the last error"
 for i in 2 3; do nq $i -c "INSERT INTO ids SELECT 'tight', id_gen.next_segment_id('tight') FROM generate_series(1, 300)" >/dev/null; done
-failures=$(grep -c 'reservation of "tight" from authority "central" failed (retrying every second)' "$(node_dir 1)/server.log" || true)
+failures=$(grep -c 'reservation of "tight" from authority "central" failed (retrying every 200 ms)' "$(node_dir 1)/server.log" || true)
 assert_eq "$failures" "1" "the worker logged the repeated failure once"
 grep -q 'authority "central" serves "tight" again' "$(node_dir 1)/server.log" || fail "the worker did not log the recovery"
 pass "the worker logged the recovery"
