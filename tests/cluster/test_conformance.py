@@ -50,7 +50,9 @@ def servers(cluster, tmp_path_factory):
         built = subprocess.run([tool(language), "genes"], input="i:42\n", capture_output=True, text=True, timeout=1200)
         assert (built.returncode, built.stdout) == (0, "16043\n"), f"{language}: {built.stderr[-3000:]}"
     tables = [f"CREATE TABLE conf_{lang} (id bigint PRIMARY KEY, owner_id bigint NOT NULL);" for lang in CLIENTS]
-    c, shards = coordinator_with_shards(cluster, coordinator_conf=TCP, shard_conf=[*LOGICAL, *TCP], tables=tables,
+    # (track_functions: which claim the clients send, test b)
+    c, shards = coordinator_with_shards(cluster, coordinator_conf=TCP, shard_conf=[*LOGICAL, *TCP, "track_functions = 'all'"],
+                                        tables=tables,
                                         distribute=[f"'conf_{lang}', 'id', 'owner_id', 'orders'" for lang in CLIENTS])
     S.update(c=c, nodes=shards, direct={f"shard_{i}": tcp_dsn(shards[i]) for i in (1, 2)},
              work=tmp_path_factory.mktemp("conformance"))
@@ -189,6 +191,16 @@ def test_b_the_five_write_and_read_while_genes_move_and_a_range_splits():
     finally:
         results = loads.stop()
     check_clean(loads, results, "moves and a split")
+    # Every client found the shards of routing protocol 2 and carried its claims on BEGIN:
+    # the function id_gen.route_claim never ran. (Once the shards' statistics count a call of
+    # gene_order_id for every commit, the same backends' calls of route_claim are counted too.)
+    def calls(function):
+        return sum(S["nodes"][i].one(f"""SELECT coalesce(sum(calls), 0) FROM pg_stat_user_functions
+                                          WHERE schemaname = 'id_gen' AND funcname = '{function}'""") for i in (1, 2))
+    committed = sum(r["committed"] for r in results.values())
+    poll_until(f"the shards' statistics count gene_order_id for the {committed} commits",
+               lambda: calls("gene_order_id"), lambda n: n >= committed, 30)
+    assert calls("route_claim") == 0, "every client claims on BEGIN on shards of routing protocol 2"
 
 
 def test_c_stale_clients_meet_ig001_and_go_on():
