@@ -581,3 +581,43 @@ fn cache_status() -> TableIterator<
     }
     TableIterator::new(rows)
 }
+
+/// The segment cache's error counters, one row per cached (database, sequence, group), for
+/// `id_gen.metrics` (sql/cluster/metrics.sql): failed reservations at an authority, callers
+/// whose wait ended at `id_gen.refill_timeout`, and the last round trip of a reservation
+/// statement an authority answered (ms; NULL before the first), apart from the local commit.
+#[pg_extern(volatile, parallel_safe)]
+#[allow(clippy::type_complexity)]
+fn cache_counters() -> TableIterator<
+    'static,
+    (
+        name!(dboid, pg_sys::Oid),
+        name!(sequence, String),
+        name!(counter_group, i32),
+        name!(authority_errors, i64),
+        name!(wait_timeouts, i64),
+        name!(authority_round_trip_ms, Option<f64>),
+    ),
+> {
+    segments::require_cache();
+    let mut rows = vec![];
+    for i in 0..slots::slot_count() {
+        let s = slots::slot(i);
+        if s.in_use.load(Ordering::Acquire) == 0 {
+            continue;
+        }
+        let Some(key) = slots::key_of(i) else {
+            continue;
+        };
+        let round_trip_us = s.authority_round_trip_us.load(Ordering::Relaxed);
+        rows.push((
+            pg_sys::Oid::from(key.dboid),
+            key.display(),
+            key.group() as i32,
+            s.authority_errors.load(Ordering::Relaxed) as i64,
+            s.wait_timeouts.load(Ordering::Relaxed) as i64,
+            (round_trip_us > 0).then(|| round_trip_us as f64 / 1000.0),
+        ));
+    }
+    TableIterator::new(rows)
+}

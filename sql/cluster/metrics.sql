@@ -10,9 +10,12 @@
 --   * id_gen.metrics_sequences(): per sequence of this database (labels database, sequence,
 --     authority): the id space used and left (the 47-bit space of gene-order ids, or
 --     max_value when smaller), the cache's refills, waits, values taken, step, rate, values
---     cached and how long they last at the current rate, and whether refills fail;
+--     cached and how long they last at the current rate, whether refills fail, failed
+--     reservations at its authority and calls that timed out waiting (the cache's counters,
+--     id_gen.cache_counters(), since the sequence was cached);
 --   * id_gen.metrics_authorities(): per authority this database's sequences reserve from, as
---     the refill worker last saw it (reachable: its last reservation did not fail);
+--     the refill worker last saw it (reachable: its last reservation did not fail; failed
+--     reservations; the round trip of the last reservation statement it answered);
 --   * id_gen.metrics_route_pushes(): on a coordinator, per shard: the route version it last
 --     took, how far behind the current one it is (versions, seconds), whether the last push
 --     failed;
@@ -38,7 +41,9 @@
 CREATE OR REPLACE FUNCTION id_gen.metrics_cache_slots()
 RETURNS TABLE (sequence text, authority text, refills bigint, waits bigint, calls bigint,
                step bigint, rate double precision, cached bigint, failing boolean,
-               refill_error boolean, last_refill_ms double precision)
+               refill_error boolean, last_refill_ms double precision,
+               authority_errors bigint, wait_timeouts bigint,
+               authority_round_trip_ms double precision)
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 BEGIN
@@ -48,8 +53,11 @@ BEGIN
            + coalesce(c.standby_last - c.standby_first + 1, 0),
          c.state IN ('refill failed', 'exhausted') OR c.last_error IS NOT NULL,
          c.state = 'refill failed' OR c.last_error IS NOT NULL,
-         c.last_refill_ms
+         c.last_refill_ms,
+         coalesce(k.authority_errors, 0), coalesce(k.wait_timeouts, 0), k.authority_round_trip_ms
   FROM id_gen.cache_status() c
+  LEFT JOIN id_gen.cache_counters() k
+    ON (k.dboid, k.sequence, k.counter_group) = (c.dboid, c.sequence, c.counter_group)
   WHERE c.dboid = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database());
 EXCEPTION WHEN object_not_in_prerequisite_state THEN
   RETURN;  -- (id_gen not preloaded: no cache)
@@ -65,13 +73,15 @@ RETURNS TABLE (database text, sequence text, authority text,
                waits_total double precision, calls_total double precision,
                step double precision, rate_per_second double precision,
                cached_values double precision, cache_headroom_seconds double precision,
-               refill_failing double precision)
+               refill_failing double precision, authority_errors_total double precision,
+               wait_timeouts_total double precision)
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp SET jit = off AS $$
   WITH slot AS (  -- counter groups summed
     SELECT c.sequence AS name, sum(c.refills) AS refills, sum(c.waits) AS waits,
            sum(c.calls) AS calls, max(c.step) AS step, sum(c.rate) AS rate,
-           sum(c.cached) AS cached, bool_or(c.failing) AS failing
+           sum(c.cached) AS cached, bool_or(c.failing) AS failing,
+           sum(c.authority_errors) AS authority_errors, sum(c.wait_timeouts) AS wait_timeouts
     FROM id_gen.metrics_cache_slots() c
     GROUP BY c.sequence)
   SELECT current_database()::text, s.name, coalesce(s.authority, ''),
@@ -85,7 +95,8 @@ SET search_path = pg_catalog, pg_temp SET jit = off AS $$
          coalesce(sl.cached, 0)::float8,
          CASE WHEN sl.rate > 0 THEN sl.cached / sl.rate
               WHEN sl.cached > 0 THEN 'Infinity'::float8 END,
-         coalesce(sl.failing, false)::int::float8
+         coalesce(sl.failing, false)::int::float8,
+         coalesce(sl.authority_errors, 0)::float8, coalesce(sl.wait_timeouts, 0)::float8
   FROM id_gen.sequences s
   -- The id space: the 47 bits of gene-order ids (2^47 - 1), or max_value when smaller. A
   -- sequence past it (one that only gives plain ids) shows a ratio above 1 and a negative
@@ -94,22 +105,25 @@ SET search_path = pg_catalog, pg_temp SET jit = off AS $$
   LEFT JOIN slot sl ON sl.name = s.name
 $$;
 COMMENT ON FUNCTION id_gen.metrics_sequences() IS
-  'Metrics of each sequence of this database (id space used and left, the cache''s refills, waits, values taken, step, rate, values cached and their headroom in seconds, failing refills): the family id_gen_sequence_* of id_gen.metrics.';
+  'Metrics of each sequence of this database (id space used and left, the cache''s refills, waits, values taken, step, rate, values cached and their headroom in seconds, failing refills, failed reservations at its authority, calls that timed out waiting): the family id_gen_sequence_* of id_gen.metrics.';
 
 CREATE OR REPLACE FUNCTION id_gen.metrics_authorities()
 RETURNS TABLE (database text, authority text, up double precision,
-               last_reservation_seconds double precision)
+               last_reservation_seconds double precision, errors_total double precision,
+               round_trip_seconds double precision)
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp SET jit = off AS $$
   SELECT current_database()::text, c.authority,
          (NOT bool_or(c.refill_error))::int::float8,
-         (max(c.last_refill_ms) / 1000)::float8
+         (max(c.last_refill_ms) / 1000)::float8,
+         sum(c.authority_errors)::float8,
+         (max(c.authority_round_trip_ms) / 1000)::float8
   FROM id_gen.metrics_cache_slots() c
   WHERE c.authority IS NOT NULL
   GROUP BY c.authority
 $$;
 COMMENT ON FUNCTION id_gen.metrics_authorities() IS
-  'Metrics of each authority this database''s sequences reserve segments from, as the refill worker last saw it (up: no reservation there is failing; how long the last one took): the family id_gen_authority_* of id_gen.metrics.';
+  'Metrics of each authority this database''s sequences reserve segments from, as the refill worker last saw it (up: no reservation there is failing; how long the last one took; failed reservations; the round trip of its last reservation statement): the family id_gen_authority_* of id_gen.metrics.';
 
 CREATE OR REPLACE FUNCTION id_gen.metrics_route_pushes()
 RETURNS TABLE (shard text, version double precision, lag_versions double precision,
@@ -209,7 +223,11 @@ CROSS JOIN LATERAL (VALUES
   ('id_gen_sequence_cache_headroom_seconds', s.l, s.cache_headroom_seconds, 'gauge',
    'Seconds the values cached last at the current rate without a refill (+Inf: no calls).'),
   ('id_gen_sequence_refill_failing', s.l, s.refill_failing, 'gauge',
-   '1 while the last reservation of a segment failed (see id_gen.status).')
+   '1 while the last reservation of a segment failed (see id_gen.status).'),
+  ('id_gen_sequence_authority_errors_total', s.l, s.authority_errors_total, 'counter',
+   'Failed reservations of a segment at the sequence''s authority (each retry counts).'),
+  ('id_gen_sequence_wait_timeouts_total', s.l, s.wait_timeouts_total, 'counter',
+   'Calls whose wait for a segment ended with an error after id_gen.refill_timeout (55000).')
 ) m(metric, labels, value, type, help)
 UNION ALL
 SELECT m.* FROM id_gen.metrics_authorities() a
@@ -218,7 +236,12 @@ CROSS JOIN LATERAL (VALUES
    '1 if the last reservation at the authority succeeded, as the refill worker last saw it.'),
   ('id_gen_authority_last_reservation_seconds', jsonb_build_object('database', a.database, 'authority', a.authority),
    a.last_reservation_seconds, 'gauge',
-   'How long the last reservation transaction took (the authority''s round trip and the local commit).')
+   'How long the last reservation transaction took (the authority''s round trip and the local commit).'),
+  ('id_gen_authority_errors_total', jsonb_build_object('database', a.database, 'authority', a.authority),
+   a.errors_total, 'counter', 'Failed reservations at the authority, over this database''s sequences (each retry counts).'),
+  ('id_gen_authority_round_trip_seconds', jsonb_build_object('database', a.database, 'authority', a.authority),
+   a.round_trip_seconds, 'gauge',
+   'Round trip of the last reservation statement the authority answered (its remote UPDATE; not the local commit; NaN: none yet).')
 ) m(metric, labels, value, type, help)
 UNION ALL
 SELECT m.* FROM id_gen.metrics_route_pushes() p

@@ -14,15 +14,17 @@
 //!   (22023) before the transaction opens; a refused claim (IG001, IG002) is raised by the
 //!   `BEGIN` itself, which PostgreSQL then aborts, leaving the session outside a transaction
 //!   block (as before the `BEGIN`);
-//! - only the first 128 bytes of the statement's own text are read (from its location in a
-//!   string of several statements);
+//! - at most 128 bytes before and after the statement's location in its string are read
+//!   (PostgreSQL 15 to 17 locate a statement before its leading comments, 18 after them);
+//! - a claim inside a transaction block that an earlier message opened is refused (25001):
+//!   what ran before it ran unclaimed;
 //! - every other utility statement goes to the previous hook or PostgreSQL unchanged, and
 //!   this hook raises nothing of its own while a Rust value that needs dropping is alive in
 //!   its frame (`raise.rs`).
 
 use super::raise::{self, Verdict};
 use crate::errors::{raise as raise_pg, Code};
-use id_gen_core::route_declaration::{claimed_in, PREFIX_BYTES};
+use id_gen_core::route_declaration::{claimed_in, leading_comments_start, PREFIX_BYTES};
 use pgrx::pg_sys;
 use std::ffi::c_char;
 
@@ -169,9 +171,13 @@ unsafe fn claim_of(
         {
             return None;
         }
-        let start = (*pstmt).stmt_location.max(0) as usize;
-        let text = prefix_of(query_string.add(start));
-        match claimed_in(&text) {
+        // The statement's text from up to PREFIX_BYTES before its location (18 locates it
+        // after its leading comments) to PREFIX_BYTES after it.
+        let location = (*pstmt).stmt_location.max(0) as usize;
+        let from = location.saturating_sub(PREFIX_BYTES);
+        let text = prefix_of(query_string.add(from), location - from + PREFIX_BYTES);
+        let start = leading_comments_start(&text, location - from);
+        let claim = match claimed_in(&text[start..]) {
             Ok(claim) => claim,
             Err(_) => raise_pg(
                 Code::ERRCODE_INVALID_PARAMETER_VALUE,
@@ -181,17 +187,32 @@ unsafe fn claim_of(
                      and the route version V read with the routes.",
                 ),
             ),
+        };
+        // A claim starts its transaction: in a block an earlier message opened, what ran
+        // before it ran unclaimed. (A message of several statements runs them in an implicit
+        // block, which started with the message: its own statements are the caller's.)
+        if claim.is_some()
+            && pg_sys::IsTransactionBlock()
+            && pg_sys::GetCurrentTransactionStartTimestamp()
+                != pg_sys::GetCurrentStatementStartTimestamp()
+        {
+            raise_pg(
+                Code::ERRCODE_ACTIVE_SQL_TRANSACTION,
+                "id_gen: a route claim on BEGIN inside a transaction block",
+                Some("Send the claim with the BEGIN that starts the transaction, as the first statement of its message."),
+            );
         }
+        claim
     }
 }
 
-/// At most the first `PREFIX_BYTES` bytes of a NUL-terminated string.
+/// At most the first `limit` bytes of a NUL-terminated string.
 ///
 /// # Safety
 /// `text` points to a NUL-terminated string.
-unsafe fn prefix_of(text: *const c_char) -> Vec<u8> {
-    let mut prefix = Vec::with_capacity(PREFIX_BYTES);
-    while prefix.len() < PREFIX_BYTES {
+unsafe fn prefix_of(text: *const c_char, limit: usize) -> Vec<u8> {
+    let mut prefix = Vec::with_capacity(limit);
+    while prefix.len() < limit {
         // SAFETY: every byte up to and including the terminating NUL is readable, and the
         // loop stops at the NUL.
         let byte = unsafe { *text.add(prefix.len()) } as u8;

@@ -49,6 +49,8 @@ use crate::clock::timeouts::{disable_timeout, enable_timeout_after, get_timeout_
 thread_local! {
     /// The authority the current reservation attempt contacted (worker only).
     static CONTACTED: RefCell<Option<String>> = const { RefCell::new(None) };
+    /// The round trip of the attempt's last reservation statement (worker only).
+    static ROUND_TRIP_US: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
 }
 
 /// The foreign table through which this database reaches `server`'s catalog.
@@ -310,6 +312,7 @@ pub fn reserve(
     const TOP: &str = "(CASE WHEN max_value < $4 THEN max_value ELSE $4 END)";
     let mut n = n.max(1) as i64;
     for _ in 0..3 {
+        let sent = std::time::Instant::now();
         let moved = client.update(
             &format!(
                 "UPDATE {table} SET max_id = {BASE} + $2 \
@@ -318,6 +321,7 @@ pub fn reserve(
             None,
             &[name.into(), n.into(), floor.into(), cap.into()],
         )?;
+        ROUND_TRIP_US.with(|r| r.set(Some(sent.elapsed().as_micros() as u64)));
         if !moved.is_empty() {
             if let Some(last) = moved.first().get_one::<i64>()? {
                 return Ok(Remote::Range {
@@ -366,6 +370,14 @@ pub fn reserve(
 /// Before a reservation transaction: forget the previous attempt.
 pub fn start_attempt() {
     CONTACTED.with(|c| *c.borrow_mut() = None);
+    ROUND_TRIP_US.with(|r| r.set(None));
+}
+
+/// The round trip of the attempt's last reservation statement on the authority, in µs
+/// (postgres_fdw's remote UPDATE, a connect included when it made one; not the remote
+/// commit, which runs in the local commit), if the authority answered one.
+pub fn round_trip_us() -> Option<u64> {
+    ROUND_TRIP_US.with(|r| r.get())
 }
 
 /// After a reservation transaction ended (committed or aborted): disarms the timeout

@@ -16,7 +16,7 @@
 
 use super::registry;
 use super::slots::{self, *};
-use super::wait::{keep_worker_alive, timed_out, CvSleep};
+use super::wait::{count_timeout, keep_worker_alive, timed_out, CvSleep};
 use crate::clock::Deadline;
 use pgrx::pg_sys;
 use std::sync::atomic::Ordering;
@@ -129,6 +129,7 @@ pub fn take_exact(dboid: u32, idx: usize, gen: u64, n: u64, what: &str) -> Resul
         }
         if deadline.passed() {
             drop(sleep);
+            count_timeout(idx, gen);
             timed_out(dboid, idx, what, &deadline);
         }
         sleep.sleep(deadline.left_ms(200));
@@ -141,6 +142,7 @@ pub fn take_exact(dboid: u32, idx: usize, gen: u64, n: u64, what: &str) -> Resul
         if deadline.passed() {
             drop(ticket); // withdraw: a late range becomes a gap
             drop(sleep);
+            count_timeout(idx, gen);
             timed_out(dboid, idx, what, &deadline);
         }
         sleep.sleep(deadline.left_ms(200));

@@ -104,6 +104,13 @@ pub struct Slot {
     pub rate_bits: AtomicU64,
     pub last_refill_us: AtomicU64,
     pub last_refill_at: AtomicI64,
+    /// Failed attempts at reserving from an authority (the worker); callers whose wait for a
+    /// segment ended at `id_gen.refill_timeout` (the callers); the round trip of the last
+    /// reservation statement an authority answered, in µs, apart from the local commit (the
+    /// worker).
+    pub authority_errors: AtomicU64,
+    pub wait_timeouts: AtomicU64,
+    pub authority_round_trip_us: AtomicU64,
     /// Diagnostics of the last reservation attempt, written by the worker under the slot
     /// lock and read under it (see [`set_diagnostics`], [`diagnostics`]): the authority
     /// it used (empty: local), and the error of the last failed attempt (cleared by the
@@ -324,6 +331,9 @@ pub fn attach(key: &SlotKey, incarnation: i64) -> Attach {
         &s.last_step,
         &s.rate_bits,
         &s.last_refill_us,
+        &s.authority_errors,
+        &s.wait_timeouts,
+        &s.authority_round_trip_us,
     ] {
         stat.store(0, Ordering::Relaxed);
     }

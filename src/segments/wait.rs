@@ -106,6 +106,16 @@ pub fn keep_worker_alive(dboid: u32, what: &str, last_check: &mut Deadline) {
 
 const WORKER_HINT: &str = "Check the id_gen refill worker in pg_stat_activity and the server log; id_gen.refill_timeout sets how long callers wait.";
 
+/// Counts a caller's wait for slot `idx` (of generation `gen`) that ended at its deadline,
+/// for the metric `id_gen_sequence_wait_timeouts_total`; not when the slot has meanwhile been
+/// given to another sequence.
+pub fn count_timeout(idx: usize, gen: u64) {
+    let s = slots::slot(idx);
+    if s.generation.load(Ordering::Acquire) == gen {
+        s.wait_timeouts.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 /// Raises 55000: nothing arrived for `what` (slot `idx`) within the deadline. The
 /// message names the authority and the last error when the worker's last reservation
 /// attempt failed (an authority that does not answer, a locked row), and the authority
@@ -180,6 +190,7 @@ pub fn wait_for_segment(
         keep_worker_alive(dboid, what, &mut alive_check);
         if deadline.passed() {
             drop(sleep);
+            count_timeout(idx, gen);
             timed_out(dboid, idx, what, &deadline);
         }
         sleep.sleep(deadline.left_ms(200));

@@ -558,6 +558,9 @@ fn refill(i: usize, gen: u64, rate: Option<f64>, history: StepHistory) -> Refill
     };
     let durable = commits_are_durable();
     let elapsed_us = started.elapsed().as_micros() as u64;
+    // (Before `failed` may become "not confirmed": a reservation the authority made counts
+    // as its success whatever the local commit did.)
+    let authority_failed = matches!(&attempt, (Err(e), Some(_)) if !e.lock_busy());
     let mut failed = failure(&attempt);
     if let (Ok(Ok((Reservation::Segment { .. }, _))), true) = (&attempt.0, durable) {
         failed = unconfirmed(commit_lsn);
@@ -569,6 +572,12 @@ fn refill(i: usize, gen: u64, rate: Option<f64>, history: StepHistory) -> Refill
     {
         let _g = slots::slot_lock(i);
         if s.generation.load(Ordering::Acquire) == gen {
+            if authority_failed {
+                s.authority_errors.fetch_add(1, Ordering::Relaxed);
+            }
+            if let Some(us) = authority::round_trip_us() {
+                s.authority_round_trip_us.store(us, Ordering::Relaxed);
+            }
             match (outcome, &failed) {
                 (Ok(Ok(_)), _) if !durable => s.state.store(STATE_REFILL_FAILED, Ordering::Release),
                 (_, Some((Failure::RetryAfter(ms), _))) => {

@@ -10,7 +10,8 @@ two shards whose 'orders' reserves its segments there.
 (b) a shard down during a route change: on the coordinator its push fails (route_push_error
     1, lag_versions 1) while the other shard's is up to date; back up, its lag returns to 0.
 (c) the authority down: shard_1's refills of 'orders' fail (authority_up 0,
-    sequence_refill_failing 1); the authority back, both return to 1 and 0.
+    sequence_refill_failing 1, the failed reservations and the one call that timed out
+    counted); the authority back, both return to 1 and 0.
 (d) a role outside pg_monitor may read none of it (42501).
 (e) cost: a database with 1,000 sequences (each cached) and 64 shards: each family's query
     and the whole view timed on the server, and the exporter's scrape of it (reported).
@@ -156,6 +157,12 @@ def test_a_every_metric_is_exported_with_the_catalogs_values():
     ratio = e.values("id_gen_sequence_id_space_used_ratio", server=s1l, sequence="orders")
     assert ratio == [pytest.approx(row[0] / (2 ** 47 - 1))], f"the share of the 47-bit space: {ratio}"
     assert e.values("id_gen_authority_up", server=s1l, authority="central") == [1.0]
+    round_trip = e.values("id_gen_authority_round_trip_seconds", server=s1l, authority="central")
+    assert len(round_trip) == 1 and 0 < round_trip[0] < 5, f"the authority's last round trip: {round_trip}"
+    assert (e.values("id_gen_authority_errors_total", server=s1l, authority="central"),
+            e.values("id_gen_sequence_authority_errors_total", server=s1l, sequence="orders"),
+            e.values("id_gen_sequence_wait_timeouts_total", server=s1l, sequence="orders")) == ([0.0], [0.0], [0.0]), \
+        "no reservation failed, no call timed out"
     cl = server_label(c)
     assert sorted(e.values("id_gen_order_no_key_current", server=cl)) == [0.0, 1.0]
     current = c.one("SELECT key_version FROM id_gen.order_no_key_store WHERE is_current")
@@ -216,6 +223,13 @@ def test_c_the_authority_down_shows_as_failing_refills():
         poll_until("the authority as shard_1's refill worker saw it", lambda: (
             e.values("id_gen_authority_up", server=s1l, authority="central"),
             e.values("id_gen_sequence_refill_failing", server=s1l, sequence="orders")), ([0.0], [1.0]), timeout=30)
+        assert e.values("id_gen_sequence_wait_timeouts_total", server=s1l, sequence="orders") == [1.0], \
+            "the one call that timed out is counted"
+        errors = e.values("id_gen_authority_errors_total", server=s1l, authority="central")
+        assert len(errors) == 1 and errors[0] >= 1, f"failed reservations at the authority are counted: {errors}"
+        # (Scraped again: the worker goes on retrying, every 200 ms.)
+        assert e.values("id_gen_sequence_authority_errors_total", server=s1l, sequence="orders")[0] >= errors[0], \
+            "the sequence's count is the authority's (its only sequence there)"
     finally:
         c.start()
     poll_until("a value of orders on shard_1 again", lambda: s1.one("SELECT id_gen.next_segment_id('orders') > 0"),

@@ -177,6 +177,13 @@ def test_a_protocol_in_sql():
         conn.execute("ROLLBACK")
         assert begin_claim(conn, f"/* id_gen.route_claim={g1},{v2} */ BEGIN; SELECT 1") == ("IG001", "IDLE"), \
             "a refused claim on BEGIN stops the rest of the message"
+        assert begin_claim(conn, f"SELECT 1; /* id_gen.route_claim={g2},{v2} */ BEGIN") == (None, "INTRANS"), \
+            "a claim on BEGIN after another statement of the message (18 locates BEGIN after its comment)"
+        conn.execute("ROLLBACK")
+        conn.execute("BEGIN")
+        assert begin_claim(conn, f"/* id_gen.route_claim={g2},{v2} */ BEGIN") == ("25001", "INERROR"), \
+            "a claim on BEGIN inside an open transaction block is refused (what ran before it ran unclaimed)"
+        conn.execute("ROLLBACK")
     # A fence (as a move's cut-over sets it) on shard_1's partition of genes 0 .. 16383.
     s1.execute("SELECT id_gen.shard_fence(999, 'shard_2', ARRAY['public.orders_g0_16383'])")
     assert s1.sqlstate(f"SELECT id_gen.route_claim({g1}, {v2})") == "IG002", "route_claim of a fenced gene"
@@ -197,7 +204,8 @@ def test_a_protocol_in_sql():
 def begin_claim(conn, text):
     """Sends `text` as one simple-protocol message on `conn` (in autocommit): the SQLSTATE
     of its error (None without one) and the transaction status after it."""
-    conn.autocommit = True
+    if not conn.autocommit:
+        conn.autocommit = True
     result = conn.pgconn.exec_(text.encode())
     sqlstate = result.error_field(pq.DiagnosticField.SQLSTATE)
     return (sqlstate.decode() if sqlstate else None), pq.TransactionStatus(conn.pgconn.transaction_status).name

@@ -83,6 +83,31 @@ pub fn claimed_in(text: &[u8]) -> Result<Option<(u16, i64)>, MalformedClaim> {
     Ok(Some((gene, version)))
 }
 
+/// Where the leading comments of a statement that starts at `location` in `text` begin.
+/// PostgreSQL 15 to 17 locate a statement at the end of the one before it (or at 0), so its
+/// leading comments follow `location`; 18 locates it at its first token, after them. This
+/// walks back from `location` over ASCII whitespace and `/* ... */` comments (not nested),
+/// reading at most [`PREFIX_BYTES`] bytes, and returns the start of the earliest comment
+/// found (`location` when there is none).
+pub fn leading_comments_start(text: &[u8], location: usize) -> usize {
+    let location = location.min(text.len());
+    let floor = location.saturating_sub(PREFIX_BYTES);
+    let mut start = location;
+    loop {
+        let mut end = start;
+        while end > floor && text[end - 1].is_ascii_whitespace() {
+            end -= 1;
+        }
+        if end < floor + 2 || &text[end - 2..end] != b"*/" {
+            return start;
+        }
+        let Some(open) = text[floor..end - 2].windows(2).rposition(|w| w == b"/*") else {
+            return start;
+        };
+        start = floor + open;
+    }
+}
+
 /// A run of decimal digits that fits an i64 at the start of `text`, and what follows it.
 fn number(text: &[u8]) -> Option<(i64, &[u8])> {
     let digits = text.iter().take_while(|b| b.is_ascii_digit()).count();
@@ -210,5 +235,25 @@ mod tests {
                 String::from_utf8_lossy(text)
             );
         }
+    }
+
+    #[test]
+    fn leading_comments_are_found_before_or_after_the_location() {
+        let text = b"SELECT 1; /* id_gen.route_claim=3,9 */ BEGIN";
+        let comment = 10;
+        let begin = text.len() - 5;
+        // 15 to 17: the location after the ';' (the comment follows it).
+        assert_eq!(leading_comments_start(text, 9), 9);
+        // 18: the location of BEGIN.
+        assert_eq!(leading_comments_start(text, begin), comment);
+        assert_eq!(
+            claimed_in(&text[leading_comments_start(text, begin)..]),
+            Ok(Some((3, 9)))
+        );
+        let two = b"/* a */ /* id_gen.route_claim=1,2 */\n BEGIN";
+        assert_eq!(leading_comments_start(two, two.len() - 5), 0);
+        assert_eq!(leading_comments_start(b"BEGIN", 0), 0);
+        assert_eq!(leading_comments_start(b"SELECT 1; BEGIN", 10), 10);
+        assert_eq!(leading_comments_start(b"x */ BEGIN", 5), 5);
     }
 }
