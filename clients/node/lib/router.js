@@ -72,27 +72,100 @@ const KEYWORDS = {
   host: 'host', hostaddr: 'host', port: 'port', dbname: 'database', user: 'user', password: 'password',
   application_name: 'application_name', options: 'options',
 };
+// sslmode as libpq means it (absent: PGSSLMODE, else prefer, libpq's default). pg has no
+// prefer: it is TLS without certificate checks, marked PREFER_TLS, and a server that answers
+// 'N' to the SSLRequest is connected to again without TLS, remembered for that connection
+// string (connectPreferringTls). allow is plaintext (pg cannot upgrade on the server's demand).
+const PREFER_TLS = Symbol('id_gen.preferTls');
 const SSL_MODES = {
-  disable: false, allow: false, prefer: false, require: { rejectUnauthorized: false },
+  disable: false, allow: false, prefer: { rejectUnauthorized: false }, require: { rejectUnauthorized: false },
   'verify-ca': { rejectUnauthorized: true, checkServerIdentity: () => undefined }, 'verify-full': { rejectUnauthorized: true },
 };
+// The TLS settings of prefer (libpq uses none over a Unix-domain socket, whatever the mode).
+function preferTls(config, host) {
+  if ((host || process.env.PGHOST || '').startsWith('/')) config.ssl = false;
+  else {
+    config.ssl = { ...SSL_MODES.prefer };
+    config[PREFER_TLS] = true;
+  }
+  return config;
+}
+// A URL goes to pg, which reads its sslmode as pg 8 does (require and verify-ca: verify-full
+// and a warning, unless uselibpqcompat=true), but for prefer, which pg has not, and an absent
+// sslmode (PGSSLMODE, else prefer, as libpq): then sslmode=prefer leaves the URL and prefer is
+// the Router's, as for keyword/value pairs. A URL with other TLS parameters stays pg's.
+const URL_TLS_PARAMS = ['ssl', 'sslcert', 'sslkey', 'sslrootcert', 'sslnegotiation', 'uselibpqcompat'];
+function urlConfig(c) {
+  const q = c.indexOf('?');
+  const query = q < 0 ? '' : c.slice(q + 1).replace(/#.*$/, '');
+  const params = new URLSearchParams(query);
+  let url = null;
+  try {
+    url = new URL(c);
+  } catch (e) {
+    // (no host, "postgresql://u@/app": pg's default host; anything else pg reports)
+  }
+  const sslmode = params.get('sslmode') || process.env.PGSSLMODE || 'prefer';
+  if (sslmode !== 'prefer' || URL_TLS_PARAMS.some((k) => params.has(k))) return { connectionString: c };
+  const kept = query.split('&').filter((p) => p !== '' && p.split('=')[0] !== 'sslmode');
+  const hash = q < 0 ? '' : (/#.*$/.exec(c.slice(q)) || [''])[0];
+  const connectionString = q < 0 ? c : c.slice(0, q) + (kept.length > 0 ? `?${kept.join('&')}` : '') + hash;
+  let host = params.get('host');
+  if (!host && url !== null) {
+    try {
+      host = decodeURIComponent(url.hostname);
+    } catch (e) {
+      host = '';
+    }
+  }
+  return preferTls({ connectionString }, host);
+}
 function asConfig(c) {
   if (typeof c !== 'string') return { ...c };
-  if (/^postgres(ql)?:\/\//.test(c)) return { connectionString: c };
+  if (/^postgres(ql)?:\/\//.test(c)) return urlConfig(c);
   const config = {};
   const pair = /\s*([a-z_]+)\s*=\s*('((?:[^'\\]|\\.)*)'|(\S*))/gy;
   let m;
   let end = 0;
+  let sslmode;
   while ((m = pair.exec(c)) !== null) {
     const value = m[3] !== undefined ? m[3].replace(/\\(.)/g, '$1') : m[4];
     if (KEYWORDS[m[1]] !== undefined) config[KEYWORDS[m[1]]] = m[1] === 'port' ? Number(value) : value;
     else if (m[1] === 'connect_timeout') config.connectionTimeoutMillis = Number(value) * 1000;
-    else if (m[1] === 'sslmode') config.ssl = SSL_MODES[value];
+    else if (m[1] === 'sslmode') sslmode = value;
     else throw new TypeError(`the connection keyword ${m[1]} is not supported here (pass a pg config object)`);
     end = pair.lastIndex;
   }
   if (c.slice(end).trim() !== '') throw new TypeError(`not a connection string: ${c}`);
+  if (sslmode === undefined) sslmode = process.env.PGSSLMODE || 'prefer'; // (empty: unset)
+  if (!Object.prototype.hasOwnProperty.call(SSL_MODES, sslmode)) throw new TypeError(`sslmode=${sslmode} is not one of ${Object.keys(SSL_MODES).join(', ')}`);
+  if (sslmode === 'prefer') return preferTls(config, config.host);
+  const ssl = SSL_MODES[sslmode];
+  config.ssl = ssl && { ...ssl };
   return config;
+}
+
+/** pg's error when the server answered 'N' to the SSLRequest (it has no TLS). */
+function tlsRefused(error) {
+  return error instanceof Error && error.message === 'The server does not support SSL connections';
+}
+
+/**
+ * connect() (a pg Client's or Pool's); under sslmode=prefer (config[PREFER_TLS]), a server that
+ * refused TLS is connected to again at once without it, and config.ssl becomes false, so that
+ * the later connections of that config (a pool's options, the coordinator's config) go without
+ * TLS from the start: one refused SSLRequest per connection string and Router, not per
+ * connection. A server that later offers TLS is used without it until the Router is re-made.
+ */
+async function connectPreferringTls(config, connect) {
+  const ssl = config.ssl;
+  try {
+    return await connect();
+  } catch (e) {
+    if (!config[PREFER_TLS] || !tlsRefused(e)) throw e;
+    if (config.ssl === ssl) config.ssl = false;
+    return connect();
+  }
 }
 const closedError = () => new Error('the Router is closed');
 
@@ -226,9 +299,12 @@ class Router {
 
   async _coordinatorClient() {
     // (the caller's own timeouts win; the defaults bound the waits otherwise)
-    const client = new this._pg.Client({ ...COORDINATOR_OPTIONS, ...this._routesConfig, types: this._coordinatorTypes });
-    client.on('error', () => {}); // (a lost connection fails its next query; handled there)
-    await client.connect();
+    const client = await connectPreferringTls(this._routesConfig, async () => {
+      const c = new this._pg.Client({ ...COORDINATOR_OPTIONS, ...this._routesConfig, types: this._coordinatorTypes });
+      c.on('error', () => {}); // (a lost connection fails its next query; handled there)
+      await c.connect();
+      return c;
+    });
     if (this._closed) {
       client.end().catch(() => {});
       throw closedError();
@@ -548,7 +624,8 @@ async function commit(client) {
  */
 async function connectShard(pool, protocol) {
   try {
-    return await pool.connect();
+    // (pg-pool makes its clients from pool.options, a copy of the shard's config)
+    return await (pool.options ? connectPreferringTls(pool.options, () => pool.connect()) : pool.connect());
   } catch (e) {
     if (!connectionLost(e)) throw e;
     protocol.forget();
@@ -623,4 +700,4 @@ async function rollbackQuietly(client, error) {
   }
 }
 
-module.exports = { Router, asConfig };
+module.exports = { Router, asConfig, connectPreferringTls, PREFER_TLS };

@@ -208,7 +208,7 @@ test('connection strings: libpq keyword/value pairs (as the other clients take t
     host: '/tmp/s', port: 5433, database: 'app', user: 'u', password: "a b'c", connectionTimeoutMillis: 2000,
     ssl: { rejectUnauthorized: false },
   });
-  assert.deepEqual(asConfig('postgresql://u@h/app'), { connectionString: 'postgresql://u@h/app' });
+  assert.deepEqual(asConfig('postgresql://u@h/app?sslmode=require'), { connectionString: 'postgresql://u@h/app?sslmode=require' });
   assert.deepEqual(asConfig({ host: 'h' }), { host: 'h' });
   assert.throws(() => asConfig('host=h gssencmode=disable'), /not supported/);
   assert.throws(() => asConfig('host=h junk'), /not a connection string/);

@@ -17,7 +17,7 @@ const { parseArgs } = require('node:util');
 const {
   Router, CommitOutcomeUnknownError, geneOf, uuid,
 } = require('..');
-const { asConfig } = require('../lib/router');
+const { asConfig, connectPreferringTls } = require('../lib/router');
 
 const USAGE = `usage: conformance genes
        conformance load --routes DSN --shard NAME=DSN [--shard NAME=DSN ...] --table T --sequence Q
@@ -281,13 +281,31 @@ async function bench(argv) {
     }
     return pools.get(shard);
   };
+  // (a client of the shard's pool, sslmode=prefer falling back as the Router's; destroyed after an error)
+  const pooled = async (shard, f) => {
+    const p = pool(shard);
+    const client = await connectPreferringTls(p.options, () => p.connect());
+    let error;
+    try {
+      return await f(client);
+    } catch (e) {
+      error = e;
+      throw e;
+    } finally {
+      client.release(error);
+    }
+  };
   const insertSql = `INSERT INTO ${options.table} (id, owner_id) VALUES (id_gen.gene_order_id($1::text, $2::bigint), $2) RETURNING id`;
   const lookupSql = `SELECT owner_id FROM ${options.table} WHERE id = $1`;
   let ids = [];
   try {
     if (options.mode === 'lookup') {
-      const coordinator = new pg.Client({ ...asConfig(options.routes), query_timeout: 10000 });
-      await coordinator.connect();
+      const config = asConfig(options.routes);
+      const coordinator = await connectPreferringTls(config, async () => {
+        const c = new pg.Client({ ...config, query_timeout: 10000 });
+        await c.connect();
+        return c;
+      });
       try {
         ids = (await coordinator.query(`SELECT id::text FROM ${options.table} LIMIT 1000`)).rows.map((r) => r.id);
       } finally {
@@ -306,18 +324,15 @@ async function bench(argv) {
           await router.transaction({ owner }, (client) => client.query(insertSql, args));
           return;
         }
-        const client = await pool(router.shardForOwner(owner)).connect();
-        try {
+        await pooled(router.shardForOwner(owner), async (client) => {
           await client.query('BEGIN');
           await client.query(insertSql, args);
           await client.query('COMMIT');
-        } finally {
-          client.release();
-        }
+        });
       } else {
         const id = ids[n % ids.length];
         if (!options.direct) await router.execute({ id: BigInt(id) }, lookupSql, [id]);
-        else await pool(router.shardForId(BigInt(id))).query(lookupSql, [id]);
+        else await pooled(router.shardForId(BigInt(id)), (client) => client.query(lookupSql, [id]));
       }
     };
     const warm = performance.now() + 500;

@@ -21,6 +21,11 @@ Invariants it keeps:
   it was routed by.
 * The listener connection LISTENs on id_gen_routes before any route read, so no committed
   route change after a read goes unnoticed; after it reconnects it re-reads the routes.
+  The poll of the route version runs on a thread of its own, so a listener that waits for
+  notifications or reconnects does not hold it up (nor does a slow poll hold up the receipt
+  of notifications): a lost notification costs at most about refresh_interval. Route reads
+  and polls still take turns on the one routes connection (_reload_lock), each bounded by
+  the coordinator's statement_timeout.
 * Every transaction on a shard starts with the claim in one simple-protocol message:
   `/* id_gen.route_claim=g,v */ BEGIN` on a shard of routing protocol 2 (id_gen 0.7.16 on),
   else `BEGIN; SELECT id_gen.route_claim(g, v)`. Which one a shard takes, its pool learns
@@ -102,6 +107,7 @@ class Router(RouteLookups):
         self._routes_conn: Optional[Conn] = None
         self._stop = threading.Event()
         self._listener_thread: Optional[threading.Thread] = None
+        self._poll_thread: Optional[threading.Thread] = None
         self._closed = False
         listener = None
         try:
@@ -113,10 +119,17 @@ class Router(RouteLookups):
                 listener.close()
             self.close()
             raise
-        if listen or refresh_interval > 0:
+        # Two threads: a listener blocked (waiting for notifications, or reconnecting to a
+        # coordinator that does not answer, within its connect_timeout) does not hold up the
+        # poll, and a slow poll does not hold up the receipt of notifications.
+        if listen:
             self._listener_thread = threading.Thread(
                 target=self._listen_loop, args=(listener,), name="id_gen_client-routes", daemon=True)
             self._listener_thread.start()
+        if refresh_interval > 0:
+            self._poll_thread = threading.Thread(
+                target=self._poll_loop, name="id_gen_client-routes-poll", daemon=True)
+            self._poll_thread.start()
 
     # --- routes ---------------------------------------------------------------------------
 
@@ -175,17 +188,12 @@ class Router(RouteLookups):
         return conn
 
     def _listen_loop(self, conn: Optional[Conn]) -> None:
-        """The routes' thread: LISTEN (when listen) and the version poll (every
-        refresh_interval seconds, when not 0), until close()."""
+        """The listener's thread (when listen): LISTEN, and re-read the routes on a
+        notification of a newer version, until close(). A lost connection is opened again
+        (after a backoff), then the routes re-read. The version poll has a thread of its own
+        (_poll_loop), so it keeps its interval while this one waits or reconnects."""
         failures = 0
-        next_poll = time.monotonic() + self.refresh_interval
         while not self._stop.is_set():
-            if self.refresh_interval > 0 and time.monotonic() >= next_poll:
-                next_poll = time.monotonic() + self.refresh_interval
-                self._poll_version()
-            if not self.listen:
-                self._stop.wait(max(0.0, next_poll - time.monotonic()))
-                continue
             try:
                 if conn is None:
                     conn = self._connect_listener()
@@ -202,6 +210,16 @@ class Router(RouteLookups):
                 self._stop.wait(min(0.1 * 2 ** failures, 5.0))
         if conn is not None:
             conn.close()
+
+    def _poll_loop(self) -> None:
+        """The version poll's thread (when refresh_interval > 0): _poll_version every
+        refresh_interval seconds, whatever the listener is doing, until close(): each poll
+        starts refresh_interval after the previous one started, or at once when that one took
+        longer (a poll is bounded by the coordinator's connect_timeout and statement_timeout)."""
+        next_poll = time.monotonic() + self.refresh_interval
+        while not self._stop.wait(max(0.0, next_poll - time.monotonic())):
+            next_poll = max(next_poll + self.refresh_interval, time.monotonic())
+            self._poll_version()
 
     def _poll_version(self) -> None:
         """Re-reads the routes when the coordinator's route version is newer than the one
@@ -458,10 +476,13 @@ class Router(RouteLookups):
     # --- closing --------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Stops the listener and closes every connection; safe to call twice."""
+        """Stops the listener and the version poll and closes every connection; safe to call
+        twice. (A thread still in a connect or a statement to the coordinator ends within its
+        connect_timeout or statement_timeout; both are daemon threads.)"""
         self._stop.set()
-        if self._listener_thread is not None:
-            self._listener_thread.join(LISTEN_POLL_SECONDS * 4)
+        for thread in (self._listener_thread, self._poll_thread):
+            if thread is not None:
+                thread.join(LISTEN_POLL_SECONDS * 4)
         with self._pools_lock:
             self._closed = True
             pools, self._pools = list(self._pools.values()), {}

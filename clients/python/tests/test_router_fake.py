@@ -731,7 +731,8 @@ class RouterTest(unittest.TestCase):
 
     def test_a_change_nobody_notified_is_seen_by_the_version_poll(self):
         r = self.router(refresh_interval=0.05)  # no listener: only the poll can see it
-        self.assertTrue(r._listener_thread.is_alive())
+        self.assertIsNone(r._listener_thread)
+        self.assertTrue(r._poll_thread.is_alive())
         self.cluster.coord.change([(65535, "b")])
         deadline = time.time() + 5
         while r.version != 2 and time.time() < deadline:
@@ -750,10 +751,65 @@ class RouterTest(unittest.TestCase):
         self.assertEqual(r.version, 3, "the poll came back after the coordinator did")
         self.assertGreater(self.cluster.coord.version_polls, polls)
         r.close()
-        self.assertFalse(r._listener_thread.is_alive())
+        self.assertFalse(r._poll_thread.is_alive())
+
+    def test_the_poll_keeps_its_interval_while_the_listener_hangs(self):
+        """The listener blocked, in its wait for notifications or in a reconnect to a
+        coordinator that does not answer, and the change's NOTIFY lost: the version poll, on
+        its own thread, still sees the change within about refresh_interval."""
+        interval = 0.1
+        for hang_in in ("wait", "connect"):
+            with self.subTest(hang_in=hang_in):
+                self.setUp()
+                coord = self.cluster.coord
+                hung, release = threading.Event(), threading.Event()
+                real_connect = self.cluster.connect
+
+                def hang():
+                    hung.set()
+                    release.wait()
+
+                def notifies_hanging(conn, timeout=None):
+                    if hang_in == "wait":
+                        hang()  # (the NOTIFY of the change is never delivered)
+                        return []
+                    raise psycopg.OperationalError("fake: the listener's connection was lost")
+
+                def connect_hanging(dsn, **kw):
+                    if connecting_hangs.is_set():  # the listener's reconnect (the poll's
+                        hang()                     # connection stays open)
+                        raise psycopg.OperationalError("fake: connection timed out")
+                    return real_connect(dsn, **kw)
+
+                connecting_hangs = threading.Event()
+                with mock.patch.object(router_module.psycopg, "connect", connect_hanging), \
+                        mock.patch.object(CoordinatorConn, "notifies", notifies_hanging), \
+                        mock.patch.object(router_module, "NOTIFIES_TAKES_TIMEOUT", True):
+                    r = Router("coord", SHARDS, refresh_interval=interval)
+                    try:
+                        connecting_hangs.set()
+                        self.assertTrue(hung.wait(5), f"the listener never reached its {hang_in}")
+                        coord.change([(65535, "b")])
+                        changed = time.monotonic()
+                        deadline = changed + 20 * interval  # (slack for a loaded machine)
+                        while r.version != 2 and time.monotonic() < deadline:
+                            time.sleep(0.005)
+                        took = time.monotonic() - changed
+                        self.assertEqual(
+                            (r.version, r.routes), (2, [(0, 65535, "b")]),
+                            f"the poll did not see the change in {took:.2f} s while the listener hung "
+                            f"in its {hang_in} ({coord.version_polls} polls)")
+                        self.assertTrue(r._listener_thread.is_alive() and not release.is_set(),
+                                        "the listener was still hung when the poll saw the change")
+                    finally:
+                        release.set()
+                        r.close()
+                    self.assertFalse(r._listener_thread.is_alive(), "close() ended the listener")
+                    self.assertFalse(r._poll_thread.is_alive(), "close() ended the poll")
 
     def test_no_thread_without_listen_and_poll(self):
-        self.assertIsNone(self.router()._listener_thread)
+        r = self.router()
+        self.assertEqual((r._listener_thread, r._poll_thread), (None, None))
         with self.assertRaises(ValueError):
             self.router(refresh_interval=-1)
 

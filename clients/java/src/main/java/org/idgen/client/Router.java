@@ -20,7 +20,9 @@
 // - The listening connection LISTENs before the first route read and re-reads after it
 //   reconnects (100 ms .. 5 s apart); the version is also polled every refreshInterval, also
 //   while the listener is away or LISTEN keeps failing, so a notification lost (or a pooler
-//   that cannot LISTEN) costs at most that long.
+//   that cannot LISTEN) costs at most that long. build() needs the first route read only: a
+//   LISTEN that fails then leaves the listener to the routes' thread, which retries it on the
+//   same backoff until close().
 // - Nothing is declared per session on a shard: the claim and the statement's comment live in
 //   the transaction, so shards may sit behind a transaction-mode pooler (PgBouncer).
 // - A shard gets the claim on BEGIN only after its id_gen.routing_protocol said it reads it:
@@ -108,19 +110,30 @@ public final class Router implements AutoCloseable {
         this.listen = b.listen;
         this.refreshIntervalNanos = b.refreshInterval.toNanos();
         Connection listener = null;
+        Exception listenFailed = null;
         try {
             if (listen) {
-                listener = connectListener(); // LISTEN before the first read
+                try {
+                    listener = connectListener(); // LISTEN before the first read
+                } catch (SQLException | RuntimeException e) {
+                    // Not fatal: the poll covers while the routes' thread retries it (backing off).
+                    listenFailed = e;
+                }
             }
             refresh();
         } catch (SQLException | RuntimeException e) {
+            if (listenFailed != null) {
+                e.addSuppressed(listenFailed);
+            }
             closeQuietly(listener);
             close();
             throw e;
         }
         if (listen || refreshIntervalNanos > 0) {
             Connection first = listener;
-            Thread t = new Thread(() -> watch(first), "id-gen-client-routes-" + INSTANCES.incrementAndGet());
+            int firstFailures = listenFailed != null ? 1 : 0;
+            Thread t = new Thread(() -> watch(first, firstFailures),
+                    "id-gen-client-routes-" + INSTANCES.incrementAndGet());
             t.setDaemon(true);
             watcher = t;
             t.start();
@@ -242,16 +255,19 @@ public final class Router implements AutoCloseable {
 
     /**
      * Until close(): waits for notifications (when listen), polls the version (every
-     * refreshInterval). A listener that failed is reconnected after a backoff of its own
+     * refreshInterval). firstListener: the listener the constructor connected, null when its
+     * LISTEN failed (failedAtStart 1: retried after the first backoff) or listen is off. A
+     * listener that failed (or never connected) is reconnected after a backoff of its own
      * (LISTEN_RETRY_FIRST_MILLIS doubling to LISTEN_RETRY_MAX_MILLIS), which the poll does not
      * wait for: while LISTEN fails (the coordinator down, or behind a pooler), the poll keeps
      * its interval. Every wait is at most the time to the next poll or reconnect, and
      * LISTEN_WAIT_MILLIS.
      */
-    private void watch(Connection firstListener) {
+    private void watch(Connection firstListener, int failedAtStart) {
         Connection listener = firstListener;
-        int failures = 0;
-        long nextListen = System.nanoTime(); // (when listener is null: the next reconnect)
+        int failures = failedAtStart; // (1 when LISTEN failed in the constructor: the first retry backs off)
+        long nextListen = System.nanoTime() + (failures > 0 ? TimeUnit.MILLISECONDS.toNanos(LISTEN_RETRY_FIRST_MILLIS) : 0);
+        // (nextListen: when listener is null, the next reconnect)
         long nextPoll = System.nanoTime() + refreshIntervalNanos;
         try {
             while (!closed.get() && !Thread.currentThread().isInterrupted()) {
@@ -857,7 +873,10 @@ public final class Router implements AutoCloseable {
 
     // --- building ---------------------------------------------------------------------------
 
-    /** Settings of a Router; {@link #build()} reads the routes (and fails when it cannot). */
+    /**
+     * Settings of a Router; {@link #build()} reads the routes (and fails when it cannot; a
+     * LISTEN that fails does not fail it: the listener is retried in the background).
+     */
     public static final class Builder {
         private String routesUrl;
         private Properties routesProperties = new Properties();
@@ -998,7 +1017,12 @@ public final class Router implements AutoCloseable {
             return this;
         }
 
-        /** A Router whose routes were read; throws the driver's error when the coordinator cannot be reached. */
+        /**
+         * A Router whose routes were read; throws the driver's error when they cannot be read
+         * (the coordinator unreachable). A LISTEN that fails (a pooler in front of the
+         * coordinator, say) does not fail it: the version poll covers while the listener is
+         * retried in the background (100 ms doubling to 5 s) until close().
+         */
         public Router build() throws SQLException {
             if (routesUrl == null) {
                 throw new IllegalStateException("routes(jdbcUrl) (the coordinator) is required");

@@ -1,8 +1,9 @@
 // The Router against the fake driver of FakeCluster, beyond the shared scenarios: what is sent
 // to a shard (nothing per session), the claim's form by the shard's routing protocol (probed
 // once, again after a lost connection), a body that swallowed an error, nextId's SQL and
-// parameters, route changes heard, missed and polled, a listener lost, a coordinator down at
-// the start, closing; and the real pgjdbc driver against a port where nothing listens.
+// parameters, route changes heard, missed and polled, a listener lost, LISTEN failing at the
+// start (not fatal), a coordinator down at the start, closing; and the real pgjdbc driver
+// against a port where nothing listens.
 //
 // Invariant: no test waits a fixed time for a condition; pollUntil polls with a deadline and
 // fails with the last value seen.
@@ -376,6 +377,50 @@ class RouterTest {
             assertTrue(listensMeanwhile < 10, "LISTEN retried " + listensMeanwhile + " times during 20 polls: no backoff");
             assertEquals(0, cluster.listeners());
         });
+    }
+
+    @Test
+    void aListenThatFailsAtTheStartDoesNotFailTheBuildThePollCoversAndTheListenerComesLater() throws Exception {
+        FakeCluster cluster = new FakeCluster(ROUTES);
+        cluster.listenFails = true; // (before build: a pooler in front of the coordinator, say)
+        try (Router router = Router.builder().routes("coord").shard("a", "a").shard("b", "b").listen(true)
+                .refreshInterval(Duration.ofMillis(20)).backoff(Duration.ofNanos(1000), Duration.ofNanos(10_000))
+                .connector(cluster).build()) {
+            assertTrue(cluster.listenAttempts() >= 1, "build() tried LISTEN");
+            assertEquals(0, cluster.listeners());
+            assertEquals(1, router.version());
+            assertEquals("a", router.transaction(Key.gene(1), FakeCluster::shardOf));
+            // Nobody listens: the change (notified or not) is seen by the version poll.
+            cluster.change(ALL_ON_B, true);
+            pollUntil("the routes after a change while LISTEN fails", () -> router.shardForGene(1), "b");
+            assertEquals("b", router.transaction(Key.gene(1), FakeCluster::shardOf));
+            long attempts = cluster.listenAttempts();
+            pollUntilAtLeast("LISTEN retried in the background", cluster::listenAttempts, attempts + 1);
+            assertEquals(0, cluster.listeners());
+            synchronized (cluster) {
+                cluster.listenFails = false;
+            }
+            pollUntil("a listener once LISTEN works", cluster::listeners, 1);
+            assertEquals(0, cluster.outstanding(), "a pooled connection was kept");
+            assertEquals(List.of(), cluster.problems());
+        }
+        assertEquals(0, cluster.openCoordinatorConnections(), "close() left a coordinator connection open");
+    }
+
+    @Test
+    void closeStopsTheListenerRetriesWhileListenKeepsFailing() throws Exception {
+        FakeCluster cluster = new FakeCluster(ROUTES);
+        cluster.listenFails = true;
+        Router router = Router.builder().routes("coord").shard("a", "a").listen(true).refreshInterval(Duration.ZERO)
+                .connector(cluster).build();
+        Thread watcher = router.watcherThread();
+        assertTrue(watcher.isAlive(), "the routes' thread retries LISTEN even without a poll");
+        long attempts = cluster.listenAttempts();
+        pollUntilAtLeast("LISTEN retried in the background", cluster::listenAttempts, attempts + 1);
+        router.close();
+        assertFalse(watcher.isAlive(), "the routes' thread (the only one that retries LISTEN) ended within close()");
+        assertEquals(0, cluster.openCoordinatorConnections());
+        assertEquals(1, cluster.connectorCloses);
     }
 
     @Test
