@@ -175,8 +175,12 @@ unsafe fn claim_of(
         // after its leading comments) to PREFIX_BYTES after it.
         let location = (*pstmt).stmt_location.max(0) as usize;
         let from = location.saturating_sub(PREFIX_BYTES);
-        let text = prefix_of(query_string.add(from), location - from + PREFIX_BYTES);
-        let start = leading_comments_start(&text, location - from);
+        let mut buf = [0u8; 2 * PREFIX_BYTES];
+        let text = super::leading_bytes(
+            query_string.add(from),
+            &mut buf[..location - from + PREFIX_BYTES],
+        );
+        let start = leading_comments_start(text, location - from);
         let claim = match claimed_in(&text[start..]) {
             Ok(claim) => claim,
             Err(_) => raise_pg(
@@ -204,22 +208,4 @@ unsafe fn claim_of(
         }
         claim
     }
-}
-
-/// At most the first `limit` bytes of a NUL-terminated string.
-///
-/// # Safety
-/// `text` points to a NUL-terminated string.
-unsafe fn prefix_of(text: *const c_char, limit: usize) -> Vec<u8> {
-    let mut prefix = Vec::with_capacity(limit);
-    while prefix.len() < limit {
-        // SAFETY: every byte up to and including the terminating NUL is readable, and the
-        // loop stops at the NUL.
-        let byte = unsafe { *text.add(prefix.len()) } as u8;
-        if byte == 0 {
-            break;
-        }
-        prefix.push(byte);
-    }
-    prefix
 }

@@ -200,19 +200,29 @@ unsafe fn declared_in_text(text: *const std::ffi::c_char) -> Option<i64> {
     if text.is_null() {
         return None;
     }
-    let mut prefix = [0u8; PREFIX_BYTES];
+    let mut buf = [0u8; PREFIX_BYTES];
+    // SAFETY: as this function's contract says.
+    declared_in(unsafe { leading_bytes(text, &mut buf) })
+}
+
+/// The first bytes of a NUL-terminated string, at most `buf.len()` of them, copied into
+/// `buf` (never reading past the NUL: a long statement costs nothing more).
+///
+/// # Safety
+/// `text` points to a NUL-terminated string.
+unsafe fn leading_bytes(text: *const std::ffi::c_char, buf: &mut [u8]) -> &[u8] {
     let mut len = 0;
-    while len < PREFIX_BYTES {
+    while len < buf.len() {
         // SAFETY: every byte up to and including the terminating NUL is readable, and the
         // loop stops at the NUL.
         let byte = unsafe { *text.add(len) } as u8;
         if byte == 0 {
             break;
         }
-        prefix[len] = byte;
+        buf[len] = byte;
         len += 1;
     }
-    declared_in(&prefix[..len])
+    &buf[..len]
 }
 
 /// The version check of a declared route version (the statement's leading comment, or

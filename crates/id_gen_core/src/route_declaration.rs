@@ -37,14 +37,8 @@ pub fn declared_in(text: &[u8]) -> Option<i64> {
     let mut rest = skip_spaces(text).strip_prefix(b"/*")?;
     rest = skip_spaces(rest).strip_prefix(NAME)?;
     rest = skip_spaces(rest).strip_prefix(b"=")?;
-    rest = skip_spaces(rest);
-    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
-    if digits == 0 || digits > 19 {
-        return None;
-    }
-    let (number, after) = rest.split_at(digits);
+    let (version, after) = number(skip_spaces(rest))?;
     skip_spaces(after).strip_prefix(b"*/")?;
-    let version = std::str::from_utf8(number).ok()?.parse::<i64>().ok()?;
     (version > 0).then_some(version)
 }
 
