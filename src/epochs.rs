@@ -10,7 +10,7 @@
 
 use crate::shmem::{self, Region};
 use pgrx::pg_sys;
-use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The caches that are invalidated through an epoch.
 #[derive(Clone, Copy)]
@@ -30,7 +30,7 @@ pub enum Epoch {
 
 const COUNT: usize = 5;
 
-static COUNTERS: AtomicPtr<AtomicU64> = AtomicPtr::new(std::ptr::null_mut());
+static COUNTERS: shmem::CounterArray = shmem::CounterArray::new(std::ptr::null_mut());
 
 pub const REGION: Region = Region {
     name: c"id_gen invalidation epochs",
@@ -43,20 +43,12 @@ pub const REGION: Region = Region {
 /// # Safety
 /// See [`Region::attach`].
 unsafe fn attach_region(base: *mut u8, fresh: bool, _locks: *mut pg_sys::LWLockPadded) {
-    let counters = base as *mut AtomicU64;
-    if fresh {
-        for i in 0..COUNT {
-            // SAFETY: the area holds COUNT counters (Region::size) and is fresh.
-            unsafe { counters.add(i).write(AtomicU64::new(1)) };
-        }
-    }
-    COUNTERS.store(counters, Ordering::Release);
+    // SAFETY: the area holds COUNT counters (Region::size); see Region::attach.
+    unsafe { shmem::attach_counters(&COUNTERS, base, fresh, COUNT, 1) };
 }
 
 fn counter(which: Epoch) -> Option<&'static AtomicU64> {
-    let p = COUNTERS.load(Ordering::Acquire);
-    // SAFETY: set once the region is attached; COUNT counters live as long as the server.
-    (!p.is_null()).then(|| unsafe { &*p.add(which as usize) })
+    shmem::counter_at(&COUNTERS, which as usize)
 }
 
 /// Current value of an epoch (0 without shared memory).

@@ -33,6 +33,8 @@ pub static ROUTE_VERSION: GucSetting<i32> = GucSetting::<i32>::new(0);
 pub static ROUTING_PROTOCOL: GucSetting<i32> = GucSetting::<i32>::new(2);
 /// Whether a shard refuses id-predicate reads of genes it does not own or that are fenced.
 pub static ROUTING_GUARD: GucSetting<bool> = GucSetting::<bool>::new(true);
+/// Whether moves compare source and target before their cut-over (sql/cluster/verify.sql).
+pub static VERIFY_CUT_OVER: GucSetting<bool> = GucSetting::<bool>::new(true);
 /// Whether the coordinator reads a shard directly (src/direct_read/) where it can.
 pub static DIRECT_READS: GucSetting<bool> = GucSetting::<bool>::new(true);
 /// The bound of a direct read's wait for the shard, in ms.
@@ -137,6 +139,14 @@ fn define_runtime() {
         86_400 * 7,
         GucContext::Sighup,
         GucFlags::UNIT_S,
+    );
+    GucRegistry::define_bool_guc(
+        c"id_gen.verify_cut_over",
+        c"Whether a move of genes compares its source and target (rows and a checksum per gene) before it fences and flips, and refuses to flip on a difference (XX001).",
+        c"The check reads both shards while the genes' writers go on, before the fence, so it adds nothing to the fence; a move records its result in id_gen.moves (verify_state). Off: moves flip without it (recorded as skipped). CALL id_gen.verify_range(move_id) runs it on demand.",
+        &VERIFY_CUT_OVER,
+        GucContext::Suset,
+        GucFlags::default(),
     );
     GucRegistry::define_int_guc(
         c"id_gen.reversible_max_wal",

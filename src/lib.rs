@@ -128,9 +128,19 @@ extension_sql_file!(
     requires = ["shard_revert"]
 );
 extension_sql_file!(
+    "../sql/cluster/shard/verify.sql",
+    name = "shard_verify",
+    requires = ["revert"]
+);
+extension_sql_file!(
+    "../sql/cluster/verify.sql",
+    name = "verify",
+    requires = ["shard_verify"]
+);
+extension_sql_file!(
     "../sql/cluster/rebalance.sql",
     name = "rebalance",
-    requires = ["revert"]
+    requires = ["verify"]
 );
 extension_sql_file!(
     "../sql/cluster/routing.sql",
@@ -183,11 +193,12 @@ extension_sql_file!(
 extension_sql_file!("../sql/install/finalize.sql", finalize);
 
 /// Every subsystem's shared memory, in the order it is attached.
-static REGIONS: [shmem::Region; 4] = [
+static REGIONS: [shmem::Region; 5] = [
     segments::slots::REGION,
     segments::registry::REGION,
     snowflake::state::REGION,
     epochs::REGION,
+    supervisor::REGION,
 ];
 
 #[pg_guard]

@@ -6,7 +6,8 @@
 //! region landed); `lib.rs` hands the list to [`install_hooks`] while preloading. Every
 //! region gets its own `ShmemInitStruct` area and, if it asks for locks, its own named
 //! LWLock tranche (named like the region), so `pg_stat_activity.wait_event` names the
-//! subsystem a backend waits on.
+//! subsystem a backend waits on. A region of plain counters (atomics, no lock) attaches with
+//! [`attach_counters`] and reads with [`counter_at`].
 //!
 //! Invariants:
 //! * Regions are initialised exactly once per shared-memory lifetime (`fresh` is true
@@ -16,7 +17,7 @@
 
 use pgrx::pg_sys;
 use std::ffi::CStr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 /// One subsystem's shared state.
@@ -38,6 +39,42 @@ pub struct Region {
     /// pointing at `size()` bytes of shared memory and `locks` at `locks()` LWLocks (or
     /// null when `locks()` is 0).
     pub attach: unsafe fn(base: *mut u8, fresh: bool, locks: *mut pg_sys::LWLockPadded),
+}
+
+/// Where a region of plain shared counters (an array of `AtomicU64`, no lock) landed: the
+/// subsystem keeps one in a static, attaches it with [`attach_counters`] from its region's
+/// `attach`, and reads a counter with [`counter_at`].
+pub type CounterArray = AtomicPtr<AtomicU64>;
+
+/// Attaches (and, when `fresh`, initialises to `initial`) `count` counters at `base`.
+///
+/// # Safety
+/// As [`Region::attach`]: `base` points at `count * size_of::<AtomicU64>()` bytes of shared
+/// memory that live as long as the server.
+pub unsafe fn attach_counters(
+    array: &CounterArray,
+    base: *mut u8,
+    fresh: bool,
+    count: usize,
+    initial: u64,
+) {
+    let counters = base as *mut AtomicU64;
+    if fresh {
+        for i in 0..count {
+            // SAFETY: the area holds `count` counters (the caller's region size) and is fresh.
+            unsafe { counters.add(i).write(AtomicU64::new(initial)) };
+        }
+    }
+    array.store(counters, Ordering::Release);
+}
+
+/// Counter `i` of an attached counter array (`None` before it is attached, or without shared
+/// memory). `i` must be below the count it was attached with.
+pub fn counter_at(array: &CounterArray, i: usize) -> Option<&'static AtomicU64> {
+    let p = array.load(Ordering::Acquire);
+    // SAFETY: set once the region is attached, with more than `i` counters that live as long
+    // as the server.
+    (!p.is_null()).then(|| unsafe { &*p.add(i) })
 }
 
 pub fn no_extra() -> usize {

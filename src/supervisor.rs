@@ -10,6 +10,10 @@
 //! has not cut over is lifted, a move that has cut over and a split that swapped are
 //! finished, and an operation left alone for `id_gen.move_abandon_after` is rolled back.
 //!
+//! Its counters (passes, failed passes, operations acted on, when the last pass and the last
+//! failure ended) live in a shared-memory region of their own, read by
+//! `id_gen.supervisor_counters()` for `id_gen.metrics` (sql/cluster/metrics.sql).
+//!
 //! Invariants:
 //! * It runs as the bootstrap superuser with `search_path = pg_catalog, pg_temp`, and only
 //!   id_gen's own functions (which pin their search_path too).
@@ -18,11 +22,115 @@
 
 use crate::gucs;
 use crate::segments::worker::{in_transaction, install_die_handler, wait_latch};
+use crate::shmem::{self, Region};
 use pgrx::bgworkers::{
     BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime, SignalWakeFlags,
 };
 use pgrx::prelude::*;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// The supervisor's counters in shared memory, in this order.
+#[derive(Clone, Copy)]
+enum Counter {
+    /// Passes that ended (with or without an error).
+    Passes = 0,
+    /// Passes that ended with an error (logged as a WARNING).
+    FailedPasses = 1,
+    /// Operations a pass acted on (a fence lifted, a cut-over finished, a rollback).
+    OperationsActed = 2,
+    /// When the last pass ended (Unix time, ms; 0: none yet).
+    LastPassAtMs = 3,
+    /// When the last failed pass ended (Unix time, ms; 0: none yet).
+    LastFailureAtMs = 4,
+}
+
+const COUNT: usize = 5;
+
+static COUNTERS: shmem::CounterArray = shmem::CounterArray::new(std::ptr::null_mut());
+
+pub const REGION: Region = Region {
+    name: c"id_gen move supervisor counters",
+    size: || COUNT * size_of::<AtomicU64>(),
+    extra: shmem::no_extra,
+    locks: shmem::no_locks,
+    attach: attach_region,
+};
+
+/// # Safety
+/// See [`Region::attach`].
+unsafe fn attach_region(base: *mut u8, fresh: bool, _locks: *mut pg_sys::LWLockPadded) {
+    // SAFETY: the area holds COUNT counters (Region::size); see Region::attach.
+    unsafe { shmem::attach_counters(&COUNTERS, base, fresh, COUNT, 0) };
+}
+
+fn counter(which: Counter) -> Option<&'static AtomicU64> {
+    shmem::counter_at(&COUNTERS, which as usize)
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Counts one pass that ended: failed or not, and how many operations it acted on.
+fn count_pass(failed: bool, acted: u64) {
+    let at = now_ms();
+    if let Some(c) = counter(Counter::Passes) {
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+    if let Some(c) = counter(Counter::OperationsActed) {
+        c.fetch_add(acted, Ordering::Relaxed);
+    }
+    if failed {
+        if let Some(c) = counter(Counter::FailedPasses) {
+            c.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Some(c) = counter(Counter::LastFailureAtMs) {
+            c.store(at, Ordering::Relaxed);
+        }
+    }
+    if let Some(c) = counter(Counter::LastPassAtMs) {
+        c.store(at, Ordering::Relaxed);
+    }
+}
+
+/// The move supervisor's counters since the server started, for `id_gen.metrics`
+/// (sql/cluster/metrics.sql): passes, failed passes, operations acted on, and when the last
+/// pass and the last failed pass ended (Unix time in seconds; NULL before the first). No row
+/// without shared memory (id_gen not preloaded: no supervisor either).
+#[pg_extern(volatile, parallel_safe)]
+#[allow(clippy::type_complexity)]
+fn supervisor_counters() -> TableIterator<
+    'static,
+    (
+        name!(passes, i64),
+        name!(failed_passes, i64),
+        name!(operations_acted, i64),
+        name!(last_pass_at, Option<f64>),
+        name!(last_failure_at, Option<f64>),
+    ),
+> {
+    let read = |c: Counter| counter(c).map(|a| a.load(Ordering::Relaxed));
+    let (Some(passes), Some(failed), Some(acted), Some(last), Some(last_failure)) = (
+        read(Counter::Passes),
+        read(Counter::FailedPasses),
+        read(Counter::OperationsActed),
+        read(Counter::LastPassAtMs),
+        read(Counter::LastFailureAtMs),
+    ) else {
+        return TableIterator::new(vec![]);
+    };
+    let seconds = |ms: u64| (ms > 0).then(|| ms as f64 / 1000.0);
+    TableIterator::new(vec![(
+        passes as i64,
+        failed as i64,
+        acted as i64,
+        seconds(last),
+        seconds(last_failure),
+    )])
+}
 
 /// Registers the supervisor with the postmaster (from `_PG_init`, while preloading).
 pub fn register() {
@@ -83,12 +191,20 @@ pub extern "C-unwind" fn id_gen_supervisor_main(_arg: pg_sys::Datum) {
             Ok(Spi::get_one_with_args::<i64>(pass_sql, &[abandon.into()])?.unwrap_or(0))
         });
         match pass {
-            Ok(Ok(n)) if n > 0 => {
-                log!("id_gen: move supervisor acted on {n} operation(s); see id_gen.operations.recovered_by")
+            Ok(Ok(n)) => {
+                count_pass(false, n.max(0) as u64);
+                if n > 0 {
+                    log!("id_gen: move supervisor acted on {n} operation(s); see id_gen.operations.recovered_by")
+                }
             }
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => warning!("id_gen: move supervisor: {e}"),
-            Err(e) => warning!("id_gen: move supervisor: {}", e.message),
+            Ok(Err(e)) => {
+                count_pass(true, 0);
+                warning!("id_gen: move supervisor: {e}")
+            }
+            Err(e) => {
+                count_pass(true, 0);
+                warning!("id_gen: move supervisor: {}", e.message)
+            }
         }
     }
 }

@@ -23,6 +23,11 @@
 --     merges not finished, or finished within the hour: rows copied, progress, lag, the last
 --     fence's duration, WAL held for a reversible move's way back (and its share of
 --     id_gen.reversible_max_wal), seconds since the operation last moved; and the phase;
+--   * id_gen.metrics_operation_checks(): the state of each such operation's check before its
+--     cut-over (sql/cluster/verify.sql);
+--   * id_gen.metrics_supervisor(): the move supervisor's passes, failed passes, operations it
+--     acted on, and when the last pass and the last failed one ended (shared-memory counters,
+--     id_gen.supervisor_counters(); no row without id_gen preloaded);
 --   * id_gen.metrics_order_no_keys(): the order-number key versions, and which is current.
 -- Invariants:
 --   * A scrape reads this server only: never a shard, an authority or a remote table; what
@@ -187,6 +192,30 @@ $$;
 COMMENT ON FUNCTION id_gen.metrics_operation_phases() IS
   'The phase of each move, split and merge that id_gen.metrics_operations() reports, as a label (value 1): the metric id_gen_operation_phase_info of id_gen.metrics.';
 
+CREATE OR REPLACE FUNCTION id_gen.metrics_operation_checks()
+RETURNS TABLE (operation_id text, kind text, state text, info double precision)
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+  SELECT o.operation_id::text, o.kind, o.verify_state, 1::float8
+  FROM id_gen.cluster_operations o
+  WHERE o.verify_state IS NOT NULL
+    AND (o.phase NOT IN ('done', 'aborted', 'reverted') OR o.finished_at > clock_timestamp() - interval '1 hour')
+$$;
+COMMENT ON FUNCTION id_gen.metrics_operation_checks() IS
+  'The state of the check before the cut-over (running, equal, unsettled, different, skipped) of each move, split and merge that id_gen.metrics_operations() reports and that has one, as a label (value 1): the metric id_gen_operation_check_info of id_gen.metrics.';
+
+CREATE OR REPLACE FUNCTION id_gen.metrics_supervisor()
+RETURNS TABLE (passes_total double precision, failed_passes_total double precision,
+               operations_acted_total double precision, last_pass_timestamp_seconds double precision,
+               last_failure_timestamp_seconds double precision)
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+  SELECT c.passes::float8, c.failed_passes::float8, c.operations_acted::float8, c.last_pass_at, c.last_failure_at
+  FROM id_gen.supervisor_counters() c
+$$;
+COMMENT ON FUNCTION id_gen.metrics_supervisor() IS
+  'The move supervisor''s counters since the server started (passes, failed passes, operations acted on, when the last pass and the last failed pass ended; no row without id_gen preloaded): the family id_gen_supervisor_* of id_gen.metrics.';
+
 CREATE OR REPLACE FUNCTION id_gen.metrics_order_no_keys()
 RETURNS TABLE (key_version text, current double precision)
 LANGUAGE sql STABLE SECURITY DEFINER
@@ -284,6 +313,25 @@ SELECT 'id_gen_operation_phase_info',
        p.info, 'gauge', 'The operation''s current phase (a label; the value is 1).'
 FROM id_gen.metrics_operation_phases() p
 UNION ALL
+SELECT 'id_gen_operation_check_info',
+       jsonb_build_object('operation_id', c.operation_id, 'kind', c.kind, 'state', c.state),
+       c.info, 'gauge', 'The state of the operation''s check before its cut-over (a label; the value is 1): different stops it (XX001).'
+FROM id_gen.metrics_operation_checks() c
+UNION ALL
+SELECT m.* FROM id_gen.metrics_supervisor() v
+CROSS JOIN LATERAL (VALUES
+  ('id_gen_supervisor_passes_total', '{}'::jsonb, v.passes_total, 'counter',
+   'Passes of the move supervisor over unfinished operations (every 2 s) since the server started.'),
+  ('id_gen_supervisor_failed_passes_total', '{}'::jsonb, v.failed_passes_total, 'counter',
+   'Passes of the move supervisor that ended with an error (a WARNING in the server log).'),
+  ('id_gen_supervisor_operations_acted_total', '{}'::jsonb, v.operations_acted_total, 'counter',
+   'Operations the move supervisor acted on: a fence lifted, a cut-over finished, a rollback (id_gen.operations.recovered_by).'),
+  ('id_gen_supervisor_last_pass_timestamp_seconds', '{}'::jsonb, v.last_pass_timestamp_seconds, 'gauge',
+   'When the move supervisor''s last pass ended (Unix time; NaN: none yet).'),
+  ('id_gen_supervisor_last_failure_timestamp_seconds', '{}'::jsonb, v.last_failure_timestamp_seconds, 'gauge',
+   'When the move supervisor''s last failed pass ended (Unix time; NaN: none yet).')
+) m(metric, labels, value, type, help)
+UNION ALL
 SELECT 'id_gen_order_no_key_current', jsonb_build_object('key_version', k.key_version), k.current, 'gauge',
        '1 for the key version new order numbers use, 0 for versions kept to decode.'
 FROM id_gen.metrics_order_no_keys() k;
@@ -297,9 +345,9 @@ COMMENT ON COLUMN id_gen.metrics.help IS 'What the metric means.';
 
 REVOKE ALL ON FUNCTION id_gen.metrics_cache_slots(), id_gen.metrics_sequences(), id_gen.metrics_authorities(),
   id_gen.metrics_route_pushes(), id_gen.metrics_operations(), id_gen.metrics_operation_phases(),
-  id_gen.metrics_order_no_keys() FROM PUBLIC;
+  id_gen.metrics_operation_checks(), id_gen.metrics_supervisor(), id_gen.metrics_order_no_keys() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION id_gen.metrics_cache_slots(), id_gen.metrics_sequences(), id_gen.metrics_authorities(),
   id_gen.metrics_route_pushes(), id_gen.metrics_operations(), id_gen.metrics_operation_phases(),
-  id_gen.metrics_order_no_keys() TO pg_monitor;
+  id_gen.metrics_operation_checks(), id_gen.metrics_supervisor(), id_gen.metrics_order_no_keys() TO pg_monitor;
 REVOKE ALL ON id_gen.metrics FROM PUBLIC;
 GRANT SELECT ON id_gen.metrics TO pg_monitor;

@@ -77,9 +77,13 @@ SELECT move_id, lower_gene, upper_gene, source_shard, target_shard, phase,
        reversible,
        back_lag_bytes,
        back_retained_bytes,
-       back_checked_at
+       back_checked_at,
+       verify_state,
+       verify_rows,
+       id_gen.verify_ms(verify_state, verify_started_at, verified_at) AS verify_ms,
+       verify_detail
 FROM id_gen.shard_moves;
-COMMENT ON VIEW id_gen.moves IS 'Moves of genes between shards: phase, rows copied, replication lag, how long writes of the moved genes were fenced (fence_ms), times, the last error, whether a session runs it (runner), what the move supervisor did (recovered_by), and for a reversible move (phase reversible after its cut-over) the reverse replication''s lag and the WAL its slot keeps on the target (back_lag_bytes, back_retained_bytes, refreshed every 10 s by the supervisor). Unfinished moves resume with the same CALL id_gen.move_genes(...) or roll back with CALL id_gen.abort_move(move_id); the supervisor finishes or rolls back those left alone.';
+COMMENT ON VIEW id_gen.moves IS 'Moves of genes between shards: phase, rows copied, replication lag, how long writes of the moved genes were fenced (fence_ms), times, the last error, whether a session runs it (runner), what the move supervisor did (recovered_by), and for a reversible move (phase reversible after its cut-over) the reverse replication''s lag and the WAL its slot keeps on the target (back_lag_bytes, back_retained_bytes, refreshed every 10 s by the supervisor), and the check of its source against its target before the cut-over (verify_state: running, equal, unsettled, different or skipped; verify_rows compared, verify_ms, verify_detail). Unfinished moves resume with the same CALL id_gen.move_genes(...) or roll back with CALL id_gen.abort_move(move_id); the supervisor finishes or rolls back those left alone.';
 GRANT SELECT ON id_gen.moves TO PUBLIC;
 
 -- libpq connection string of a shard for CREATE SUBSCRIPTION on another shard: the
@@ -1183,12 +1187,17 @@ BEGIN
 
   ELSIF m.phase = 'catching_up' AND step IS NULL THEN
     PERFORM id_gen.run_move_step(m, 'fence_target', 0, 10000);
+    -- (A CALL that resumes the move checks the shards again: an earlier result, or one of
+    -- verify_range, may be old. sql/cluster/verify.sql)
+    UPDATE id_gen.cluster_operations o SET verify_state = NULL, verify_started_at = NULL, verified_at = NULL
+    WHERE o.operation_id = m.move_id AND o.verify_state IS NOT NULL;
     IF id_gen.has_cleanup(m.move_id, 'shown_copies') THEN
       -- (a fence of per_shard tables whose session died before its flip committed)
       PERFORM id_gen.run_cleanups(m.move_id, false, '{shown_copies}', false);
     END IF;
     outcome.next_step := jsonb_build_object('step', 'lag', 'deadline', clock_timestamp() + interval '10 min');
   ELSIF m.phase = 'catching_up' AND step->>'step' = 'lag' THEN
+    step := jsonb_build_object('deadline', clock_timestamp() + interval '10 min') || step;  -- (back from the check: a deadline from now)
     lag := id_gen.run_move_step(m, 'lag', 0, 10000)::bigint;
     IF lag IS NULL THEN
       RAISE EXCEPTION 'id_gen: move %: its replication slot on "%" is gone', m.move_id, m.source_shard
@@ -1199,8 +1208,11 @@ BEGIN
     IF NOT FOUND THEN
       RAISE EXCEPTION 'id_gen: move % is no longer catching up (aborted in another session?)', m.move_id USING ERRCODE = '55006';
     END IF;
+    -- (First: the probe, then the check before the cut-over, sql/cluster/verify.sql, which
+    -- comes back here; once it passed, on to the way back or the probe, then the fence.)
     outcome := id_gen.lag_outcome(lag, step,
-                                  CASE WHEN m.reversible THEN '{"step": "way_back"}'::jsonb ELSE '{"step": "probe"}'::jsonb END,
+                                  CASE WHEN id_gen.verify_pending(m) THEN '{"step": "probe", "then": "verify"}'::jsonb
+                                       WHEN m.reversible THEN '{"step": "way_back"}'::jsonb ELSE '{"step": "probe"}'::jsonb END,
                                   format('id_gen: move %s: the target stays %%s bytes behind after 10 minutes', m.move_id),
                                   'The move stays in catching_up; call move_genes again later, or abort_move.');
   ELSIF m.phase = 'catching_up' AND step->>'step' = 'way_back' THEN
@@ -1210,7 +1222,11 @@ BEGIN
   ELSIF m.phase = 'catching_up' AND step->>'step' = 'probe' THEN
     -- A subscription that keeps stopping on an error stops the move here, before any fence.
     outcome := id_gen.probe_outcome(m, false, step,
-                                    jsonb_build_object('step', 'arm', 'attempt', m.fence_attempts + 1, 'last', m.fence_attempts + 5));
+                                    CASE WHEN step->>'then' = 'verify' THEN '{"step": "verify", "then": {"step": "lag"}}'::jsonb
+                                         ELSE jsonb_build_object('step', 'arm', 'attempt', m.fence_attempts + 1, 'last', m.fence_attempts + 5) END);
+  ELSIF m.phase = 'catching_up' AND step->>'step' = 'verify' THEN
+    -- The check before the cut-over, one round per step (sql/cluster/verify.sql).
+    outcome := id_gen.verify_step(m, step);
   ELSIF m.phase = 'catching_up' AND step->>'step' = 'arm' THEN
     UPDATE id_gen.shard_moves sm SET fence_attempts = attempt WHERE sm.move_id = m.move_id;
     PERFORM id_gen.record_move_cleanups(m, CASE WHEN per_shard THEN '{shown_copies,source_fence}'::text[] ELSE '{source_fence}' END);

@@ -48,7 +48,8 @@ SELECT operation_id AS move_id, lower_gene, upper_gene, shard AS source_shard, t
        keep_source, rows_copied, lag_bytes, fence_attempts, target_subscription, runner_pid,
        fence_started_at, fence_ended_at, started_at, updated_at, finished_at,
        last_error, target_system_id, recovered_by, reversible, back_lsn,
-       back_lag_bytes, back_retained_bytes, back_checked_at, kind
+       back_lag_bytes, back_retained_bytes, back_checked_at, kind,
+       verify_state, verify_rows, verify_detail, verify_started_at, verified_at
 FROM id_gen.cluster_operations
 WHERE kind = 'move'
 WITH CASCADED CHECK OPTION;
@@ -60,7 +61,8 @@ GRANT SELECT ON id_gen.shard_moves TO PUBLIC;
 CREATE OR REPLACE VIEW id_gen.route_splits AS
 SELECT operation_id AS split_id, kind, lower_gene, at_gene, upper_gene, shard, phase,
        rows_total, rows_copied, fence_attempts, runner_pid, fence_started_at, fence_ended_at,
-       started_at, updated_at, finished_at, last_error, recovered_by
+       started_at, updated_at, finished_at, last_error, recovered_by,
+       verify_state, verify_rows, verify_detail, verify_started_at, verified_at
 FROM id_gen.cluster_operations
 WHERE kind IN ('split', 'merge')
 WITH CASCADED CHECK OPTION;
@@ -82,6 +84,16 @@ AS $$
 $$;
 COMMENT ON FUNCTION id_gen.operation_runner(bigint, text) IS 'running when a session runs the long operation now (it holds the operation''s session advisory lock), no session when none does, NULL once it is done, aborted or reverted.';
 
+-- How long the check before an operation's cut-over took, or has been running (ms).
+CREATE OR REPLACE FUNCTION id_gen.verify_ms(verify_state text, verify_started_at timestamptz, verified_at timestamptz)
+RETURNS numeric
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+RETURN CASE WHEN verify_state IS NOT NULL
+            THEN round(extract(epoch FROM coalesce(verified_at, CASE WHEN verify_state = 'running' THEN clock_timestamp() END)
+                                          - verify_started_at) * 1000, 1) END;
+COMMENT ON FUNCTION id_gen.verify_ms(text, timestamptz, timestamptz) IS 'How long the check before an operation''s cut-over took (ms), or has been running so far (verify_state running); NULL before it ran. The column verify_ms of id_gen.operations, id_gen.moves and id_gen.splits.';
+
 CREATE OR REPLACE VIEW id_gen.operations AS
 SELECT o.operation_id, o.kind, o.phase, o.lower_gene, o.at_gene, o.upper_gene,
        o.shard AS source_shard, coalesce(o.target_shard, o.shard) AS target_shard,
@@ -94,10 +106,14 @@ SELECT o.operation_id, o.kind, o.phase, o.lower_gene, o.at_gene, o.upper_gene,
        o.last_error,
        id_gen.operation_runner(o.operation_id, o.phase) AS runner,
        o.runner_pid,
-       o.recovered_by
+       o.recovered_by,
+       o.verify_state,
+       o.verify_rows,
+       id_gen.verify_ms(o.verify_state, o.verify_started_at, o.verified_at) AS verify_ms,
+       o.verify_detail
 FROM id_gen.cluster_operations o
 ORDER BY o.operation_id;
-COMMENT ON VIEW id_gen.operations IS 'Every long operation of the cluster, whatever its kind (move, split, merge), newest last: its phase, genes and shards, progress (rows copied of the total, replication lag), how long writes were fenced (fence_ms) in how many attempts, times, the last error, whether a session runs it now (runner: running, no session, or NULL once finished) and which backend ran it last (runner_pid), and what the move supervisor did (recovered_by). id_gen.moves and id_gen.splits show the columns of one kind.';
+COMMENT ON VIEW id_gen.operations IS 'Every long operation of the cluster, whatever its kind (move, split, merge), newest last: its phase, genes and shards, progress (rows copied of the total, replication lag), how long writes were fenced (fence_ms) in how many attempts, times, the last error, whether a session runs it now (runner: running, no session, or NULL once finished) and which backend ran it last (runner_pid), what the move supervisor did (recovered_by), and the check before its cut-over (a move: its source against its target; a split or merge: its new tables against its old partitions; verify_state, verify_rows, verify_ms, verify_detail). id_gen.moves and id_gen.splits show the columns of one kind.';
 GRANT SELECT ON id_gen.operations TO PUBLIC;
 
 -- The session lock of an operation --------------------------------------------------------

@@ -72,9 +72,13 @@ SELECT split_id, kind, lower_gene, at_gene, upper_gene, shard, phase,
        coalesce(finished_at, clock_timestamp()) - started_at AS elapsed,
        last_error,
        id_gen.operation_runner(split_id, phase) AS runner,
-       recovered_by
+       recovered_by,
+       verify_state,
+       verify_rows,
+       id_gen.verify_ms(verify_state, verify_started_at, verified_at) AS verify_ms,
+       verify_detail
 FROM id_gen.route_splits;
-COMMENT ON VIEW id_gen.splits IS 'Online splits (CALL id_gen.split_route) and merges (CALL id_gen.merge_routes) of route ranges: phase, rows copied of the total (percent_copied), how long writes of the range were fenced (fence_ms) and in how many attempts, times, the last error, whether a session runs it (runner) and what the move supervisor did (recovered_by). An unfinished one resumes with the same CALL or rolls back with CALL id_gen.abort_split(split_id).';
+COMMENT ON VIEW id_gen.splits IS 'Online splits (CALL id_gen.split_route) and merges (CALL id_gen.merge_routes) of route ranges: phase, rows copied of the total (percent_copied), how long writes of the range were fenced (fence_ms) and in how many attempts, times, the last error, whether a session runs it (runner), what the move supervisor did (recovered_by), and the check of its new tables against its old partitions before the swap (verify_state: running, equal, different or skipped; verify_rows, verify_ms, verify_detail). An unfinished one resumes with the same CALL or rolls back with CALL id_gen.abort_split(split_id).';
 GRANT SELECT ON id_gen.splits TO PUBLIC;
 
 -- Route ranges before (sources) and after (targets) a split or merge.
@@ -435,6 +439,14 @@ BEGIN
       batch := id_gen.remote_call(s.shard, 'shard_split_catch_up', ARRAY[s.split_id::text, '20000'], 300000)::jsonb;
       EXIT WHEN (batch->>'left')::bigint < 500;
     END LOOP;
+    -- The check before the swap (sql/cluster/verify.sql): the new tables against the old
+    -- partitions, but for the rows written since the copy.
+    IF state = 'copying' THEN
+      outcome := id_gen.verify_split(s);
+      IF outcome.stop_message IS NOT NULL THEN
+        RETURN outcome;
+      END IF;
+    END IF;
     IF state = 'none' AND NOT EXISTS (SELECT FROM id_gen.distributed_tables t WHERE t.shard_layout = 'partitioned') THEN
       state := 'swapped';  -- (every table is laid out by ownership: nothing to swap on the shard)
     END IF;

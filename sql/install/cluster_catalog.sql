@@ -353,3 +353,17 @@ COMMENT ON COLUMN id_gen.shard_kept_copies.made_at IS 'When the table was made.'
 -- (no new catalog table in 0.7.15)
 -- @new-in-0.7.16
 -- (no new catalog table in 0.7.16)
+-- @new-in-0.7.17
+-- The check before a cut-over (sql/cluster/verify.sql): its state and result on the
+-- operation's row, shown by id_gen.moves, id_gen.splits and id_gen.operations.
+ALTER TABLE id_gen.cluster_operations
+  ADD COLUMN verify_state text CHECK (verify_state IN ('running', 'equal', 'unsettled', 'different', 'skipped')),
+  ADD COLUMN verify_rows bigint,
+  ADD COLUMN verify_detail text,
+  ADD COLUMN verify_started_at timestamptz,
+  ADD COLUMN verified_at timestamptz;
+COMMENT ON COLUMN id_gen.cluster_operations.verify_state IS 'The check before the cut-over (a move: its source against its target, rows and a checksum per gene; a split or merge: its new tables against its old partitions, before the swap): running, equal, unsettled (a move: equal but for genes written in every round, named in verify_detail), different (the operation refused to cut over: XX001), skipped (id_gen.verify_cut_over off, or a shard older than 0.7.17); NULL before it ran.';
+COMMENT ON COLUMN id_gen.cluster_operations.verify_rows IS 'The rows the check before the cut-over compared: of a move''s source in its first round; of a split''s or merge''s old partitions.';
+COMMENT ON COLUMN id_gen.cluster_operations.verify_detail IS 'What the check before the cut-over found besides equal rows: the genes that differ with their row counts on each side, the genes that could not be compared, or why it was skipped.';
+COMMENT ON COLUMN id_gen.cluster_operations.verify_started_at IS 'When the check before the cut-over began (a move: its first round).';
+COMMENT ON COLUMN id_gen.cluster_operations.verified_at IS 'When the check before the cut-over ended (NULL while it runs).';

@@ -66,6 +66,7 @@ COMMENT ON COLUMN id_gen.sequences.owner IS 'Role that owns the sequence (by nam
 COMMENT ON COLUMN id_gen.sequences.max_bulk IS 'Most values one next_segment_ids*/next_segment_ranges call may take (54000 beyond).';
 COMMENT ON COLUMN id_gen.sequences.authority IS 'Foreign server (postgres_fdw) of the ID database whose id_gen.sequences reserves this sequence''s segments; NULL: this catalog.';
 COMMENT ON FUNCTION id_gen.cache_status() IS 'Raw rows of the id_gen.status view.';
+COMMENT ON FUNCTION id_gen.supervisor_counters() IS 'The move supervisor''s counters since the server started (shared memory): passes, failed passes, operations acted on, and when the last pass and the last failed pass ended (Unix time, seconds); no row without id_gen preloaded.';
 COMMENT ON FUNCTION id_gen.cache_counters() IS 'The segment cache''s counters per cached sequence and counter group: failed reservations at an authority, calls whose wait ended at id_gen.refill_timeout, the last round trip of a reservation statement an authority answered (ms).';
 
 -- Who may create sequences is a grant on create_sequence; everything else is checked

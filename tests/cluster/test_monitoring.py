@@ -5,7 +5,8 @@ two shards whose 'orders' reserves its segments there.
 
 (a) after known actions (values taken on shard_1, a split on the coordinator, two
     order-number keys, the routes pushed), every metric of the file is exported, with the
-    values the catalog and id_gen.status show; each metric's HELP and TYPE, as scraped and as
+    values the catalog and id_gen.status show (the split's check before its swap equal; the
+    move supervisor's passes counted, none failed); each metric's HELP and TYPE, as scraped and as
     id_gen.metrics has them on every node, are those of the file.
 (b) a shard down during a route change: on the coordinator its push fails (route_push_error
     1, lag_versions 1) while the other shard's is up to date; back up, its lag returns to 0.
@@ -173,6 +174,16 @@ def test_a_every_metric_is_exported_with_the_catalogs_values():
     assert e.values("id_gen_operation_progress_ratio", server=cl, operation_id=str(split)) == [1.0]
     fence = e.values("id_gen_operation_fence_seconds", server=cl, operation_id=str(split))
     assert len(fence) == 1 and 0 < fence[0] < 60, f"the split's fence, as recorded: {fence}"
+    assert e.values("id_gen_operation_check_info", server=cl, operation_id=str(split), state="equal") == [1.0], \
+        "the split's check before its swap found its new tables equal"
+    # The move supervisor (every 2 s): passes counted, none failed, the last one just now.
+    poll_until("the move supervisor's passes are counted", lambda: e.values("id_gen_supervisor_passes_total", server=cl),
+               lambda v: len(v) == 1 and v[0] >= 2, timeout=30)
+    assert e.values("id_gen_supervisor_failed_passes_total", server=cl) == [0.0], "no pass of the supervisor failed"
+    last_pass = e.values("id_gen_supervisor_last_pass_timestamp_seconds", server=cl)
+    assert len(last_pass) == 1 and abs(time.time() - last_pass[0]) < 30, f"its last pass ended just now: {last_pass}"
+    last_failure = e.values("id_gen_supervisor_last_failure_timestamp_seconds", server=cl)
+    assert len(last_failure) == 1 and last_failure[0] != last_failure[0], f"no failed pass yet (NaN): {last_failure}"
     # Every metric of the file, with its HELP and TYPE; and as id_gen.metrics has them.
     want = file_metrics()
     samples, helps, types = e.scrape()

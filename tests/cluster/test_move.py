@@ -24,7 +24,11 @@ polls that fail with the last value, its latency limits became reported figures.
     the same CALL finishes it.
 (h) a subscription that keeps stopping on an error: the move stops before its fence (the
     probe marker of the source never reaches the target), its hint names the subscription;
-    once it applies again, the same CALL finishes.
+    once it applies again, the same CALL finishes, after:
+(i) a row of the target's copy changed behind the move's back: the check before the cut-over
+    refuses to flip (XX001 naming the gene and its rows on each side), recorded in id_gen.moves;
+(j) the row put back, CALL id_gen.verify_range finds the shards equal; a row deleted on the
+    target, it names the counts (XX001); the row restored, the same CALL finishes.
 """
 import glob
 import os
@@ -197,6 +201,16 @@ def test_b_a_move_under_load():
         assert "number of failed transactions: 0" in out, f"pgbench ({kind} genes) had failures:\n{out[-2000:]}"
     report(f"move of genes 0 .. 16383 ({moved_rows} rows) under load: {move_s:.1f} s; no client transaction failed")
     assert move_phase("true") == "done", "the move is done"
+    # The check before the cut-over ran while the clients wrote: never a difference; genes
+    # written in every round are counted apart (unsettled), the rest compared.
+    verify = c.execute("""SELECT m.verify_state, m.verify_rows, m.verify_ms, m.verify_detail,
+                                 round(extract(epoch FROM o.verify_started_at - o.started_at) * 1000), m.fence_ms
+                          FROM id_gen.moves m JOIN id_gen.cluster_operations o ON o.operation_id = m.move_id""")[0]
+    report(f"check before the cut-over under load: {verify[0]}, {verify[1]} rows compared in {verify[2]} ms "
+           f"(the copy and catch-up before it: {verify[4]} ms; ratio {float(verify[2]) / float(verify[4]):.2f}); "
+           f"fence {verify[5]} ms; {verify[3] or 'every gene compared'}")
+    assert verify[0] in ("equal", "unsettled") and verify[1] >= moved_rows + audit_moved, \
+        f"the check compared every row of the moved genes and found no difference: {verify}"
     assert routes() == "0-16383@shard_2,16384-32767@shard_1,32768-49151@shard_2,49152-65535@shard_2", "the routes moved"
     assert c.one("SELECT bool_and(in_step) FROM id_gen.distribution"), "partitions and placements are in step"
     assert leftovers() == NOTHING_LEFT, "no slot, publication or subscription is left on either shard"
@@ -419,6 +433,37 @@ def test_h_a_subscription_that_stops_on_an_error_stops_the_move_before_its_fence
         assert routes() == before, "the routes are unchanged"
         assert c.one("SELECT count(*) FROM orders WHERE id BETWEEN id_gen.gene_first_id(49152) AND id_gen.gene_last_id(65535)") \
             == range_rows, "the coordinator reads the range's rows from the source"
+    # (i) The target's copy altered behind the move's back (written as a replica writes, past
+    # its fence): the check before the cut-over finds the gene and the move does not flip.
+    as_replica = ["SET id_gen.routing_guard = off", "SET session_replication_role = replica"]
+    row = s1.one(*as_replica, f"SELECT min(id) FROM orders WHERE {in_range(49152, 65535).split(' WHERE ')[1]}")
+    gene = (row >> 47) & 65535
+    per_gene = f"SELECT count(*) FROM orders WHERE id BETWEEN id_gen.gene_first_id({gene}) AND id_gen.gene_last_id({gene})"
+    gene_rows = local(s2, per_gene)
+    s1.execute(*as_replica, f"UPDATE orders SET amount = amount + 1 WHERE id = {row}")
+    e = c.error("SET client_min_messages = warning", call)
+    assert e is not None and e.sqlstate == "XX001", f"the move refused to cut over over a changed row: {e!r}"
+    assert f"gene {gene}: {gene_rows} rows on shard_2, {gene_rows} on shard_1 (their contents differ)" in e.diag.message_primary, \
+        e.diag.message_primary
+    assert "No fence was raised" in (e.diag.message_detail or ""), e.diag.message_detail
+    assert c.one(f"SELECT phase || '/' || verify_state || '/' || fence_attempts || '/' || source_fenced FROM id_gen.moves WHERE move_id = {mid}") \
+        == "catching_up/different/0/false", "the difference is recorded; no fence was raised"
+    assert routes() == before, "the routes are unchanged"
+    # (j) On demand: a row missing on the target; CALL id_gen.verify_range names the counts.
+    s1.execute(*as_replica, f"UPDATE orders SET amount = amount - 1 WHERE id = {row}")
+    c.execute(f"CALL id_gen.verify_range({mid})")
+    all_rows = range_rows + local(s2, in_range(49152, 65535, "audit"))
+    assert c.one(f"SELECT verify_state || '/' || verify_rows FROM id_gen.moves WHERE move_id = {mid}") == f"equal/{all_rows}", \
+        "the row put back: verify_range finds the shards equal, every row of the range compared (both tables)"
+    s1.execute(*as_replica, f"CREATE TABLE public.saved_row AS SELECT * FROM orders WHERE id = {row}", f"DELETE FROM orders WHERE id = {row}")
+    e = c.error(f"CALL id_gen.verify_range({mid})")
+    assert e is not None and e.sqlstate == "XX001" and f"gene {gene}: {gene_rows} rows on shard_2, {gene_rows - 1} on shard_1" \
+        in e.diag.message_primary, f"verify_range names the gene and both counts: {e!r}"
+    s1.execute(*as_replica, "INSERT INTO orders SELECT * FROM public.saved_row", "DROP TABLE public.saved_row")
     c.execute("SET client_min_messages = warning", call)
     assert f"{move_phase(f'move_id = {mid}')}/{leftovers()}" == f"done/{NOTHING_LEFT}", "the same CALL resumed and finished"
+    assert c.one(f"SELECT verify_state || '/' || verify_rows FROM id_gen.moves WHERE move_id = {mid}") == f"equal/{all_rows}", \
+        "the check passed before the cut-over"
     assert (local(s1, in_range(49152, 65535)), local(s2, in_range(49152, 65535))) == (range_rows, 0), "the rows are on shard_1 only"
+    e = c.error(f"CALL id_gen.verify_range({mid})")
+    assert e is not None and e.sqlstate == "55000" and "only a move that copied its rows and has not cut over" in str(e), repr(e)

@@ -17,7 +17,9 @@ latency limits became figures that are reported, not asserted.)
     coordinator is killed (kill -9) while copying resumes after the restart; a split whose
     shard swapped while the coordinator's half did not commit is finished by the move
     supervisor, and the range answers IG002 (retry) rather than stale rows meanwhile;
-    abort_split leaves no trigger or table behind.
+    abort_split leaves no trigger or table behind. A split checks its new tables against its
+    old partitions before its swap: a row of the old partition changed behind the split's
+    trigger makes it refuse to swap (XX001 naming the gene), and once put back it finishes.
 (e) reversible moves under load through the coordinator: after the cut-over the target's
     writes reach the source; revert_move switches back and every committed write is there;
     the coordinator killed mid-revert (fence up): the supervisor lifts the fence; a revert
@@ -198,6 +200,11 @@ def test_b_split_under_load():
     report(*[f"split under load: {line}" for line in out.splitlines() if not line.startswith("max_")])
     report(f"split of {c.one('SELECT rows_total FROM id_gen.splits')} rows: {t1 - t0:.1f} s, fence "
            + c.one("SELECT fence_ms || ' ms in ' || fence_attempts || ' attempt(s)' FROM id_gen.splits"))
+    verify = c.execute("SELECT s.verify_state, s.verify_rows, s.verify_ms, round(extract(epoch FROM o.verify_started_at - o.started_at) * 1000) "
+                       "FROM id_gen.splits s JOIN id_gen.cluster_operations o ON o.operation_id = s.split_id")[0]
+    report(f"split's check before its swap, under load: {verify[0]}, {verify[1]} rows compared in {verify[2]} ms "
+           f"(the copy and catch-up before it: {verify[3]} ms; ratio {float(verify[2]) / float(verify[3]):.2f})")
+    assert verify[0] == "equal" and verify[1] >= bulk, f"the check compared the range's rows and found them equal: {verify}"
     assert count_sum_of_bulk() == f"{bulk}/{S['bulk_sum']}", "bulk rows all there, once"
     assert c.one("SELECT count(*) = count(DISTINCT id) FROM orders"), "no id twice"
     assert parts_on(s1) == "orders_g0_8191:0,orders_g16384_32767:0,orders_g8192_16383:0", "shard_1: one partition per range, no trigger left"
@@ -312,21 +319,46 @@ def test_d_abort_split_leaves_nothing():
     assert count_sum() == S["sum1"], "nothing lost"
 
 
+def split_trigger(sid):
+    return S["s1"].one(f"SELECT quote_ident(id_gen.split_trigger_name({sid}))")
+
+
 def test_d_the_driver_resumes_a_split_and_lets_go_of_it():
     c, s1 = S["c"], S["s1"]
     assert c.sqlstate("CALL id_gen.run_operation(987654)") == "42704", "an operation that does not exist"
     holder = hold_the_coordinators_table(122)
     call = Background(c, "CALL id_gen.split_route(1023)")
-    poll_until("the split waits to fence", lambda: split_phase("at_gene = 1023 AND phase <> 'aborted'"), "swapping", 60)
+    # (Before its fence, the split compares its new tables with the old partition: equal.)
+    poll_until("the split checked its new tables and waits to fence", lambda: c.one(
+        "SELECT phase || '/' || coalesce(verify_state, '-') || '/' || (verify_rows > 0) FROM id_gen.splits "
+        "WHERE at_gene = 1023 AND phase <> 'aborted'"), "swapping/equal/true", 60)
     sid = c.one("SELECT split_id FROM id_gen.route_splits WHERE at_gene = 1023 AND phase = 'swapping'")
     c.execute(f"SELECT pg_terminate_backend(runner_pid) FROM id_gen.route_splits WHERE split_id = {sid}")
     call.join()
     holder.release()
+    # A row of the old partition changed unseen by the split's trigger (as a bug of the copy
+    # would leave it): the check before the swap finds it, and the split does not swap.
+    unseen = ["SET id_gen.routing_guard = off", f"ALTER TABLE orders_g0_2047 DISABLE TRIGGER {split_trigger(sid)}"]
+    row = s1.one("SET id_gen.routing_guard = off", "SELECT min(id) FROM orders_g0_2047 t WHERE id < id_gen.gene_first_id(1024) "
+                 "AND NOT EXISTS (SELECT FROM id_gen.shard_split_log l WHERE l.id = t.id)")
+    gene = (row >> 47) & 65535
+    gene_rows = s1.one("SET id_gen.routing_guard = off",
+                       f"SELECT count(*) FROM orders_g0_2047 WHERE id BETWEEN id_gen.gene_first_id({gene}) AND id_gen.gene_last_id({gene})")
+    s1.execute(*unseen, f"UPDATE orders_g0_2047 SET amount = amount + 1 WHERE id = {row}",
+               f"ALTER TABLE orders_g0_2047 ENABLE ALWAYS TRIGGER {split_trigger(sid)}")
+    e = c.error(f"CALL id_gen.run_operation({sid})")
+    assert e is not None and e.sqlstate == "XX001" and f"gene {gene} of public.orders: {gene_rows} rows in public.orders_g0_2047, " \
+        f"{gene_rows} in public.orders_g0_1023 (their contents differ)" in e.diag.message_primary, f"the split refused to swap: {e!r}"
+    assert c.one(f"SELECT phase || '/' || verify_state FROM id_gen.splits WHERE split_id = {sid}") == "swapping/different", \
+        "the difference is recorded; the split did not swap"
+    s1.execute(*unseen, f"UPDATE orders_g0_2047 SET amount = amount - 1 WHERE id = {row}",
+               f"ALTER TABLE orders_g0_2047 ENABLE ALWAYS TRIGGER {split_trigger(sid)}")
     locks_left = c.one(f"CALL id_gen.run_operation({sid})",
                        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()")
     assert c.one(f"SELECT phase || ':' || coalesce(runner, 'finished') FROM id_gen.operations WHERE operation_id = {sid}") \
         == "done:finished", "CALL id_gen.run_operation resumes the split the killed session left and finishes it"
     assert locks_left == 0, "and its session lets go of the split's session lock"
+    assert c.one(f"SELECT verify_state FROM id_gen.splits WHERE split_id = {sid}") == "equal", "the row put back, the check passed"
     c.execute("CALL id_gen.merge_routes(1023)")
     assert parts_on(s1) == "orders_g0_2047:0,orders_g16384_32767:0,orders_g2048_16383:0", "merged back: the layout as before"
     assert (count_sum(), in_step()) == (S["sum1"], True), "nothing lost, in step"

@@ -7,8 +7,9 @@
 //     own, so a caller that gives up does not cancel a read others wait for).
 //   - A read that fails on the held connection is tried once more on a new one; a read that
 //     fails leaves the routes held as they were.
-//   - The listener LISTENs before the first read; after its connection is lost it reconnects
-//     (100 ms .. 5 s apart) and then re-reads, since notifications may have been missed.
+//   - The listener LISTENs before the first read; after its connection is lost (or when LISTEN
+//     failed in NewRouter) it reconnects (100 ms .. 5 s apart) and then re-reads, since
+//     notifications may have been missed.
 //   - Every wait on the coordinator is bounded by CoordinatorTimeout (connects also by
 //     ConnectTimeout), and ends at Close.
 
@@ -185,11 +186,14 @@ func (r *Router) polledVersion() (int64, error) {
 }
 
 // listen hears route changes on l until Close: a payload above the version held re-reads
-// the routes; a lost connection is replaced, and the routes re-read.
+// the routes; a lost connection is replaced, and the routes re-read. l is nil when LISTEN
+// failed in NewRouter: it is retried after the first backoff.
 func (r *Router) listen(l listenerConn) {
 	for {
-		r.hear(l)
-		l.close()
+		if l != nil {
+			r.hear(l)
+			l.close()
+		}
 		if l = r.reconnectListener(); l == nil {
 			return
 		}

@@ -43,6 +43,9 @@ type fakeCluster struct {
 	listeners  map[*fakeListener]bool
 	routeReads int
 
+	listenFails    bool // LISTEN fails (0A000), as behind a pooler that refuses it
+	listenAttempts int  // LISTENs tried, failed or not
+
 	fences       int             // the next claims or reads of any gene that fail with IG002
 	connectFails int             // the next connects to shard "a" that fail,
 	connectError func() error    // with this error (refused, by default)
@@ -132,6 +135,18 @@ func (c *fakeCluster) loseListeners() {
 	}
 }
 
+func (c *fakeCluster) setListenFails(fails bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.listenFails = fails
+}
+
+func (c *fakeCluster) listenAttemptCount() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.listenAttempts
+}
+
 func (c *fakeCluster) listenerCount() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -154,6 +169,10 @@ func (c *fakeCluster) connectListener(ctx context.Context) (listenerConn, error)
 	defer c.mu.Unlock()
 	if c.down {
 		return nil, refusedError()
+	}
+	c.listenAttempts++
+	if c.listenFails {
+		return nil, sqlError("0A000")
 	}
 	l := &fakeListener{c: c, payloads: make(chan string, 16), lost: make(chan struct{})}
 	c.listeners[l] = true

@@ -7,7 +7,8 @@
 //   - The routes and their version are one immutable snapshot (routeTable), replaced whole; a
 //     call routes by one snapshot and claims with its version.
 //   - NewRouter returns a Router only when the routes were read (LISTEN first, when on); on any
-//     error it leaves nothing open.
+//     error it leaves nothing open. A LISTEN that fails does not fail it: the listener
+//     goroutine retries it on its backoff while the version poll covers.
 //   - Every goroutine the Router starts is counted in wg and ends when Close cancels ctx; none
 //     starts after Close (start and Close hold mu).
 //   - A shard's claim form (on BEGIN or the old SELECT) is probed on the first claim there and
@@ -57,8 +58,10 @@ type counters struct {
 }
 
 // NewRouter connects to the coordinator (LISTEN first, unless Config.NoListen), reads the
-// routes, and starts listening and polling. It fails when the routes cannot be read; the shard
-// pools connect on first use.
+// routes, and starts listening and polling. It fails when the routes cannot be read; a LISTEN
+// that fails does not fail it (a pooler in front of the coordinator, say): the version poll
+// covers while the listener is retried in the background (100 ms doubling to 5 s) until
+// Close. The shard pools connect on first use.
 func NewRouter(ctx context.Context, config Config) (*Router, error) {
 	s, err := config.settings()
 	if err != nil {
@@ -85,16 +88,14 @@ func newRouter(ctx context.Context, s settings, drv driver) (*Router, error) {
 		shard.pool = pool
 		r.shards[name] = shard
 	}
-	var listener listenerConn
+	var listener listenerConn // (nil when LISTEN failed: the listener goroutine retries it)
 	if !s.NoListen {
 		lctx, cancel := context.WithTimeout(ctx, s.CoordinatorTimeout)
 		l, err := drv.connectListener(lctx) // LISTEN before the first read
 		cancel()
-		if err != nil {
-			r.Close()
-			return nil, fmt.Errorf("idgen: LISTEN %s on the coordinator: %w", routesChannel, err)
+		if err == nil {
+			listener = l
 		}
-		listener = l
 	}
 	if _, err := r.Refresh(ctx); err != nil {
 		if listener != nil {
@@ -103,7 +104,7 @@ func newRouter(ctx context.Context, s settings, drv driver) (*Router, error) {
 		r.Close()
 		return nil, fmt.Errorf("idgen: reading the routes: %w", err)
 	}
-	if listener != nil && !r.start(func() { r.listen(listener) }) {
+	if !s.NoListen && !r.start(func() { r.listen(listener) }) && listener != nil {
 		listener.close()
 	}
 	if s.RefreshInterval > 0 {

@@ -285,6 +285,66 @@ func TestAListenerLostReconnectsAndRereads(t *testing.T) {
 	})
 }
 
+// eventuallyEqual polls get until it returns want; fails with what and the last value seen
+// after 5 s.
+func eventuallyEqual[T comparable](t *testing.T, what string, want T, get func() T) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got := get()
+		if got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not after 5 s: want %v, last seen %v", what, want, got)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// LISTEN failing at the start (a pooler in front of the coordinator, say) does not fail
+// NewRouter: the routes are read and served, the version poll sees a change, the listener is
+// retried in the background and listens once LISTEN works; Close ends the retries.
+func TestAListenThatFailsAtTheStartDoesNotFailTheRouter(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cluster := newFakeCluster(append([]fakeRange(nil), testRoutes...))
+	cluster.listenFails = true
+	s := scenarioSettings(t, nil)
+	s.NoListen, s.RefreshInterval = false, 10*time.Millisecond
+	r, err := newRouter(ctx, s, cluster)
+	if err != nil {
+		t.Fatalf("NewRouter while LISTEN fails: %v", err)
+	}
+	defer r.Close()
+	if n := cluster.listenAttemptCount(); n < 1 || cluster.listenerCount() != 0 || r.Version() != 1 {
+		t.Fatalf("%d LISTEN attempts, %d listeners, version %d", n, cluster.listenerCount(), r.Version())
+	}
+	noop := func(context.Context, pgx.Tx) error { return nil }
+	if err := r.Transaction(ctx, Gene(1), noop); err != nil {
+		t.Fatalf("a transaction while LISTEN fails: %v", err)
+	}
+	cluster.change([]fakeRange{{65535, "b"}}, true) // (nobody listens: the poll sees it)
+	eventuallyEqual(t, "the version after a change while LISTEN fails", int64(2), r.Version)
+	if shard, err := r.ShardForGene(1); shard != "b" || err != nil {
+		t.Errorf("gene 1 on %q, %v", shard, err)
+	}
+	if err := r.Transaction(ctx, Gene(1), noop); err != nil {
+		t.Fatalf("a transaction after the change: %v", err)
+	}
+	attempts := cluster.listenAttemptCount()
+	eventuallyEqual(t, "LISTEN retried in the background", true, func() bool { return cluster.listenAttemptCount() > attempts })
+	cluster.setListenFails(false)
+	eventuallyEqual(t, "a listener once LISTEN works", 1, cluster.listenerCount)
+	r.Close()
+	if n := cluster.listenerCount(); n != 0 {
+		t.Errorf("%d listeners after Close", n)
+	}
+	if leaks := cluster.leaks(); leaks != "" {
+		t.Error(leaks)
+	}
+}
+
 func TestTheCoordinatorDownAtTheStart(t *testing.T) {
 	ctx := context.Background()
 	for _, listen := range []bool{true, false} {

@@ -20,7 +20,8 @@
 //   call routes by one snapshot and claims with its version.
 // - The listening connection LISTENs before the first route read and re-reads after it
 //   reconnects; the version is also polled every refreshInterval ms, so a notification lost
-//   (or a pooler that cannot LISTEN) costs at most that long.
+//   (or a pooler that cannot LISTEN) costs at most that long. Starting needs the first route
+//   read only: a LISTEN that fails then is retried on the listener's backoff until close().
 // - Nothing is declared per connection (no session SET): the claim and the statement's
 //   comment live in the transaction, so shards may sit behind a transaction-mode pooler
 //   (PgBouncer).
@@ -216,7 +217,11 @@ class Router {
     this._ready.catch(() => {}); // (awaited by ready() and every call; not an unhandled rejection)
   }
 
-  /** Resolves once the routes were first read; rejects when the coordinator cannot be reached. */
+  /**
+   * Resolves once the routes were first read; rejects when they cannot be read (the
+   * coordinator unreachable). A LISTEN that fails does not reject it: the version poll covers
+   * while the listener is retried in the background (200 ms doubling to 5 s) until close().
+   */
   ready() {
     return this._ready;
   }
@@ -234,8 +239,19 @@ class Router {
   }
 
   async _start() {
-    if (this.listen) await this._connectListener(); // LISTEN before the first read
+    let listenFailed = false;
+    if (this.listen) {
+      try {
+        await this._connectListener(); // LISTEN before the first read
+      } catch (e) {
+        listenFailed = true; // not fatal: the poll covers while the listener is retried (below)
+      }
+    }
     await this.refresh();
+    if (listenFailed && !this._closed) {
+      this._listenerFailures = 1; // (the first retry backs off)
+      this._reconnectListener();
+    }
     if (this.refreshInterval > 0 && !this._closed) {
       this._pollTimer = setInterval(() => { this._poll(); }, this.refreshInterval);
       this._pollTimer.unref();

@@ -42,6 +42,8 @@ class Coordinator {
     this.down = false;
     this.listeners = new Set();
     this.routeReads = 0;
+    this.listenFails = false; // LISTEN fails (0A000), as behind a pooler that refuses it
+    this.listenAttempts = 0; // LISTENs tried, failed or not
   }
 
   /** New routes and version; notify: whether the listeners hear of it. */
@@ -93,6 +95,8 @@ class Cluster {
         const c = cluster.coord;
         if (c.down) throw connectionError();
         if (sql.startsWith('LISTEN ')) {
+          c.listenAttempts += 1;
+          if (c.listenFails) throw sqlError('0A000');
           c.listeners.add(this);
           return { rows: [], command: 'LISTEN' };
         }

@@ -1,8 +1,9 @@
 'use strict';
 // The Router against the fake of fake_pg.js, beyond the shared scenarios: 64-bit ids, a body
 // that swallowed an error, what is sent to a shard (nothing per session), the claim on BEGIN or
-// the old one by the shard's probed routing protocol, route changes heard, missed and polled, a
-// coordinator down at the start, and lost shard connections.
+// the old one by the shard's probed routing protocol, route changes heard, missed and polled,
+// LISTEN failing at the start (not fatal), a coordinator down at the start, and lost shard
+// connections.
 const test = require('node:test');
 const assert = require('node:assert/strict');
 const net = require('node:net');
@@ -182,6 +183,32 @@ test('a listening connection lost: it reconnects and re-reads the routes', async
     await pollUntil('the routes after the listener came back', () => router.shardForGene(1), 'b');
     await pollUntil('a listener again', () => cluster.coord.listeners.size, 1);
   });
+});
+
+test('LISTEN failing at the start does not fail connect: the poll covers, the listener is retried until close()', async () => {
+  const cluster = new Cluster(ROUTES);
+  cluster.coord.listenFails = true; // (a pooler in front of the coordinator, say)
+  const router = await Router.connect({
+    routes: { connectionString: 'coord' }, shards: { a: { connectionString: 'a' }, b: { connectionString: 'b' } }, backoffBase: 0.05, backoffMax: 0.2, listen: true, refreshInterval: 20,
+    pg: cluster.pg,
+  });
+  try {
+    assert.ok(cluster.coord.listenAttempts >= 1, 'connect tried LISTEN');
+    assert.deepEqual([cluster.coord.listeners.size, router.version], [0, 1n]);
+    assert.equal(await router.transaction({ gene: 40000 }, async (c) => c.shard), 'b');
+    cluster.coord.change([[65535, 'a']], true); // nobody listens: the poll sees it
+    await pollUntil('the routes after a change while LISTEN fails', () => router.shardForGene(40000), 'a');
+    assert.equal(router.version, 2n);
+    assert.equal(await router.transaction({ gene: 40000 }, async (c) => c.shard), 'a');
+    const attempts = cluster.coord.listenAttempts;
+    await pollUntil('LISTEN retried in the background', () => cluster.coord.listenAttempts > attempts, true);
+    assert.equal(cluster.coord.listeners.size, 0);
+    cluster.coord.listenFails = false;
+    await pollUntil('a listener once LISTEN works', () => cluster.coord.listeners.size, 1);
+  } finally {
+    await router.close();
+  }
+  assert.equal(cluster.coord.listeners.size, 0, 'close() ended the listener');
 });
 
 test('the coordinator down at the start: connect rejects and leaves nothing open', async () => {

@@ -8,7 +8,10 @@ docs/routing-protocol.md.
         n = await router.transaction(body, owner=42)   # async def body(conn): ...
 
 Invariants, beside those of router.py: no lock is held across an await except the one that
-serialises route reloads; the listener is one task, cancelled by `close()`; every wait on a
+serialises route reloads; the listener and the version poll are one task each (a listener
+that waits or reconnects does not hold up the poll), both cancelled by `close()`; a LISTEN
+that fails in `open()` does not fail it (the listener task retries it on its backoff, the
+poll covers meanwhile), a route read that fails does; every wait on a
 server is bounded (connect_timeout, statement_timeout on the coordinator, the pools'
 timeouts, and `shard_timeout` for the probe of a shard's routing protocol, the claim, COMMIT,
 ROLLBACK and `execute`'s statement). A shard silent for shard_timeout gets its socket shut
@@ -62,26 +65,34 @@ class AsyncRouter(RouteLookups):
         # in the running loop (on Python 3.9 a lock binds to the loop current at its creation)
         self._routes_conn: Optional[AsyncConn] = None
         self._listener_task: Optional[asyncio.Task[None]] = None
+        self._poll_task: Optional[asyncio.Task[None]] = None
         self._opened = self._closed = False
 
     async def open(self) -> "AsyncRouter":
-        """LISTENs (when listen), reads the routes and starts the listener task."""
+        """LISTENs (when listen), reads the routes (raising when it cannot) and starts the
+        listener and version poll tasks. A LISTEN that fails does not fail it: the listener
+        task retries it on its backoff while the poll covers."""
         if self._opened:
             return self
         self._opened = True
         listener = None
         try:
             if self.listen:
-                listener = await self._connect_listener()  # LISTEN before the first read
+                try:
+                    listener = await self._connect_listener()  # LISTEN before the first read
+                except Exception:
+                    pass  # not fatal: the poll covers while the listener task retries it
             await self.refresh()
         except BaseException:
             if listener is not None:
                 await listener.close()
             await self.close()
             raise
-        if self.listen or self.refresh_interval > 0:
-            self._listener_task = asyncio.get_running_loop().create_task(
-                self._listen_loop(listener), name="id_gen_client-routes")
+        loop = asyncio.get_running_loop()
+        if self.listen:
+            self._listener_task = loop.create_task(self._listen_loop(listener), name="id_gen_client-routes")
+        if self.refresh_interval > 0:
+            self._poll_task = loop.create_task(self._poll_loop(), name="id_gen_client-routes-poll")
         return self
 
     async def __aenter__(self) -> "AsyncRouter":
@@ -151,19 +162,15 @@ class AsyncRouter(RouteLookups):
         return conn
 
     async def _listen_loop(self, conn: Optional[AsyncConn]) -> None:
-        """The routes' task: LISTEN (when listen) and the version poll (every refresh_interval
-        seconds, when not 0), until close() cancels it."""
-        failures = 0
-        loop = asyncio.get_running_loop()
-        next_poll = loop.time() + self.refresh_interval
+        """The listener's task (when listen): LISTEN, and re-read the routes on a notification
+        of a newer version, until close() cancels it. A lost connection is opened again (after
+        a backoff), then the routes re-read; conn is None when LISTEN failed in open(): it is
+        retried after the first backoff. The version poll has a task of its own (_poll_loop)."""
+        failures = 0 if conn is not None else 1
         try:
+            if failures:
+                await asyncio.sleep(min(0.1 * 2 ** failures, 5.0))
             while True:
-                if self.refresh_interval > 0 and loop.time() >= next_poll:
-                    next_poll = loop.time() + self.refresh_interval
-                    await self._poll_version()
-                if not self.listen:
-                    await asyncio.sleep(max(0.0, next_poll - loop.time()))
-                    continue
                 try:
                     if conn is None:
                         conn = await self._connect_listener()
@@ -183,6 +190,18 @@ class AsyncRouter(RouteLookups):
         finally:
             if conn is not None:
                 await conn.close()
+
+    async def _poll_loop(self) -> None:
+        """The version poll's task (when refresh_interval > 0): _poll_version every
+        refresh_interval seconds, whatever the listener is doing, until close() cancels it
+        (each poll starts refresh_interval after the previous one started, or at once when
+        that one took longer)."""
+        loop = asyncio.get_running_loop()
+        next_poll = loop.time() + self.refresh_interval
+        while True:
+            await asyncio.sleep(max(0.0, next_poll - loop.time()))
+            next_poll = max(next_poll + self.refresh_interval, loop.time())
+            await self._poll_version()
 
     async def _poll_version(self) -> None:
         """Re-reads the routes when the coordinator's route version is newer than the one
@@ -376,13 +395,16 @@ class AsyncRouter(RouteLookups):
         return refresh_error
 
     async def close(self) -> None:
-        """Cancels the listener and closes every connection; safe to call twice."""
+        """Cancels the listener and the version poll (and waits for both to end) and closes
+        every connection; safe to call twice."""
         self._closed = True
-        if self._listener_task is not None:
-            self._listener_task.cancel()
+        tasks = [t for t in (self._listener_task, self._poll_task) if t is not None]
+        self._listener_task = self._poll_task = None
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
-                await self._listener_task
-            self._listener_task = None
+                await task
         pools, self._pools = list(self._pools.values()), {}
         for pool in pools:
             await pool.close()

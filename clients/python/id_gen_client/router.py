@@ -21,6 +21,8 @@ Invariants it keeps:
   it was routed by.
 * The listener connection LISTENs on id_gen_routes before any route read, so no committed
   route change after a read goes unnoticed; after it reconnects it re-reads the routes.
+  The constructor needs the first route read only: a LISTEN that fails then is retried by
+  the listener's thread on its backoff, while the version poll covers.
   The poll of the route version runs on a thread of its own, so a listener that waits for
   notifications or reconnects does not hold it up (nor does a slow poll hold up the receipt
   of notifications): a lost notification costs at most about refresh_interval. Route reads
@@ -80,7 +82,10 @@ class Router(RouteLookups):
     pool's sizes (pool_kwargs: more psycopg_pool.ConnectionPool arguments). retry_limit:
     retries after the first attempt. backoff_base, backoff_max: the wait before retry n is
     min(base * 2**n, max) seconds, jittered. listen: LISTEN for route changes;
-    refresh_interval: seconds between polls of the route version (0: none).
+    refresh_interval: seconds between polls of the route version (0: none). The constructor
+    reads the routes and raises the driver's error when it cannot; a LISTEN that fails does
+    not fail it: the poll covers while the listener is retried in the background (0.2 s
+    doubling to 5 s) until close().
 
     shard_timeout (seconds, default 60): the longest the router waits on a shard for what it
     sends itself: a free connection from the pool (psycopg_pool's PoolTimeout after it, not
@@ -112,7 +117,12 @@ class Router(RouteLookups):
         listener = None
         try:
             if listen:
-                listener = self._connect_listener()  # LISTEN before the first read
+                try:
+                    listener = self._connect_listener()  # LISTEN before the first read
+                except Exception:
+                    # Not fatal: the poll covers while the listener's thread retries it
+                    # (backing off). Only the route read below must succeed.
+                    pass
             self.refresh()
         except BaseException:
             if listener is not None:
@@ -191,8 +201,11 @@ class Router(RouteLookups):
         """The listener's thread (when listen): LISTEN, and re-read the routes on a
         notification of a newer version, until close(). A lost connection is opened again
         (after a backoff), then the routes re-read. The version poll has a thread of its own
-        (_poll_loop), so it keeps its interval while this one waits or reconnects."""
-        failures = 0
+        (_poll_loop), so it keeps its interval while this one waits or reconnects. conn is
+        None when LISTEN failed in the constructor: it is retried after the first backoff."""
+        failures = 0 if conn is not None else 1  # (LISTEN failed at the start: back off first)
+        if failures:
+            self._stop.wait(min(0.1 * 2 ** failures, 5.0))
         while not self._stop.is_set():
             try:
                 if conn is None:

@@ -46,6 +46,19 @@ def sql_error(code):
     return e
 
 
+def wait_until(what, want, get, timeout=5.0):
+    """Polls get() until it returns want, for at most timeout seconds; then fails with the
+    last value seen."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = get()
+        if got == want:
+            return
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out waiting for {what}: wanted {want!r}, last seen {got!r}")
+        time.sleep(0.005)
+
+
 def lost_connection(conn, code=None):
     """Ends the fake connection as a server that goes away does: FATAL with `code`
     (57P01: terminating connection due to administrator command), or no answer at all."""
@@ -80,6 +93,8 @@ class Coordinator:
         self.version_polls = 0
         self.connects = 0
         self.down = False  # connections and route reads fail, as with a stopped coordinator
+        self.listen_fails = False  # LISTEN fails (0A000), as behind a pooler that refuses it
+        self.listen_attempts = self.listens = 0  # LISTENs tried, and those that succeeded
 
     def change(self, uppers):
         with self.cond:
@@ -105,6 +120,10 @@ class CoordinatorConn:
             raise psycopg.OperationalError("fake: the coordinator is down")
         if sql.startswith("LISTEN"):
             with c.cond:
+                c.listen_attempts += 1
+                if c.listen_fails:
+                    raise sql_error("0A000")
+                c.listens += 1
                 self.queue = []
                 c.queues.append((self.queue, self.pipe[1]))
             return Result()
@@ -806,6 +825,33 @@ class RouterTest(unittest.TestCase):
                         r.close()
                     self.assertFalse(r._listener_thread.is_alive(), "close() ended the listener")
                     self.assertFalse(r._poll_thread.is_alive(), "close() ended the poll")
+
+    def test_a_listen_that_fails_at_the_start_does_not_fail_the_router(self):
+        """LISTEN failing in the constructor (a pooler in front of the coordinator, say): the
+        routes are read and served, the version poll sees a change, the listener's thread
+        retries LISTEN in the background and listens once it works; a route read that fails
+        still fails the constructor."""
+        coord = self.cluster.coord
+        coord.listen_fails = True
+        r = self.router(listen=True, refresh_interval=0.02)
+        self.assertGreaterEqual(coord.listen_attempts, 1, "the constructor tried LISTEN")
+        self.assertEqual((coord.listens, r.version), (0, 1))
+        self.assertEqual(r.transaction(lambda conn: conn.shard, gene=40000), "b")
+        coord.change([(65535, "a")])  # its NOTIFY reaches nobody: the poll sees it
+        wait_until("the routes after a change while LISTEN fails", (2, [(0, 65535, "a")]),
+                   lambda: (r.version, r.routes))
+        self.assertEqual(r.transaction(lambda conn: conn.shard, gene=40000), "a")
+        attempts = coord.listen_attempts
+        wait_until("LISTEN retried in the background", True, lambda: coord.listen_attempts > attempts)
+        self.assertEqual(coord.listens, 0)
+        coord.listen_fails = False
+        wait_until("a listener once LISTEN works", True, lambda: coord.listens >= 1)
+        r.close()
+        self.assertFalse(r._listener_thread.is_alive(), "close() ended the listener's retries")
+        self.assertFalse(r._poll_thread.is_alive())
+        coord.down = True  # the routes cannot be read: that still fails the constructor
+        with self.assertRaises(psycopg.OperationalError):
+            self.router(listen=True)
 
     def test_no_thread_without_listen_and_poll(self):
         r = self.router()

@@ -56,6 +56,32 @@ class AsyncWrapped:
     async def close(self):
         self.conn.close()
 
+    async def notifies(self, timeout=None):
+        """A coordinator connection's notifications (AsyncConnection.notifies(timeout=...)):
+        those queued, or the first within timeout."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + (timeout if timeout is not None else 3600)
+        while not self.conn.queue and loop.time() < deadline:
+            await asyncio.sleep(0.005)
+        with self.conn.coord.cond:
+            payloads, self.conn.queue[:] = list(self.conn.queue), []
+        for p in payloads:
+            yield mock.Mock(payload=p)
+
+
+async def wait_until(what, want, get, timeout=5.0):
+    """Polls get() until it returns want, for at most timeout seconds; then fails with the
+    last value seen."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        got = get()
+        if got == want:
+            return
+        if loop.time() >= deadline:
+            raise AssertionError(f"timed out waiting for {what}: wanted {want!r}, last seen {got!r}")
+        await asyncio.sleep(0.005)
+
 
 def async_pool_of(cluster):
     def make(conninfo, **kwargs):
@@ -258,12 +284,113 @@ class ScenarioTest(unittest.TestCase):
                 deadline = asyncio.get_running_loop().time() + 5
                 while r.version != 2 and asyncio.get_running_loop().time() < deadline:
                     await asyncio.sleep(0.01)
-                return r.version, r.routes, r._listener_task
+                return r.version, r.routes, (r._listener_task, r._poll_task)
 
         with self.patched(cluster):
-            version, routes, task = asyncio.run(scenario())
+            version, routes, (listener, poll) = asyncio.run(scenario())
         self.assertEqual((version, routes), (2, [(0, 65535, "b")]), f"{cluster.coord.version_polls} polls")
-        self.assertTrue(task.done(), "close() ended the routes' task")
+        self.assertIsNone(listener, "no listener task without listen")
+        self.assertTrue(poll.done(), "close() ended the poll's task")
+
+    def test_async_a_listen_that_fails_at_open_does_not_fail_it(self):
+        """AsyncRouter: LISTEN failing in open() (a pooler in front of the coordinator, say):
+        the routes are read and served, the version poll sees a change, the listener task
+        retries LISTEN in the background and listens once it works; a route read that fails
+        still fails open()."""
+        cluster = Cluster([(32767, "a"), (65535, "b")])
+        coord = cluster.coord
+        coord.listen_fails = True
+
+        async def shard_of(conn):
+            return conn.shard
+
+        async def scenario():
+            args = dict(ROUTER_ARGS, listen=True, refresh_interval=0.02)
+            r = AsyncRouter("coord", SHARDS, **args)
+            await r.open()
+            try:
+                self.assertGreaterEqual(coord.listen_attempts, 1, "open() tried LISTEN")
+                self.assertEqual((coord.listens, r.version), (0, 1))
+                self.assertEqual(await r.transaction(shard_of, gene=40000), "b")
+                coord.change([(65535, "a")])  # its NOTIFY reaches nobody: the poll sees it
+                await wait_until("the routes after a change while LISTEN fails", (2, [(0, 65535, "a")]),
+                                 lambda: (r.version, r.routes))
+                self.assertEqual(await r.transaction(shard_of, gene=40000), "a")
+                attempts = coord.listen_attempts
+                await wait_until("LISTEN retried in the background", True, lambda: coord.listen_attempts > attempts)
+                self.assertEqual(coord.listens, 0)
+                coord.listen_fails = False
+                await wait_until("a listener once LISTEN works", True, lambda: coord.listens >= 1)
+                tasks = (r._listener_task, r._poll_task)
+            finally:
+                await r.close()
+            self.assertTrue(all(t.done() for t in tasks), "close() ended the listener and the poll")
+            coord.down = True  # the routes cannot be read: that still fails open()
+            with self.assertRaises(psycopg.OperationalError):
+                await AsyncRouter("coord", SHARDS, **args).open()
+
+        with self.patched(cluster):
+            asyncio.run(scenario())
+
+    def test_async_the_poll_keeps_its_interval_while_the_listener_hangs(self):
+        """AsyncRouter: the listener task blocked, in its wait for notifications or in a
+        reconnect to a coordinator that does not answer, and the change's NOTIFY lost: the
+        version poll, a task of its own, still sees the change within about refresh_interval;
+        close() cancels and awaits both tasks."""
+        interval = 0.1
+        for hang_in in ("wait", "connect"):
+            with self.subTest(hang_in=hang_in):
+                cluster = Cluster([(32767, "a"), (65535, "b")])
+                coord = cluster.coord
+
+                async def scenario():
+                    hung, release = asyncio.Event(), asyncio.Event()
+                    connecting_hangs = False
+
+                    async def hang():
+                        hung.set()
+                        await release.wait()
+
+                    async def notifies_hanging(conn, timeout=None):
+                        if hang_in == "wait":
+                            await hang()  # (the NOTIFY of the change is never delivered)
+                            return
+                        raise psycopg.OperationalError("fake: the listener's connection was lost")
+                        yield  # (an async generator, as AsyncConnection.notifies)
+
+                    async def connect_hanging(dsn, autocommit=False, **kw):
+                        if connecting_hangs:  # the listener's reconnect (the poll's connection stays open)
+                            await hang()
+                            raise psycopg.OperationalError("fake: connection timed out")
+                        return AsyncWrapped(cluster.connect(dsn, autocommit=autocommit, **kw))
+
+                    with mock.patch.object(aio_module.psycopg.AsyncConnection, "connect", connect_hanging), \
+                            mock.patch.object(AsyncWrapped, "notifies", notifies_hanging):
+                        r = AsyncRouter("coord", SHARDS, **dict(ROUTER_ARGS, listen=True, refresh_interval=interval))
+                        await r.open()
+                        tasks = (r._listener_task, r._poll_task)
+                        try:
+                            connecting_hangs = True
+                            await asyncio.wait_for(hung.wait(), 5)
+                            coord.change([(65535, "b")])
+                            loop = asyncio.get_running_loop()
+                            changed = loop.time()
+                            try:
+                                await wait_until(f"the poll while the listener hangs in its {hang_in}",
+                                                 (2, [(0, 65535, "b")]), lambda: (r.version, r.routes),
+                                                 timeout=20 * interval)  # (slack for a loaded machine)
+                            except AssertionError as e:
+                                raise AssertionError(f"{e} ({loop.time() - changed:.2f} s, "
+                                                     f"{coord.version_polls} polls)") from None
+                            self.assertFalse(tasks[0].done() or release.is_set(),
+                                             "the listener was still hung when the poll saw the change")
+                        finally:
+                            await r.close()  # (cancels the hung listener: release is never set)
+                    self.assertTrue(all(t.done() for t in tasks), "close() ended the listener and the poll")
+                    self.assertEqual((r._listener_task, r._poll_task), (None, None))
+
+                with self.patched(cluster):
+                    asyncio.run(scenario())
 
     async def async_scenario(self, run, sc):
         r = AsyncRouter("coord", SHARDS, retry_limit=sc.get("retry_limit", 20), **ROUTER_ARGS)

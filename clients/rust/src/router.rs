@@ -8,6 +8,8 @@
 //!   by. No lock is ever held across an `.await`.
 //! * The listener connection runs `LISTEN id_gen_routes` before any route read; after it
 //!   reconnects it LISTENs again and re-reads the routes (notifications may have been missed).
+//!   `connect` needs the first route read only: a LISTEN that fails then is retried by the
+//!   listener task on its backoff, while the version poll covers.
 //!   A payload greater than the version held triggers a re-read.
 //! * Route reloads are serialised (one at a time); a `refresh` that waited for another
 //!   reload takes that reload's result when it began after the call and succeeded.
@@ -356,6 +358,9 @@ struct Listener {
 impl Router {
     /// Connects: builds one pool per shard, opens the listener connection to `routes_dsn`,
     /// runs `LISTEN id_gen_routes`, then reads the routes. Must run inside a tokio runtime.
+    /// Fails when the routes cannot be read; a LISTEN that fails does not fail it: the version
+    /// poll covers while the listener is retried in the background (100 ms doubling to 5 s)
+    /// until the router is closed.
     pub async fn connect(config: RouterConfig) -> Result<Router, Error> {
         config.validate()?;
         let mut pools = HashMap::new();
@@ -394,8 +399,10 @@ impl Router {
                 .map_err(|e| Error::Config(format!("shard {name}: {e}")))?;
             pools.insert(name.clone(), ShardPool { pool, claim_form });
         }
+        // A LISTEN that fails here is not fatal (a pooler in front of the coordinator, say):
+        // the version poll covers while the listener task retries it on its backoff.
         let listener = if config.listen {
-            Some(open_listener(&config.routes_dsn).await?)
+            open_listener(&config.routes_dsn).await.ok()
         } else {
             None
         };
@@ -414,7 +421,7 @@ impl Router {
             shutdown: Mutex::new(Some(shutdown_tx)),
         });
         inner.refresh().await?;
-        if listener.is_some() {
+        if inner.config.listen {
             tokio::spawn(listen_loop(Arc::downgrade(&inner), listener, shutdown_rx));
         }
         if !inner.config.refresh_interval.is_zero() {
@@ -1262,6 +1269,7 @@ async fn open_listener(dsn: &str) -> Result<Listener, Error> {
 
 /// Follows route changes until the router is dropped: reloads on a newer payload, and
 /// reconnects (LISTEN, then reload) with backoff when the connection ends or a reload fails.
+/// `current` is `None` when LISTEN failed in `Router::connect`: the first retry backs off.
 async fn listen_loop(
     weak: Weak<Inner>,
     mut current: Option<Listener>,
@@ -1269,6 +1277,14 @@ async fn listen_loop(
 ) {
     let jitter = Jitter::new();
     let mut failures: u32 = 0;
+    if current.is_none() {
+        failures = 1;
+        let pause = jitter.delay(failures, RECONNECT_BASE, RECONNECT_MAX);
+        tokio::select! {
+            _ = &mut shutdown => return,
+            _ = tokio::time::sleep(pause) => {}
+        }
+    }
     loop {
         let mut listener = match current.take() {
             Some(l) => l,

@@ -1021,6 +1021,77 @@ async fn the_version_poll_sees_a_change_nobody_notified() {
     quiet.close();
 }
 
+/// Polls `get` until it returns `want`, for at most 5 s; then fails with the last value seen.
+async fn wait_until<T: PartialEq + std::fmt::Debug>(
+    what: &str,
+    want: T,
+    mut get: impl FnMut() -> T,
+) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let got = get();
+        if got == want {
+            return;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            panic!("timed out waiting for {what}: wanted {want:?}, last seen {got:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// LISTEN failing at connect (a pooler in front of the coordinator, say) does not fail it:
+/// the routes are read, the version poll sees a change, the listener is retried in the
+/// background and listens once LISTEN works; close() ends the retries.
+#[tokio::test]
+async fn a_listen_that_fails_at_connect_does_not_fail_it_the_poll_covers_and_the_listener_comes_later(
+) {
+    let fake = two_shards().await;
+    fake.with(|s| s.listen_fails = true);
+    let mut c = config(&fake);
+    c.refresh_interval = Duration::from_millis(20);
+    let router = Router::connect(c).await.unwrap();
+    assert!(
+        fake.with(|s| s.listen_attempts) >= 1,
+        "connect tried LISTEN"
+    );
+    assert_eq!(fake.with(|s| s.listening()), 0);
+    assert_eq!(router.version(), 5);
+    assert_eq!(echo(&router, Key::Gene(1), 7).await.unwrap(), 7);
+    // Nobody listens: the change is seen by the version poll.
+    let v = fake.set_routes(vec![(0, 65535, "s2")], true);
+    wait_until("the poll read the new routes", v, || router.version()).await;
+    assert_eq!(router.shard_for(Key::Gene(1)).unwrap(), "s2");
+    assert_eq!(echo(&router, Key::Gene(1), 8).await.unwrap(), 8);
+    let attempts = fake.with(|s| s.listen_attempts);
+    wait_until("LISTEN retried in the background", true, || {
+        fake.with(|s| s.listen_attempts) > attempts
+    })
+    .await;
+    fake.with(|s| s.listen_fails = false);
+    wait_until("a listener once LISTEN works", 1, || {
+        fake.with(|s| s.listening())
+    })
+    .await;
+    router.close();
+    let attempts = fake.with(|s| s.listen_attempts);
+    tokio::time::sleep(Duration::from_millis(300)).await; // (longer than the first backoffs)
+    assert_eq!(
+        fake.with(|s| s.listen_attempts),
+        attempts,
+        "LISTEN retried after close()"
+    );
+}
+
+/// The routes unreadable at connect still fail it, LISTEN failing or not.
+#[tokio::test]
+async fn connect_fails_when_the_routes_cannot_be_read_even_while_listen_fails() {
+    let fake = two_shards().await;
+    fake.with(|s| s.listen_fails = true);
+    fake.stop_coordinator();
+    assert!(Router::connect(config(&fake)).await.is_err());
+}
+
 // --- shard_timeout: a shard that stops answering (frozen, its kernel still acking TCP) ----
 
 const BOUND: Duration = Duration::from_millis(300);

@@ -133,6 +133,9 @@ pub struct State {
     pub routing_protocol: HashMap<String, Option<String>>,
     pub probe_lost: u32,
     pub probe_error: Option<String>,
+    /// While set, `LISTEN` fails (0A000, as behind a pooler that refuses it); the attempts.
+    pub listen_fails: bool,
+    pub listen_attempts: u32,
     /// Notification senders of the coordinator connections that LISTEN.
     listeners: Vec<mpsc::UnboundedSender<String>>,
     seq: i64,
@@ -196,6 +199,10 @@ impl State {
             return Err(err("IG001", format!("route changed for gene {gene}")));
         }
         Ok(())
+    }
+    /// Coordinator connections that LISTEN and are still open.
+    pub fn listening(&self) -> usize {
+        self.listeners.iter().filter(|tx| !tx.is_closed()).count()
     }
     /// Connections a server accepted.
     pub fn opened(&self, server: &str) -> u32 {
@@ -534,6 +541,10 @@ impl Conn<'_> {
         if self.name == "coordinator" {
             return match sql {
                 "LISTEN id_gen_routes" => {
+                    st.listen_attempts += 1;
+                    if st.listen_fails {
+                        return Err(err("0A000", "fake: LISTEN is not supported here"));
+                    }
                     st.listeners.push(self.notify_tx.clone());
                     Ok(Reply::Tag("LISTEN".into()))
                 }

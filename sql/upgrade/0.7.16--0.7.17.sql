@@ -1,0 +1,10 @@
+-- Catalog changes, 0.7.16 -> 0.7.17 (by hand): none besides the new columns of
+-- id_gen.cluster_operations (sql/install/cluster_catalog.sql, -- @new-in-0.7.17), which the
+-- views id_gen.shard_moves, id_gen.route_splits, id_gen.moves, id_gen.splits and
+-- id_gen.operations show at their end. The rest is code: the check before a cut-over of moves,
+-- splits and merges (sql/cluster/verify.sql, its shard half sql/cluster/shard/verify.sql),
+-- CALL id_gen.verify_range, and the setting id_gen.verify_cut_over.
+-- The move supervisor counts its passes in shared memory (src/supervisor.rs), read by a new
+-- Rust function for id_gen.metrics (sql/cluster/metrics.sql: the families id_gen_supervisor_*
+-- and id_gen_operation_check_info, added to the view with the same columns).
+-- @rust-function supervisor_counters
