@@ -13,7 +13,7 @@
 -- The move supervisor counts its passes in shared memory (src/supervisor.rs), read by a new
 -- Rust function for id_gen.metrics (sql/cluster/metrics.sql: the families id_gen_supervisor_*
 -- and id_gen_operation_check_info, added to the view with the same columns).
--- src/supervisor.rs:103
+-- src/supervisor.rs:95
 -- id_gen::supervisor::supervisor_counters
 CREATE OR REPLACE FUNCTION "supervisor_counters"() RETURNS TABLE (
 	"passes" bigint,  /* i64 */
@@ -3786,12 +3786,19 @@ REVOKE EXECUTE ON FUNCTION id_gen.hand_over_owned_placements(id_gen.shard_moves)
 
 -- Refuses (55000) when a shard lacks a function of id_gen (a shard not updated yet): what
 -- needs it, and the version that has it.
+CREATE OR REPLACE FUNCTION id_gen.shard_has_function(shard text, signature text) RETURNS boolean
+LANGUAGE sql STRICT
+SET search_path = pg_catalog, pg_temp
+RETURN id_gen.remote_exec(shard, format('SELECT pg_catalog.to_regprocedure(%L) IS NOT NULL', signature), 10000) IS NOT DISTINCT FROM 't';
+COMMENT ON FUNCTION id_gen.shard_has_function(text, text) IS 'Whether a shard has the function of the signature given (false for a shard not updated yet).';
+REVOKE EXECUTE ON FUNCTION id_gen.shard_has_function(text, text) FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION id_gen.require_shard_function(shard text, signature text, what text, since text) RETURNS void
 LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-  IF id_gen.remote_exec(shard, format('SELECT pg_catalog.to_regprocedure(%L) IS NOT NULL', signature), 10000) IS DISTINCT FROM 't' THEN
+  IF NOT id_gen.shard_has_function(shard, signature) THEN
     RAISE EXCEPTION 'id_gen: % needs id_gen % or later on shard "%"', what, since, shard
       USING ERRCODE = '55000', DETAIL = format('The shard has no function %s. Nothing was changed.', signature),
             HINT = 'Run ALTER EXTENSION id_gen UPDATE on the shard, then call again.';
@@ -7545,6 +7552,34 @@ END;
 COMMENT ON FUNCTION id_gen.verify_record(bigint, text, bigint, text) IS 'Records the state of the check before a move''s cut-over, or a split''s or merge''s swap, on its row of id_gen.cluster_operations (running starts the clock; any other state stops it).';
 REVOKE EXECUTE ON FUNCTION id_gen.verify_record(bigint, text, bigint, text) FROM PUBLIC;
 
+-- Whether an operation's check is skipped, recorded as such: id_gen.verify_cut_over is off, or
+-- one of the shards has no check function of the signature given yet (a WARNING).
+CREATE OR REPLACE FUNCTION id_gen.verify_skipped(operation_id bigint, operation text, shards text[], signature text)
+RETURNS boolean
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  shard text;
+BEGIN
+  IF NOT coalesce(current_setting('id_gen.verify_cut_over', true), 'on')::boolean THEN
+    PERFORM id_gen.verify_record(operation_id, 'skipped', NULL, 'id_gen.verify_cut_over is off');
+    RETURN true;
+  END IF;
+  FOREACH shard IN ARRAY shards LOOP
+    IF NOT id_gen.shard_has_function(shard, signature) THEN
+      RAISE WARNING 'id_gen: %: not checked before the cut-over: shard "%" has no %', operation, shard, split_part(signature, '(', 1)
+        USING HINT = 'It needs id_gen 0.7.17 or later: run ALTER EXTENSION id_gen UPDATE on the shard before the next move, split or merge.';
+      PERFORM id_gen.verify_record(operation_id, 'skipped', NULL,
+                                   format('shard "%s" has no %s (older than 0.7.17)', shard, split_part(signature, '(', 1)));
+      RETURN true;
+    END IF;
+  END LOOP;
+  RETURN false;
+END $$;
+COMMENT ON FUNCTION id_gen.verify_skipped(bigint, text, text[], text) IS 'Whether the check before an operation''s cut-over is skipped (id_gen.verify_cut_over off, or a shard without the check function of the signature given: a WARNING); records it as skipped.';
+REVOKE EXECUTE ON FUNCTION id_gen.verify_skipped(bigint, text, text[], text) FROM PUBLIC;
+
 -- One round of the check (one committed step): see the head of this file. step holds the
 -- round, its marker, the open genes with their last values ({"<gene>": {"s": .., "t": ..}})
 -- and the step to go on with once the check passes ("then"). Returns the next step, or the
@@ -7557,7 +7592,6 @@ DECLARE
   outcome id_gen.step_outcome;
   round_no integer := coalesce((step->>'round')::integer, 1);
   last_round constant integer := 5;
-  shard text;
   s jsonb;
   t jsonb;
   open_genes integer[];
@@ -7567,48 +7601,21 @@ DECLARE
   n_differ integer;
   n_open integer;
 BEGIN
-  IF round_no = 1 AND step->>'marker' IS NULL THEN
-    IF NOT coalesce(current_setting('id_gen.verify_cut_over', true), 'on')::boolean THEN
-      PERFORM id_gen.verify_record(m.move_id, 'skipped', NULL, 'id_gen.verify_cut_over is off');
+  IF round_no = 1 AND step->>'deadline' IS NULL THEN
+    IF id_gen.verify_skipped(m.move_id, format('move %s', m.move_id), ARRAY[m.source_shard, m.target_shard],
+                             'id_gen.shard_verify_genes(text[],name[],integer[],integer[],integer[])') THEN
       outcome.next_step := step->'then';
       RETURN outcome;
     END IF;
-    FOREACH shard IN ARRAY ARRAY[m.source_shard, m.target_shard] LOOP
-      IF id_gen.remote_exec(shard, 'SELECT pg_catalog.to_regprocedure(''id_gen.shard_verify_genes(text[],name[],integer[],integer[],integer[])'') IS NOT NULL',
-                            10000) IS DISTINCT FROM 't' THEN
-        RAISE WARNING 'id_gen: move %: source and target were not compared before the cut-over: shard "%" has no id_gen.shard_verify_genes', m.move_id, shard
-          USING HINT = 'It needs id_gen 0.7.17 or later: run ALTER EXTENSION id_gen UPDATE on the shard before the next move.';
-        PERFORM id_gen.verify_record(m.move_id, 'skipped', NULL, format('shard "%s" has no id_gen.shard_verify_genes (older than 0.7.17)', shard));
-        outcome.next_step := step->'then';
-        RETURN outcome;
-      END IF;
-    END LOOP;
     PERFORM id_gen.verify_record(m.move_id, 'running', NULL, NULL);
   END IF;
-  -- 1. The marker of this round, written on the source and awaited on the target.
-  IF step->>'marker' IS NULL THEN
-    step := step || jsonb_build_object('round', round_no,
-                                       'marker', id_gen.remote_call(m.source_shard, 'shard_write_probe', ARRAY[m.move_id::text], 5000)::bigint,
-                                       'deadline', clock_timestamp() + interval '10 s',
-                                       'errors', id_gen.subscription_errors(m, false));
-    IF step->>'marker' IS NULL THEN
-      RAISE EXCEPTION 'id_gen: move %: no marker was written on "%" to compare the shards', m.move_id, m.source_shard
-        USING ERRCODE = '55000', HINT = 'Look for a trigger on id_gen.move_markers there; call again once it is gone.';
-    END IF;
+  -- 1. The marker of this round, written on the source and awaited on the target: the probe's
+  -- (55000 after 10 s, its hint naming a subscription that stopped on errors).
+  outcome := id_gen.probe_outcome(m, false, step, step || '{"arrived": true}');
+  IF outcome.stop_message IS NOT NULL OR outcome.next_step->>'arrived' IS NULL THEN
+    RETURN outcome;  -- (stopped, or not there yet: the same step again after the pause)
   END IF;
-  IF id_gen.remote_call(m.target_shard, 'shard_has_marker', ARRAY[m.move_id::text, step->>'marker'], 5000) IS DISTINCT FROM 't' THEN
-    IF clock_timestamp() > (step->>'deadline')::timestamptz THEN
-      outcome.stop_message := format('id_gen: move %s: the target did not apply the source''s changes within 10 s (comparing them before the cut-over, round %s)',
-                                     m.move_id, round_no);
-      outcome.stop_sqlstate := '55000';
-      outcome.stop_detail := 'No fence was raised; the source still serves the genes, and the move stays in catching_up.';
-      outcome.stop_hint := id_gen.stuck_subscription_hint(m, false, (step->>'errors')::bigint);
-    ELSE
-      outcome.next_step := step;
-      outcome.pause := 0.05;
-    END IF;
-    RETURN outcome;
-  END IF;
+  outcome := NULL;
   -- 2. The target, then the source: the genes still open, or all of them in round 1.
   SELECT coalesce(array_agg(k::integer ORDER BY k::integer), '{}') INTO open_genes FROM jsonb_object_keys(step->'open') k;
   BEGIN
@@ -7757,15 +7764,7 @@ DECLARE
   res jsonb;
   differ text;
 BEGIN
-  IF NOT coalesce(current_setting('id_gen.verify_cut_over', true), 'on')::boolean THEN
-    PERFORM id_gen.verify_record(s.split_id, 'skipped', NULL, 'id_gen.verify_cut_over is off');
-    RETURN outcome;
-  ELSIF id_gen.remote_exec(s.shard, 'SELECT pg_catalog.to_regprocedure(''id_gen.shard_split_verify(bigint)'') IS NOT NULL', 10000)
-          IS DISTINCT FROM 't' THEN
-    RAISE WARNING 'id_gen: % %: the new tables were not compared with the old partitions before the swap: shard "%" has no id_gen.shard_split_verify',
-                  s.kind, s.split_id, s.shard
-      USING HINT = 'It needs id_gen 0.7.17 or later: run ALTER EXTENSION id_gen UPDATE on the shard before the next split or merge.';
-    PERFORM id_gen.verify_record(s.split_id, 'skipped', NULL, format('shard "%s" has no id_gen.shard_split_verify (older than 0.7.17)', s.shard));
+  IF id_gen.verify_skipped(s.split_id, format('%s %s', s.kind, s.split_id), ARRAY[s.shard], 'id_gen.shard_split_verify(bigint)') THEN
     RETURN outcome;
   END IF;
   PERFORM id_gen.verify_record(s.split_id, 'running', NULL, NULL);
@@ -10382,6 +10381,18 @@ $$;
 COMMENT ON FUNCTION id_gen.metrics_route_pushes() IS
   'Metrics of each shard on a coordinator: the route version it last took, how far behind the current one it is (versions; seconds since the routes changed), whether the last push failed (the error itself is in id_gen.route_push_status), when a push last succeeded: the family id_gen_route_push_* of id_gen.metrics.';
 
+-- The operations the families of operations report: not finished, or finished within the hour.
+CREATE OR REPLACE FUNCTION id_gen.metrics_reported_operations() RETURNS SETOF id_gen.cluster_operations
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+  SELECT * FROM id_gen.cluster_operations o
+  WHERE o.phase NOT IN ('done', 'aborted', 'reverted')
+     OR o.finished_at > clock_timestamp() - interval '1 hour'
+$$;
+COMMENT ON FUNCTION id_gen.metrics_reported_operations() IS
+  'The moves, splits and merges that the metrics of operations report (id_gen.metrics_operations and the families beside it): not finished, or finished within the hour.';
+REVOKE ALL ON FUNCTION id_gen.metrics_reported_operations() FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION id_gen.metrics_operations()
 RETURNS TABLE (operation_id text, kind text, shard text, target_shard text,
                rows_copied double precision, progress_ratio double precision,
@@ -10404,9 +10415,7 @@ SET search_path = pg_catalog, pg_temp SET jit = off AS $$
                    / nullif(pg_size_bytes(current_setting('id_gen.reversible_max_wal', true)), 0) END,
          extract(epoch FROM clock_timestamp() - o.updated_at)::float8,
          (o.phase = 'failed')::int::float8
-  FROM id_gen.cluster_operations o
-  WHERE o.phase NOT IN ('done', 'aborted', 'reverted')
-     OR o.finished_at > clock_timestamp() - interval '1 hour'
+  FROM id_gen.metrics_reported_operations() o
 $$;
 COMMENT ON FUNCTION id_gen.metrics_operations() IS
   'Metrics of each move, split and merge not finished or finished within the hour (rows copied, progress, replication lag, the last fence''s duration and attempts, WAL held for a reversible move''s way back and its share of id_gen.reversible_max_wal, seconds since it last moved, failed): the family id_gen_operation_* of id_gen.metrics.';
@@ -10416,9 +10425,7 @@ RETURNS TABLE (operation_id text, kind text, phase text, info double precision)
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp SET jit = off AS $$
   SELECT o.operation_id::text, o.kind, o.phase, 1::float8
-  FROM id_gen.cluster_operations o
-  WHERE o.phase NOT IN ('done', 'aborted', 'reverted')
-     OR o.finished_at > clock_timestamp() - interval '1 hour'
+  FROM id_gen.metrics_reported_operations() o
 $$;
 COMMENT ON FUNCTION id_gen.metrics_operation_phases() IS
   'The phase of each move, split and merge that id_gen.metrics_operations() reports, as a label (value 1): the metric id_gen_operation_phase_info of id_gen.metrics.';
@@ -10428,9 +10435,8 @@ RETURNS TABLE (operation_id text, kind text, state text, info double precision)
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp SET jit = off AS $$
   SELECT o.operation_id::text, o.kind, o.verify_state, 1::float8
-  FROM id_gen.cluster_operations o
+  FROM id_gen.metrics_reported_operations() o
   WHERE o.verify_state IS NOT NULL
-    AND (o.phase NOT IN ('done', 'aborted', 'reverted') OR o.finished_at > clock_timestamp() - interval '1 hour')
 $$;
 COMMENT ON FUNCTION id_gen.metrics_operation_checks() IS
   'The state of the check before the cut-over (running, equal, unsettled, different, skipped) of each move, split and merge that id_gen.metrics_operations() reports and that has one, as a label (value 1): the metric id_gen_operation_check_info of id_gen.metrics.';

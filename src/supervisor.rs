@@ -77,22 +77,14 @@ fn now_ms() -> u64 {
 /// Counts one pass that ended: failed or not, and how many operations it acted on.
 fn count_pass(failed: bool, acted: u64) {
     let at = now_ms();
-    if let Some(c) = counter(Counter::Passes) {
-        c.fetch_add(1, Ordering::Relaxed);
-    }
-    if let Some(c) = counter(Counter::OperationsActed) {
-        c.fetch_add(acted, Ordering::Relaxed);
-    }
+    let add = |which, n| counter(which).map(|c| c.fetch_add(n, Ordering::Relaxed));
+    let set = |which, v| counter(which).map(|c| c.store(v, Ordering::Relaxed));
+    add(Counter::Passes, 1);
+    add(Counter::OperationsActed, acted);
+    set(Counter::LastPassAtMs, at);
     if failed {
-        if let Some(c) = counter(Counter::FailedPasses) {
-            c.fetch_add(1, Ordering::Relaxed);
-        }
-        if let Some(c) = counter(Counter::LastFailureAtMs) {
-            c.store(at, Ordering::Relaxed);
-        }
-    }
-    if let Some(c) = counter(Counter::LastPassAtMs) {
-        c.store(at, Ordering::Relaxed);
+        add(Counter::FailedPasses, 1);
+        set(Counter::LastFailureAtMs, at);
     }
 }
 

@@ -151,6 +151,18 @@ $$;
 COMMENT ON FUNCTION id_gen.metrics_route_pushes() IS
   'Metrics of each shard on a coordinator: the route version it last took, how far behind the current one it is (versions; seconds since the routes changed), whether the last push failed (the error itself is in id_gen.route_push_status), when a push last succeeded: the family id_gen_route_push_* of id_gen.metrics.';
 
+-- The operations the families of operations report: not finished, or finished within the hour.
+CREATE OR REPLACE FUNCTION id_gen.metrics_reported_operations() RETURNS SETOF id_gen.cluster_operations
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+  SELECT * FROM id_gen.cluster_operations o
+  WHERE o.phase NOT IN ('done', 'aborted', 'reverted')
+     OR o.finished_at > clock_timestamp() - interval '1 hour'
+$$;
+COMMENT ON FUNCTION id_gen.metrics_reported_operations() IS
+  'The moves, splits and merges that the metrics of operations report (id_gen.metrics_operations and the families beside it): not finished, or finished within the hour.';
+REVOKE ALL ON FUNCTION id_gen.metrics_reported_operations() FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION id_gen.metrics_operations()
 RETURNS TABLE (operation_id text, kind text, shard text, target_shard text,
                rows_copied double precision, progress_ratio double precision,
@@ -173,9 +185,7 @@ SET search_path = pg_catalog, pg_temp SET jit = off AS $$
                    / nullif(pg_size_bytes(current_setting('id_gen.reversible_max_wal', true)), 0) END,
          extract(epoch FROM clock_timestamp() - o.updated_at)::float8,
          (o.phase = 'failed')::int::float8
-  FROM id_gen.cluster_operations o
-  WHERE o.phase NOT IN ('done', 'aborted', 'reverted')
-     OR o.finished_at > clock_timestamp() - interval '1 hour'
+  FROM id_gen.metrics_reported_operations() o
 $$;
 COMMENT ON FUNCTION id_gen.metrics_operations() IS
   'Metrics of each move, split and merge not finished or finished within the hour (rows copied, progress, replication lag, the last fence''s duration and attempts, WAL held for a reversible move''s way back and its share of id_gen.reversible_max_wal, seconds since it last moved, failed): the family id_gen_operation_* of id_gen.metrics.';
@@ -185,9 +195,7 @@ RETURNS TABLE (operation_id text, kind text, phase text, info double precision)
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp SET jit = off AS $$
   SELECT o.operation_id::text, o.kind, o.phase, 1::float8
-  FROM id_gen.cluster_operations o
-  WHERE o.phase NOT IN ('done', 'aborted', 'reverted')
-     OR o.finished_at > clock_timestamp() - interval '1 hour'
+  FROM id_gen.metrics_reported_operations() o
 $$;
 COMMENT ON FUNCTION id_gen.metrics_operation_phases() IS
   'The phase of each move, split and merge that id_gen.metrics_operations() reports, as a label (value 1): the metric id_gen_operation_phase_info of id_gen.metrics.';
@@ -197,9 +205,8 @@ RETURNS TABLE (operation_id text, kind text, state text, info double precision)
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp SET jit = off AS $$
   SELECT o.operation_id::text, o.kind, o.verify_state, 1::float8
-  FROM id_gen.cluster_operations o
+  FROM id_gen.metrics_reported_operations() o
   WHERE o.verify_state IS NOT NULL
-    AND (o.phase NOT IN ('done', 'aborted', 'reverted') OR o.finished_at > clock_timestamp() - interval '1 hour')
 $$;
 COMMENT ON FUNCTION id_gen.metrics_operation_checks() IS
   'The state of the check before the cut-over (running, equal, unsettled, different, skipped) of each move, split and merge that id_gen.metrics_operations() reports and that has one, as a label (value 1): the metric id_gen_operation_check_info of id_gen.metrics.';

@@ -409,12 +409,19 @@ REVOKE EXECUTE ON FUNCTION id_gen.hand_over_owned_placements(id_gen.shard_moves)
 
 -- Refuses (55000) when a shard lacks a function of id_gen (a shard not updated yet): what
 -- needs it, and the version that has it.
+CREATE OR REPLACE FUNCTION id_gen.shard_has_function(shard text, signature text) RETURNS boolean
+LANGUAGE sql STRICT
+SET search_path = pg_catalog, pg_temp
+RETURN id_gen.remote_exec(shard, format('SELECT pg_catalog.to_regprocedure(%L) IS NOT NULL', signature), 10000) IS NOT DISTINCT FROM 't';
+COMMENT ON FUNCTION id_gen.shard_has_function(text, text) IS 'Whether a shard has the function of the signature given (false for a shard not updated yet).';
+REVOKE EXECUTE ON FUNCTION id_gen.shard_has_function(text, text) FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION id_gen.require_shard_function(shard text, signature text, what text, since text) RETURNS void
 LANGUAGE plpgsql STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-  IF id_gen.remote_exec(shard, format('SELECT pg_catalog.to_regprocedure(%L) IS NOT NULL', signature), 10000) IS DISTINCT FROM 't' THEN
+  IF NOT id_gen.shard_has_function(shard, signature) THEN
     RAISE EXCEPTION 'id_gen: % needs id_gen % or later on shard "%"', what, since, shard
       USING ERRCODE = '55000', DETAIL = format('The shard has no function %s. Nothing was changed.', signature),
             HINT = 'Run ALTER EXTENSION id_gen UPDATE on the shard, then call again.';

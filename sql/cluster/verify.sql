@@ -82,6 +82,34 @@ END;
 COMMENT ON FUNCTION id_gen.verify_record(bigint, text, bigint, text) IS 'Records the state of the check before a move''s cut-over, or a split''s or merge''s swap, on its row of id_gen.cluster_operations (running starts the clock; any other state stops it).';
 REVOKE EXECUTE ON FUNCTION id_gen.verify_record(bigint, text, bigint, text) FROM PUBLIC;
 
+-- Whether an operation's check is skipped, recorded as such: id_gen.verify_cut_over is off, or
+-- one of the shards has no check function of the signature given yet (a WARNING).
+CREATE OR REPLACE FUNCTION id_gen.verify_skipped(operation_id bigint, operation text, shards text[], signature text)
+RETURNS boolean
+LANGUAGE plpgsql STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  shard text;
+BEGIN
+  IF NOT coalesce(current_setting('id_gen.verify_cut_over', true), 'on')::boolean THEN
+    PERFORM id_gen.verify_record(operation_id, 'skipped', NULL, 'id_gen.verify_cut_over is off');
+    RETURN true;
+  END IF;
+  FOREACH shard IN ARRAY shards LOOP
+    IF NOT id_gen.shard_has_function(shard, signature) THEN
+      RAISE WARNING 'id_gen: %: not checked before the cut-over: shard "%" has no %', operation, shard, split_part(signature, '(', 1)
+        USING HINT = 'It needs id_gen 0.7.17 or later: run ALTER EXTENSION id_gen UPDATE on the shard before the next move, split or merge.';
+      PERFORM id_gen.verify_record(operation_id, 'skipped', NULL,
+                                   format('shard "%s" has no %s (older than 0.7.17)', shard, split_part(signature, '(', 1)));
+      RETURN true;
+    END IF;
+  END LOOP;
+  RETURN false;
+END $$;
+COMMENT ON FUNCTION id_gen.verify_skipped(bigint, text, text[], text) IS 'Whether the check before an operation''s cut-over is skipped (id_gen.verify_cut_over off, or a shard without the check function of the signature given: a WARNING); records it as skipped.';
+REVOKE EXECUTE ON FUNCTION id_gen.verify_skipped(bigint, text, text[], text) FROM PUBLIC;
+
 -- One round of the check (one committed step): see the head of this file. step holds the
 -- round, its marker, the open genes with their last values ({"<gene>": {"s": .., "t": ..}})
 -- and the step to go on with once the check passes ("then"). Returns the next step, or the
@@ -94,7 +122,6 @@ DECLARE
   outcome id_gen.step_outcome;
   round_no integer := coalesce((step->>'round')::integer, 1);
   last_round constant integer := 5;
-  shard text;
   s jsonb;
   t jsonb;
   open_genes integer[];
@@ -104,48 +131,21 @@ DECLARE
   n_differ integer;
   n_open integer;
 BEGIN
-  IF round_no = 1 AND step->>'marker' IS NULL THEN
-    IF NOT coalesce(current_setting('id_gen.verify_cut_over', true), 'on')::boolean THEN
-      PERFORM id_gen.verify_record(m.move_id, 'skipped', NULL, 'id_gen.verify_cut_over is off');
+  IF round_no = 1 AND step->>'deadline' IS NULL THEN
+    IF id_gen.verify_skipped(m.move_id, format('move %s', m.move_id), ARRAY[m.source_shard, m.target_shard],
+                             'id_gen.shard_verify_genes(text[],name[],integer[],integer[],integer[])') THEN
       outcome.next_step := step->'then';
       RETURN outcome;
     END IF;
-    FOREACH shard IN ARRAY ARRAY[m.source_shard, m.target_shard] LOOP
-      IF id_gen.remote_exec(shard, 'SELECT pg_catalog.to_regprocedure(''id_gen.shard_verify_genes(text[],name[],integer[],integer[],integer[])'') IS NOT NULL',
-                            10000) IS DISTINCT FROM 't' THEN
-        RAISE WARNING 'id_gen: move %: source and target were not compared before the cut-over: shard "%" has no id_gen.shard_verify_genes', m.move_id, shard
-          USING HINT = 'It needs id_gen 0.7.17 or later: run ALTER EXTENSION id_gen UPDATE on the shard before the next move.';
-        PERFORM id_gen.verify_record(m.move_id, 'skipped', NULL, format('shard "%s" has no id_gen.shard_verify_genes (older than 0.7.17)', shard));
-        outcome.next_step := step->'then';
-        RETURN outcome;
-      END IF;
-    END LOOP;
     PERFORM id_gen.verify_record(m.move_id, 'running', NULL, NULL);
   END IF;
-  -- 1. The marker of this round, written on the source and awaited on the target.
-  IF step->>'marker' IS NULL THEN
-    step := step || jsonb_build_object('round', round_no,
-                                       'marker', id_gen.remote_call(m.source_shard, 'shard_write_probe', ARRAY[m.move_id::text], 5000)::bigint,
-                                       'deadline', clock_timestamp() + interval '10 s',
-                                       'errors', id_gen.subscription_errors(m, false));
-    IF step->>'marker' IS NULL THEN
-      RAISE EXCEPTION 'id_gen: move %: no marker was written on "%" to compare the shards', m.move_id, m.source_shard
-        USING ERRCODE = '55000', HINT = 'Look for a trigger on id_gen.move_markers there; call again once it is gone.';
-    END IF;
+  -- 1. The marker of this round, written on the source and awaited on the target: the probe's
+  -- (55000 after 10 s, its hint naming a subscription that stopped on errors).
+  outcome := id_gen.probe_outcome(m, false, step, step || '{"arrived": true}');
+  IF outcome.stop_message IS NOT NULL OR outcome.next_step->>'arrived' IS NULL THEN
+    RETURN outcome;  -- (stopped, or not there yet: the same step again after the pause)
   END IF;
-  IF id_gen.remote_call(m.target_shard, 'shard_has_marker', ARRAY[m.move_id::text, step->>'marker'], 5000) IS DISTINCT FROM 't' THEN
-    IF clock_timestamp() > (step->>'deadline')::timestamptz THEN
-      outcome.stop_message := format('id_gen: move %s: the target did not apply the source''s changes within 10 s (comparing them before the cut-over, round %s)',
-                                     m.move_id, round_no);
-      outcome.stop_sqlstate := '55000';
-      outcome.stop_detail := 'No fence was raised; the source still serves the genes, and the move stays in catching_up.';
-      outcome.stop_hint := id_gen.stuck_subscription_hint(m, false, (step->>'errors')::bigint);
-    ELSE
-      outcome.next_step := step;
-      outcome.pause := 0.05;
-    END IF;
-    RETURN outcome;
-  END IF;
+  outcome := NULL;
   -- 2. The target, then the source: the genes still open, or all of them in round 1.
   SELECT coalesce(array_agg(k::integer ORDER BY k::integer), '{}') INTO open_genes FROM jsonb_object_keys(step->'open') k;
   BEGIN
@@ -294,15 +294,7 @@ DECLARE
   res jsonb;
   differ text;
 BEGIN
-  IF NOT coalesce(current_setting('id_gen.verify_cut_over', true), 'on')::boolean THEN
-    PERFORM id_gen.verify_record(s.split_id, 'skipped', NULL, 'id_gen.verify_cut_over is off');
-    RETURN outcome;
-  ELSIF id_gen.remote_exec(s.shard, 'SELECT pg_catalog.to_regprocedure(''id_gen.shard_split_verify(bigint)'') IS NOT NULL', 10000)
-          IS DISTINCT FROM 't' THEN
-    RAISE WARNING 'id_gen: % %: the new tables were not compared with the old partitions before the swap: shard "%" has no id_gen.shard_split_verify',
-                  s.kind, s.split_id, s.shard
-      USING HINT = 'It needs id_gen 0.7.17 or later: run ALTER EXTENSION id_gen UPDATE on the shard before the next split or merge.';
-    PERFORM id_gen.verify_record(s.split_id, 'skipped', NULL, format('shard "%s" has no id_gen.shard_split_verify (older than 0.7.17)', s.shard));
+  IF id_gen.verify_skipped(s.split_id, format('%s %s', s.kind, s.split_id), ARRAY[s.shard], 'id_gen.shard_split_verify(bigint)') THEN
     RETURN outcome;
   END IF;
   PERFORM id_gen.verify_record(s.split_id, 'running', NULL, NULL);
