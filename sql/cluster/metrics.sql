@@ -25,6 +25,9 @@
 --     id_gen.reversible_max_wal), seconds since the operation last moved; and the phase;
 --   * id_gen.metrics_operation_checks(): the state of each such operation's check before its
 --     cut-over (sql/cluster/verify.sql);
+--   * id_gen.metrics_operation_fences(): a move's or revert's write fence armed and neither
+--     lifted nor cut over yet, and for how long (its cleanup record: a fence held by a session
+--     that hangs or died shows before anything ends it);
 --   * id_gen.metrics_supervisor(): the move supervisor's passes, failed passes, operations it
 --     acted on, and when the last pass and the last failed one ended (shared-memory counters,
 --     id_gen.supervisor_counters(); no row without id_gen preloaded);
@@ -211,6 +214,21 @@ $$;
 COMMENT ON FUNCTION id_gen.metrics_operation_checks() IS
   'The state of the check before the cut-over (running, equal, unsettled, different, skipped) of each move, split and merge that id_gen.metrics_operations() reports and that has one, as a label (value 1): the metric id_gen_operation_check_info of id_gen.metrics.';
 
+CREATE OR REPLACE FUNCTION id_gen.metrics_operation_fences()
+RETURNS TABLE (operation_id text, kind text, shard text, seconds double precision)
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+  -- A move's source fence is armed (recorded) in catching_up and cut over or lifted there; a
+  -- revert's fence on the target the same in reversible. (After the cut-over the source's
+  -- fence triggers stay on copies nobody routes to: not a fence of writes.)
+  SELECT o.operation_id::text, o.kind, c.node, extract(epoch FROM clock_timestamp() - c.recorded_at)::float8
+  FROM id_gen.metrics_reported_operations() o
+  JOIN id_gen.operation_cleanups c ON c.operation_id = o.operation_id
+  WHERE (c.object = 'source_fence' AND o.phase = 'catching_up') OR (c.object = 'revert_fence' AND o.phase = 'reversible')
+$$;
+COMMENT ON FUNCTION id_gen.metrics_operation_fences() IS
+  'The write fences of moves and reverts armed and neither lifted nor cut over yet, with the shard they are on and the seconds since they were armed (no row without one; a fence lasts milliseconds when all is well): the metric id_gen_operation_fence_up_seconds of id_gen.metrics.';
+
 CREATE OR REPLACE FUNCTION id_gen.metrics_supervisor()
 RETURNS TABLE (passes_total double precision, failed_passes_total double precision,
                operations_acted_total double precision, last_pass_timestamp_seconds double precision,
@@ -325,6 +343,11 @@ SELECT 'id_gen_operation_check_info',
        c.info, 'gauge', 'The state of the operation''s check before its cut-over (a label; the value is 1): different stops it (XX001).'
 FROM id_gen.metrics_operation_checks() c
 UNION ALL
+SELECT 'id_gen_operation_fence_up_seconds',
+       jsonb_build_object('operation_id', f.operation_id, 'kind', f.kind, 'shard', f.shard),
+       f.seconds, 'gauge', 'Seconds since a write fence of the operation was armed on the shard, while it is neither lifted nor cut over (no series without one).'
+FROM id_gen.metrics_operation_fences() f
+UNION ALL
 SELECT m.* FROM id_gen.metrics_supervisor() v
 CROSS JOIN LATERAL (VALUES
   ('id_gen_supervisor_passes_total', '{}'::jsonb, v.passes_total, 'counter',
@@ -352,9 +375,11 @@ COMMENT ON COLUMN id_gen.metrics.help IS 'What the metric means.';
 
 REVOKE ALL ON FUNCTION id_gen.metrics_cache_slots(), id_gen.metrics_sequences(), id_gen.metrics_authorities(),
   id_gen.metrics_route_pushes(), id_gen.metrics_operations(), id_gen.metrics_operation_phases(),
-  id_gen.metrics_operation_checks(), id_gen.metrics_supervisor(), id_gen.metrics_order_no_keys() FROM PUBLIC;
+  id_gen.metrics_operation_checks(), id_gen.metrics_operation_fences(), id_gen.metrics_supervisor(),
+  id_gen.metrics_order_no_keys() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION id_gen.metrics_cache_slots(), id_gen.metrics_sequences(), id_gen.metrics_authorities(),
   id_gen.metrics_route_pushes(), id_gen.metrics_operations(), id_gen.metrics_operation_phases(),
-  id_gen.metrics_operation_checks(), id_gen.metrics_supervisor(), id_gen.metrics_order_no_keys() TO pg_monitor;
+  id_gen.metrics_operation_checks(), id_gen.metrics_operation_fences(), id_gen.metrics_supervisor(),
+  id_gen.metrics_order_no_keys() TO pg_monitor;
 REVOKE ALL ON id_gen.metrics FROM PUBLIC;
 GRANT SELECT ON id_gen.metrics TO pg_monitor;

@@ -367,3 +367,5 @@ COMMENT ON COLUMN id_gen.cluster_operations.verify_rows IS 'The rows the check b
 COMMENT ON COLUMN id_gen.cluster_operations.verify_detail IS 'What the check before the cut-over found besides equal rows: the genes that differ with their row counts on each side, the genes that could not be compared, or why it was skipped.';
 COMMENT ON COLUMN id_gen.cluster_operations.verify_started_at IS 'When the check before the cut-over began (a move: its first round).';
 COMMENT ON COLUMN id_gen.cluster_operations.verified_at IS 'When the check before the cut-over ended (NULL while it runs).';
+-- @new-in-0.7.18
+-- (no new catalog table in 0.7.18)

@@ -1,9 +1,12 @@
 """Fixtures of the multi-node tests (tests/cluster): `cluster`, a factory of throwaway
 servers shared by the tests of one module (they run in file order and build on each
 other's state), stopped when the module ends; the tails of their logs are printed under
-every failed test. Ports: IDG_CLUSTER_PORT (default 54600) and up, one block of 20 per
-module; directories under IDG_CLUSTER_DIR (default /tmp/idg_cluster)/<module>/, so that two
-runs at once need only other values of both."""
+every failed test. Ports: IDG_CLUSTER_PORT (default 24600) and up, one block of 20 per
+module, below Linux's ephemeral range (32768-60999): a port there can be the local end of
+some client's connection (or of one in TIME_WAIT, for a minute), and a server started later
+on it fails to bind (seen after the pg_auto_failover modules, whose keepers connect often).
+Directories under IDG_CLUSTER_DIR (default /tmp/idg_cluster)/<module>/, so that two runs at
+once need only other values of both."""
 import os
 
 import pytest
@@ -47,7 +50,7 @@ class Cluster:
 def cluster(request):
     name = request.module.__name__.rsplit(".", 1)[-1]
     _MODULES.append(name)
-    base = int(os.environ.get("IDG_CLUSTER_PORT", "54600")) + 20 * (len(_MODULES) - 1)
+    base = int(os.environ.get("IDG_CLUSTER_PORT", "24600")) + 20 * (len(_MODULES) - 1)
     c = Cluster(name, base)
     yield c
     c.stop_all()

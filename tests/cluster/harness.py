@@ -29,6 +29,7 @@ under test).
 """
 import contextlib
 import os
+import random
 import signal
 import subprocess
 import threading
@@ -259,7 +260,7 @@ def _children(pid):
 
 def coordinator_with_shards(cluster, shards=2, coordinator_conf=(), shard_conf=(), routes=(
         (16383, "shard_1"), (32767, "shard_1"), (65535, "shard_2")), tables=(), distribute=(),
-        shard_step=1000, mapping="user 'postgres'", layout="per_range", version=None):
+        shard_step=1000, mapping="user 'postgres'", layout="per_range", version=None, given_shards=None):
     """The sharded deployment most tests start from: a coordinator that is also the segment
     authority of sequence 'orders' (step 1000), with postgres_fdw and dblink, routes as
     given, and table orders (id, owner_id, amount, note) distributed by owner over shards
@@ -269,8 +270,10 @@ def coordinator_with_shards(cluster, shards=2, coordinator_conf=(), shard_conf=(
     distribute_table argument lists (SQL text), `mapping` the options of the coordinator's
     user mappings, `layout` that of orders here; `version` an older version of the extension to
     install everywhere instead of the current one (its install script must be in the
-    extension directory; orders is then laid out as that version does). Returns
-    (coordinator, {i: shard node})."""
+    extension directory; orders is then laid out as that version does); `given_shards`
+    ({i: a function that starts shard i and returns (its node, the connection options of
+    its foreign server)}) shards started otherwise, in their turn (a failover formation's
+    primary, reached by a multi-host server). Returns (coordinator, {i: shard node})."""
     create = f"CREATE EXTENSION id_gen VERSION '{version}'" if version else "CREATE EXTENSION id_gen"
     c = cluster.node("coordinator", conf=list(coordinator_conf))
     route_sql = "\n".join(f"SELECT id_gen.set_route({up}, '{shard}');" for up, shard in routes)
@@ -287,8 +290,13 @@ def coordinator_with_shards(cluster, shards=2, coordinator_conf=(), shard_conf=(
     """)
     nodes = {}
     for i in range(1, shards + 1):
-        conf = shard_conf(i) if callable(shard_conf) else shard_conf
-        s = nodes[i] = cluster.node(f"shard_{i}", conf=list(conf))
+        if i in (given_shards or {}):
+            s, server = given_shards[i]()
+            nodes[i] = s
+        else:
+            conf = shard_conf(i) if callable(shard_conf) else shard_conf
+            s = nodes[i] = cluster.node(f"shard_{i}", conf=list(conf))
+            server = f"host '{s.dir}', port '{s.port}'"
         s.script(f"""
             {create}; CREATE EXTENSION postgres_fdw;
             CREATE SERVER central FOREIGN DATA WRAPPER postgres_fdw
@@ -299,7 +307,7 @@ def coordinator_with_shards(cluster, shards=2, coordinator_conf=(), shard_conf=(
         """)
         c.script(f"""
             CREATE SERVER shard_{i} FOREIGN DATA WRAPPER postgres_fdw
-              OPTIONS (host '{s.dir}', port '{s.port}', dbname 'postgres', connect_timeout '2');
+              OPTIONS ({server}, dbname 'postgres', connect_timeout '2');
             CREATE USER MAPPING FOR postgres SERVER shard_{i} OPTIONS ({mapping});
         """)
     orders = "'orders', 'id', 'owner_id', 'orders'" + (f", layout => '{layout}'" if not version else "")
@@ -407,6 +415,68 @@ class CoordinatorLoad:
             t.join(60)
             assert not t.is_alive(), "a client did not stop within 60 s"
         assert self.errors == [], self.errors
+
+
+class RetryingWriter:
+    """An application writing through `coordinator` in one session, as one should through a
+    shard's failover: each transaction inserts one row of a random owner of `owners` into
+    orders (routed to its shard by postgres_fdw) and commits. An error before COMMIT is
+    retried (nothing was committed), for up to 60 s, and counted by SQLSTATE and message;
+    an error of the COMMIT itself is "commit outcome unknown" (the shard may or may not
+    have committed), kept with its context. Committed rows are stamped with the time their
+    COMMIT returned: `rows` [(time, owner, id)]."""
+
+    def __init__(self, coordinator, owners, seed):
+        self.c, self.owners = coordinator, list(owners)
+        self.rows, self.unknown, self.retried, self.failed = [], [], {}, []
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(random.Random(seed),), daemon=True)
+        self.thread.start()
+
+    def _run(self, rng):
+        conn = None
+        try:
+            while not self.done.is_set():
+                owner, deadline = rng.choice(self.owners), time.monotonic() + 60
+                while not self.done.is_set():
+                    if conn is None or conn.closed:
+                        conn = self.c.connect()
+                        conn.autocommit = False
+                    try:
+                        row_id = conn.execute("INSERT INTO orders (owner_id) VALUES (%s) RETURNING id",
+                                              (owner,)).fetchone()[0]
+                    except psycopg.Error as e:
+                        try:
+                            conn.rollback()
+                        except psycopg.Error:  # (our own session broke: a new one)
+                            conn.close()
+                        if not self._retry(e, deadline):
+                            return
+                        continue
+                    try:
+                        conn.commit()
+                        self.rows.append((time.monotonic(), owner, row_id))
+                    except psycopg.Error as e:
+                        self.unknown.append(f"{e.sqlstate} {str(e).strip()} | context: {e.diag.context}")
+                    break
+        finally:
+            if conn is not None:
+                conn.close()
+
+    def _retry(self, e, deadline):
+        """Counts a failure before COMMIT; whether to retry it (for 60 s)."""
+        key = f"{e.sqlstate} {str(e).splitlines()[0][:90]}"
+        self.retried[key] = self.retried.get(key, 0) + 1
+        if time.monotonic() > deadline:
+            self.failed.append(key)
+            return False
+        self.done.wait(0.1)  # (the pace of the retries, not a wait for a state)
+        return True
+
+    def stop(self):
+        self.done.set()
+        self.thread.join(120)
+        assert not self.thread.is_alive(), "a coordinator writer still runs 120 s after its stop"
 
 
 def routes(coordinator):

@@ -36,18 +36,15 @@ each case (longest gap between successful calls, longest successful call, failed
 SQLSTATE).
 """
 import os
-import shutil
-import signal
-import subprocess
 
 import psycopg
 import pytest
 
-from harness import PG_BIN, Background, Node, poll_until, report
+from formation import AVAILABLE, MISSING, Formation
+from harness import Background, poll_until, report
 
-if not os.path.exists(os.path.join(PG_BIN, "..", "lib", "pgautofailover.so")) or shutil.which("pg_autoctl") is None:
-    pytest.skip(f"pg_auto_failover is not installed for the server in {PG_BIN} (Debian packages it for "
-                "PostgreSQL 15 only; scripts/common.sh installs it there)", allow_module_level=True)
+if not AVAILABLE:
+    pytest.skip(MISSING, allow_module_level=True)
 
 S = {}
 SEQUENCES = ("k", "roomy")
@@ -58,14 +55,6 @@ SEQUENCES = ("k", "roomy")
 CLIENTS = [(1, "k", "1s"), (2, "k", "1s"), (3, "roomy", "1s"), (4, "k", None), (5, "k", None), (6, "roomy", None)]
 SETTINGS = ("1s", "10s")  # as the clients record current_setting('id_gen.refill_timeout')
 DEFAULT = "10s"
-# Failover timers, shortened for the test (defaults: a node is unhealthy 20 s after its last
-# report, the old primary gets 30 s to demote itself, health checks every 5 s). The keepers'
-# network_partition_timeout (a primary that cannot reach the monitor nor its standby demotes
-# itself after it) stays below primary_demote_timeout, as with the defaults (20 s < 30 s).
-MONITOR_CONF = ["pgautofailover.health_check_period = 1000", "pgautofailover.health_check_timeout = 1000",
-                "pgautofailover.health_check_max_retries = 1", "pgautofailover.health_check_retry_delay = 500",
-                "pgautofailover.node_considered_unhealthy_timeout = 3000",
-                "pgautofailover.primary_demote_timeout = 3000", "pgautofailover.startup_grace_period = 2000"]
 # A client of one sequence on a node: 5 calls every 20 ms until a row is in stop (or 300 s
 # passed). It registers its sequence and the id_gen.refill_timeout its session runs with;
 # every value it is handed is recorded with its time and how long the call took (PL/pgSQL
@@ -114,113 +103,9 @@ END $$;
 """
 
 
-class Formation:
-    """A pg_auto_failover formation under `root` (PGDATAs, sockets, pg_autoctl's config and
-    state, logs), run by pg_autoctl as the postgres OS user: `monitor`, `c1`, `c2`, each a
-    harness Node for its queries (socket in `root`, TCP on 127.0.0.1, which pg_autoctl
-    needs). Each `pg_autoctl run` is a session of its own, so that its supervisor, keeper,
-    postmaster and backends can be killed together (a host that dies)."""
-
-    def __init__(self, root, port):
-        self.root = root
-        self.members = {}
-        for i, name in enumerate(("monitor", "c1", "c2")):
-            m = Node(name, root, port + i)
-            m.data, m.log = os.path.join(root, name), os.path.join(root, name + ".log")
-            self.members[name] = m
-        self.sessions = {}
-
-    def __getitem__(self, name):
-        return self.members[name]
-
-    def autoctl(self, *args):
-        env = {k: v for k, v in os.environ.items() if k != "RUST_BACKTRACE"}
-        return subprocess.run(["runuser", "-u", "postgres", "--", "env", f"XDG_CONFIG_HOME={self.root}/config",
-                               f"XDG_DATA_HOME={self.root}/share", f"XDG_RUNTIME_DIR={self.root}/run",
-                               f"PGHOST={self.root}", "pg_autoctl", *args],
-                              env=env, check=True, timeout=180, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-    def instance(self, name, *settings):
-        """A small PostgreSQL instance for pg_autoctl to adopt. postgresql.auto.conf is read
-        after pg_autoctl's include (which would size shared_buffers from the machine's RAM),
-        and pg_basebackup copies it to the secondary."""
-        subprocess.run(["runuser", "-u", "postgres", "--", f"{PG_BIN}/initdb", "-D", self[name].data, "-A", "trust",
-                        "-U", "postgres", "--no-sync"], check=True, timeout=120, stdout=subprocess.DEVNULL)
-        with open(os.path.join(self[name].data, "postgresql.auto.conf"), "a") as f:
-            for line in ("shared_buffers = '32MB'", "max_connections = 30", f"unix_socket_directories = '{self.root}'",
-                         "lc_messages = 'C'", *settings):
-                f.write(line + "\n")
-
-    def create(self, name, *args):
-        try:
-            self.autoctl("create", *args, "--pgdata", self[name].data, "--pgport", str(self[name].port),
-                         "--auth", "trust", "--no-ssl", "--pgctl", f"{PG_BIN}/pg_ctl")
-        except subprocess.CalledProcessError as e:
-            raise AssertionError(f"pg_autoctl create {args[0]} ({name}) failed:\n{e.stdout}") from e
-
-    def run(self, name):
-        """`pg_autoctl run` of a member, in a new session (its id is the process's pid)."""
-        env = {k: v for k, v in os.environ.items() if k != "RUST_BACKTRACE"}
-        with open(self[name].log, "a") as log:
-            p = subprocess.Popen(["runuser", "-u", "postgres", "--", "env", f"XDG_CONFIG_HOME={self.root}/config",
-                                  f"XDG_DATA_HOME={self.root}/share", f"XDG_RUNTIME_DIR={self.root}/run",
-                                  f"PGHOST={self.root}", "pg_autoctl", "run", "--pgdata", self[name].data],
-                                 env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        self.sessions[name] = p
-
-    def session_pids(self, name):
-        p = self.sessions.get(name)
-        if p is None:
-            return []
-        p.poll()  # (reaps our own child, runuser, once it ended: no zombie is counted)
-        r = subprocess.run(["pgrep", "-s", str(p.pid)], stdout=subprocess.PIPE, text=True, timeout=30)
-        return [int(x) for x in r.stdout.split()]
-
-    def kill_host(self, name):
-        """kill -9 of everything a member's `pg_autoctl run` started (a host that dies)."""
-        for pid in self.session_pids(name):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        self.sessions[name].wait(30)
-        poll_until(f"{name}'s pg_autoctl, postmaster and backends are gone", lambda: self.session_pids(name), [], 30)
-
-    def state(self, name):
-        """The state a member last reported to the monitor."""
-        return self["monitor"].one(f"SELECT reportedstate FROM pgautofailover.node WHERE nodename = '{name}'",
-                                   dbname="pg_auto_failover")
-
-    def states(self):
-        return f"{self.state('c1')}/{self.state('c2')}"
-
-    def sync_state(self, primary):
-        return self[primary].one("SELECT string_agg(sync_state, ',') FROM pg_stat_replication "
-                                 "WHERE application_name LIKE 'pgautofailover_standby_%'")
-
-    def stop(self):
-        for name in ("c1", "c2", "monitor"):
-            if name in self.sessions:
-                try:
-                    self.autoctl("stop", "--pgdata", self[name].data)
-                except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
-                    print(f"pg_autoctl stop {name}: {e}")
-        for name in ("c1", "c2", "monitor"):
-            try:
-                poll_until(f"{name}'s pg_autoctl session ends", lambda n=name: self.session_pids(n), [], 10)
-            except AssertionError:
-                for pid in self.session_pids(name):
-                    os.kill(pid, signal.SIGKILL)
-
-
 @pytest.fixture(scope="module", autouse=True)
 def formation(cluster):
-    root = os.path.join(cluster.root, "formation")
-    subprocess.run(["rm", "-rf", root], check=True)
-    os.makedirs(os.path.join(root, "run"))
-    os.chmod(os.path.join(root, "run"), 0o700)
-    subprocess.run(["chown", "-R", "postgres:postgres", root], check=True)
-    f = Formation(root, cluster.port_base + 10)
+    f = Formation(os.path.join(cluster.root, "formation"), cluster.port_base + 10)
     S["f"] = f
     yield f
     for node in S.get("nodes", ()):
@@ -266,14 +151,11 @@ def clients_settled(since):
 def failover_report(t0, new):
     """The monitor's events since t0 and the failover's timing (until the new primary
     reported wait_primary: it takes writes)."""
-    mon = S["f"]["monitor"]
-    events = mon.column(f"""SELECT round(extract(epoch FROM min(eventtime) - '{t0}'::timestamptz)::numeric, 1) || ' s  ' || description
-                            FROM pgautofailover.event WHERE eventtime >= '{t0}'::timestamptz
-                            GROUP BY description ORDER BY min(eventid)""", dbname="pg_auto_failover")
-    t_unhealthy = mon.one(f"""SELECT min(eventtime)::text FROM pgautofailover.event WHERE eventtime >= '{t0}'::timestamptz
-                              AND description LIKE '%became unhealthy%'""", dbname="pg_auto_failover")
-    t_writes = mon.one(f"""SELECT min(eventtime)::text FROM pgautofailover.event WHERE eventtime >= '{t0}'::timestamptz
-                           AND nodename = '{new}' AND reportedstate IN ('wait_primary', 'primary')""", dbname="pg_auto_failover")
+    f = S["f"]
+    events = f.events_since(t0)
+    t_unhealthy = f["monitor"].one(f"""SELECT min(eventtime)::text FROM pgautofailover.event WHERE eventtime >= '{t0}'::timestamptz
+                                       AND description LIKE '%became unhealthy%'""", dbname="pg_auto_failover")
+    t_writes = f.took_writes_at(new, t0)
     assert t_unhealthy is not None and t_writes is not None, "monitor events incomplete:\n" + "\n".join(events)
     report("monitor events after the kill:", *[f"  {e}" for e in events],
            f"failover: the monitor acted on the failure after {secs(t0, t_unhealthy)} s; "
@@ -323,19 +205,7 @@ def no_failed_call_with_the_default(seen, what):
 
 def test_a_the_formation(cluster):
     f = S["f"]
-    f.instance("monitor", *MONITOR_CONF)
-    f.create("monitor", "monitor", "--hostname", "127.0.0.1")
-    f.autoctl("config", "set", "--pgdata", f["monitor"].data, "postgresql.listen_addresses", "127.0.0.1")
-    f.run("monitor")
-    monitor_uri = f"postgres://autoctl_node@127.0.0.1:{f['monitor'].port}/pg_auto_failover?sslmode=disable"
-    f.instance("c1", "shared_preload_libraries = 'id_gen'", "max_worker_processes = 16")
-    for name in ("c1", "c2"):
-        f.create(name, "postgres", "--listen", "127.0.0.1", "--hostname", "127.0.0.1", "--name", name,
-                 "--monitor", monitor_uri)
-        f.autoctl("config", "set", "--pgdata", f[name].data, "timeout.network_partition_timeout", "2")
-        f.run(name)
-    poll_until("the formation is up: c1 primary, c2 secondary", f.states, "primary/secondary", 60)
-    assert f.sync_state("c1") == "quorum", f"c2 replicates synchronously ({f['c1'].one('SHOW synchronous_standby_names')})"
+    f.start("shared_preload_libraries = 'id_gen'", "max_worker_processes = 16")
     assert f["c2"].one("SELECT current_setting('shared_preload_libraries') || ' ' || current_setting('shared_buffers') "
                        "|| ' ' || pg_is_in_recovery()") == "id_gen 32MB true", "the secondary inherited id_gen and the small settings"
     f["c1"].script("""
@@ -400,8 +270,7 @@ def test_c_the_primary_host_dies_and_the_monitor_promotes_c2():
 
     poll_until("the monitor promotes c2 by itself (out of recovery)", in_recovery, False, 60)
     poll_until("c2 takes writes (wait_primary or primary)", lambda: f.state("c2"), lambda s: s in ("wait_primary", "primary"), 60)
-    assert f["monitor"].one("SELECT goalstate FROM pgautofailover.node WHERE nodename = 'c1'", dbname="pg_auto_failover") \
-        == "demoted", "the monitor demoted c1"
+    assert f.goal("c1") == "demoted", "the monitor demoted c1"
     failover_report(t_kill, "c2")
     # Service resumes on both nodes, nobody re-points them.
     for node in nodes():

@@ -27,33 +27,21 @@ import subprocess
 import pytest
 
 from bouncer import start_bouncer, stop_bouncer
+from client_loads import CLIENTS, REPO, Loads, build_tools, table, tcp_dsn, tool
 from harness import LOGICAL, coordinator_with_shards, poll_until, report
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-# All five; IDG_CONFORMANCE_CLIENTS="python node" narrows a run while developing one.
-CLIENTS = tuple(os.environ.get("IDG_CONFORMANCE_CLIENTS", "python rust java go node").split())
 TCP = ["listen_addresses = '127.0.0.1'", "max_connections = 80"]
 S = {}
 
 
-def tool(language):
-    return os.path.join(REPO, "clients", language, "conformance")
-
-
-def tcp_dsn(node):
-    return f"host=127.0.0.1 port={node.port} user=postgres dbname=postgres"
-
-
 @pytest.fixture(scope="module", autouse=True)
 def servers(cluster, tmp_path_factory):
-    for language in CLIENTS:  # each builds on first use: here, not inside a timed scenario
-        built = subprocess.run([tool(language), "genes"], input="i:42\n", capture_output=True, text=True, timeout=1200)
-        assert (built.returncode, built.stdout) == (0, "16043\n"), f"{language}: {built.stderr[-3000:]}"
-    tables = [f"CREATE TABLE conf_{lang} (id bigint PRIMARY KEY, owner_id bigint NOT NULL);" for lang in CLIENTS]
+    build_tools()
+    tables = [f"CREATE TABLE {table(lang)} (id bigint PRIMARY KEY, owner_id bigint NOT NULL);" for lang in CLIENTS]
     # (track_functions: which claim the clients send, test b)
     c, shards = coordinator_with_shards(cluster, coordinator_conf=TCP, shard_conf=[*LOGICAL, *TCP, "track_functions = 'all'"],
                                         tables=tables,
-                                        distribute=[f"'conf_{lang}', 'id', 'owner_id', 'orders'" for lang in CLIENTS])
+                                        distribute=[f"'{table(lang)}', 'id', 'owner_id', 'orders'" for lang in CLIENTS])
     S.update(c=c, nodes=shards, direct={f"shard_{i}": tcp_dsn(shards[i]) for i in (1, 2)},
              work=tmp_path_factory.mktemp("conformance"))
     yield
@@ -61,79 +49,19 @@ def servers(cluster, tmp_path_factory):
         stop_bouncer(d)
 
 
-class Loads:
-    """The five tools' `load`, started together on their own tables and logs; `stop()`
-    ends them by the stop file and returns each one's counts."""
-
-    def __init__(self, name, shards, *extra):
-        self.work = S["work"] / name
-        self.work.mkdir()
-        self.stop_file = self.work / "stop"
-        self.procs = {}
-        for lang in CLIENTS:
-            args = [tool(lang), "load", "--routes", tcp_dsn(S["c"]),
-                    *[a for shard, dsn in shards.items() for a in ("--shard", f"{shard}={dsn}")],
-                    "--table", f"conf_{lang}", "--sequence", "orders", "--owners", "1000", "--seconds", "900",
-                    "--log", str(self.log(lang)), "--stop-file", str(self.stop_file), *extra]
-            with open(self.work / f"{lang}.out", "w") as out, open(self.work / f"{lang}.err", "w") as err:
-                self.procs[lang] = subprocess.Popen(args, stdout=out, stderr=err)
-
-    def log(self, lang):
-        return self.work / f"{lang}.log"
-
-    def logged(self, lang):
-        try:
-            return self.log(lang).read_text().count("\n")
-        except FileNotFoundError:
-            return 0
-
-    def each_logs_more(self, rows, what):
-        """Polls until every tool logged `rows` more committed transactions than now."""
-        start = {lang: self.logged(lang) for lang in CLIENTS}
-        for lang in CLIENTS:
-            poll_until(f"{lang} committed {rows} more transactions {what}", lambda: self._alive_count(lang),
-                       lambda n: n >= start[lang] + rows, 120)
-
-    def _alive_count(self, lang):
-        rc = self.procs[lang].poll()
-        assert rc is None, f"{lang} exited ({rc}): {(self.work / f'{lang}.err').read_text()[-2000:]}"
-        return self.logged(lang)
-
-    def stop(self):
-        self.stop_file.touch()
-        results = {}
-        try:
-            for lang, p in self.procs.items():
-                rc = p.wait(timeout=120)
-                out = (self.work / f"{lang}.out").read_text().splitlines()
-                err = (self.work / f"{lang}.err").read_text()
-                assert rc == 0 and len(out) >= 2, f"{lang} exited {rc}: {out[-3:]} {err[-2000:]}"
-                results[lang] = parse_counts(out[-2], out[-1])
-                results[lang]["stderr"] = err[-1500:]
-        finally:
-            for p in self.procs.values():
-                if p.poll() is None:
-                    p.kill()
-        return results
-
-    def rows_and_logs(self, lang):
-        """(the table's rows, this load's log, the logs of every load of the module so far:
-        the tables keep the rows of earlier scenarios) as sets of (owner, id)."""
-        rows = {(o, i) for o, i in S["c"].execute(f"SELECT owner_id, id FROM conf_{lang}")}
-        log = set()
-        for line in self.log(lang).read_text().splitlines():
-            owner, row_id = line.split(",")
-            log.add((int(owner), int(row_id)))
-        logs = S.setdefault("logs", {}).setdefault(lang, set())
-        logs |= log
-        return rows, log, logs
+def loads_of(name, shards, *extra):
+    """The five tools' loads of one scenario (client_loads.Loads), in their own directory."""
+    return Loads(S["work"] / name, tcp_dsn(S["c"]), shards, *extra)
 
 
-def parse_counts(reads_line, committed_line):
-    """`reads R empty E unknown U` and `committed N failed M retries X` as a dict."""
-    words = reads_line.split() + committed_line.split()
-    assert words[0::2] == ["reads", "empty", "unknown", "committed", "failed", "retries"], (reads_line, committed_line)
-    return {k: int(v) for k, v in zip(words[0::2], words[1::2])}
+def rows_and_logs(loads, lang):
+    """(the table's rows, this load's log, the logs of every load of the module so far:
+    the tables keep the rows of earlier scenarios) as sets of (owner, id)."""
+    rows = {(o, i) for o, i in S["c"].execute(f"SELECT owner_id, id FROM {table(lang)}")}
+    log = loads.logged_rows(lang)
+    logs = S.setdefault("logs", {}).setdefault(lang, set())
+    logs |= log
+    return rows, log, logs
 
 
 def check_clean(loads, results, what):
@@ -141,7 +69,7 @@ def check_clean(loads, results, what):
     c = S["c"]
     for lang, r in results.items():
         assert (r["failed"], r["empty"]) == (0, 0) and r["reads"] > 0, f"{what}: {lang}: {r}"
-        rows, log, logs = loads.rows_and_logs(lang)
+        rows, log, logs = rows_and_logs(loads, lang)
         assert len(log) == r["committed"], f"{what}: {lang} logged {len(log)} of {r['committed']} commits"
         unknown = S.get("unknown", {}).get(lang, 0)  # rows of "commit outcome unknown" (test d)
         assert logs <= rows and len(rows - logs) <= unknown, \
@@ -185,7 +113,7 @@ def move_quarter_and_split(loads, target, split_at):
 
 
 def test_b_the_five_write_and_read_while_genes_move_and_a_range_splits():
-    loads = Loads("moves", S["direct"])
+    loads = loads_of("moves", S["direct"])
     try:
         move_quarter_and_split(loads, "shard_2", 57343)
     finally:
@@ -204,7 +132,7 @@ def test_b_the_five_write_and_read_while_genes_move_and_a_range_splits():
 
 
 def test_c_stale_clients_meet_ig001_and_go_on():
-    loads = Loads("stale", S["direct"], "--no-listen", "--refresh-interval-ms", "0")
+    loads = loads_of("stale", S["direct"], "--no-listen", "--refresh-interval-ms", "0")
     try:
         move_quarter_and_split(loads, "shard_1", None)
     finally:
@@ -215,7 +143,7 @@ def test_c_stale_clients_meet_ig001_and_go_on():
 
 
 def test_d_a_shard_restarted():
-    loads = Loads("restart", S["direct"])
+    loads = loads_of("restart", S["direct"])
     try:
         loads.each_logs_more(50, "before the restart")
         S["nodes"][2].restart()
@@ -226,7 +154,7 @@ def test_d_a_shard_restarted():
         assert r["failed"] == r["unknown"] and r["empty"] == 0, \
             f"{lang}: only 'commit outcome unknown' may fail: {r}"
         S.setdefault("unknown", {})[lang] = r["unknown"]
-        rows, log, logs = loads.rows_and_logs(lang)
+        rows, log, logs = rows_and_logs(loads, lang)
         assert logs <= rows, f"{lang}: {len(logs - rows)} committed rows lost"
         assert len(rows - logs) <= r["unknown"], f"{lang}: {len(rows - logs)} rows unlogged, {r['unknown']} unknown"
     report("conformance, a shard restarted: " + ", ".join(
@@ -239,7 +167,7 @@ def test_e_the_same_through_pgbouncer_in_transaction_mode():
     S["bouncers"] = dirs
     port_base = S["c"].port  # the coordinator is the first node of the module's block of 20
     pooled = {f"shard_{i}": start_bouncer(dirs[i - 1], port_base + 16 + i, S["nodes"][i], tcp=True) for i in (1, 2)}
-    loads = Loads("pooler", pooled)
+    loads = loads_of("pooler", pooled)
     try:
         move_quarter_and_split(loads, "shard_2", 24575)
     finally:

@@ -16,6 +16,11 @@ two shards whose 'orders' reserves its segments there.
 (d) a role outside pg_monitor may read none of it (42501).
 (e) cost: a database with 1,000 sequences (each cached) and 64 shards: each family's query
     and the whole view timed on the server, and the exporter's scrape of it (reported).
+(f) a move's write fence held (the target applies the fence's marker only when the test lets
+    it): id_gen_operation_fence_up_seconds shows the move, its source and a growing age, with
+    the file's HELP and TYPE and as id_gen.metrics has it; the fence let go, the move
+    completes and the series goes. (It is the one metric of the file that (a) finds without a
+    series: no fence is up then.)
 """
 import os
 import re
@@ -29,12 +34,14 @@ import psycopg
 import pytest
 import yaml
 
-from harness import coordinator_with_shards, poll_until, report
+from harness import LOGICAL, Background, coordinator_with_shards, poll_until, report
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 QUERIES = os.path.join(REPO, "monitoring", "postgres_exporter.yml")
 EXPORTER = "prometheus-postgres-exporter"
 S = {}
+WHILE_A_FENCE_IS_UP = ("id_gen_operation_fence_up_seconds",)
+LOCK = 730002  # the advisory lock the target's first fence marker waits on while the test holds it
 
 
 def file_metrics():
@@ -116,7 +123,8 @@ def servers(cluster):
     subprocess.run(["chown", "postgres:postgres", kek], check=True)
     os.chmod(kek, 0o400)
     c, shards = coordinator_with_shards(
-        cluster, coordinator_conf=[f"id_gen.order_no_kek_file = '{kek}'", "id_gen.max_sequences = 2048"])
+        cluster, coordinator_conf=[f"id_gen.order_no_kek_file = '{kek}'", "id_gen.max_sequences = 2048"],
+        shard_conf=LOGICAL)
     nodes = {"coordinator": c, "shard_1": shards[1], "shard_2": shards[2]}
     for n in nodes.values():
         n.execute("CREATE ROLE exporter LOGIN IN ROLE pg_monitor", "CREATE ROLE outsider LOGIN")
@@ -184,8 +192,10 @@ def test_a_every_metric_is_exported_with_the_catalogs_values():
     assert len(last_pass) == 1 and abs(time.time() - last_pass[0]) < 30, f"its last pass ended just now: {last_pass}"
     last_failure = e.values("id_gen_supervisor_last_failure_timestamp_seconds", server=cl)
     assert len(last_failure) == 1 and last_failure[0] != last_failure[0], f"no failed pass yet (NaN): {last_failure}"
-    # Every metric of the file, with its HELP and TYPE; and as id_gen.metrics has them.
-    want = file_metrics()
+    # Every metric of the file, with its HELP and TYPE; and as id_gen.metrics has them. (But
+    # a fence up, which no operation has now: no series, test f.)
+    assert e.values("id_gen_operation_fence_up_seconds") == [], "no fence is up"
+    want = {m: v for m, v in file_metrics().items() if m not in WHILE_A_FENCE_IS_UP}
     samples, helps, types = e.scrape()
     scraped = {n for n, _ in samples}
     assert not set(want) - scraped, f"metrics of the file not exported: {sorted(set(want) - scraped)}"
@@ -283,7 +293,8 @@ def test_e_the_cost_of_a_scrape_at_1000_sequences_and_64_shards():
     with c.connect(dbname="scale") as conn:
         for query in ("SELECT * FROM id_gen.metrics_sequences()", "SELECT * FROM id_gen.metrics_authorities()",
                       "SELECT * FROM id_gen.metrics_route_pushes()", "SELECT * FROM id_gen.metrics_operations()",
-                      "SELECT * FROM id_gen.metrics_operation_phases()", "SELECT * FROM id_gen.metrics_order_no_keys()",
+                      "SELECT * FROM id_gen.metrics_operation_phases()", "SELECT * FROM id_gen.metrics_operation_fences()",
+                      "SELECT * FROM id_gen.metrics_order_no_keys()",
                       "SELECT * FROM id_gen.metrics"):
             runs = []
             for _ in range(5):
@@ -303,3 +314,40 @@ def test_e_the_cost_of_a_scrape_at_1000_sequences_and_64_shards():
            + "; ".join(f"{q.split('FROM ')[1]} {ms:.1f}" for q, ms in timings.items()),
            f"the exporter's scrape of that database: {series} id_gen series, "
            f"{statistics.median(durations) * 1000:.0f} ms (median of 3)")
+
+
+def test_f_a_fence_held_shows_with_its_age():
+    c, s2, e = S["c"], S["s2"], S["exporter"]
+    cl = server_label(c)
+    s2.script(f"""
+        CREATE FUNCTION public.hold_first_fence_marker() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+          IF NEW.marker = 1 THEN PERFORM pg_advisory_xact_lock({LOCK}); END IF;
+          RETURN NEW;
+        END $$;
+        CREATE TRIGGER hold_first_fence_marker BEFORE INSERT ON id_gen.move_markers
+          FOR EACH ROW EXECUTE FUNCTION public.hold_first_fence_marker();
+        ALTER TABLE id_gen.move_markers ENABLE ALWAYS TRIGGER hold_first_fence_marker;
+    """)
+    holder = psycopg.connect(s2.dsn(), autocommit=True)
+    try:
+        holder.execute(f"SELECT pg_advisory_lock({LOCK})")
+        move = Background(c, "CALL id_gen.move_genes(0, 8191, 'shard_2')")
+        seen = poll_until("the move's fence on shard_1, scraped", lambda: e.values(
+            "id_gen_operation_fence_up_seconds", server=cl, kind="move", shard="shard_1"), lambda v: len(v) == 1, 60)
+        # (An attempt waits up to 3 s for its marker, then lifts the fence and tries again.)
+        later = poll_until("its age grows past a second", lambda: e.values(
+            "id_gen_operation_fence_up_seconds", server=cl, kind="move", shard="shard_1"),
+            lambda v: len(v) == 1 and v[0] > 1, 30)
+        _, helps, types = e.scrape()
+        want = file_metrics()
+        for m in WHILE_A_FENCE_IS_UP:
+            assert (types.get(m), helps.get(m)) == want[m], f"{m}: TYPE and HELP as scraped"
+            assert c.execute(f"SELECT DISTINCT type, help FROM id_gen.metrics WHERE metric = '{m}'") == [want[m]], \
+                f"{m} in id_gen.metrics and in the file"
+    finally:
+        holder.close()  # the fence's marker goes through
+    assert move.join(120) is None, "the move completes once its fence's marker arrives"
+    poll_until("the fence's series is gone once the move cut over", lambda: e.values(
+        "id_gen_operation_fence_up_seconds", server=cl), [], 30)
+    report(f"a fence held, as scraped: up {seen[0]:.2f} s, then {later[0]:.2f} s")

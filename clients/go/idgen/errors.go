@@ -8,9 +8,11 @@
 //   - A database error that is not about routes reaches the caller as the driver returned it
 //     (a *pgconn.PgError, with its Code), never wrapped.
 //   - A lost connection is SQLSTATE class 08, 57P01..57P03, a socket error (refused, reset,
-//     closed, EOF), or a shard that did not answer the router's own step within ShardTimeout
-//     (*shardTimeoutError); the caller's context that ended is never one (its deadline is not
-//     retried).
+//     closed, EOF), a connect with target_session_attrs=read-write whose last host was read
+//     only (a standby during a failover: pgconn's "ValidateConnect failed (read only
+//     connection)"), or a shard that did not answer the router's own step within
+//     ShardTimeout (*shardTimeoutError); the caller's context that ended is never one (its
+//     deadline is not retried).
 
 package idgen
 
@@ -130,9 +132,10 @@ func SQLState(err error) string {
 
 // IsLostConnection reports whether err says the connection is gone: SQLSTATE class 08, the
 // server ending the session (57P01 admin shutdown, 57P02 crash shutdown, 57P03 cannot connect
-// now), a socket refused, reset, closed or cut (EOF), or a shard that did not answer the
-// router's probe, claim, COMMIT or Execute within Config.ShardTimeout (pgx closed the connection). The
-// caller's context canceled or past its deadline is not (see retryReasonOf).
+// now), a socket refused, reset, closed or cut (EOF), a connect that found no writable host
+// (readOnlyAtConnect), or a shard that did not answer the router's probe, claim, COMMIT or
+// Execute within Config.ShardTimeout (pgx closed the connection). The caller's context
+// canceled or past its deadline is not (see retryReasonOf).
 func IsLostConnection(err error) bool {
 	if err == nil {
 		return false
@@ -155,8 +158,32 @@ func IsLostConnection(err error) bool {
 		}
 	}
 	var netErr net.Error
-	return errors.As(err, &netErr)
+	return errors.As(err, &netErr) || readOnlyAtConnect(err)
 }
+
+// readOnlyAtConnect reports whether err is pgconn's failed connect under
+// target_session_attrs=read-write whose last host tried answered transaction_read_only = on
+// (a standby not yet promoted; the hosts before it refused or were read only too): "failed to
+// connect to `host=... user=... database=...`: ValidateConnect failed (read only connection)".
+// pgconn exports neither that error's type nor its cause, so it is told by their texts, along
+// the chain of wrapped errors.
+func readOnlyAtConnect(err error) bool {
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		if strings.Contains(e.Error(), pgconnValidateConnectFailed) {
+			if cause := errors.Unwrap(e); cause != nil && cause.Error() == pgconnReadOnlyConnection {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// The texts of pgconn (v1.11) for a connect that ValidateConnectTargetSessionAttrsReadWrite
+// refused: the connect error's message and its cause's.
+const (
+	pgconnValidateConnectFailed = "ValidateConnect failed"
+	pgconnReadOnlyConnection    = "read only connection"
+)
 
 func isContextError(err error) bool {
 	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)

@@ -29,13 +29,27 @@ func TestIsLostConnection(t *testing.T) {
 			t.Errorf("%v is a lost connection", e)
 		}
 	}
+	if !IsLostConnection(fmt.Errorf("wrapped: %w", readOnlyConnectError{})) {
+		t.Errorf("%v is a lost connection (a standby not yet promoted)", readOnlyConnectError{})
+	}
 	for _, e := range []error{nil, sqlError("IG001"), sqlError("IG002"), sqlError("22012"), sqlError("40001"),
-		sqlError("57014"), sqlError("28P01"), context.Canceled, context.DeadlineExceeded, errors.New("conn closed")} {
+		sqlError("57014"), sqlError("28P01"), context.Canceled, context.DeadlineExceeded, errors.New("conn closed"),
+		errors.New("read only connection")} {
 		if IsLostConnection(e) {
 			t.Errorf("%v is no lost connection", e)
 		}
 	}
 }
+
+// readOnlyConnectError is what pgconn (v1.11) returns when target_session_attrs=read-write and
+// the last host tried is read only (its connectError, unexported, around errors.New).
+type readOnlyConnectError struct{}
+
+func (readOnlyConnectError) Error() string {
+	return "failed to connect to `host=127.0.0.1 user=postgres database=postgres`: ValidateConnect failed (read only connection)"
+}
+
+func (readOnlyConnectError) Unwrap() error { return errors.New("read only connection") }
 
 func TestRetryReasonOf(t *testing.T) {
 	live := context.Background()
@@ -65,6 +79,8 @@ func TestRetryReasonOf(t *testing.T) {
 		{"the caller's context ended at the claim", ended, context.Canceled, phaseConnect, true, true, noRetry, false},
 		{"another error", live, sqlError("23505"), phaseBody, true, false, noRetry, false},
 		{"the body's own deadline", live, context.DeadlineExceeded, phaseBody, true, true, noRetry, false},
+		{"no writable host at the connect", live, readOnlyConnectError{}, phaseConnect, true, false, connLost, false},
+		{"no writable host at the connect, run", live, readOnlyConnectError{}, phaseConnect, false, false, connLost, false},
 	}
 	for _, c := range cases {
 		reason, err := retryReasonOf(c.ctx, c.err, c.phase, c.retryBody, c.connClosed)

@@ -4,7 +4,8 @@
 // older than 0.7.16, the old claim, as one message; savepoints, COMMIT, Execute's one batch,
 // nothing per session, no named statements), a claim on BEGIN refused, COMMIT answered by
 // ROLLBACK or never answered, idle connections the server ended (and a shard restarted with
-// another id_gen), and the errors of a shard that drops or refuses connections.
+// another id_gen), the errors of a shard that drops or refuses connections, and a failover
+// behind a read-write multi-host DSN (one host refused, the other read only until promoted).
 
 package idgen
 
@@ -15,6 +16,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -362,6 +364,44 @@ func TestPgxShardsThatDropOrRefuseConnections(t *testing.T) {
 }
 
 const startPGServerDSN = "host=127.0.0.1 port=PORT user=u dbname=d sslmode=disable"
+
+func TestPgxAFailoverBehindAReadWriteMultiHostDSN(t *testing.T) {
+	standby, _ := scriptedShard(t)
+	var readOnly atomic.Bool
+	readOnly.Store(true)
+	standby.Handle("show transaction_read_only", pgscript.Handler{
+		Columns: []pgscript.Column{{Name: "transaction_read_only", Type: pgscript.Text}},
+		Run: func(string, []string) pgscript.Result {
+			if readOnly.Load() {
+				return pgscript.Result{Rows: [][]string{{"on"}}, Tag: "SHOW"}
+			}
+			return pgscript.Result{Rows: [][]string{{"off"}}, Tag: "SHOW"}
+		},
+	})
+	refusing, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refusing.Close() // (the old primary: nothing listens there now)
+	portOf := func(addr string) string { return addr[strings.LastIndex(addr, ":")+1:] }
+	standbyPort := portOf(strings.Fields(strings.SplitN(standby.DSN(), "port=", 2)[1])[0])
+	dsn := "host=127.0.0.1,127.0.0.1 port=" + portOf(refusing.Addr().String()) + "," + standbyPort +
+		" user=u dbname=d sslmode=disable target_session_attrs=read-write connect_timeout=2"
+	r := wireRouter(t, []fakeRange{{65535, "a"}}, map[string]string{"a": dsn}, func(s *settings) { s.retryLimit = 2 })
+	body := func(context.Context, pgx.Tx) error { return nil }
+	err = r.Transaction(testContext(t), Gene(1), body)
+	if !errors.Is(err, ErrRetriesExhausted) || !IsLostConnection(errors.Unwrap(err)) ||
+		!strings.Contains(err.Error(), "read only connection") {
+		t.Fatalf("no writable host: %v", err)
+	}
+	if n := r.Stats().RetriesLost; n != 2 {
+		t.Errorf("retries lost %d, want 2", n)
+	}
+	readOnly.Store(false) // (promoted)
+	if err := r.Transaction(testContext(t), Gene(1), body); err != nil {
+		t.Fatalf("after the promotion: %v", err)
+	}
+}
 
 func TestPgxAShardThatStopsAnsweringTheClaim(t *testing.T) {
 	server, _ := scriptedShard(t)

@@ -1,5 +1,5 @@
 // Types of id-gen-client (docs/routing-protocol.md §5; clients/node/README.md).
-import type { ClientConfig, PoolClient, PoolConfig } from 'pg';
+import type { Client, ClientConfig, PoolClient, PoolConfig } from 'pg';
 
 /** A UUID owner, hashed as its 16 raw bytes. */
 export declare class Uuid {
@@ -34,10 +34,40 @@ export declare class RouteRetryExhausted extends RoutingError {}
  */
 export declare class CommitOutcomeUnknownError extends RoutingError {}
 
+/**
+ * A pg config with several hosts, for multiHostClient: what a libpq keyword/value string with
+ * "host=h1,h2 port=p1,p2" or target_session_attrs becomes in the Router.
+ */
+export interface MultiHostConfig extends ClientConfig {
+  /** Tried in order; ssl: the host's TLS settings (default: the config's). */
+  hosts: Array<{ host: string; port: number; ssl?: ClientConfig['ssl'] }>;
+  /** read-write: only a host whose transaction_read_only is off qualifies ('any', the default: any host that accepts). */
+  targetSessionAttrs?: 'read-write' | 'any';
+  /** Each host's connect bound in ms (default: connectionTimeoutMillis). */
+  hostConnectTimeoutMillis?: number;
+}
+
+/**
+ * No host of a multi-host config qualified (each refused, lost or read only): code 08001, a
+ * lost connection to the Router (retried before COMMIT was sent); `cause` is the last host's error.
+ */
+export declare class NoHostError extends Error {
+  readonly code: '08001';
+}
+
+/**
+ * A subclass of pg's Client that connects to the first qualifying host of a MultiHostConfig
+ * (for pg.Pool's `Client` option): `new pg.Pool({ ...config, Client: multiHostClient(pg.Client) })`.
+ */
+export declare function multiHostClient<C extends typeof Client>(client: C): C;
+
 export interface RouterOptions {
-  /** The coordinator: a connection string or a pg ClientConfig. */
+  /**
+   * The coordinator: a connection string or a pg ClientConfig. A libpq keyword/value string
+   * may list hosts ("host=h1,h2 port=p1,p2") and set target_session_attrs (read-write or any).
+   */
   routes: string | ClientConfig;
-  /** The shards by name: a connection string or a pg PoolConfig each. */
+  /** The shards by name: a connection string (as routes') or a pg PoolConfig each. */
   shards: Record<string, string | PoolConfig>;
   /** Retries after the first attempt (20). */
   retryLimit?: number;

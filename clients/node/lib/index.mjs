@@ -3,6 +3,6 @@ import client from './index.js';
 
 export const {
   Router, RoutingError, NoRouteError, RouteRetryExhausted, CommitOutcomeUnknownError, ROUTE_CHANGED, ROUTE_FENCED,
-  geneOf, geneOfId, Uuid, uuid,
+  geneOf, geneOfId, Uuid, uuid, NoHostError, multiHostClient,
 } = client;
 export default client;

@@ -49,6 +49,8 @@ const {
   ROUTES_CHANNEL, ROUTES_SQL, EMPTY_ROUTES_VERSION_SQL, ROUTE_VERSION_SQL, ROUTING_PROTOCOL_SQL, declaredSql, claimSql,
   claimsOnBegin, ShardProtocol, RouteTable, targetGene, ownerParam, rereadsAfter, backoffDelay,
 } = require('./routes');
+const { PREFER_TLS, SSL_MODES, preferTls, connectPreferringTls } = require('./tls');
+const { multiHostConfig, multiHostClient, isMultiHost } = require('./multihost');
 
 const INT8_OID = 20;
 // Route reads must not hang the callers that wait for them (a coordinator that stopped
@@ -68,29 +70,13 @@ class RetryRoute extends Error {
 
 const sleep = (ms) => new Promise((resolve) => { setTimeout(resolve, ms); });
 // libpq's keyword/value form ("host=/tmp port=5432 dbname=app"), as psql and the other
-// clients take it; a URL goes to pg as connectionString.
+// clients take it; a URL goes to pg as connectionString. Several hosts ("host=h1,h2
+// port=p1,p2") or target_session_attrs make a multi-host config (multihost.js), whose pools and
+// coordinator connections use multiHostClient; one host without it gives the config as ever.
 const KEYWORDS = {
   host: 'host', hostaddr: 'host', port: 'port', dbname: 'database', user: 'user', password: 'password',
   application_name: 'application_name', options: 'options',
 };
-// sslmode as libpq means it (absent: PGSSLMODE, else prefer, libpq's default). pg has no
-// prefer: it is TLS without certificate checks, marked PREFER_TLS, and a server that answers
-// 'N' to the SSLRequest is connected to again without TLS, remembered for that connection
-// string (connectPreferringTls). allow is plaintext (pg cannot upgrade on the server's demand).
-const PREFER_TLS = Symbol('id_gen.preferTls');
-const SSL_MODES = {
-  disable: false, allow: false, prefer: { rejectUnauthorized: false }, require: { rejectUnauthorized: false },
-  'verify-ca': { rejectUnauthorized: true, checkServerIdentity: () => undefined }, 'verify-full': { rejectUnauthorized: true },
-};
-// The TLS settings of prefer (libpq uses none over a Unix-domain socket, whatever the mode).
-function preferTls(config, host) {
-  if ((host || process.env.PGHOST || '').startsWith('/')) config.ssl = false;
-  else {
-    config.ssl = { ...SSL_MODES.prefer };
-    config[PREFER_TLS] = true;
-  }
-  return config;
-}
 // A URL goes to pg, which reads its sslmode as pg 8 does (require and verify-ca: verify-full
 // and a warning, unless uselibpqcompat=true), but for prefer, which pg has not, and an absent
 // sslmode (PGSSLMODE, else prefer, as libpq): then sslmode=prefer leaves the URL and prefer is
@@ -129,9 +115,14 @@ function asConfig(c) {
   let m;
   let end = 0;
   let sslmode;
+  let ports; // (the port as given: a list, with several hosts)
+  let targetSessionAttrs;
   while ((m = pair.exec(c)) !== null) {
     const value = m[3] !== undefined ? m[3].replace(/\\(.)/g, '$1') : m[4];
-    if (KEYWORDS[m[1]] !== undefined) config[KEYWORDS[m[1]]] = m[1] === 'port' ? Number(value) : value;
+    if (KEYWORDS[m[1]] !== undefined) {
+      config[KEYWORDS[m[1]]] = m[1] === 'port' ? Number(value) : value;
+      if (m[1] === 'port') ports = value;
+    } else if (m[1] === 'target_session_attrs') targetSessionAttrs = value;
     else if (m[1] === 'connect_timeout') config.connectionTimeoutMillis = Number(value) * 1000;
     else if (m[1] === 'sslmode') sslmode = value;
     else throw new TypeError(`the connection keyword ${m[1]} is not supported here (pass a pg config object)`);
@@ -140,34 +131,16 @@ function asConfig(c) {
   if (c.slice(end).trim() !== '') throw new TypeError(`not a connection string: ${c}`);
   if (sslmode === undefined) sslmode = process.env.PGSSLMODE || 'prefer'; // (empty: unset)
   if (!Object.prototype.hasOwnProperty.call(SSL_MODES, sslmode)) throw new TypeError(`sslmode=${sslmode} is not one of ${Object.keys(SSL_MODES).join(', ')}`);
+  if (targetSessionAttrs !== undefined || String(config.host ?? '').includes(',') || String(ports ?? '').includes(',')) {
+    delete config.port;
+    return multiHostConfig(config, ports, targetSessionAttrs, sslmode); // (for multiHostClient)
+  }
   if (sslmode === 'prefer') return preferTls(config, config.host);
   const ssl = SSL_MODES[sslmode];
   config.ssl = ssl && { ...ssl };
   return config;
 }
 
-/** pg's error when the server answered 'N' to the SSLRequest (it has no TLS). */
-function tlsRefused(error) {
-  return error instanceof Error && error.message === 'The server does not support SSL connections';
-}
-
-/**
- * connect() (a pg Client's or Pool's); under sslmode=prefer (config[PREFER_TLS]), a server that
- * refused TLS is connected to again at once without it, and config.ssl becomes false, so that
- * the later connections of that config (a pool's options, the coordinator's config) go without
- * TLS from the start: one refused SSLRequest per connection string and Router, not per
- * connection. A server that later offers TLS is used without it until the Router is re-made.
- */
-async function connectPreferringTls(config, connect) {
-  const ssl = config.ssl;
-  try {
-    return await connect();
-  } catch (e) {
-    if (!config[PREFER_TLS] || !tlsRefused(e)) throw e;
-    if (config.ssl === ssl) config.ssl = false;
-    return connect();
-  }
-}
 const closedError = () => new Error('the Router is closed');
 
 class Router {
@@ -316,7 +289,8 @@ class Router {
   async _coordinatorClient() {
     // (the caller's own timeouts win; the defaults bound the waits otherwise)
     const client = await connectPreferringTls(this._routesConfig, async () => {
-      const c = new this._pg.Client({ ...COORDINATOR_OPTIONS, ...this._routesConfig, types: this._coordinatorTypes });
+      const Client = isMultiHost(this._routesConfig) ? multiHostClient(this._pg.Client) : this._pg.Client;
+      const c = new Client({ ...COORDINATOR_OPTIONS, ...this._routesConfig, types: this._coordinatorTypes });
       c.on('error', () => {}); // (a lost connection fails its next query; handled there)
       await c.connect();
       return c;
@@ -445,7 +419,9 @@ class Router {
     if (this._closed) throw closedError();
     let pool = this._pools.get(shard);
     if (pool === undefined) {
-      pool = new this._pg.Pool({ ...this._poolOptions, ...this._shardConfigs.get(shard), types: this._shardTypes });
+      const config = this._shardConfigs.get(shard);
+      const client = isMultiHost(config) ? { Client: multiHostClient(this._pg.Client) } : {};
+      pool = new this._pg.Pool({ ...this._poolOptions, ...config, ...client, types: this._shardTypes });
       // An idle client that broke: the pool drops it; the shard may have restarted with
       // another id_gen.
       pool.on('error', () => { this._protocols.get(shard).forget(); });

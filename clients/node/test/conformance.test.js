@@ -72,7 +72,14 @@ test('load arguments: NAME=DSN shards (a DSN holds = too), the defaults, and wha
     readEvery: 4,
     refreshIntervalMs: 1000,
     listen: true,
+    retryLimit: 20,
+    backoffMaxMs: 200,
   });
+  const retries = parseLoadArgs([...LOAD_ARGS, '--retry-limit', '200', '--backoff-max-ms', '0']);
+  assert.deepEqual([retries.retryLimit, retries.backoffMaxMs], [200, 0]);
+  const failover = parseLoadArgs([...LOAD_ARGS, '--shard',
+    'shard_3=host=127.0.0.1,127.0.0.1 port=5435,5436 user=postgres dbname=postgres target_session_attrs=read-write connect_timeout=2']);
+  assert.match(failover.shards.shard_3, /target_session_attrs=read-write/);
   const more = parseLoadArgs([...LOAD_ARGS, '--stop-file', '/tmp/stop', '--read-every', '0', '--refresh-interval-ms', '0', '--no-listen']);
   assert.deepEqual([more.stopFile, more.readEvery, more.refreshIntervalMs, more.listen], ['/tmp/stop', 0, 0, false]);
   const refused = [
@@ -86,6 +93,12 @@ test('load arguments: NAME=DSN shards (a DSN holds = too), the defaults, and wha
     [...LOAD_ARGS, '--read-every', '-1'],
     [...LOAD_ARGS, '--table', 'conf; DROP TABLE x'],
     [...LOAD_ARGS, '--bogus'],
+    [...LOAD_ARGS, '--retry-limit', '-1'],
+    [...LOAD_ARGS, '--retry-limit', '2.5'],
+    [...LOAD_ARGS, '--backoff-max-ms', 'x'],
+    [...LOAD_ARGS, '--backoff-max-ms', '-200'],
+    [...LOAD_ARGS, '--shard', 'c=host=a,b port=1,2,3'], // the port list does not match the hosts
+    [...LOAD_ARGS, '--shard', 'c=host=a,b target_session_attrs=standby'],
   ];
   for (const args of refused) assert.throws(() => parseLoadArgs(args), UsageError, args.join(' '));
 });

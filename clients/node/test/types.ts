@@ -1,7 +1,9 @@
 // Compiled by `tsc -p test/tsconfig.json` (npm test): the declarations serve a TypeScript
 // user's code as the README shows it, and refuse what they should.
+import * as pg from 'pg';
 import {
   Router, geneOf, uuid, RouteRetryExhausted, NoRouteError, CommitOutcomeUnknownError, RoutingError,
+  NoHostError, multiHostClient, type MultiHostConfig,
 } from 'id-gen-client';
 
 export async function example(): Promise<bigint> {
@@ -31,4 +33,16 @@ export async function example(): Promise<bigint> {
   } finally {
     await router.close();
   }
+}
+
+export function multiHostPool(): pg.Pool {
+  const config: MultiHostConfig = {
+    hosts: [{ host: '127.0.0.1', port: 5433 }, { host: '127.0.0.1', port: 5434, ssl: false }],
+    targetSessionAttrs: 'read-write', hostConnectTimeoutMillis: 2000, user: 'postgres',
+  };
+  // @ts-expect-error targetSessionAttrs is read-write or any
+  const standby: MultiHostConfig = { hosts: [], targetSessionAttrs: 'standby' };
+  const pool = new pg.Pool({ ...config, Client: multiHostClient(pg.Client) });
+  pool.on('error', (e) => { if (e instanceof NoHostError && e.code === '08001') pool.end(); });
+  return standby.hosts.length === 0 ? pool : pool;
 }

@@ -18,13 +18,19 @@ const {
   Router, CommitOutcomeUnknownError, geneOf, uuid,
 } = require('..');
 const { asConfig, connectPreferringTls } = require('../lib/router');
+const { isMultiHost, multiHostClient } = require('../lib/multihost');
 
 const USAGE = `usage: conformance genes
        conformance load --routes DSN --shard NAME=DSN [--shard NAME=DSN ...] --table T --sequence Q
                         --owners N --seconds S --log FILE [--stop-file F] [--read-every K]
-                        [--refresh-interval-ms MS] [--no-listen]
+                        [--refresh-interval-ms MS] [--no-listen] [--retry-limit N]
+                        [--backoff-max-ms MS]
        conformance bench (the flags of load but --log) --mode tx|lookup [--direct]`;
 const WRITERS = 4;
+// The Router's defaults, unless --retry-limit or --backoff-max-ms say otherwise.
+const ROUTER_RETRY_LIMIT = 20;
+const ROUTER_BACKOFF_MAX_MS = 200;
+const ROUTER_BACKOFF_BASE_MS = 5;
 const ERRORS_SHOWN = 5;
 const CLOSE_TIMEOUT_MS = 10000;
 const EXIT_GRACE_MS = 10000;
@@ -72,6 +78,18 @@ function integerArg(values, name, fallback, least) {
   return Number(text);
 }
 
+/**
+ * The Router's retryLimit and backoff of --retry-limit and --backoff-max-ms (the first delay,
+ * 5 ms by default, lowered to the largest when that is below it).
+ */
+function retrySettings(options) {
+  return {
+    retryLimit: options.retryLimit,
+    backoffMax: options.backoffMaxMs,
+    backoffBase: Math.min(ROUTER_BACKOFF_BASE_MS, options.backoffMaxMs),
+  };
+}
+
 /** The load's options from its arguments; a UsageError (exit status 2) when they are wrong. */
 function parseLoadArgs(argv, bench = false) {
   let values;
@@ -90,6 +108,8 @@ function parseLoadArgs(argv, bench = false) {
         'read-every': { type: 'string' },
         'refresh-interval-ms': { type: 'string' },
         'no-listen': { type: 'boolean' },
+        'retry-limit': { type: 'string' },
+        'backoff-max-ms': { type: 'string' },
         ...(bench ? { mode: { type: 'string' }, direct: { type: 'boolean' } } : {}),
       },
     }));
@@ -129,6 +149,8 @@ function parseLoadArgs(argv, bench = false) {
     readEvery: integerArg(values, 'read-every', 4, 0),
     refreshIntervalMs: integerArg(values, 'refresh-interval-ms', 1000, 0),
     listen: !values['no-listen'],
+    retryLimit: integerArg(values, 'retry-limit', ROUTER_RETRY_LIMIT, 0),
+    backoffMaxMs: integerArg(values, 'backoff-max-ms', ROUTER_BACKOFF_MAX_MS, 0),
     ...(bench ? { mode: parseMode(values.mode), direct: Boolean(values.direct) } : {}),
   };
 }
@@ -230,8 +252,8 @@ async function runLoad(options, pg) {
   let router;
   try {
     router = await Router.connect({
-      routes: options.routes, shards: options.shards, retryLimit: 20, listen: options.listen,
-      refreshInterval: options.refreshIntervalMs, pool: { max: WRITERS }, pg,
+      routes: options.routes, shards: options.shards, listen: options.listen,
+      refreshInterval: options.refreshIntervalMs, pool: { max: WRITERS }, pg, ...retrySettings(options),
     });
   } catch (e) {
     process.stderr.write(`conformance load: the routes could not be read: ${e.message}\n`);
@@ -271,12 +293,15 @@ async function bench(argv) {
   const pg = require('pg');
   const router = await Router.connect({
     routes: options.routes, shards: options.shards, listen: false, refreshInterval: 0, pool: { max: 2 },
+    ...retrySettings(options),
   });
   const pools = new Map();
   const pool = (shard) => {
     if (!pools.has(shard)) {
+      const config = asConfig(options.shards[shard]);
       pools.set(shard, new pg.Pool({
-        max: 2, connectionTimeoutMillis: 10000, query_timeout: 60000, keepAlive: true, ...asConfig(options.shards[shard]),
+        max: 2, connectionTimeoutMillis: 10000, query_timeout: 60000, keepAlive: true, ...config,
+        ...(isMultiHost(config) ? { Client: multiHostClient(pg.Client) } : {}),
       }));
     }
     return pools.get(shard);

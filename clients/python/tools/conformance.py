@@ -43,6 +43,13 @@ def genes() -> int:
     return 0
 
 
+def non_negative_int(text: str) -> int:
+    """An argparse type: a decimal integer 0 or more (a usage error, exit 2, otherwise)."""
+    if not (text.isascii() and text.isdigit()):
+        raise argparse.ArgumentTypeError(f"takes an integer 0 or more, not {text!r}")
+    return int(text)
+
+
 def parse_load(argv, prog="conformance load"):
     p = argparse.ArgumentParser(prog=prog)
     p.add_argument("--routes", required=True)
@@ -56,6 +63,10 @@ def parse_load(argv, prog="conformance load"):
     p.add_argument("--read-every", type=int, default=4)
     p.add_argument("--refresh-interval-ms", type=int, default=1000)
     p.add_argument("--no-listen", action="store_true")
+    p.add_argument("--retry-limit", type=non_negative_int, default=20, metavar="N",
+                   help="the Router's retry_limit (default 20)")
+    p.add_argument("--backoff-max-ms", type=non_negative_int, default=200, metavar="MS",
+                   help="the Router's backoff_max in ms (default 200)")
     if prog.endswith("bench"):
         p.add_argument("--mode", choices=("tx", "lookup"), required=True)
         p.add_argument("--direct", action="store_true")
@@ -131,7 +142,8 @@ def load(argv) -> int:
     args, shards = parse_load(argv)
     try:
         router = Router(args.routes, shards, max_size=4, listen=not args.no_listen,
-                        refresh_interval=args.refresh_interval_ms / 1000.0)
+                        refresh_interval=args.refresh_interval_ms / 1000.0,
+                        retry_limit=args.retry_limit, backoff_max=args.backoff_max_ms / 1000.0)
     except Exception as e:
         print(f"conformance load: the routes could not be read: {e}", file=sys.stderr)
         return 1
@@ -153,7 +165,8 @@ def load(argv) -> int:
 def bench(argv) -> int:
     """One client, one operation at a time (docs/routing-protocol.md §6, `bench`)."""
     args, shards = parse_load(argv, "conformance bench")
-    router = Router(args.routes, shards, max_size=2, listen=False, refresh_interval=0)
+    router = Router(args.routes, shards, max_size=2, listen=False, refresh_interval=0,
+                    retry_limit=args.retry_limit, backoff_max=args.backoff_max_ms / 1000.0)
     pools = {}
     insert = (f"INSERT INTO {args.table} (id, owner_id) "
               f"VALUES (id_gen.gene_order_id(%s::text, %s::bigint), %s) RETURNING id")
@@ -219,7 +232,8 @@ def main(argv) -> int:
     if argv[:1] == ["bench"]:
         return bench(argv[1:])
     print("usage: conformance genes | conformance load --routes DSN --shard NAME=DSN ... --table T "
-          "--sequence Q --owners N --seconds S --log FILE", file=sys.stderr)
+          "--sequence Q --owners N --seconds S --log FILE [--retry-limit N] [--backoff-max-ms MS] ...",
+          file=sys.stderr)
     return 2
 
 

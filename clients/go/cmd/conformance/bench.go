@@ -56,9 +56,9 @@ func parseBenchArgs(args []string, stderr io.Writer) (benchOptions, error) {
 func bench(o benchOptions, stdout io.Writer) (int, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
-	routerConfig := idgen.Config{
+	routerConfig := o.withRetrySettings(idgen.Config{
 		Routes: o.routes, Shards: o.shards, NoListen: true, RefreshInterval: idgen.NoRefreshPoll, MaxConns: 2,
-	}
+	})
 	router, err := idgen.NewRouter(ctx, routerConfig)
 	if err != nil {
 		return 1, fmt.Errorf("the routes could not be read: %w", err)

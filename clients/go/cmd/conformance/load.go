@@ -46,6 +46,33 @@ type loadOptions struct {
 	readEvery       int
 	refreshInterval time.Duration
 	listen          bool
+	retryLimit      int           // the Router's RetryLimit (--retry-limit, default 20)
+	backoffMax      time.Duration // the Router's BackoffMax (--backoff-max-ms, default 200 ms)
+}
+
+// withRetrySettings is c with the Router's RetryLimit and BackoffMax of --retry-limit and
+// --backoff-max-ms. BackoffBase is lowered to BackoffMax when that is below it; a largest
+// delay of 0 is 1 ns for both (a zero in idgen.Config means its default).
+func (o loadOptions) withRetrySettings(c idgen.Config) idgen.Config {
+	c.RetryLimit = idgen.Retries(o.retryLimit)
+	c.BackoffMax = o.backoffMax
+	if c.BackoffMax <= 0 {
+		c.BackoffMax = time.Nanosecond
+	}
+	c.BackoffBase = idgen.DefaultBackoffBase
+	if c.BackoffBase > c.BackoffMax {
+		c.BackoffBase = c.BackoffMax
+	}
+	return c
+}
+
+// nonNegativeInt is a decimal integer 0 or more (digits only, no sign), or false.
+func nonNegativeInt(text string) (int, bool) {
+	if text == "" || strings.Trim(text, "0123456789") != "" {
+		return 0, false
+	}
+	n, err := strconv.Atoi(text)
+	return n, err == nil
 }
 
 // shardFlags collects the repeated --shard NAME=DSN.
@@ -78,6 +105,8 @@ func parseLoadArgs(args []string, stderr io.Writer) (loadOptions, error) {
 	readEvery := flags.String("read-every", "4", "")
 	refreshMs := flags.String("refresh-interval-ms", "1000", "")
 	noListen := flags.Bool("no-listen", false, "")
+	retryLimit := flags.String("retry-limit", strconv.Itoa(idgen.DefaultRetryLimit), "")
+	backoffMaxMs := flags.String("backoff-max-ms", strconv.Itoa(int(idgen.DefaultBackoffMax/time.Millisecond)), "")
 	if err := flags.Parse(args); err != nil {
 		return o, usagef("conformance load: %v", err)
 	}
@@ -122,6 +151,15 @@ func parseLoadArgs(args []string, stderr io.Writer) (loadOptions, error) {
 		o.refreshInterval = idgen.NoRefreshPoll
 	}
 	o.listen = !*noListen
+	var ok bool
+	if o.retryLimit, ok = nonNegativeInt(*retryLimit); !ok {
+		return o, usagef("--retry-limit takes an integer of at least 0, not %q", *retryLimit)
+	}
+	backoffMs, ok := nonNegativeInt(*backoffMaxMs)
+	if !ok || backoffMs > 1e9 {
+		return o, usagef("--backoff-max-ms takes an integer of at least 0 (ms), not %q", *backoffMaxMs)
+	}
+	o.backoffMax = time.Duration(backoffMs) * time.Millisecond
 	return o, nil
 }
 
@@ -159,10 +197,9 @@ func load(o loadOptions, stdout, stderr io.Writer) (int, error) {
 	}
 	defer logFile.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
-	router, err := idgen.NewRouter(ctx, idgen.Config{
-		Routes: o.routes, Shards: o.shards, RetryLimit: idgen.Retries(20), RefreshInterval: o.refreshInterval,
-		NoListen: !o.listen, MaxConns: writers,
-	})
+	router, err := idgen.NewRouter(ctx, o.withRetrySettings(idgen.Config{
+		Routes: o.routes, Shards: o.shards, RefreshInterval: o.refreshInterval, NoListen: !o.listen, MaxConns: writers,
+	}))
 	cancel()
 	if err != nil {
 		fmt.Fprintf(stderr, "conformance load: the routes could not be read: %v\n", err)

@@ -20,7 +20,8 @@ import (
 const usage = `usage: conformance genes
        conformance load --routes DSN --shard NAME=DSN [--shard NAME=DSN ...] --table T --sequence Q
                         --owners N --seconds S --log FILE [--stop-file F] [--read-every K]
-                        [--refresh-interval-ms MS] [--no-listen]
+                        [--refresh-interval-ms MS] [--no-listen] [--retry-limit N]
+                        [--backoff-max-ms MS]
        conformance bench (the flags of load but --log) --mode tx|lookup [--direct]`
 
 // usageError ends the tool with status 2 and the usage.

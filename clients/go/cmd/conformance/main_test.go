@@ -46,8 +46,23 @@ func TestLoadArguments(t *testing.T) {
 		o.readEvery != 0 || o.refreshInterval != idgen.NoRefreshPoll || o.listen || o.owners != 10 {
 		t.Errorf("%+v, %v", o, err)
 	}
-	if o, _ := parseLoadArgs(good, nil); o.readEvery != 4 || o.refreshInterval != time.Second || !o.listen {
+	if o, _ := parseLoadArgs(good, nil); o.readEvery != 4 || o.refreshInterval != time.Second || !o.listen ||
+		o.retryLimit != idgen.DefaultRetryLimit || o.backoffMax != idgen.DefaultBackoffMax {
 		t.Errorf("defaults %+v", o)
+	}
+	o, err = parseLoadArgs(append(good, "--retry-limit", "200", "--backoff-max-ms", "1000"), nil)
+	if c := o.withRetrySettings(idgen.Config{}); err != nil || *c.RetryLimit != 200 || c.BackoffMax != time.Second ||
+		c.BackoffBase != idgen.DefaultBackoffBase {
+		t.Errorf("--retry-limit 200 --backoff-max-ms 1000: %+v, %v", o, err)
+	}
+	failover := "host=127.0.0.1,127.0.0.1 port=5435,5436 user=u dbname=d target_session_attrs=read-write connect_timeout=2"
+	if o, err := parseLoadArgs(append(good, "--shard", "c="+failover), nil); err != nil || o.shards["c"] != failover {
+		t.Errorf("a multi-host read-write shard DSN: %+v, %v", o, err)
+	}
+	o, err = parseLoadArgs(append(good, "--retry-limit", "0", "--backoff-max-ms", "0"), nil)
+	if c := o.withRetrySettings(idgen.Config{}); err != nil || *c.RetryLimit != 0 || c.BackoffMax != time.Nanosecond ||
+		c.BackoffBase != time.Nanosecond {
+		t.Errorf("--retry-limit 0 --backoff-max-ms 0: %+v, %v", c, err)
 	}
 	for _, bad := range [][]string{
 		{"--routes", "h"},
@@ -58,6 +73,11 @@ func TestLoadArguments(t *testing.T) {
 		append(append([]string(nil), good...), "--read-every", "-1"),
 		append(append([]string(nil), good...), "extra"),
 		append(append([]string(nil), good...), "--frobnicate"),
+		append(append([]string(nil), good...), "--retry-limit", "-1"),
+		append(append([]string(nil), good...), "--retry-limit", "1.5"),
+		append(append([]string(nil), good...), "--retry-limit", "+3"),
+		append(append([]string(nil), good...), "--backoff-max-ms", "-5"),
+		append(append([]string(nil), good...), "--backoff-max-ms", "x"),
 	} {
 		if status, _, stderr := runTool(append([]string{"load"}, bad...), ""); status != 2 || !strings.Contains(stderr, "usage:") {
 			t.Errorf("%q: status %d, stderr %q", bad, status, stderr)

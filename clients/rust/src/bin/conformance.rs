@@ -5,7 +5,7 @@
 //! conformance genes < lines        # "i:<bigint>", "t:<text>", "u:<uuid>": one gene per line
 //! conformance load --routes DSN --shard NAME=DSN [--shard ...] --table T --sequence Q
 //!     --owners N --seconds S --log FILE [--stop-file F] [--read-every K]
-//!     [--refresh-interval-ms MS] [--no-listen]
+//!     [--refresh-interval-ms MS] [--no-listen] [--retry-limit N] [--backoff-max-ms MS]
 //! conformance bench (the same flags but --log) --mode tx|lookup [--direct]
 //! ```
 //!
@@ -35,6 +35,7 @@ const USAGE: &str = "usage: conformance genes < owners
        conformance load --routes DSN --shard NAME=DSN [--shard NAME=DSN ...] --table T
                         --sequence Q --owners N --seconds S --log FILE [--stop-file F]
                         [--read-every K] [--refresh-interval-ms MS] [--no-listen]
+                        [--retry-limit N] [--backoff-max-ms MS]
        conformance bench (the flags of load but --log) --mode tx|lookup [--direct]";
 
 fn main() -> ExitCode {
@@ -101,6 +102,9 @@ struct LoadOpts {
     read_every: u64,
     refresh_interval: Duration,
     listen: bool,
+    /// The Router's `retry_limit` and `backoff_max`; `None`: the Router's defaults.
+    retry_limit: Option<u32>,
+    backoff_max: Option<Duration>,
     /// bench only: "tx" or "lookup", and whether on the tool's own pools.
     mode: String,
     direct: bool,
@@ -120,6 +124,8 @@ impl LoadOpts {
             read_every: 4,
             refresh_interval: Duration::from_secs(1),
             listen: true,
+            retry_limit: None,
+            backoff_max: None,
             mode: String::new(),
             direct: false,
         };
@@ -157,6 +163,10 @@ impl LoadOpts {
                 "--refresh-interval-ms" => {
                     o.refresh_interval = Duration::from_millis(number(&value)? as u64)
                 }
+                "--retry-limit" => o.retry_limit = Some(non_negative(flag, &value)?),
+                "--backoff-max-ms" => {
+                    o.backoff_max = Some(Duration::from_millis(non_negative(flag, &value)?.into()))
+                }
                 other => return Err(format!("unknown flag {other}")),
             }
         }
@@ -175,6 +185,28 @@ impl LoadOpts {
         }
         Ok(o)
     }
+
+    /// `--retry-limit` and `--backoff-max-ms` into the Router's config, when given (a
+    /// largest delay below the first one lowers the first one to it: the Router requires
+    /// `backoff_base <= backoff_max`).
+    fn apply_retry_settings(&self, config: &mut RouterConfig) {
+        if let Some(limit) = self.retry_limit {
+            config.retry_limit = limit;
+        }
+        if let Some(largest) = self.backoff_max {
+            config.backoff_max = largest;
+            config.backoff_base = config.backoff_base.min(largest);
+        }
+    }
+}
+
+/// A decimal integer 0 or more (digits only, no sign) for `flag`, or a usage error.
+fn non_negative(flag: &str, value: &str) -> Result<u32, String> {
+    let digits_only = !value.is_empty() && value.bytes().all(|c| c.is_ascii_digit());
+    digits_only
+        .then(|| value.parse::<u32>().ok())
+        .flatten()
+        .ok_or(format!("{flag} takes an integer 0 or more, not {value:?}"))
 }
 
 /// `table` or `schema.table` made of `[a-z0-9_]`, each part double-quoted.
@@ -235,6 +267,7 @@ async fn load(o: LoadOpts) -> ExitCode {
     config.listen = o.listen;
     config.refresh_interval = o.refresh_interval;
     config.pool_size = 4;
+    o.apply_retry_settings(&mut config);
     let router = match Router::connect(config).await {
         Ok(router) => router,
         Err(e) => return fail(1, &format!("the routes could not be read: {e}")),
@@ -354,6 +387,7 @@ async fn bench(o: LoadOpts) -> ExitCode {
     config.listen = false;
     config.refresh_interval = Duration::ZERO;
     config.pool_size = 2;
+    o.apply_retry_settings(&mut config);
     let router = match Router::connect(config).await {
         Ok(router) => router,
         Err(e) => return fail(1, &format!("the routes could not be read: {e}")),
@@ -471,4 +505,82 @@ async fn connect_plain(dsn: &str) -> Result<id_gen_client::tokio_postgres::Clien
             .map_err(|e| format!("the coordinator: {e}"))?;
     tokio::spawn(connection);
     Ok(client)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FAILOVER_DSN: &str = "host=127.0.0.1,127.0.0.1 port=5435,5436 user=postgres \
+        dbname=postgres target_session_attrs=read-write connect_timeout=2";
+
+    fn load_args(more: &[&str]) -> Vec<String> {
+        let mut args = vec![
+            "--routes",
+            "host=h user=u",
+            "--shard",
+            "a=host=h port=1 user=u",
+            "--table",
+            "t",
+            "--sequence",
+            "q",
+            "--owners",
+            "10",
+            "--seconds",
+            "1",
+            "--log",
+            "/dev/null",
+        ];
+        args.extend_from_slice(more);
+        args.into_iter().map(String::from).collect()
+    }
+
+    #[test]
+    fn retry_flags_default_to_the_routers_and_reach_its_config() {
+        let o = LoadOpts::parse(&load_args(&[]), false).unwrap();
+        let mut config = RouterConfig::new("host=h", BTreeMap::new());
+        o.apply_retry_settings(&mut config);
+        assert_eq!(config.retry_limit, 20);
+        assert_eq!(config.backoff_max, Duration::from_millis(200));
+        let o = LoadOpts::parse(
+            &load_args(&["--retry-limit", "200", "--backoff-max-ms", "1000"]),
+            false,
+        )
+        .unwrap();
+        o.apply_retry_settings(&mut config);
+        assert_eq!(config.retry_limit, 200);
+        assert_eq!(config.backoff_max, Duration::from_secs(1));
+        let o = LoadOpts::parse(&load_args(&["--backoff-max-ms", "0"]), false).unwrap();
+        o.apply_retry_settings(&mut config);
+        assert_eq!(config.backoff_max, Duration::ZERO);
+        assert_eq!(
+            config.backoff_base,
+            Duration::ZERO,
+            "lowered to the largest"
+        );
+        config.validate().unwrap();
+    }
+
+    #[test]
+    fn bad_retry_flags_are_usage_errors() {
+        for flag in ["--retry-limit", "--backoff-max-ms"] {
+            for bad in ["-1", "1.5", "x", "", "+3", "99999999999"] {
+                let err = LoadOpts::parse(&load_args(&[flag, bad]), false).unwrap_err();
+                assert!(
+                    err.contains("takes an integer 0 or more"),
+                    "{flag} {bad}: {err}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_multi_host_read_write_shard_dsn_passes_unchanged() {
+        let shard = format!("b={FAILOVER_DSN}");
+        let o = LoadOpts::parse(&load_args(&["--shard", &shard]), false).unwrap();
+        assert_eq!(o.shards["b"], FAILOVER_DSN);
+        RouterConfig::new("host=h", o.shards.clone())
+            .validate()
+            .unwrap();
+    }
 }

@@ -11,7 +11,11 @@
 //   time; never after a lost connection (the routes said nothing new). The wait before
 //   attempt n + 1 is min(base * 2^n, max), jittered to [1/2, 1] of it.
 // - A connection is lost when its error has SQLState class 08 or 57P01..57P03, or the driver
-//   closed it under the error.
+//   closed it under the error. A connect that failed (connectFailed) is one whose error, or
+//   an error along its causes, has such a SQLState or is a java.net.ConnectException: pgjdbc's
+//   08001 (refused; no host of a multi-host URL is the primary that targetServerType=primary
+//   asks for) and HikariCP's SQLTransientConnectionException around it (its SQLState the
+//   last connect failure's, null when the pool was merely exhausted).
 // - An error is classified by the SQLException it is or carries: a RuntimeException (Spring's
 //   or jOOQ's DataAccessException, ...) is looked through along getCause(), at most
 //   MAX_CAUSES deep (a cycle of causes ends there), to the first SQLException.
@@ -110,6 +114,25 @@ final class Protocol {
             t = t.getCause();
         }
         return null;
+    }
+
+    /**
+     * Whether an error from taking a shard connection says the connect failed (the shard down,
+     * restarting or failing over): a lost-connection SQLState on the error or along its
+     * causes, or a java.net.ConnectException among them. Not a pool that was merely exhausted
+     * (HikariCP's timeout with no connect failure behind it), a refused password or an
+     * unknown database (28P01, 3D000).
+     */
+    static boolean connectFailed(Throwable thrown) {
+        Throwable t = thrown;
+        for (int depth = 0; t != null && depth < MAX_CAUSES; depth++) {
+            if (t instanceof java.net.ConnectException
+                    || (t instanceof java.sql.SQLException && connectionLostState(((java.sql.SQLException) t).getSQLState()))) {
+                return true;
+            }
+            t = t.getCause();
+        }
+        return false;
     }
 
     /** Whether the error or one of its causes (at most MAX_CAUSES deep) is a `kind`. */

@@ -689,12 +689,12 @@ public final class Router implements AutoCloseable {
         try {
             return connector.borrow(shard);
         } catch (SQLException | RuntimeException e) {
-            // Refused or reset (the shard restarting, failing over): nothing was sent, retried.
-            // A pool exhausted by the caller's own load, a refused password or an unknown
-            // database are not lost connections: raised as they are.
+            // Refused or reset (the shard restarting, failing over; no host of a multi-host URL
+            // the primary yet): nothing was sent, retried. A pool exhausted by the caller's own
+            // load, a refused password or an unknown database are not lost connections: raised
+            // as they are. (See Protocol.connectFailed.)
             SQLException sql = Protocol.sqlExceptionIn(e);
-            if (sql != null && (Protocol.connectionLostState(sql.getSQLState())
-                    || Protocol.causedBy(e, java.net.ConnectException.class))) {
+            if (sql != null && Protocol.connectFailed(e)) {
                 forgetClaimForm(shard);
                 throw new Retry(RetryCause.LOST, sql, e);
             }

@@ -31,6 +31,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.TreeMap;
+import java.util.function.Supplier;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 
@@ -62,6 +63,8 @@ final class FakeCluster implements Connector {
     final Set<String> oldShards = new HashSet<>(); // before 0.7.16: the probe answers NULL, the comment on BEGIN is ignored
     int fences; // the next N claims or statements of any gene fail with IG002
     int connectFails; // the next N connects to shard "a" are refused
+    // what a refused connect to shard "a" throws (a driver's or a pool's error)
+    Supplier<SQLException> connectFailure = () -> new SQLException("fake: connection to shard a refused", "08001");
     int claimLost; // the next N claims find the connection ended (FATAL 57P01)
     int probeLost; // the next N probes find the connection ended (FATAL 57P01)
     int probeFails; // the next N probes fail with an error of their own (42501)
@@ -253,7 +256,7 @@ final class FakeCluster implements Connector {
         }
         if (shard.equals("a") && connectFails > 0) {
             connectFails--;
-            throw new SQLException("fake: connection to shard a refused", "08001");
+            throw connectFailure.get();
         }
         Pool pool = pools.computeIfAbsent(shard, k -> new Pool());
         pool.out++;

@@ -2,7 +2,9 @@
 // to a shard (nothing per session), the claim's form by the shard's routing protocol (probed
 // once, again after a lost connection), a body that swallowed an error, nextId's SQL and
 // parameters, route changes heard, missed and polled, a listener lost, LISTEN failing at the
-// start (not fatal), a coordinator down at the start, closing; and the real pgjdbc driver
+// start (not fatal), a coordinator down at the start, a failed connect as pgjdbc and HikariCP
+// report it (retried) against an exhausted pool or a refused login (raised), closing; and
+// the real pgjdbc driver
 // against a port where nothing listens.
 //
 // Invariant: no test waits a fixed time for a condition; pollUntil polls with a deadline and
@@ -15,7 +17,9 @@ import static org.junit.jupiter.api.Assertions.assertSame;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import java.net.ConnectException;
 import java.sql.SQLException;
+import java.sql.SQLTransientConnectionException;
 import java.sql.Statement;
 import java.time.Duration;
 import java.util.Arrays;
@@ -25,7 +29,10 @@ import java.util.Properties;
 import java.util.UUID;
 import java.util.concurrent.Callable;
 import java.util.function.Consumer;
+import java.util.function.Supplier;
 import org.junit.jupiter.api.Test;
+import org.postgresql.util.PSQLException;
+import org.postgresql.util.PSQLState;
 
 class RouterTest {
     private static final List<Object[]> ROUTES = List.of(new Object[] {32767, "a"}, new Object[] {65535, "b"});
@@ -546,6 +553,54 @@ class RouterTest {
         assertEquals(1, cluster.connectorCloses);
         assertThrows(IllegalStateException.class, () -> router.transaction(Key.gene(1), conn -> 1));
         assertThrows(IllegalStateException.class, router::refresh);
+    }
+
+    @Test
+    void aFailedConnectIsRetriedAsLostAsPgjdbcOrHikariReportIt() throws Exception {
+        // pgjdbc, when no host of a multi-host URL is the primary (targetServerType=primary:
+        // one refused, one a standby during a failover), and HikariCP's timeout around the last
+        // connect failure (its SQLState, or null with the failure as the cause).
+        List<Supplier<SQLException>> failovers = List.of(
+                () -> new PSQLException("Could not find a server with specified targetServerType: primary",
+                        PSQLState.CONNECTION_UNABLE_TO_CONNECT),
+                () -> new SQLTransientConnectionException("id-gen-client-a - Connection is not available, "
+                        + "request timed out after 2000ms.", "08001", new PSQLException("Connection to 127.0.0.1:1 "
+                        + "refused.", PSQLState.CONNECTION_UNABLE_TO_CONNECT, new ConnectException("Connection refused"))),
+                () -> new SQLTransientConnectionException("id-gen-client-a - Connection is not available, "
+                        + "request timed out after 2000ms.", null, new PSQLException("An I/O error occurred while "
+                        + "sending to the backend.", PSQLState.CONNECTION_FAILURE)),
+                () -> new SQLTransientConnectionException("timed out", null, new ConnectException("Connection refused")));
+        for (Supplier<SQLException> failover : failovers) {
+            withRouter(b -> b.retryLimit(3), (router, cluster) -> {
+                synchronized (cluster) {
+                    cluster.connectFailure = failover;
+                    cluster.connectFails = 3;
+                }
+                assertEquals(1, (int) router.transaction(Key.gene(1), conn -> 1));
+                assertEquals(3, router.stats().retriesLost(), failover.get().toString());
+            });
+        }
+    }
+
+    @Test
+    void aPoolExhaustedOrALoginRefusedIsRaisedNotRetried() throws Exception {
+        List<Supplier<SQLException>> notLost = List.of(
+                () -> new SQLTransientConnectionException("id-gen-client-a - Connection is not available, "
+                        + "request timed out after 2000ms."),
+                () -> new SQLTransientConnectionException("id-gen-client-a - Connection is not available, "
+                        + "request timed out after 2000ms.", "28P01", new PSQLException("password authentication "
+                        + "failed for user \"u\"", PSQLState.INVALID_PASSWORD)));
+        for (Supplier<SQLException> failure : notLost) {
+            withRouter(b -> b.retryLimit(3), (router, cluster) -> {
+                synchronized (cluster) {
+                    cluster.connectFailure = failure;
+                    cluster.connectFails = 1;
+                }
+                SQLException e = assertThrows(SQLException.class, () -> router.transaction(Key.gene(1), conn -> 1));
+                assertEquals(failure.get().getMessage(), e.getMessage());
+                assertEquals(0, router.stats().retriesLost());
+            });
+        }
     }
 
     @Test

@@ -43,6 +43,7 @@ final class Bench {
         }
         Router.Builder builder = Router.builder().routes(args.routes.url, args.routes.properties)
                 .listen(false).refreshInterval(Duration.ZERO).maxPoolSize(2);
+        args.retrySettings(builder);
         Map<String, HikariDataSource> pools = new HashMap<>();
         for (int i = 0; i < args.shardNames.size(); i++) {
             builder.shard(args.shardNames.get(i), args.shardDsns.get(i).url, args.shardDsns.get(i).properties);

@@ -66,7 +66,8 @@ public final class Conformance {
         return "usage: conformance genes\n"
                 + "       conformance load --routes DSN --shard NAME=DSN [--shard NAME=DSN ...] --table T --sequence Q\n"
                 + "                        --owners N --seconds S --log FILE [--stop-file F] [--read-every K]\n"
-                + "                        [--refresh-interval-ms MS] [--no-listen]\n"
+                + "                        [--refresh-interval-ms MS] [--no-listen] [--retry-limit N]\n"
+                + "                        [--backoff-max-ms MS]\n"
                 + "       conformance bench (the flags of load but --log) --mode tx|lookup [--direct]";
     }
 
@@ -125,6 +126,9 @@ public final class Conformance {
         int readEvery = 4;
         long refreshIntervalMs = 1000;
         boolean listen = true;
+        /** The Router's retryLimit and largest backoff (its defaults: 20, 200 ms). */
+        int retryLimit = 20;
+        long backoffMaxMs = 200;
         /** bench only: "tx" or "lookup", and whether on the tool's own pools. */
         String mode;
         boolean direct;
@@ -185,6 +189,12 @@ public final class Conformance {
                     case "--refresh-interval-ms":
                         a.refreshIntervalMs = Long.parseLong(value);
                         break;
+                    case "--retry-limit":
+                        a.retryLimit = (int) nonNegative(flag, value, Integer.MAX_VALUE);
+                        break;
+                    case "--backoff-max-ms":
+                        a.backoffMaxMs = nonNegative(flag, value, Long.MAX_VALUE / 1_000_000);
+                        break;
                     case "--mode":
                         if (!bench || !(value.equals("tx") || value.equals("lookup"))) {
                             throw new IllegalArgumentException("--mode takes tx or lookup (bench only), not " + value);
@@ -205,7 +215,36 @@ public final class Conformance {
             }
             return a;
         }
+
+        /** A decimal integer 0 .. max (digits only, no sign) given to flag. */
+        private static long nonNegative(String flag, String value, long max) {
+            if (!value.matches("[0-9]+")) {
+                throw new IllegalArgumentException(flag + " takes an integer 0 or more, not " + value);
+            }
+            try {
+                long n = Long.parseLong(value);
+                if (n <= max) {
+                    return n;
+                }
+            } catch (NumberFormatException tooLarge) {
+                // (reported below)
+            }
+            throw new IllegalArgumentException(flag + " takes an integer 0 to " + max + ", not " + value);
+        }
+
+        /**
+         * The Router's retryLimit and backoff from --retry-limit and --backoff-max-ms (the first
+         * delay, 5 ms by default, lowered to the largest when that is below it).
+         */
+        Router.Builder retrySettings(Router.Builder builder) {
+            Duration max = Duration.ofMillis(backoffMaxMs);
+            Duration base = Duration.ofMillis(Math.min(DEFAULT_BACKOFF_BASE_MS, backoffMaxMs));
+            return builder.retryLimit(retryLimit).backoff(base, max);
+        }
     }
+
+    /** The Router's default first backoff delay (Router.Builder.backoff). */
+    static final long DEFAULT_BACKOFF_BASE_MS = 5;
 
     static int load(List<String> argv) {
         LoadArgs args;
@@ -216,8 +255,9 @@ public final class Conformance {
             return 2;
         }
         Router.Builder builder = Router.builder().routes(args.routes.url, args.routes.properties)
-                .retryLimit(20).listen(args.listen).refreshInterval(Duration.ofMillis(args.refreshIntervalMs))
+                .listen(args.listen).refreshInterval(Duration.ofMillis(args.refreshIntervalMs))
                 .maxPoolSize(WRITERS);
+        args.retrySettings(builder);
         for (int i = 0; i < args.shardNames.size(); i++) {
             builder.shard(args.shardNames.get(i), args.shardDsns.get(i).url, args.shardDsns.get(i).properties);
         }

@@ -1,9 +1,12 @@
-// The conformance tool's parts that need no server: libpq DSNs as pgjdbc URLs, the genes mode,
-// the load's argument checks, and the bench's direct pools (the Router's connection properties).
+// The conformance tool's parts that need no server: libpq DSNs as pgjdbc URLs (multi-host
+// ones too), the genes mode, the load's argument checks (--retry-limit, --backoff-max-ms too),
+// and the bench's direct pools (the Router's connection properties).
 package org.idgen.client.conformance;
 
+import static org.junit.jupiter.api.Assertions.assertDoesNotThrow;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.io.ByteArrayInputStream;
 import java.io.ByteArrayOutputStream;
@@ -29,6 +32,32 @@ class ConformanceTest {
         assertThrows(IllegalArgumentException.class, () -> Dsn.parse("host=h gssencmode=disable"));
         assertThrows(IllegalArgumentException.class, () -> Dsn.parse("host=h junk"));
         assertThrows(IllegalArgumentException.class, () -> Dsn.parse("host=/tmp user=u"));
+    }
+
+    @Test
+    void multiHostDsnsBecomeMultiHostUrlsWithATargetServerType() {
+        Dsn d = Dsn.parse("host=127.0.0.1,127.0.0.1 port=5433,5434 user=postgres dbname=postgres "
+                + "target_session_attrs=read-write connect_timeout=2");
+        assertEquals("jdbc:postgresql://127.0.0.1:5433,127.0.0.1:5434/postgres", d.url);
+        assertEquals("primary", d.properties.getProperty("targetServerType"));
+        assertEquals("1", d.properties.getProperty("hostRecheckSeconds"));
+        assertEquals("2", d.properties.getProperty("connectTimeout"));
+        d = Dsn.parse("host=a,::1,c port=6000 user=u target_session_attrs=any");
+        assertEquals("jdbc:postgresql://a:6000,[::1]:6000,c:6000/u", d.url, "one port for every host");
+        assertEquals("any", d.properties.getProperty("targetServerType"));
+        assertEquals("jdbc:postgresql://a:5432,localhost:7/u", Dsn.parse("host=a, port=,7 user=u").url,
+                "an empty entry is the default");
+        d = Dsn.parse("host=h port=5 user=u target_session_attrs=read-write");
+        assertEquals("jdbc:postgresql://h:5/u", d.url);
+        assertEquals("primary", d.properties.getProperty("targetServerType"));
+        assertEquals(null, d.properties.getProperty("hostRecheckSeconds"), "one host: nothing to re-check");
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
+                () -> Dsn.parse("host=a,b,c port=1,2 user=u"));
+        assertTrue(e.getMessage().contains("3 hosts takes one port or 3 ports, not 2"), e.getMessage());
+        e = assertThrows(IllegalArgumentException.class, () -> Dsn.parse("host=a,b user=u target_session_attrs=standby"));
+        assertTrue(e.getMessage().contains("target_session_attrs=standby is not supported"), e.getMessage());
+        assertThrows(IllegalArgumentException.class, () -> Dsn.parse("host=a,/tmp user=u"));
+        assertThrows(IllegalArgumentException.class, () -> Dsn.parse("host=a,b port=1,x user=u"));
     }
 
     @Test
@@ -75,6 +104,27 @@ class ConformanceTest {
         assertThrows(IllegalArgumentException.class, () -> Conformance.LoadArgs.parse(ok.subList(0, 4)));
         assertThrows(IllegalArgumentException.class, () -> Conformance.LoadArgs.parse(List.of("--owners", "x")));
         assertThrows(IllegalArgumentException.class, () -> Conformance.LoadArgs.parse(List.of("--bogus", "1")));
+        assertEquals(20, a.retryLimit, "the Router's default");
+        assertEquals(200, a.backoffMaxMs, "the Router's default");
+        List<String> retries = new java.util.ArrayList<>(ok);
+        retries.addAll(List.of("--retry-limit", "200", "--backoff-max-ms", "1000"));
+        a = Conformance.LoadArgs.parse(retries);
+        assertEquals(200, a.retryLimit);
+        assertEquals(1000, a.backoffMaxMs);
+        for (String flag : List.of("--retry-limit", "--backoff-max-ms")) {
+            for (String bad : List.of("-1", "1.5", "x", "", "+3", "99999999999999999999")) {
+                List<String> withBad = new java.util.ArrayList<>(ok);
+                withBad.addAll(List.of(flag, bad));
+                assertThrows(IllegalArgumentException.class, () -> Conformance.LoadArgs.parse(withBad), flag + " " + bad);
+            }
+        }
+        List<String> negative = new java.util.ArrayList<>(ok);
+        negative.addAll(List.of("--retry-limit", "-1"));
+        assertEquals(2, Conformance.load(negative), "a usage error");
+        Conformance.LoadArgs noBackoff = Conformance.LoadArgs.parse(List.of("--routes", "host=h", "--shard",
+                "s=host=h", "--table", "t", "--sequence", "q", "--owners", "1", "--seconds", "1", "--log", "/tmp/x",
+                "--backoff-max-ms", "0"));
+        assertDoesNotThrow(() -> noBackoff.retrySettings(Router.builder()), "a largest backoff of 0 lowers the first");
         assertEquals(2, Conformance.load(List.of("--owners")));
     }
 }

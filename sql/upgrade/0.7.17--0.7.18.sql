@@ -1,0 +1,4 @@
+-- Catalog changes, 0.7.17 -> 0.7.18 (by hand): none. The rest is code: a new metric family,
+-- id_gen.metrics_operation_fences() (sql/cluster/metrics.sql: the write fences of moves and
+-- reverts armed and neither lifted nor cut over, with their age), added to the view
+-- id_gen.metrics with the same columns.
