@@ -10418,16 +10418,20 @@ CREATE OR REPLACE FUNCTION id_gen.metrics_operation_fences()
 RETURNS TABLE (operation_id text, kind text, shard text, seconds double precision)
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp SET jit = off AS $$
-  -- A move's source fence is armed (recorded) in catching_up and cut over or lifted there; a
-  -- revert's fence on the target the same in reversible. (After the cut-over the source's
-  -- fence triggers stay on copies nobody routes to: not a fence of writes.)
+  -- A move's source fence is armed (recorded) in catching_up and cut over or lifted there, or
+  -- left up by a rollback whose lift failed (phase failed, before any flip: the routes still
+  -- point at the source); a revert's fence on the target is armed in reversible. (After the
+  -- cut-over the source's fence triggers stay on copies nobody routes to: not a fence of
+  -- writes.) A record is committed just before its fence goes up, so a session that dies in
+  -- between shows one until the move supervisor clears it.
   SELECT o.operation_id::text, o.kind, c.node, extract(epoch FROM clock_timestamp() - c.recorded_at)::float8
   FROM id_gen.metrics_reported_operations() o
   JOIN id_gen.operation_cleanups c ON c.operation_id = o.operation_id
-  WHERE (c.object = 'source_fence' AND o.phase = 'catching_up') OR (c.object = 'revert_fence' AND o.phase = 'reversible')
+  WHERE (c.object = 'source_fence' AND o.phase IN ('catching_up', 'failed'))
+     OR (c.object = 'revert_fence' AND o.phase = 'reversible')
 $$;
 COMMENT ON FUNCTION id_gen.metrics_operation_fences() IS
-  'The write fences of moves and reverts armed and neither lifted nor cut over yet, with the shard they are on and the seconds since they were armed (no row without one; a fence lasts milliseconds when all is well): the metric id_gen_operation_fence_up_seconds of id_gen.metrics.';
+  'The write fences of moves and reverts armed and neither lifted nor cut over yet (or left up by a rollback that could not lift them), with the shard they are on and the seconds since they were armed (no row without one; a fence lasts milliseconds when all is well): the metric id_gen_operation_fence_up_seconds of id_gen.metrics.';
 
 CREATE OR REPLACE FUNCTION id_gen.metrics_supervisor()
 RETURNS TABLE (passes_total double precision, failed_passes_total double precision,

@@ -102,6 +102,14 @@ class Loads:
         return results
 
 
+    def kill(self):
+        """Ends every tool still running (a test that failed before stop())."""
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait(30)
+
+
 def parse_counts(reads_line, committed_line):
     """`reads R empty E unknown U` and `committed N failed M retries X` as a dict."""
     words = reads_line.split() + committed_line.split()

@@ -6,7 +6,7 @@ run` a session of its own so that a host can die whole (its keeper, postmaster a
 Invariants: failover timers are shortened for tests (MONITOR_CONF; the keepers'
 network_partition_timeout stays below the monitor's primary_demote_timeout, as with the
 defaults); every wait is a poll that fails with the last value seen; `stop()` ends every
-session it started, by SIGKILL if pg_autoctl stop does not.
+session it started, by SIGKILL if pg_autoctl stop does not, and returns once they are gone.
 
 pg_auto_failover is packaged by Debian for the server of bookworm only (PostgreSQL 15;
 scripts/common.sh installs it): `AVAILABLE` says whether it is there for the server in PG_BIN.
@@ -173,4 +173,9 @@ class Formation:
                 poll_until(f"{name}'s pg_autoctl session ends", lambda n=name: self.session_pids(n), [], 10)
             except AssertionError:
                 for pid in self.session_pids(name):
-                    os.kill(pid, signal.SIGKILL)
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:  # (it ended meanwhile)
+                        pass
+        for name in (*self.data_members, "monitor"):
+            poll_until(f"{name}'s pg_autoctl session is gone", lambda n=name: self.session_pids(n), [], 30)

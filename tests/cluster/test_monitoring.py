@@ -339,12 +339,13 @@ def test_f_a_fence_held_shows_with_its_age():
         later = poll_until("its age grows past a second", lambda: e.values(
             "id_gen_operation_fence_up_seconds", server=cl, kind="move", shard="shard_1"),
             lambda v: len(v) == 1 and v[0] > 1, 30)
-        _, helps, types = e.scrape()
+        # (A scrape between two attempts has no fence: each check is polled.)
         want = file_metrics()
         for m in WHILE_A_FENCE_IS_UP:
-            assert (types.get(m), helps.get(m)) == want[m], f"{m}: TYPE and HELP as scraped"
-            assert c.execute(f"SELECT DISTINCT type, help FROM id_gen.metrics WHERE metric = '{m}'") == [want[m]], \
-                f"{m} in id_gen.metrics and in the file"
+            poll_until(f"{m}: TYPE and HELP as scraped, as in the file", lambda: (
+                lambda _, helps, types: (types.get(m), helps.get(m)))(*e.scrape()), want[m], 30)
+            poll_until(f"{m} in id_gen.metrics as in the file", lambda: c.execute(
+                f"SELECT DISTINCT type, help FROM id_gen.metrics WHERE metric = '{m}'"), [want[m]], 30)
     finally:
         holder.close()  # the fence's marker goes through
     assert move.join(120) is None, "the move completes once its fence's marker arrives"

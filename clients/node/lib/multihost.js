@@ -114,9 +114,13 @@ function multiHostClient(Client) {
           failures.push(failure);
           continue;
         }
+        // (the pool may have given up while the host was checked)
+        if (this.connection && this.connection.stream && this.connection.stream.destroyed) break;
         this._target(config, entry);
+        let connected = false;
         try {
           await super.connect();
+          connected = true;
           if (config.targetSessionAttrs === 'read-write' && await readOnly(this)) {
             failures.push({ entry, readOnly: true });
             this.end().catch(() => {});
@@ -125,6 +129,8 @@ function multiHostClient(Client) {
           }
         } catch (e) {
           failures.push({ entry, error: e });
+          // (connected, then the read-only check failed: the connection is not kept)
+          if (connected) this.end().catch(() => {});
         }
         break; // (this client connects once: the host it chose failed it)
       }
