@@ -7,9 +7,9 @@ s2, run by pg_autoctl as the postgres OS user on loopback; shard_1 is a plain se
 coordinator (the segment authority of 'orders') routes genes 0 .. 32767 to shard_1 and the
 rest to shard_2, and reaches shard_2 by a foreign server with host '127.0.0.1,127.0.0.1' port
 's1,s2' target_session_attrs 'read-write'. (The formation starts after the other servers:
-its members' connections to each other take ephemeral ports, and Linux may pick the same
-one for the same destination in every run, so a server started later could find its port
-taken.) The load, on owners 1 .. 1000 of both shards:
+its members connect to each other often, and should IDG_CLUSTER_PORT put the module's ports
+in Linux's ephemeral range, such a connection could hold the port of a server started
+later; see conftest.py.) The load, on owners 1 .. 1000 of both shards:
   - the five clients' conformance tools (client_loads; 4 writers each through its Router,
     reads of owners written by their id range), shard_2's DSN the same multi-host one;
     their retries span the failover (--retry-limit 200, --backoff-max-ms 500);
