@@ -51,6 +51,7 @@ S = {}
 TCP = ["listen_addresses = '127.0.0.1'", "max_connections = 60"]
 FORMATION_FIRST_GENE = 32768  # shard_2's genes
 COORDINATOR_WRITERS = 2
+WRITERS = 4 * len(CLIENTS) + COORDINATOR_WRITERS  # (each tool runs 4)
 # Retries that outlast the failover (about 8 s here): up to 200, waiting up to 500 ms each.
 RETRIES = ("--retry-limit", "200", "--backoff-max-ms", "500")
 SAMPLE_SECONDS = 0.05  # (the sampler's pace, not a wait for a state)
@@ -189,9 +190,8 @@ def test_c_commits_in_flight_then_the_primary_host_dies():
     os.kill(receiver, signal.SIGSTOP)
     try:
         # (Each writer soon commits on shard_2 and waits there; three in four of them.)
-        writers_count = 4 * len(CLIENTS) + COORDINATOR_WRITERS
         waiting = poll_until("writers wait on SyncRep on s1 (s2's WAL receiver is stopped)", lambda: f["s1"].one(
-            "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'"), lambda n: n >= 3 * writers_count // 4, 30)
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'"), lambda n: n >= 3 * WRITERS // 4, 30)
         t_kill, t_kill_db = time.monotonic(), S["c"].one("SELECT clock_timestamp()::text")
         f.kill_host("s1")
     finally:
@@ -253,8 +253,7 @@ def test_d_nothing_lost_nothing_twice_only_outcomes_unknown():
     all_ids += [i for _, i in coordinator_rows]
     assert len(all_ids) == len(set(all_ids)), "no id twice across the tables and shards"
     # Each writer had at most one commit in flight when s1 died; none may be lost later.
-    writers_count = 4 * len(CLIENTS) + COORDINATOR_WRITERS
-    assert 1 <= unknown_total <= writers_count, \
+    assert 1 <= unknown_total <= WRITERS, \
         f"the commits in flight when s1 died, and only those, surfaced as 'commit outcome unknown' ({unknown_total})"
     report("shard failover under load: " + "; ".join(figures))
     # The promoted shard is shard_2: the coordinator's routes, and its guard.

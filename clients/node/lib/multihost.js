@@ -79,6 +79,19 @@ function isMultiHost(config) {
 
 const clientClasses = new WeakMap();
 
+/** The Client class a config needs: multiHostClient(Client) for a multi-host one, else Client. */
+function clientFor(config, Client) {
+  return isMultiHost(config) ? multiHostClient(Client) : Client;
+}
+
+/**
+ * The pg.Pool options a config adds for its Client: { Client: multiHostClient(Client) } for a
+ * multi-host one; none else (the pool's own Client, as ever).
+ */
+function poolClientOption(config, Client) {
+  return isMultiHost(config) ? { Client: multiHostClient(Client) } : {};
+}
+
 /**
  * A subclass of Client (pg.Client, or a fake of it) that connects to the first qualifying host
  * of its config's `hosts`; one class per Client.
@@ -200,4 +213,4 @@ function noHostError(config, failures) {
     last !== undefined && last.error !== undefined ? { cause: last.error } : undefined);
 }
 
-module.exports = { NoHostError, multiHostConfig, multiHostClient, isMultiHost };
+module.exports = { NoHostError, multiHostConfig, multiHostClient, isMultiHost, clientFor, poolClientOption };

@@ -50,7 +50,7 @@ const {
   claimsOnBegin, ShardProtocol, RouteTable, targetGene, ownerParam, rereadsAfter, backoffDelay,
 } = require('./routes');
 const { PREFER_TLS, SSL_MODES, preferTls, connectPreferringTls } = require('./tls');
-const { multiHostConfig, multiHostClient, isMultiHost } = require('./multihost');
+const { multiHostConfig, clientFor, poolClientOption } = require('./multihost');
 
 const INT8_OID = 20;
 // Route reads must not hang the callers that wait for them (a coordinator that stopped
@@ -143,6 +143,9 @@ function asConfig(c) {
 
 const closedError = () => new Error('the Router is closed');
 
+// The defaults of Router's options retryLimit, backoffBase and backoffMax (ms).
+const ROUTER_DEFAULTS = Object.freeze({ retryLimit: 20, backoffBase: 5, backoffMax: 200 });
+
 class Router {
   /**
    * options: routes (the coordinator: a connection string or a pg ClientConfig), shards
@@ -153,7 +156,8 @@ class Router {
    */
   constructor(options) {
     const {
-      routes, shards, retryLimit = 20, backoffBase = 5, backoffMax = 200, listen = true,
+      routes, shards, retryLimit = ROUTER_DEFAULTS.retryLimit, backoffBase = ROUTER_DEFAULTS.backoffBase,
+      backoffMax = ROUTER_DEFAULTS.backoffMax, listen = true,
       refreshInterval = 1000, ids = 'bigint', pool = {}, pg,
     } = options || {};
     if (routes === undefined || routes === null) throw new TypeError('routes (the coordinator) is required');
@@ -289,7 +293,7 @@ class Router {
   async _coordinatorClient() {
     // (the caller's own timeouts win; the defaults bound the waits otherwise)
     const client = await connectPreferringTls(this._routesConfig, async () => {
-      const Client = isMultiHost(this._routesConfig) ? multiHostClient(this._pg.Client) : this._pg.Client;
+      const Client = clientFor(this._routesConfig, this._pg.Client);
       const c = new Client({ ...COORDINATOR_OPTIONS, ...this._routesConfig, types: this._coordinatorTypes });
       c.on('error', () => {}); // (a lost connection fails its next query; handled there)
       await c.connect();
@@ -420,8 +424,9 @@ class Router {
     let pool = this._pools.get(shard);
     if (pool === undefined) {
       const config = this._shardConfigs.get(shard);
-      const client = isMultiHost(config) ? { Client: multiHostClient(this._pg.Client) } : {};
-      pool = new this._pg.Pool({ ...this._poolOptions, ...config, ...client, types: this._shardTypes });
+      pool = new this._pg.Pool({
+        ...this._poolOptions, ...config, ...poolClientOption(config, this._pg.Client), types: this._shardTypes,
+      });
       // An idle client that broke: the pool drops it; the shard may have restarted with
       // another id_gen.
       pool.on('error', () => { this._protocols.get(shard).forget(); });
@@ -692,4 +697,4 @@ async function rollbackQuietly(client, error) {
   }
 }
 
-module.exports = { Router, asConfig, connectPreferringTls, PREFER_TLS };
+module.exports = { Router, ROUTER_DEFAULTS, asConfig, connectPreferringTls, PREFER_TLS };

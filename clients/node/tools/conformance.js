@@ -17,8 +17,8 @@ const { parseArgs } = require('node:util');
 const {
   Router, CommitOutcomeUnknownError, geneOf, uuid,
 } = require('..');
-const { asConfig, connectPreferringTls } = require('../lib/router');
-const { isMultiHost, multiHostClient } = require('../lib/multihost');
+const { ROUTER_DEFAULTS, asConfig, connectPreferringTls } = require('../lib/router');
+const { poolClientOption } = require('../lib/multihost');
 
 const USAGE = `usage: conformance genes
        conformance load --routes DSN --shard NAME=DSN [--shard NAME=DSN ...] --table T --sequence Q
@@ -27,10 +27,6 @@ const USAGE = `usage: conformance genes
                         [--backoff-max-ms MS]
        conformance bench (the flags of load but --log) --mode tx|lookup [--direct]`;
 const WRITERS = 4;
-// The Router's defaults, unless --retry-limit or --backoff-max-ms say otherwise.
-const ROUTER_RETRY_LIMIT = 20;
-const ROUTER_BACKOFF_MAX_MS = 200;
-const ROUTER_BACKOFF_BASE_MS = 5;
 const ERRORS_SHOWN = 5;
 const CLOSE_TIMEOUT_MS = 10000;
 const EXIT_GRACE_MS = 10000;
@@ -86,7 +82,7 @@ function retrySettings(options) {
   return {
     retryLimit: options.retryLimit,
     backoffMax: options.backoffMaxMs,
-    backoffBase: Math.min(ROUTER_BACKOFF_BASE_MS, options.backoffMaxMs),
+    backoffBase: Math.min(ROUTER_DEFAULTS.backoffBase, options.backoffMaxMs),
   };
 }
 
@@ -149,8 +145,8 @@ function parseLoadArgs(argv, bench = false) {
     readEvery: integerArg(values, 'read-every', 4, 0),
     refreshIntervalMs: integerArg(values, 'refresh-interval-ms', 1000, 0),
     listen: !values['no-listen'],
-    retryLimit: integerArg(values, 'retry-limit', ROUTER_RETRY_LIMIT, 0),
-    backoffMaxMs: integerArg(values, 'backoff-max-ms', ROUTER_BACKOFF_MAX_MS, 0),
+    retryLimit: integerArg(values, 'retry-limit', ROUTER_DEFAULTS.retryLimit, 0),
+    backoffMaxMs: integerArg(values, 'backoff-max-ms', ROUTER_DEFAULTS.backoffMax, 0),
     ...(bench ? { mode: parseMode(values.mode), direct: Boolean(values.direct) } : {}),
   };
 }
@@ -301,7 +297,7 @@ async function bench(argv) {
       const config = asConfig(options.shards[shard]);
       pools.set(shard, new pg.Pool({
         max: 2, connectionTimeoutMillis: 10000, query_timeout: 60000, keepAlive: true, ...config,
-        ...(isMultiHost(config) ? { Client: multiHostClient(pg.Client) } : {}),
+        ...poolClientOption(config, pg.Client),
       }));
     }
     return pools.get(shard);
