@@ -5,12 +5,18 @@
 # in one run, in interleaved rounds:
 #   (a) INSERT and point lookup by id, one client, BEGIN + statement + COMMIT: through
 #       id_gen_client.Router (Python; the claim rides with BEGIN), through the coordinator
-#       (postgres_fdw), directly on the owning shard (psycopg pool); single statements in
-#       autocommit through Router.execute (the route version in the statement's leading
-#       comment) against direct autocommit;
-#   (a') each of the five clients through its conformance tool (`bench`: Python, Rust, Java,
-#       Go, Node.js), transactions and lookups through its Router against the same statements
-#       on its own pool, directly on the shards and through PgBouncer (transaction mode);
+#       (postgres_fdw), directly on the owning shard (psycopg pool, set as the Router's: no
+#       prepared statements); single statements in autocommit through Router.execute (the
+#       route version in the statement's leading comment) against direct autocommit; and the
+#       same with prepared statements on both sides (psycopg's prepare_threshold 5: shards
+#       reached without a transaction-mode pooler);
+#   (a') each of the five clients through its conformance tool (`bench --side-by-side`: Python,
+#       Rust, Java, Go, Node.js), transactions and lookups through its Router against the same
+#       statements on its own pool, in one process, alternating slices of 100 ms (Router,
+#       direct, direct, Router, ...) after 5 s of warm-up (a JIT's compiles: Java's lookups
+#       through PgBouncer were 0.89..0.93 x after 2 s, 0.98 x after 5 s), directly on the
+#       shards and through PgBouncer (transaction mode); a round's ratio is of that run's two
+#       sides;
 #   (b) the shard-side cost of the checks: pgbench point lookups on shard_1 with no declared
 #       version, with SET id_gen.route_version (checked by the executor-start guard in every
 #       transaction), with the guard off (id_gen.routing_guard = off: no plan walk), and
@@ -25,6 +31,10 @@ RB_ROUNDS=5 RB_T=3 RB_PGB_T=5
 [ "${QUICK:-}" = "--quick" ] && RB_ROUNDS=3 RB_T=2 RB_PGB_T=3
 # (IDG_BENCH_ROUNDS / IDG_BENCH_SECONDS: fewer rounds or shorter runs, e.g. 3 and 2)
 RB_ROUNDS=${IDG_BENCH_ROUNDS:-$RB_ROUNDS} RB_T=${IDG_BENCH_SECONDS:-$RB_T}
+# (IDG_ROUTING_SECTIONS: some of "9 9b 10"; IDG_BENCH_CLIENTS: some of the five clients, for 9b)
+RB_SECTIONS=" ${IDG_ROUTING_SECTIONS:-9 9b 10} " RB_CLIENTS=${IDG_BENCH_CLIENTS:-python rust java go node}
+rb_section() { [[ "$RB_SECTIONS" == *" $1 "* ]]; }
+RB_WARM_UP=${IDG_BENCH_WARM_UP:-5}  # (9b: seconds of warm-up in each run of a tool)
 RB_SMALL=("shared_buffers = 32MB" "max_connections = 40" "listen_addresses = '127.0.0.1'")
 trap 'cluster_stop "$RB_C"; cluster_stop "$(rb_shard_dir 1)"; cluster_stop "$(rb_shard_dir 2)"; [ -z "${CDIR:-}" ] || cluster_stop "$CDIR"; [ -z "${CL_COO:-}" ] || { cluster_stop "$CL_COO"; cluster_stop "$(cl_shard_dir 1)"; cluster_stop "$(cl_shard_dir 2)"; }; cluster_stop "$DIR"' EXIT
 rbq() { cpsql "$RB_C" "$RB_CP" -At "$@"; }
@@ -32,7 +42,7 @@ rbsq() { local i=$1; shift; cpsql "$(rb_shard_dir "$i")" "$(rb_shard_port "$i")"
 rb_dsn() { echo "host=$(rb_shard_dir "$1") port=$(rb_shard_port "$1") dbname=postgres user=postgres"; }
 
 echo
-echo "-- 9. zero-hop routing: Router vs coordinator vs directly on the shard, one client, BEGIN + statement + COMMIT, ${RB_T} s per run (median of $RB_ROUNDS interleaved rounds; ratio to direct (min..max) over the rounds)"
+echo "-- 9. zero-hop routing (Python): Router vs coordinator vs directly on the shard, one client, BEGIN + statement + COMMIT; single statements in autocommit; each path side by side with its direct path in 100 ms slices, ${RB_T} s each per round (median of $RB_ROUNDS rounds; ratio to direct of the same run (min..max))"
 RB_PY=$(ensure_python_env)
 cluster_start "$RB_C" "$RB_CP" "${RB_SMALL[@]}"
 rbq >/dev/null <<'SQL'
@@ -68,6 +78,7 @@ RB_W=$RB_C/work; mkdir -p "$RB_W"
 rbq -c "SELECT id FROM orders ORDER BY random() LIMIT 2000" > "$RB_W/ids"
 RB_SHARDS="{\"shard_1\": \"$(rb_dsn 1)\", \"shard_2\": \"$(rb_dsn 2)\"}"
 RB_CDSN="host=$RB_C port=$RB_CP dbname=postgres user=postgres"
+if rb_section 9; then
 "$RB_PY" "$REPO_ROOT/bench/routing_bench.py" "$RB_CDSN" "$RB_SHARDS" "$RB_W/ids" 40000 "$RB_T" "$RB_ROUNDS" > "$RB_W/py.json"
 "$RB_PY" - "$RB_W/py.json" <<'PYEOF'
 import json, sys
@@ -76,17 +87,18 @@ for line in open(sys.argv[1]):
     if r.get("summary"):
         tie = lambda s: ", tie (within noise)" if s[0] <= 1 <= s[1] else ""
         if r["path"] == r["baseline"]:
-            print(f"  Python {r['op']:6} {r['path']:17}: {r['tps']:8.1f} tps, p50 {r['p50_ms']:.3f} ms, p99 {r['p99_ms']:.3f} ms")
+            print(f"  Python {r['op']:6} {r['path']:23}: {r['tps']:8.1f} tps, p50 {r['p50_ms']:.3f} ms, p99 {r['p99_ms']:.3f} ms")
             continue
-        print(f"  Python {r['op']:6} {r['path']:17}: {r['tps']:8.1f} tps, p50 {r['p50_ms']:.3f} ms, p99 {r['p99_ms']:.3f} ms;"
+        print(f"  Python {r['op']:6} {r['path']:23}: {r['tps']:8.1f} tps, p50 {r['p50_ms']:.3f} ms, p99 {r['p99_ms']:.3f} ms;"
               f" tps {r['tps_vs_direct']:.2f} ({r['tps_vs_direct_spread'][0]:.2f}..{r['tps_vs_direct_spread'][1]:.2f}) x {r['baseline']}{tie(r['tps_vs_direct_spread'])},"
               f" p50 latency {r['p50_vs_direct']:.2f} ({r['p50_vs_direct_spread'][0]:.2f}..{r['p50_vs_direct_spread'][1]:.2f}) x")
     elif "router_stats" in r:
         print(f"  Router: {r['router_stats']}")
 PYEOF
+fi
 
 echo
-echo "-- 9b. the five clients (their conformance tools, docs/routing-protocol.md §6), one client each, ${RB_T} s per run: Router against the same statements on the tool's own pool of the same driver, directly on the shards and through PgBouncer 1.18 in transaction mode (median of $RB_ROUNDS interleaved rounds; ratio (min..max))"
+echo "-- 9b. the five clients (their conformance tools, docs/routing-protocol.md §6), one client each, ${RB_T} s a side per run: Router against the same statements on the tool's own pool of the same driver, side by side in one process (alternating 100 ms slices, after ${RB_WARM_UP} s of warm-up), directly on the shards and through PgBouncer 1.18 in transaction mode (median of $RB_ROUNDS rounds; ratio of each run's two sides (min..max))"
 # TCP for the tools (pgjdbc has no unix sockets); a PgBouncer per shard, transaction mode.
 RB_BP=$((RB_CP + 10))
 rb_tcp() { echo "host=127.0.0.1 port=$1 dbname=postgres user=postgres"; }
@@ -111,24 +123,26 @@ INI
   runuser -u postgres -- pgbouncer -d "$d/pgbouncer.ini"
 done
 trap 'for i in 1 2; do kill "$(cat "$RB_W/bouncer_$i/pgbouncer.pid" 2>/dev/null)" 2>/dev/null; done; cluster_stop "$RB_C"; cluster_stop "$(rb_shard_dir 1)"; cluster_stop "$(rb_shard_dir 2)"; [ -z "${CDIR:-}" ] || cluster_stop "$CDIR"; [ -z "${CL_COO:-}" ] || { cluster_stop "$CL_COO"; cluster_stop "$(cl_shard_dir 1)"; cluster_stop "$(cl_shard_dir 2)"; }; cluster_stop "$DIR"' EXIT
-rb_client() { # rb_client LANGUAGE tx|lookup router|direct direct|pooled: operations per second
+rb_client() { # rb_client LANGUAGE tx|lookup direct|pooled: "Router own-pool" operations per second, side by side
   local s1 s2
-  if [ "$4" = pooled ]; then s1=$(rb_tcp $((RB_BP + 1))); s2=$(rb_tcp $((RB_BP + 2)))
+  if [ "$3" = pooled ]; then s1=$(rb_tcp $((RB_BP + 1))); s2=$(rb_tcp $((RB_BP + 2)))
   else s1=$(rb_tcp "$(rb_shard_port 1)"); s2=$(rb_tcp "$(rb_shard_port 2)"); fi
-  "$REPO_ROOT/clients/$1/conformance" bench --routes "$(rb_tcp "$RB_CP")" --shard "shard_1=$s1" --shard "shard_2=$s2" \
-      --table orders --sequence orders --owners 40000 --seconds "$RB_T" --mode "$2" $([ "$3" = direct ] && echo --direct) |
-    awk '/^ops / { printf "%.1f", $2 / $4 }'
+  IDG_RUST_PROFILE=$RB_RUST_PROFILE "$REPO_ROOT/clients/$1/conformance" bench --routes "$(rb_tcp "$RB_CP")" --shard "shard_1=$s1" --shard "shard_2=$s2" \
+      --table orders --sequence orders --owners 40000 --seconds "$(awk -v t="$RB_T" 'BEGIN { print 2 * t }')" --mode "$2" --side-by-side --warm-up-seconds "$RB_WARM_UP" |
+    awk '/^ops / && $5 == "direct_ops" { printf "%.1f %.1f", $2 / $4, $6 / $8 }'
 }
-for lang in python rust java go node; do
-  "$REPO_ROOT/clients/$lang/conformance" genes <<< 'i:42' >/dev/null  # built before it is timed
+rb_section 9b || RB_CLIENTS=""
+RB_RUST_PROFILE=release  # (the Rust tool optimized, as an application ships it)
+for lang in $RB_CLIENTS; do
+  IDG_RUST_PROFILE=$RB_RUST_PROFILE "$REPO_ROOT/clients/$lang/conformance" genes <<< 'i:42' >/dev/null  # built before it is timed
   RUNS=()
   for r in $(seq "$RB_ROUNDS"); do
     line=""
     for via in direct pooled; do
       for op in tx lookup; do
-        if [ $((r % 2)) = 0 ]; then a=$(rb_client "$lang" "$op" router "$via"); b=$(rb_client "$lang" "$op" direct "$via")
-        else b=$(rb_client "$lang" "$op" direct "$via"); a=$(rb_client "$lang" "$op" router "$via"); fi
-        line+=" $a $b"
+        ab=$(rb_client "$lang" "$op" "$via")
+        [ -n "$ab" ] || { echo "bench_routing: $lang $op ($via) printed no side-by-side line" >&2; exit 1; }
+        line+=" $ab"
       done
     done
     RUNS+=("${line# }")
@@ -142,6 +156,7 @@ for lang in python rust java go node; do
   done
 done
 
+rb_section 10 || return 0  # (sourced)
 echo
 echo "-- 10. the version check on a shard: pgbench -c 2 -j 2 -T ${RB_PGB_T}, point lookups by id on shard_1 (median of $RB_ROUNDS interleaved rounds; ratio (min..max))"
 V=$(rbq -c "SELECT id_gen.route_version()")

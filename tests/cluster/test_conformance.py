@@ -177,22 +177,25 @@ def test_e_the_same_through_pgbouncer_in_transaction_mode():
 
 def test_f_the_bench_mode_runs_each_path():
     """`conformance bench` (bench/bench.sh --routing times it): transactions and lookups,
-    through the Router and on the tool's own pool, each runs and counts what it did. (No
-    figure is checked: a count above zero and the rows the transactions added.)"""
+    through the Router, on the tool's own pool, and both side by side, each runs and counts
+    what it did. (No figure is checked: a count above zero of each side and the rows the
+    transactions added.)"""
     c = S["c"]
     shards = [a for shard, dsn in S["direct"].items() for a in ("--shard", f"{shard}={dsn}")]
     for lang in CLIENTS:
         before = c.one(f"SELECT count(*) FROM conf_{lang}")
         done = 0
         for mode in ("tx", "lookup"):
-            for direct in ((), ("--direct",)):
+            for direct in ((), ("--direct",), ("--side-by-side",)):
                 out = subprocess.run([tool(lang), "bench", "--routes", tcp_dsn(c), *shards, "--table", f"conf_{lang}",
                                       "--sequence", "orders", "--owners", "1000", "--seconds", "0.2", "--mode", mode,
                                       *direct], capture_output=True, text=True, timeout=120)
                 last = out.stdout.strip().splitlines()[-1:] or [""]
                 words = last[0].split()
-                assert out.returncode == 0 and words[:1] == ["ops"] and int(words[1]) > 0, \
+                both = direct == ("--side-by-side",)
+                assert out.returncode == 0 and words[:1] == ["ops"] and int(words[1]) > 0 and \
+                    len(words) == (8 if both else 4) and (not both or words[4] == "direct_ops" and int(words[5]) > 0), \
                     f"{lang} bench {mode} {direct}: {out.returncode} {last} {out.stderr[-1500:]}"
                 if mode == "tx":
-                    done += int(words[1])
+                    done += int(words[1]) + (int(words[5]) if both else 0)
         assert c.one(f"SELECT count(*) FROM conf_{lang}") >= before + done, f"{lang}: the bench's transactions are there"

@@ -9,7 +9,9 @@ const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
 
-const { parseLoadArgs, runLoad, UsageError } = require('../tools/conformance');
+const {
+  parseLoadArgs, runLoad, runSlices, SLICE_MS, SIDE_BY_SIDE, UsageError,
+} = require('../tools/conformance');
 const { Cluster } = require('./fake_pg');
 
 const WRAPPER = path.join(__dirname, '..', 'conformance');
@@ -161,4 +163,32 @@ test('load: the stop file ends it; nothing committed, nothing logged', async () 
     });
     assert.equal(fs.readFileSync(options.log, 'utf8'), '');
   });
+});
+
+test('bench: one side or both, side by side in slices Router, direct, direct, Router', async () => {
+  const base = LOAD_ARGS.filter((a, i) => a !== '--log' && LOAD_ARGS[i - 1] !== '--log');
+  const options = parseLoadArgs([...base, '--mode', 'tx', '--side-by-side'], true);
+  assert.equal(options.sideBySide, true);
+  assert.equal(options.direct, false);
+  assert.throws(() => parseLoadArgs([...base, '--mode', 'tx', '--side-by-side', '--direct'], true),
+    /exclude each other/);
+  assert.throws(() => parseLoadArgs([...LOAD_ARGS, '--side-by-side']), UsageError);
+  assert.equal(options.warmUpSeconds, 0.5);
+  assert.equal(parseLoadArgs([...base, '--mode', 'tx', '--warm-up-seconds', '2.5'], true).warmUpSeconds, 2.5);
+  for (const bad of ['-1', 'x', '3601', '']) {
+    assert.throws(() => parseLoadArgs([...base, '--mode', 'tx', '--warm-up-seconds', bad], true), UsageError, bad);
+  }
+  // A clock that each operation moves on by 62.5 ms: two operations a slice of 100 ms.
+  let clock = 1000;
+  const done = [];
+  const one = async (direct) => { done.push(direct); clock += 62.5; };
+  const [r, d] = [false, true];
+  let measured = await runSlices(one, SIDE_BY_SIDE, 1000, () => clock);
+  assert.deepEqual(done, [r, r, d, d, d, d, r, r, r, r, d, d, d, d, r, r]);
+  assert.deepEqual([...measured], [[r, { ops: 8, seconds: 0.5 }], [d, { ops: 8, seconds: 0.5 }]]);
+  done.length = 0;
+  measured = await runSlices(one, SIDE_BY_SIDE, 0, () => clock);
+  assert.deepEqual(done, [r, d, d, r], 'every side runs, even in no time');
+  assert.deepEqual([measured.get(r).ops, measured.get(d).ops], [2, 2]);
+  await assert.rejects(runSlices(async () => { throw new Error('down'); }, [true], SLICE_MS), /down/);
 });

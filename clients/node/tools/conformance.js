@@ -4,7 +4,7 @@
 //
 //   conformance genes        owners on stdin (i:<bigint>, t:<text>, u:<uuid>), genes on stdout
 //   conformance load ...     4 writers through one Router (see USAGE)
-//   conformance bench ...    one client's transactions or lookups, Router or --direct
+//   conformance bench ...    one client's transactions or lookups: Router, --direct or --side-by-side
 //
 // Invariants: a log line `owner,id` is written whole (one write to a file opened for append)
 // only after its transaction committed; every failure is counted, none ends the load; the
@@ -25,7 +25,8 @@ const USAGE = `usage: conformance genes
                         --owners N --seconds S --log FILE [--stop-file F] [--read-every K]
                         [--refresh-interval-ms MS] [--no-listen] [--retry-limit N]
                         [--backoff-max-ms MS]
-       conformance bench (the flags of load but --log) --mode tx|lookup [--direct]`;
+       conformance bench (the flags of load but --log) --mode tx|lookup
+                        [--direct | --side-by-side] [--warm-up-seconds S]`;
 const WRITERS = 4;
 const ERRORS_SHOWN = 5;
 const CLOSE_TIMEOUT_MS = 10000;
@@ -106,7 +107,9 @@ function parseLoadArgs(argv, bench = false) {
         'no-listen': { type: 'boolean' },
         'retry-limit': { type: 'string' },
         'backoff-max-ms': { type: 'string' },
-        ...(bench ? { mode: { type: 'string' }, direct: { type: 'boolean' } } : {}),
+        ...(bench ? {
+          mode: { type: 'string' }, direct: { type: 'boolean' }, 'side-by-side': { type: 'boolean' }, 'warm-up-seconds': { type: 'string' },
+        } : {}),
       },
     }));
   } catch (e) {
@@ -123,6 +126,11 @@ function parseLoadArgs(argv, bench = false) {
   }
   if (!/^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$/.test(values.table)) {
     throw new UsageError(`--table takes a table name, not ${JSON.stringify(values.table)}`);
+  }
+  if (values.direct && values['side-by-side']) throw new UsageError('--direct and --side-by-side exclude each other');
+  const warmUpSeconds = Number(values['warm-up-seconds'] ?? '0.5');
+  if (!(warmUpSeconds >= 0 && warmUpSeconds <= 3600) || values['warm-up-seconds']?.trim() === '') {
+    throw new UsageError(`--warm-up-seconds takes 0 to 3600 seconds, not ${JSON.stringify(values['warm-up-seconds'])}`);
   }
   const seconds = Number(values.seconds);
   if (values.seconds.trim() === '' || !Number.isFinite(seconds) || seconds < 0) {
@@ -147,7 +155,9 @@ function parseLoadArgs(argv, bench = false) {
     listen: !values['no-listen'],
     retryLimit: integerArg(values, 'retry-limit', ROUTER_DEFAULTS.retryLimit, 0),
     backoffMaxMs: integerArg(values, 'backoff-max-ms', ROUTER_DEFAULTS.backoffMax, 0),
-    ...(bench ? { mode: parseMode(values.mode), direct: Boolean(values.direct) } : {}),
+    ...(bench ? {
+      mode: parseMode(values.mode), direct: Boolean(values.direct), sideBySide: Boolean(values['side-by-side']), warmUpSeconds,
+    } : {}),
   };
 }
 
@@ -282,7 +292,9 @@ async function load(argv) {
 /**
  * One client, one operation at a time (docs/routing-protocol.md §6, bench): transactions or
  * lookups by id through the Router, or (--direct) the same statements on pools of the tool's
- * own, made as the Router makes its shard pools. 0.5 s of warm-up; prints `ops N seconds X`.
+ * own, made as the Router makes its shard pools, or (--side-by-side) both in alternating slices
+ * of 100 ms. --warm-up-seconds (0.5) of warm-up; prints `ops N seconds X` (side by side: `ops N seconds X
+ * direct_ops M direct_seconds Y`).
  */
 async function bench(argv) {
   const options = parseLoadArgs(argv, true);
@@ -336,12 +348,12 @@ async function bench(argv) {
     }
     const random = seededRandom(7);
     let n = 0;
-    const one = async () => {
+    const one = async (direct) => {
       n += 1;
       if (options.mode === 'tx') {
         const owner = BigInt(1 + Math.floor(random() * options.owners));
         const args = [options.sequence, String(owner)];
-        if (!options.direct) {
+        if (!direct) {
           await router.transaction({ owner }, (client) => client.query(insertSql, args));
           return;
         }
@@ -352,20 +364,60 @@ async function bench(argv) {
         });
       } else {
         const id = ids[n % ids.length];
-        if (!options.direct) await router.execute({ id: BigInt(id) }, lookupSql, [id]);
+        if (!direct) await router.execute({ id: BigInt(id) }, lookupSql, [id]);
         else await pooled(router.shardForId(BigInt(id)), (client) => client.query(lookupSql, [id]));
       }
     };
-    const warm = performance.now() + 500;
-    while (performance.now() < warm) await one();
-    n = 0;
-    const start = performance.now();
-    while (performance.now() - start < options.seconds * 1000) await one();
-    const seconds = (performance.now() - start) / 1000;
-    process.stdout.write(`ops ${n} seconds ${seconds.toFixed(3)}\n`);
+    const sides = options.sideBySide ? SIDE_BY_SIDE : [options.direct];
+    await runSlices(one, sides, options.warmUpSeconds * 1000); // warm-up
+    const measured = await runSlices(one, sides, options.seconds * 1000);
+    const [routerSide, directSide] = [measured.get(false), measured.get(true)];
+    if (options.sideBySide) {
+      process.stdout.write(`ops ${routerSide.ops} seconds ${routerSide.seconds.toFixed(3)} `
+        + `direct_ops ${directSide.ops} direct_seconds ${directSide.seconds.toFixed(3)}\n`);
+    } else {
+      const m = options.direct ? directSide : routerSide;
+      process.stdout.write(`ops ${m.ops} seconds ${m.seconds.toFixed(3)}\n`);
+    }
     return 0;
   } finally {
     await Promise.all([router.close(), ...[...pools.values()].map((p) => p.end())]);
+  }
+}
+
+/** How long one side runs before the other takes over, side by side. */
+const SLICE_MS = 100;
+
+/**
+ * The sides of the slices in turn, side by side (false: the Router, true: the direct pools):
+ * Router, direct, direct, Router, so that a drift of the machine weighs on both alike.
+ */
+const SIDE_BY_SIDE = Object.freeze([false, true, true, false]);
+
+/**
+ * Runs one(side) for ms in slices of SLICE_MS, the slices' sides in the cyclic order of sides,
+ * and at least one slice of each of them, by the clock (ms); returns a Map from side (false:
+ * the Router, true: the direct pools) to { ops, seconds }, each side's seconds from the starts
+ * of its slices to the ends of their last operations. The first error ends it.
+ */
+async function runSlices(one, sides, ms, clock = () => performance.now()) {
+  const measured = new Map([[false, { ops: 0, seconds: 0 }], [true, { ops: 0, seconds: 0 }]]);
+  const end = clock() + ms;
+  for (let i = 0; ; i += 1) {
+    const start = clock();
+    if (start >= end && i >= sides.length) return measured;
+    const side = sides[i % sides.length];
+    const sliceEnd = Math.min(start + SLICE_MS, end);
+    let ops = 0;
+    let t;
+    do {
+      await one(side);
+      ops += 1;
+      t = clock();
+    } while (t < sliceEnd);
+    const m = measured.get(side);
+    m.ops += ops;
+    m.seconds += (t - start) / 1000;
   }
 }
 
@@ -399,5 +451,5 @@ if (require.main === module) {
 }
 
 module.exports = {
-  parseLoadArgs, runLoad, genesOf, seededRandom, UsageError,
+  parseLoadArgs, runLoad, runSlices, SLICE_MS, SIDE_BY_SIDE, genesOf, seededRandom, UsageError,
 };

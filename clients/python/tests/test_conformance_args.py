@@ -1,7 +1,8 @@
 """The conformance tool's load arguments (tools/conformance.py, docs/routing-protocol.md §6)
 without a server: --retry-limit and --backoff-max-ms (their defaults the Router's, integers 0
 or more, anything else a usage error with exit status 2) reach the Router, and a multi-host
-read-write shard DSN passes through unchanged."""
+read-write shard DSN passes through unchanged; bench takes one side or both, side by side in
+slices Router, direct, direct, Router."""
 import contextlib
 import importlib.util
 import io
@@ -61,6 +62,51 @@ class LoadArgumentsTest(unittest.TestCase):
         self.assertEqual((made["retry_limit"], made["backoff_max"]), (7, 1.5))
         self.assertEqual(made["shards"]["b"], FAILOVER_DSN)
 
+
+class BenchSidesTest(unittest.TestCase):
+    BENCH_ARGS = [a for i, a in enumerate(LOAD_ARGS) if a != "--log" and LOAD_ARGS[i - 1] != "--log"] + ["--mode", "tx"]
+
+    def test_one_side_or_both(self):
+        args, _ = conformance.parse_load(self.BENCH_ARGS + ["--side-by-side"], "conformance bench")
+        self.assertEqual((args.side_by_side, args.direct), (True, False))
+        with contextlib.redirect_stderr(io.StringIO()) as err, self.assertRaises(SystemExit) as exit_:
+            conformance.parse_load(self.BENCH_ARGS + ["--side-by-side", "--direct"], "conformance bench")
+        self.assertEqual(exit_.exception.code, 2)
+        self.assertIn("not allowed with argument", err.getvalue())
+        self.assertEqual(args.warm_up_seconds, 0.5)
+        args, _ = conformance.parse_load(self.BENCH_ARGS + ["--warm-up-seconds", "2.5"], "conformance bench")
+        self.assertEqual(args.warm_up_seconds, 2.5)
+        for bad in ("-1", "nan", "3601", "x"):
+            with self.subTest(bad=bad), contextlib.redirect_stderr(io.StringIO()), self.assertRaises(SystemExit):
+                conformance.parse_load(self.BENCH_ARGS + ["--warm-up-seconds", bad], "conformance bench")
+
+    def test_slices_go_router_direct_direct_router(self):
+        # A clock that each operation moves on by 1/16 s: two operations a slice of 0.1 s.
+        now = [100.0]
+        done = []
+
+        def one(direct):
+            done.append(direct)
+            now[0] += 0.0625
+
+        self.assertEqual(conformance.SIDE_BY_SIDE, [False, True, True, False])
+        measured = conformance.run_slices(one, conformance.SIDE_BY_SIDE, 1.0, clock=lambda: now[0])
+        R, D = False, True
+        self.assertEqual(done, [R, R, D, D, D, D, R, R, R, R, D, D, D, D, R, R])
+        self.assertEqual(measured, {R: (8, 0.5), D: (8, 0.5)})
+
+    def test_every_side_runs_even_in_no_time(self):
+        done = []
+        measured = conformance.run_slices(done.append, conformance.SIDE_BY_SIDE, 0)
+        self.assertEqual(done, [False, True, True, False])
+        self.assertEqual((measured[False][0], measured[True][0]), (2, 2))
+
+    def test_an_error_ends_it(self):
+        def down(_):
+            raise RuntimeError("down")
+
+        with self.assertRaisesRegex(RuntimeError, "down"):
+            conformance.run_slices(down, [True], conformance.SLICE_SECONDS)
 
 if __name__ == "__main__":
     unittest.main()

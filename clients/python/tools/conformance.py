@@ -3,7 +3,8 @@ line as every other client's, run by tests/cluster/test_conformance.py.
 
     conformance genes        owners on stdin (i:<bigint>, t:<text>, u:<uuid>), genes on stdout
     conformance load ...     4 writers through one Router; see --help
-    conformance bench ...    one client's transactions or lookups, Router or --direct
+    conformance bench ...    one client's transactions or lookups: Router, --direct, or
+                             --side-by-side (both in alternating slices)
 
 Invariants: a log line `owner,id` is written (whole, flushed) only after its transaction
 committed; every failure is counted, none ends the load; the last two stdout lines are
@@ -69,7 +70,11 @@ def parse_load(argv, prog="conformance load"):
                    help="the Router's backoff_max in ms (default 200)")
     if prog.endswith("bench"):
         p.add_argument("--mode", choices=("tx", "lookup"), required=True)
-        p.add_argument("--direct", action="store_true")
+        p.add_argument("--warm-up-seconds", type=float, default=0.5, metavar="S",
+                       help="seconds of warm-up, not measured (default 0.5)")
+        sides = p.add_mutually_exclusive_group()
+        sides.add_argument("--direct", action="store_true")
+        sides.add_argument("--side-by-side", action="store_true")
     args = p.parse_args(argv)
     shards = {}
     for item in args.shard:
@@ -79,6 +84,8 @@ def parse_load(argv, prog="conformance load"):
         shards[name] = dsn
     if args.owners < 1:
         p.error("--owners must be at least 1")
+    if prog.endswith("bench") and not 0 <= args.warm_up_seconds <= 3600:
+        p.error("--warm-up-seconds takes 0 to 3600 seconds")
     return args, shards
 
 
@@ -187,12 +194,12 @@ def bench(argv) -> int:
             return 1
     n = 0
 
-    def one():
+    def one(direct):
         nonlocal n
         n += 1
         if args.mode == "tx":
             owner = rng.randint(1, args.owners)
-            if args.direct:
+            if direct:
                 with pool(router.shard_for_owner(owner)).connection() as conn:
                     conn.pgconn.exec_(b"BEGIN")
                     conn.execute(insert, (args.sequence, owner, owner)).fetchone()
@@ -202,26 +209,55 @@ def bench(argv) -> int:
                                    owner=owner)
         else:
             row_id = ids[n % len(ids)]
-            if args.direct:
+            if direct:
                 with pool(router.shard_for_id(row_id)).connection() as conn:
                     conn.execute(lookup, (row_id,)).fetchone()
             else:
                 router.execute(lookup, (row_id,), id=row_id)
 
+    sides = SIDE_BY_SIDE if args.side_by_side else [args.direct]
     with router:
         try:
-            warm = time.monotonic() + 0.5
-            while time.monotonic() < warm:
-                one()
-            n, start = 0, time.monotonic()
-            while time.monotonic() - start < args.seconds:
-                one()
-            elapsed = time.monotonic() - start
+            run_slices(one, sides, args.warm_up_seconds)
+            measured = run_slices(one, sides, args.seconds)
         finally:
             for p in pools.values():
                 p.close()
-    print(f"ops {n} seconds {elapsed:.3f}", flush=True)
+    if args.side_by_side:
+        (r_ops, r_s), (d_ops, d_s) = measured[False], measured[True]
+        print(f"ops {r_ops} seconds {r_s:.3f} direct_ops {d_ops} direct_seconds {d_s:.3f}", flush=True)
+    else:
+        ops, elapsed = measured[args.direct]
+        print(f"ops {ops} seconds {elapsed:.3f}", flush=True)
     return 0
+
+
+SLICE_SECONDS = 0.1
+# The sides of the slices in turn, side by side (False: the Router, True: the direct pools):
+# Router, direct, direct, Router, so that a drift of the machine weighs on both alike.
+SIDE_BY_SIDE = [False, True, True, False]
+
+
+def run_slices(one, sides, seconds, clock=time.monotonic):
+    """Runs one(side) for `seconds` in slices of SLICE_SECONDS, the slices' sides in the cyclic
+    order of `sides`, and at least one slice of each of them; returns {side: (operations,
+    seconds)}, each side's seconds from the starts of its slices to the ends of their last
+    operations."""
+    measured = {side: (0, 0.0) for side in sides}
+    end = clock() + seconds
+    i = 0
+    while (now := clock()) < end or i < len(sides):
+        side = sides[i % len(sides)]
+        i += 1
+        slice_end, ops = min(now + SLICE_SECONDS, end), 0
+        while True:
+            one(side)
+            ops += 1
+            if (t := clock()) >= slice_end:
+                break
+        done, spent = measured[side]
+        measured[side] = (done + ops, spent + t - now)
+    return measured
 
 
 def main(argv) -> int:

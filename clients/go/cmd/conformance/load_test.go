@@ -6,6 +6,8 @@
 package main
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -139,5 +141,70 @@ func TestBenchOnTheWire(t *testing.T) {
 		if status != 0 || stderr != "" || len(fields) != 4 || fields[0] != "ops" || fields[1] == "0" || fields[2] != "seconds" {
 			t.Errorf("direct %v: status %d, out %q, stderr %q", direct, status, out, stderr)
 		}
+	}
+}
+
+func TestBenchSideBySideOnTheWire(t *testing.T) {
+	server := scriptedCluster(t)
+	args := []string{"bench", "--routes", server.DSN(), "--shard", "a=" + server.DSN(), "--table", "t", "--sequence", "q",
+		"--owners", "20", "--seconds", "0.5", "--mode", "tx", "--side-by-side"}
+	status, out, stderr := runTool(args, "")
+	f := strings.Fields(out)
+	if status != 0 || stderr != "" || len(f) != 8 || f[0] != "ops" || f[2] != "seconds" || f[4] != "direct_ops" ||
+		f[6] != "direct_seconds" || f[1] == "0" || f[5] == "0" {
+		t.Fatalf("status %d, out %q, stderr %q", status, out, stderr)
+	}
+	if status, _, stderr := runTool(append(args, "--direct"), ""); status != 2 || !strings.Contains(stderr, "exclude each other") {
+		t.Errorf("--direct --side-by-side: status %d, stderr %q", status, stderr)
+	}
+}
+
+func TestBenchWarmUpArgument(t *testing.T) {
+	args := []string{"--routes", "host=h", "--shard", "a=host=a", "--table", "t", "--sequence", "q", "--owners", "1",
+		"--seconds", "1", "--mode", "tx"}
+	if o, err := parseBenchArgs(args, nil); err != nil || o.warmUp != 500*time.Millisecond {
+		t.Errorf("default: %v, %v", o.warmUp, err)
+	}
+	if o, err := parseBenchArgs(append(args, "--warm-up-seconds", "2.5"), nil); err != nil || o.warmUp != 2500*time.Millisecond {
+		t.Errorf("2.5: %v, %v", o.warmUp, err)
+	}
+	for _, bad := range []string{"-1", "NaN", "3601", "x"} {
+		if _, err := parseBenchArgs(append(args, "--warm-up-seconds", bad), nil); err == nil {
+			t.Errorf("--warm-up-seconds %s taken", bad)
+		}
+	}
+	if _, err := parseBenchArgs(append(args, "--warm-up-seconds"), nil); err == nil {
+		t.Errorf("--warm-up-seconds without a value taken")
+	}
+}
+
+func TestRunSlicesGoRouterDirectDirectRouter(t *testing.T) {
+	// A clock that each operation moves on by 62.5 ms: two operations a slice of 100 ms.
+	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var done []bool
+	one := func(direct bool) error {
+		done = append(done, direct)
+		clock = clock.Add(62500 * time.Microsecond)
+		return nil
+	}
+	now := func() time.Time { return clock }
+	measured, err := runSlices(one, sideBySide, time.Second, now)
+	const R, D = false, true
+	want := []bool{R, R, D, D, D, D, R, R, R, R, D, D, D, D, R, R}
+	if err != nil || fmt.Sprint(done) != fmt.Sprint(want) {
+		t.Fatalf("sides %v, want %v, %v", done, want, err)
+	}
+	half := sideMeasure{ops: 8, spent: 500 * time.Millisecond}
+	if measured[R] != half || measured[D] != half {
+		t.Errorf("measured %+v", measured)
+	}
+	done = nil
+	if measured, _ = runSlices(one, sideBySide, 0, now); fmt.Sprint(done) != fmt.Sprint(sideBySide) ||
+		measured[R].ops != 2 || measured[D].ops != 2 {
+		t.Errorf("in no time: sides %v, measured %+v", done, measured)
+	}
+	if _, err := runSlices(func(bool) error { return errors.New("down") }, []bool{true}, time.Second, time.Now); err == nil ||
+		err.Error() != "down" {
+		t.Errorf("an error ends it: %v", err)
 	}
 }

@@ -4,7 +4,7 @@
 //
 //	conformance genes        owners on stdin (i:<bigint>, t:<text>, u:<uuid>), genes on stdout
 //	conformance load ...     4 writers through one Router (see usage)
-//	conformance bench ...    one client's transactions or lookups, Router or --direct
+//	conformance bench ...    one client's transactions or lookups: Router, --direct or --side-by-side
 //
 // Exit status: 0 when the mode ran (a load's failures are counted, not fatal), 2 for bad
 // arguments or input, 1 when the routes could not be read at the start (or another error).
@@ -22,7 +22,8 @@ const usage = `usage: conformance genes
                         --owners N --seconds S --log FILE [--stop-file F] [--read-every K]
                         [--refresh-interval-ms MS] [--no-listen] [--retry-limit N]
                         [--backoff-max-ms MS]
-       conformance bench (the flags of load but --log) --mode tx|lookup [--direct]`
+       conformance bench (the flags of load but --log) --mode tx|lookup [--direct | --side-by-side]
+                        [--warm-up-seconds S]`
 
 // usageError ends the tool with status 2 and the usage.
 type usageError struct{ msg string }

@@ -6,7 +6,8 @@
 //! conformance load --routes DSN --shard NAME=DSN [--shard ...] --table T --sequence Q
 //!     --owners N --seconds S --log FILE [--stop-file F] [--read-every K]
 //!     [--refresh-interval-ms MS] [--no-listen] [--retry-limit N] [--backoff-max-ms MS]
-//! conformance bench (the same flags but --log) --mode tx|lookup [--direct]
+//! conformance bench (the same flags but --log) --mode tx|lookup [--direct | --side-by-side]
+//!     [--warm-up-seconds S]
 //! ```
 //!
 //! Invariants: genes only through `id_gen_client::Key`; a log line `owner,id` is written
@@ -36,7 +37,8 @@ const USAGE: &str = "usage: conformance genes < owners
                         --sequence Q --owners N --seconds S --log FILE [--stop-file F]
                         [--read-every K] [--refresh-interval-ms MS] [--no-listen]
                         [--retry-limit N] [--backoff-max-ms MS]
-       conformance bench (the flags of load but --log) --mode tx|lookup [--direct]";
+       conformance bench (the flags of load but --log) --mode tx|lookup
+                        [--direct | --side-by-side] [--warm-up-seconds S]";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -105,9 +107,13 @@ struct LoadOpts {
     /// The Router's `retry_limit` and `backoff_max`; `None`: the Router's defaults.
     retry_limit: Option<u32>,
     backoff_max: Option<Duration>,
-    /// bench only: "tx" or "lookup", and whether on the tool's own pools.
+    /// bench only: "tx" or "lookup", and whether on the tool's own pools, or on both in
+    /// alternating slices.
     mode: String,
     direct: bool,
+    side_by_side: bool,
+    /// bench only: the warm-up, not measured.
+    warm_up: Duration,
 }
 
 impl LoadOpts {
@@ -128,6 +134,8 @@ impl LoadOpts {
             backoff_max: None,
             mode: String::new(),
             direct: false,
+            side_by_side: false,
+            warm_up: Duration::from_millis(500),
         };
         let mut it = args.iter();
         while let Some(flag) = it.next() {
@@ -137,6 +145,10 @@ impl LoadOpts {
             }
             if bench && flag == "--direct" {
                 o.direct = true;
+                continue;
+            }
+            if bench && flag == "--side-by-side" {
+                o.side_by_side = true;
                 continue;
             }
             let value = it.next().ok_or(format!("{flag} needs a value"))?.clone();
@@ -155,11 +167,25 @@ impl LoadOpts {
                 "--table" => o.table = quote_table(&value)?,
                 "--sequence" => o.sequence = value,
                 "--owners" => o.owners = number(&value)? as i64,
-                "--seconds" => o.seconds = number(&value)?,
+                "--seconds" => {
+                    o.seconds = number(&value)?;
+                    if !(o.seconds.is_finite() && (0.0..=1e9).contains(&o.seconds)) {
+                        return Err(format!("--seconds takes 0 to 1e9 seconds, not {value:?}"));
+                    }
+                }
                 "--log" => o.log = value,
                 "--stop-file" => o.stop_file = Some(value),
                 "--read-every" => o.read_every = number(&value)? as u64,
                 "--mode" if bench && matches!(value.as_str(), "tx" | "lookup") => o.mode = value,
+                "--warm-up-seconds" if bench => {
+                    let s = number(&value)?;
+                    if !(s.is_finite() && (0.0..=3600.0).contains(&s)) {
+                        return Err(format!(
+                            "--warm-up-seconds takes 0 to 3600 seconds, not {value:?}"
+                        ));
+                    }
+                    o.warm_up = Duration::from_secs_f64(s);
+                }
                 "--refresh-interval-ms" => {
                     o.refresh_interval = Duration::from_millis(number(&value)? as u64)
                 }
@@ -182,6 +208,9 @@ impl LoadOpts {
             if missing {
                 return Err(format!("{flag} is required"));
             }
+        }
+        if o.direct && o.side_by_side {
+            return Err("--direct and --side-by-side exclude each other".into());
         }
         Ok(o)
     }
@@ -380,8 +409,10 @@ async fn writer(
     }
 }
 
-/// `bench`: one client, one operation at a time, through the Router or (`--direct`) the
-/// tool's own pools; 0.5 s of warm-up, then `--seconds`; prints `ops N seconds X`.
+/// `bench`: one client, one operation at a time, through the Router, or (`--direct`) the
+/// tool's own pools, or (`--side-by-side`) both in alternating slices of 100 ms;
+/// `--warm-up-seconds` (0.5) of warm-up, then `--seconds`; prints `ops N seconds X` (side
+/// by side: `ops N seconds X direct_ops M direct_seconds Y`).
 async fn bench(o: LoadOpts) -> ExitCode {
     let mut config = RouterConfig::new(o.routes.clone(), o.shards.clone());
     config.listen = false;
@@ -421,20 +452,11 @@ async fn bench(o: LoadOpts) -> ExitCode {
     }
     let mut rng = Rng(0x2545_F491_4F6C_DD1D);
     let mut n = 0u64;
-    let mut one = |n: u64| {
-        let owner = 1 + rng.below(o.owners as u64) as i64;
-        let id = if ids.is_empty() {
-            0
-        } else {
-            ids[n as usize % ids.len()]
-        };
-        (owner, id)
-    };
-    let run = |owner: i64, id: i64| {
+    let run = |owner: i64, id: i64, direct: bool| {
         let (router, pools, insert, lookup, o) = (&router, &pools, &insert, &lookup, &o);
         async move {
             let sequence = o.sequence.as_str();
-            let result: Result<(), String> = match (o.mode.as_str(), o.direct) {
+            let result: Result<(), String> = match (o.mode.as_str(), direct) {
                 ("tx", false) => router
                     .transaction(Key::Owner(owner), |c| {
                         Box::pin(async move {
@@ -474,27 +496,96 @@ async fn bench(o: LoadOpts) -> ExitCode {
             result
         }
     };
-    let warm = Instant::now() + Duration::from_millis(500);
-    while Instant::now() < warm {
+    let mut one = |direct: bool| {
         n += 1;
-        let (owner, id) = one(n);
-        if let Err(e) = run(owner, id).await {
-            return fail(1, &e);
+        let owner = 1 + rng.below(o.owners as u64) as i64;
+        let id = if ids.is_empty() {
+            0
+        } else {
+            ids[n as usize % ids.len()]
+        };
+        run(owner, id, direct)
+    };
+    let sides: &[bool] = if o.side_by_side {
+        &SIDE_BY_SIDE
+    } else if o.direct {
+        &[true]
+    } else {
+        &[false]
+    };
+    let measured = match run_slices(&mut one, sides, o.warm_up, &Instant::now).await {
+        Ok(_) => {
+            run_slices(
+                &mut one,
+                sides,
+                Duration::from_secs_f64(o.seconds),
+                &Instant::now,
+            )
+            .await
         }
+        Err(e) => Err(e),
+    };
+    let measured = match measured {
+        Ok(measured) => measured,
+        Err(e) => return fail(1, &e),
+    };
+    let ([router_ops, router_spent], [direct_ops, direct_spent]) = (measured[0], measured[1]);
+    if o.side_by_side {
+        println!(
+            "ops {router_ops:.0} seconds {router_spent:.3} direct_ops {direct_ops:.0} direct_seconds {direct_spent:.3}"
+        );
+    } else {
+        let [ops, spent] = measured[usize::from(o.direct)];
+        println!("ops {ops:.0} seconds {spent:.3}");
     }
-    let start = Instant::now();
-    let mut ops = 0u64;
-    while start.elapsed().as_secs_f64() < o.seconds {
-        n += 1;
-        let (owner, id) = one(n);
-        if let Err(e) = run(owner, id).await {
-            return fail(1, &e);
-        }
-        ops += 1;
-    }
-    println!("ops {ops} seconds {:.3}", start.elapsed().as_secs_f64());
     router.close();
     ExitCode::SUCCESS
+}
+
+/// How long one side runs before the other takes over, side by side.
+const SLICE: Duration = Duration::from_millis(100);
+
+/// The sides of the slices in turn, side by side (false: the Router, true: the direct pools):
+/// Router, direct, direct, Router, so that a drift of the machine weighs on both alike.
+const SIDE_BY_SIDE: [bool; 4] = [false, true, true, false];
+
+/// Runs `one(side)` for `d` in slices of `SLICE`, the slices' sides in the cyclic order of
+/// `sides`, and at least one slice of each of them, by the clock `now`; returns `[operations,
+/// seconds]` of the Router (index 0) and of the direct pools (index 1), each side's seconds
+/// from the starts of its slices to the ends of their last operations. The first error ends it.
+async fn run_slices<F, Fut>(
+    one: &mut F,
+    sides: &[bool],
+    d: Duration,
+    now: &dyn Fn() -> Instant,
+) -> Result<[[f64; 2]; 2], String>
+where
+    F: FnMut(bool) -> Fut,
+    Fut: std::future::Future<Output = Result<(), String>>,
+{
+    let mut measured = [[0.0; 2]; 2];
+    let end = now() + d;
+    for i in 0.. {
+        let start = now();
+        if start >= end && i >= sides.len() {
+            break;
+        }
+        let side = sides[i % sides.len()];
+        let slice_end = (start + SLICE).min(end);
+        let mut ops = 0.0;
+        let spent = loop {
+            one(side).await?;
+            ops += 1.0;
+            let t = now();
+            if t >= slice_end {
+                break t - start;
+            }
+        };
+        let m = &mut measured[usize::from(side)];
+        m[0] += ops;
+        m[1] += spent.as_secs_f64();
+    }
+    Ok(measured)
 }
 
 /// A plain connection (the coordinator, for the ids to look up), its task spawned.
@@ -582,5 +673,80 @@ mod tests {
         RouterConfig::new("host=h", o.shards.clone())
             .validate()
             .unwrap();
+    }
+
+    #[test]
+    fn bench_takes_one_side_or_both() {
+        let bench = |more: &[&str]| {
+            let mut args = load_args(&["--mode", "tx"]);
+            args.extend(more.iter().map(|s| s.to_string()));
+            LoadOpts::parse(&args, true)
+        };
+        let o = bench(&["--side-by-side"]).unwrap();
+        assert!(o.side_by_side && !o.direct);
+        assert!(bench(&["--direct"]).unwrap().direct);
+        let err = bench(&["--direct", "--side-by-side"]).err().unwrap();
+        assert!(err.contains("exclude each other"), "{err}");
+        assert!(LoadOpts::parse(&load_args(&["--side-by-side"]), false).is_err());
+        assert_eq!(o.warm_up, Duration::from_millis(500));
+        let o = bench(&["--warm-up-seconds", "2.5"]).unwrap();
+        assert_eq!(o.warm_up, Duration::from_millis(2500));
+        for bad in ["-1", "NaN", "3601"] {
+            let err = bench(&["--warm-up-seconds", bad]).err().unwrap();
+            assert!(err.contains("--warm-up-seconds"), "{bad}: {err}");
+        }
+    }
+
+    #[tokio::test]
+    async fn slices_go_router_direct_direct_router() {
+        // A clock that each operation moves on by 62.5 ms: two operations a slice of 100 ms.
+        let base = Instant::now();
+        let offset = std::cell::Cell::new(Duration::ZERO);
+        let done = std::cell::RefCell::new(Vec::new());
+        let mut one = |direct: bool| {
+            done.borrow_mut().push(direct);
+            offset.set(offset.get() + Duration::from_micros(62_500));
+            async { Ok(()) }
+        };
+        let now = || base + offset.get();
+        let measured = run_slices(&mut one, &SIDE_BY_SIDE, Duration::from_secs(1), &now)
+            .await
+            .unwrap();
+        let (r, d) = (false, true);
+        assert_eq!(
+            *done.borrow(),
+            [r, r, d, d, d, d, r, r, r, r, d, d, d, d, r, r]
+        );
+        assert_eq!(measured, [[8.0, 0.5], [8.0, 0.5]]);
+        done.borrow_mut().clear();
+        let measured = run_slices(&mut one, &SIDE_BY_SIDE, Duration::ZERO, &now)
+            .await
+            .unwrap();
+        assert_eq!(
+            *done.borrow(),
+            SIDE_BY_SIDE,
+            "every side runs, even in no time"
+        );
+        assert_eq!((measured[0][0], measured[1][0]), (2.0, 2.0));
+        let err = run_slices(
+            &mut |_| async { Err("down".to_string()) },
+            &[true],
+            SLICE,
+            &Instant::now,
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(err, "down");
+    }
+
+    #[test]
+    fn seconds_out_of_range_are_usage_errors() {
+        for bad in ["-1", "NaN", "inf", "1e300"] {
+            let mut args = load_args(&[]);
+            let at = args.iter().position(|a| a == "--seconds").unwrap();
+            args[at + 1] = bad.to_string();
+            let err = LoadOpts::parse(&args, false).unwrap_err();
+            assert!(err.contains("--seconds"), "{bad}: {err}");
+        }
     }
 }

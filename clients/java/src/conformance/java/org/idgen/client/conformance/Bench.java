@@ -1,8 +1,10 @@
 // `conformance bench` (docs/routing-protocol.md §6): one client, one operation at a time,
-// through the Router or (--direct) the same statements on HikariCP pools of the tool's own,
+// through the Router, or (--direct) the same statements on HikariCP pools of the tool's own,
 // autocommit, with the Router's own shard connection properties
 // (Router.shardConnectionProperties: prepareThreshold=0, assumeMinServerVersion=10, the same
-// timeouts). 0.5 s of warm-up, then --seconds; prints `ops N seconds X`.
+// timeouts), or (--side-by-side) both in alternating slices of 100 ms. --warm-up-seconds (0.5)
+// of warm-up, then --seconds; prints `ops N seconds X` (side by side: `ops N seconds X direct_ops M
+// direct_seconds Y`).
 //
 // Invariants: nothing is measured but the loop of operations; every wait is bounded (the
 // Router's timeouts, Hikari's connectionTimeout, pgjdbc's socketTimeout).
@@ -20,9 +22,11 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
+import java.util.Locale;
 import java.util.Map;
 import java.util.Properties;
 import java.util.Random;
+import java.util.function.LongSupplier;
 import org.idgen.client.Key;
 import org.idgen.client.Router;
 
@@ -61,19 +65,18 @@ final class Bench {
                     + "?::bigint), ?) RETURNING id";
             String lookup = "SELECT owner_id FROM " + args.table + " WHERE id = ?";
             Random rng = new Random(7);
-            long n = 0;
-            long warm = System.nanoTime() + 500_000_000L;
-            while (System.nanoTime() - warm < 0) {
-                one(router, pools, args, rng, ids, ++n, insert, lookup);
+            long[] n = {0};
+            Side one = direct -> one(router, pools, args, rng, ids, ++n[0], insert, lookup, direct);
+            boolean[] sides = args.sideBySide ? SIDE_BY_SIDE : new boolean[] {args.direct};
+            runSlices(one, sides, (long) (args.warmUpSeconds * 1e9), System::nanoTime); // warm-up
+            double[][] measured = runSlices(one, sides, (long) (args.seconds * 1e9), System::nanoTime);
+            if (args.sideBySide) {
+                System.out.println("ops " + (long) measured[0][0] + " seconds " + seconds(measured[0][1])
+                        + " direct_ops " + (long) measured[1][0] + " direct_seconds " + seconds(measured[1][1]));
+            } else {
+                double[] m = measured[args.direct ? 1 : 0];
+                System.out.println("ops " + (long) m[0] + " seconds " + seconds(m[1]));
             }
-            long ops = 0;
-            long start = System.nanoTime();
-            while (System.nanoTime() - start < (long) (args.seconds * 1e9)) {
-                one(router, pools, args, rng, ids, ++n, insert, lookup);
-                ops++;
-            }
-            double seconds = (System.nanoTime() - start) / 1e9;
-            System.out.println("ops " + ops + " seconds " + String.format("%.3f", seconds));
             System.out.flush();
             return 0;
         } catch (SQLException e) {
@@ -82,6 +85,54 @@ final class Bench {
         } finally {
             pools.values().forEach(HikariDataSource::close);
         }
+    }
+
+    /** One operation, through the Router (false) or on the tool's own pools (true). */
+    interface Side {
+        void run(boolean direct) throws SQLException;
+    }
+
+    /** How long one side runs before the other takes over, side by side. */
+    static final long SLICE_NANOS = 100_000_000L;
+
+    /**
+     * The sides of the slices in turn, side by side (false: the Router, true: the direct pools):
+     * Router, direct, direct, Router, so that a drift of the machine weighs on both alike.
+     */
+    static final boolean[] SIDE_BY_SIDE = {false, true, true, false};
+
+    /**
+     * Runs one side for nanos in slices of SLICE_NANOS, the slices' sides in the cyclic order of
+     * sides, and at least one slice of each of them, by the clock (in ns); returns {operations,
+     * seconds} of the Router (index 0) and of the direct pools (index 1), each side's seconds
+     * from the starts of its slices to the ends of their last operations. The first error ends it.
+     */
+    static double[][] runSlices(Side one, boolean[] sides, long nanos, LongSupplier clock) throws SQLException {
+        double[][] measured = new double[2][2];
+        long end = clock.getAsLong() + nanos;
+        for (int i = 0; ; i++) {
+            long start = clock.getAsLong();
+            if (start - end >= 0 && i >= sides.length) {
+                return measured;
+            }
+            boolean side = sides[i % sides.length];
+            long sliceEnd = Math.min(start + SLICE_NANOS, end);
+            long ops = 0;
+            long t;
+            do {
+                one.run(side);
+                ops++;
+                t = clock.getAsLong();
+            } while (t - sliceEnd < 0);
+            double[] m = measured[side ? 1 : 0];
+            m[0] += ops;
+            m[1] += (t - start) / 1e9;
+        }
+    }
+
+    /** Seconds with three decimals and a point, whatever the locale. */
+    static String seconds(double s) {
+        return String.format(Locale.ROOT, "%.3f", s);
     }
 
     private static HikariDataSource pool(String name, Dsn dsn) {
@@ -121,10 +172,11 @@ final class Bench {
     }
 
     private static void one(Router router, Map<String, HikariDataSource> pools, Conformance.LoadArgs args,
-                            Random rng, List<Long> ids, long n, String insert, String lookup) throws SQLException {
+                            Random rng, List<Long> ids, long n, String insert, String lookup, boolean direct)
+            throws SQLException {
         if (args.mode.equals("tx")) {
             long owner = 1 + rng.nextInt(args.owners);
-            if (!args.direct) {
+            if (!direct) {
                 router.transaction(Key.owner(owner), conn -> insert(conn, insert, args.sequence, owner));
                 return;
             }
@@ -143,7 +195,7 @@ final class Bench {
             }
         } else {
             long id = ids.get((int) (n % ids.size()));
-            if (!args.direct) {
+            if (!direct) {
                 router.execute(Key.id(id), lookup, id);
                 return;
             }

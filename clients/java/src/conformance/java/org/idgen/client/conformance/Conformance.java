@@ -3,7 +3,7 @@
 //
 //   conformance genes        owners on stdin (i:<bigint>, t:<text>, u:<uuid>), genes on stdout
 //   conformance load ...     4 writers through one Router (see usage())
-//   conformance bench ...    one client's transactions or lookups, Router or --direct
+//   conformance bench ...    one client's transactions or lookups: Router, --direct or --side-by-side
 //
 // Invariants: a log line `owner,id` is written whole (one write) only after its transaction
 // committed; every failure is counted, none ends the load; the last two stdout lines are
@@ -68,7 +68,8 @@ public final class Conformance {
                 + "                        --owners N --seconds S --log FILE [--stop-file F] [--read-every K]\n"
                 + "                        [--refresh-interval-ms MS] [--no-listen] [--retry-limit N]\n"
                 + "                        [--backoff-max-ms MS]\n"
-                + "       conformance bench (the flags of load but --log) --mode tx|lookup [--direct]";
+                + "       conformance bench (the flags of load but --log) --mode tx|lookup\n"
+                + "                        [--direct | --side-by-side] [--warm-up-seconds S]";
     }
 
     // --- genes ------------------------------------------------------------------------------
@@ -129,9 +130,12 @@ public final class Conformance {
         /** The Router's retryLimit and largest backoff (its defaults: 20, 200 ms). */
         int retryLimit = 20;
         long backoffMaxMs = 200;
-        /** bench only: "tx" or "lookup", and whether on the tool's own pools. */
+        /** bench only: "tx" or "lookup", and whether on the tool's own pools, or on both in alternating slices. */
         String mode;
         boolean direct;
+        boolean sideBySide;
+        /** bench only: the warm-up, not measured. */
+        double warmUpSeconds = 0.5;
 
         static LoadArgs parse(List<String> args) {
             return parse(args, false);
@@ -147,6 +151,10 @@ public final class Conformance {
                 }
                 if (bench && flag.equals("--direct")) {
                     a.direct = true;
+                    continue;
+                }
+                if (bench && flag.equals("--side-by-side")) {
+                    a.sideBySide = true;
                     continue;
                 }
                 if (i + 1 >= args.size()) {
@@ -195,6 +203,14 @@ public final class Conformance {
                     case "--backoff-max-ms":
                         a.backoffMaxMs = nonNegative(flag, value, Long.MAX_VALUE / 1_000_000);
                         break;
+                    case "--warm-up-seconds":
+                        double w = bench ? Double.parseDouble(value) : Double.NaN;
+                        if (!(w >= 0 && w <= 3600)) {
+                            throw new IllegalArgumentException("--warm-up-seconds takes 0 to 3600 seconds (bench only), not "
+                                    + value);
+                        }
+                        a.warmUpSeconds = w;
+                        break;
                     case "--mode":
                         if (!bench || !(value.equals("tx") || value.equals("lookup"))) {
                             throw new IllegalArgumentException("--mode takes tx or lookup (bench only), not " + value);
@@ -209,6 +225,9 @@ public final class Conformance {
                     || (a.log == null && !bench) || (a.mode == null && bench) || a.seconds < 0) {
                 throw new IllegalArgumentException("--routes, --shard, --table, --sequence, --owners, --seconds and "
                         + "--log are required");
+            }
+            if (a.direct && a.sideBySide) {
+                throw new IllegalArgumentException("--direct and --side-by-side exclude each other");
             }
             if (a.owners < 1 || a.readEvery < 0 || a.refreshIntervalMs < 0) {
                 throw new IllegalArgumentException("--owners is 1 or more; --read-every and --refresh-interval-ms 0 or more");

@@ -1,6 +1,6 @@
 // The conformance tool's parts that need no server: libpq DSNs as pgjdbc URLs (multi-host
 // ones too), the genes mode, the load's argument checks (--retry-limit, --backoff-max-ms too),
-// and the bench's direct pools (the Router's connection properties).
+// the bench's direct pools (the Router's connection properties), its sides and its slices.
 package org.idgen.client.conformance;
 
 import static org.junit.jupiter.api.Assertions.assertDoesNotThrow;
@@ -126,5 +126,64 @@ class ConformanceTest {
                 "--backoff-max-ms", "0"));
         assertDoesNotThrow(() -> noBackoff.retrySettings(Router.builder()), "a largest backoff of 0 lowers the first");
         assertEquals(2, Conformance.load(List.of("--owners")));
+    }
+
+    @Test
+    void benchTakesOneSideOrBoth() {
+        List<String> base = List.of("--routes", "host=h", "--shard", "s=host=h", "--table", "t", "--sequence", "q",
+                "--owners", "1", "--seconds", "1", "--mode", "tx");
+        List<String> both = new java.util.ArrayList<>(base);
+        both.add("--side-by-side");
+        Conformance.LoadArgs a = Conformance.LoadArgs.parse(both, true);
+        assertTrue(a.sideBySide && !a.direct);
+        both.add("--direct");
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
+                () -> Conformance.LoadArgs.parse(both, true));
+        assertTrue(e.getMessage().contains("exclude each other"), e.getMessage());
+        assertThrows(IllegalArgumentException.class, () -> Conformance.LoadArgs.parse(List.of("--side-by-side"), false));
+        assertEquals(0.5, a.warmUpSeconds);
+        List<String> warm = new java.util.ArrayList<>(base);
+        warm.addAll(List.of("--warm-up-seconds", "2.5"));
+        assertEquals(2.5, Conformance.LoadArgs.parse(warm, true).warmUpSeconds);
+        for (String bad : List.of("-1", "NaN", "3601", "x")) {
+            List<String> withBad = new java.util.ArrayList<>(base);
+            withBad.addAll(List.of("--warm-up-seconds", bad));
+            assertThrows(IllegalArgumentException.class, () -> Conformance.LoadArgs.parse(withBad, true), bad);
+        }
+    }
+
+    @Test
+    void slicesGoRouterDirectDirectRouter() throws Exception {
+        // A clock that each operation moves on by 62.5 ms: two operations a slice of 100 ms.
+        long[] clock = {1_000_000_000L};
+        List<Boolean> done = new java.util.ArrayList<>();
+        Bench.Side one = direct -> {
+            done.add(direct);
+            clock[0] += 62_500_000L;
+        };
+        double[][] m = Bench.runSlices(one, Bench.SIDE_BY_SIDE, 1_000_000_000L, () -> clock[0]);
+        boolean r = false;
+        boolean d = true;
+        assertEquals(List.of(r, r, d, d, d, d, r, r, r, r, d, d, d, d, r, r), done);
+        assertEquals(8, m[0][0]);
+        assertEquals(0.5, m[0][1], 1e-9);
+        assertEquals(8, m[1][0]);
+        assertEquals(0.5, m[1][1], 1e-9);
+        done.clear();
+        m = Bench.runSlices(one, Bench.SIDE_BY_SIDE, 0, () -> clock[0]);
+        assertEquals(List.of(r, d, d, r), done, "every side runs, even in no time");
+        assertEquals(2, m[0][0]);
+        assertEquals(2, m[1][0]);
+        java.sql.SQLException down = new java.sql.SQLException("down");
+        assertEquals(down, assertThrows(java.sql.SQLException.class, () -> Bench.runSlices(x -> {
+            throw down;
+        }, new boolean[] {true}, Bench.SLICE_NANOS, System::nanoTime)));
+        java.util.Locale saved = java.util.Locale.getDefault();
+        java.util.Locale.setDefault(java.util.Locale.GERMANY);
+        try {
+            assertEquals("1.500", Bench.seconds(1.5), "a point in any locale");
+        } finally {
+            java.util.Locale.setDefault(saved);
+        }
     }
 }
