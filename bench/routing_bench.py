@@ -18,7 +18,9 @@ ratio.
 Usage: routing_bench.py ROUTES_DSN SHARDS_JSON IDS_FILE OWNERS SECONDS ROUNDS
 Prints JSON lines: one per run, then one summary line per (op, path).
 """
+import importlib.util
 import json
+import os
 import random
 import statistics
 import sys
@@ -27,6 +29,12 @@ import time
 import psycopg
 from psycopg_pool import ConnectionPool
 from id_gen_client import Router
+
+# The slices of the clients' bench (clients/python/tools/conformance.py, run_slices).
+_spec = importlib.util.spec_from_file_location(
+    "conformance_tool", os.path.join(os.path.dirname(__file__), os.pardir, "clients", "python", "tools", "conformance.py"))
+slices = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(slices)
 
 routes_dsn, shards_json, ids_file, owners, seconds, rounds = sys.argv[1:7]
 shards = json.loads(shards_json)
@@ -77,14 +85,11 @@ def run_coordinator(op, key, args):
             cur.fetchall()
 
 
-def run_router_execute(op, key, args):
-    kw = {"owner": key} if op == "insert" else {"id": key}
-    router.execute(INSERT_SHARD if op == "insert" else LOOKUP, args, **kw)
-
-
-def run_router_execute_prepared(op, key, args):
-    kw = {"owner": key} if op == "insert" else {"id": key}
-    router_prepared.execute(INSERT_SHARD if op == "insert" else LOOKUP, args, **kw)
+def execute_on(r):
+    def run(op, key, args):
+        kw = {"owner": key} if op == "insert" else {"id": key}
+        r.execute(INSERT_SHARD if op == "insert" else LOOKUP, args, **kw)
+    return run
 
 
 def autocommit_on(pools):
@@ -103,38 +108,30 @@ prepared_pools = {name: ConnectionPool(dsn, min_size=1, max_size=2, open=True, k
                   for name, dsn in shards.items()}
 # Each path and the direct path with the same shape that it is compared with.
 PATHS = {"router": run_router, "coordinator": run_coordinator, "direct": run_direct,
-         "router.execute": run_router_execute, "direct autocommit": autocommit_on(auto_pools),
-         "router.execute prepared": run_router_execute_prepared, "direct prepared": autocommit_on(prepared_pools)}
+         "router.execute": execute_on(router), "direct autocommit": autocommit_on(auto_pools),
+         "router.execute prepared": execute_on(router_prepared), "direct prepared": autocommit_on(prepared_pools)}
 BASELINE = {"router": "direct", "coordinator": "direct", "direct": "direct",
             "router.execute": "direct autocommit", "direct autocommit": "direct autocommit",
             "router.execute prepared": "direct prepared", "direct prepared": "direct prepared"}
-SLICE = 0.1
 results = {}  # (op, path) -> list of (tps, p50, p99); the baselines' from the run of each path they face
 
 
 def side_by_side(op, path, base, rng):
-    """Runs path and base in alternating slices for 2 * seconds; returns their (tps, p50, p99)."""
+    """Runs path and base in alternating slices (the conformance tool's run_slices: path,
+    base, base, path, ...) for 2 * seconds; returns their (tps, p50, p99)."""
     lat = {path: [], base: []}
-    spent = {path: 0.0, base: 0.0}
-    end = time.perf_counter() + 2 * seconds
-    i = 0
-    while (now := time.perf_counter()) < end or i < 4:
-        side = (path, base, base, path)[i % 4]
-        i += 1
-        fn, out, slice_end = PATHS[side], lat[side], min(now + SLICE, end)
-        while True:
-            key, args = op_args(op, rng)
-            t0 = time.perf_counter()
-            fn(op, key, args)
-            t1 = time.perf_counter()
-            out.append(t1 - t0)
-            if t1 >= slice_end:
-                break
-        spent[side] += t1 - now
+
+    def one(side):
+        key, args = op_args(op, rng)
+        t0 = time.perf_counter()
+        PATHS[side](op, key, args)
+        lat[side].append(time.perf_counter() - t0)
+
+    measured = slices.run_slices(one, [path, base, base, path], 2 * seconds, clock=time.perf_counter)
     recs = {}
     for side, ls in lat.items():
         ls.sort()
-        recs[side] = (len(ls) / spent[side], ls[len(ls) // 2] * 1000, ls[int(len(ls) * 0.99)] * 1000)
+        recs[side] = (measured[side][0] / measured[side][1], ls[len(ls) // 2] * 1000, ls[int(len(ls) * 0.99)] * 1000)
     return recs[path], recs[base]
 
 

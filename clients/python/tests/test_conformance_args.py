@@ -108,5 +108,6 @@ class BenchSidesTest(unittest.TestCase):
         with self.assertRaisesRegex(RuntimeError, "down"):
             conformance.run_slices(down, [True], conformance.SLICE_SECONDS)
 
+
 if __name__ == "__main__":
     unittest.main()
